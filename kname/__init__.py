@@ -1,0 +1,27 @@
+"""kname: name every GPU kernel launch after the line of Python that caused it.
+
+Switch it on without touching code (`KNAME=1 python app.py` or `python -X kname app.py`), or call
+`kname.install()`. Each launch then runs inside an NVTX range such as `step mymodel/solver.py:42`,
+which Nsight Systems and Nsight Compute show with the kernel.
+"""
+
+from kname._version import __version__
+from kname.callsite import site_name
+from kname.hooks import install, is_installed, uninstall
+from kname.launch import disable, enable, is_enabled, paused
+from kname.paths import short_path
+from kname.report import names
+
+__all__ = [
+    "__version__",
+    "disable",
+    "enable",
+    "install",
+    "is_enabled",
+    "is_installed",
+    "names",
+    "paused",
+    "short_path",
+    "site_name",
+    "uninstall",
+]

@@ -1,0 +1,5 @@
+import sys
+
+from kname.cli import main
+
+sys.exit(main())

@@ -1,0 +1,58 @@
+"""What the kname.pth gate (or a sitecustomize) runs when the switch may be on.
+
+The gate already checked `-X kname` and KNAME cheaply; here the value is parsed properly. Nothing
+in this module may raise into the interpreter's start-up, except KNAME_STRICT's deliberate exit.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from kname.config import parse_switch, switch_problem
+
+
+def switched_on(environ=os.environ, xoptions=sys._xoptions) -> bool:
+    """True when `-X kname` is given or KNAME holds an on-value; warns once about other values."""
+    xoption = xoptions.get("kname")
+    if xoption is not None:
+        state = True if xoption is True else parse_switch(str(xoption))
+        if state is None:
+            _say(switch_problem("-X kname", str(xoption)) + "; kname stays off")
+        return bool(state)
+    value = environ.get("KNAME", "")
+    state = parse_switch(value)
+    if state is None:
+        _say(switch_problem("KNAME", value) + "; kname stays off")
+    return bool(state)
+
+
+def start() -> None:
+    """Install kname if switched on; never breaks start-up (KNAME_STRICT=1 aside)."""
+    from kname.config import ConfigError
+
+    try:
+        if switched_on():
+            # -X kname is not inherited by child processes; KNAME is.
+            os.environ.setdefault("KNAME", "1")
+            from kname.hooks import install
+
+            install()
+    except ConfigError as exc:
+        _say(f"{exc} (KNAME_STRICT is on: stopping)")
+        # SystemExit raised while site processes a .pth is a crash with a traceback; this is not.
+        os._exit(2)
+    except Exception as exc:
+        _say(f"could not start ({type(exc).__name__}: {exc}); the program runs without kname")
+
+
+def _say(message: str) -> None:
+    from kname._warnings import warn_once
+
+    warn_once(message, message)
+
+
+if not getattr(sys, "_kname_started", False):
+    # Guards against a .pth and a sitecustomize both starting kname in one process.
+    sys._kname_started = True
+    start()

@@ -1,0 +1,30 @@
+"""One-line messages on stderr, each said at most once per process."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+_said: set[str] = set()
+_lock = threading.Lock()
+
+
+def warn_once(key: str, message: str) -> None:
+    """Print `kname: message` on stderr the first time `key` is seen; never raises."""
+    with _lock:
+        if key in _said:
+            return
+        _said.add(key)
+    try:
+        print(f"kname: {message}", file=sys.stderr, flush=True)
+    except Exception:  # a closed or broken stderr must not break the user's program
+        pass
+
+
+def report_fault(where: str, exc: BaseException) -> None:
+    """Say once per kind of fault that kname failed internally; the launch itself still runs."""
+    warn_once(
+        f"fault:{where}:{type(exc).__name__}",
+        f"internal error while {where} ({type(exc).__name__}: {exc}); the launch ran without "
+        f"a name. Please report this; KNAME=0 switches kname off.",
+    )

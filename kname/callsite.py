@@ -1,0 +1,222 @@
+"""Which frame launched a kernel, and the cached record of that call site.
+
+Per launch, the wrapper looks up `sites[(id(code), f_lasti, kernel_key)]` for its caller's frame
+(see kname.launch). Everything here runs only when that look-up misses: walking past library
+frames, classifying code objects, building names and NVTX attributes.
+
+Code objects are never hashed: CPython hashes code by value, on every look-up (0.5 µs for a small
+module, 10 µs for one of 300 functions). Keys use id(code), and each cache entry holds the code
+object, so an id cannot be reused while its entry exists.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import re
+import sys
+import threading
+from types import CodeType, FrameType
+from typing import Any
+
+from kname import naming
+from kname import nvtx as kname_nvtx
+from kname._warnings import report_fault
+from kname.config import DEFAULT_FORMAT
+
+MAX_SITES = 100_000
+MAX_CODES = 200_000
+
+# Frames of these modules are never the call site: kname and wrapt, the GPU libraries, and the
+# stdlib helpers that sit between a user's line and a launch.
+LIBRARY_MODULES = (
+    "kname", "wrapt", "numba", "numba_cuda", "cupy", "cupyx", "triton", "pycuda", "cuda",
+    "functools", "contextlib", "threading", "runpy", "importlib", "_frozen_importlib",
+    "_frozen_importlib_external",
+)  # fmt: skip
+
+_KNAME_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_LIBRARY_PATH = re.compile(
+    r"[/\\](?:site|dist)-packages[/\\](?:" + "|".join(LIBRARY_MODULES) + r")(?:[/\\]|\.py)"
+)
+
+USER, LIBRARY, WRAPPER = 0, 1, 2
+
+
+class Site:
+    """Everything a launch from one call site needs, built once."""
+
+    __slots__ = (
+        "attributes", "code", "counter", "identifier", "kernel", "lib", "name", "order", "pop",
+        "push",
+    )  # fmt: skip
+
+    def __init__(self, name, identifier, kernel, lib, attributes, code, order):
+        self.name = name  # the display name, as the profiler shows it
+        self.identifier = identifier  # identifier-safe form, for renamed kernels
+        self.kernel = kernel  # the kernel's name
+        self.lib = lib
+        self.attributes = attributes  # prebuilt NVTX attributes, None when none are emitted
+        self.push = self.pop = None  # bound NVTX calls, None when no range is emitted
+        if attributes is not None:
+            domain = kname_nvtx.domain()
+            self.push = functools.partial(domain.push_range, attributes)
+            self.pop = domain.pop_range
+        self.code = code  # keeps the keyed code objects (and so their ids) alive
+        self.counter = itertools.count()  # next() is atomic: no lost counts across threads
+        self.order = order  # first-seen order, for the census
+
+    def launches(self) -> int:
+        """How many launches this site has counted."""
+        # itertools.count shows its next value only in its repr.
+        return int(repr(self.counter)[6:-1])
+
+
+sites: dict[tuple, Site] = {}
+retired_launches: dict[str, int] = {}  # counts of sites evicted from the bounded cache
+
+_lock = threading.RLock()
+_kinds: dict[int, int] = {}
+_codes: dict[int, CodeType] = {}
+_wrapper_code_ids: set[int] = set()
+_skip: tuple[str, ...] = ()
+_template = DEFAULT_FORMAT
+_depth = 1
+_emit_nvtx = True
+_order = itertools.count()
+
+
+def configure(skip: tuple[str, ...], template: str, depth: int, emit_nvtx: bool) -> None:
+    """Set the rules; forget every cached decision and site made under the old ones."""
+    global _skip, _template, _depth, _emit_nvtx
+    with _lock:
+        _skip, _template, _depth, _emit_nvtx = tuple(skip), template, depth, emit_nvtx
+        clear()
+
+
+def clear() -> None:
+    """Forget cached code classifications and call sites (and their counts)."""
+    with _lock:
+        _kinds.clear()
+        _codes.clear()
+        sites.clear()
+        retired_launches.clear()
+
+
+def register_wrapper_code(code: CodeType) -> None:
+    """Mark kname's own launch wrapper: a launch found beneath one is nested, and not named."""
+    _wrapper_code_ids.add(id(code))
+    _codes[id(code)] = code
+
+
+def resolve(frame: FrameType, kernel: Any, kernel_key: Any, kernel_name: str, lib: str) -> Site | None:
+    """The site for a launch whose wrapper was called from `frame`; None if it is nested.
+
+    Walks past library frames to the first user frame (or `depth` of them), then looks the key
+    up again and builds the site on a miss.
+    """
+    user_frames, outermost_library = _walk(frame, _depth)
+    if user_frames is None:
+        return None
+    site_frames = user_frames or [outermost_library]
+    key = _key(site_frames, kernel_key)
+    site = sites.get(key)
+    if site is None:
+        site = _build(key, site_frames, kernel, kernel_name, lib)
+    return site
+
+
+def kind_of(code: CodeType, module: object) -> int:
+    """USER, LIBRARY or WRAPPER for `code`, decided once per code object."""
+    kind = _kinds.get(id(code))
+    if kind is None:
+        kind = LIBRARY if _is_library(code.co_filename, module) else USER
+        with _lock:
+            if len(_kinds) >= MAX_CODES:
+                _kinds.clear()
+                _codes.clear()
+                for wrapper_id in _wrapper_code_ids:
+                    _kinds[wrapper_id] = WRAPPER
+            _kinds[id(code)] = kind
+            _codes[id(code)] = code
+    return kind
+
+
+def site_name(depth: int = 1, kernel: str = "") -> str:
+    """The name kname gives the call site of the function calling this (for custom launchers).
+
+    Frames of library code and KNAME_SKIP modules are passed over, as for a launch.
+    """
+    frame = sys._getframe(1)
+    user_frames, outermost_library = _walk(frame, max(1, int(depth)), stop_at_wrapper=False)
+    site_frames = user_frames or [outermost_library or frame]
+    key = _key(site_frames, ("site_name", kernel))
+    site = sites.get(key)
+    if site is None:
+        site = _build(key, site_frames, kernel, kernel, "python")
+    return site.name
+
+
+def _walk(
+    frame: FrameType | None, depth: int, stop_at_wrapper: bool = True
+) -> tuple[list[FrameType] | None, FrameType | None]:
+    user_frames: list[FrameType] = []
+    outermost_library = None
+    while frame is not None and len(user_frames) < depth:
+        code = frame.f_code
+        if id(code) in _wrapper_code_ids:
+            if stop_at_wrapper and not user_frames:
+                return None, None  # inside another kname launch: the outer one names it
+        elif kind_of(code, frame.f_globals.get("__name__")) == USER:
+            user_frames.append(frame)
+        elif not user_frames:
+            outermost_library = frame
+        frame = frame.f_back
+    return user_frames, outermost_library
+
+
+def _is_library(filename: str, module: object) -> bool:
+    if isinstance(module, str):
+        return _matches(module, LIBRARY_MODULES) or _matches(module, _skip)
+    # No module name (code run by exec with bare globals): judge by where the file lives.
+    return filename.startswith(_KNAME_DIR) or bool(_LIBRARY_PATH.search(filename))
+
+
+def _matches(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def _key(frames: list[FrameType], kernel_key: Any) -> tuple:
+    if len(frames) == 1:
+        return (id(frames[0].f_code), frames[0].f_lasti, kernel_key)
+    return (*((id(f.f_code), f.f_lasti) for f in frames), kernel_key)
+
+
+def _build(key: tuple, frames: list[FrameType], kernel: Any, kernel_name: str, lib: str) -> Site:
+    try:
+        facts = [naming.frame_facts(f) for f in frames]
+        name = naming.display_name(_template, kernel_name, lib, facts)
+        identifier = naming.identifier_name(kernel_name, facts[0])
+        attributes = kname_nvtx.attributes_for(name, kernel_name, lib) if _emit_nvtx else None
+    except Exception as exc:
+        # The site still launches, counted but without a range, and the fault is said once.
+        report_fault("naming a call site", exc)
+        name, identifier, attributes = f"{kernel_name} <unnamed: kname error>", "", None
+    codes = tuple(f.f_code for f in frames)
+    with _lock:
+        site = sites.get(key)
+        if site is None:
+            site = Site(name, identifier, kernel_name, lib, attributes, (codes, kernel), next(_order))
+            if len(sites) >= MAX_SITES:
+                _evict_oldest()
+            sites[key] = site
+    return site
+
+
+def _evict_oldest() -> None:
+    oldest = next(iter(sites))
+    site = sites.pop(oldest)
+    count = site.launches()
+    if count and (site.name in retired_launches or len(retired_launches) < MAX_SITES):
+        retired_launches[site.name] = retired_launches.get(site.name, 0) + count

@@ -1,0 +1,183 @@
+"""Every KNAME_* environment variable, parsed in one place into an immutable Config.
+
+A bad value never stops the program: it is reported once, on one line that names the variable
+and the accepted values, and the default is used instead (unless KNAME_STRICT=1).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+SWITCH_ON = ("1", "true", "yes", "on")
+SWITCH_OFF = ("", "0", "false", "no", "off")
+MODES = ("nvtx", "rename", "census")
+FORMAT_FIELDS = ("kernel", "function", "path", "module", "file", "line", "lib")
+DEFAULT_FORMAT = "{function} {path}:{line}"
+DEFAULT_DOMAIN = "kname"
+MAX_DEPTH = 16
+
+_DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
+_USER_TARGET = re.compile(rf"^({_DOTTED}):({_DOTTED})$")
+_MODULE_PREFIX = re.compile(rf"^{_DOTTED}$")
+
+
+class ConfigError(ValueError):
+    """A KNAME_* variable has a value kname does not accept (raised only with KNAME_STRICT=1)."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """The effective configuration; `problems` lists what was wrong and was replaced."""
+
+    targets: tuple[str, ...] | None = None  # None: every built-in target
+    skip: tuple[str, ...] = ()
+    format: str = DEFAULT_FORMAT
+    depth: int = 1
+    mode: str = "nvtx"
+    report: str | None = None
+    domain: str = DEFAULT_DOMAIN
+    strict: bool = False
+    problems: tuple[str, ...] = field(default=(), compare=False)
+
+
+def parse_switch(value: str | None) -> bool | None:
+    """True/False for an accepted switch value, None for anything else."""
+    text = (value or "").strip().lower()
+    if text in SWITCH_ON:
+        return True
+    if text in SWITCH_OFF:
+        return False
+    return None
+
+
+def switch_problem(name: str, value: str) -> str:
+    return (
+        f"{name}={value!r} is not a switch value; accepted: "
+        f"{'/'.join(SWITCH_ON)} (on) or {'/'.join(v for v in SWITCH_OFF if v)}/empty (off)"
+    )
+
+
+def format_problem(template: str) -> str | None:
+    """Why `template` is not a usable KNAME_FORMAT, or None if it is."""
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        return f"KNAME_FORMAT={template!r} is not a valid template ({exc})"
+    unknown = [name for _, name, _, _ in parsed if name is not None and name not in FORMAT_FIELDS]
+    if unknown:
+        return f"KNAME_FORMAT={template!r} uses unknown field {{{unknown[0]}}}"
+    sample = dict.fromkeys(FORMAT_FIELDS, "x") | {"line": 1}
+    try:
+        rendered = template.format(**sample)
+    except (ValueError, TypeError, IndexError, KeyError) as exc:
+        return f"KNAME_FORMAT={template!r} cannot be rendered ({exc})"
+    if not rendered.strip():
+        return f"KNAME_FORMAT={template!r} renders an empty name"
+    return None
+
+
+def read_config(
+    environ: Mapping[str, str] | None = None, builtin_targets: tuple[str, ...] = ()
+) -> Config:
+    """Parse the KNAME_* variables of `environ` (default: os.environ).
+
+    Raises ConfigError for the first problem only when KNAME_STRICT is on.
+    """
+    env = os.environ if environ is None else environ
+    problems: list[str] = []
+    strict = _read_strict(env, problems)
+    config = Config(
+        targets=_read_targets(env.get("KNAME_TARGETS"), builtin_targets, problems),
+        skip=_read_skip(env.get("KNAME_SKIP"), problems),
+        format=_read_format(env.get("KNAME_FORMAT"), problems),
+        depth=_read_depth(env.get("KNAME_DEPTH"), problems),
+        mode=_read_mode(env.get("KNAME_MODE"), problems),
+        report=(env.get("KNAME_REPORT") or "").strip() or None,
+        domain=(env.get("KNAME_DOMAIN") or "").strip() or DEFAULT_DOMAIN,
+        strict=strict,
+        problems=tuple(problems),
+    )
+    if strict and problems:
+        raise ConfigError(problems[0])
+    return config
+
+
+def _read_strict(env: Mapping[str, str], problems: list[str]) -> bool:
+    value = env.get("KNAME_STRICT", "")
+    strict = parse_switch(value)
+    if strict is None:
+        problems.append(switch_problem("KNAME_STRICT", value) + "; using off")
+        return False
+    return strict
+
+
+def _read_targets(
+    value: str | None, builtin_targets: tuple[str, ...], problems: list[str]
+) -> tuple[str, ...] | None:
+    entries = _comma_list(value)
+    if not entries:
+        return None
+    accepted = []
+    for entry in entries:
+        if entry in builtin_targets or _USER_TARGET.match(entry):
+            accepted.append(entry)
+        else:
+            problems.append(
+                f"KNAME_TARGETS entry {entry!r} is neither a built-in target "
+                f"({', '.join(builtin_targets)}) nor module:qualname; ignoring it"
+            )
+    return tuple(accepted)
+
+
+def _read_skip(value: str | None, problems: list[str]) -> tuple[str, ...]:
+    accepted = []
+    for entry in _comma_list(value):
+        if _MODULE_PREFIX.match(entry):
+            accepted.append(entry)
+        else:
+            problems.append(
+                f"KNAME_SKIP entry {entry!r} is not a dotted module name such as "
+                f"'mypkg.launchers'; ignoring it"
+            )
+    return tuple(accepted)
+
+
+def _read_format(value: str | None, problems: list[str]) -> str:
+    if value is None or not value.strip():
+        return DEFAULT_FORMAT
+    problem = format_problem(value)
+    if problem is None:
+        return value
+    fields = " ".join("{" + name + "}" for name in FORMAT_FIELDS)
+    problems.append(f"{problem}; accepted fields: {fields}; using {DEFAULT_FORMAT!r}")
+    return DEFAULT_FORMAT
+
+
+def _read_depth(value: str | None, problems: list[str]) -> int:
+    text = (value or "").strip()
+    if not text:
+        return 1
+    if text.isascii() and text.isdigit() and 1 <= int(text) <= MAX_DEPTH:
+        return int(text)
+    problems.append(
+        f"KNAME_DEPTH={value!r} is not a whole number from 1 to {MAX_DEPTH}; using 1"
+    )
+    return 1
+
+
+def _read_mode(value: str | None, problems: list[str]) -> str:
+    text = (value or "").strip().lower()
+    if not text:
+        return "nvtx"
+    if text in MODES:
+        return text
+    problems.append(f"KNAME_MODE={value!r} is not one of {', '.join(MODES)}; using nvtx")
+    return "nvtx"
+
+
+def _comma_list(value: str | None) -> list[str]:
+    return [part.strip() for part in (value or "").split(",") if part.strip()]

@@ -1,0 +1,110 @@
+"""Names for a call site: the display name (KNAME_FORMAT) and an identifier-safe form.
+
+Runs once per new call site, never per launch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sys
+from dataclasses import dataclass
+from types import FrameType
+
+from kname.paths import short_path
+
+MAX_IDENTIFIER = 200
+CALLER_SEPARATOR = " < "
+
+_NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]+")
+_roots: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class FrameFacts:
+    """What a name may say about one frame of the call site."""
+
+    function: str
+    path: str
+    module: str
+    file: str
+    line: int
+
+
+def frame_facts(frame: FrameType) -> FrameFacts:
+    """Read the name-relevant facts of a live frame."""
+    code = frame.f_code
+    path = short_path(code.co_filename, path_roots())
+    module = frame.f_globals.get("__name__")
+    return FrameFacts(
+        function=getattr(code, "co_qualname", code.co_name),
+        path=path,
+        module=module if isinstance(module, str) else "?",
+        file=path.rsplit("/", 1)[-1],
+        line=frame.f_lineno or 0,
+    )
+
+
+def display_name(template: str, kernel: str, lib: str, frames: list[FrameFacts]) -> str:
+    """The name shown in the profiler: the template for the call site, then its callers."""
+    first = _render(template, kernel, lib, frames[0])
+    callers = [f"{f.function} {f.path}:{f.line}" for f in frames[1:]]
+    return CALLER_SEPARATOR.join([first, *callers])
+
+
+def identifier_name(kernel: str, frame: FrameFacts) -> str:
+    """An identifier-safe name such as `axpy__mymodel_solver_py_L42` (for kernel renaming)."""
+    kernel_part = _identifier_piece(kernel.rsplit(".", 1)[-1]) or "kernel"
+    path_part = _identifier_piece(frame.path) or "site"
+    name = f"{kernel_part}__{path_part}_L{max(frame.line, 0)}"
+    if name[0].isdigit():
+        name = "k" + name
+    if len(name) > MAX_IDENTIFIER:
+        # A stable digest of the whole name keeps two long names apart after the cut.
+        digest = hashlib.sha1(name.encode()).hexdigest()[:10]
+        name = f"{name[: MAX_IDENTIFIER - 11]}_{digest}"
+    return name
+
+
+def path_roots() -> tuple[str, ...]:
+    """sys.path and the working directory, snapshotted at the first call.
+
+    Not at install time: the .pth gate runs before Python puts the script's folder on sys.path.
+    """
+    global _roots
+    if _roots is None:
+        candidates = [*sys.path, _cwd()]
+        unwanted = {"", os.sep, os.path.expanduser("~")}
+        _roots = tuple(p for p in dict.fromkeys(map(_absolute, candidates)) if p not in unwanted)
+    return _roots
+
+
+def _render(template: str, kernel: str, lib: str, frame: FrameFacts) -> str:
+    return template.format(
+        kernel=kernel,
+        function=frame.function,
+        path=frame.path,
+        module=frame.module,
+        file=frame.file,
+        line=frame.line,
+        lib=lib,
+    )
+
+
+def _identifier_piece(text: str) -> str:
+    return _NOT_IDENTIFIER.sub("_", text).strip("_")
+
+
+def _absolute(path: str) -> str:
+    try:
+        return os.path.abspath(path) if path else ""
+    except (OSError, ValueError):
+        return ""
+
+
+def _cwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError:  # the working directory was deleted
+        return ""

@@ -1,0 +1,408 @@
+/*
+ * A tiny NVTX v3 injection library for tests: it logs every NVTX event the
+ * process makes, one tab-separated line per event, to $KNAME_NVTX_LOG.
+ *
+ * NVTX loads it when NVTX_INJECTION64_PATH names it, at the first NVTX call.
+ * Each copy of the header-only NVTX code in the process (every extension
+ * module that includes nvToolsExt.h) calls InitializeInjectionNvtx2 once, so
+ * initialisation must be idempotent and all state is process-global.
+ *
+ * Line format: kind \t domain \t tid \t rest...
+ *   domain   <name>     tid  create|destroy
+ *   string   <domain>   tid  text
+ *   push     <domain>   tid  message  category  0xAARRGGBB
+ *   mark     <domain>   tid  message  category  0xAARRGGBB
+ *   start    <domain>   tid  message  category  0xAARRGGBB  range_id
+ *   pop      <domain>   tid
+ *   end      <domain>   tid  range_id
+ *   category <domain>   tid  id  name
+ * The global (non-domain) API and the NULL domain log as "<global>".
+ * Texts escape \ tab newline CR as \\ \t \n \r.
+ *
+ * Build: cc -shared -fPIC -O2 -Wall -Wextra -I<dir holding nvtx3/> nvtx_inject.c
+ *        -o libnvtx_inject.so -lpthread
+ */
+#define _GNU_SOURCE
+#define NVTX_NO_IMPL /* a tool needs the types only, never the header impl */
+#include <nvtx3/nvToolsExt.h>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <wchar.h>
+
+/* Our handles: NVTX treats them as opaque, so they point at our own structs. */
+struct nvtxDomainRegistration_st { char *name; };
+struct nvtxStringRegistration_st { char *text; };
+
+static const char GLOBAL[] = "<global>";
+static int log_fd = -1;
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t next_range_id = 1;
+
+static void open_log(void)
+{
+    const char *path = getenv("KNAME_NVTX_LOG");
+    /* O_APPEND: forked children and several processes can share one log. */
+    if (path && *path)
+        log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+}
+
+/* wchar_t is UTF-32 on Linux; encode by hand so the locale does not matter. */
+static char *utf8_from_wide(const wchar_t *w)
+{
+    size_t n = w ? wcslen(w) : 0;
+    char *out = malloc(4 * n + 1), *p = out;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        unsigned c = (unsigned)w[i];
+        if (c < 0x80) {
+            *p++ = (char)c;
+        } else if (c < 0x800) {
+            *p++ = (char)(0xC0 | c >> 6);
+            *p++ = (char)(0x80 | (c & 0x3F));
+        } else if (c < 0x10000) {
+            *p++ = (char)(0xE0 | c >> 12);
+            *p++ = (char)(0x80 | (c >> 6 & 0x3F));
+            *p++ = (char)(0x80 | (c & 0x3F));
+        } else {
+            *p++ = (char)(0xF0 | (c >> 18 & 0x07));
+            *p++ = (char)(0x80 | (c >> 12 & 0x3F));
+            *p++ = (char)(0x80 | (c >> 6 & 0x3F));
+            *p++ = (char)(0x80 | (c & 0x3F));
+        }
+    }
+    *p = '\0';
+    return out;
+}
+
+static void put_escaped(FILE *f, const char *s)
+{
+    for (; s && *s; s++) {
+        switch (*s) {
+        case '\\': fputs("\\\\", f); break;
+        case '\t': fputs("\\t", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\r': fputs("\\r", f); break;
+        default: fputc(*s, f);
+        }
+    }
+}
+
+/* Writes one event line. Each %s argument is an escaped text; other
+ * conversions in fmt are printed verbatim. The whole line goes out in a
+ * single write() so lines from threads and processes never interleave. */
+static void emit(const char *kind, const char *domain, const char *fmt, ...)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f;
+    va_list ap;
+
+    if (log_fd < 0 || !(f = open_memstream(&buf, &len)))
+        return;
+    fprintf(f, "%s\t", kind);
+    put_escaped(f, domain);
+    fprintf(f, "\t%ld", (long)syscall(SYS_gettid));
+    va_start(ap, fmt);
+    for (const char *c = fmt; *c; c++) {
+        if (*c != '%') {
+            fputc(*c, f);
+            continue;
+        }
+        switch (*++c) {
+        case 's': put_escaped(f, va_arg(ap, const char *)); break;
+        case 'u': fprintf(f, "%u", va_arg(ap, unsigned)); break;
+        case 'x': fprintf(f, "0x%08X", va_arg(ap, unsigned)); break;
+        case 'U': fprintf(f, "%llu", (unsigned long long)va_arg(ap, uint64_t)); break;
+        }
+    }
+    va_end(ap);
+    fputc('\n', f);
+    fclose(f);
+
+    pthread_mutex_lock(&log_lock);
+    if (write(log_fd, buf, len) < 0)
+        perror("nvtx_inject: write");
+    pthread_mutex_unlock(&log_lock);
+    free(buf);
+}
+
+static const char *domain_name(nvtxDomainHandle_t d)
+{
+    return d ? d->name : GLOBAL;
+}
+
+/* Message text, or a malloc'd UTF-8 copy (stored in *owned) for wide text. */
+static const char *message_text(const nvtxEventAttributes_t *a, char **owned)
+{
+    *owned = NULL;
+    if (!a)
+        return "";
+    switch (a->messageType) {
+    case NVTX_MESSAGE_TYPE_ASCII: return a->message.ascii ? a->message.ascii : "";
+    case NVTX_MESSAGE_TYPE_REGISTERED:
+        return a->message.registered ? a->message.registered->text : "";
+    case NVTX_MESSAGE_TYPE_UNICODE:
+        *owned = utf8_from_wide(a->message.unicode);
+        return *owned ? *owned : "<unicode>";
+    default: return "";
+    }
+}
+
+static void emit_event(const char *kind, const char *domain,
+                       const nvtxEventAttributes_t *a)
+{
+    char *owned;
+    const char *msg = message_text(a, &owned);
+    unsigned color = (a && a->colorType == NVTX_COLOR_ARGB) ? a->color : 0;
+    emit(kind, domain, "\t%s\t%u\t%x", msg, a ? a->category : 0u, color);
+    free(owned);
+}
+
+static uint64_t emit_start(const char *domain, const nvtxEventAttributes_t *a)
+{
+    char *owned;
+    const char *msg = message_text(a, &owned);
+    unsigned color = (a && a->colorType == NVTX_COLOR_ARGB) ? a->color : 0;
+    uint64_t id = __atomic_fetch_add(&next_range_id, 1, __ATOMIC_RELAXED);
+    emit("start", domain, "\t%s\t%u\t%x\t%U", msg, a ? a->category : 0u, color, id);
+    free(owned);
+    return id;
+}
+
+/* Wraps a plain string as ASCII event attributes (for the A and W calls). */
+static nvtxEventAttributes_t ascii_attrs(const char *msg)
+{
+    nvtxEventAttributes_t a;
+    memset(&a, 0, sizeof a);
+    a.version = NVTX_VERSION;
+    a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    a.message.ascii = msg;
+    return a;
+}
+
+/* ---- CORE2: the domain API ---- */
+
+static nvtxDomainHandle_t new_domain(char *name)
+{
+    nvtxDomainHandle_t d = malloc(sizeof *d);
+    if (!d || !name) {
+        free(d);
+        free(name);
+        return NULL;
+    }
+    d->name = name;
+    emit("domain", name, "\tcreate");
+    return d;
+}
+
+static nvtxDomainHandle_t domain_create_a(const char *name)
+{
+    return new_domain(strdup(name ? name : ""));
+}
+
+static nvtxDomainHandle_t domain_create_w(const wchar_t *name)
+{
+    return new_domain(utf8_from_wide(name));
+}
+
+static void domain_destroy(nvtxDomainHandle_t d)
+{
+    if (!d)
+        return;
+    emit("domain", d->name, "\tdestroy");
+    /* The name is kept: string handles and late events may still refer to it. */
+}
+
+static nvtxStringHandle_t new_string(nvtxDomainHandle_t d, char *text)
+{
+    nvtxStringHandle_t s = malloc(sizeof *s);
+    if (!s || !text) {
+        free(s);
+        free(text);
+        return NULL;
+    }
+    s->text = text;
+    emit("string", domain_name(d), "\t%s", text);
+    return s;
+}
+
+static nvtxStringHandle_t register_string_a(nvtxDomainHandle_t d, const char *text)
+{
+    return new_string(d, strdup(text ? text : ""));
+}
+
+static nvtxStringHandle_t register_string_w(nvtxDomainHandle_t d, const wchar_t *text)
+{
+    return new_string(d, utf8_from_wide(text));
+}
+
+static void domain_mark_ex(nvtxDomainHandle_t d, const nvtxEventAttributes_t *a)
+{
+    emit_event("mark", domain_name(d), a);
+}
+
+static int domain_push_ex(nvtxDomainHandle_t d, const nvtxEventAttributes_t *a)
+{
+    emit_event("push", domain_name(d), a);
+    return 0; /* we do not track depth: the Python side analyses the log */
+}
+
+static int domain_pop(nvtxDomainHandle_t d)
+{
+    emit("pop", domain_name(d), "");
+    return 0;
+}
+
+static nvtxRangeId_t domain_start_ex(nvtxDomainHandle_t d, const nvtxEventAttributes_t *a)
+{
+    return emit_start(domain_name(d), a);
+}
+
+static void domain_end(nvtxDomainHandle_t d, nvtxRangeId_t id)
+{
+    emit("end", domain_name(d), "\t%U", (uint64_t)id);
+}
+
+static void domain_category_a(nvtxDomainHandle_t d, uint32_t id, const char *name)
+{
+    emit("category", domain_name(d), "\t%u\t%s", (unsigned)id, name);
+}
+
+static void domain_category_w(nvtxDomainHandle_t d, uint32_t id, const wchar_t *name)
+{
+    char *text = utf8_from_wide(name);
+    domain_category_a(d, id, text ? text : "<unicode>");
+    free(text);
+}
+
+/* ---- CORE: the global API, logged as domain "<global>" ---- */
+
+static void mark_ex(const nvtxEventAttributes_t *a) { domain_mark_ex(NULL, a); }
+static int push_ex(const nvtxEventAttributes_t *a) { return domain_push_ex(NULL, a); }
+static int pop(void) { return domain_pop(NULL); }
+static nvtxRangeId_t start_ex(const nvtxEventAttributes_t *a) { return domain_start_ex(NULL, a); }
+static void end(nvtxRangeId_t id) { domain_end(NULL, id); }
+
+static void mark_a(const char *msg)
+{
+    nvtxEventAttributes_t a = ascii_attrs(msg);
+    mark_ex(&a);
+}
+
+static int push_a(const char *msg)
+{
+    nvtxEventAttributes_t a = ascii_attrs(msg);
+    return push_ex(&a);
+}
+
+static nvtxRangeId_t start_a(const char *msg)
+{
+    nvtxEventAttributes_t a = ascii_attrs(msg);
+    return start_ex(&a);
+}
+
+static void mark_w(const wchar_t *msg)
+{
+    char *text = utf8_from_wide(msg);
+    mark_a(text ? text : "<unicode>");
+    free(text);
+}
+
+static int push_w(const wchar_t *msg)
+{
+    char *text = utf8_from_wide(msg);
+    int r = push_a(text ? text : "<unicode>");
+    free(text);
+    return r;
+}
+
+static nvtxRangeId_t start_w(const wchar_t *msg)
+{
+    char *text = utf8_from_wide(msg);
+    nvtxRangeId_t r = start_a(text ? text : "<unicode>");
+    free(text);
+    return r;
+}
+
+static void category_a(uint32_t id, const char *name) { domain_category_a(NULL, id, name); }
+static void category_w(uint32_t id, const wchar_t *name) { domain_category_w(NULL, id, name); }
+
+/* ---- registration ---- */
+
+struct slot { unsigned id; NvtxFunctionPointer fn; };
+#define SLOT(id, fn) { (id), (NvtxFunctionPointer)(fn) }
+
+static const struct slot core_slots[] = {
+    SLOT(NVTX_CBID_CORE_MarkEx, mark_ex),
+    SLOT(NVTX_CBID_CORE_MarkA, mark_a),
+    SLOT(NVTX_CBID_CORE_MarkW, mark_w),
+    SLOT(NVTX_CBID_CORE_RangeStartEx, start_ex),
+    SLOT(NVTX_CBID_CORE_RangeStartA, start_a),
+    SLOT(NVTX_CBID_CORE_RangeStartW, start_w),
+    SLOT(NVTX_CBID_CORE_RangeEnd, end),
+    SLOT(NVTX_CBID_CORE_RangePushEx, push_ex),
+    SLOT(NVTX_CBID_CORE_RangePushA, push_a),
+    SLOT(NVTX_CBID_CORE_RangePushW, push_w),
+    SLOT(NVTX_CBID_CORE_RangePop, pop),
+    SLOT(NVTX_CBID_CORE_NameCategoryA, category_a),
+    SLOT(NVTX_CBID_CORE_NameCategoryW, category_w),
+};
+
+static const struct slot core2_slots[] = {
+    SLOT(NVTX_CBID_CORE2_DomainMarkEx, domain_mark_ex),
+    SLOT(NVTX_CBID_CORE2_DomainRangeStartEx, domain_start_ex),
+    SLOT(NVTX_CBID_CORE2_DomainRangeEnd, domain_end),
+    SLOT(NVTX_CBID_CORE2_DomainRangePushEx, domain_push_ex),
+    SLOT(NVTX_CBID_CORE2_DomainRangePop, domain_pop),
+    SLOT(NVTX_CBID_CORE2_DomainNameCategoryA, domain_category_a),
+    SLOT(NVTX_CBID_CORE2_DomainNameCategoryW, domain_category_w),
+    SLOT(NVTX_CBID_CORE2_DomainRegisterStringA, register_string_a),
+    SLOT(NVTX_CBID_CORE2_DomainRegisterStringW, register_string_w),
+    SLOT(NVTX_CBID_CORE2_DomainCreateA, domain_create_a),
+    SLOT(NVTX_CBID_CORE2_DomainCreateW, domain_create_w),
+    SLOT(NVTX_CBID_CORE2_DomainDestroy, domain_destroy),
+};
+
+/* The table is an array of pointers to NVTX's own function-pointer slots;
+ * out_size is the highest valid id, which is smaller on older NVTX copies. */
+static int fill(const NvtxExportTableCallbacks *cb, NvtxCallbackModule module,
+                const struct slot *slots, size_t n)
+{
+    NvtxFunctionTable table = NULL;
+    unsigned int size = 0;
+
+    if (!cb->GetModuleFunctionTable(module, &table, &size) || !table)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (slots[i].id <= size && table[slots[i].id])
+            *table[slots[i].id] = slots[i].fn;
+    return 1;
+}
+
+int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t getExportTable);
+
+int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t getExportTable)
+{
+    const NvtxExportTableCallbacks *cb;
+
+    pthread_once(&log_once, open_log);
+    /* No log requested: leave every slot empty (NVTX turns them into no-ops)
+     * but report success, since failure would make NVTX unload us. */
+    if (log_fd < 0)
+        return 1;
+    cb = (const NvtxExportTableCallbacks *)getExportTable(NVTX_ETID_CALLBACKS);
+    if (!cb || cb->struct_size < sizeof *cb)
+        return 0;
+    return fill(cb, NVTX_CB_MODULE_CORE, core_slots, sizeof core_slots / sizeof *core_slots)
+        && fill(cb, NVTX_CB_MODULE_CORE2, core2_slots, sizeof core2_slots / sizeof *core2_slots);
+}

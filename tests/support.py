@@ -1,0 +1,112 @@
+"""Building kname's wheel and installing it, for real, into fresh virtual environments.
+
+A test venv is made without pip (fast) and sees the test environment's packages (numba, wrapt,
+nvtx) through a .pth that adds the parent's site-packages; kname itself comes from the wheel.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import venv
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PARENT_SITE = sysconfig.get_paths()["purelib"]
+
+
+def run(args: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """Run a command with text output captured; fail with its output if it fails."""
+    result = subprocess.run(args, capture_output=True, text=True, check=False, **kwargs)
+    if result.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(map(str, args))} exited {result.returncode}\n"
+            f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+        )
+    return result
+
+
+def build_wheel(out_dir: Path) -> Path:
+    """Build kname's wheel from a copy of the checkout (no network, no build isolation)."""
+    source = out_dir / "source"
+    ignored = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__")
+    shutil.copytree(REPO, source, ignore=ignored)
+    run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "--no-index", "-q", "-w", str(out_dir), str(source)],
+    )  # fmt: skip
+    wheels = sorted(out_dir.glob("kname-*.whl"))
+    assert wheels, f"no wheel was built in {out_dir}"
+    return wheels[-1]
+
+
+@dataclass(frozen=True)
+class Venv:
+    """A fresh virtual environment."""
+
+    root: Path
+
+    @property
+    def python(self) -> Path:
+        return self.root / "bin" / "python"
+
+    @property
+    def site_packages(self) -> Path:
+        found = sorted(self.root.glob("lib/python*/site-packages"))
+        assert found, f"no site-packages in {self.root}"
+        return found[0]
+
+    def pip(self, *args: str) -> subprocess.CompletedProcess:
+        """The test environment's pip, acting on this venv."""
+        return run([sys.executable, "-m", "pip", "--python", str(self.python), *args])
+
+    def install(self, *requirements: str) -> None:
+        self.pip("install", "-q", "--no-deps", "--no-index", "--no-build-isolation", *requirements)
+
+    def python_run(self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None):
+        """Run this venv's python with a clean KNAME environment plus `env`."""
+        environ = {k: v for k, v in os.environ.items() if not k.startswith(("KNAME", "NVTX_"))}
+        environ.pop("PYTHONPATH", None)
+        environ.update(env or {})
+        # Never the checkout as working directory: `python -c` would import kname from it.
+        return subprocess.run(
+            [str(self.python), *args], capture_output=True, text=True, env=environ,
+            cwd=cwd or self.root,
+        )  # fmt: skip
+
+
+def make_venv(root: Path) -> Venv:
+    """A venv that sees the test environment's packages but not this checkout."""
+    venv.EnvBuilder(with_pip=False, clear=True, symlinks=True).create(root)
+    made = Venv(root)
+    # Sorted before kname.pth, so dependencies are importable when kname's gate runs.
+    (made.site_packages / "_kname_tests_parent.pth").write_text(
+        f"import site; site.addsitedir({PARENT_SITE!r})\n"
+    )
+    return made
+
+
+def write_package(root: Path, name: str, files: dict[str, str]) -> Path:
+    """Write a minimal installable package `name` with `files` (module path -> source)."""
+    (root / "pyproject.toml").write_text(
+        "[build-system]\nrequires = ['setuptools>=64']\nbuild-backend = 'setuptools.build_meta'\n"
+        f"[project]\nname = '{name}'\nversion = '1.0'\n"
+        f"[tool.setuptools]\npackages = ['{name}']\n"
+    )
+    package = root / name
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").touch()
+    for relative, source in files.items():
+        (package / relative).write_text(source)
+    return root
+
+
+def line_of(source: str, marker: str) -> int:
+    """The 1-based line number of the only line of `source` containing `marker`."""
+    lines = [n for n, text in enumerate(source.splitlines(), 1) if marker in text]
+    assert len(lines) == 1, f"marker {marker!r} found on lines {lines}"
+    return lines[0]

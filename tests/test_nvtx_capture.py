@@ -1,0 +1,218 @@
+"""Tests of the NVTX capture itself, driven by the real ``nvtx`` package in subprocesses."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from nvtx_capture import (
+    GLOBAL_DOMAIN,
+    Capture,
+    InjectionUnavailable,
+    build_injection_library,
+    parse_lines,
+    run_captured,
+)
+
+
+def run_py(
+    code: str, lib: Path, tmp_path: Path, env: dict[str, str | None] | None = None
+) -> tuple[subprocess.CompletedProcess, Capture]:
+    """Run Python ``code`` under capture; fail the test if it does not exit cleanly."""
+    args = [sys.executable, "-c", textwrap.dedent(code)]
+    done, capture = run_captured(args, lib, tmp_path, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done, capture
+
+
+def test_domain_push_pop_records_text_category_and_colour(inject_lib, tmp_path):
+    _, cap = run_py(
+        """
+        import nvtx
+        d = nvtx.get_domain("kname-test")
+        a = d.get_event_attributes(message="launch k", color=0xFF123456, category=3)
+        d.push_range(a)
+        d.pop_range()
+        d.mark(d.get_event_attributes(message="here", color=0x80ABCDEF, category="kernels"))
+        """,
+        inject_lib,
+        tmp_path,
+    )
+    push, pop = cap.of("push"), cap.of("pop")
+    assert cap.domains() == ["kname-test"]
+    assert [(e.domain, e.message, e.category, e.color) for e in push] == [
+        ("kname-test", "launch k", 3, 0xFF123456)
+    ]
+    assert [(e.domain, e.tid) for e in pop] == [("kname-test", push[0].tid)]
+    assert cap.categories("kname-test") == {1: "kernels"}
+    [mark] = cap.of("mark")
+    assert (mark.message, mark.category, mark.color) == ("here", 1, 0x80ABCDEF)
+    assert cap.balanced()
+    assert cap.max_depth("kname-test") == 1
+
+
+def test_registered_strings_are_recorded_and_resolved(inject_lib, tmp_path):
+    _, cap = run_py(
+        """
+        import nvtx
+        d = nvtx.get_domain("strings")
+        text = "tab\\there\\nnew \\\\ line"
+        d.get_registered_string(text)
+        d.push_range(message=text)  # reuses the registration: nvtx caches it
+        d.pop_range()
+        """,
+        inject_lib,
+        tmp_path,
+    )
+    text = "tab\there\nnew \\ line"
+    assert cap.registered_strings("strings") == [text]
+    assert cap.ranges("strings") == [text]
+
+
+def test_global_annotate_and_mark_use_the_global_domain(inject_lib, tmp_path):
+    _, cap = run_py(
+        """
+        import nvtx
+        with nvtx.annotate("outer"):
+            with nvtx.annotate("inner", color="red"):
+                nvtx.mark("m")
+        """,
+        inject_lib,
+        tmp_path,
+    )
+    assert cap.ranges(GLOBAL_DOMAIN) == ["outer", "inner"]
+    assert cap.marks(GLOBAL_DOMAIN) == ["m"]
+    assert cap.max_depth(GLOBAL_DOMAIN) == 2
+    assert cap.balanced()
+
+
+def test_domain_destroy_is_recorded(inject_lib, tmp_path):
+    _, cap = run_py(
+        """
+        from nvtx._lib.lib import DomainHandle
+        h = DomainHandle("short-lived")
+        del h
+        """,
+        inject_lib,
+        tmp_path,
+    )
+    assert [(e.domain, e.message) for e in cap.of("domain")] == [
+        ("short-lived", "create"),
+        ("short-lived", "destroy"),
+    ]
+
+
+def test_pushes_from_four_threads_balance_per_thread(inject_lib, tmp_path):
+    _, cap = run_py(
+        """
+        import threading, nvtx
+        d = nvtx.get_domain("threads")
+        barrier = threading.Barrier(4)  # all alive at once, so thread ids differ
+
+        def work(i):
+            barrier.wait()
+            for j in range(50):
+                d.push_range(message=f"t{i}-{j}")
+                d.push_range(message="inner")
+                d.pop_range()
+                d.pop_range()
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        """,
+        inject_lib,
+        tmp_path,
+    )
+    pushes = cap.of("push", "threads")
+    assert len(pushes) == 400
+    assert len({e.tid for e in pushes}) == 4
+    assert cap.balanced(), cap.stack_errors()
+    assert cap.max_depth("threads") == 2
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ("d.push_range(message='left open')", "open ranges ['left open']"),
+        ("d.pop_range()", "pop without push"),
+    ],
+)
+def test_unbalanced_program_is_reported(inject_lib, tmp_path, body, problem):
+    _, cap = run_py(f"import nvtx\nd = nvtx.get_domain('bad')\n{body}\n", inject_lib, tmp_path)
+    assert not cap.balanced()
+    [error] = cap.stack_errors()
+    assert problem in error
+
+
+def test_library_makes_domains_real(inject_lib, tmp_path):
+    code = "import nvtx, nvtx._lib.lib as lib; print(type(nvtx.get_domain('x')) is lib.Domain)"
+    done, _ = run_py(code, inject_lib, tmp_path)
+    assert done.stdout.split() == ["True"]
+
+
+def test_without_injection_domain_is_dummy_and_no_log(inject_lib, tmp_path):
+    done, cap = run_py(
+        """
+        import nvtx
+        d = nvtx.get_domain("x")
+        d.push_range(message="nobody sees this")
+        d.pop_range()
+        print(type(d).__name__)
+        """,
+        inject_lib,
+        tmp_path,
+        env={"NVTX_INJECTION64_PATH": None},
+    )
+    assert done.stdout.split() == ["DummyDomain"]
+    assert cap.events == []
+    assert not list(tmp_path.glob("nvtx-*.log"))
+
+
+def test_forked_child_appends_to_the_same_log(inject_lib, tmp_path):
+    _, cap = run_py(
+        """
+        import os, nvtx
+        d = nvtx.get_domain("fork")
+        d.push_range(message="parent")
+        pid = os.fork()
+        if pid == 0:
+            d.push_range(message="child")
+            d.pop_range()
+            os._exit(0)
+        os.waitpid(pid, 0)
+        d.pop_range()
+        """,
+        inject_lib,
+        tmp_path,
+    )
+    assert cap.ranges("fork") == ["parent", "child"]
+    assert cap.balanced(), cap.stack_errors()
+
+
+def test_analysis_keeps_domains_and_threads_apart():
+    cap = parse_lines(
+        [
+            "push\ta\t1\tx\t0\t0x00000000",
+            "push\tb\t1\ty\t0\t0x00000000",
+            "push\ta\t2\tz\t0\t0x00000000",
+            "push\ta\t1\tw\\\\v\t2\t0xFF000001",
+            "pop\ta\t1",
+            "pop\ta\t1",
+            "pop\tb\t1",
+            "pop\ta\t2",
+            "",
+        ]
+    )
+    assert cap.ranges("a") == ["x", "z", "w\\v"]
+    assert cap.of("push")[-1].color == 0xFF000001
+    assert cap.max_depth("a") == 2
+    assert cap.max_depth("b") == 1
+    assert cap.balanced()
+    # Popping another thread's range does not balance this one.
+    assert not parse_lines(["push\ta\t1\tx\t0\t0x0", "pop\ta\t2"]).balanced()

@@ -1,0 +1,90 @@
+"""The start-up gate shipped in the wheel: kname.pth, in a fresh venv with the wheel installed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support import Venv, make_venv
+
+pytestmark = pytest.mark.slow
+
+PROBE = (
+    "import sys; print(*[m in sys.modules for m in ('kname', 'kname._startup', 'wrapt')]);"
+    "import kname; print(kname.is_installed())"
+)
+
+
+def probe(venv: Venv, *python_args: str, env: dict[str, str] | None = None) -> list[str]:
+    """Which of kname, kname._startup and wrapt start-up imported, then whether kname installed."""
+    result = venv.python_run(*python_args, "-c", PROBE, env=env)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
+
+
+def test_the_wheel_puts_kname_pth_in_site_packages(kname_venv: Venv) -> None:
+    pth = kname_venv.site_packages / "kname.pth"
+    assert pth.is_file()
+    assert pth.read_text().startswith("import ")
+
+
+@pytest.mark.parametrize("value", [None, "", "0", "false", "No", "OFF"])
+def test_switched_off_start_up_imports_neither_kname_nor_wrapt(kname_venv: Venv, value) -> None:
+    env = {} if value is None else {"KNAME": value}
+    result = kname_venv.python_run(
+        "-c", "import sys; print('kname' in sys.modules, 'wrapt' in sys.modules)", env=env
+    )
+    assert result.stdout.split() == ["False", "False"], result.stderr
+    assert result.stderr == ""
+
+
+@pytest.mark.parametrize("value", ["1", "true", "YES", "on"])
+def test_kname_env_switches_kname_on_at_start_up(kname_venv: Venv, value: str) -> None:
+    assert probe(kname_venv, env={"KNAME": value}) == ["True", "True", "True", "True"]
+
+
+def test_dash_x_kname_switches_kname_on_at_start_up(kname_venv: Venv) -> None:
+    assert probe(kname_venv, "-X", "kname") == ["True", "True", "True", "True"]
+
+
+def test_kname_is_importable_from_the_wheel_not_the_checkout(kname_venv: Venv) -> None:
+    result = kname_venv.python_run("-c", "import kname; print(kname.__file__)")
+    assert Path(result.stdout.strip()).is_relative_to(kname_venv.site_packages)
+
+
+def test_an_unknown_switch_value_warns_once_and_stays_off(kname_venv: Venv) -> None:
+    result = kname_venv.python_run("-c", "import kname; print(kname.is_installed())",
+                                   env={"KNAME": "maybe"})  # fmt: skip
+    assert result.stdout.split() == ["False"]
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, lines
+    assert "KNAME='maybe'" in lines[0]
+    assert "1/true/yes/on" in lines[0] and "0/false/no/off" in lines[0]
+
+
+def test_a_bad_kname_variable_gives_one_line_and_the_program_runs(kname_venv: Venv) -> None:
+    result = kname_venv.python_run(
+        "-c", "print('ran')", env={"KNAME": "1", "KNAME_DEPTH": "deep"}
+    )
+    assert result.returncode == 0
+    assert result.stdout.strip() == "ran"
+    assert result.stderr.count("\n") == 1
+    assert "KNAME_DEPTH='deep'" in result.stderr and "1 to 16" in result.stderr
+
+
+def test_kname_strict_turns_a_bad_variable_into_an_error(kname_venv: Venv) -> None:
+    result = kname_venv.python_run(
+        "-c", "print('ran')", env={"KNAME": "1", "KNAME_MODE": "loud", "KNAME_STRICT": "1"}
+    )
+    assert result.returncode == 2
+    assert "ran" not in result.stdout
+    assert "KNAME_MODE='loud'" in result.stderr
+
+
+def test_pip_uninstall_removes_kname_pth(tmp_path: Path, kname_wheel: Path) -> None:
+    venv = make_venv(tmp_path / "env")
+    venv.install(str(kname_wheel))
+    assert (venv.site_packages / "kname.pth").is_file()
+    venv.pip("uninstall", "-y", "-q", "kname")
+    assert not (venv.site_packages / "kname.pth").exists()
+    assert not (venv.site_packages / "kname").exists()

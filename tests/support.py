@@ -92,6 +92,7 @@ def make_venv(root: Path) -> Venv:
 
 def write_package(root: Path, name: str, files: dict[str, str]) -> Path:
     """Write a minimal installable package `name` with `files` (module path -> source)."""
+    root.mkdir(parents=True, exist_ok=True)
     (root / "pyproject.toml").write_text(
         "[build-system]\nrequires = ['setuptools>=64']\nbuild-backend = 'setuptools.build_meta'\n"
         f"[project]\nname = '{name}'\nversion = '1.0'\n"

@@ -88,3 +88,50 @@ def test_pip_uninstall_removes_kname_pth(tmp_path: Path, kname_wheel: Path) -> N
     venv.pip("uninstall", "-y", "-q", "kname")
     assert not (venv.site_packages / "kname.pth").exists()
     assert not (venv.site_packages / "kname").exists()
+
+
+SITECUSTOMIZE_DIR = Path(__file__).resolve().parent.parent / "sitecustomize_example"
+
+
+@pytest.fixture
+def venv_without_pth(tmp_path: Path, kname_wheel: Path) -> Venv:
+    venv = make_venv(tmp_path / "env")
+    venv.install(str(kname_wheel))
+    (venv.site_packages / "kname.pth").unlink()
+    return venv
+
+
+def sitecustomize_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """PYTHONPATH with the example first and another project's sitecustomize behind it."""
+    other = tmp_path / "other"
+    other.mkdir(exist_ok=True)
+    (other / "sitecustomize.py").write_text("import sys; sys.other_sitecustomize_ran = True\n")
+    return {"PYTHONPATH": f"{SITECUSTOMIZE_DIR}:{other}", **extra}
+
+
+SITE_PROBE = (
+    "import sys; print('kname._startup' in sys.modules, "
+    "getattr(sys, 'other_sitecustomize_ran', False))"
+)
+
+
+def test_sitecustomize_example_switches_kname_on_and_chains(venv_without_pth, tmp_path) -> None:
+    for python_args, env in (([], {"KNAME": "1"}), (["-X", "kname"], {})):
+        result = venv_without_pth.python_run(
+            *python_args, "-c", SITE_PROBE, env=sitecustomize_env(tmp_path, **env)
+        )
+        assert result.stdout.split() == ["True", "True"], result.stderr
+
+
+def test_sitecustomize_example_imports_nothing_when_off(venv_without_pth, tmp_path) -> None:
+    result = venv_without_pth.python_run("-c", SITE_PROBE, env=sitecustomize_env(tmp_path))
+    assert result.stdout.split() == ["False", "True"], result.stderr
+
+
+def test_pth_and_sitecustomize_together_start_kname_once(kname_venv: Venv, tmp_path) -> None:
+    result = kname_venv.python_run(
+        "-c", "import kname.hooks as h; print(h.is_installed())",
+        env=sitecustomize_env(tmp_path, KNAME="1", KNAME_DEPTH="x"),
+    )  # fmt: skip
+    assert result.stdout.split() == ["True"]
+    assert result.stderr.count("KNAME_DEPTH") == 1

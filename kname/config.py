@@ -66,15 +66,21 @@ def format_problem(template: str) -> str | None:
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as exc:
-        return f"KNAME_FORMAT={template!r} is not a valid template ({exc})"
+        return f"KNAME_FORMAT={template!r} is not a valid template ({_printable(exc)})"
     unknown = [name for _, name, _, _ in parsed if name is not None and name not in FORMAT_FIELDS]
     if unknown:
-        return f"KNAME_FORMAT={template!r} uses unknown field {{{unknown[0]}}}"
+        return f"KNAME_FORMAT={template!r} uses unknown field {_printable('{' + unknown[0] + '}')}"
+    if any(spec and "{" in spec for _, _, spec, _ in parsed):
+        # A nested field ({line:{kernel}}) renders the sample but can fail on real values.
+        return f"KNAME_FORMAT={template!r} nests a field inside a format spec"
+    if any(spec and re.search(r"[0-9]{4}", spec) for _, _, spec, _ in parsed):
+        # Rendering {kernel:999999999} would build a 1 GB name (or raise MemoryError).
+        return f"KNAME_FORMAT={template!r} has a width or precision over 999 in a format spec"
     sample = dict.fromkeys(FORMAT_FIELDS, "x") | {"line": 1}
     try:
         rendered = template.format(**sample)
     except (ValueError, TypeError, IndexError, KeyError) as exc:
-        return f"KNAME_FORMAT={template!r} cannot be rendered ({exc})"
+        return f"KNAME_FORMAT={template!r} cannot be rendered ({_printable(exc)})"
     if not rendered.strip():
         return f"KNAME_FORMAT={template!r} renders an empty name"
     return None
@@ -130,7 +136,7 @@ def _read_targets(
                 f"KNAME_TARGETS entry {entry!r} is neither a built-in target "
                 f"({', '.join(builtin_targets)}) nor module:qualname; ignoring it"
             )
-    return tuple(accepted)
+    return tuple(accepted) or None  # nothing usable left: the default, every built-in target
 
 
 def _read_skip(value: str | None, problems: list[str]) -> tuple[str, ...]:
@@ -161,7 +167,8 @@ def _read_depth(value: str | None, problems: list[str]) -> int:
     text = (value or "").strip()
     if not text:
         return 1
-    if text.isascii() and text.isdigit() and 1 <= int(text) <= MAX_DEPTH:
+    # The length check first: int() refuses strings of over 4300 digits.
+    if text.isascii() and text.isdigit() and len(text) <= 9 and 1 <= int(text) <= MAX_DEPTH:
         return int(text)
     problems.append(
         f"KNAME_DEPTH={value!r} is not a whole number from 1 to {MAX_DEPTH}; using 1"
@@ -177,6 +184,11 @@ def _read_mode(value: str | None, problems: list[str]) -> str:
         return text
     problems.append(f"KNAME_MODE={value!r} is not one of {', '.join(MODES)}; using nvtx")
     return "nvtx"
+
+
+def _printable(value: object) -> str:
+    """`value` as text on one line: non-printable characters (newlines too) escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value))
 
 
 def _comma_list(value: str | None) -> list[str]:

@@ -50,7 +50,9 @@ def display_name(template: str, kernel: str, lib: str, frames: list[FrameFacts])
     """The name shown in the profiler: the template for the call site, then its callers."""
     first = _render(template, kernel, lib, frames[0])
     callers = [f"{f.function} {f.path}:{f.line}" for f in frames[1:]]
-    return CALLER_SEPARATOR.join([first, *callers])
+    name = CALLER_SEPARATOR.join([first, *callers])
+    # File names may hold lone surrogates (undecodable bytes); NVTX needs valid UTF-8.
+    return name.encode("utf-8", "replace").decode("utf-8")
 
 
 def identifier_name(kernel: str, frame: FrameFacts) -> str:

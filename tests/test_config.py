@@ -1,0 +1,360 @@
+"""Tests for kname.config: every KNAME_* variable, its default, its accepted and its bad values."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kname.config import (
+    DEFAULT_DOMAIN,
+    DEFAULT_FORMAT,
+    FORMAT_FIELDS,
+    MAX_DEPTH,
+    MODES,
+    Config,
+    ConfigError,
+    read_config,
+)
+
+BUILTINS = ("numba",)
+VARIABLES = (
+    "KNAME_TARGETS",
+    "KNAME_SKIP",
+    "KNAME_FORMAT",
+    "KNAME_DEPTH",
+    "KNAME_MODE",
+    "KNAME_REPORT",
+    "KNAME_DOMAIN",
+    "KNAME_STRICT",
+)
+DEFAULTS = Config()
+
+
+def config(**variables: str) -> Config:
+    """read_config of exactly `variables` (KNAME_ prefix added), with numba as a built-in."""
+    return read_config({f"KNAME_{k.upper()}": v for k, v in variables.items()}, BUILTINS)
+
+
+def the_problem(cfg: Config) -> str:
+    assert len(cfg.problems) == 1, cfg.problems
+    return cfg.problems[0]
+
+
+# --------------------------------------------------------------------------
+# Defaults
+# --------------------------------------------------------------------------
+
+
+def test_an_empty_environment_gives_every_default_and_no_problem() -> None:
+    cfg = read_config({}, BUILTINS)
+    assert cfg.targets is None  # every built-in target
+    assert cfg.skip == ()
+    assert cfg.format == DEFAULT_FORMAT == "{function} {path}:{line}"
+    assert cfg.depth == 1
+    assert cfg.mode == "nvtx"
+    assert cfg.report is None
+    assert cfg.domain == DEFAULT_DOMAIN == "kname"
+    assert cfg.strict is False
+    assert cfg.problems == ()
+
+
+@pytest.mark.parametrize("variable", VARIABLES)
+@pytest.mark.parametrize("blank", ["", "   ", "\t"])
+def test_a_blank_variable_means_its_default(variable: str, blank: str) -> None:
+    cfg = read_config({variable: blank}, BUILTINS)
+    assert cfg == DEFAULTS
+    assert cfg.problems == ()
+
+
+def test_read_config_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("KNAME_DEPTH", "3")
+    monkeypatch.setenv("KNAME_MODE", "census")
+    cfg = read_config()
+    assert (cfg.depth, cfg.mode) == (3, "census")
+
+
+# --------------------------------------------------------------------------
+# Accepted values
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("numba", ("numba",)),
+        ("fakegpu:launch", ("fakegpu:launch",)),
+        ("numba, my.pkg.gpu:Launcher.__call__ ,fakegpu:launch", (
+            "numba", "my.pkg.gpu:Launcher.__call__", "fakegpu:launch"
+        )),
+        (",,numba,,", ("numba",)),
+    ],
+)  # fmt: skip
+def test_kname_targets_accepts_built_in_names_and_module_qualname_entries(value, expected):
+    cfg = config(targets=value)
+    assert cfg.targets == expected
+    assert cfg.problems == ()
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("mylib", ("mylib",)), (" a.b , c_d.e2 ", ("a.b", "c_d.e2")), ("x,,y", ("x", "y"))],
+)
+def test_kname_skip_accepts_dotted_module_prefixes(value: str, expected: tuple) -> None:
+    cfg = config(skip=value)
+    assert cfg.skip == expected
+    assert cfg.problems == ()
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{kernel}",
+        "{kernel} @ {path}:{line}",
+        "{function} {module} {file} {lib}",
+        "{line:>5} {kernel}",
+        "{kernel!r}:{line:04d}",
+        "L{line}",
+        "{{literal}} {kernel}",
+    ],
+)
+def test_kname_format_accepts_templates_of_known_fields(template: str) -> None:
+    cfg = config(format=template)
+    assert cfg.format == template
+    assert cfg.problems == ()
+
+
+@pytest.mark.parametrize("depth", [1, 2, 7, MAX_DEPTH])
+def test_kname_depth_accepts_whole_numbers_from_1_to_max(depth: int) -> None:
+    assert config(depth=f" {depth} ").depth == depth
+    assert config(depth=str(depth)).problems == ()
+
+
+@pytest.mark.parametrize("mode", [*MODES, "CENSUS", " Nvtx "])
+def test_kname_mode_accepts_each_mode_in_any_case(mode: str) -> None:
+    cfg = config(mode=mode)
+    assert cfg.mode == mode.strip().lower()
+    assert cfg.problems == ()
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [("-", "-"), (" /tmp/census.json ", "/tmp/census.json")]
+)
+def test_kname_report_takes_dash_or_a_path(value: str, expected: str) -> None:
+    assert config(report=value).report == expected
+
+
+def test_kname_domain_names_the_nvtx_domain() -> None:
+    assert config(domain=" mine ").domain == "mine"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("1", True), ("TRUE", True), ("yes", True), ("On", True), ("0", False), ("off", False)],
+)
+def test_kname_strict_accepts_switch_values(value: str, expected: bool) -> None:
+    cfg = config(strict=value)
+    assert cfg.strict is expected
+    assert cfg.problems == ()
+
+
+# --------------------------------------------------------------------------
+# Bad values: one problem naming the variable and what is accepted; the default is used
+# --------------------------------------------------------------------------
+
+ACCEPTED_FIELDS = " ".join("{" + name + "}" for name in FORMAT_FIELDS)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "accepted", "attribute"),
+    [
+        ("KNAME_TARGETS", "not a target", ["numba", "module:qualname"], "targets"),
+        ("KNAME_TARGETS", "fakegpu:", ["numba", "module:qualname"], "targets"),
+        ("KNAME_TARGETS", "fakegpu:launch:x", ["numba", "module:qualname"], "targets"),
+        ("KNAME_TARGETS", "1gpu:launch", ["numba", "module:qualname"], "targets"),
+        ("KNAME_SKIP", "my-lib", ["dotted module name"], "skip"),
+        ("KNAME_SKIP", "a..b", ["dotted module name"], "skip"),
+        ("KNAME_FORMAT", "{colour}", [ACCEPTED_FIELDS], "format"),
+        ("KNAME_DEPTH", "0", ["1 to 16"], "depth"),
+        ("KNAME_DEPTH", "17", ["1 to 16"], "depth"),
+        ("KNAME_DEPTH", "-1", ["1 to 16"], "depth"),
+        ("KNAME_DEPTH", "two", ["1 to 16"], "depth"),
+        ("KNAME_DEPTH", "1.5", ["1 to 16"], "depth"),
+        ("KNAME_DEPTH", "٣", ["1 to 16"], "depth"),  # a non-ASCII digit
+        ("KNAME_DEPTH", "1" * 5000, ["1 to 16"], "depth"),  # past int()'s digit limit
+        ("KNAME_MODE", "loud", ["nvtx", "rename", "census"], "mode"),
+        ("KNAME_STRICT", "maybe", ["1/true/yes/on", "0/false/no/off"], "strict"),
+    ],
+)
+def test_a_bad_value_gives_one_problem_naming_it_and_the_default_is_used(
+    variable: str, value: str, accepted: list[str], attribute: str
+) -> None:
+    cfg = read_config({variable: value}, BUILTINS)
+    problem = the_problem(cfg)
+    assert problem.startswith(variable)
+    assert repr(value)[:40] in problem
+    for text in accepted:
+        assert text in problem
+    assert len(problem.splitlines()) == 1
+    assert getattr(cfg, attribute) == getattr(DEFAULTS, attribute)
+
+
+def test_a_bad_targets_entry_is_dropped_and_the_good_ones_kept() -> None:
+    cfg = config(targets="numba, bad entry ,fakegpu:launch,also:bad:one")
+    assert cfg.targets == ("numba", "fakegpu:launch")
+    assert len(cfg.problems) == 2
+    assert all(p.startswith("KNAME_TARGETS entry") for p in cfg.problems)
+    assert "'bad entry'" in cfg.problems[0] and "'also:bad:one'" in cfg.problems[1]
+
+
+def test_a_built_in_name_that_is_not_built_in_is_reported() -> None:
+    cfg = read_config({"KNAME_TARGETS": "cupy,numba"}, builtin_targets=("numba",))
+    assert cfg.targets == ("numba",)
+    assert "'cupy'" in the_problem(cfg)
+
+
+def test_a_bad_skip_entry_is_dropped_and_the_good_ones_kept() -> None:
+    cfg = config(skip="good.mod, bad/path, other")
+    assert cfg.skip == ("good.mod", "other")
+    assert "'bad/path'" in the_problem(cfg)
+
+
+def test_several_bad_variables_give_one_problem_each() -> None:
+    cfg = config(depth="x", mode="y", format="{z}", strict="w")
+    assert sorted(p.split("=")[0] for p in cfg.problems) == [
+        "KNAME_DEPTH", "KNAME_FORMAT", "KNAME_MODE", "KNAME_STRICT"
+    ]  # fmt: skip
+
+
+# --------------------------------------------------------------------------
+# KNAME_STRICT
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("KNAME_DEPTH", "0"),
+        ("KNAME_MODE", "loud"),
+        ("KNAME_FORMAT", "{"),
+        ("KNAME_TARGETS", "x y"),
+        ("KNAME_SKIP", "a/b"),
+    ],
+)
+def test_kname_strict_turns_a_bad_value_into_config_error(variable: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=variable):
+        read_config({variable: value, "KNAME_STRICT": "1"}, BUILTINS)
+    lenient = read_config({variable: value, "KNAME_STRICT": "0"}, BUILTINS)
+    assert len(lenient.problems) == 1
+
+
+def test_kname_strict_with_good_values_does_not_raise() -> None:
+    cfg = config(strict="1", depth="2", mode="census", targets="numba")
+    assert cfg.strict and cfg.problems == ()
+
+
+def test_a_bad_kname_strict_value_means_off_so_it_does_not_raise() -> None:
+    cfg = config(strict="perhaps", depth="0")
+    assert cfg.strict is False
+    assert len(cfg.problems) == 2
+
+
+def test_config_error_is_a_value_error() -> None:
+    assert issubclass(ConfigError, ValueError)
+
+
+# --------------------------------------------------------------------------
+# KNAME_FORMAT templates
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("template", "why"),
+    [
+        ("{colour}", "unknown field {colour}"),
+        ("{kernel} {0}", "unknown field {0}"),
+        ("{kernel} {}", "unknown field {}"),
+        ("{kernel.name}", "unknown field {kernel.name}"),
+        ("{kernel[0]}", "unknown field {kernel[0]}"),
+        ("{kernel", "not a valid template"),
+        ("kernel}", "not a valid template"),
+        ("{kernel}}", "not a valid template"),
+        ("{{kernel}", "not a valid template"),
+        ("{kernel:d}", "cannot be rendered"),
+        ("{kernel!z}", "cannot be rendered"),
+        ("{line:{kernel}}", "nests a field"),
+        ("{kernel:9999999999999}", "over 999"),
+        ("{kernel:.0}", "renders an empty name"),
+        ("{kernel:.0}   {function:.0}", "renders an empty name"),
+    ],
+)
+def test_a_bad_template_is_reported_with_the_accepted_fields(template: str, why: str) -> None:
+    cfg = config(format=template)
+    problem = the_problem(cfg)
+    assert problem.startswith(f"KNAME_FORMAT={template!r}")
+    assert why in problem
+    assert f"accepted fields: {ACCEPTED_FIELDS}" in problem
+    assert cfg.format == DEFAULT_FORMAT
+
+
+def test_a_template_with_a_newline_in_a_field_gives_a_problem_on_one_line() -> None:
+    problem = the_problem(config(format="{a\nb} {kernel:\n\n}"))
+    assert len(problem.splitlines()) == 1
+
+
+# --------------------------------------------------------------------------
+# Properties
+# --------------------------------------------------------------------------
+
+# Text from the domain (braces, colons, commas, dots, digits, field names) and any text at all.
+TEMPLATE_ALPHABET = "{}:!.,<>^=0123456789 _-/\n" + "".join(FORMAT_FIELDS)
+values = st.one_of(
+    st.text(),
+    st.text(alphabet=TEMPLATE_ALPHABET, max_size=30),
+    st.lists(st.sampled_from([*FORMAT_FIELDS, "numba", "x:y", "{", "}", ":", ",", "."])).map(
+        "".join
+    ),
+    st.integers(-(10**30), 10**30).map(str),
+    st.text(alphabet="0123456789", min_size=1, max_size=20),
+    st.integers(4000, 6000).map(lambda n: "1" * n),  # around int()'s 4300-digit limit
+)
+environments = st.dictionaries(
+    st.sampled_from([v for v in VARIABLES if v != "KNAME_STRICT"]), values, max_size=8
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(environments)
+def test_read_config_never_raises_and_every_problem_line_names_its_variable(env) -> None:
+    cfg = read_config(env, BUILTINS)
+    assert cfg.depth in range(1, MAX_DEPTH + 1)
+    assert cfg.mode in MODES
+    for problem in cfg.problems:
+        assert len(problem.splitlines()) == 1, problem
+        named = [v for v in env if problem.startswith(v)]
+        assert named, problem
+        # Each problem is about a variable that was set (and not blank).
+        assert env[named[0]].strip()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([v for v in VARIABLES if v != "KNAME_STRICT"]), values)
+def test_one_variable_gives_problems_naming_only_that_variable(variable: str, value: str) -> None:
+    cfg = read_config({variable: value}, BUILTINS)
+    assert all(p.startswith(variable) for p in cfg.problems), cfg.problems
+    if variable not in ("KNAME_TARGETS", "KNAME_SKIP"):  # lists: one problem per bad entry
+        assert len(cfg.problems) <= 1
+    if cfg.problems:
+        with pytest.raises(ConfigError, match=variable):
+            read_config({variable: value, "KNAME_STRICT": "yes"}, BUILTINS)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=TEMPLATE_ALPHABET, max_size=30))
+def test_an_accepted_template_renders_any_real_site(template: str) -> None:
+    cfg = config(format=template)
+    real = {"kernel": "axpy", "function": "step", "path": "my/solver.py", "module": "my.solver",
+            "file": "solver.py", "line": 4242, "lib": "numba"}  # fmt: skip
+    assert cfg.format.format(**real).strip()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PARENT_SITE = sysconfig.get_paths()["purelib"]
+PARENT_PTH = "_kname_tests_parent.pth"
 
 
 def run(args: list[str], **kwargs) -> subprocess.CompletedProcess:
@@ -35,13 +36,20 @@ def build_wheel(out_dir: Path) -> Path:
     source = out_dir / "source"
     ignored = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__")
     shutil.copytree(REPO, source, ignore=ignored)
+    return build_wheel_of(source, out_dir)
+
+
+def build_wheel_of(source: Path, out_dir: Path) -> Path:
+    """Build the wheel of the project in `source` with the test environment's setuptools."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    before = set(out_dir.glob("*.whl"))
     run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
          "--no-index", "-q", "-w", str(out_dir), str(source)],
     )  # fmt: skip
-    wheels = sorted(out_dir.glob("kname-*.whl"))
-    assert wheels, f"no wheel was built in {out_dir}"
-    return wheels[-1]
+    built = sorted(set(out_dir.glob("*.whl")) - before) or sorted(out_dir.glob("*.whl"))
+    assert built, f"no wheel was built in {out_dir}"
+    return built[-1]
 
 
 @dataclass(frozen=True)
@@ -61,11 +69,28 @@ class Venv:
         return found[0]
 
     def pip(self, *args: str) -> subprocess.CompletedProcess:
-        """The test environment's pip, acting on this venv."""
-        return run([sys.executable, "-m", "pip", "--python", str(self.python), *args])
+        """The test environment's pip, acting on this venv alone.
+
+        The parent-packages .pth is hidden meanwhile: pip must not see (and skip, or uninstall)
+        a kname installed in the test environment itself.
+        """
+        parent_pth = self.site_packages / PARENT_PTH
+        hidden = parent_pth.with_suffix(".hidden")
+        if parent_pth.exists():
+            parent_pth.rename(hidden)
+        try:
+            return run([sys.executable, "-m", "pip", "--python", str(self.python), *args])
+        finally:
+            if hidden.exists():
+                hidden.rename(parent_pth)
 
     def install(self, *requirements: str) -> None:
-        self.pip("install", "-q", "--no-deps", "--no-index", "--no-build-isolation", *requirements)
+        """Install wheels, or source folders (built into wheels here first), without deps."""
+        wheels = [
+            str(build_wheel_of(Path(r), Path(r).parent / "dist")) if Path(r).is_dir() else r
+            for r in requirements
+        ]
+        self.pip("install", "-q", "--no-deps", "--no-index", *wheels)
 
     def python_run(self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None):
         """Run this venv's python with a clean KNAME environment plus `env`."""
@@ -84,7 +109,7 @@ def make_venv(root: Path) -> Venv:
     venv.EnvBuilder(with_pip=False, clear=True, symlinks=True).create(root)
     made = Venv(root)
     # Sorted before kname.pth, so dependencies are importable when kname's gate runs.
-    (made.site_packages / "_kname_tests_parent.pth").write_text(
+    (made.site_packages / PARENT_PTH).write_text(
         f"import site; site.addsitedir({PARENT_SITE!r})\n"
     )
     return made

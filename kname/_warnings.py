@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 
@@ -15,10 +16,9 @@ def warn_once(key: str, message: str) -> None:
         if key in _said:
             return
         _said.add(key)
-    try:
+    # A closed or broken stderr must not break the user's program.
+    with contextlib.suppress(Exception):
         print(f"kname: {message}", file=sys.stderr, flush=True)
-    except Exception:  # a closed or broken stderr must not break the user's program
-        pass
 
 
 def report_fault(where: str, exc: BaseException) -> None:

@@ -110,7 +110,9 @@ def register_wrapper_code(code: CodeType) -> None:
     _codes[id(code)] = code
 
 
-def resolve(frame: FrameType, kernel: Any, kernel_key: Any, kernel_name: str, lib: str) -> Site | None:
+def resolve(
+    frame: FrameType, kernel: Any, kernel_key: Any, kernel_name: str, lib: str
+) -> Site | None:
     """The site for a launch whose wrapper was called from `frame`; None if it is nested.
 
     Walks past library frames to the first user frame (or `depth` of them), then looks the key
@@ -188,7 +190,9 @@ def _matches(module: str, prefixes: tuple[str, ...]) -> bool:
 
 
 def _key(frames: list[FrameType], kernel_key: Any) -> tuple:
-    if len(frames) == 1:
+    # The flat form is the launch wrapper's fast-path key: with KNAME_DEPTH > 1 a site that
+    # found one user frame (no caller) must not answer it for a launch that has callers.
+    if len(frames) == 1 and _depth == 1:
         return (id(frames[0].f_code), frames[0].f_lasti, kernel_key)
     return (*((id(f.f_code), f.f_lasti) for f in frames), kernel_key)
 
@@ -207,7 +211,8 @@ def _build(key: tuple, frames: list[FrameType], kernel: Any, kernel_name: str, l
     with _lock:
         site = sites.get(key)
         if site is None:
-            site = Site(name, identifier, kernel_name, lib, attributes, (codes, kernel), next(_order))
+            alive = (codes, kernel)
+            site = Site(name, identifier, kernel_name, lib, attributes, alive, next(_order))
             if len(sites) >= MAX_SITES:
                 _evict_oldest()
             sites[key] = site

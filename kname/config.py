@@ -170,9 +170,7 @@ def _read_depth(value: str | None, problems: list[str]) -> int:
     # The length check first: int() refuses strings of over 4300 digits.
     if text.isascii() and text.isdigit() and len(text) <= 9 and 1 <= int(text) <= MAX_DEPTH:
         return int(text)
-    problems.append(
-        f"KNAME_DEPTH={value!r} is not a whole number from 1 to {MAX_DEPTH}; using 1"
-    )
+    problems.append(f"KNAME_DEPTH={value!r} is not a whole number from 1 to {MAX_DEPTH}; using 1")
     return 1
 
 

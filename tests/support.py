@@ -109,9 +109,7 @@ def make_venv(root: Path) -> Venv:
     venv.EnvBuilder(with_pip=False, clear=True, symlinks=True).create(root)
     made = Venv(root)
     # Sorted before kname.pth, so dependencies are importable when kname's gate runs.
-    (made.site_packages / PARENT_PTH).write_text(
-        f"import site; site.addsitedir({PARENT_SITE!r})\n"
-    )
+    (made.site_packages / PARENT_PTH).write_text(f"import site; site.addsitedir({PARENT_SITE!r})\n")
     return made
 
 

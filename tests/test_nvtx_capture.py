@@ -11,8 +11,6 @@ import pytest
 from nvtx_capture import (
     GLOBAL_DOMAIN,
     Capture,
-    InjectionUnavailable,
-    build_injection_library,
     parse_lines,
     run_captured,
 )

@@ -63,9 +63,7 @@ def test_an_unknown_switch_value_warns_once_and_stays_off(kname_venv: Venv) -> N
 
 
 def test_a_bad_kname_variable_gives_one_line_and_the_program_runs(kname_venv: Venv) -> None:
-    result = kname_venv.python_run(
-        "-c", "print('ran')", env={"KNAME": "1", "KNAME_DEPTH": "deep"}
-    )
+    result = kname_venv.python_run("-c", "print('ran')", env={"KNAME": "1", "KNAME_DEPTH": "deep"})
     assert result.returncode == 0
     assert result.stdout.strip() == "ran"
     assert result.stderr.count("\n") == 1

@@ -34,9 +34,7 @@ BUILTIN: dict[str, tuple[str, ...]] = {
 def builtin_targets(name: str) -> tuple[Target, ...]:
     """The Target definitions of built-in target `name`."""
     return tuple(
-        target
-        for module in BUILTIN[name]
-        for target in importlib.import_module(module).TARGETS
+        target for module in BUILTIN[name] for target in importlib.import_module(module).TARGETS
     )
 
 

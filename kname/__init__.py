@@ -10,7 +10,7 @@ from kname.callsite import site_name
 from kname.hooks import install, is_installed, uninstall
 from kname.launch import disable, enable, is_enabled, paused
 from kname.paths import short_path
-from kname.report import names
+from kname.report import names, report
 
 __all__ = [
     "__version__",
@@ -21,6 +21,7 @@ __all__ = [
     "is_installed",
     "names",
     "paused",
+    "report",
     "short_path",
     "site_name",
     "uninstall",

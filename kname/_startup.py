@@ -39,11 +39,20 @@ def start() -> None:
 
             install()
     except ConfigError as exc:
+        if _running_kname_command():
+            _say(f"{exc} (KNAME_STRICT is on; not stopping the kname command itself)")
+            return
         _say(f"{exc} (KNAME_STRICT is on: stopping)")
         # SystemExit raised while site processes a .pth is a crash with a traceback; this is not.
         os._exit(2)
     except Exception as exc:
         _say(f"could not start ({type(exc).__name__}: {exc}); the program runs without kname")
+
+
+def _running_kname_command() -> bool:
+    """True in `kname ...` or `python -m kname ...`: `kname doctor` must run to diagnose."""
+    argv = [*getattr(sys, "orig_argv", []), "", ""]
+    return argv[1:3] == ["-m", "kname"] or os.path.basename(argv[1]) == "kname"
 
 
 def _say(message: str) -> None:

@@ -24,6 +24,7 @@ to a file of its own beside the owner's (`census.pid4242.json`), so it cannot ov
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -111,13 +112,15 @@ def report(file: IO[str] | str | os.PathLike | None = None, format: str = "table
 
 
 def render_json(document: Mapping[str, Any]) -> str:
-    """The census as JSON text, one site per line, ending in a newline."""
-    sites = ",\n".join("    " + json.dumps(site, ensure_ascii=False) for site in document["sites"])
-    head = {k: v for k, v in document.items() if k not in ("sites", "total_launches")}
+    """The census as JSON text with one site per line (diff-friendly), ending in a newline."""
+    sites = ",\n".join(f"    {json.dumps(site, ensure_ascii=False)}" for site in document["sites"])
     return (
-        json.dumps(head, ensure_ascii=False)[:-1]
-        + (f',\n  "sites": [\n{sites}\n  ],' if sites else ', "sites": [],')
-        + f' "total_launches": {document["total_launches"]}}}\n'
+        "{\n"
+        f'  "kname": {json.dumps(document["kname"])},\n'
+        f'  "schema": {json.dumps(document["schema"])},\n'
+        + (f'  "sites": [\n{sites}\n  ],\n' if sites else '  "sites": [],\n')
+        + f'  "total_launches": {json.dumps(document["total_launches"])}\n'
+        "}\n"
     )
 
 
@@ -126,7 +129,9 @@ def render_table(document: Mapping[str, Any], source: str = "") -> str:
     sites = sorted(document["sites"], key=lambda s: (-s["launches"], s["order"]))
     total = document["total_launches"]
     origin = f" ({source}, written by kname {document.get('kname', '?')})" if source else ""
-    heading = f"kname census{origin}: {_count(total, 'launch')} from {_count(len(sites), 'call site')}"
+    heading = (
+        f"kname census{origin}: {_count(total, 'launch')} from {_count(len(sites), 'call site')}"
+    )
     if not sites:
         return heading + "\n"
     header = ("call site", "kernel", "library", "launches", "share", "first seen")
@@ -189,11 +194,14 @@ def compare(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Change]
     return changes
 
 
-def render_diff(before: Mapping[str, Any], after: Mapping[str, Any], labels: tuple[str, str]) -> str:
+def render_diff(
+    before: Mapping[str, Any], after: Mapping[str, Any], labels: tuple[str, str]
+) -> str:
     """`compare` as text: a summary line, then one aligned line per changed call site."""
     changes = compare(before, after)
-    totals = f"{labels[0]} ({_count(before['total_launches'], 'launch')}) -> " + (
-        f"{labels[1]} ({_count(after['total_launches'], 'launch')})"
+    totals = " -> ".join(
+        f"{label} ({_count(document['total_launches'], 'launch')})"
+        for label, document in zip(labels, (before, after), strict=True)
     )
     if not changes:
         return f"kname census diff: {totals}: no change in launches per call site\n"
@@ -223,10 +231,8 @@ def write_atomically(path: str, text: str) -> None:
             file.write(text)
         os.replace(partial, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(partial)
-        except OSError:
-            pass
         raise
 
 
@@ -332,7 +338,7 @@ def _columns(rows: list[tuple[str, ...]], right_aligned: tuple[int, ...]) -> str
     for row in rows:
         cells = [
             cell.rjust(width) if i in right_aligned else cell.ljust(width)
-            for i, (cell, width) in enumerate(zip(row, widths))
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
         ]
         lines.append("  ".join(cells).rstrip())
     return "\n".join(lines) + "\n"

@@ -133,3 +133,11 @@ def test_pth_and_sitecustomize_together_start_kname_once(kname_venv: Venv, tmp_p
     )  # fmt: skip
     assert result.stdout.split() == ["True"]
     assert result.stderr.count("KNAME_DEPTH") == 1
+
+
+def test_kname_strict_does_not_stop_the_kname_command_itself(kname_venv: Venv) -> None:
+    bad = {"KNAME": "1", "KNAME_MODE": "loud", "KNAME_STRICT": "1"}
+    result = kname_venv.python_run("-m", "kname", "--version", env=bad)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("kname ")
+    assert result.stderr.count("KNAME_MODE='loud'") == 1

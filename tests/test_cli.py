@@ -1,0 +1,329 @@
+"""The `kname` command, run as the console script the wheel installs into a fresh venv."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+from support import Venv, line_of, make_venv
+
+import kname
+from kname.report import OWNER_VARIABLE
+
+pytestmark = pytest.mark.slow
+
+APP = """\
+import sys
+
+import numpy as np
+from numba import cuda
+
+
+@cuda.jit
+def axpy(out, a, x):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a * x[i] + out[i]
+
+
+def main():
+    out, x = np.zeros(4), np.ones(4)
+    for _ in range(2):
+        axpy[1, 4](out, 2.0, x)  # loop-line
+    axpy[1, 4](out, 1.0, x)  # last-line
+    sys.exit(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+
+
+main()
+"""
+
+PROBE = """\
+import os, sys
+import kname
+print(kname.is_installed(), *(os.environ.get(v) for v in ("KNAME", "KNAME_MODE", "KNAME_DEPTH",
+      "KNAME_SKIP", "KNAME_TARGETS", "KNAME_FORMAT", "KNAME_DOMAIN", "KNAME_REPORT")), sep="|")
+sys.exit(3)
+"""
+
+
+def run_kname(venv: Venv, *args: str, env=None, cwd=None) -> subprocess.CompletedProcess:
+    """The venv's `kname` script, as from a shell with the venv activated and no KNAME set."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("KNAME", "NVTX_"))}
+    environ.pop("PYTHONPATH", None)
+    environ.pop(OWNER_VARIABLE, None)  # each run owns its KNAME_REPORT
+    environ["PATH"] = f"{venv.root / 'bin'}{os.pathsep}{environ.get('PATH', '')}"
+    environ.update(env or {})
+    return subprocess.run(
+        [str(venv.root / "bin" / "kname"), *args], capture_output=True, text=True, env=environ,
+        cwd=cwd or venv.root,
+    )  # fmt: skip
+
+
+def census(*sites: tuple[str, str, int]) -> dict:
+    """A hand-made census of schema 1 from (name, kernel, launches)."""
+    total = sum(launches for _, _, launches in sites)
+    return {
+        "kname": "0.1.0",
+        "schema": 1,
+        "sites": [
+            {
+                "name": name,
+                "kernel": kernel,
+                "lib": "numba",
+                "launches": launches,
+                "share": round(launches / total, 6),
+                "order": order,
+            }
+            for order, (name, kernel, launches) in enumerate(sites, 1)
+        ],
+        "total_launches": total,
+    }
+
+
+BEFORE = census(("step solver.py:12", "axpy", 30), ("step solver.py:13", "scale", 10),
+                ("main train.py:40", "reduce", 10))  # fmt: skip
+AFTER = census(("step solver.py:12", "axpy", 36), ("main train.py:40", "reduce", 10),
+               ("step solver.py:15", "scale", 4))  # fmt: skip
+
+
+@pytest.fixture
+def censuses(tmp_path: Path) -> Path:
+    (tmp_path / "before.json").write_text(json.dumps(BEFORE))
+    (tmp_path / "after.json").write_text(json.dumps(AFTER))
+    return tmp_path
+
+
+def marked(output: str, mark: str) -> list[str]:
+    return [line[2:] for line in output.splitlines() if line.startswith(mark + " ")]
+
+
+# --- the command itself ---------------------------------------------------------------------
+
+
+def test_the_wheel_installs_the_kname_command(kname_venv: Venv) -> None:
+    result = run_kname(kname_venv, "--version")
+    assert (result.returncode, result.stdout, result.stderr) == (
+        0,
+        f"kname {kname.__version__}\n",
+        "",
+    )
+
+
+@pytest.mark.parametrize("command", [[], ["run"], ["doctor"], ["report"]])
+def test_help_of_every_command_shows_examples(kname_venv: Venv, command: list[str]) -> None:
+    result = run_kname(kname_venv, *command, "--help")
+    assert result.returncode == 0 and result.stderr == ""
+    assert "examples:\n  kname " in result.stdout
+
+
+def test_kname_without_a_command_prints_help(kname_venv: Venv) -> None:
+    result = run_kname(kname_venv)
+    assert result.returncode == 0
+    assert all(command in result.stdout for command in ("run", "doctor", "report"))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run"], "kname run: needs a command"),
+        (["run", "--", "no-such-command-here"], "kname run: command not found: no-such-command"),
+        (["report"], "the following arguments are required: FILE.json"),
+        (["report", "x.json", "--fail-on-change"], "--fail-on-change needs --diff"),
+        (["--no-such-option"], "unrecognized arguments: --no-such-option"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(kname_venv: Venv, args, message) -> None:
+    result = run_kname(kname_venv, *args)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+
+
+# --- kname run ------------------------------------------------------------------------------
+
+
+def test_run_names_the_apps_lines_in_its_report(kname_venv: Venv, tmp_path: Path) -> None:
+    (tmp_path / "app.py").write_text(APP)
+    result = run_kname(
+        kname_venv, "run", "--report", "out.json", "--", "python", "app.py",
+        env={"NUMBA_ENABLE_CUDASIM": "1"}, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == result.stderr == ""  # quiet unless asked
+    document = json.loads((tmp_path / "out.json").read_text())
+    assert [(s["name"], s["kernel"], s["launches"]) for s in document["sites"]] == [
+        (f"main app.py:{line_of(APP, 'loop-line')}", "axpy", 2),
+        (f"main app.py:{line_of(APP, 'last-line')}", "axpy", 1),
+    ]
+
+
+def test_run_passes_the_exit_code_and_its_options_through(kname_venv: Venv, tmp_path) -> None:
+    (tmp_path / "probe.py").write_text(PROBE)
+    result = run_kname(
+        kname_venv, "run", "--mode", "census", "--depth", "2", "--skip", "mypkg.ops",
+        "--targets", "numba", "--format", "{kernel}@{line}", "--domain", "mine",
+        "--report", "-", "--", "python", "probe.py", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 3, result.stderr
+    assert result.stdout.strip() == "True|1|census|2|mypkg.ops|numba|{kernel}@{line}|mine|-"
+
+
+def test_run_passes_the_exit_code_of_a_numba_app_through(kname_venv: Venv, tmp_path) -> None:
+    (tmp_path / "app.py").write_text(APP)
+    result = run_kname(
+        kname_venv, "run", "--", "python", "app.py", "5", env={"NUMBA_ENABLE_CUDASIM": "1"},
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 5, result.stderr
+
+
+def test_python_m_kname_runs_a_script_with_kname_on(kname_venv: Venv, tmp_path: Path) -> None:
+    (tmp_path / "probe.py").write_text(PROBE)
+    result = kname_venv.python_run("-m", "kname", "probe.py", cwd=tmp_path)
+    assert result.returncode == 3, result.stderr
+    assert result.stdout.startswith("True|1|")
+
+
+# --- kname report ---------------------------------------------------------------------------
+
+
+def test_report_pretty_prints_a_saved_census(kname_venv: Venv, censuses: Path) -> None:
+    result = run_kname(kname_venv, "report", "before.json", cwd=censuses)
+    assert result.returncode == 0 and result.stderr == ""
+    assert result.stdout.splitlines() == [
+        "kname census (before.json, written by kname 0.1.0): 50 launches from 3 call sites",
+        "call site          kernel  library  launches  share  first seen",
+        "step solver.py:12  axpy    numba          30  60.0%           1",
+        "step solver.py:13  scale   numba          10  20.0%           2",
+        "main train.py:40   reduce  numba          10  20.0%           3",
+    ]
+
+
+def test_report_diff_lists_added_removed_and_changed_sites(kname_venv, censuses: Path) -> None:
+    result = run_kname(kname_venv, "report", "before.json", "--diff", "after.json", cwd=censuses)
+    assert result.returncode == 0 and result.stderr == ""
+    assert result.stdout.splitlines() == [
+        "kname census diff: before.json (50 launches) -> after.json (50 launches): "
+        "1 added, 1 removed, 1 changed",
+        "added    step solver.py:15 [scale]   0  ->   4   (+4)",
+        "removed  step solver.py:13 [scale]  10  ->   0  (-10)",
+        "changed  step solver.py:12 [axpy]   30  ->  36   (+6)",
+    ]
+
+
+def test_report_diff_fails_on_change_only_when_asked(kname_venv, censuses: Path) -> None:
+    def diff(*args: str) -> subprocess.CompletedProcess:
+        return run_kname(kname_venv, "report", *args, "--fail-on-change", cwd=censuses)
+
+    assert diff("before.json", "--diff", "after.json").returncode == 1
+    same = diff("before.json", "--diff", "before.json")
+    assert same.returncode == 0
+    assert same.stdout == (
+        "kname census diff: before.json (50 launches) -> before.json (50 launches): "
+        "no change in launches per call site\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "missing.json: no such file"),
+        ("{not json", "bad.json: not valid JSON (Expecting property name"),
+        (json.dumps({**BEFORE, "schema": 2}), "census schema 2 is not supported"),
+        ("[1, 2]", "not a kname census"),
+        (json.dumps({**BEFORE, "sites": [{"name": 1}]}), "sites[0] has no 'kernel'"),
+    ],
+)
+def test_report_errors_are_one_line_and_exit_2(kname_venv, tmp_path, content, message) -> None:
+    name = "missing.json" if content is None else "bad.json"
+    if content is not None:
+        (tmp_path / name).write_text(content)
+    for args in ([name], ["before.json", "--diff", name]):
+        (tmp_path / "before.json").write_text(json.dumps(BEFORE))
+        result = run_kname(kname_venv, "report", *args, cwd=tmp_path)
+        assert result.returncode == 2
+        assert result.stdout == ""
+        assert result.stderr.startswith(f"kname report: {name}: ")
+        assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+
+
+def test_kname_commands_never_overwrite_the_users_census(kname_venv, censuses: Path) -> None:
+    saved = (censuses / "before.json").read_bytes()
+    env = {"KNAME": "1", "KNAME_REPORT": "before.json"}
+    for args in (["report", "before.json"], ["doctor"], ["--version"]):
+        run_kname(kname_venv, *args, env=env, cwd=censuses)
+        assert (censuses / "before.json").read_bytes() == saved
+    assert sorted(p.name for p in censuses.iterdir()) == ["after.json", "before.json"]
+
+
+# --- kname doctor ---------------------------------------------------------------------------
+
+
+def test_doctor_in_the_installed_venv_finds_everything(kname_venv: Venv, inject_lib) -> None:
+    result = run_kname(
+        kname_venv, "doctor", env={"KNAME": "1", "NVTX_INJECTION64_PATH": str(inject_lib)}
+    )
+    assert result.returncode == 0, result.stdout
+    assert result.stderr == ""
+    assert marked(result.stdout, "✗") == []
+    good = marked(result.stdout, "✓")
+    assert f"start-up gate: {kname_venv.site_packages / 'kname.pth'}" in good
+    assert "switch: on (KNAME='1'); kname started in this process" in good
+    assert f"target numba: numba {version('numba')}, numba-cuda {version('numba-cuda')}" in good
+    assert f"dependencies: wrapt {version('wrapt')}, nvtx {version('nvtx')}" in good
+    assert f"NVTX tool attached: NVTX_INJECTION64_PATH={inject_lib}" in good
+    assert "configuration in effect:" in good
+    assert "    KNAME_MODE     nvtx" in result.stdout.splitlines()
+
+
+def test_doctor_says_what_to_do_when_the_switch_is_off(kname_venv: Venv) -> None:
+    result = run_kname(kname_venv, "doctor")
+    assert result.returncode == 1
+    (problem,) = marked(result.stdout, "✗")
+    assert problem.startswith("switch: off (KNAME is not set): set KNAME=1")
+    assert any(line.startswith("NVTX tool: none attached") for line in marked(result.stdout, "–"))
+
+
+def test_doctor_names_each_bad_value(kname_venv: Venv, tmp_path: Path) -> None:
+    # The switch stays off: with KNAME=1 and KNAME_STRICT=1 the start-up gate itself would stop
+    # the `kname` command before doctor could run.
+    env = {"KNAME_DEPTH": "deep", "KNAME_MODE": "loud", "KNAME_STRICT": "1",
+           "KNAME_REPORT": str(tmp_path / "no-such-dir" / "c.json")}  # fmt: skip
+    result = run_kname(kname_venv, "doctor", env=env)
+    assert result.returncode == 1
+    problems = marked(result.stdout, "✗")
+    assert problems[0].startswith("switch: off")
+    assert any(p.startswith("KNAME_DEPTH='deep'") and "1 to 16" in p for p in problems)
+    assert any(p.startswith("KNAME_MODE='loud'") and "KNAME_STRICT is on" in p for p in problems)
+    assert any(p.startswith("KNAME_REPORT=") and "does not exist" in p for p in problems)
+
+
+def test_doctor_imports_no_gpu_library(kname_venv: Venv) -> None:
+    code = (
+        "import sys; from kname.cli import main; code = main(['doctor']);"
+        "print(code, [m for m in ('numba', 'numba_cuda', 'cupy', 'triton') if m in sys.modules])"
+    )
+    result = kname_venv.python_run("-c", code, env={"KNAME": "1"})
+    assert result.stdout.splitlines()[-1] == "0 []", result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def venv_without_pth(tmp_path_factory: pytest.TempPathFactory, kname_wheel: Path) -> Venv:
+    made = make_venv(tmp_path_factory.mktemp("no-pth") / "env")
+    made.install(str(kname_wheel))
+    (made.site_packages / "kname.pth").unlink()
+    return made
+
+
+def test_doctor_without_kname_pth_says_the_switch_cannot_work(venv_without_pth: Venv) -> None:
+    result = run_kname(venv_without_pth, "doctor", env={"KNAME": "1"})
+    assert result.returncode == 1
+    problems = marked(result.stdout, "✗")
+    assert len(problems) == 2, result.stdout
+    assert problems[0].startswith("no start-up gate: kname.pth is in none of ")
+    assert str(venv_without_pth.site_packages) in problems[0]
+    assert problems[1].startswith("switch: on (KNAME='1'), but kname did not start")

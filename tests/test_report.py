@@ -1,0 +1,336 @@
+"""The launch census: kname.report() as a table and as JSON, and KNAME_REPORT at exit.
+
+Counting runs for real: numba kernels on the CUDA simulator, in a subprocess of a venv with
+kname's wheel installed. Rendering, validation and comparison are also checked in-process, on
+censuses built by hypothesis.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from nvtx_capture import run_captured
+from support import Venv, line_of
+
+import kname
+from kname.report import (
+    OWNER_VARIABLE,
+    CensusError,
+    compare,
+    load,
+    render_json,
+    validate,
+    write_atomically,
+)
+
+APP = """\
+import os
+import sys
+
+import numpy as np
+from numba import cuda
+
+import kname
+
+
+@cuda.jit
+def axpy(out, a, x):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a * x[i] + out[i]
+
+
+@cuda.jit
+def scale(out, a):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] *= a
+
+
+def step(out, x):
+    axpy[1, 4](out, 2.0, x)  # axpy-line
+    scale[1, 4](out, 0.5)  # scale-line
+
+
+def main():
+    out, x = np.zeros(4), np.ones(4)
+    for _ in range(3):
+        step(out, x)
+    axpy[1, 4](out, 1.0, x)  # main-line
+    if "--table" in sys.argv:
+        kname.report()
+    if "--json" in sys.argv:
+        kname.report(format="json")
+    os.chdir("/")  # a relative KNAME_REPORT still means where the program started
+    sys.exit(int(os.environ.get("APP_EXIT", "0")))
+
+
+main()
+"""
+
+# (name, kernel, launches) of APP's call sites, in first-seen order.
+EXPECTED = [
+    (f"step app.py:{line_of(APP, 'axpy-line')}", "axpy", 3),
+    (f"step app.py:{line_of(APP, 'scale-line')}", "scale", 3),
+    (f"main app.py:{line_of(APP, 'main-line')}", "axpy", 1),
+]
+TOTAL = 7
+SITE_KEYS = {"name", "kernel", "lib", "launches", "share", "order"}
+
+
+def assert_census_schema(document: object) -> None:
+    """Schema 1, checked independently of kname's own validate()."""
+    assert isinstance(document, dict)
+    assert set(document) == {"kname", "schema", "sites", "total_launches"}
+    assert document["kname"] == kname.__version__
+    assert document["schema"] == 1
+    sites = document["sites"]
+    assert isinstance(sites, list)
+    total = document["total_launches"]
+    assert type(total) is int and total == sum(s["launches"] for s in sites)
+    for order, site in enumerate(sites, 1):
+        assert set(site) == SITE_KEYS
+        assert all(type(site[k]) is str for k in ("name", "kernel", "lib"))
+        assert type(site["launches"]) is int and site["launches"] > 0
+        assert site["order"] == order
+        assert isinstance(site["share"], float)
+        assert site["share"] == round(site["launches"] / total, 6)
+
+
+def expected_sites() -> list[dict]:
+    return [
+        {"name": name, "kernel": kernel, "lib": "numba", "launches": launches,
+         "share": round(launches / TOTAL, 6), "order": order}
+        for order, (name, kernel, launches) in enumerate(EXPECTED, 1)
+    ]  # fmt: skip
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Path:
+    (tmp_path / "app.py").write_text(APP)
+    return tmp_path
+
+
+# Each run owns its KNAME_REPORT, even if this test process ever set the owner variable.
+NOT_BENEATH = {OWNER_VARIABLE: ""}
+
+
+def run_app(venv: Venv, app: Path, *args: str, env: dict[str, str] | None = None):
+    environ = {"KNAME": "1", "NUMBA_ENABLE_CUDASIM": "1", **NOT_BENEATH, **(env or {})}
+    return venv.python_run("app.py", *args, env=environ, cwd=app)
+
+
+# --- counting, for real --------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_report_json_follows_schema_1_and_counts_each_call_site(kname_venv: Venv, app) -> None:
+    result = run_app(kname_venv, app, "--json")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    document = json.loads(result.stdout)
+    assert_census_schema(document)
+    assert document["sites"] == expected_sites()
+    assert document["total_launches"] == TOTAL
+
+
+@pytest.mark.slow
+def test_report_table_has_a_row_per_call_site_most_launches_first(kname_venv: Venv, app) -> None:
+    result = run_app(kname_venv, app, "--table")
+    assert result.returncode == 0, result.stderr
+    heading, header, *rows = result.stdout.splitlines()
+    assert heading == "kname census: 7 launches from 3 call sites"
+    assert header.split() == ["call", "site", "kernel", "library", "launches", "share", "first",
+                              "seen"]  # fmt: skip
+    assert [row.rsplit(None, 5)[0] for row in rows] == [name for name, _, _ in EXPECTED]
+    assert [row.split()[-5:] for row in rows] == [
+        ["axpy", "numba", "3", "42.9%", "1"],
+        ["scale", "numba", "3", "42.9%", "2"],
+        ["axpy", "numba", "1", "14.3%", "3"],
+    ]
+
+
+@pytest.mark.slow
+def test_kname_report_dash_prints_the_table_on_stderr_at_exit(kname_venv: Venv, app) -> None:
+    table = run_app(kname_venv, app, "--table").stdout
+    result = run_app(kname_venv, app, env={"KNAME_REPORT": "-"})
+    assert result.returncode == 0
+    assert result.stdout == ""
+    assert result.stderr == table
+
+
+@pytest.mark.slow
+def test_kname_report_path_writes_the_json_census_atomically(kname_venv: Venv, app) -> None:
+    result = run_app(kname_venv, app, env={"KNAME_REPORT": "census.json"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == result.stderr == ""
+    document = json.loads((app / "census.json").read_text())
+    assert_census_schema(document)
+    assert document["sites"] == expected_sites()
+    # The temporary file was renamed into place: nothing else is left beside it.
+    assert sorted(p.name for p in app.iterdir() if p.name != "__pycache__") == [
+        "app.py",
+        "census.json",
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["missing-directory/census.json", "a-directory"])
+def test_an_unwritable_report_path_gives_one_line_and_keeps_the_exit_code(
+    kname_venv: Venv, app: Path, where: str
+) -> None:
+    (app / "a-directory").mkdir()
+    result = run_app(kname_venv, app, env={"KNAME_REPORT": where, "APP_EXIT": "3"})
+    assert result.returncode == 3
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("kname: KNAME_REPORT=")
+    assert where in lines[0] and "census was not saved" in lines[0]
+
+
+@pytest.mark.slow
+def test_census_mode_counts_launches_without_nvtx_ranges(
+    kname_venv: Venv, app: Path, inject_lib: Path, tmp_path: Path
+) -> None:
+    def run(mode: str):
+        env = {"KNAME": "1", "KNAME_MODE": mode, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": None,
+               OWNER_VARIABLE: None}  # fmt: skip
+        args = [str(kname_venv.python), "app.py", "--json"]
+        return run_captured(args, inject_lib, tmp_path, env=env, cwd=app)
+
+    census_run, census_capture = run("census")
+    nvtx_run, nvtx_capture = run("nvtx")
+    assert census_run.returncode == nvtx_run.returncode == 0, census_run.stderr
+    assert json.loads(census_run.stdout)["sites"] == expected_sites()
+    assert census_capture.ranges("kname") == []
+    # The same program in the default mode does emit a range per launch.
+    expected_ranges = [name for name, _, launches in EXPECTED for _ in range(launches)]
+    assert sorted(nvtx_capture.ranges("kname")) == sorted(expected_ranges)
+
+
+@pytest.mark.slow
+def test_a_process_beneath_the_owner_writes_a_census_of_its_own(kname_venv: Venv, app) -> None:
+    parent = "import subprocess, sys; subprocess.run([sys.executable, 'app.py'], check=True)"
+    result = kname_venv.python_run(
+        "-c", parent, cwd=app,
+        env={"KNAME": "1", "NUMBA_ENABLE_CUDASIM": "1", "KNAME_REPORT": "c.json", **NOT_BENEATH},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    # The parent launched nothing: its census is empty, and the child's did not overwrite it.
+    assert json.loads((app / "c.json").read_text())["total_launches"] == 0
+    (child,) = app.glob("c.pid*.json")
+    assert re.fullmatch(r"c\.pid\d+\.json", child.name)
+    assert json.loads(child.read_text())["sites"] == expected_sites()
+
+
+# --- rendering, validation, comparison ----------------------------------------------------
+
+call_site_names = st.builds(
+    "{} {}.py:{}".format,
+    st.sampled_from(["<module>", "step", "main", "Solver.run"]),
+    st.sampled_from(["app", "solver", "pkg/ops", "naïve/ünïcode"]),
+    st.integers(1, 5000),
+)
+site_counts = st.dictionaries(
+    st.tuples(call_site_names, st.sampled_from(["axpy", "scale", "reduce", ""])),
+    st.integers(1, 10**9),
+    max_size=12,
+)
+
+
+def census_of(counts: dict[tuple[str, str], int]) -> dict:
+    total = sum(counts.values())
+    sites = [
+        {"name": name, "kernel": kernel, "lib": "numba", "launches": launches,
+         "share": round(launches / total, 6), "order": order}
+        for order, ((name, kernel), launches) in enumerate(counts.items(), 1)
+    ]  # fmt: skip
+    return {"kname": kname.__version__, "schema": 1, "sites": sites, "total_launches": total}
+
+
+@given(site_counts)
+def test_render_json_reads_back_as_the_same_valid_census(counts) -> None:
+    document = census_of(counts)
+    text = render_json(document)
+    assert text.endswith("}\n")
+    assert json.loads(text) == document
+    assert validate(json.loads(text), "x.json") == document
+
+
+@given(site_counts, site_counts)
+def test_diff_deltas_add_up_to_the_change_in_total_launches(before, after) -> None:
+    old, new = census_of(before), census_of(after)
+    changes = compare(old, new)
+    assert sum(c.after - c.before for c in changes) == new["total_launches"] - old["total_launches"]
+    assert all(c.before != c.after for c in changes)
+    assert {(c.name, c.kernel) for c in changes if c.kind == "added"} == set(after) - set(before)
+    assert {(c.name, c.kernel) for c in changes if c.kind == "removed"} == set(before) - set(after)
+    assert compare(old, old) == []
+
+
+GOOD = census_of({("step app.py:3", "axpy"): 2})
+
+
+@pytest.mark.parametrize(
+    ("document", "fault"),
+    [
+        ([], "not a kname census"),
+        ({"schema": 1}, "not a kname census"),
+        ({**GOOD, "schema": 2}, "census schema 2 is not supported"),
+        ({**GOOD, "sites": {}}, "'sites' must be a list"),
+        ({**GOOD, "sites": [{"name": "x"}]}, "sites[0] has no 'kernel'"),
+        ({**GOOD, "sites": [{**GOOD["sites"][0], "launches": -1}]}, "sites[0].launches"),
+        ({**GOOD, "sites": [{**GOOD["sites"][0], "launches": True}]}, "sites[0].launches"),
+        ({**GOOD, "sites": [{**GOOD["sites"][0], "share": 1.5}]}, "sites[0].share"),
+        ({**GOOD, "total_launches": "2"}, "'total_launches' must be a whole number"),
+    ],
+)
+def test_validate_names_the_file_and_the_fault_on_one_line(document, fault) -> None:
+    with pytest.raises(CensusError) as raised:
+        validate(document, "census.json")
+    message = str(raised.value)
+    assert message.startswith("census.json: ") and fault in message
+    assert "\n" not in message
+
+
+def test_load_says_what_is_wrong_with_the_file(tmp_path: Path) -> None:
+    (tmp_path / "bad.json").write_text('{"schema": 1,')
+    (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00")
+    messages = {}
+    for name in ("missing.json", "bad.json", "binary.json"):
+        with pytest.raises(CensusError) as raised:
+            load(str(tmp_path / name))
+        messages[name] = str(raised.value)
+    assert messages["missing.json"].endswith("missing.json: no such file")
+    assert "bad.json: not valid JSON (Expecting" in messages["bad.json"]
+    assert "line 1, column 14" in messages["bad.json"]
+    assert "binary.json: cannot be read" in messages["binary.json"]
+
+
+def test_report_accepts_only_table_and_json() -> None:
+    with pytest.raises(ValueError, match=r"format='xml'.*'table' and 'json'"):
+        kname.report(format="xml")
+
+
+def test_report_writes_a_path_atomically_and_a_stream_as_is(tmp_path: Path) -> None:
+    target = tmp_path / "census.json"
+    target.write_text("old")
+    kname.report(target, format="json")
+    assert_census_schema(json.loads(target.read_text()))
+    assert os.listdir(tmp_path) == ["census.json"]
+    with open(tmp_path / "census.txt", "w") as stream:
+        kname.report(stream)
+    assert (tmp_path / "census.txt").read_text().startswith("kname census: ")
+
+
+def test_write_atomically_leaves_no_temporary_file_when_it_fails(tmp_path: Path) -> None:
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(OSError):
+        write_atomically(str(tmp_path / "taken"), "{}")
+    assert os.listdir(tmp_path) == ["taken"]

@@ -1,0 +1,621 @@
+"""Call-site detection: which line each launch is named after, and what a profiler sees.
+
+In-process tests launch through a user-named target (`fakegpu:launch`, a module written into
+tmp_path); the numba simulator and NVTX capture run in subprocesses (NVTX picks its tool at a
+process's first NVTX call).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from nvtx_capture import run_captured
+from support import REPO, line_of
+
+import kname
+from kname import callsite, launch, naming
+from kname.config import DEFAULT_FORMAT
+from kname.nvtx import colour_of
+
+FAKEGPU = '''
+"""A stand-in GPU library: a launch is a plain call."""
+
+
+def launch(*args):
+    """Launch a fake kernel."""
+    return args
+
+
+def launch_a(*args):
+    return ("a", *args)
+
+
+def launch_b(*args):
+    return ("b", *args)
+
+
+def fail(message):
+    raise ValueError(message)
+'''
+
+
+class Sandbox:
+    """Modules written into tmp_path, importable, and kname installed on them in-process."""
+
+    def __init__(self, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.root = root
+        self.monkeypatch = monkeypatch
+        self.sources: dict[str, str] = {}
+        self.write("fakegpu", FAKEGPU)
+
+    def write(self, name: str, source: str) -> Path:
+        source = textwrap.dedent(source)
+        self.sources[name] = source
+        path = self.root / f"{name}.py"
+        path.write_text(source)
+        return path
+
+    def install(self, *targets: str, **env: str):
+        """Set KNAME_<KEY> variables from `env`, then kname.install(targets)."""
+        for key, value in env.items():
+            self.monkeypatch.setenv(f"KNAME_{key.upper()}", value)
+        kname.install(targets=list(targets) or ["fakegpu:launch"])
+
+    def load(self, name: str):
+        return importlib.import_module(name)
+
+    def name(self, module: str, marker: str, function: str) -> str:
+        """The default-format name of the line holding `marker` in `module`."""
+        return f"{function} {module}.py:{line_of(self.sources[module], marker)}"
+
+    def line(self, module: str, marker: str) -> int:
+        return line_of(self.sources[module], marker)
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    for variable in [v for v in os.environ if v.startswith("KNAME_")]:
+        monkeypatch.delenv(variable)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # Path roots are a snapshot taken at first use: take a new one that includes tmp_path.
+    monkeypatch.setattr(naming, "_roots", None)
+    before = set(sys.modules)
+    yield Sandbox(tmp_path, monkeypatch)
+    kname.uninstall()
+    launch.enable()
+    callsite.configure((), DEFAULT_FORMAT, 1, True)
+    callsite.clear()
+    for name in set(sys.modules) - before:
+        if str(getattr(sys.modules[name], "__file__", "") or "").startswith(str(tmp_path)):
+            del sys.modules[name]
+
+
+# --------------------------------------------------------------------------
+# In-process: which line is the call site
+# --------------------------------------------------------------------------
+
+USER = """
+import functools
+import threading
+
+import fakegpu
+
+
+def direct():
+    return fakegpu.launch(1)  # L:direct
+
+
+run_lambda = lambda: fakegpu.launch(2)  # L:lambda
+
+
+def listcomp():
+    return [fakegpu.launch(i) for i in range(3)]  # L:listcomp
+
+
+def generator():
+    for i in range(4):
+        yield fakegpu.launch(i)  # L:generator
+
+
+def consume():
+    return list(generator())
+
+
+class Model:
+    def step(self):
+        return fakegpu.launch(self)  # L:method
+
+
+def traced(function):
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        return function(*args, **kwargs)
+
+    return wrapper
+
+
+@traced
+def decorated():
+    return fakegpu.launch(5)  # L:decorated
+
+
+def partial():
+    launch_one = functools.partial(fakegpu.launch, 1)
+    return launch_one()  # L:partial
+
+
+def worker_a():
+    fakegpu.launch("a")  # L:thread-a
+
+
+def worker_b():
+    fakegpu.launch("b")  # L:thread-b
+
+
+def threads():
+    barrier = threading.Barrier(2)
+
+    def both(work):
+        barrier.wait()
+        work()
+
+    running = [threading.Thread(target=both, args=(w,)) for w in (worker_a, worker_b)]
+    for thread in running:
+        thread.start()
+    for thread in running:
+        thread.join()
+
+
+def five():
+    for _ in range(5):
+        fakegpu.launch()  # L:five
+
+
+def two_lines():
+    fakegpu.launch()  # L:first
+    fakegpu.launch()  # L:second
+
+
+def two_kernels():
+    for launch in (fakegpu.launch_a, fakegpu.launch_b, fakegpu.launch_a):
+        launch()  # L:two-kernels
+
+
+def inner():
+    return fakegpu.launch()  # L:inner
+
+
+def outer():
+    return inner()  # L:outer
+
+
+def custom_launcher():
+    return kname.site_name()  # L:site-name
+"""
+
+
+@pytest.fixture
+def user(sandbox: Sandbox):
+    """The USER module, importable as `user_mod`."""
+    sandbox.write("user_mod", "import kname\n" + textwrap.dedent(USER))
+    return sandbox
+
+
+def test_a_direct_call_is_named_after_its_line(user: Sandbox) -> None:
+    user.install()
+    module = user.load("user_mod")
+    assert module.direct() == (1,)
+    assert kname.names() == {user.name("user_mod", "L:direct", "direct"): 1}
+
+
+@pytest.mark.parametrize(
+    ("call", "marker", "function", "launches"),
+    [
+        ("run_lambda", "L:lambda", "<lambda>", 1),
+        ("consume", "L:generator", "generator", 4),
+        ("decorated", "L:decorated", "decorated", 1),
+        ("partial", "L:partial", "partial", 1),
+    ],
+)
+def test_the_launching_line_is_found_through_layers(user, call, marker, function, launches):
+    user.install()
+    getattr(user.load("user_mod"), call)()
+    assert kname.names() == {user.name("user_mod", marker, function): launches}
+
+
+def test_a_list_comprehension_is_named_after_its_line(user: Sandbox) -> None:
+    user.install()
+    user.load("user_mod").listcomp()
+    [(name, launches)] = kname.names().items()
+    assert name.endswith(f" user_mod.py:{user.line('user_mod', 'L:listcomp')}")
+    assert name.split()[0].startswith("listcomp")
+    assert launches == 3
+
+
+def test_a_method_is_named_by_its_qualified_name(user: Sandbox) -> None:
+    user.install()
+    user.load("user_mod").Model().step()
+    assert kname.names() == {user.name("user_mod", "L:method", "Model.step"): 1}
+
+
+def test_each_thread_is_named_after_its_own_line(user: Sandbox) -> None:
+    user.install()
+    module = user.load("user_mod")
+    for _ in range(3):
+        module.threads()
+    assert kname.names() == {
+        user.name("user_mod", "L:thread-a", "worker_a"): 3,
+        user.name("user_mod", "L:thread-b", "worker_b"): 3,
+    }
+
+
+def test_the_same_line_launching_five_times_is_one_site_with_count_5(user: Sandbox) -> None:
+    user.install()
+    user.load("user_mod").five()
+    assert kname.names() == {user.name("user_mod", "L:five", "five"): 5}
+    assert len(callsite.sites) == 1
+
+
+def test_two_lines_launching_the_same_function_get_two_names(user: Sandbox) -> None:
+    user.install()
+    module = user.load("user_mod")
+    module.two_lines()
+    module.two_lines()
+    assert kname.names() == {
+        user.name("user_mod", "L:first", "two_lines"): 2,
+        user.name("user_mod", "L:second", "two_lines"): 2,
+    }
+
+
+def test_one_line_launching_two_kernels_keeps_their_names_apart(user: Sandbox) -> None:
+    user.install("fakegpu:launch_a", "fakegpu:launch_b", format="{kernel} @ {function}:{line}")
+    user.load("user_mod").two_kernels()
+    line = user.line("user_mod", "L:two-kernels")
+    assert kname.names() == {
+        f"launch_a @ two_kernels:{line}": 2,
+        f"launch_b @ two_kernels:{line}": 1,
+    }
+
+
+def test_depth_2_names_the_caller_too(user: Sandbox) -> None:
+    user.install(depth="2")
+    user.load("user_mod").outer()
+    assert kname.names() == {
+        f"{user.name('user_mod', 'L:inner', 'inner')}"
+        f" < {user.name('user_mod', 'L:outer', 'outer')}": 1
+    }
+
+
+def test_depth_2_does_not_reuse_a_site_seen_with_fewer_callers(user: Sandbox) -> None:
+    user.install(depth="2")
+    module = user.load("user_mod")
+    # From a bare thread, `inner` has no user caller: the name has one frame.
+    import threading
+
+    thread = threading.Thread(target=module.inner)
+    thread.start()
+    thread.join()
+    module.outer()
+    inner = user.name("user_mod", "L:inner", "inner")
+    assert kname.names() == {inner: 1, f"{inner} < {user.name('user_mod', 'L:outer', 'outer')}": 1}
+
+
+def test_site_name_names_the_line_that_asks(user: Sandbox) -> None:
+    user.install()
+    name = user.load("user_mod").custom_launcher()
+    assert name == user.name("user_mod", "L:site-name", "custom_launcher")
+    assert kname.names() == {}  # asking for a name is not a launch
+
+
+def test_site_name_works_without_install(user: Sandbox) -> None:
+    name = user.load("user_mod").custom_launcher()
+    assert name == user.name("user_mod", "L:site-name", "custom_launcher")
+
+
+def test_a_helper_in_a_kname_skip_module_names_its_caller(sandbox: Sandbox) -> None:
+    sandbox.write("launchers", "import fakegpu\n\ndef go():\n    return fakegpu.launch()\n")
+    sandbox.write(
+        "app",
+        """
+        import launchers
+
+        def run():
+            launchers.go()  # L:via-helper
+        """,
+    )
+    sandbox.install(skip="launchers")
+    sandbox.load("app").run()
+    assert kname.names() == {sandbox.name("app", "L:via-helper", "run"): 1}
+
+
+def test_without_kname_skip_the_helper_is_the_call_site(sandbox: Sandbox) -> None:
+    sandbox.write("launchers", "import fakegpu\n\ndef go():\n    return fakegpu.launch()  # L:go\n")
+    sandbox.write("app", "import launchers\n\ndef run():\n    launchers.go()\n")
+    sandbox.install()
+    sandbox.load("app").run()
+    assert kname.names() == {sandbox.name("launchers", "L:go", "go"): 1}
+
+
+def test_module_level_code_of_a_large_module_is_named(sandbox: Sandbox) -> None:
+    functions = "\n".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(300))
+    sandbox.write(
+        "big",
+        f"import fakegpu\n\n{functions}\n"
+        "for i in range(7):\n"
+        "    fakegpu.launch(f1(i))  # L:big-loop\n"
+        "fakegpu.launch(f299(0))  # L:big-last\n",
+    )
+    sandbox.install()
+    sandbox.load("big")
+    assert kname.names() == {
+        sandbox.name("big", "L:big-loop", "<module>"): 7,
+        sandbox.name("big", "L:big-last", "<module>"): 1,
+    }
+
+
+def test_names_are_counted_in_first_seen_order(user: Sandbox) -> None:
+    user.install()
+    module = user.load("user_mod")
+    module.five()
+    module.direct()
+    module.five()
+    assert list(kname.names()) == [
+        user.name("user_mod", "L:five", "five"),
+        user.name("user_mod", "L:direct", "direct"),
+    ]
+
+
+# --------------------------------------------------------------------------
+# Subprocesses: the numba simulator, install prefixes, NVTX capture
+# --------------------------------------------------------------------------
+
+
+def clean_env(**extra: str | None) -> dict[str, str | None]:
+    """No KNAME_* or NVTX variables from the outside; kname importable from the checkout."""
+    env: dict[str, str | None] = {k: None for k in os.environ if k.startswith(("KNAME", "NVTX_"))}
+    env["PYTHONPATH"] = str(REPO)
+    env.update(extra)
+    return env
+
+
+def run_python(script: Path, env: dict[str, str | None], cwd: Path) -> dict[str, int]:
+    """Run `script`, which prints kname.names() as JSON on its last line; return that."""
+    full = {k: v for k, v in {**os.environ, **env}.items() if v is not None}
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=full, cwd=cwd,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+SIMULATOR = """
+import json
+
+import kname
+
+kname.install()
+
+import numpy as np
+from numba import cuda
+
+
+@cuda.jit(device=True)
+def twice(x):
+    return 2 * x
+
+
+@cuda.jit
+def axpy(out, x):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = twice(x[i])
+
+
+@cuda.jit
+def scale(out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = twice(out[i])
+
+
+def step(out, x):
+    axpy[2, 4](out, x)  # L:direct
+    axpy.forall(out.size)(out, x)  # L:forall
+
+
+out, x = np.zeros(8), np.arange(8.0)
+for _ in range(3):
+    step(out, x)
+scale[1, 8](out)  # L:scale
+assert (out == 4 * x).all(), out
+print(json.dumps(kname.names()))
+"""
+
+
+def simulator_script(tmp_path: Path) -> tuple[Path, dict[str, str | None]]:
+    script = tmp_path / "sim_app.py"
+    script.write_text(textwrap.dedent(SIMULATOR))
+    return script, clean_env(NUMBA_ENABLE_CUDASIM="1")
+
+
+def simulator_names() -> dict[str, int]:
+    return {
+        f"step sim_app.py:{line_of(SIMULATOR, 'L:direct')}": 3,
+        f"step sim_app.py:{line_of(SIMULATOR, 'L:forall')}": 3,
+        f"<module> sim_app.py:{line_of(SIMULATOR, 'L:scale')}": 1,
+    }
+
+
+def test_simulator_launches_forall_and_device_calls_are_named_by_user_lines(tmp_path) -> None:
+    script, env = simulator_script(tmp_path)
+    # forall names the user's line, not numba's; device function calls add no sites.
+    assert run_python(script, env, tmp_path) == simulator_names()
+
+
+def test_simulator_ranges_are_one_per_launch_and_balanced(inject_lib, tmp_path) -> None:
+    script, env = simulator_script(tmp_path)
+    done, cap = run_captured([sys.executable, str(script)], inject_lib, tmp_path, env=env,
+                             cwd=tmp_path, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    expected = simulator_names()
+    direct, forall, scale = expected
+    assert cap.ranges("kname") == [direct, forall] * 3 + [scale]
+    assert cap.balanced(), cap.stack_errors()
+    assert cap.max_depth("kname") == 1  # device functions open no nested range
+
+
+MYPKG = """
+import fakegpu
+
+
+def run():
+    for _ in range(2):
+        fakegpu.launch()  # L:mypkg
+"""
+
+DRIVER = """
+import json
+
+import kname
+
+kname.install(targets=["fakegpu:launch"])
+import mypkg.m
+
+mypkg.m.run()
+print(json.dumps(kname.names()))
+"""
+
+
+def test_the_same_file_under_two_install_prefixes_gets_the_same_name(tmp_path) -> None:
+    (tmp_path / "libs").mkdir()
+    (tmp_path / "libs" / "fakegpu.py").write_text(FAKEGPU)
+    driver = tmp_path / "driver.py"
+    driver.write_text(textwrap.dedent(DRIVER))
+    results = []
+    for prefix in ("a/lib/python3.11/site-packages", "b/deep/venv/lib/python3.11/site-packages"):
+        site = tmp_path / prefix
+        (site / "mypkg").mkdir(parents=True)
+        (site / "mypkg" / "__init__.py").touch()
+        (site / "mypkg" / "m.py").write_text(textwrap.dedent(MYPKG))
+        pythonpath = os.pathsep.join([str(site), str(tmp_path / "libs"), str(REPO)])
+        results.append(run_python(driver, clean_env(PYTHONPATH=pythonpath), cwd=site))
+    assert results[0] == results[1] == {f"run mypkg/m.py:{line_of(MYPKG, 'L:mypkg')}": 2}
+
+
+# NVTX capture through the fakegpu target.
+
+CAPTURED = """
+import json
+import sys
+
+sys.path.insert(0, {root!r})
+import kname
+
+kname.install(targets=["fakegpu:launch", "fakegpu:launch_a", "fakegpu:fail"])
+import fakegpu
+
+
+def sites():
+    fakegpu.launch(1)  # L:one
+    fakegpu.launch(2)  # L:two
+
+
+for _ in range(3):
+    sites()
+fakegpu.launch_a()  # L:a
+
+caught = None
+try:
+    fakegpu.fail("boom: the launch failed")  # L:fail
+except ValueError as exc:
+    caught = exc
+print(json.dumps({{"type": type(caught).__name__, "message": str(caught)}}))
+print(json.dumps(kname.names()))
+"""
+
+
+def run_fakegpu_captured(inject_lib: Path, tmp_path: Path, **env: str | None):
+    """Run CAPTURED under NVTX capture; return (names, exception seen, capture)."""
+    (tmp_path / "fakegpu.py").write_text(FAKEGPU)
+    script = tmp_path / "captured_app.py"
+    script.write_text(CAPTURED.format(root=str(tmp_path)))
+    done, cap = run_captured([sys.executable, str(script)], inject_lib, tmp_path,
+                             env=clean_env(**env), cwd=tmp_path, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    *_, caught, names = done.stdout.splitlines()
+    return json.loads(names), json.loads(caught), cap
+
+
+def captured_name(marker: str, function: str) -> str:
+    return f"{function} captured_app.py:{line_of(CAPTURED, marker)}"
+
+
+def test_ranges_are_pushed_and_popped_in_launch_order(inject_lib, tmp_path) -> None:
+    _, _, cap = run_fakegpu_captured(inject_lib, tmp_path)
+    one, two = captured_name("L:one", "sites"), captured_name("L:two", "sites")
+    a, fail = captured_name("L:a", "<module>"), captured_name("L:fail", "<module>")
+    assert cap.ranges("kname") == [one, two] * 3 + [a, fail]
+    kinds = [e.kind for e in cap.events if e.domain == "kname" and e.kind in ("push", "pop")]
+    assert kinds == ["push", "pop"] * 8
+    assert cap.balanced(), cap.stack_errors()
+    assert cap.max_depth("kname") == 1
+
+
+def test_each_site_registers_its_string_once(inject_lib, tmp_path) -> None:
+    names, _, cap = run_fakegpu_captured(inject_lib, tmp_path)
+    registered = cap.registered_strings("kname")
+    assert sorted(registered) == sorted(names)
+    assert len(registered) == len(set(registered)) == 4
+    assert names[captured_name("L:one", "sites")] == 3
+
+
+def test_a_failing_launch_closes_its_range_and_raises_unchanged(inject_lib, tmp_path) -> None:
+    names, caught, cap = run_fakegpu_captured(inject_lib, tmp_path)
+    assert caught == {"type": "ValueError", "message": "boom: the launch failed"}
+    assert names[captured_name("L:fail", "<module>")] == 1
+    assert cap.ranges("kname")[-1] == captured_name("L:fail", "<module>")
+    last = [e.kind for e in cap.events if e.domain == "kname" and e.kind in ("push", "pop")][-2:]
+    assert last == ["push", "pop"]  # the failed launch's range was closed
+    assert cap.balanced(), cap.stack_errors()
+
+
+def test_a_kernel_has_the_same_colour_in_every_run(inject_lib, tmp_path) -> None:
+    colours = []
+    for seed in ("1", "2"):
+        _, _, cap = run_fakegpu_captured(inject_lib, tmp_path, PYTHONHASHSEED=seed)
+        colours.append({e.message: e.color for e in cap.of("push", "kname")})
+    assert colours[0] == colours[1]
+    one, two = captured_name("L:one", "sites"), captured_name("L:two", "sites")
+    assert colours[0][one] == colours[0][two]  # same kernel, same colour
+    assert colours[0][one] == colour_of("launch")
+
+
+def test_ranges_are_in_the_kname_domain_unless_kname_domain_says(inject_lib, tmp_path) -> None:
+    names, _, cap = run_fakegpu_captured(inject_lib, tmp_path)
+    assert "kname" in cap.domains()
+    assert len(cap.ranges("kname")) == sum(names.values())
+    names, _, mine = run_fakegpu_captured(inject_lib, tmp_path, KNAME_DOMAIN="mine")
+    assert len(mine.ranges("mine")) == sum(names.values())
+    assert mine.ranges("kname") == []
+    assert "kname" not in mine.domains()
+
+
+def test_census_mode_counts_launches_but_emits_no_ranges(inject_lib, tmp_path) -> None:
+    names, caught, cap = run_fakegpu_captured(inject_lib, tmp_path, KNAME_MODE="census")
+    assert names == {
+        captured_name("L:one", "sites"): 3,
+        captured_name("L:two", "sites"): 3,
+        captured_name("L:a", "<module>"): 1,
+        captured_name("L:fail", "<module>"): 1,
+    }
+    assert caught["type"] == "ValueError"
+    assert cap.of("push") == [] and cap.of("pop") == []
+    assert cap.registered_strings("kname") == []

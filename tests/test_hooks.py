@@ -1,0 +1,425 @@
+"""install() / uninstall(): what is wrapped, when, and that every original comes back.
+
+Targets are user-named (`fakegpu:...`) on a module written into tmp_path, so each test controls
+whether the module is imported before or after install(). The start-up path runs in a subprocess.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import REPO, line_of
+from wrapt import importer
+
+import kname
+from kname import _warnings, callsite, hooks, launch, naming
+from kname.config import DEFAULT_FORMAT
+
+FAKEGPU = '''
+"""A stand-in GPU library with every kind of launch callable."""
+
+last_error = None
+
+
+def launch(*args):
+    """Launch a fake kernel."""
+    return args
+
+
+def fail(message):
+    """Raise, as a launch that went wrong does."""
+    global last_error
+    last_error = ValueError(message)
+    raise last_error
+
+
+class Kernel:
+    def __call__(self, *args):
+        return ("call", self, *args)
+
+
+class Stream:
+    def launch(self, *args):
+        return ("method", self, *args)
+
+    @staticmethod
+    def static_launch(*args):
+        return ("static", *args)
+
+    @classmethod
+    def class_launch(cls, *args):
+        return ("class", cls, *args)
+
+
+class Child(Stream):
+    pass
+
+
+class GrandChild(Child):
+    pass
+'''
+
+
+@pytest.fixture
+def gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """fakegpu written into tmp_path and importable (not yet imported); cleaned up after."""
+    for variable in [v for v in os.environ if v.startswith("KNAME_")]:
+        monkeypatch.delenv(variable)
+    (tmp_path / "fakegpu.py").write_text(FAKEGPU)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(naming, "_roots", None)
+    monkeypatch.setattr(_warnings, "_said", set())  # every warning can be said again
+    sys.modules.pop("fakegpu", None)
+    yield tmp_path
+    kname.uninstall()
+    launch.enable()
+    callsite.configure((), DEFAULT_FORMAT, 1, True)
+    callsite.clear()
+    sys.modules.pop("fakegpu", None)
+
+
+def fakegpu():
+    return importlib.import_module("fakegpu")
+
+
+def is_wrapper(candidate) -> bool:
+    return getattr(candidate, "_kname_wrapper", False) is True
+
+
+def kname_hooks() -> list:
+    return [
+        hook
+        for module_hooks in importer._post_import_hooks.values()
+        for hook in module_hooks
+        if isinstance(hook, hooks._ModuleHook)
+    ]
+
+
+def hook_finders() -> int:
+    return sum(isinstance(finder, importer.ImportHookFinder) for finder in sys.meta_path)
+
+
+# --------------------------------------------------------------------------
+# Wrapping once, restoring exactly
+# --------------------------------------------------------------------------
+
+
+def test_install_twice_wraps_once(gpu) -> None:
+    module = fakegpu()
+    original = vars(module.Kernel)["__call__"]
+    kname.install(targets=["fakegpu:Kernel.__call__"])
+    kname.install(targets=["fakegpu:Kernel.__call__"])
+    wrapper = vars(module.Kernel)["__call__"]
+    assert is_wrapper(wrapper)
+    assert wrapper.__wrapped__ is original
+    assert not is_wrapper(original)
+    kernel = module.Kernel()
+    assert kernel(1) == ("call", kernel, 1)
+    assert sum(kname.names().values()) == 1
+
+
+@pytest.mark.parametrize("entry", ["fakegpu:launch", "fakegpu:Stream.static_launch"])
+def test_a_target_named_twice_is_wrapped_once(gpu, entry: str) -> None:
+    fakegpu()
+    kname.install(targets=[entry, entry])
+    owner, attribute = hooks._resolve_owner(fakegpu(), entry.split(":")[1])
+    wrapper = hooks._unbound(vars(owner)[attribute])
+    assert is_wrapper(wrapper)
+    assert not is_wrapper(wrapper.__wrapped__)
+
+
+@pytest.mark.parametrize(
+    ("qualname", "kind"),
+    [
+        ("launch", "function"),
+        ("Stream.launch", "method"),
+        ("Stream.static_launch", "staticmethod"),
+        ("Stream.class_launch", "classmethod"),
+    ],
+)
+def test_uninstall_restores_the_identical_original(gpu, qualname: str, kind: str) -> None:
+    module = fakegpu()
+    owner, attribute = hooks._resolve_owner(module, qualname)
+    original = vars(owner)[attribute]
+    kname.install(targets=[f"fakegpu:{qualname}"])
+    installed = vars(owner)[attribute]
+    assert installed is not original
+    assert type(installed) is type(original)  # a staticmethod stays one, and so on
+    assert is_wrapper(hooks._unbound(installed))
+    kname.uninstall()
+    assert vars(owner)[attribute] is original
+
+
+def test_the_wrapped_callables_still_behave_as_they_did(gpu) -> None:
+    module = fakegpu()
+    targets = ["launch", "Stream.launch", "Stream.static_launch", "Stream.class_launch"]
+    kname.install(targets=[f"fakegpu:{t}" for t in targets])
+    stream = module.Stream()
+    assert module.launch(1) == (1,)
+    assert stream.launch(2) == ("method", stream, 2)
+    assert module.Stream.static_launch(3) == stream.static_launch(3) == ("static", 3)
+    assert module.Stream.class_launch(4) == stream.class_launch(4) == ("class", module.Stream, 4)
+    assert module.Child.class_launch(5) == ("class", module.Child, 5)
+    assert sum(kname.names().values()) == 7
+
+
+@pytest.mark.parametrize("attribute", ["launch", "static_launch", "class_launch"])
+def test_an_inherited_method_is_wrapped_on_the_subclass_and_deleted_again(gpu, attribute):
+    module = fakegpu()
+    Child, GrandChild, Stream = module.Child, module.GrandChild, module.Stream
+    assert attribute not in vars(Child)
+    kname.install(targets=[f"fakegpu:Child.{attribute}"])
+    assert is_wrapper(hooks._unbound(vars(Child)[attribute]))
+    assert vars(Stream)[attribute] is not None and not is_wrapper(
+        hooks._unbound(vars(Stream)[attribute])
+    )
+    child = Child()
+    expected = {
+        "launch": ("method", child, 1),
+        "static_launch": ("static", 1),
+        "class_launch": ("class", Child, 1),
+    }[attribute]
+    assert getattr(child, attribute)(1) == expected  # called on an instance
+    if attribute != "launch":  # and on the classes, binding to the right one
+        assert getattr(Child, attribute)(1) == expected
+        grand = ("class", GrandChild, 1) if attribute == "class_launch" else expected
+        assert getattr(GrandChild, attribute)(1) == grand
+    assert sum(kname.names().values()) == (1 if attribute == "launch" else 3)
+    kname.uninstall()
+    assert attribute not in vars(Child)
+    assert inspect.getattr_static(Child, attribute) is vars(Stream)[attribute]
+
+
+# --------------------------------------------------------------------------
+# Import order and reload
+# --------------------------------------------------------------------------
+
+
+def test_a_module_imported_before_install_is_wrapped_at_once(gpu) -> None:
+    original = fakegpu().launch
+    kname.install(targets=["fakegpu:launch"])
+    assert fakegpu().launch.__wrapped__ is original
+
+
+def test_a_module_imported_after_install_is_wrapped_on_import(gpu) -> None:
+    kname.install(targets=["fakegpu:launch"])
+    assert "fakegpu" not in sys.modules
+    module = fakegpu()
+    assert is_wrapper(module.launch)
+    module.launch()
+    assert sum(kname.names().values()) == 1
+
+
+@pytest.mark.parametrize("imported_first", [True, False], ids=["before", "after"])
+def test_a_reloaded_module_is_wrapped_again(gpu, imported_first: bool) -> None:
+    if imported_first:
+        fakegpu()
+    kname.install(targets=["fakegpu:launch"])
+    module = fakegpu()
+    old_wrapper = module.launch
+    for _ in range(2):
+        reloaded = importlib.reload(module)
+        assert reloaded is module
+        assert is_wrapper(module.launch)
+        assert module.launch is not old_wrapper
+        assert not is_wrapper(module.launch.__wrapped__)
+        old_wrapper = module.launch
+    module.launch()
+    assert sum(kname.names().values()) == 1
+    fresh = module.launch.__wrapped__
+    kname.uninstall()
+    assert module.launch is fresh
+
+
+def test_a_module_reloaded_after_uninstall_is_not_wrapped(gpu) -> None:
+    kname.install(targets=["fakegpu:launch"])
+    module = fakegpu()
+    kname.uninstall()
+    importlib.reload(module)
+    assert not is_wrapper(module.launch)
+
+
+@pytest.mark.parametrize("imported_first", [True, False], ids=["before", "after"])
+def test_install_and_uninstall_50_times_leave_no_trace(gpu, imported_first: bool) -> None:
+    finders = hook_finders()
+    if imported_first:
+        original = fakegpu().launch
+    for _ in range(50):
+        kname.install(targets=["fakegpu:launch", "fakegpu:Stream.static_launch"])
+        assert kname.is_installed()
+        if imported_first:
+            assert fakegpu().launch.__wrapped__ is original
+        kname.uninstall()
+        assert not kname.is_installed()
+    assert kname_hooks() == []
+    assert hook_finders() == finders
+    assert "fakegpu" not in importer._post_import_hooks
+    if imported_first:
+        assert fakegpu().launch is original
+    else:
+        assert "fakegpu" not in sys.modules
+        assert not is_wrapper(fakegpu().launch)
+
+
+def test_uninstall_keeps_a_wrapt_finder_that_was_there_before(gpu) -> None:
+    def someone_elses_hook(module):
+        pass
+
+    importer.register_post_import_hook(someone_elses_hook, "some_other_module_never_imported")
+    try:
+        finders = hook_finders()
+        kname.install(targets=["fakegpu:launch"])
+        kname.uninstall()
+        assert hook_finders() == finders == 1
+        assert importer._post_import_hooks["some_other_module_never_imported"] == [
+            someone_elses_hook
+        ]
+    finally:
+        importer._post_import_hooks.pop("some_other_module_never_imported", None)
+
+
+# --------------------------------------------------------------------------
+# Targets that do not resolve
+# --------------------------------------------------------------------------
+
+
+def test_an_unresolved_target_gives_one_line_and_the_others_still_work(gpu, capsys, monkeypatch):
+    monkeypatch.setenv("KNAME_TARGETS", "fakegpu:nope,fakegpu:launch")
+    module = fakegpu()
+    kname.install()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1, lines
+    assert "KNAME_TARGETS" in lines[0] and "fakegpu:nope" in lines[0]
+    module.launch()
+    assert sum(kname.names().values()) == 1
+
+
+def test_an_unresolved_target_in_a_later_import_is_reported_once(gpu, capsys) -> None:
+    kname.install(targets=["fakegpu:Stream.nope", "fakegpu:launch"])
+    assert capsys.readouterr().err == ""  # not imported yet: nothing to say
+    fakegpu().launch()
+    importlib.reload(fakegpu())
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "fakegpu:Stream.nope" in lines[0], lines
+    assert sum(kname.names().values()) == 1
+
+
+def test_an_unresolved_target_at_start_up_gives_one_line(gpu) -> None:
+    code = "import fakegpu, kname; kname.install(); fakegpu.launch(); print(kname.names())"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KNAME", "NVTX_"))}
+    env.update(KNAME_TARGETS="fakegpu:nope, fakegpu:launch", PYTHONPATH=f"{gpu}:{REPO}")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          cwd=gpu, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, lines
+    assert "KNAME_TARGETS" in lines[0] and "fakegpu:nope" in lines[0]
+    assert done.stdout.strip() == "{'<module> <string>:1': 1}"
+
+
+# --------------------------------------------------------------------------
+# The runtime switch
+# --------------------------------------------------------------------------
+
+APP = """
+import fakegpu
+
+
+def step():
+    fakegpu.launch()  # L:step
+"""
+
+
+@pytest.fixture
+def app(gpu):
+    (gpu / "hooks_app.py").write_text(APP)
+    kname.install(targets=["fakegpu:launch"])
+    module = importlib.import_module("hooks_app")
+    yield module
+    sys.modules.pop("hooks_app", None)
+
+
+def launches() -> int:
+    return sum(kname.names().values())
+
+
+def test_disable_stops_naming_and_enable_resumes(app) -> None:
+    name = f"step hooks_app.py:{line_of(APP, 'L:step')}"
+    app.step()
+    kname.disable()
+    assert not kname.is_enabled()
+    app.step()
+    app.step()
+    assert kname.names() == {name: 1}
+    kname.enable()
+    assert kname.is_enabled()
+    app.step()
+    assert kname.names() == {name: 2}
+
+
+def test_paused_suspends_naming_then_restores_the_previous_state(app) -> None:
+    with kname.paused():
+        assert not kname.is_enabled()
+        app.step()
+    assert kname.is_enabled()
+    app.step()
+    assert launches() == 1
+    kname.disable()
+    with kname.paused():
+        app.step()
+    assert not kname.is_enabled()  # it was off before: it stays off
+
+
+def test_paused_restores_after_an_exception(app) -> None:
+    with pytest.raises(KeyError), kname.paused():
+        raise KeyError("x")
+    assert kname.is_enabled()
+
+
+# --------------------------------------------------------------------------
+# The wrapper is transparent
+# --------------------------------------------------------------------------
+
+
+def test_the_wrapper_keeps_name_doc_and_return_value(gpu) -> None:
+    module = fakegpu()
+    original = module.launch
+    kname.install(targets=["fakegpu:launch"])
+    assert module.launch is not original
+    assert module.launch.__name__ == original.__name__ == "launch"
+    assert module.launch.__qualname__ == original.__qualname__
+    assert module.launch.__doc__ == original.__doc__ == "Launch a fake kernel."
+    payload = object()
+    assert module.launch(payload, 2)[0] is payload
+
+
+def test_the_wrapper_lets_the_original_exception_through(gpu) -> None:
+    module = fakegpu()
+    kname.install(targets=["fakegpu:fail"])
+    assert module.fail.__doc__ == "Raise, as a launch that went wrong does."
+    with pytest.raises(ValueError, match=r"^bad launch$") as caught:
+        module.fail("bad launch")
+    assert caught.value is module.last_error
+    assert sum(kname.names().values()) == 1
+
+
+def test_keyword_arguments_pass_through(gpu) -> None:
+    module = fakegpu()
+    kname.install(targets=["fakegpu:Stream.launch"])
+    stream = module.Stream()
+    assert module.Stream.launch(self=stream) == ("method", stream)
+
+
+def test_kname_install_reads_config_problems_once(gpu, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("KNAME_DEPTH", "deep")
+    kname.install(targets=["fakegpu:launch"])
+    kname.uninstall()
+    kname.install(targets=["fakegpu:launch"])
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "KNAME_DEPTH='deep'" in err[0]

@@ -103,7 +103,7 @@ def read_config(
         depth=_read_depth(env.get("KNAME_DEPTH"), problems),
         mode=_read_mode(env.get("KNAME_MODE"), problems),
         report=(env.get("KNAME_REPORT") or "").strip() or None,
-        domain=(env.get("KNAME_DOMAIN") or "").strip() or DEFAULT_DOMAIN,
+        domain=_read_domain(env.get("KNAME_DOMAIN"), problems),
         strict=strict,
         problems=tuple(problems),
     )
@@ -182,6 +182,18 @@ def _read_mode(value: str | None, problems: list[str]) -> str:
         return text
     problems.append(f"KNAME_MODE={value!r} is not one of {', '.join(MODES)}; using nvtx")
     return "nvtx"
+
+
+def _read_domain(value: str | None, problems: list[str]) -> str:
+    text = (value or "").strip()
+    if not text:
+        return DEFAULT_DOMAIN
+    try:
+        text.encode("utf-8")  # NVTX takes UTF-8; undecodable bytes arrive as lone surrogates
+    except UnicodeEncodeError:
+        problems.append(f"KNAME_DOMAIN={value!r} is not valid UTF-8 text; using {DEFAULT_DOMAIN!r}")
+        return DEFAULT_DOMAIN
+    return text
 
 
 def _printable(value: object) -> str:

@@ -1,0 +1,162 @@
+"""Triton: `kernel[grid](*args)`, autotuned kernels and launches of compiled kernels.
+
+Triton 3.4+ calls `triton.knobs.runtime.launch_enter_hook` and `launch_exit_hook` (HookChains)
+around every launch, from its C launcher, with the launch metadata (the kernel's `name`). kname
+adds its own pair to those chains, next to any already there (Proton's), and removes only its own
+on uninstall. The enter hook finds the call site by walking up from the launcher's Python
+caller (JITFunction.run and the other Triton frames are library frames) and pushes the range;
+the exit hook pops it. The range covers the launch alone, not compilation.
+
+If the launch fails between the two hooks (a bad argument, a launch error), Triton does not call
+the exit hook: the range left open is closed at the thread's next Triton launch.
+
+Older Triton (no HookChain): `JITFunction.run` is wrapped instead, except warm-up calls
+(`warmup=True` compiles without launching), and the kernel's name is its function's name.
+"""
+
+from __future__ import annotations
+
+import operator
+import sys
+import threading
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from kname import callsite, launch
+from kname._warnings import report_fault
+from kname.targets import Target
+
+LIB = "triton"
+UNNAMED = "triton_kernel"
+
+_open = threading.local()  # .sites: the ranges this thread's enter hook opened, innermost last
+
+
+def metadata_name(metadata: Any) -> str:
+    """The kernel's name from the launch metadata (a LazyDict; its `.data` needs no evaluation)."""
+    data = getattr(metadata, "data", metadata)
+    name = data.get("name") if isinstance(data, dict) else None
+    return name if isinstance(name, str) and name else UNNAMED
+
+
+def enter_hook(metadata: Any) -> None:
+    """Triton calls this just before a launch: push the range of the launch's call site."""
+    stack = getattr(_open, "sites", None)
+    if stack is None:
+        stack = _open.sites = []
+    while stack:  # a launch that failed after its enter hook: close its range now
+        site = stack.pop()
+        if site is not None:
+            _pop(site)
+    if not launch.is_enabled():
+        return
+    site = None
+    try:
+        name = metadata_name(metadata)
+        # The hook's caller is Triton's HookChain, the same frame for every launch: there is
+        # no fast key here, the walk to the user frame is the look-up (cached per code object).
+        site = callsite.resolve(sys._getframe(1), name, name, name, LIB)
+        if site is not None:
+            next(site.counter)
+            if site.push is not None:
+                site.push()
+            else:
+                site = None
+    except Exception as exc:  # an exception here would stop the launch: never let one out
+        report_fault("finding or emitting a Triton launch's name", exc)
+        site = None
+    stack.append(site)
+
+
+def exit_hook(metadata: Any) -> None:
+    """Triton calls this just after a launch: pop the range its enter hook pushed."""
+    stack = getattr(_open, "sites", None)
+    if stack:
+        site = stack.pop()
+        if site is not None:
+            _pop(site)
+
+
+def _pop(site: Any) -> None:
+    try:
+        site.pop()
+    except Exception as exc:
+        report_fault("closing a Triton launch's NVTX range", exc)
+
+
+def has_hook_chains(knobs: ModuleType | None) -> bool:
+    runtime = getattr(knobs, "runtime", None)
+    return all(
+        callable(getattr(getattr(runtime, hook, None), "add", None))
+        and callable(getattr(getattr(runtime, hook, None), "remove", None))
+        for hook in ("launch_enter_hook", "launch_exit_hook")
+    )
+
+
+def install_hooks(knobs: ModuleType) -> list[Callable[[], None]]:
+    """Add kname's enter/exit hooks to Triton's chains; the undo removes exactly those."""
+    enter_chain = knobs.runtime.launch_enter_hook
+    exit_chain = knobs.runtime.launch_exit_hook
+    if enter_hook in enter_chain.calls:
+        return []  # already added: the hook fired again
+    enter_chain.add(enter_hook)
+    exit_chain.add(exit_hook)
+
+    def undo() -> None:
+        enter_chain.remove(enter_hook)
+        exit_chain.remove(exit_hook)
+
+    return [undo]
+
+
+def jit_kernel_name(jit_function: Any) -> str:
+    fn = getattr(jit_function, "fn", None)
+    return getattr(fn, "__name__", None) or getattr(jit_function, "__name__", UNNAMED)
+
+
+def install_run(module: ModuleType) -> list[Callable[[], None]]:
+    """Older Triton: wrap JITFunction.run, passing warm-up (compile-only) calls straight on."""
+    owner = module.JITFunction
+    original = vars(owner)["run"]
+    if getattr(original, "_kname_wrapper", False):
+        return []
+    named = launch.make_launch_wrapper(original, LIB, jit_kernel_name, operator.itemgetter(0))
+
+    def run(self, *args, **kwargs):
+        if kwargs.get("warmup"):
+            return original(self, *args, **kwargs)
+        return named(self, *args, **kwargs)
+
+    run.__wrapped__ = original
+    run.__name__, run.__qualname__, run.__doc__ = "run", original.__qualname__, original.__doc__
+    run._kname_wrapper = True
+    owner.run = run
+
+    def undo() -> None:
+        if vars(owner).get("run") is run:
+            owner.run = original
+
+    return [undo]
+
+
+TARGETS = (
+    Target(
+        name="triton",
+        module="triton.knobs",
+        qualname="runtime.launch_enter_hook",
+        lib=LIB,
+        kernel_name=metadata_name,
+        applies=has_hook_chains,
+        install=install_hooks,
+    ),
+    Target(
+        name="triton",
+        module="triton.runtime.jit",
+        qualname="JITFunction.run",
+        lib=LIB,
+        kernel_name=jit_kernel_name,
+        applies=lambda _module: not has_hook_chains(sys.modules.get("triton.knobs")),
+        install=install_run,
+    ),
+)

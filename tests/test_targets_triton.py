@@ -1,0 +1,205 @@
+"""The Triton target, with the real Triton package (skipped where it does not import).
+
+No GPU here, so no kernel launches: Triton's C launcher, which calls
+`knobs.runtime.launch_enter_hook(metadata)`, launches, then calls `launch_exit_hook(metadata)`,
+is stood in for by `fakelauncher.run` (written into tmp_path, a library by KNAME_SKIP), which
+calls Triton's real hook chains with real launch metadata (`LazyDict`). The fallback for Triton
+without hook chains (wrapping `JITFunction.run`) is checked on a test double of that class.
+Real launches are run by tests/gpu/libraries_demo.py.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from nvtx_capture import Capture, run_captured
+from support import REPO, line_of
+
+pytest.importorskip("triton.knobs", reason="Triton 3.4+ is not installed")
+
+FORMAT = "{kernel}|{function}|{line}"
+HEADER = """
+import contextlib
+import kname
+"""
+FAKELAUNCHER = '''
+"""Stands in for Triton's C launcher: enter hooks, the launch, exit hooks (not after a failure)."""
+
+from triton import knobs
+from triton.compiler.compiler import LazyDict
+
+
+def run(name, fail=False):
+    metadata = LazyDict({"name": name, "function": 0, "stream": 0})
+    knobs.runtime.launch_enter_hook(metadata)
+    if fail:
+        raise RuntimeError("the launch failed")
+    knobs.runtime.launch_exit_hook(metadata)
+
+
+def outer(name):
+    """A launcher of the user's own (a KNAME_TARGETS entry) that launches a Triton kernel."""
+    run(name)
+'''
+
+
+def run_app(
+    source: str, lib: Path, tmp_path: Path, env: dict[str, str] | None = None
+) -> tuple[str, str, Capture]:
+    """Run `source` as app.py under NVTX capture; return (source, stdout, capture)."""
+    source = textwrap.dedent(HEADER) + textwrap.dedent(source)
+    (tmp_path / "app.py").write_text(source)
+    (tmp_path / "fakelauncher.py").write_text(FAKELAUNCHER)
+    env = {
+        "PYTHONPATH": f"{REPO}:{tmp_path}",
+        "KNAME_FORMAT": FORMAT,
+        "KNAME_SKIP": "fakelauncher",
+        **(env or {}),
+    }
+    args = [sys.executable, str(tmp_path / "app.py")]
+    done, capture = run_captured(args, lib, tmp_path, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert capture.balanced(), capture.stack_errors()
+    return source, done.stdout, capture
+
+
+def test_hooks_join_the_chains_beside_others_and_leave_only_their_own(inject_lib, tmp_path):
+    _, out, _ = run_app(
+        """
+        from triton import knobs
+        from triton.runtime.jit import JITFunction
+        enter, exit_ = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        run = JITFunction.run
+        def other_enter(metadata): pass
+        def other_exit(metadata): pass
+        enter.add(other_enter)
+        exit_.add(other_exit)
+        kname.install()
+        print(len(enter.calls), enter.calls[0] is other_enter, len(exit_.calls))
+        print(knobs.runtime.launch_enter_hook is enter, JITFunction.run is run)
+        kname.uninstall()
+        print(enter.calls == [other_enter], exit_.calls == [other_exit])
+        kname.install()
+        kname.install()
+        print(len(enter.calls), len(exit_.calls))
+        """,
+        inject_lib,
+        tmp_path,
+    )
+    assert out.split("\n")[:4] == ["2 True 2", "True True", "True True", "2 2"]
+
+
+def test_launches_are_named_after_their_line_with_the_kernel_name(inject_lib, tmp_path):
+    source, out, capture = run_app(
+        """
+        kname.install()
+        import fakelauncher
+
+        def step():
+            fakelauncher.run("add_kernel")  # first
+            fakelauncher.run("add_kernel")  # second
+            fakelauncher.run("mul_kernel")  # third
+
+        step()
+        step()
+        print(sorted(kname.names().values()))
+        """,
+        inject_lib,
+        tmp_path,
+    )
+    first, second, third = (line_of(source, f"# {n}") for n in ("first", "second", "third"))
+    expected = [f"add_kernel|step|{first}", f"add_kernel|step|{second}", f"mul_kernel|step|{third}"]
+    assert capture.ranges("kname") == expected * 2
+    assert capture.max_depth("kname") == 1
+    assert out.strip() == "[2, 2, 2]"
+
+
+def test_a_range_left_open_by_a_failed_launch_is_closed_at_the_next(inject_lib, tmp_path):
+    source, _, capture = run_app(
+        """
+        kname.install()
+        import fakelauncher
+        with contextlib.suppress(RuntimeError):
+            fakelauncher.run("bad_kernel", fail=True)  # failing
+        fakelauncher.run("good_kernel")  # next
+        """,
+        inject_lib,
+        tmp_path,
+    )
+    failing, following = line_of(source, "# failing"), line_of(source, "# next")
+    assert capture.ranges("kname") == [
+        f"bad_kernel|<module>|{failing}",
+        f"good_kernel|<module>|{following}",
+    ]
+    assert capture.max_depth("kname") == 1  # the stale range was popped before the next push
+
+
+def test_no_range_while_disabled_and_none_inside_another_kname_launch(inject_lib, tmp_path):
+    source, _, capture = run_app(
+        """
+        kname.install()
+        import fakelauncher
+        with kname.paused():
+            fakelauncher.run("paused_kernel")
+        fakelauncher.outer("inner_kernel")  # outer-line
+        """,
+        inject_lib,
+        tmp_path,
+        env={"KNAME_TARGETS": "triton,fakelauncher:outer"},
+    )
+    assert capture.ranges("kname") == [f"outer|<module>|{line_of(source, 'outer-line')}"]
+
+
+def test_metadata_name_reads_the_metadata_without_evaluating_it():
+    from triton.compiler.compiler import LazyDict
+
+    from kname.targets.triton import UNNAMED, metadata_name
+
+    lazy = LazyDict({"name": "k"})
+    lazy.add(lambda: pytest.fail("evaluated"), ())
+    assert metadata_name(lazy) == "k"
+    assert metadata_name({"name": "plain"}) == "plain"
+    assert metadata_name(None) == UNNAMED
+    assert metadata_name(LazyDict({})) == UNNAMED
+
+
+def test_fallback_wraps_jit_function_run_except_warmup(inject_lib, tmp_path):
+    """Triton without hook chains: a test double with JITFunction.run's signature."""
+    source, out, capture = run_app(
+        """
+        import types
+        from kname.targets import triton as target
+
+        kname.install(targets=[])  # reads KNAME_FORMAT, wraps nothing
+
+        class JITFunction:
+            def __init__(self, fn):
+                self.fn = fn
+
+            def run(self, *args, grid, warmup, **kwargs):
+                return ("ran", warmup)
+
+        fake = types.ModuleType("fake_triton_jit")
+        fake.JITFunction = JITFunction
+        original = JITFunction.run
+        undo = target.install_run(fake)
+        print(target.install_run(fake) == [], JITFunction.run is not original)
+
+        def my_kernel():
+            pass
+
+        kernel = JITFunction(my_kernel)
+        print(kernel.run(1, grid=(1,), warmup=True))  # warmup-line
+        print(kernel.run(1, grid=(1,), warmup=False))  # launch-line
+        for u in undo:
+            u()
+        print(JITFunction.run is original)
+        """,
+        inject_lib,
+        tmp_path,
+    )
+    assert out.split("\n")[:4] == ["True True", "('ran', True)", "('ran', False)", "True"]
+    assert capture.ranges("kname") == [f"my_kernel|<module>|{line_of(source, 'launch-line')}"]

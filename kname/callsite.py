@@ -11,6 +11,7 @@ object, so an id cannot be reused while its entry exists.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import os
@@ -22,7 +23,7 @@ from typing import Any
 
 from kname import naming
 from kname import nvtx as kname_nvtx
-from kname._warnings import report_fault
+from kname._warnings import report_fault, warn_once
 from kname.config import DEFAULT_FORMAT
 
 MAX_SITES = 100_000
@@ -48,8 +49,8 @@ class Site:
     """Everything a launch from one call site needs, built once."""
 
     __slots__ = (
-        "attributes", "code", "counter", "identifier", "kernel", "lib", "name", "order", "pop",
-        "push",
+        "attributes", "code", "counter", "identifier", "kernel", "launch", "lib", "name", "order",
+        "pop", "push",
     )  # fmt: skip
 
     def __init__(self, name, identifier, kernel, lib, attributes, code, order):
@@ -66,6 +67,7 @@ class Site:
         self.code = code  # keeps the keyed code objects (and so their ids) alive
         self.counter = itertools.count()  # next() is atomic: no lost counts across threads
         self.order = order  # first-seen order, for the census
+        self.launch = None  # KNAME_MODE=rename: launches the site's renamed kernel instead
 
     def launches(self) -> int:
         """How many launches this site has counted."""
@@ -111,12 +113,12 @@ def register_wrapper_code(code: CodeType) -> None:
 
 
 def resolve(
-    frame: FrameType, kernel: Any, kernel_key: Any, kernel_name: str, lib: str
+    frame: FrameType, kernel: Any, kernel_key: Any, kernel_name: str, lib: str, rename: Any = None
 ) -> Site | None:
     """The site for a launch whose wrapper was called from `frame`; None if it is nested.
 
     Walks past library frames to the first user frame (or `depth` of them), then looks the key
-    up again and builds the site on a miss.
+    up again and builds the site on a miss (with `rename(kernel, site)` as its `launch`).
     """
     user_frames, outermost_library = _walk(frame, _depth)
     if user_frames is None:
@@ -125,8 +127,28 @@ def resolve(
     key = _key(site_frames, kernel_key)
     site = sites.get(key)
     if site is None:
-        site = _build(key, site_frames, kernel, kernel_name, lib)
+        site = _build(key, site_frames, kernel, kernel_name, lib, rename)
     return site
+
+
+def pass_through(frame: FrameType, kernel: Any) -> None:
+    """After a fault in kname at a launch from `frame`: launches of `kernel` from that line run
+    from now on as if kname were off, still counted (by a new counter if the old one failed).
+
+    Never raises. Keyed as the launch wrapper's fast path looks sites up, so nothing is retried.
+    """
+    with contextlib.suppress(Exception), _lock:
+        key = (id(frame.f_code), frame.f_lasti, id(kernel))
+        site = sites.get(key)
+        if site is None:
+            alive = ((frame.f_code,), kernel)
+            site = Site("<unnamed: kname error>", "", "", "", None, alive, next(_order))
+            if len(sites) >= MAX_SITES:
+                _evict_oldest()
+            sites[key] = site
+        site.push = site.pop = site.launch = None
+        if type(site.counter) is not itertools.count:
+            site.counter = itertools.count()
 
 
 def kind_of(code: CodeType, module: object) -> int:
@@ -197,7 +219,9 @@ def _key(frames: list[FrameType], kernel_key: Any) -> tuple:
     return (*((id(f.f_code), f.f_lasti) for f in frames), kernel_key)
 
 
-def _build(key: tuple, frames: list[FrameType], kernel: Any, kernel_name: str, lib: str) -> Site:
+def _build(
+    key: tuple, frames: list[FrameType], kernel: Any, kernel_name: str, lib: str, rename: Any = None
+) -> Site:
     try:
         facts = [naming.frame_facts(f) for f in frames]
         name = naming.display_name(_template, kernel_name, lib, facts)
@@ -213,15 +237,33 @@ def _build(key: tuple, frames: list[FrameType], kernel: Any, kernel_name: str, l
         if site is None:
             alive = (codes, kernel)
             site = Site(name, identifier, kernel_name, lib, attributes, alive, next(_order))
+            if rename is not None and identifier:
+                site.launch = _renamed_launch(rename, kernel, site)
             if len(sites) >= MAX_SITES:
                 _evict_oldest()
             sites[key] = site
     return site
 
 
+def _renamed_launch(rename: Any, kernel: Any, site: Site) -> Any:
+    """The target's launch of `site`'s renamed kernel; None (the kernel's own name) on failure."""
+    try:
+        return rename(kernel, site)
+    except Exception as exc:
+        warn_once(
+            f"rename:{site.lib}:{type(exc).__name__}",
+            f"KNAME_MODE=rename: could not rename {site.kernel} for {site.name} "
+            f"({type(exc).__name__}: {exc}); such launches keep the kernel's own name",
+        )
+        return None
+
+
 def _evict_oldest() -> None:
     oldest = next(iter(sites))
     site = sites.pop(oldest)
     count = site.launches()
-    if count and (site.name in retired_launches or len(retired_launches) < MAX_SITES):
-        retired_launches[site.name] = retired_launches.get(site.name, 0) + count
+    if count:
+        name = site.name
+        if name not in retired_launches and len(retired_launches) >= MAX_SITES:
+            name = kname_nvtx.OVERFLOW_NAME  # past the bound: counted together, never dropped
+        retired_launches[name] = retired_launches.get(name, 0) + count

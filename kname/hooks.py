@@ -7,17 +7,20 @@ very objects it replaced.
 
 from __future__ import annotations
 
+import inspect
 import sys
 import threading
-from collections.abc import Iterable
+import types
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
 
-from kname import callsite, launch, report
+from kname import callsite, launch
 from kname import nvtx as kname_nvtx
 from kname._warnings import warn_once
 from kname.config import Config, read_config
+from kname.report import write_at_exit  # not `kname.report`: __init__ rebinds that name
 from kname.targets import BUILTIN, Target, builtin_targets, user_target
 
 # One lock for install, uninstall and the hooks: a hook can fire on any thread that imports a
@@ -26,8 +29,12 @@ _lock = threading.RLock()
 _installed = False
 _config: Config | None = None
 _hooks: dict[str, Any] = {}  # module name -> the hook kname registered for it
-_patches: list[Patch] = []
+_patches: list[Patch | Callable[[], None]] = []  # the callables: undos of Target.install
 _added_wrapt_finder = False
+_FUNCTIONS = (
+    types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,8 @@ def install(targets: Iterable[str] | None = None) -> None:
     ConfigError only with KNAME_STRICT=1.
     """
     global _installed, _config
+    import kname._fork  # noqa: F401  (forked children get free locks: registered once, at import)
+
     with _lock:
         if _installed:
             return
@@ -62,7 +71,7 @@ def install(targets: Iterable[str] | None = None) -> None:
         _installed = True
         launch.enable()
         if config.report:
-            report.write_at_exit(config.report)
+            write_at_exit(config.report)
         for target in _chosen_targets(config.targets):
             _watch(target)
 
@@ -72,7 +81,10 @@ def uninstall() -> None:
     global _installed
     with _lock:
         for patch in reversed(_patches):
-            _restore(patch)
+            if isinstance(patch, Patch):
+                _restore(patch)
+            else:
+                _undo(patch)
         _patches.clear()
         _remove_hooks()
         _installed = False
@@ -183,10 +195,13 @@ def _remove_hooks() -> None:
 def _patch(module: ModuleType, target: Target) -> None:
     if target.applies is not None and not target.applies(module):
         return
+    if target.install is not None:
+        _install(module, target)
+        return
     try:
         owner, attribute = _resolve_owner(module, target.qualname)
         owned = attribute in vars(owner)
-        original = vars(owner)[attribute] if owned else getattr(owner, attribute)
+        original = vars(owner)[attribute] if owned else _inherited(owner, attribute)
     except (AttributeError, TypeError) as exc:
         warn_once(
             f"unresolved:{target.name}:{target.module}",
@@ -194,10 +209,19 @@ def _patch(module: ModuleType, target: Target) -> None:
             f"({exc}); {_version_note(module)}that launch is not named, the rest still is",
         )
         return
-    if getattr(original, "_kname_wrapper", False):
+    if getattr(_unbound(original), "_kname_wrapper", False):
         return  # already wrapped (install() twice, or a hook that fired twice)
+    if ":" in target.name and not _is_function(_unbound(original)):
+        # A function standing in for a class, a kernel object or a constant changes the program.
+        warn_once(
+            f"not-function:{target.name}",
+            f"{_origin(target)} {target.name} is not a function or method "
+            f"({type(_unbound(original)).__name__}); it is left as it is, not named "
+            f"(name a launch function or method, such as {target.name}.__call__)",
+        )
+        return
     wrapper = launch.make_launch_wrapper(
-        _unbound(original), target.lib, target.kernel_name, target.kernel_of
+        _unbound(original), target.lib, target.kernel_name, target.kernel_of, target.rename
     )
     wrapper = _rebind(original, wrapper)
     try:
@@ -211,6 +235,27 @@ def _patch(module: ModuleType, target: Target) -> None:
     _patches.append(Patch(owner, attribute, original, wrapper, owned))
 
 
+def _install(module: ModuleType, target: Target) -> None:
+    """Let the target make its own changes to `module`; keep its undos for uninstall()."""
+    try:
+        undos = list(target.install(module))
+    except Exception as exc:  # a broken target must not stop the import or the other targets
+        warn_once(
+            f"install:{target.name}:{target.module}",
+            f"{_origin(target)} {target.module}:{target.qualname} could not be wrapped "
+            f"({exc}); {_version_note(module)}that launch is not named, the rest still is",
+        )
+        return
+    _patches.extend(undos)
+
+
+def _undo(undo: Callable[[], None]) -> None:
+    try:
+        undo()
+    except Exception as exc:
+        warn_once(f"undo:{undo!r}", f"uninstall could not undo a change ({exc})")
+
+
 def _restore(patch: Patch) -> None:
     current = vars(patch.owner).get(patch.attribute)
     if current is not patch.wrapper:
@@ -221,6 +266,11 @@ def _restore(patch: Patch) -> None:
         delattr(patch.owner, patch.attribute)
 
 
+def _is_function(candidate: Any) -> bool:
+    cython = type(candidate).__name__ == "cython_function_or_method"
+    return cython or isinstance(candidate, _FUNCTIONS)
+
+
 def _resolve_owner(module: ModuleType, qualname: str) -> tuple[Any, str]:
     *path, attribute = qualname.split(".")
     owner: Any = module
@@ -229,6 +279,18 @@ def _resolve_owner(module: ModuleType, qualname: str) -> tuple[Any, str]:
     if not hasattr(owner, attribute):
         raise AttributeError(f"{qualname!r} has no attribute {attribute!r}")
     return owner, attribute
+
+
+def _inherited(owner: Any, attribute: str) -> Any:
+    """An inherited attribute as its class defines it: a staticmethod or classmethod stays one.
+
+    getattr() would give a plain function or a method bound to the base class, and a wrapper
+    of that, set on the subclass, would be called with the instance as an extra argument.
+    """
+    defined = inspect.getattr_static(owner, attribute, None)
+    if isinstance(defined, (staticmethod, classmethod)):
+        return defined
+    return getattr(owner, attribute)
 
 
 def _unbound(original: Any) -> Any:

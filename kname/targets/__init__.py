@@ -7,7 +7,7 @@ BUILTIN below. Target modules are imported only when kname is installed, never b
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,11 +23,22 @@ class Target:
     kernel_name: Callable[[Any], str]  # kernel object -> its name, once per call site
     kernel_of: Callable[[tuple], Any] | None = None  # call args -> kernel, None: not a launch
     applies: Callable[[Any], bool] | None = None  # module -> False: quietly not this one
+    # Instead of wrapping `qualname`: module -> undo callables. The target makes its own changes
+    # (a subclass in place of an immutable type, a library's launch hook); uninstall() calls the
+    # undos, newest first, and they put the original objects back.
+    install: Callable[[Any], Iterable[Callable[[], None]]] | None = None
+    # KNAME_MODE=rename: (kernel, Site) -> a callable taking the wrapped callable's arguments that
+    # launches that site's renamed copy of the kernel instead, or None to launch the original.
+    rename: Callable[[Any, Any], Callable[..., Any] | None] | None = None
 
 
 # Built-in target name -> modules that define TARGETS (a tuple of Target).
 BUILTIN: dict[str, tuple[str, ...]] = {
     "numba": ("kname.targets.numba_cuda", "kname.targets.numba_cudasim"),
+    "cupy": ("kname.targets.cupy",),
+    "triton": ("kname.targets.triton",),
+    "pycuda": ("kname.targets.pycuda",),
+    "cuda_core": ("kname.targets.cuda_core",),
 }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kname.rename import numba_site_launch
 from kname.targets import Target
 
 
@@ -34,5 +35,6 @@ TARGETS = (
         kernel_name=kernel_name,
         kernel_of=kernel_of,
         applies=is_real_dispatcher,
+        rename=numba_site_launch,  # KNAME_MODE=rename: per-site kernels, see kname.rename
     ),
 )

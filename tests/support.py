@@ -18,6 +18,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PARENT_SITE = sysconfig.get_paths()["purelib"]
 PARENT_PTH = "_kname_tests_parent.pth"
+# Adds the test environment's site-packages and runs its .pth files, except a kname.pth of its
+# own: where the test environment has kname installed, its gate must not start kname here.
+PARENT_PTH_LINE = (
+    "import os, site, sys; p = {parent!r}; sys.path.append(p); "
+    "names = [n for n in sorted(os.listdir(p)) if n.endswith('.pth') and n != 'kname.pth']; "
+    "list(map(site.addpackage, [p] * len(names), names, [set()] * len(names)))\n"
+)
 
 
 def run(args: list[str], **kwargs) -> subprocess.CompletedProcess:
@@ -109,7 +116,7 @@ def make_venv(root: Path) -> Venv:
     venv.EnvBuilder(with_pip=False, clear=True, symlinks=True).create(root)
     made = Venv(root)
     # Sorted before kname.pth, so dependencies are importable when kname's gate runs.
-    (made.site_packages / PARENT_PTH).write_text(f"import site; site.addsitedir({PARENT_SITE!r})\n")
+    (made.site_packages / PARENT_PTH).write_text(PARENT_PTH_LINE.format(parent=PARENT_SITE))
     return made
 
 

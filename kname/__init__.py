@@ -7,8 +7,8 @@ which Nsight Systems and Nsight Compute show with the kernel.
 
 from kname._version import __version__
 from kname.callsite import site_name
-from kname.hooks import install, is_installed, uninstall
-from kname.launch import disable, enable, is_enabled, paused
+from kname.hooks import disable, enable, install, is_installed, paused, uninstall
+from kname.launch import is_enabled
 from kname.paths import short_path
 from kname.report import names, report
 

@@ -12,12 +12,12 @@ object, so an id cannot be reused while its entry exists.
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import os
 import re
 import sys
 import threading
+from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
 
@@ -61,9 +61,7 @@ class Site:
         self.attributes = attributes  # prebuilt NVTX attributes, None when none are emitted
         self.push = self.pop = None  # bound NVTX calls, None when no range is emitted
         if attributes is not None:
-            domain = kname_nvtx.domain()
-            self.push = functools.partial(domain.push_range, attributes)
-            self.pop = domain.pop_range
+            self.push, self.pop = kname_nvtx.range_calls(attributes)
         self.code = code  # keeps the keyed code objects (and so their ids) alive
         self.counter = itertools.count()  # next() is atomic: no lost counts across threads
         self.order = order  # first-seen order, for the census
@@ -113,12 +111,18 @@ def register_wrapper_code(code: CodeType) -> None:
 
 
 def resolve(
-    frame: FrameType, kernel: Any, kernel_key: Any, kernel_name: str, lib: str, rename: Any = None
+    frame: FrameType,
+    kernel: Any,
+    kernel_key: Any,
+    kernel_name: str | Callable[[Any], str],
+    lib: str,
+    rename: Any = None,
 ) -> Site | None:
     """The site for a launch whose wrapper was called from `frame`; None if it is nested.
 
     Walks past library frames to the first user frame (or `depth` of them), then looks the key
     up again and builds the site on a miss (with `rename(kernel, site)` as its `launch`).
+    `kernel_name` may be a function of the kernel: it is then asked only when a site is built.
     """
     user_frames, outermost_library = _walk(frame, _depth)
     if user_frames is None:
@@ -127,6 +131,8 @@ def resolve(
     key = _key(site_frames, kernel_key)
     site = sites.get(key)
     if site is None:
+        if callable(kernel_name):
+            kernel_name = kernel_name(kernel)
         site = _build(key, site_frames, kernel, kernel_name, lib, rename)
     return site
 

@@ -7,11 +7,12 @@ very objects it replaced.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sys
 import threading
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
@@ -74,6 +75,38 @@ def install(targets: Iterable[str] | None = None) -> None:
             write_at_exit(config.report)
         for target in _chosen_targets(config.targets):
             _watch(target)
+
+
+def enable() -> None:
+    """Name launches again (after `disable()`), without a restart."""
+    with _lock:
+        launch.enable()
+        for patch in _patches:
+            if isinstance(patch, Patch):
+                _reapply(patch)
+
+
+def disable() -> None:
+    """Stop naming launches. The original launch functions go back in place, so a launch costs
+    nothing; a reference to a wrapper taken earlier passes straight through after a flag check.
+    """
+    with _lock:
+        launch.disable()
+        for patch in _patches:
+            if isinstance(patch, Patch):
+                _restore(patch)
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """No naming inside the block (process-wide), then the previous state again."""
+    was_enabled = launch.is_enabled()
+    disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            enable()
 
 
 def uninstall() -> None:
@@ -232,7 +265,10 @@ def _patch(module: ModuleType, target: Target) -> None:
             f"cannot wrap {target.module}:{target.qualname} ({exc}); that launch is not named",
         )
         return
-    _patches.append(Patch(owner, attribute, original, wrapper, owned))
+    patch = Patch(owner, attribute, original, wrapper, owned)
+    _patches.append(patch)
+    if not launch.is_enabled():
+        _restore(patch)  # imported while disabled: enable() puts the wrapper in place
 
 
 def _install(module: ModuleType, target: Target) -> None:
@@ -264,6 +300,14 @@ def _restore(patch: Patch) -> None:
         setattr(patch.owner, patch.attribute, patch.original)
     else:
         delattr(patch.owner, patch.attribute)
+
+
+def _reapply(patch: Patch) -> None:
+    """Put `patch.wrapper` back where disable() restored the original."""
+    current = vars(patch.owner).get(patch.attribute)
+    expected = patch.original if patch.owned else None
+    if current is expected:  # untouched since: not replaced or reloaded by someone else
+        setattr(patch.owner, patch.attribute, patch.wrapper)
 
 
 def _is_function(candidate: Any) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from kname import callsite
@@ -19,13 +19,13 @@ _enabled = True
 
 
 def enable() -> None:
-    """Name launches again (after `disable()`), without a restart."""
+    """Set the switch every wrapper checks (kname.enable() also puts the wrappers back)."""
     global _enabled
     _enabled = True
 
 
 def disable() -> None:
-    """Stop naming launches; each launch then costs one flag check."""
+    """Clear the switch every wrapper checks (kname.disable() also takes the wrappers out)."""
     global _enabled
     _enabled = False
 
@@ -33,17 +33,6 @@ def disable() -> None:
 def is_enabled() -> bool:
     """Whether launches are being named right now (installed or not)."""
     return _enabled
-
-
-@contextlib.contextmanager
-def paused() -> Iterator[None]:
-    """No naming inside the block (process-wide), then the previous state again."""
-    global _enabled
-    previous, _enabled = _enabled, False
-    try:
-        yield
-    finally:
-        _enabled = previous
 
 
 def make_launch_wrapper(
@@ -85,7 +74,7 @@ def make_launch_wrapper(
                 frame = getframe(1)
                 site = sites.get((id(frame.f_code), frame.f_lasti, id(kernel)))
                 if site is None:
-                    site = resolve(frame, kernel, id(kernel), kernel_name(kernel), lib, rename)
+                    site = resolve(frame, kernel, id(kernel), kernel_name, lib, rename)
                 if site is not None:
                     next(site.counter)
                     if site.launch is not None:  # KNAME_MODE=rename: the site's own kernel

@@ -5,6 +5,7 @@ Runs once per new call site, never per launch.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -35,7 +36,7 @@ class FrameFacts:
 def frame_facts(frame: FrameType) -> FrameFacts:
     """Read the name-relevant facts of a live frame."""
     code = frame.f_code
-    path = short_path(code.co_filename, path_roots())
+    path = _short_path(code.co_filename, path_roots())
     module = frame.f_globals.get("__name__")
     return FrameFacts(
         function=getattr(code, "co_qualname", code.co_name),
@@ -80,6 +81,12 @@ def path_roots() -> tuple[str, ...]:
         unwanted = {"", os.sep, os.path.expanduser("~")}
         _roots = tuple(p for p in dict.fromkeys(map(_absolute, candidates)) if p not in unwanted)
     return _roots
+
+
+@functools.lru_cache(maxsize=4096)
+def _short_path(filename: str, roots: tuple[str, ...]) -> str:
+    # A new call site is usually in a file seen before: parse each file name once.
+    return short_path(filename, roots)
 
 
 def _render(template: str, kernel: str, lib: str, frame: FrameFacts) -> str:

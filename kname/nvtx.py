@@ -6,8 +6,10 @@ the `nvtx` package hands back a dummy domain; then there are no attributes and n
 
 from __future__ import annotations
 
+import functools
 import threading
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 MAX_NAMES = 100_000
@@ -72,6 +74,24 @@ def attributes_for(name: str, kernel: str, lib: str) -> Any:
             attributes = d.get_event_attributes(message=key[0], color=key[1], category=lib)
             _attributes[key] = attributes
     return attributes
+
+
+def range_calls(attributes: Any) -> tuple[Callable[[], None], Callable[[], None]]:
+    """Zero-argument push and pop of a range with `attributes`, the cheapest the nvtx package has.
+
+    Its module-level Cython `push_range(attributes, handle)` (what nvtx.annotate uses) skips the
+    keyword handling of `Domain.push_range`: 150-220 ns less per launch under a profiler.
+    """
+    d = domain()
+    try:
+        from nvtx._lib import lib
+
+        handle = d.handle
+        return functools.partial(lib.push_range, attributes, handle), functools.partial(
+            lib.pop_range, handle
+        )
+    except (ImportError, AttributeError):  # another nvtx release: its public methods
+        return functools.partial(d.push_range, attributes), d.pop_range
 
 
 def registered_names() -> int:

@@ -30,8 +30,19 @@ NULL_TOOL_SOURCE = BENCH_DIR / "nvtx_null_tool.c"
 NULL_TOOL_NAME = "libkname_nvtx_null.so"
 TOOLS = ("none", "null")  # no NVTX tool attached; the trivial tool of nvtx_null_tool.c
 
-PACKAGES = ("kname", "numba", "numba-cuda", "numpy", "nvtx", "nvidia-nvtx", "wrapt", "cupy-cuda12x",
-            "cupy-cuda13x", "triton", "torch")  # fmt: skip
+PACKAGES = (
+    "kname",
+    "numba",
+    "numba-cuda",
+    "numpy",
+    "nvtx",
+    "nvidia-nvtx",
+    "wrapt",
+    "cupy-cuda12x",
+    "cupy-cuda13x",
+    "triton",
+    "torch",
+)
 
 
 def use_checkout() -> None:
@@ -45,13 +56,17 @@ def use_checkout() -> None:
 
 
 class Variant:
-    """One way of launching: `prepare()` (untimed), `loop(n)` -> elapsed ns, `restore()`."""
+    """One way of launching: `prepare()`, then `loop(n)` -> elapsed ns, then `restore()` and
+    `settle()` (a device synchronisation, say); only the loop is timed."""
 
-    def __init__(self, name: str, loop: Callable[[int], int], prepare=None, restore=None):
+    def __init__(
+        self, name: str, loop: Callable[[int], int], prepare=None, restore=None, settle=None
+    ):
         self.name = name
         self.loop = loop
         self.prepare = prepare
         self.restore = restore
+        self.settle = settle
 
     def batch(self, n: int) -> float:
         """ns per call of one batch of `n` calls, garbage collection held off (as timeit does)."""
@@ -66,6 +81,8 @@ class Variant:
                 gc.enable()
             if self.restore is not None:
                 self.restore()
+            if self.settle is not None:
+                self.settle()
         return elapsed / n
 
 
@@ -107,7 +124,7 @@ def summarize(samples: dict[str, list[float]], bare: str = "bare") -> dict[str, 
     base_median = statistics.median(base)
     out = {}
     for name, values in samples.items():
-        diffs = [v - b for v, b in zip(values, base)]
+        diffs = [v - b for v, b in zip(values, base, strict=True)]
         out[name] = {
             "median_ns": statistics.median(values),
             "p25_ns": quantile(values, 0.25),
@@ -137,10 +154,11 @@ NAME = "bench launch"
 ANNOTATION = None  # a prebuilt nvtx.annotate(NAME), set by the worker
 PUSH = POP = ATTRS = None  # a domain's bound push_range/pop_range and prebuilt attributes
 NAIVE_DOMAIN = None  # the domain the naive (traceback) variant pushes to
+STACK_DEPTH = 0  # frames on the stack at the launch, as the naive variant saw them
 
 
-def bare(n):
-    """Also the loop of `kname` and `kname_disabled`: only kname's state differs."""
+def launch_loop(n):
+    """The loop of `bare`, `kname` and `kname_disabled`: only kname's state differs."""
     t0 = _clock()
     for _ in range(n):
         LAUNCH
@@ -181,27 +199,20 @@ def domain_push_pop(n):
 
 def traceback_per_call(n):
     """The naive call-site name: extract the stack at every launch, push a range by message."""
+    global STACK_DEPTH
     domain = NAIVE_DOMAIN
     t0 = _clock()
     for _ in range(n):
-        site = traceback.extract_stack()[-1]
+        stack = traceback.extract_stack()
+        site = stack[-1]
         domain.push_range(message=f"{site.name} {site.filename}:{site.lineno}")
         try:
             LAUNCH
         finally:
             domain.pop_range()
+    STACK_DEPTH = len(stack)
     return _clock() - t0
-
-
-def stack_depth():
-    """How many frames deep the loops run (the naive variant's cost grows with it)."""
-    return len(traceback.extract_stack()) - 1
 '''
-
-LOOP_VARIANTS = (
-    "bare", "kname", "kname_disabled", "annotate_per_call", "annotate_prebuilt",
-    "domain_push_pop", "traceback_per_call",
-)  # fmt: skip
 
 
 def write_module(directory: Path, name: str, source: str):
@@ -231,36 +242,77 @@ def make_loops(directory: Path, name: str, launch: str, names: dict):
 
 
 class PatchState:
-    """Switch kname's patched attributes between the wrapper and the original, untimed.
+    """Switch kname's changes off and on again between batches, untimed.
 
     The bare and annotate variants then run exactly the user code of the kname variant, against
-    the library's own launch function, in the same process. Reads kname.hooks._patches (private,
-    on purpose: benchmarks only).
+    the library's own launch, in the same process. Attribute patches are swapped between the
+    wrapper and the original; targets that make their own changes (a subclass in place of an
+    immutable type, a library's launch hook: `Target.install`) are undone and installed again.
+    Reads kname.hooks._patches (private, on purpose: benchmarks only).
     """
 
-    def __init__(self, lib: str | None = None):
-        from kname import hooks
+    def __init__(self, lib: str | None = None, none: bool = False):
+        """Every change kname made (install only the targets under test); `lib` names the
+        built-in target whose `install` functions redo the non-attribute changes."""
+        self.patches, self.undos, self.installers = [], [], []
+        self.on = True
+        if none:
+            return
+        from kname import hooks, targets
 
-        self.patches = [p for p in hooks._patches if lib is None or _lib_of(p) == lib]
+        for p in hooks._patches:
+            (self.patches if isinstance(p, hooks.Patch) else self.undos).append(p)
+        if lib in targets.BUILTIN:
+            self.installers = [
+                t for t in targets.builtin_targets(lib) if getattr(t, "install", None) is not None
+            ]
+
+    def passthrough(self) -> None:
+        """Each patched attribute set to a plain pass-through closure: the cheapest wrapper
+        layer there is, the yardstick for kname's (DESIGN.md: 0.08 µs on the H200 host)."""
+        if not hasattr(self, "_passthroughs"):
+            self._passthroughs = [_passthrough_of(p.original) for p in self.patches]
+        for p, closure in zip(self.patches, self._passthroughs, strict=True):
+            setattr(p.owner, p.attribute, closure)
+
+    @property
+    def active(self) -> bool:
+        """Whether kname changed anything this switch can take back."""
+        return bool(self.patches or self.undos)
 
     def original(self) -> None:
         for p in self.patches:
             setattr(p.owner, p.attribute, p.original)
+        if self.on:
+            for undo in reversed(self.undos):
+                undo()
+            self.undos = []
+        self.on = False
 
     def wrapped(self) -> None:
         for p in self.patches:
             setattr(p.owner, p.attribute, p.wrapper)
+        if not self.on:
+            for target in self.installers:
+                module = sys.modules.get(target.module)
+                if module is not None and (target.applies is None or target.applies(module)):
+                    self.undos.extend(target.install(module))
+        self.on = True
 
 
-def _lib_of(patch) -> str:
-    wrapper = patch.wrapper
-    wrapper = getattr(wrapper, "__func__", wrapper)
-    module = getattr(getattr(wrapper, "__wrapped__", None), "__module__", "") or ""
-    return module.split(".", 1)[0]
+def _passthrough_of(original):
+    kind = type(original) if isinstance(original, (staticmethod, classmethod)) else None
+    function = original.__func__ if kind else original
+
+    def passthrough(*args, **kwargs):
+        return function(*args, **kwargs)
+
+    return kind(passthrough) if kind else passthrough
 
 
 def loop_variants(loops, state: PatchState, with_kname: bool = True) -> list[Variant]:
-    """The launch variants over one loops module (see LOOP_VARIANTS)."""
+    """The launch variants over one loops module: bare, passthrough (where kname patched an
+    attribute), kname, kname_disabled, the three static NVTX ranges and the naive traceback."""
     import kname
 
     def disable():
@@ -271,11 +323,15 @@ def loop_variants(loops, state: PatchState, with_kname: bool = True) -> list[Var
         kname.enable()
         state.original()
 
-    variants = [Variant("bare", loops.bare)]
+    variants = [Variant("bare", loops.launch_loop)]
+    if state.patches:
+        variants.append(
+            Variant("passthrough", loops.launch_loop, state.passthrough, state.original)
+        )
     if with_kname:
         variants += [
-            Variant("kname", loops.bare, state.wrapped, state.original),
-            Variant("kname_disabled", loops.bare, disable, enable_again),
+            Variant("kname", loops.launch_loop, state.wrapped, state.original),
+            Variant("kname_disabled", loops.launch_loop, disable, enable_again),
         ]
     variants += [
         Variant("annotate_per_call", loops.annotate_per_call),
@@ -302,7 +358,11 @@ def nvtx_headers() -> Path | None:
         sys.path.remove(str(REPO / "tests"))
     if found is not None:
         return found
-    candidates = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"]
+    candidates = [
+        os.environ.get("CUDA_HOME", ""),
+        os.environ.get("CUDA_PATH", ""),
+        "/usr/local/cuda",
+    ]
     for root in filter(None, candidates):
         if (Path(root) / "include" / "nvtx3" / "nvToolsExt.h").is_file():
             return Path(root) / "include"
@@ -320,8 +380,18 @@ def build_null_tool(out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     lib = out_dir / NULL_TOOL_NAME
     partial = out_dir / f".{uuid.uuid4().hex}.so"
-    cmd = [*compiler, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", f"-I{include}",
-           str(NULL_TOOL_SOURCE), "-o", str(partial)]  # fmt: skip
+    cmd = [
+        *compiler,
+        "-shared",
+        "-fPIC",
+        "-O2",
+        "-Wall",
+        "-Wextra",
+        f"-I{include}",
+        str(NULL_TOOL_SOURCE),
+        "-o",
+        str(partial),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"building the NVTX null tool failed:\n{shlex.join(cmd)}\n{done.stderr}")
@@ -352,8 +422,9 @@ def run_worker(script: str, args: list[str], env: dict[str, str], timeout: float
     out = Path(os.environ.get("TMPDIR", "/tmp")) / f"kname-bench-{uuid.uuid4().hex}.json"
     cmd = [sys.executable, str(BENCH_DIR / script), *args, "--json", str(out)]
     try:
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
-                              check=False)  # fmt: skip
+        done = subprocess.run(
+            cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
         if done.returncode != 0 or not out.exists():
             tail = (done.stdout + done.stderr)[-3000:]
             return {"error": f"{script} {' '.join(args)} exited {done.returncode}:\n{tail}"}
@@ -402,10 +473,18 @@ def cpu_model() -> str:
 
 def git_state() -> str:
     try:
-        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "kname"],
-                               capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        head = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--", "kname"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         return head + (" (kname/ has uncommitted changes)" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "?"

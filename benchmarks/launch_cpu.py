@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
+from _common import (
     PatchState,
     interleave,
     loop_variants,
@@ -54,8 +54,9 @@ def noop(args, workdir: Path) -> dict:
 
     kname.install(targets=["bench_noop_target:launch"])
     state = PatchState()
-    loops = make_loops(workdir, "bench_loops_noop", "target.launch(arg)",
-                       {"target": target, "arg": 1})  # fmt: skip
+    loops = make_loops(
+        workdir, "bench_loops_noop", "target.launch(arg)", {"target": target, "arg": 1}
+    )
     state.original()
     result = measure(args, loops, state)
     result["miss"] = cache_miss(args.miss_sites, workdir, target, state)
@@ -79,10 +80,11 @@ def sim(args, workdir: Path) -> dict:
     arr = cuda.to_device(np.zeros(1))
     kname.install(targets=["numba"])
     state = PatchState()
-    if not state.patches:
+    if not state.active:
         raise SystemExit("kname did not patch numba's simulator launch")
-    loops = make_loops(workdir, "bench_loops_sim", "kernel[1, 1](arr)",
-                       {"kernel": increment, "arr": arr})  # fmt: skip
+    loops = make_loops(
+        workdir, "bench_loops_sim", "kernel[1, 1](arr)", {"kernel": increment, "arr": arr}
+    )
     state.original()
     result = measure(args, loops, state)
     result["tool_attached"] = kname.nvtx.tool_attached()
@@ -99,7 +101,8 @@ def measure(args, loops, state: PatchState) -> dict:
         "workload": args.workload,
         "rounds": args.rounds,
         "batch": args.batch,
-        "stack_depth": loops.stack_depth(),
+        "stack_depth": loops.STACK_DEPTH,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
         "seconds": round(time.perf_counter() - started, 2),
         "variants": summarize(samples),
         # Proof that the kname variant named its launches (and where).
@@ -107,10 +110,10 @@ def measure(args, loops, state: PatchState) -> dict:
     }
 
 
-SITE_TEMPLATE = '''
+SITE_TEMPLATE = """
 def site_{i:05d}():
     target.launch(arg)
-'''
+"""
 
 
 def cache_miss(pairs: int, workdir: Path, target, state: PatchState) -> dict:

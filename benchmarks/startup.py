@@ -1,0 +1,247 @@
+"""Start-up costs: kname's wheel installed into a fresh venv, against the same venv without it.
+
+- `python -c pass`: not installed / installed and switched off / switched on (KNAME=1, no GPU
+  library imported), many interleaved runs, median wall time per run.
+- The .pth gate alone, in this process (switch off): `site.addpackage` on kname.pth (open, read,
+  exec of its line, as site.py does at start-up), `exec(line)` of the line as text, and of the
+  line precompiled. Isolates the gate from the interpreter's start-up noise (milliseconds).
+- kname's import finder (wrapt's post-import-hook finder, on sys.meta_path once kname is on):
+  1000 tiny unrelated modules imported in a subprocess, timed inside it, not installed /
+  installed and off / switched on.
+
+Uses tests/support.py's build_wheel and make_venv (the venvs see this interpreter's packages
+through a .pth; kname comes from the wheel only).
+"""
+
+from __future__ import annotations
+
+import os
+import site
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import REPO, Variant, clean_env, interleave, quantile, summarize
+
+IMPORT_SCRIPT = """\
+import sys, time
+sys.path.insert(0, {directory!r})
+names = [f"kname_bench_mod_{{i:04d}}" for i in range({count})]
+t0 = time.perf_counter_ns()
+for name in names:
+    __import__(name)
+print(time.perf_counter_ns() - t0)
+"""
+
+# The finder alone: how long kname's finder (wrapt's, first on sys.meta_path once kname is on)
+# takes to decline a module it has no hook for, as every unrelated import asks it.
+FIND_SPEC_SCRIPT = """\
+import sys, time
+finders = [f for f in sys.meta_path if type(f).__module__.startswith(("wrapt", "kname"))]
+if not finders:
+    raise SystemExit("no kname/wrapt finder on sys.meta_path")
+finder, n = finders[0], 100_000
+find_spec = finder.find_spec
+t0 = time.perf_counter_ns()
+for _ in range(n):
+    find_spec("kname_bench_unrelated_module", None)
+print((time.perf_counter_ns() - t0) / n, sys.meta_path.index(finder), type(finder).__qualname__)
+"""
+
+
+def run(quick: bool, log=print) -> dict:
+    sys.path.insert(0, str(REPO / "tests"))
+    from support import build_wheel, make_venv
+
+    work = Path(tempfile.mkdtemp(prefix="kname-bench-startup-"))
+    started = time.perf_counter()
+    wheel = build_wheel(work / "wheel")
+    installed = make_venv(work / "with-kname")
+    installed.install(str(wheel))
+    plain = make_venv(work / "without-kname")
+    log(f"  wheel and venvs ready ({time.perf_counter() - started:.1f} s)")
+
+    result = {"wheel": wheel.name}
+    result["imports_when_off"] = _probe(installed.python, work)
+    result["python_c_pass"] = _python_c_pass(plain.python, installed.python, work, quick)
+    log("  python -c pass done")
+    result["gate"] = _gate(installed.site_packages / "kname.pth", quick)
+    result["finder"] = _finder(plain.python, installed.python, work, quick)
+    log("  1000 imports done")
+    return result
+
+
+def _env(extra: dict | None = None) -> dict[str, str]:
+    env = clean_env(extra)
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def _probe(python: Path, cwd: Path) -> dict:
+    """What a switched-off start-up imported (it must be neither kname nor wrapt)."""
+    code = "import sys; print('kname' in sys.modules, 'wrapt' in sys.modules)"
+    off = subprocess.run(
+        [str(python), "-c", code], env=_env(), cwd=cwd, capture_output=True, text=True, check=False
+    ).stdout.split()
+    on = subprocess.run(
+        [str(python), "-c", code],
+        env=_env({"KNAME": "1"}),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split()
+    return {
+        "off": {"kname": off[:1] == ["True"], "wrapt": off[1:] == ["True"]},
+        "on": {"kname": on[:1] == ["True"], "wrapt": on[1:] == ["True"]},
+    }
+
+
+def _timed_run(cmd: list[str], env: dict[str, str], cwd: Path) -> int:
+    t0 = time.perf_counter_ns()
+    subprocess.run(
+        cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False
+    )
+    return time.perf_counter_ns() - t0
+
+
+def _python_c_pass(plain: Path, installed: Path, cwd: Path, quick: bool) -> dict:
+    runs = 20 if quick else 60
+    cases = {
+        "not installed": ([str(plain), "-c", "pass"], _env()),
+        "installed, switched off": ([str(installed), "-c", "pass"], _env()),
+        "installed, KNAME=1": ([str(installed), "-c", "pass"], _env({"KNAME": "1"})),
+    }
+    variants = [
+        Variant(name, lambda n, c=cmd, e=env: sum(_timed_run(c, e, cwd) for _ in range(n)))
+        for name, (cmd, env) in cases.items()
+    ]
+    samples = interleave(variants, runs, 1, warmup=2)
+    return {"runs": runs, "variants": summarize(samples, bare="not installed")}
+
+
+def _gate(pth: Path, quick: bool) -> dict:
+    """The gate line, switched off, timed in this process."""
+    line = pth.read_text()
+    code = compile(line, str(pth), "exec")
+    sitedir, name = str(pth.parent), pth.name
+    # The floor for any .pth import line: one short statement, same directory handling.
+    floor_dir = Path(tempfile.mkdtemp(prefix="kname-bench-pth-"))
+    (floor_dir / "floor.pth").write_text("import os\n")
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k == "KNAME"}
+    xoption = sys._xoptions.pop("kname", None)
+    already = "kname._startup" in sys.modules
+
+    def addpackage(n):
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            site.addpackage(sitedir, name, set())
+        return time.perf_counter_ns() - t0
+
+    def addpackage_floor(n):
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            site.addpackage(str(floor_dir), "floor.pth", set())
+        return time.perf_counter_ns() - t0
+
+    def exec_text(n):
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            exec(line, {})
+        return time.perf_counter_ns() - t0
+
+    def exec_code(n):
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            exec(code, {})
+        return time.perf_counter_ns() - t0
+
+    def nothing(n):
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            pass
+        return time.perf_counter_ns() - t0
+
+    try:
+        variants = [
+            Variant("loop only", nothing),
+            Variant("site.addpackage(kname.pth)", addpackage),
+            Variant("reference: site.addpackage of a one-line `import os` .pth", addpackage_floor),
+            Variant("exec(line) as text", exec_text),
+            Variant("exec(line) precompiled", exec_code),
+        ]
+        samples = interleave(variants, 20 if quick else 60, 100)
+        imported = "kname._startup" in sys.modules and not already
+    finally:
+        os.environ.update(saved)
+        if xoption is not None:
+            sys._xoptions["kname"] = xoption
+    return {
+        "line": line.strip(),
+        "imported_kname": imported,
+        "variants": summarize(samples, bare="loop only"),
+    }
+
+
+def _finder(plain: Path, installed: Path, work: Path, quick: bool, count: int = 1000) -> dict:
+    directory = work / "modules"
+    directory.mkdir()
+    for i in range(count):
+        (directory / f"kname_bench_mod_{i:04d}.py").write_text(f"VALUE = {i}\n")
+    script = IMPORT_SCRIPT.format(directory=str(directory), count=count)
+    cases = {
+        "not installed": (plain, _env()),
+        "installed, switched off": (installed, _env()),
+        "installed, KNAME=1": (installed, _env({"KNAME": "1"})),
+    }
+    # Once each first, so every case imports from the same, already written, __pycache__.
+    for python, env in cases.values():
+        subprocess.run(
+            [str(python), "-c", script], env=env, cwd=work, capture_output=True, check=True
+        )
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    runs = 8 if quick else 20
+    for r in range(runs):
+        names = list(cases)
+        names = names[r % 3 :] + names[: r % 3]
+        for name in names:
+            python, env = cases[name]
+            out = subprocess.run(
+                [str(python), "-c", script],
+                env=env,
+                cwd=work,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            samples[name].append(int(out.strip()) / count)
+    summary = summarize(samples, bare="not installed")
+    find_spec, position, finder = [], None, None
+    for _ in range(3 if quick else 7):
+        out = subprocess.run(
+            [str(installed), "-c", FIND_SPEC_SCRIPT],
+            env=_env({"KNAME": "1"}),
+            cwd=work,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        find_spec.append(float(out[0]))
+        position, finder = int(out[1]), out[2]
+    return {
+        "find_spec_ns": statistics.median(find_spec),
+        "finder": finder,
+        "finder_position": position,
+        "modules": count,
+        "runs": runs,
+        "variants": summary,
+        "per_import_p25_p75_ns": {
+            name: [quantile(v, 0.25), quantile(v, 0.75)] for name, v in samples.items()
+        },
+        "median_ms_per_1000": {
+            name: statistics.median(v) * count / 1e6 for name, v in samples.items()
+        },
+    }

@@ -99,6 +99,7 @@ def make_launch_wrapper(
 
     callsite.register_wrapper_code(kname_launch.__code__)
     kname_launch.__wrapped__ = original
+    kname_launch.__module__ = getattr(original, "__module__", __name__)
     kname_launch.__name__ = getattr(original, "__name__", "kname_launch")
     kname_launch.__qualname__ = getattr(original, "__qualname__", "kname_launch")
     kname_launch.__doc__ = getattr(original, "__doc__", None)

@@ -52,8 +52,9 @@ class Patch:
 def install(targets: Iterable[str] | None = None) -> None:
     """Name the launches of `targets` (default: KNAME_TARGETS, else every built-in target).
 
-    Idempotent; targets whose modules are already imported are wrapped at once. Raises
-    ConfigError only with KNAME_STRICT=1.
+    `targets` is a list of names or one comma-separated string, as in KNAME_TARGETS. Targets
+    whose modules are already imported are wrapped at once. Idempotent: a second install() does
+    nothing (uninstall() first to change targets). Raises ConfigError only with KNAME_STRICT=1.
     """
     global _installed, _config
     import kname._fork  # noqa: F401  (forked children get free locks: registered once, at import)
@@ -134,7 +135,7 @@ def current_config() -> Config | None:
 
 
 def _with_targets(config: Config, targets: Iterable[str]) -> Config:
-    entries = ",".join(targets)
+    entries = targets if isinstance(targets, str) else ",".join(targets)
     parsed = read_config({"KNAME_TARGETS": entries}, builtin_targets=tuple(BUILTIN))
     for problem in parsed.problems:
         warn_once(problem, problem.replace("KNAME_TARGETS", "install(targets=...)"))

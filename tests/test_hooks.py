@@ -423,3 +423,23 @@ def test_kname_install_reads_config_problems_once(gpu, capsys, monkeypatch) -> N
     kname.install(targets=["fakegpu:launch"])
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "KNAME_DEPTH='deep'" in err[0]
+
+
+def test_install_takes_targets_as_one_comma_separated_string(gpu) -> None:
+    module = fakegpu()
+    kname.install(targets="fakegpu:launch,fakegpu:Stream.launch")
+    assert is_wrapper(module.launch)
+    assert is_wrapper(vars(module.Stream)["launch"])
+
+
+def test_disable_puts_the_originals_back_and_enable_the_wrappers(gpu) -> None:
+    module = fakegpu()
+    original = module.launch
+    kname.install(targets=["fakegpu:launch"])
+    wrapper = module.launch
+    kname.disable()
+    assert module.launch is original
+    wrapper(1)  # a reference taken while enabled still works, unnamed
+    kname.enable()
+    assert module.launch is wrapper
+    assert kname.names() == {}

@@ -174,9 +174,10 @@ def kind_of(code: CodeType, module: object) -> int:
 
 
 def site_name(depth: int = 1, kernel: str = "") -> str:
-    """The name kname gives the call site of the function calling this (for custom launchers).
+    """The name a launch made from the line calling this would get (for custom launchers).
 
-    Frames of library code and KNAME_SKIP modules are passed over, as for a launch.
+    Frames of library code and KNAME_SKIP modules are passed over, as for a launch: called from
+    a launch helper listed in KNAME_SKIP, it names the helper's caller.
     """
     frame = sys._getframe(1)
     user_frames, outermost_library = _walk(frame, max(1, int(depth)), stop_at_wrapper=False)

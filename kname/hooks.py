@@ -49,7 +49,7 @@ class Patch:
     owned: bool  # the attribute was in owner.__dict__ (not inherited)
 
 
-def install(targets: Iterable[str] | None = None) -> None:
+def install(targets: Iterable[str] | str | None = None) -> None:
     """Name the launches of `targets` (default: KNAME_TARGETS, else every built-in target).
 
     `targets` is a list of names or one comma-separated string, as in KNAME_TARGETS. Targets
@@ -134,7 +134,7 @@ def current_config() -> Config | None:
     return _config
 
 
-def _with_targets(config: Config, targets: Iterable[str]) -> Config:
+def _with_targets(config: Config, targets: Iterable[str] | str) -> Config:
     entries = targets if isinstance(targets, str) else ",".join(targets)
     parsed = read_config({"KNAME_TARGETS": entries}, builtin_targets=tuple(BUILTIN))
     for problem in parsed.problems:

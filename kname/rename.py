@@ -2,9 +2,13 @@
 the site's identifier (`axpy__mymodel_solver_py_L42`), so every profiler and tool shows it.
 
 The cost is one compile per call site and argument types, paid at the site's first launch.
-numba-cuda (>= 0.30) is the one library renamed so far; every numba-cuda internal kname relies on
-for it is in the second half of this module, checked once before first use. Nothing here imports
-a GPU library until a site is renamed.
+Renamed: numba-cuda (>= 0.30) kernels, Triton (>= 3.4) `@triton.jit` kernels, and CuPy (>= 13)
+ElementwiseKernel and ReductionKernel. Every library internal kname relies on for it is in this
+module, one section per library, checked once before first use; where a check fails, kname says
+so once and names that library's kernels by NVTX ranges only. Not renamed: CuPy's RawKernel and
+RawModule, whose names are the user's own `__global__` symbols (kname leaves the user's source
+alone), and everything kname names only by NVTX (pycuda, cuda.core, fused and cupyx.jit kernels).
+Nothing here imports a GPU library until a site is renamed.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import importlib.metadata
 import inspect
 import itertools
 import re
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -264,3 +269,209 @@ def _kernel_entry_name(numba_dispatcher: Any, py_func: Any, entry_name: str) -> 
             yield
         finally:
             numba_dispatcher.compile_cuda = original
+
+
+# --------------------------------------------------------------------------
+# CuPy: ElementwiseKernel and ReductionKernel rebuilt under the site's name
+# --------------------------------------------------------------------------
+
+MIN_CUPY = (13, 0, 0)
+# Where `name` sits among the constructor's positional parameters (CuPy 13 and 14):
+# ElementwiseKernel(in_params, out_params, operation, name, ...),
+# ReductionKernel(in_params, out_params, map_expr, reduce_expr, post_map_expr, identity, name, ...)
+CUPY_NAME_POSITION = {"ElementwiseKernel": 3, "ReductionKernel": 6}
+CUPY_ARGS = "_kname_args"  # the slot of kname's subclass holding the constructor's arguments
+
+
+def cupy_recording_init(base: type) -> Callable[..., Any]:
+    """An `__init__` for kname's subclass of `base` that keeps the constructor's arguments.
+
+    Installed in rename mode only. CuPy's kernel objects parse their parameters on construction
+    and keep no way back to the arguments; a site's kernel is rebuilt from these.
+    """
+    init = base.__init__
+
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        setattr(self, CUPY_ARGS, (args, kwargs))
+
+    __init__.__qualname__ = f"{base.__qualname__}.__init__"
+    __init__.__doc__ = init.__doc__
+    return __init__
+
+
+def cupy_site_launch(base: type, kernel: Any, site: Any) -> Callable[..., Any] | None:
+    """`launch(kernel, *args, **kwargs)`: CuPy's `base.__call__` on `site`'s own kernel, or None.
+
+    The site's kernel is a `base` (CuPy's own class) built from the same arguments as `kernel`,
+    with `name=` the site's entry name. CuPy generates the kernel's source with that name in it
+    (`extern "C" __global__ void <name>(...)`) and caches compiles by source, so the site's kernel
+    compiles once, on its own, at its first launch with each argument types.
+    """
+    problem = _cupy_support()
+    if problem is not None:
+        warn_once(
+            "rename:cupy",
+            f"KNAME_MODE=rename: {problem}; CuPy kernels are named by NVTX ranges only",
+        )
+        return None
+    recorded = getattr(kernel, CUPY_ARGS, None)
+    if recorded is None:
+        warn_once(
+            f"rename:cupy:unrecorded:{base.__name__}",
+            f"KNAME_MODE=rename: a CuPy {base.__name__} made outside rename mode (before "
+            f"install(), or unpickled) is not renamed; it is named by NVTX ranges only",
+        )
+        return None
+    name = entry_name(site.identifier, (site.kernel, site.name))
+    args, kwargs = recorded
+    position = CUPY_NAME_POSITION[base.__name__]
+    if len(args) > position:
+        args = (*args[:position], name, *args[position + 1 :])
+    else:
+        kwargs = {**kwargs, "name": name}
+    variant = base(*args, **kwargs)
+    if variant.name != name:
+        raise RuntimeError(f"CuPy's {base.__name__} took the name {variant.name!r}")
+    call = base.__call__
+
+    def launch_renamed(_kernel, *args, **kwargs):
+        return call(variant, *args, **kwargs)
+
+    launch_renamed.kernel = variant  # for inspection: its name, parameters, compiled code
+    return launch_renamed
+
+
+@functools.cache
+def _cupy_support() -> str | None:
+    """None, or why this CuPy's kernels cannot be renamed."""
+    version = _installed_version("cupy", ("cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x", "cupy"))
+    if version is not None and _release(version) < MIN_CUPY:
+        minimum = ".".join(map(str, MIN_CUPY))
+        return f"renaming needs CuPy >= {minimum} (this is {version})"
+    return None
+
+
+def _installed_version(module: str, distributions: tuple[str, ...]) -> str | None:
+    """The imported `module`'s __version__, else the first of `distributions` installed."""
+    version = getattr(sys.modules.get(module), "__version__", None)
+    if isinstance(version, str):
+        return version
+    for distribution in distributions:
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+# --------------------------------------------------------------------------
+# Triton: a per-site clone of the JITFunction, compiled under the site's name
+# --------------------------------------------------------------------------
+
+MIN_TRITON = (3, 4, 0)
+# The JITFunction constructor's options, each kept by the constructor under the same name.
+TRITON_OPTIONS = (
+    "version", "do_not_specialize", "do_not_specialize_on_alignment", "debug", "noinline",
+    "launch_metadata",
+)  # fmt: skip
+
+
+def triton_site_launch(jit_function: Any, site: Any) -> Callable[..., Any] | None:
+    """`launch(jit_function, *args, grid=, warmup=, **kwargs)`: `site`'s clone's run, or None.
+
+    Stands in for `JITFunction.run`. The clone compiles lazily, once per specialisation, at the
+    site's first launch with it.
+    """
+    classes, problem = _triton_support()
+    if problem is not None:
+        warn_once(
+            "rename:triton",
+            f"KNAME_MODE=rename: {problem}; Triton kernels are named by NVTX ranges only",
+        )
+        return None
+    site_function, plain_function = classes
+    if type(jit_function) is not plain_function:
+        kind = type(jit_function).__qualname__
+        warn_once(
+            f"rename:triton:{kind}",
+            f"KNAME_MODE=rename: kernels of type {kind} (not Triton's JITFunction) are not "
+            f"renamed; they are named by NVTX ranges only",
+        )
+        return None
+    clone = site_function(jit_function, entry_name(site.identifier, (site.kernel, site.name)))
+    run = clone.run
+
+    def launch_renamed(_jit_function, *args, **kwargs):
+        return run(*args, **kwargs)
+
+    launch_renamed.jit_function = clone  # for inspection: its caches, entry name
+    return launch_renamed
+
+
+@functools.cache
+def _triton_support() -> tuple[tuple[type, type] | None, str | None]:
+    """(SiteJITFunction, JITFunction), or why this Triton cannot be renamed."""
+    version = _installed_version("triton", ("triton",))
+    if version is None:
+        return None, "renaming needs the triton package"
+    if _release(version) < MIN_TRITON:
+        minimum = ".".join(map(str, MIN_TRITON))
+        return None, f"renaming needs Triton >= {minimum} (this is {version})"
+    try:
+        return _triton_classes(), None
+    except Exception as exc:
+        return None, f"Triton {version} is not built as kname expects ({exc})"
+
+
+def _triton_classes() -> tuple[type, type]:
+    from triton.runtime import jit as triton_jit
+
+    plain = triton_jit.JITFunction
+    _check_triton_internals(triton_jit)
+    plain_run = inspect.unwrap(vars(plain)["run"])  # Triton's own, never kname's wrapper
+
+    class SiteJITFunction(plain):
+        """A call site's clone of a kernel: its function and options, its own entry name.
+
+        Triton names the compiled kernel `repr(...)` (the function's name unless `repr=` was
+        given), and keys its compile caches, in memory and on disk, by `cache_key`, which ignores
+        the name: the clone mixes its entry name into its key, so it never gets the plain
+        kernel's binary, nor the plain kernel its own; every other kernel's key is untouched.
+        """
+
+        def __init__(self, original: Any, entry_name: str) -> None:
+            options = {option: getattr(original, option) for option in TRITON_OPTIONS}
+            super().__init__(original.fn, repr=lambda _specialization: entry_name, **options)
+            self._src = original._src  # as the original has it (tools may patch it in)
+            self.pre_run_hooks = original.pre_run_hooks  # the same list: hooks added later run
+            self.kname_original = original
+            self.kname_entry_name = entry_name
+
+        # The site's launches come through kname's wrapper of JITFunction.run already.
+        run = plain_run
+
+        @property
+        def cache_key(self) -> str:
+            key = f"{super().cache_key}\0kname_entry_name={self.kname_entry_name}"
+            return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+        def __repr__(self) -> str:
+            return f"SiteJITFunction({self.kname_entry_name}, {self.kname_original!r})"
+
+    return SiteJITFunction, plain
+
+
+def _check_triton_internals(triton_jit: Any) -> None:
+    """Raise unless Triton's JITFunction is what SiteJITFunction is written against."""
+    plain = triton_jit.JITFunction
+    parameters = inspect.signature(plain.__init__).parameters
+    for option in (*TRITON_OPTIONS, "repr"):
+        if option not in parameters:
+            raise RuntimeError(f"JITFunction() takes no {option}")
+    if not isinstance(inspect.getattr_static(plain, "cache_key", None), property):
+        raise RuntimeError("JITFunction.cache_key is not a property")
+    if "grid" not in inspect.signature(plain.run).parameters:
+        raise RuntimeError("JITFunction.run() takes no grid")
+    if not callable(getattr(plain, "repr", None)):
+        raise RuntimeError("JITFunction has no repr()")

@@ -18,17 +18,26 @@ created before install() keep CuPy's class and stay unnamed (`isinstance(k, cupy
 still holds for them); kernels created meanwhile stay instances of the subclass after
 uninstall(), which then launches exactly as CuPy's own. The kernel's name is its `name` (the
 mangled name for a RawModule template instance).
+
+KNAME_MODE=rename (see kname.rename): an ElementwiseKernel or ReductionKernel launched from a new
+call site is rebuilt from its constructor's arguments with `name=` the site's entry name, and the
+site launches that kernel, compiled under its own name, from then on. In rename mode only, the
+subclasses' `__init__` keeps those arguments (kernels made before install() are not renamed).
+RawKernel and RawModule are not renamed: their names are the user's own `__global__` symbols, in
+the user's source, which kname leaves alone; they are named by NVTX ranges only.
 """
 
 from __future__ import annotations
 
 import copyreg
+import functools
 import operator
 import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from kname import launch, rename
 from kname.launch import make_launch_wrapper
 from kname.targets import Target
 
@@ -39,6 +48,9 @@ REEXPORTS = ("cupy._core", "cupy")
 
 _first = operator.itemgetter(0)  # a kernel's __call__ args -> the kernel itself
 _subclasses: dict[type, type] = {}  # CuPy class -> its kname subclass, made once per process
+# Classes whose kernels rename mode rebuilds under a call site's name: their subclasses have a
+# slot for the constructor's arguments.
+RENAMED = ("ElementwiseKernel", "ReductionKernel")
 
 
 def kernel_name(kernel: Any) -> str:
@@ -80,7 +92,9 @@ def subclass_of(base: type) -> type:
         "__module__": base.__module__,
         "__qualname__": base.__qualname__,
         "__doc__": base.__doc__,
-        "__slots__": (),  # no __dict__: attribute errors stay as CuPy's
+        # No __dict__: attribute errors stay as CuPy's. Not pickled (CuPy's own pickling state
+        # leaves it out): an unpickled kernel is named by NVTX only in rename mode.
+        "__slots__": (rename.CUPY_ARGS,) if base.__name__ in RENAMED else (),
         "__reduce_ex__": __reduce_ex__,
         "_kname_wrapper": True,
     }
@@ -152,6 +166,15 @@ def _call_methods(base: type) -> dict[str, Any]:
     return {"__call__": named_call(base)}
 
 
+def _renamed_call_methods(base: type) -> dict[str, Any]:
+    """ElementwiseKernel, ReductionKernel: as _call_methods, and in rename mode per-site kernels."""
+    if not launch._renaming():
+        return _call_methods(base)
+    site_launch = functools.partial(rename.cupy_site_launch, base)
+    named = make_launch_wrapper(base.__call__, LIB, kernel_name, _first, site_launch)
+    return {"__call__": named, "__init__": rename.cupy_recording_init(base)}
+
+
 def install_class(
     name: str, methods: Callable[[type], dict[str, Any]] = _call_methods
 ) -> Callable[[ModuleType], list[Callable[[], None]]]:
@@ -208,7 +231,7 @@ TARGETS = (
         lib=LIB,
         kernel_name=kernel_name,
         kernel_of=_first,
-        install=install_class("ElementwiseKernel"),
+        install=install_class("ElementwiseKernel", _renamed_call_methods),
     ),
     Target(
         name="cupy",
@@ -217,7 +240,7 @@ TARGETS = (
         lib=LIB,
         kernel_name=kernel_name,
         kernel_of=_first,
-        install=install_class("ReductionKernel"),
+        install=install_class("ReductionKernel", _renamed_call_methods),
     ),
     Target(
         name="cupy",

@@ -12,6 +12,13 @@ the exit hook: the range left open is closed at the thread's next Triton launch.
 
 Older Triton (no HookChain): `JITFunction.run` is wrapped instead, except warm-up calls
 (`warmup=True` compiles without launching), and the kernel's name is its function's name.
+
+KNAME_MODE=rename (see kname.rename): `JITFunction.run` is wrapped as well (the launch hooks run
+from C, too late to change the kernel), and a launch from a new call site makes the site's
+clone of the JITFunction, whose compiled kernel's entry name is the site's entry name; the site
+launches through the clone from then on (`clone.run(*args, grid=..., **kwargs)`). The wrapper
+names the launch; the hooks, beneath it, see a launch already named and add no range. Warm-up
+calls compile the user's own kernel, as without kname.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from kname import callsite, launch
+from kname import callsite, launch, rename
 from kname._warnings import report_fault
 from kname.targets import Target
 
@@ -115,13 +122,24 @@ def jit_kernel_name(jit_function: Any) -> str:
     return getattr(fn, "__name__", None) or getattr(jit_function, "__name__", UNNAMED)
 
 
+def wraps_run(_module: ModuleType) -> bool:
+    """Older Triton (no hook chains), or rename mode: JITFunction.run is wrapped."""
+    return launch._renaming() or not has_hook_chains(sys.modules.get("triton.knobs"))
+
+
 def install_run(module: ModuleType) -> list[Callable[[], None]]:
-    """Older Triton: wrap JITFunction.run, passing warm-up (compile-only) calls straight on."""
+    """Wrap JITFunction.run, passing warm-up (compile-only) calls straight on.
+
+    In rename mode, a launch from a new call site asks rename.triton_site_launch for the site's
+    clone, and the site's launches run through it.
+    """
     owner = module.JITFunction
     original = vars(owner)["run"]
     if getattr(original, "_kname_wrapper", False):
         return []
-    named = launch.make_launch_wrapper(original, LIB, jit_kernel_name, operator.itemgetter(0))
+    named = launch.make_launch_wrapper(
+        original, LIB, jit_kernel_name, operator.itemgetter(0), rename.triton_site_launch
+    )
 
     def run(self, *args, **kwargs):
         if kwargs.get("warmup"):
@@ -156,7 +174,7 @@ TARGETS = (
         qualname="JITFunction.run",
         lib=LIB,
         kernel_name=jit_kernel_name,
-        applies=lambda _module: not has_hook_chains(sys.modules.get("triton.knobs")),
+        applies=wraps_run,
         install=install_run,
     ),
 )

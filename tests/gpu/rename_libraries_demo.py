@@ -79,6 +79,10 @@ def cupy_entry(marker: str) -> tuple[str | None, str]:
         codes = list(variant.cached_codes.values())
     except Exception as exc:  # CuPy's cache introspection is not API
         codes = [f"<cached_codes: {exc}>"]
+    if not codes:
+        # CuPy keeps no source for reductions (compiled on first call, or through CUB): the
+        # kernel name in ncu's summary is the check for those.
+        return variant.name, "no cached source"
     has_entry = any(f"void {variant.name}(" in code for code in codes)
     return variant.name, f"source {'has' if has_entry else 'lacks'} void {variant.name}("
 
@@ -184,7 +188,10 @@ def main() -> int:
     for marker in CUPY_MARKERS:
         if site_at(marker) is not None and site_at(marker).launch is not None:
             _, detail = cupy_entry(marker)
-            check(f"{marker} compiled source", detail.startswith("source has"), detail)
+            if detail == "no cached source":
+                print(f"SKIP {marker} compiled source: {detail} (see ncu's kernel names)")
+            else:
+                check(f"{marker} compiled source", detail.startswith("source has"), detail)
 
     if triton is None:
         check("triton and torch import", False, TRITON_MISSING)

@@ -141,3 +141,45 @@ def line_of(source: str, marker: str) -> int:
     lines = [n for n, text in enumerate(source.splitlines(), 1) if marker in text]
     assert len(lines) == 1, f"marker {marker!r} found on lines {lines}"
     return lines[0]
+
+
+def gpu_missing_reason() -> str | None:
+    """Why the GPU tests cannot run here (no CUDA driver, no ncu), or None."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return "no CUDA driver (libcuda.so.1)"
+    if shutil.which("ncu") is None:
+        return "ncu (Nsight Compute) is not on PATH"
+    return None
+
+
+def check_rename_demo_under_ncu(demo: Path, cwd: Path, passed: str, sites: int, *ncu: str) -> None:
+    """Run a rename demo (kname from this checkout) under `ncu --print-summary per-kernel`.
+
+    The demo must end with `passed` and print `sites` lines `SITE marker line entry ...`; each
+    entry must end with its line and appear in ncu's kernel summary too.
+    """
+    reason = gpu_missing_reason()
+    if reason:
+        import pytest
+
+        pytest.skip(reason)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KNAME", "NUMBA_"))}
+    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env.update(PYTHONPATH=pythonpath, KNAME_MODE="rename")
+    done = subprocess.run(
+        ["ncu", *ncu, "--print-summary", "per-kernel", sys.executable, str(demo)],
+        env=env, cwd=cwd, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    assert passed in output, output[-4000:]
+    site_lines = [line.split() for line in output.splitlines() if line.startswith("SITE ")]
+    assert len(site_lines) == sites, output[-4000:]
+    for _, marker, line, entry, *_ in site_lines:
+        assert entry.endswith(f"_L{line}"), (marker, entry)
+        # The demo prints each name once; ncu's summary must list it as a kernel too.
+        assert output.count(entry) >= 2, f"{entry} not in ncu's summary:\n{output[-4000:]}"

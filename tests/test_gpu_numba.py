@@ -6,30 +6,24 @@ skipped otherwise (always in CI, which has no GPU).
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
 from pathlib import Path
 
 import pytest
-from support import REPO, line_of
+from support import REPO, gpu_missing_reason, line_of
 
 pytestmark = pytest.mark.gpu
 
 DEMO = REPO / "examples" / "demo.py"
 
 
-def gpu_missing_reason() -> str | None:
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return "no CUDA driver (libcuda.so.1)"
-    if shutil.which("ncu") is None:
-        return "ncu (Nsight Compute) is not on PATH"
+def missing_reason() -> str | None:
+    if reason := gpu_missing_reason():
+        return reason
     if not (Path(sysconfig.get_paths()["purelib"]) / "kname.pth").is_file():
         return "kname's wheel is not installed in this Python (its kname.pth is missing)"
     return None
@@ -37,7 +31,7 @@ def gpu_missing_reason() -> str | None:
 
 @pytest.fixture(scope="module")
 def ncu_output(tmp_path_factory: pytest.TempPathFactory) -> str:
-    reason = gpu_missing_reason()
+    reason = missing_reason()
     if reason:
         pytest.skip(reason)
     assert importlib.util.find_spec("numba") is not None

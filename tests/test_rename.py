@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from nvtx_capture import run_captured
-from support import REPO, line_of
+from support import REPO, check_rename_demo_under_ncu, line_of
 
 import kname
 from kname import _warnings, callsite, launch, naming, rename
@@ -548,28 +548,7 @@ DEMO = REPO / "tests" / "gpu" / "rename_demo.py"
 
 @pytest.mark.gpu
 def test_on_a_gpu_ncu_lists_each_kernel_under_its_call_site_name(tmp_path: Path) -> None:
-    import ctypes
-    import shutil
-
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        pytest.skip("no CUDA driver (libcuda.so.1)")
-    if shutil.which("ncu") is None:
-        pytest.skip("ncu (Nsight Compute) is not on PATH")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KNAME", "NUMBA_"))}
-    env.update(PYTHONPATH=pythonpath(), KNAME_MODE="rename")
-    done = subprocess.run(
-        ["ncu", "--clock-control", "none", "--print-summary", "per-kernel",
-         "--metrics", "gpu__time_duration.sum", sys.executable, str(DEMO)],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
+    check_rename_demo_under_ncu(
+        DEMO, tmp_path, "rename demo: all checks passed", 6,
+        "--clock-control", "none", "--metrics", "gpu__time_duration.sum",
     )  # fmt: skip
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-4000:]
-    assert "rename demo: all checks passed" in output, output[-4000:]
-    sites = [line.split() for line in output.splitlines() if line.startswith("SITE ")]
-    assert len(sites) == 6, output[-4000:]
-    for _, marker, line, entry, *_ in sites:
-        assert entry.endswith(f"_L{line}"), (marker, entry)
-        # The demo prints each name once; ncu's summary must list it as a kernel too.
-        assert output.count(entry) >= 2, f"{entry} not in ncu's summary:\n{output[-4000:]}"

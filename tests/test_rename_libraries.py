@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import line_of
+from support import REPO, check_rename_demo_under_ncu, line_of
 
 import kname
 from kname import _warnings, callsite, launch, naming, rename
@@ -408,31 +408,5 @@ def test_triton_too_old_is_named_by_nvtx_only_with_one_warning(triton, monkeypat
 
 @pytest.mark.gpu
 def test_on_a_gpu_ncu_lists_triton_and_cupy_kernels_under_their_site_names(tmp_path: Path):
-    import ctypes
-    import shutil
-    import subprocess
-    import sys
-
-    from support import REPO
-
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        pytest.skip("no CUDA driver (libcuda.so.1)")
-    if shutil.which("ncu") is None:
-        pytest.skip("ncu (Nsight Compute) is not on PATH")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KNAME")}
-    env.update(PYTHONPATH=str(REPO), KNAME_MODE="rename")
     demo = REPO / "tests" / "gpu" / "rename_libraries_demo.py"
-    done = subprocess.run(
-        ["ncu", "--print-summary", "per-kernel", sys.executable, str(demo)],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-4000:]
-    assert "rename libraries demo: all checks passed" in output, output[-4000:]
-    sites = [line.split() for line in output.splitlines() if line.startswith("SITE ")]
-    assert len(sites) == 6, output[-4000:]
-    for _, marker, line, entry, *_ in sites:
-        assert entry.endswith(f"_L{line}"), (marker, entry)
-        assert output.count(entry) >= 2, f"{entry} not in ncu's summary:\n{output[-4000:]}"
+    check_rename_demo_under_ncu(demo, tmp_path, "rename libraries demo: all checks passed", 6)

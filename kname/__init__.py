@@ -7,10 +7,17 @@ which Nsight Systems and Nsight Compute show with the kernel.
 
 from kname._version import __version__
 from kname.callsite import site_name
-from kname.hooks import disable, enable, install, is_installed, paused, uninstall
-from kname.launch import is_enabled
+from kname.census import names, report
+from kname.lifecycle import (
+    disable,
+    enable,
+    install,
+    is_enabled,
+    is_installed,
+    paused,
+    uninstall,
+)
 from kname.paths import short_path
-from kname.report import names, report
 
 __all__ = [
     "__version__",

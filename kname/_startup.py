@@ -9,21 +9,14 @@ from __future__ import annotations
 import os
 import sys
 
-from kname.config import parse_switch, switch_problem
+from kname.config import switch_problem, switch_state
 
 
 def switched_on(environ=os.environ, xoptions=sys._xoptions) -> bool:
     """True when `-X kname` is given or KNAME holds an on-value; warns once about other values."""
-    xoption = xoptions.get("kname")
-    if xoption is not None:
-        state = True if xoption is True else parse_switch(str(xoption))
-        if state is None:
-            _say(switch_problem("-X kname", str(xoption)) + "; kname stays off")
-        return bool(state)
-    value = environ.get("KNAME", "")
-    state = parse_switch(value)
+    source, value, state = switch_state(environ, xoptions)
     if state is None:
-        _say(switch_problem("KNAME", value) + "; kname stays off")
+        _say(switch_problem(source, value) + "; kname stays off")
     return bool(state)
 
 
@@ -35,7 +28,7 @@ def start() -> None:
         if switched_on():
             # -X kname is not inherited by child processes; KNAME is.
             os.environ.setdefault("KNAME", "1")
-            from kname.hooks import install
+            from kname.lifecycle import install
 
             install()
     except ConfigError as exc:

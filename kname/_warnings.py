@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import threading
+
+from kname._locks import new_lock
 
 _said: set[str] = set()
-_lock = threading.Lock()
+_lock = new_lock()
 
 
 def warn_once(key: str, message: str) -> None:

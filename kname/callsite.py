@@ -16,31 +16,27 @@ import itertools
 import os
 import re
 import sys
-import threading
 from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
 
-from kname import naming
-from kname import nvtx as kname_nvtx
+from kname import naming, ranges
+from kname._locks import new_lock, reset_in_child
 from kname._warnings import report_fault, warn_once
 from kname.config import DEFAULT_FORMAT
 
 MAX_SITES = 100_000
 MAX_CODES = 200_000
 
-# Frames of these modules are never the call site: kname and wrapt, the GPU libraries, and the
-# stdlib helpers that sit between a user's line and a launch.
-LIBRARY_MODULES = (
-    "kname", "wrapt", "numba", "numba_cuda", "cupy", "cupyx", "triton", "pycuda", "cuda",
-    "functools", "contextlib", "threading", "runpy", "importlib", "_frozen_importlib",
-    "_frozen_importlib_external",
+# Frames of these modules are never the call site: kname and wrapt, and the stdlib helpers that
+# sit between a user's line and a launch. install() adds the GPU libraries' packages (each
+# library unit names its own).
+CORE_LIBRARY_MODULES = (
+    "kname", "wrapt", "functools", "contextlib", "threading", "runpy", "importlib",
+    "_frozen_importlib", "_frozen_importlib_external",
 )  # fmt: skip
 
 _KNAME_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_LIBRARY_PATH = re.compile(
-    r"[/\\](?:site|dist)-packages[/\\](?:" + "|".join(LIBRARY_MODULES) + r")(?:[/\\]|\.py)"
-)
 
 USER, LIBRARY, WRAPPER = 0, 1, 2
 
@@ -61,7 +57,7 @@ class Site:
         self.attributes = attributes  # prebuilt NVTX attributes, None when none are emitted
         self.push = self.pop = None  # bound NVTX calls, None when no range is emitted
         if attributes is not None:
-            self.push, self.pop = kname_nvtx.range_calls(attributes)
+            self.push, self.pop = ranges.range_calls(attributes)
         self.code = code  # keeps the keyed code objects (and so their ids) alive
         self.counter = itertools.count()  # next() is atomic: no lost counts across threads
         self.order = order  # first-seen order, for the census
@@ -74,25 +70,40 @@ class Site:
 
 
 sites: dict[tuple, Site] = {}
-retired_launches: dict[str, int] = {}  # counts of sites evicted from the bounded cache
+# Counts of sites no longer cached (evicted, or built under earlier rules): (name, kernel, lib).
+retired_launches: dict[tuple[str, str, str], int] = {}
 
-_lock = threading.RLock()
+_lock = new_lock(reentrant=True)
 _kinds: dict[int, int] = {}
 _codes: dict[int, CodeType] = {}
 _wrapper_code_ids: set[int] = set()
 _skip: tuple[str, ...] = ()
+_library_modules = CORE_LIBRARY_MODULES
 _template = DEFAULT_FORMAT
 _depth = 1
 _emit_nvtx = True
 _order = itertools.count()
 
 
-def configure(skip: tuple[str, ...], template: str, depth: int, emit_nvtx: bool) -> None:
-    """Set the rules; forget every cached decision and site made under the old ones."""
-    global _skip, _template, _depth, _emit_nvtx
+def configure(
+    skip: tuple[str, ...] = (),
+    template: str = DEFAULT_FORMAT,
+    depth: int = 1,
+    emit_nvtx: bool = True,
+    library_modules: tuple[str, ...] = (),
+) -> None:
+    """Set the rules (no arguments: the defaults); forget every decision and site made under the
+    old ones, but keep their launch counts (by name, as the cache's evicted sites are kept)."""
+    global _skip, _library_modules, _library_path, _template, _depth, _emit_nvtx
     with _lock:
         _skip, _template, _depth, _emit_nvtx = tuple(skip), template, depth, emit_nvtx
-        clear()
+        _library_modules = (*CORE_LIBRARY_MODULES, *library_modules)
+        _library_path = _library_path_pattern(_library_modules)
+        _kinds.clear()
+        _codes.clear()
+        for site in list(sites.values()):
+            _retire(site)
+        sites.clear()
 
 
 def clear() -> None:
@@ -207,11 +218,19 @@ def _walk(
     return user_frames, outermost_library
 
 
+def _library_path_pattern(modules: tuple[str, ...]) -> re.Pattern[str]:
+    names = "|".join(re.escape(m) for m in modules)
+    return re.compile(r"[/\\](?:site|dist)-packages[/\\](?:" + names + r")(?:[/\\]|\.py)")
+
+
+_library_path = _library_path_pattern(_library_modules)
+
+
 def _is_library(filename: str, module: object) -> bool:
     if isinstance(module, str):
-        return _matches(module, LIBRARY_MODULES) or _matches(module, _skip)
+        return _matches(module, _library_modules) or _matches(module, _skip)
     # No module name (code run by exec with bare globals): judge by where the file lives.
-    return filename.startswith(_KNAME_DIR) or bool(_LIBRARY_PATH.search(filename))
+    return filename.startswith(_KNAME_DIR) or bool(_library_path.search(filename))
 
 
 def _matches(module: str, prefixes: tuple[str, ...]) -> bool:
@@ -233,7 +252,7 @@ def _build(
         facts = [naming.frame_facts(f) for f in frames]
         name = naming.display_name(_template, kernel_name, lib, facts)
         identifier = naming.identifier_name(kernel_name, facts[0])
-        attributes = kname_nvtx.attributes_for(name, kernel_name, lib) if _emit_nvtx else None
+        attributes = ranges.attributes_for(name, kernel_name, lib) if _emit_nvtx else None
     except Exception as exc:
         # The site still launches, counted but without a range, and the fault is said once.
         report_fault("naming a call site", exc)
@@ -267,10 +286,24 @@ def _renamed_launch(rename: Any, kernel: Any, site: Site) -> Any:
 
 def _evict_oldest() -> None:
     oldest = next(iter(sites))
-    site = sites.pop(oldest)
+    _retire(sites.pop(oldest))
+
+
+def _retire(site: Site) -> None:
+    """Keep a site's launch count under its name, kernel and library, as the census reports it."""
     count = site.launches()
     if count:
-        name = site.name
-        if name not in retired_launches and len(retired_launches) >= MAX_SITES:
-            name = kname_nvtx.OVERFLOW_NAME  # past the bound: counted together, never dropped
-        retired_launches[name] = retired_launches.get(name, 0) + count
+        key = (site.name, site.kernel, site.lib)
+        if key not in retired_launches and len(retired_launches) >= MAX_SITES:
+            key = (ranges.OVERFLOW_NAME, "", "")  # past the bound: counted together, never dropped
+        retired_launches[key] = retired_launches.get(key, 0) + count
+
+
+def _counts_from_zero() -> None:
+    """A forked child counts its own launches: the parent reports those made before the fork."""
+    for site in list(sites.values()):
+        site.counter = itertools.count()
+    retired_launches.clear()
+
+
+reset_in_child(_counts_from_zero)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import string
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -52,6 +53,23 @@ def parse_switch(value: str | None) -> bool | None:
     if text in SWITCH_OFF:
         return False
     return None
+
+
+def switch_state(
+    environ: Mapping[str, str] | None = None, xoptions: Mapping[str, object] | None = None
+) -> tuple[str, str, bool | None]:
+    """(where the switch is set, its value, on/off/None for a bad value): `-X kname` wins.
+
+    The one parser of the switch; kname.pth and sitecustomize_example only test cheaply whether
+    it may be on (a test keeps their off-values equal to SWITCH_OFF).
+    """
+    xoptions = sys._xoptions if xoptions is None else xoptions
+    xoption = xoptions.get("kname")
+    if xoption is not None:
+        value = "1" if xoption is True else str(xoption)
+        return "-X kname", value, parse_switch(value)
+    value = (os.environ if environ is None else environ).get("KNAME", "")
+    return "KNAME", value, parse_switch(value)
 
 
 def switch_problem(name: str, value: str) -> str:

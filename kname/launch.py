@@ -2,7 +2,8 @@
 
 A plain closure, not a wrapt.FunctionWrapper: the wrapper layer alone cost 0.43 µs per call with
 wrapt and 0.08 µs as a closure (DESIGN.md), and a plain function is still a correct method
-descriptor when it replaces `Class.__call__`.
+descriptor when it replaces `Class.__call__`. Everything it needs is handed to it when it is
+made; it never looks up kname's lifecycle.
 """
 
 from __future__ import annotations
@@ -10,48 +11,46 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kname import callsite
 from kname._warnings import report_fault
-
-_enabled = True
-
-
-def enable() -> None:
-    """Set the switch every wrapper checks (kname.enable() also puts the wrappers back)."""
-    global _enabled
-    _enabled = True
+from kname.patching import mark_wrapper
 
 
-def disable() -> None:
-    """Clear the switch every wrapper checks (kname.disable() also takes the wrappers out)."""
-    global _enabled
-    _enabled = False
+class Switch:
+    """Whether the wrappers of one install() name launches; read by every wrapper, every launch."""
+
+    __slots__ = ("on",)
+
+    def __init__(self, on: bool = True) -> None:
+        self.on = on
 
 
-def is_enabled() -> bool:
-    """Whether launches are being named right now (installed or not)."""
-    return _enabled
+@dataclass(frozen=True)
+class LaunchSpec:
+    """How to name the launches of one launch callable.
+
+    `kernel_of(args)` returns the launched kernel object, or None when the call is not a launch
+    (a device function called from a kernel in the simulator); without it, the wrapped callable
+    itself is the kernel. `kernel_name(kernel)` is asked once per new call site. `rename(kernel,
+    site)`, used under KNAME_MODE=rename only, is asked once per new site for a callable that
+    launches that site's renamed kernel in place of the original, with the same arguments
+    (None: the original).
+    """
+
+    lib: str
+    kernel_name: Callable[[Any], str]
+    kernel_of: Callable[[tuple], Any] | None = None
+    rename: Callable[[Any, callsite.Site], Callable[..., Any] | None] | None = None
 
 
 def make_launch_wrapper(
-    original: Callable[..., Any],
-    lib: str,
-    kernel_name: Callable[[Any], str],
-    kernel_of: Callable[[tuple], Any] | None = None,
-    rename: Callable[[Any, callsite.Site], Callable[..., Any] | None] | None = None,
+    original: Callable[..., Any], spec: LaunchSpec, switch: Switch
 ) -> Callable[..., Any]:
-    """Wrap `original` so each call runs inside an NVTX range named after its call site.
-
-    `kernel_of(args)` returns the launched kernel object, or None when the call is not a launch
-    (a device function called from a kernel in the simulator); without it, `original` itself is
-    the kernel. `kernel_name(kernel)` is asked once per new call site. Under KNAME_MODE=rename
-    only, `rename(kernel, site)` is asked once per new site for a callable that launches that
-    site's renamed kernel in place of `original`, with the same arguments (None: `original`).
-    """
-    if rename is not None and not _renaming():
-        rename = None
+    """Wrap `original` so each call runs inside an NVTX range named after its call site."""
+    lib, kernel_name, kernel_of, rename = spec.lib, spec.kernel_name, spec.kernel_of, spec.rename
     sites = callsite.sites
     resolve = callsite.resolve
     getframe = sys._getframe
@@ -64,7 +63,7 @@ def make_launch_wrapper(
                 callsite.pass_through(frame, kernel)
 
     def kname_launch(*args, **kwargs):
-        if not _enabled:
+        if not switch.on:
             return original(*args, **kwargs)
         push = None
         run = original
@@ -98,18 +97,7 @@ def make_launch_wrapper(
                 give_up(getframe(1), args)
 
     callsite.register_wrapper_code(kname_launch.__code__)
-    kname_launch.__wrapped__ = original
-    kname_launch.__module__ = getattr(original, "__module__", __name__)
-    kname_launch.__name__ = getattr(original, "__name__", "kname_launch")
-    kname_launch.__qualname__ = getattr(original, "__qualname__", "kname_launch")
-    kname_launch.__doc__ = getattr(original, "__doc__", None)
-    kname_launch._kname_wrapper = True
+    mark_wrapper(kname_launch, original)
+    if getattr(original, "__module__", None) is None:
+        kname_launch.__module__ = __name__
     return kname_launch
-
-
-def _renaming() -> bool:
-    """Whether install() read KNAME_MODE=rename."""
-    from kname import hooks  # deferred: hooks imports this module
-
-    config = hooks.current_config()
-    return config is not None and config.mode == "rename"

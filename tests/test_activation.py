@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from nvtx_capture import Capture, run_captured
 from support import Venv, line_of, make_venv, write_package
+from support.nvtx_capture import Capture, run_captured
 
 pytestmark = pytest.mark.slow
 

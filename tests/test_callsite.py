@@ -16,34 +16,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from nvtx_capture import run_captured
-from support import REPO, line_of
+from support import FAKEGPU, REPO, line_of
+from support.nvtx_capture import run_captured
 
 import kname
-from kname import callsite, launch, naming
-from kname.config import DEFAULT_FORMAT
-from kname.nvtx import colour_of
-
-FAKEGPU = '''
-"""A stand-in GPU library: a launch is a plain call."""
-
-
-def launch(*args):
-    """Launch a fake kernel."""
-    return args
-
-
-def launch_a(*args):
-    return ("a", *args)
-
-
-def launch_b(*args):
-    return ("b", *args)
-
-
-def fail(message):
-    raise ValueError(message)
-'''
+from kname import callsite
+from kname.ranges import colour_of
 
 
 class Sandbox:
@@ -81,17 +59,9 @@ class Sandbox:
 
 @pytest.fixture
 def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    for variable in [v for v in os.environ if v.startswith("KNAME_")]:
-        monkeypatch.delenv(variable)
     monkeypatch.syspath_prepend(str(tmp_path))
-    # Path roots are a snapshot taken at first use: take a new one that includes tmp_path.
-    monkeypatch.setattr(naming, "_roots", None)
     before = set(sys.modules)
     yield Sandbox(tmp_path, monkeypatch)
-    kname.uninstall()
-    launch.enable()
-    callsite.configure((), DEFAULT_FORMAT, 1, True)
-    callsite.clear()
     for name in set(sys.modules) - before:
         if str(getattr(sys.modules[name], "__file__", "") or "").startswith(str(tmp_path)):
             del sys.modules[name]

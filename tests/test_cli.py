@@ -12,7 +12,7 @@ import pytest
 from support import Venv, line_of, make_venv
 
 import kname
-from kname.report import OWNER_VARIABLE
+from kname.census_file import OWNER_VARIABLE
 
 pytestmark = pytest.mark.slow
 

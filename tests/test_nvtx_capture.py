@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from nvtx_capture import (
+from support.nvtx_capture import (
     GLOBAL_DOMAIN,
     Capture,
     parse_lines,

@@ -16,8 +16,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from nvtx_capture import Capture, run_captured
 from support import Venv, line_of
+from support.nvtx_capture import Capture, run_captured
 
 pytestmark = pytest.mark.slow
 
@@ -103,14 +103,11 @@ def count_ranges(capture: Capture) -> dict[str, int]:
 # --------------------------------------------------------------------------
 
 FAULTS = """\
-import importlib
 import json
 import sys
 
 import kname
-from kname import callsite, naming
-
-report = importlib.import_module("kname.report")  # kname.report is also the function report()
+from kname import callsite, census, naming
 
 fault = sys.argv[1]
 fired = []  # one entry each time the forced fault fires
@@ -153,7 +150,7 @@ elif fault == "display_name":
 
     naming.display_name = display_name
 elif fault == "census":
-    report.census = lambda: fire("census")
+    census.census = lambda: fire("census")
 elif fault == "bad_str":  # an exception that cannot even be printed
     class Unprintable(RuntimeError):
         def __str__(self):

@@ -12,8 +12,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from support import REPO, line_of
@@ -149,8 +147,8 @@ import noop
 
 
 def state(result):
-    hooks = sys.modules.get("kname.hooks")
-    return [result, os.environ.get("KNAME"), bool(hooks and hooks.is_installed())]
+    lifecycle = sys.modules.get("kname.lifecycle")
+    return [result, os.environ.get("KNAME"), bool(lifecycle and lifecycle.is_installed())]
 
 
 def spawned():
@@ -255,12 +253,11 @@ from wrapt import importer
 
 import kname
 import noop
-from kname import _warnings, callsite, hooks
-from kname import nvtx as kname_nvtx
+from kname import _warnings, callsite, lifecycle, ranges
 
 noop.launch(1)  # parent-line
 locks = {
-    "callsite": callsite._lock, "nvtx": kname_nvtx._lock, "hooks": hooks._lock,
+    "callsite": callsite._lock, "ranges": ranges._lock, "lifecycle": lifecycle._lock,
     "warnings": _warnings._lock, "wrapt": importer._post_import_hooks_lock,
 }
 locks = list(locks.values()) if sys.argv[1] == "all" else [locks[sys.argv[1]]]
@@ -302,7 +299,7 @@ print(json.dumps({"child_exit": os.waitstatus_to_exitcode(status)}))
 LATE = "def launch(x):\n    return x + 1\n"
 
 
-@pytest.mark.parametrize("held", ["all", "callsite", "nvtx", "hooks", "warnings", "wrapt"])
+@pytest.mark.parametrize("held", ["all", "callsite", "ranges", "lifecycle", "warnings", "wrapt"])
 def test_a_forked_child_does_not_inherit_a_held_lock(
     kname_venv, inject_lib, tmp_path, held
 ) -> None:
@@ -326,17 +323,3 @@ def test_a_forked_child_does_not_inherit_a_held_lock(
     assert child["census"] == {names["child-line"]: 1, names["late-line"]: 1}
     assert capture.ranges("kname") == list(names.values())
     assert capture.balanced(), capture.stack_errors()
-
-
-def test_the_fork_handler_is_registered_by_install_only() -> None:
-    code = (
-        "import sys, kname; print('kname._fork' in sys.modules);"
-        "kname.install(targets=['x_never_imported:f']); print('kname._fork' in sys.modules)"
-    )
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("KNAME", "NVTX_"))}
-    environ["PYTHONPATH"] = str(REPO)
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=environ,
-        cwd=Path(REPO).parent, check=False,
-    )  # fmt: skip
-    assert done.stdout.split() == ["False", "True"], done.stderr

@@ -1,5 +1,5 @@
 """Reliability at import time and with bad configuration: kname says one clear line at most, and
-the program runs. Real programs in a venv with kname's wheel (tests/test_hooks.py covers the
+the program runs. Real programs in a venv with kname's wheel (tests/test_lifecycle.py covers the
 same wrapping rules in-process), plus an in-process property test of install() itself.
 """
 
@@ -17,8 +17,8 @@ from support import PARENT_PTH, Venv, line_of, make_venv
 from test_reliability import NOOP_TARGET, count_ranges, kname_lines, run_program
 
 import kname
-from kname import _warnings, callsite, hooks, launch, naming
-from kname.config import DEFAULT_FORMAT, parse_switch
+from kname import _warnings, callsite, lifecycle, naming
+from kname.config import parse_switch
 
 pytestmark = pytest.mark.slow
 
@@ -109,6 +109,7 @@ print(json.dumps({
     "hooks": sorted(importer._post_import_hooks),
     "sites": len(callsite.sites),
     "wrapper_codes": len(callsite._wrapper_code_ids),
+    "census": kname.names(),
 }))
 """
 
@@ -119,10 +120,12 @@ def test_install_and_uninstall_100_times_restore_identity_and_name_each_time(
     done, capture = run_program(kname_venv, inject_lib, tmp_path, INSTALL_100, env=NOOP_TARGET)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
-    assert json.loads(done.stdout) == {
-        "identity": True, "meta_path": True, "hooks": [], "sites": 1, "wrapper_codes": 1,
-    }  # fmt: skip
     installed = f"<module> prog.py:{line_of(INSTALL_100, 'while-on')}"
+    # uninstall() forgets the cached sites but keeps their counts: each install's launch counted.
+    assert json.loads(done.stdout) == {
+        "identity": True, "meta_path": True, "hooks": [], "sites": 0, "wrapper_codes": 1,
+        "census": {installed: 100},
+    }  # fmt: skip
     assert count_ranges(capture) == {installed: 100}
     assert capture.balanced(), capture.stack_errors()
 
@@ -317,12 +320,8 @@ def in_process(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setitem(sys.modules, "reliability_gpu", module)
     monkeypatch.setattr(naming, "_roots", None)
     reports: list[str] = []
-    monkeypatch.setattr(hooks, "write_at_exit", reports.append)  # no atexit writer in pytest
+    monkeypatch.setattr(lifecycle, "write_at_exit", reports.append)  # no atexit writer in pytest
     yield module, reports
-    kname.uninstall()
-    launch.enable()
-    callsite.configure((), DEFAULT_FORMAT, 1, True)
-    callsite.clear()
 
 
 @settings(
@@ -338,9 +337,9 @@ def test_install_under_any_environment_never_raises_and_launches_still_run(
     monkeypatch.setattr(_warnings, "_said", set())
     for name in VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    real_read_config = hooks.read_config
+    real_read_config = lifecycle.read_config
     monkeypatch.setattr(
-        hooks, "read_config", lambda environ=None, **kw: real_read_config(environ or env, **kw)
+        lifecycle, "read_config", lambda environ=None, **kw: real_read_config(environ or env, **kw)
     )
     try:
         kname.install(targets=["reliability_gpu:launch"])
@@ -348,6 +347,7 @@ def test_install_under_any_environment_never_raises_and_launches_still_run(
         assert sum(kname.names().values()) == 3
     finally:
         kname.uninstall()
+        callsite.clear()  # uninstall() keeps the counts; the next example starts from none
     err = capsys.readouterr().err
     for line in err.splitlines():
         assert line.startswith("kname: KNAME_"), line  # one variable named; no internal error

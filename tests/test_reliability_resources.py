@@ -16,13 +16,12 @@ import tracemalloc
 import types
 
 import pytest
-from nvtx_capture import capture_env
 from support import line_of
+from support.nvtx_capture import capture_env
 from test_reliability import NOOP_TARGET, count_ranges, run_program, write_program
 
 import kname
-from kname import callsite, launch, naming
-from kname.config import DEFAULT_FORMAT
+from kname import callsite, naming
 
 pytestmark = pytest.mark.slow
 
@@ -34,10 +33,10 @@ import sys
 import kname
 import noop
 from kname import callsite
-from kname import nvtx as kname_nvtx
+from kname import ranges
 
 functions, lines, repeat, bound, codes = (int(a) for a in sys.argv[1:6])
-callsite.MAX_SITES = kname_nvtx.MAX_NAMES = bound
+callsite.MAX_SITES = ranges.MAX_NAMES = bound
 callsite.MAX_CODES = codes
 
 
@@ -58,7 +57,7 @@ memory = []
 for k in range(functions):
     namespace[f"f_{k}"](noop.launch)
     most["sites"] = max(most["sites"], len(callsite.sites))
-    most["names"] = max(most["names"], len(kname_nvtx._attributes))
+    most["names"] = max(most["names"], len(ranges._attributes))
     most["codes"] = max(most["codes"], len(callsite._kinds))
     if k % (functions // 10) == functions // 10 - 1:
         memory.append(rss())
@@ -138,10 +137,6 @@ def installed(monkeypatch: pytest.MonkeyPatch):
         monkeypatch.delenv(variable)
     kname.install(targets=[f"{module.__name__}:launch"])
     yield module
-    kname.uninstall()
-    launch.enable()
-    callsite.configure((), DEFAULT_FORMAT, 1, True)
-    callsite.clear()
 
 
 def test_traced_memory_is_flat_once_the_caches_are_full(installed, monkeypatch) -> None:

@@ -23,13 +23,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from nvtx_capture import run_captured
 from support import REPO, check_rename_demo_under_ncu, line_of
+from support.nvtx_capture import run_captured
 
 import kname
-from kname import _warnings, callsite, launch, naming, rename
-from kname.config import DEFAULT_FORMAT
+from kname import _warnings, callsite, naming, rename
 from kname.naming import MAX_IDENTIFIER, FrameFacts, identifier_name
+from kname.targets.numba import rename as numba_rename
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PROPERTY = settings(max_examples=300, deadline=None)
@@ -184,10 +184,6 @@ def installed(monkeypatch: pytest.MonkeyPatch, no_gpu):
         return no_gpu
 
     yield install
-    kname.uninstall()
-    launch.enable()
-    callsite.configure((), DEFAULT_FORMAT, 1, True)
-    callsite.clear()
 
 
 def site_of(marker: str, kernel: str) -> callsite.Site:
@@ -324,7 +320,7 @@ def test_a_kernel_that_cannot_be_renamed_launches_under_its_own_name(installed, 
     def fail(shim, *args, **kwargs):
         raise RuntimeError("no abi_info today")
 
-    monkeypatch.setattr(rename._NamedKernelCompile, "__call__", fail)
+    monkeypatch.setattr(numba_rename._NamedKernelCompile, "__call__", fail)
     launched = installed("rename")
     k = kernels()
     for _ in range(2):
@@ -347,15 +343,15 @@ def test_nvtx_mode_launches_the_users_own_kernel(installed) -> None:
 def test_an_unsupported_numba_cuda_is_named_by_nvtx_only_with_one_warning(
     installed, monkeypatch, capfd
 ) -> None:
-    monkeypatch.setattr(rename.importlib.metadata, "version", lambda name: "0.29.1")
-    rename._numba_support.cache_clear()
+    monkeypatch.setattr(numba_rename, "installed_version", lambda *args: "0.29.1")
+    numba_rename._numba_support.cache_clear()
     try:
         launched = installed("rename")
         k = kernels()
         k.divide[128, 32](*arrays())  # L:old-1
         k.divide[128, 32](*arrays())  # L:old-2
     finally:
-        rename._numba_support.cache_clear()
+        numba_rename._numba_support.cache_clear()
     assert site_of("L:old-1", "divide").launch is None
     assert [kernel.entry_name[:2] for kernel in launched] == ["_Z", "_Z"]
     err = capfd.readouterr().err
@@ -531,7 +527,7 @@ def test_rename_mode_under_the_simulator_is_nvtx_mode_and_says_nothing(
 
 
 def test_the_kname_package_imports_no_gpu_library_for_rename_mode() -> None:
-    code = "import sys, kname.rename, kname.targets.numba_cuda; print('numba' in sys.modules)"
+    code = "import sys, kname.rename, kname.targets.numba; print('numba' in sys.modules)"
     done = subprocess.run(
         [sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": pythonpath()},
         capture_output=True, text=True, check=True,

@@ -21,8 +21,10 @@ import pytest
 from support import REPO, check_rename_demo_under_ncu, line_of
 
 import kname
-from kname import _warnings, callsite, launch, naming, rename
-from kname.config import DEFAULT_FORMAT
+from kname import _warnings, callsite, naming, rename
+from kname.targets.cupy import rename as cupy_rename
+from kname.targets.triton import rename as triton_rename
+from kname.targets.triton.rename import triton_site_launch
 
 SOURCE = Path(__file__).read_text()
 
@@ -41,10 +43,6 @@ def installed(monkeypatch: pytest.MonkeyPatch):
         kname.install([target])
 
     yield install
-    kname.uninstall()
-    launch.enable()
-    callsite.configure((), DEFAULT_FORMAT, 1, True)
-    callsite.clear()
 
 
 def site_of(marker: str, kernel: str) -> callsite.Site:
@@ -209,7 +207,7 @@ def test_cupy_rawkernels_keep_the_users_names(cupy, installed, capfd):
 def test_cupy_nvtx_mode_records_nothing_and_renames_nothing(cupy, installed):
     installed("cupy", mode="nvtx")
     kernel = make_elementwise(cupy)
-    assert getattr(kernel, rename.CUPY_ARGS, None) is None
+    assert getattr(kernel, cupy_rename.CUPY_ARGS, None) is None
     x = np.ones(4, np.float32)
     with pytest.raises(Exception):  # noqa: B017
         kernel(x, x)  # L:nvtx-ew
@@ -231,8 +229,8 @@ def test_cupy_kernels_made_outside_rename_mode_are_named_by_nvtx_only(cupy, inst
 
 
 def test_cupy_too_old_is_named_by_nvtx_only_with_one_warning(cupy, installed, monkeypatch, capfd):
-    monkeypatch.setattr(rename, "_installed_version", lambda *a: "12.3.0")
-    rename._cupy_support.cache_clear()
+    monkeypatch.setattr(cupy_rename, "installed_version", lambda *a: "12.3.0")
+    cupy_rename._cupy_support.cache_clear()
     try:
         installed("cupy")
         kernel = make_elementwise(cupy)
@@ -241,7 +239,7 @@ def test_cupy_too_old_is_named_by_nvtx_only_with_one_warning(cupy, installed, mo
             with pytest.raises(Exception):  # noqa: B017
                 kernel(x, x)  # L:old-cupy
     finally:
-        rename._cupy_support.cache_clear()
+        cupy_rename._cupy_support.cache_clear()
     assert site_of("L:old-cupy", "axpy_ew").launch is None
     err = capfd.readouterr().err
     assert err.count("kname:") == 1 and "needs CuPy >= 13.0.0 (this is 12.3.0)" in err
@@ -301,7 +299,7 @@ def triton_cache(monkeypatch, tmp_path):
 def test_triton_clone_compiles_under_the_sites_name(triton, triton_cache, monkeypatch):
     monkeypatch.setattr(rename, "_holders", {})
     kernel = triton_kernel(triton)
-    launch_renamed = rename.triton_site_launch(kernel, a_site("axpy_tt__app_py_L7", "axpy_tt"))
+    launch_renamed = triton_site_launch(kernel, a_site("axpy_tt__app_py_L7", "axpy_tt"))
     clone = launch_renamed.jit_function
     plain = compile_sm90(triton, kernel)
     renamed = compile_sm90(triton, clone)
@@ -311,7 +309,7 @@ def test_triton_clone_compiles_under_the_sites_name(triton, triton_cache, monkey
     spaced = re.compile(r"[ \t]+")
     expected = plain.asm["ptx"].replace("axpy_tt", "axpy_tt__app_py_L7")
     assert spaced.sub(" ", renamed.asm["ptx"]) == spaced.sub(" ", expected)
-    for option in rename.TRITON_OPTIONS:
+    for option in triton_rename.TRITON_OPTIONS:
         assert getattr(clone, option) == getattr(kernel, option), option
     specialize = [p.do_not_specialize for p in kernel.params]
     assert [p.do_not_specialize for p in clone.params] == specialize == [False, False, True, False]
@@ -323,8 +321,8 @@ def test_triton_clone_never_gets_the_plain_binary_nor_the_plain_kernel_its(
     monkeypatch.setattr(rename, "_holders", {})
     kernel = triton_kernel(triton)
     plain_key = kernel.cache_key
-    one = rename.triton_site_launch(kernel, a_site("axpy_tt__app_py_L7", "axpy_tt")).jit_function
-    two = rename.triton_site_launch(kernel, a_site("axpy_tt__app_py_L9", "axpy_tt")).jit_function
+    one = triton_site_launch(kernel, a_site("axpy_tt__app_py_L7", "axpy_tt")).jit_function
+    two = triton_site_launch(kernel, a_site("axpy_tt__app_py_L9", "axpy_tt")).jit_function
     assert len({plain_key, one.cache_key, two.cache_key}) == 3
     assert kernel.cache_key == plain_key  # the user's kernel keeps its key: nothing recompiles
     first = compile_sm90(triton, kernel)
@@ -333,7 +331,7 @@ def test_triton_clone_never_gets_the_plain_binary_nor_the_plain_kernel_its(
     assert ptx_entries(compile_sm90(triton, two)) == ["axpy_tt__app_py_L9"]
     # A later process's clone for the same site is served its own binary from the disk cache.
     again = triton_kernel(triton)
-    later = rename.triton_site_launch(again, a_site("axpy_tt__app_py_L7", "axpy_tt")).jit_function
+    later = triton_site_launch(again, a_site("axpy_tt__app_py_L7", "axpy_tt")).jit_function
     assert later.cache_key == one.cache_key
     assert compile_sm90(triton, later).hash == renamed.hash
     assert compile_sm90(triton, again).hash == first.hash
@@ -343,7 +341,7 @@ def test_triton_clone_never_gets_the_plain_binary_nor_the_plain_kernel_its(
 
 def test_triton_launches_from_a_site_run_through_its_clone(triton, installed, monkeypatch):
     installed("triton")
-    site_class, plain_class = rename._triton_support()[0]
+    site_class, plain_class = triton_rename._triton_support()[0]
     launched = []
 
     def run(self, *args, grid, warmup, **kwargs):  # stands in for Triton's run (no GPU)
@@ -381,22 +379,22 @@ def test_triton_kernels_of_other_types_are_named_by_nvtx_only(triton, monkeypatc
 
     kernel = triton_kernel(triton)
     custom = Custom(kernel.fn)
-    assert rename.triton_site_launch(custom, a_site("k__a_py_L1", "k")) is None
-    assert rename.triton_site_launch(custom, a_site("k__a_py_L2", "k")) is None
+    assert triton_site_launch(custom, a_site("k__a_py_L1", "k")) is None
+    assert triton_site_launch(custom, a_site("k__a_py_L2", "k")) is None
     err = capfd.readouterr().err
     assert err.count("kname:") == 1 and "Custom" in err and "NVTX ranges only" in err
 
 
 def test_triton_too_old_is_named_by_nvtx_only_with_one_warning(triton, monkeypatch, capfd):
     monkeypatch.setattr(_warnings, "_said", set())
-    monkeypatch.setattr(rename, "_installed_version", lambda *a: "3.3.1")
-    rename._triton_support.cache_clear()
+    monkeypatch.setattr(triton_rename, "installed_version", lambda *a: "3.3.1")
+    triton_rename._triton_support.cache_clear()
     try:
         kernel = triton_kernel(triton)
         for line in (1, 2):
-            assert rename.triton_site_launch(kernel, a_site(f"k__a_py_L{line}", "k")) is None
+            assert triton_site_launch(kernel, a_site(f"k__a_py_L{line}", "k")) is None
     finally:
-        rename._triton_support.cache_clear()
+        triton_rename._triton_support.cache_clear()
     err = capfd.readouterr().err
     assert err.count("kname:") == 1 and "needs Triton >= 3.4.0 (this is 3.3.1)" in err
 

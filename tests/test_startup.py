@@ -128,7 +128,7 @@ def test_sitecustomize_example_imports_nothing_when_off(venv_without_pth, tmp_pa
 
 def test_pth_and_sitecustomize_together_start_kname_once(kname_venv: Venv, tmp_path) -> None:
     result = kname_venv.python_run(
-        "-c", "import kname.hooks as h; print(h.is_installed())",
+        "-c", "import kname.lifecycle as h; print(h.is_installed())",
         env=sitecustomize_env(tmp_path, KNAME="1", KNAME_DEPTH="x"),
     )  # fmt: skip
     assert result.stdout.split() == ["True"]

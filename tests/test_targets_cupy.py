@@ -13,8 +13,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from nvtx_capture import Capture, run_captured
 from support import REPO, line_of
+from support.nvtx_capture import Capture, run_captured
 
 pytest.importorskip("cupy", reason="CuPy is not installed")
 

@@ -15,8 +15,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from nvtx_capture import Capture, run_captured
 from support import REPO, line_of
+from support.nvtx_capture import Capture, run_captured
 
 FORMAT = "{kernel}|{function}|{line}"
 DOUBLE = {

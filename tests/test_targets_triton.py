@@ -15,8 +15,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from nvtx_capture import Capture, run_captured
 from support import REPO, line_of
+from support.nvtx_capture import Capture, run_captured
 
 pytest.importorskip("triton.knobs", reason="Triton 3.4+ is not installed")
 
@@ -171,9 +171,13 @@ def test_fallback_wraps_jit_function_run_except_warmup(inject_lib, tmp_path):
     source, out, capture = run_app(
         """
         import types
+        from kname.launch import Switch
+        from kname.targets import Options
         from kname.targets import triton as target
 
         kname.install(targets=[])  # reads KNAME_FORMAT, wraps nothing
+        target.has_hook_chains = lambda knobs: False  # as on Triton before 3.4
+        options = Options(Switch(), renaming=False, chosen=frozenset({"triton"}))
 
         class JITFunction:
             def __init__(self, fn):
@@ -185,8 +189,10 @@ def test_fallback_wraps_jit_function_run_except_warmup(inject_lib, tmp_path):
         fake = types.ModuleType("fake_triton_jit")
         fake.JITFunction = JITFunction
         original = JITFunction.run
-        undo = target.install_run(fake)
-        print(target.install_run(fake) == [], JITFunction.run is not original)
+        changes = target.run_changes(fake, options)
+        for change in changes:
+            change.apply()
+        print(target.run_changes(fake, options) == [], JITFunction.run is not original)
 
         def my_kernel():
             pass
@@ -194,8 +200,8 @@ def test_fallback_wraps_jit_function_run_except_warmup(inject_lib, tmp_path):
         kernel = JITFunction(my_kernel)
         print(kernel.run(1, grid=(1,), warmup=True))  # warmup-line
         print(kernel.run(1, grid=(1,), warmup=False))  # launch-line
-        for u in undo:
-            u()
+        for change in changes:
+            change.restore()
         print(JITFunction.run is original)
         """,
         inject_lib,

@@ -1,61 +1,176 @@
-"""The registry of launch targets: which module to watch, what to wrap, how to name the kernel.
+"""The library units: for each GPU library, what kname changes when one of its modules is imported.
 
-A target is data plus two small functions. Adding a library is one module here and one line in
-BUILTIN below. Target modules are imported only when kname is installed, never by `import kname`.
+A unit (`kname.targets.<name>`) defines `LIBRARY`, a Library: its import packages (their frames
+are library code, never a call site), its distributions (for `kname doctor`), and its targets.
+A Target names one module to watch and a function that returns the changes to make in it, as
+Patch records (kname.patching), so disable() and uninstall() undo all of them. Most targets wrap
+one launch function: `wraps(qualname, spec)` builds that. Adding a library is one unit and one
+name in BUILTIN. Units import no GPU library: they run when kname is installed, before any is.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+import importlib.metadata
+import re
+import sys
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from types import ModuleType
 from typing import Any
+
+from kname.launch import LaunchSpec, Switch, make_launch_wrapper
+from kname.patching import Change, Patch, defined, is_wrapper, rebind, resolve, unbound
+
+BUILTIN = ("numba", "cupy", "triton", "pycuda", "cuda_core")
+
+
+class TargetProblem(Exception):
+    """A target cannot be wrapped in this module: the message says why, for the user."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a target's changes may depend on: handed down by install()."""
+
+    switch: Switch  # the on/off switch of this install()
+    renaming: bool  # KNAME_MODE=rename
+    chosen: frozenset[str]  # the built-in targets in use
+
+    def wrapper(self, original: Callable[..., Any], spec: LaunchSpec) -> Callable[..., Any]:
+        """A launch wrapper of `original` (renaming per site only in rename mode)."""
+        if not self.renaming and spec.rename is not None:
+            spec = replace(spec, rename=None)
+        return make_launch_wrapper(original, spec, self.switch)
 
 
 @dataclass(frozen=True)
 class Target:
-    """One launch function (or method) to wrap when `module` is imported."""
+    """One module to watch, and the changes to make in it when it is imported."""
 
-    name: str  # what KNAME_TARGETS calls it
-    module: str  # imported module that holds the launch callable
-    qualname: str  # attribute path inside that module, e.g. "_LaunchConfiguration.__call__"
-    lib: str  # library name, shown as {lib} and as the NVTX category
-    kernel_name: Callable[[Any], str]  # kernel object -> its name, once per call site
-    kernel_of: Callable[[tuple], Any] | None = None  # call args -> kernel, None: not a launch
-    applies: Callable[[Any], bool] | None = None  # module -> False: quietly not this one
-    # Instead of wrapping `qualname`: module -> undo callables. The target makes its own changes
-    # (a subclass in place of an immutable type, a library's launch hook); uninstall() calls the
-    # undos, newest first, and they put the original objects back.
-    install: Callable[[Any], Iterable[Callable[[], None]]] | None = None
-    # KNAME_MODE=rename: (kernel, Site) -> a callable taking the wrapped callable's arguments that
-    # launches that site's renamed copy of the kernel instead, or None to launch the original.
-    rename: Callable[[Any, Any], Callable[..., Any] | None] | None = None
+    name: str  # what KNAME_TARGETS calls it: a unit's name, or `module:qualname`
+    module: str  # the module whose import triggers the changes
+    what: str  # the thing changed, as messages show it (`_LaunchConfiguration.__call__`)
+    # (module, options) -> the changes to apply, none when the target does not apply to this
+    # module (the simulator's dispatcher); TargetProblem when it cannot be wrapped.
+    changes: Callable[[ModuleType, Options], list[Change]]
 
 
-# Built-in target name -> modules that define TARGETS (a tuple of Target).
-BUILTIN: dict[str, tuple[str, ...]] = {
-    "numba": ("kname.targets.numba_cuda", "kname.targets.numba_cudasim"),
-    "cupy": ("kname.targets.cupy",),
-    "triton": ("kname.targets.triton",),
-    "pycuda": ("kname.targets.pycuda",),
-    "cuda_core": ("kname.targets.cuda_core",),
-}
+@dataclass(frozen=True)
+class Library:
+    """Everything kname knows about one GPU library."""
+
+    name: str  # the built-in target name
+    packages: tuple[str, ...]  # top-level import packages: their frames are library code
+    distributions: tuple[str, ...]  # installed distributions that provide them
+    targets: tuple[Target, ...]
+    renaming: str = "not renamed (named by NVTX ranges only)"  # what KNAME_MODE=rename does
 
 
-def builtin_targets(name: str) -> tuple[Target, ...]:
-    """The Target definitions of built-in target `name`."""
-    return tuple(
-        target for module in BUILTIN[name] for target in importlib.import_module(module).TARGETS
-    )
+def library(name: str) -> Library:
+    """The unit of built-in target `name` (imports kname's unit, not the GPU library)."""
+    return importlib.import_module(f"kname.targets.{name}").LIBRARY
+
+
+def library_packages() -> tuple[str, ...]:
+    """Every built-in unit's import packages."""
+    return tuple(package for name in BUILTIN for package in library(name).packages)
+
+
+def wraps(
+    qualname: str, spec: LaunchSpec, applies: Callable[[ModuleType], bool] | None = None
+) -> Callable[[ModuleType, Options], list[Change]]:
+    """The changes function of a target that wraps the launch callable `qualname`."""
+
+    def changes(module: ModuleType, options: Options) -> list[Change]:
+        if applies is not None and not applies(module):
+            return []
+        return wrap_attribute(module, qualname, lambda f: options.wrapper(f, spec))
+
+    return changes
+
+
+def wrap_attribute(
+    module: ModuleType, qualname: str, make_wrapper: Callable[[Any], Any]
+) -> list[Change]:
+    """A Patch putting `make_wrapper(function)` where `qualname` is, keeping static/classmethods.
+
+    An inherited method is set on the subclass named (its base stays as it is). Nothing when
+    kname's wrapper is already there (a hook that fired twice).
+    """
+    try:
+        owner, attribute = resolve(module, qualname)
+    except AttributeError as exc:
+        raise TargetProblem(
+            f"was not found ({exc}); {_version_note(module)}that launch is not named, the rest "
+            "still is"
+        ) from None
+    original = vars(owner)[attribute] if attribute in vars(owner) else defined(owner, attribute)
+    if is_wrapper(original):
+        return []
+    wrapper = rebind(original, make_wrapper(unbound(original)))
+    return [Patch(owner, attribute, wrapper)]
+
+
+# --- KNAME_TARGETS module:qualname -----------------------------------------------------------
+
+_FUNCTIONS = (
+    types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+)  # fmt: skip
 
 
 def user_target(entry: str) -> Target:
     """A Target for a `module:qualname` entry of KNAME_TARGETS (already validated)."""
-    module, qualname = entry.split(":", 1)
-    return Target(
-        name=entry,
-        module=module,
-        qualname=qualname,
-        lib=module.split(".", 1)[0],
-        kernel_name=lambda _callable: qualname,
-    )
+    module_name, qualname = entry.split(":", 1)
+    spec = LaunchSpec(lib=module_name.split(".", 1)[0], kernel_name=lambda _callable: qualname)
+
+    def changes(module: ModuleType, options: Options) -> list[Change]:
+        def make_wrapper(function: Any) -> Any:
+            if not _is_function(function):
+                # A function standing in for a class, a kernel object or a constant changes
+                # the program.
+                raise TargetProblem(
+                    f"is not a function or method ({type(function).__name__}); it is left as it "
+                    f"is, not named (name a launch function or method, such as "
+                    f"{entry}.__call__)"
+                )
+            return options.wrapper(function, spec)
+
+        return wrap_attribute(module, qualname, make_wrapper)
+
+    return Target(name=entry, module=module_name, what=qualname, changes=changes)
+
+
+def _is_function(candidate: Any) -> bool:
+    cython = type(candidate).__name__ == "cython_function_or_method"
+    return cython or isinstance(candidate, _FUNCTIONS)
+
+
+def _version_note(module: ModuleType) -> str:
+    top = sys.modules.get(module.__name__.split(".", 1)[0])
+    version = getattr(top, "__version__", None)
+    return f"unsupported version {version} of {top.__name__}? " if version and top else ""
+
+
+# --- versions, for doctor and rename mode ----------------------------------------------------
+
+
+def release(version: str) -> tuple[int, ...]:
+    """The numeric release of a version string: '0.30.4rc1' -> (0, 30, 4)."""
+    match = re.match(r"\d+(?:\.\d+)*", version)
+    return tuple(int(part) for part in match.group().split(".")) if match else (0,)
+
+
+def installed_version(module: str, distributions: tuple[str, ...]) -> str | None:
+    """The imported `module`'s __version__, else the first of `distributions` installed."""
+    version = getattr(sys.modules.get(module), "__version__", None)
+    if isinstance(version, str):
+        return version
+    for distribution in distributions:
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None

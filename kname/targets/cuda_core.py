@@ -3,14 +3,14 @@
 `launch` is a Cython function in `cuda.core._launcher` (`cuda.core.experimental._launcher` before
 cuda-core 0.5), re-exported by `cuda.core` and bound by name in modules that did
 `from cuda.core import launch`: numba-cuda's dispatcher is one. When `_launcher` is imported,
-kname binds one wrapper under that name in `_launcher` and in those modules (the ones already
-imported; later importers pick the wrapper up from `cuda.core`).
+kname binds one wrapper under that name in `_launcher` and in those modules.
 
 A numba-cuda launch reaches this `launch` from inside numba's own launch, which kname already
-names. Where kname wraps numba's launches, numba's dispatcher keeps cuda.core's own `launch`, so
-the inner call costs nothing. Anywhere else, a wrapped `launch` called beneath another kname
-launch finds that launch's wrapper frame before any user frame and emits no range: each kernel
-sits in exactly one kname range either way.
+names. Where the numba target is in use too, numba's dispatcher keeps (or gets back) cuda.core's
+own `launch`, so the inner call costs nothing; that is decided by the chosen targets, not by
+which hook runs first. Anywhere else, a wrapped `launch` called beneath another kname launch
+finds that launch's wrapper frame before any user frame and emits no range: each kernel sits in
+exactly one kname range either way.
 
 The kernel's name comes from the driver (`cuKernelGetName`, CUDA 12.3+), once per kernel object;
 cuda-core's Kernel has no name attribute.
@@ -18,22 +18,23 @@ cuda-core's Kernel has no name attribute.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from kname.launch import make_launch_wrapper
-from kname.targets import Target
+from kname.launch import LaunchSpec
+from kname.patching import Change, Rebind, is_wrapper
+from kname.targets import Library, Options, Target
 
 LIB = "cuda.core"
 LAUNCHER_MODULES = ("cuda.core._launcher", "cuda.core.experimental._launcher")
 # Modules that bind `launch` by name: the package (re-export) and known importers.
-REBINDERS = ("cuda.core", "cuda.core.experimental", "numba.cuda.dispatcher")
+NUMBA_DISPATCHER = "numba.cuda.dispatcher"
+REBINDERS = ("cuda.core", "cuda.core.experimental", NUMBA_DISPATCHER)
 MAX_NAMES = 4096
 
 _names: dict[Any, str] = {}  # Kernel -> name (Kernel hashes and compares by its handle)
-_wrappers: dict[int, tuple[Any, Any]] = {}  # id(original launch) -> (original, its wrapper)
+# id(original launch) -> (original, the install's switch, its wrapper)
+_wrappers: dict[int, tuple[Any, Any, Any]] = {}
 
 
 def kernel_of(args: tuple) -> Any:
@@ -67,79 +68,49 @@ def _driver_name(kernel: Any) -> str | None:
     return None
 
 
-def _wrapper_for(original: Any) -> Any:
+def _wrapper_for(original: Any, options: Options) -> Any:
+    """One wrapper per original `launch` and install(), shared by every module that binds it."""
     entry = _wrappers.get(id(original))
-    if entry is None or entry[0] is not original:
-        entry = (original, make_launch_wrapper(original, LIB, kernel_name, kernel_of))
+    if entry is None or entry[0] is not original or entry[1] is not options.switch:
+        wrapper = options.wrapper(original, LAUNCH)
+        entry = (original, options.switch, wrapper)
         _wrappers[id(original)] = entry
-    return entry[1]
+    return entry[2]
 
 
-def install(module: ModuleType) -> list[Callable[[], None]]:
-    """Bind the named `launch` in `module` and in the rebinding modules already imported."""
+def bind_wrapper(module: ModuleType, options: Options) -> list[Change]:
+    """Bind the wrapped `launch` in cuda.core's launcher and wherever it is bound by name."""
     original = vars(module)["launch"]
-    if getattr(original, "_kname_wrapper", False):
+    if is_wrapper(original):
         return []  # already ours: the hook fired again
-    wrapper = _wrapper_for(original)
     homes = (module.__name__, *REBINDERS)
-    for home in homes:
-        bound = sys.modules.get(home)
-        if bound is not None and vars(bound).get("launch") is original:
-            bound.launch = wrapper
-
-    def undo() -> None:
-        for home in homes:
-            bound = sys.modules.get(home)
-            if bound is not None and vars(bound).get("launch") is wrapper:
-                bound.launch = original
-
-    return [undo]
+    if "numba" in options.chosen:
+        # Numba's own launch is named a level up; the inner wrapper would only find that it is
+        # nested, at a cost per launch.
+        homes = tuple(home for home in homes if home != NUMBA_DISPATCHER)
+    return [Rebind(homes, "launch", original, _wrapper_for(original, options))]
 
 
-def install_numba(dispatcher: ModuleType) -> list[Callable[[], None]]:
-    """numba-cuda's dispatcher: call cuda.core's own `launch` where numba's launch is named.
+def unwrap_in_numba(dispatcher: ModuleType, options: Options) -> list[Change]:
+    """Where the numba target names launches, numba's dispatcher calls cuda.core's own launch.
 
-    The numba target has wrapped `_LaunchConfiguration.__call__` (it comes first in BUILTIN, and
-    its hook runs first); every numba launch passes there, so the inner wrapper would only find
-    that it is nested, at a cost per launch.
+    The dispatcher takes `launch` by name from cuda.core: the wrapper, if cuda.core was wrapped
+    first. Without kname it holds the original, so putting that back needs no record.
     """
-    configuration = getattr(dispatcher, "_LaunchConfiguration", None)
-    numba_launch = vars(configuration).get("__call__") if configuration is not None else None
-    wrapper = vars(dispatcher).get("launch")
-    if not getattr(numba_launch, "_kname_wrapper", False):
-        return []  # numba's launches are not named by kname: cuda.core's wrapper names them
-    if not getattr(wrapper, "_kname_wrapper", False):
-        return []
-    original = wrapper.__wrapped__
-    dispatcher.launch = original
-
-    def undo() -> None:
-        if vars(dispatcher).get("launch") is original:
-            dispatcher.launch = wrapper
-
-    return [undo]
+    bound = vars(dispatcher).get("launch")
+    if "numba" in options.chosen and is_wrapper(bound):
+        dispatcher.launch = bound.__wrapped__
+    return []
 
 
-TARGETS = (
-    *(
-        Target(
-            name="cuda_core",
-            module=module,
-            qualname="launch",
-            lib=LIB,
-            kernel_name=kernel_name,
-            kernel_of=kernel_of,
-            install=install,
-        )
-        for module in LAUNCHER_MODULES
-    ),
-    Target(
-        name="cuda_core",
-        module="numba.cuda.dispatcher",
-        qualname="launch",
-        lib=LIB,
-        kernel_name=kernel_name,
-        kernel_of=kernel_of,
-        install=install_numba,
+LAUNCH = LaunchSpec(LIB, kernel_name, kernel_of)
+
+LIBRARY = Library(
+    name="cuda_core",
+    packages=("cuda",),
+    distributions=("cuda-core", "cuda-python", "cuda-bindings"),
+    targets=(
+        *(Target("cuda_core", module, "launch", bind_wrapper) for module in LAUNCHER_MODULES),
+        Target("cuda_core", NUMBA_DISPATCHER, "launch", unwrap_in_numba),
     ),
 )

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import operator
-from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from kname.targets import Target
+from kname.launch import LaunchSpec
+from kname.patching import Change, mark_wrapper
+from kname.targets import Library, Options, Target, wrap_attribute, wraps
 
 LIB = "pycuda"
 UNNAMED = "pycuda_function"
@@ -35,52 +36,36 @@ def kernel_name(function: Any) -> str:
         return UNNAMED
 
 
-def install_get_function(module: ModuleType) -> list[Callable[[], None]]:
-    """Wrap Module.get_function to note each Function's name on it (not a launch)."""
-    owner = module.Module
-    original = vars(owner)["get_function"]
-    if getattr(original, "_kname_wrapper", False):
-        return []
+def note_names(get_function: Any) -> Any:
+    """Module.get_function, noting each Function's name on it (not a launch)."""
 
-    def get_function(self, name):
-        function = original(self, name)
+    def named_get_function(self, name):
+        function = get_function(self, name)
         # Without an instance dict the Function stays "pycuda_function".
         with contextlib.suppress(AttributeError, TypeError):
             setattr(function, NAME_ATTRIBUTE, name.decode() if isinstance(name, bytes) else name)
         return function
 
-    get_function.__wrapped__ = original
-    get_function.__name__ = "get_function"
-    get_function.__qualname__ = "Module.get_function"
-    get_function.__doc__ = getattr(original, "__doc__", None)
-    get_function._kname_wrapper = True
-    owner.get_function = get_function
-
-    def undo() -> None:
-        if vars(owner).get("get_function") is get_function:
-            owner.get_function = original
-
-    return [undo]
+    return mark_wrapper(named_get_function, get_function)
 
 
-TARGETS = (
-    Target(
-        name="pycuda",
-        module="pycuda.driver",
-        qualname="Module.get_function",
-        lib=LIB,
-        kernel_name=kernel_name,
-        install=install_get_function,
-    ),
-    *(
-        Target(
-            name="pycuda",
-            module="pycuda.driver",
-            qualname=f"Function.{launch}",
-            lib=LIB,
-            kernel_name=kernel_name,
-            kernel_of=operator.itemgetter(0),
-        )
-        for launch in LAUNCHES
+def get_function_changes(module: ModuleType, options: Options) -> list[Change]:
+    return wrap_attribute(module, "Module.get_function", note_names)
+
+
+LAUNCH = LaunchSpec(LIB, kernel_name, operator.itemgetter(0))
+
+LIBRARY = Library(
+    name="pycuda",
+    packages=("pycuda",),
+    distributions=("pycuda",),
+    targets=(
+        Target("pycuda", "pycuda.driver", "Module.get_function", get_function_changes),
+        *(
+            Target(
+                "pycuda", "pycuda.driver", f"Function.{launch}", wraps(f"Function.{launch}", LAUNCH)
+            )
+            for launch in LAUNCHES
+        ),
     ),
 )

@@ -15,7 +15,9 @@ import venv
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
+# A stand-in GPU library's source, for tests that write it into their tmp_path.
+FAKEGPU = (Path(__file__).with_name("fakegpu.py")).read_text()
 PARENT_SITE = sysconfig.get_paths()["purelib"]
 PARENT_PTH = "_kname_tests_parent.pth"
 # Adds the test environment's site-packages and runs its .pth files, except a kname.pth of its

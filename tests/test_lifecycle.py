@@ -14,73 +14,20 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import REPO, line_of
+from support import FAKEGPU, REPO, line_of
 from wrapt import importer
 
 import kname
-from kname import _warnings, callsite, hooks, launch, naming
-from kname.config import DEFAULT_FORMAT
-
-FAKEGPU = '''
-"""A stand-in GPU library with every kind of launch callable."""
-
-last_error = None
-
-
-def launch(*args):
-    """Launch a fake kernel."""
-    return args
-
-
-def fail(message):
-    """Raise, as a launch that went wrong does."""
-    global last_error
-    last_error = ValueError(message)
-    raise last_error
-
-
-class Kernel:
-    def __call__(self, *args):
-        return ("call", self, *args)
-
-
-class Stream:
-    def launch(self, *args):
-        return ("method", self, *args)
-
-    @staticmethod
-    def static_launch(*args):
-        return ("static", *args)
-
-    @classmethod
-    def class_launch(cls, *args):
-        return ("class", cls, *args)
-
-
-class Child(Stream):
-    pass
-
-
-class GrandChild(Child):
-    pass
-'''
+from kname import importhooks, patching
 
 
 @pytest.fixture
 def gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """fakegpu written into tmp_path and importable (not yet imported); cleaned up after."""
-    for variable in [v for v in os.environ if v.startswith("KNAME_")]:
-        monkeypatch.delenv(variable)
     (tmp_path / "fakegpu.py").write_text(FAKEGPU)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(naming, "_roots", None)
-    monkeypatch.setattr(_warnings, "_said", set())  # every warning can be said again
     sys.modules.pop("fakegpu", None)
     yield tmp_path
-    kname.uninstall()
-    launch.enable()
-    callsite.configure((), DEFAULT_FORMAT, 1, True)
-    callsite.clear()
     sys.modules.pop("fakegpu", None)
 
 
@@ -97,7 +44,7 @@ def kname_hooks() -> list:
         hook
         for module_hooks in importer._post_import_hooks.values()
         for hook in module_hooks
-        if isinstance(hook, hooks._ModuleHook)
+        if isinstance(hook, importhooks.Watch)
     ]
 
 
@@ -128,8 +75,8 @@ def test_install_twice_wraps_once(gpu) -> None:
 def test_a_target_named_twice_is_wrapped_once(gpu, entry: str) -> None:
     fakegpu()
     kname.install(targets=[entry, entry])
-    owner, attribute = hooks._resolve_owner(fakegpu(), entry.split(":")[1])
-    wrapper = hooks._unbound(vars(owner)[attribute])
+    owner, attribute = patching.resolve(fakegpu(), entry.split(":")[1])
+    wrapper = patching.unbound(vars(owner)[attribute])
     assert is_wrapper(wrapper)
     assert not is_wrapper(wrapper.__wrapped__)
 
@@ -145,13 +92,13 @@ def test_a_target_named_twice_is_wrapped_once(gpu, entry: str) -> None:
 )
 def test_uninstall_restores_the_identical_original(gpu, qualname: str, kind: str) -> None:
     module = fakegpu()
-    owner, attribute = hooks._resolve_owner(module, qualname)
+    owner, attribute = patching.resolve(module, qualname)
     original = vars(owner)[attribute]
     kname.install(targets=[f"fakegpu:{qualname}"])
     installed = vars(owner)[attribute]
     assert installed is not original
     assert type(installed) is type(original)  # a staticmethod stays one, and so on
-    assert is_wrapper(hooks._unbound(installed))
+    assert is_wrapper(patching.unbound(installed))
     kname.uninstall()
     assert vars(owner)[attribute] is original
 
@@ -175,9 +122,9 @@ def test_an_inherited_method_is_wrapped_on_the_subclass_and_deleted_again(gpu, a
     Child, GrandChild, Stream = module.Child, module.GrandChild, module.Stream
     assert attribute not in vars(Child)
     kname.install(targets=[f"fakegpu:Child.{attribute}"])
-    assert is_wrapper(hooks._unbound(vars(Child)[attribute]))
+    assert is_wrapper(patching.unbound(vars(Child)[attribute]))
     assert vars(Stream)[attribute] is not None and not is_wrapper(
-        hooks._unbound(vars(Stream)[attribute])
+        patching.unbound(vars(Stream)[attribute])
     )
     child = Child()
     expected = {

@@ -1,4 +1,4 @@
-"""The launch census: how many launches each call site made, as a table or as JSON.
+"""The census document: its JSON layout, table, diff, and saved files (read and written).
 
 JSON schema 1 (`kname.report(format="json")`, `KNAME_REPORT=census.json`, read by
 `kname report`):
@@ -17,9 +17,7 @@ JSON schema 1 (`kname.report(format="json")`, `KNAME_REPORT=census.json`, read b
       "total_launches": 30
     }
 
-A site that launched nothing is left out. A process started beneath the one that owns
-KNAME_REPORT (a subprocess, a multiprocessing worker) reports only if it launched anything, and
-to a file of its own beside the owner's (`census.pid4242.json`), so it cannot overwrite it.
+A site that launched nothing is left out.
 """
 
 from __future__ import annotations
@@ -27,11 +25,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 from collections.abc import Mapping
-from typing import IO, Any, NamedTuple
+from typing import Any, NamedTuple
 
-from kname import callsite
 from kname._version import __version__
 
 SCHEMA = 1
@@ -54,61 +50,6 @@ class Change(NamedTuple):
     kernel: str
     before: int
     after: int
-
-
-def names() -> dict[str, int]:
-    """{call-site name: launches} for every site that launched, in first-seen order."""
-    counts: dict[str, int] = dict(callsite.retired_launches)
-    for site in sorted(list(callsite.sites.values()), key=lambda s: s.order):
-        launches = site.launches()
-        if launches:
-            counts[site.name] = counts.get(site.name, 0) + launches
-    return counts
-
-
-def census() -> dict[str, Any]:
-    """The census so far, as the JSON document of schema 1 (see the module docstring)."""
-    # Sites evicted from the bounded cache were the oldest, so they come first; only their
-    # names and counts were kept.
-    rows: dict[tuple[str, str, str], int] = {
-        (name, "", ""): count for name, count in dict(callsite.retired_launches).items()
-    }
-    # list() copies the values in one step under the GIL while other threads may add sites.
-    for site in sorted(list(callsite.sites.values()), key=lambda s: s.order):
-        launches = site.launches()
-        if launches:
-            key = (site.name, site.kernel, site.lib)
-            rows[key] = rows.get(key, 0) + launches
-    total = sum(rows.values())
-    sites = [
-        {
-            "name": name,
-            "kernel": kernel,
-            "lib": lib,
-            "launches": launches,
-            "share": round(launches / total, 6),
-            "order": order,
-        }
-        for order, ((name, kernel, lib), launches) in enumerate(rows.items(), 1)
-    ]
-    return {"kname": __version__, "schema": SCHEMA, "sites": sites, "total_launches": total}
-
-
-def report(file: IO[str] | str | os.PathLike | None = None, format: str = "table") -> None:
-    """Print the census to `file` (default: stdout) as a table or as JSON.
-
-    `file` may be an open text stream or a path; a path is written atomically.
-    """
-    if format not in FORMATS:
-        raise ValueError(f"report(format={format!r}): accepted formats are 'table' and 'json'")
-    document = census()
-    text = render_json(document) if format == "json" else render_table(document)
-    if file is None or hasattr(file, "write"):
-        stream = sys.stdout if file is None else file
-        stream.write(text)
-        stream.flush()
-    else:
-        write_atomically(os.fspath(file), text)
 
 
 def render_json(document: Mapping[str, Any]) -> str:
@@ -234,68 +175,6 @@ def write_atomically(path: str, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(partial)
         raise
-
-
-_exit_destination: str | None = None
-_exit_registered = False
-_owner_pid: int | None = None
-
-
-def write_at_exit(destination: str) -> None:
-    """At exit, print the census table on stderr (`-`) or write it as JSON to `destination`."""
-    global _exit_destination, _exit_registered, _owner_pid
-    # A relative path means relative to where the program started, even if it changes directory.
-    _exit_destination = destination if destination == "-" else os.path.abspath(destination)
-    if _owner_pid is None:
-        inherited = os.environ.get(OWNER_VARIABLE)
-        _owner_pid = int(inherited) if (inherited or "").isdigit() else os.getpid()
-        os.environ[OWNER_VARIABLE] = str(_owner_pid)
-    if not _exit_registered:
-        import atexit
-
-        # Registered once, however often install() runs; the latest destination wins.
-        atexit.register(_write_now)
-        _exit_registered = True
-
-
-def cancel_at_exit() -> None:
-    """Write no census at exit (the `kname` command itself must not overwrite the user's)."""
-    global _exit_destination
-    _exit_destination = None
-
-
-def _write_now() -> None:
-    destination = _exit_destination
-    if destination is None:
-        return
-    try:
-        document = census()
-        if os.getpid() != _owner_pid:
-            if not document["total_launches"]:
-                return
-            destination = _beside(destination)
-        if destination == "-":
-            sys.stderr.write(render_table(document))
-            sys.stderr.flush()
-        else:
-            write_atomically(destination, render_json(document))
-    except Exception as exc:  # never a traceback at exit
-        from kname._warnings import warn_once
-
-        reason = f"{type(exc).__name__}: {exc.strerror if isinstance(exc, OSError) else exc}"
-        warn_once(
-            "report",
-            f"KNAME_REPORT={destination!r} could not be written ({reason}); "
-            "the launch census was not saved",
-        )
-
-
-def _beside(destination: str) -> str:
-    """Where a process beneath the owner writes: its own file, or stderr."""
-    if destination == "-":
-        return destination
-    stem, suffix = os.path.splitext(destination)
-    return f"{stem}.pid{os.getpid()}{suffix or '.json'}"
 
 
 def _validate_site(site: Any, where: str) -> None:

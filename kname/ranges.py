@@ -7,10 +7,12 @@ the `nvtx` package hands back a dummy domain; then there are no attributes and n
 from __future__ import annotations
 
 import functools
-import threading
 import zlib
 from collections.abc import Callable
 from typing import Any
+
+from kname._locks import new_lock
+from kname.config import DEFAULT_DOMAIN
 
 MAX_NAMES = 100_000
 OVERFLOW_NAME = "kname: call-site limit reached"
@@ -21,13 +23,13 @@ PALETTE = (
     0xFFB07AA1, 0xFFFF9DA7, 0xFF9C755F, 0xFFBAB0AC, 0xFF1F9E89, 0xFF8C6BB1,
 )  # fmt: skip
 
-_lock = threading.Lock()
-_domain_name = "kname"
+_lock = new_lock()
+_domain_name = DEFAULT_DOMAIN
 _domain: Any = None
 _attributes: dict[tuple[str, int, str], Any] = {}
 
 
-def configure(domain_name: str) -> None:
+def configure(domain_name: str = DEFAULT_DOMAIN) -> None:
     """Use `domain_name` for ranges created from now on."""
     global _domain_name, _domain
     with _lock:

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from nvtx_capture import run_captured
 from support import Venv, line_of
+from support.nvtx_capture import run_captured
 
 import kname
-from kname.report import (
+from kname.census_file import (
     OWNER_VARIABLE,
     CensusError,
     compare,

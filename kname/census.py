@@ -1,0 +1,141 @@
+"""The live launch census of this process: launches per call site, and its report at exit.
+
+The document's layout (schema 1), its table and diff, and saved files are kname.census_file.
+A process started beneath the one that owns KNAME_REPORT (a subprocess, a multiprocessing
+worker) reports only if it launched anything, and to a file of its own beside the owner's
+(`census.pid4242.json`), so it cannot overwrite it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import IO, Any
+
+from kname import callsite
+from kname._version import __version__
+from kname._warnings import warn_once
+from kname.census_file import (
+    FORMATS,
+    OWNER_VARIABLE,
+    SCHEMA,
+    render_json,
+    render_table,
+    write_atomically,
+)
+
+
+def names() -> dict[str, int]:
+    """{call-site name: launches} for every site that launched, in first-seen order."""
+    counts: dict[str, int] = {}
+    for (name, _kernel, _lib), launches in _rows().items():
+        counts[name] = counts.get(name, 0) + launches
+    return counts
+
+
+def census() -> dict[str, Any]:
+    """The census so far, as the JSON document of schema 1 (see kname.census_file)."""
+    rows = _rows()
+    total = sum(rows.values())
+    sites = [
+        {
+            "name": name,
+            "kernel": kernel,
+            "lib": lib,
+            "launches": launches,
+            "share": round(launches / total, 6),
+            "order": order,
+        }
+        for order, ((name, kernel, lib), launches) in enumerate(rows.items(), 1)
+    ]
+    return {"kname": __version__, "schema": SCHEMA, "sites": sites, "total_launches": total}
+
+
+def _rows() -> dict[tuple[str, str, str], int]:
+    """Launches per (name, kernel, library), in first-seen order."""
+    # Sites retired from the cache (evicted, or from before a reconfiguration) came first.
+    rows = dict(callsite.retired_launches)
+    # list() copies the values in one step under the GIL while other threads may add sites.
+    for site in sorted(list(callsite.sites.values()), key=lambda s: s.order):
+        launches = site.launches()
+        if launches:
+            key = (site.name, site.kernel, site.lib)
+            rows[key] = rows.get(key, 0) + launches
+    return rows
+
+
+def report(file: IO[str] | str | os.PathLike | None = None, format: str = "table") -> None:
+    """Print the census to `file` (default: stdout) as a table or as JSON.
+
+    `file` may be an open text stream or a path; a path is written atomically.
+    """
+    if format not in FORMATS:
+        raise ValueError(f"report(format={format!r}): accepted formats are 'table' and 'json'")
+    document = census()
+    text = render_json(document) if format == "json" else render_table(document)
+    if file is None or hasattr(file, "write"):
+        stream = sys.stdout if file is None else file
+        stream.write(text)
+        stream.flush()
+    else:
+        write_atomically(os.fspath(file), text)
+
+
+_exit_destination: str | None = None
+_exit_registered = False
+_owner_pid: int | None = None
+
+
+def write_at_exit(destination: str) -> None:
+    """At exit, print the census table on stderr (`-`) or write it as JSON to `destination`."""
+    global _exit_destination, _exit_registered, _owner_pid
+    # A relative path means relative to where the program started, even if it changes directory.
+    _exit_destination = destination if destination == "-" else os.path.abspath(destination)
+    if _owner_pid is None:
+        inherited = os.environ.get(OWNER_VARIABLE)
+        _owner_pid = int(inherited) if (inherited or "").isdigit() else os.getpid()
+        os.environ[OWNER_VARIABLE] = str(_owner_pid)
+    if not _exit_registered:
+        import atexit
+
+        # Registered once, however often install() runs; the latest destination wins.
+        atexit.register(_write_now)
+        _exit_registered = True
+
+
+def cancel_at_exit() -> None:
+    """Write no census at exit (the `kname` command itself must not overwrite the user's)."""
+    global _exit_destination
+    _exit_destination = None
+
+
+def _write_now() -> None:
+    destination = _exit_destination
+    if destination is None:
+        return
+    try:
+        document = census()
+        if os.getpid() != _owner_pid:
+            if not document["total_launches"]:
+                return
+            destination = _beside(destination)
+        if destination == "-":
+            sys.stderr.write(render_table(document))
+            sys.stderr.flush()
+        else:
+            write_atomically(destination, render_json(document))
+    except Exception as exc:  # never a traceback at exit
+        reason = f"{type(exc).__name__}: {exc.strerror if isinstance(exc, OSError) else exc}"
+        warn_once(
+            "report",
+            f"KNAME_REPORT={destination!r} could not be written ({reason}); "
+            "the launch census was not saved",
+        )
+
+
+def _beside(destination: str) -> str:
+    """Where a process beneath the owner writes: its own file, or stderr."""
+    if destination == "-":
+        return destination
+    stem, suffix = os.path.splitext(destination)
+    return f"{stem}.pid{os.getpid()}{suffix or '.json'}"

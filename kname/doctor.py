@@ -1,0 +1,276 @@
+"""`kname doctor`: what kname needs for names to appear here, and what to do about each gap.
+
+Every check returns (mark, text) lines. None imports a GPU library: find_spec locates a
+top-level package without running it, versions come from installed metadata, and each library
+unit (kname.targets) says which packages and distributions are its library.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from kname._version import __version__
+from kname.config import Config, ConfigError, read_config, switch_problem, switch_state
+from kname.targets import BUILTIN, library
+
+OK, PROBLEM, NOTE = "✓", "✗", "–"
+NVTX_INJECTION_VARIABLES = ("NVTX_INJECTION64_PATH", "NVTX_INJECTION32_PATH")
+DEPENDENCIES = (("wrapt", "wrapt"), ("nvtx", "nvtx"))  # (import name, distribution)
+
+EXAMPLES = """\
+examples:
+  kname doctor                            check this environment
+  KNAME=1 kname doctor                    ... with the switch on, as your program would run
+  nsys profile kname doctor               ... under a profiler, with its NVTX tool attached
+
+Each line starts with ✓ (fine), ✗ (a reason names will not appear, and what to do) or
+– (for your information). The exit status is 1 if any line is ✗, else 0.
+"""
+
+
+def main() -> int:
+    """Print every check; 1 if any found a problem, else 0."""
+    config, config_lines = _check_configuration()
+    lines = [
+        *_check_kname(),
+        *_check_gate(),
+        *_check_switch(),
+        *_check_dependencies(),
+        *_check_targets(config),
+        *_check_nvtx_tool(config),
+        *config_lines,
+    ]
+    print(f"kname doctor: kname {__version__}, Python {sys.version.split()[0]} ({sys.executable})")
+    for mark, text in lines:
+        print(f"{mark} {text}" if mark else text)
+    return 1 if any(mark == PROBLEM for mark, _ in lines) else 0
+
+
+def _check_kname() -> list[tuple[str, str]]:
+    import kname
+
+    return [(OK, f"kname {__version__} is imported from {os.path.dirname(kname.__file__)}")]
+
+
+def _site_directories() -> list[tuple[str, bool]]:
+    """(directory, whether Python reads .pth files there) for each site directory."""
+    import site
+
+    directories = [(d, True) for d in site.getsitepackages()]
+    directories.append((site.getusersitepackages(), bool(site.ENABLE_USER_SITE)))
+    return directories
+
+
+def _check_gate() -> list[tuple[str, str]]:
+    lines = []
+    for directory, read in _site_directories():
+        path = os.path.join(directory, "kname.pth")
+        if not os.path.isfile(path):
+            continue
+        if not _mentions(path, "kname._startup"):
+            problem = f"{path} is not kname's start-up gate (edited?): reinstall kname"
+            lines.append((PROBLEM, problem + " (pip install --force-reinstall kname)"))
+        elif not read:
+            problem = (
+                f"start-up gate {path} is in the user site directory, which this Python does "
+                "not read (a venv, or python -s): install kname into this environment"
+            )
+            lines.append((PROBLEM, problem))
+        else:
+            lines.append((OK, f"start-up gate: {path}"))
+    sitecustomize = _find_origin("sitecustomize")
+    if sitecustomize and _mentions(sitecustomize, "kname"):
+        lines.append((OK, f"start-up gate: {sitecustomize} (a sitecustomize that starts kname)"))
+    if not any(mark == OK for mark, _ in lines):
+        searched = ", ".join(directory for directory, _ in _site_directories())
+        problem = (
+            f"no start-up gate: kname.pth is in none of {searched}, so KNAME=1 and -X kname do "
+            "nothing here. Install kname's wheel (pip install kname; an editable install has no "
+            "kname.pth), or use a sitecustomize.py (see sitecustomize_example/)"
+        )
+        lines.append((PROBLEM, problem))
+    return lines
+
+
+def _check_switch() -> list[tuple[str, str]]:
+    source, value, state = switch_state()
+    if state is None:
+        return [(PROBLEM, f"switch: {switch_problem(source, value)}")]
+    if not state:
+        shown = "KNAME is not set" if "KNAME" not in os.environ else f"KNAME={value!r}"
+        advice = "set KNAME=1, or run python -X kname app.py, or kname run -- python app.py"
+        return [(PROBLEM, f"switch: off ({shown}): {advice}")]
+    setting = f"{source}={value!r}" if source == "KNAME" else source
+    if getattr(sys, "_kname_started", False):
+        return [(OK, f"switch: on ({setting}); kname started in this process")]
+    problem = (
+        f"switch: on ({setting}), but kname did not start in this process: the start-up gate "
+        "above is missing or was not read"
+    )
+    return [(PROBLEM, problem)]
+
+
+def _check_dependencies() -> list[tuple[str, str]]:
+    found, lines = [], []
+    for module, distribution in DEPENDENCIES:
+        if _find_origin(module) is None:
+            lines.append((PROBLEM, f"{module} is not importable: pip install {distribution}"))
+        else:
+            found.append(f"{distribution} {_version(distribution)}")
+    if found:
+        lines.insert(0, (OK, "dependencies: " + ", ".join(found)))
+    return lines
+
+
+def _check_targets(config: Config) -> list[tuple[str, str]]:
+    chosen = BUILTIN if config.targets is None else config.targets
+    lines, importable = [], 0
+    for name in chosen:
+        try:
+            packages = _packages_of(name)
+        except Exception as exc:
+            lines.append((PROBLEM, f"target {name}: its definition failed to load ({exc})"))
+            continue
+        missing = [p for p in packages if _find_origin(p) is None]
+        if missing:
+            if name in BUILTIN:
+                note = f"target {name}: {', '.join(missing)} not installed (nothing to name)"
+                lines.append((NOTE, note))
+            else:
+                problem = f"target {name} (KNAME_TARGETS): {missing[0]!r} is not importable here"
+                lines.append((PROBLEM, problem))
+            continue
+        importable += 1
+        versions = [f"{d} {_version(d)}" for d in _distributions_of(name, packages)]
+        lines.append((OK, f"target {name}: {', '.join(versions) or ', '.join(packages)}"))
+    if not importable:
+        problem = (
+            "no target's library is importable, so there is nothing to name: install one "
+            '(pip install "kname[auto]" brings numba-cuda) or set KNAME_TARGETS=module:function '
+            "for your own launcher"
+        )
+        lines.append((PROBLEM, problem))
+    return lines
+
+
+def _check_nvtx_tool(config: Config) -> list[tuple[str, str]]:
+    attached = [(v, os.environ[v]) for v in NVTX_INJECTION_VARIABLES if os.environ.get(v)]
+    if config.mode == "census":
+        return [(NOTE, "NVTX tool: not needed (KNAME_MODE=census counts launches, no ranges)")]
+    if not attached:
+        note = (
+            "NVTX tool: none attached (NVTX_INJECTION64_PATH is not set), as is normal outside a "
+            "profiler: nsys profile and ncu --nvtx attach theirs, and only then do ranges appear"
+        )
+        return [(NOTE, note)]
+    lines = []
+    for variable, path in attached:
+        if os.path.isfile(path):
+            lines.append((OK, f"NVTX tool attached: {variable}={path}"))
+        else:
+            problem = f"{variable}={path} names no file: NVTX ignores it; unset it or fix it"
+            lines.append((PROBLEM, problem))
+    return lines
+
+
+def _check_configuration() -> tuple[Config, list[tuple[str, str]]]:
+    """The effective Config and its lines: each bad value, then the settings in effect."""
+    try:
+        config = read_config(builtin_targets=BUILTIN)
+        strict = ""
+    except ConfigError:
+        # KNAME_STRICT=1 stops at the first problem; list them all.
+        config = read_config({**os.environ, "KNAME_STRICT": "0"}, builtin_targets=BUILTIN)
+        strict = " (KNAME_STRICT is on: the program would stop here)"
+    lines = [(PROBLEM, problem + strict) for problem in config.problems]
+    lines.extend(_check_report_destination(config.report))
+    clean = not any(mark == PROBLEM for mark, _ in lines)
+    lines.append((OK if clean else NOTE, "configuration in effect:"))
+    every_target = f"{', '.join(BUILTIN)} (every built-in target)"
+    settings = {
+        "KNAME_TARGETS": every_target if config.targets is None else ",".join(config.targets),
+        "KNAME_SKIP": ",".join(config.skip) or "(none)",
+        "KNAME_FORMAT": repr(config.format),
+        "KNAME_DEPTH": str(config.depth),
+        "KNAME_MODE": config.mode,
+        "KNAME_REPORT": {None: "(none)", "-": "- (stderr)"}.get(config.report, config.report),
+        "KNAME_DOMAIN": config.domain,
+        "KNAME_STRICT": "on" if config.strict or strict else "off",
+    }
+    lines.extend(("", f"    {variable:<14} {value}") for variable, value in settings.items())
+    return config, lines
+
+
+def _check_report_destination(destination: str | None) -> list[tuple[str, str]]:
+    if destination in (None, "-"):
+        return []
+    directory = os.path.dirname(os.path.abspath(destination))
+    if not os.path.isdir(directory):
+        problem = f"its directory {directory} does not exist"
+    elif not os.access(directory, os.W_OK):
+        problem = f"its directory {directory} is not writable"
+    elif os.path.isdir(destination):
+        problem = "it is a directory"
+    else:
+        return []
+    problem = f"KNAME_REPORT={destination!r}: {problem}, so the census cannot be written at exit"
+    return [(PROBLEM, problem + "; choose another path")]
+
+
+def _find_origin(module: str) -> str | None:
+    """Where top-level `module` would be imported from (without importing it), or None."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    return spec.origin or next(iter(spec.submodule_search_locations or []), None) or module
+
+
+def _packages_of(target: str) -> tuple[str, ...]:
+    """The top-level packages a target needs: its unit's (first: the one it wraps), or a user
+    target's module's."""
+    if target in BUILTIN:
+        return library(target).packages[:1]
+    return (target.split(":", 1)[0].split(".", 1)[0],)
+
+
+def _distributions_of(target: str, packages: tuple[str, ...]) -> list[str]:
+    """The target's installed distributions: its unit's list, else those providing `packages`."""
+    from importlib.metadata import PackageNotFoundError, packages_distributions, version
+
+    if target in BUILTIN:
+        installed = []
+        for distribution in library(target).distributions:
+            try:
+                version(distribution)
+            except PackageNotFoundError:
+                continue
+            installed.append(distribution)
+        return installed
+    try:
+        provided = packages_distributions()
+    except Exception:  # broken metadata of some unrelated package: versions are a nicety
+        return []
+    return list(dict.fromkeys(d for p in packages for d in provided.get(p, ())))
+
+
+def _version(distribution: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return "(version unknown)"
+
+
+def _mentions(path: str, text: str) -> bool:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            return text in file.read()
+    except OSError:
+        return False

@@ -1,0 +1,171 @@
+"""Triton: `kernel[grid](*args)`, autotuned kernels and launches of compiled kernels.
+
+Triton 3.4+ calls `triton.knobs.runtime.launch_enter_hook` and `launch_exit_hook` (HookChains)
+around every launch, from its C launcher, with the launch metadata (the kernel's `name`). kname
+adds its own pair to those chains, next to any already there (Proton's), and removes only its own
+on uninstall. The enter hook finds the call site by walking up from the launcher's Python
+caller (JITFunction.run and the other Triton frames are library frames) and pushes the range;
+the exit hook pops it. The range covers the launch alone, not compilation. disable() takes the
+hooks out of the chains, so a disabled kname costs Triton's launches nothing.
+
+If the launch fails between the two hooks (a bad argument, a launch error), Triton does not call
+the exit hook: the range left open is closed at the thread's next Triton launch.
+
+Older Triton (no HookChain): `JITFunction.run` is wrapped instead, except warm-up calls
+(`warmup=True` compiles without launching), and the kernel's name is its function's name.
+
+KNAME_MODE=rename (see kname.targets.triton.rename): `JITFunction.run` is wrapped as well (the
+launch hooks run from C, too late to change the kernel), and a launch from a new call site makes
+the site's clone of the JITFunction, whose compiled kernel's entry name is the site's entry name;
+the site launches through the clone from then on (`clone.run(*args, grid=..., **kwargs)`). The
+wrapper names the launch; the hooks, beneath it, see a launch already named and add no range.
+Warm-up calls compile the user's own kernel, as without kname.
+"""
+
+from __future__ import annotations
+
+import operator
+import sys
+import threading
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from kname import callsite
+from kname._warnings import report_fault
+from kname.launch import LaunchSpec, Switch
+from kname.patching import Change, HookPatch, Patch, is_wrapper, mark_wrapper
+from kname.targets import Library, Options, Target
+from kname.targets.triton.rename import triton_site_launch
+
+LIB = "triton"
+UNNAMED = "triton_kernel"
+
+_open = threading.local()  # .sites: the ranges this thread's enter hook opened, innermost last
+
+
+def metadata_name(metadata: Any) -> str:
+    """The kernel's name from the launch metadata (a LazyDict; its `.data` needs no evaluation)."""
+    data = getattr(metadata, "data", metadata)
+    name = data.get("name") if isinstance(data, dict) else None
+    return name if isinstance(name, str) and name else UNNAMED
+
+
+def launch_hooks(switch: Switch) -> tuple[Callable[[Any], None], Callable[[Any], None]]:
+    """The enter and exit hooks of one install(), which name launches while `switch` is on."""
+
+    def enter_hook(metadata: Any) -> None:
+        """Triton calls this just before a launch: push the range of the launch's call site."""
+        stack = _thread_stack()
+        while stack:  # a launch that failed after its enter hook: close its range now
+            site = stack.pop()
+            if site is not None:
+                _pop(site)
+        if not switch.on:
+            return
+        stack.append(_push(sys._getframe(1), metadata))
+
+    def exit_hook(metadata: Any) -> None:
+        """Triton calls this just after a launch: pop the range its enter hook pushed."""
+        stack = getattr(_open, "sites", None)
+        if stack:
+            site = stack.pop()
+            if site is not None:
+                _pop(site)
+
+    return enter_hook, exit_hook
+
+
+def _thread_stack() -> list[Any]:
+    stack = getattr(_open, "sites", None)
+    if stack is None:
+        stack = _open.sites = []
+    return stack
+
+
+def _push(frame: Any, metadata: Any) -> Any:
+    """The site whose range is now open, or None. Never raises: that would stop the launch."""
+    try:
+        name = metadata_name(metadata)
+        # The hook's caller is Triton's HookChain, the same frame for every launch: there is
+        # no fast key here, the walk to the user frame is the look-up (cached per code object).
+        site = callsite.resolve(frame, name, name, name, LIB)
+        if site is None:
+            return None
+        next(site.counter)
+        if site.push is None:
+            return None
+        site.push()
+        return site
+    except Exception as exc:
+        report_fault("finding or emitting a Triton launch's name", exc)
+        return None
+
+
+def _pop(site: Any) -> None:
+    try:
+        site.pop()
+    except Exception as exc:
+        report_fault("closing a Triton launch's NVTX range", exc)
+
+
+def has_hook_chains(knobs: ModuleType | None) -> bool:
+    runtime = getattr(knobs, "runtime", None)
+    return all(
+        callable(getattr(getattr(runtime, hook, None), "add", None))
+        and callable(getattr(getattr(runtime, hook, None), "remove", None))
+        for hook in ("launch_enter_hook", "launch_exit_hook")
+    )
+
+
+def hook_changes(knobs: ModuleType, options: Options) -> list[Change]:
+    """kname's enter/exit hooks in Triton's chains, beside any already there (Proton's)."""
+    if not has_hook_chains(knobs):
+        return []
+    enter_hook, exit_hook = launch_hooks(options.switch)
+    return [
+        HookPatch(knobs.runtime.launch_enter_hook, enter_hook),
+        HookPatch(knobs.runtime.launch_exit_hook, exit_hook),
+    ]
+
+
+def jit_kernel_name(jit_function: Any) -> str:
+    fn = getattr(jit_function, "fn", None)
+    return getattr(fn, "__name__", None) or getattr(jit_function, "__name__", UNNAMED)
+
+
+RUN_LAUNCH = LaunchSpec(LIB, jit_kernel_name, operator.itemgetter(0), rename=triton_site_launch)
+
+
+def run_changes(module: ModuleType, options: Options) -> list[Change]:
+    """Older Triton (no hook chains), or rename mode: wrap JITFunction.run.
+
+    Warm-up (compile-only) calls pass straight on. In rename mode, a launch from a new call site
+    asks triton_site_launch for the site's clone, and the site's launches run through it.
+    """
+    if not options.renaming and has_hook_chains(sys.modules.get("triton.knobs")):
+        return []
+    owner = module.JITFunction
+    original = vars(owner)["run"]
+    if is_wrapper(original):
+        return []
+    named = options.wrapper(original, RUN_LAUNCH)
+
+    def run(self, *args, **kwargs):
+        if kwargs.get("warmup"):
+            return original(self, *args, **kwargs)
+        return named(self, *args, **kwargs)
+
+    return [Patch(owner, "run", mark_wrapper(run, original))]
+
+
+LIBRARY = Library(
+    name="triton",
+    packages=("triton",),
+    distributions=("triton",),
+    renaming="@triton.jit kernels renamed per call site (Triton >= 3.4)",
+    targets=(
+        Target("triton", "triton.knobs", "runtime.launch_enter_hook", hook_changes),
+        Target("triton", "triton.runtime.jit", "JITFunction.run", run_changes),
+    ),
+)

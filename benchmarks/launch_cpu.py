@@ -48,9 +48,9 @@ def main() -> None:
 
 def noop(args, workdir: Path) -> dict:
     import bench_noop_target as target
+    import kname.nvtx
 
     import kname
-    import kname.nvtx
 
     kname.install(targets=["bench_noop_target:launch"])
     state = PatchState()
@@ -67,11 +67,11 @@ def noop(args, workdir: Path) -> dict:
 def sim(args, workdir: Path) -> dict:
     if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
         raise SystemExit("the sim workload needs NUMBA_ENABLE_CUDASIM=1 in the environment")
+    import kname.nvtx
     import numpy as np
     from numba import cuda
 
     import kname
-    import kname.nvtx
 
     @cuda.jit
     def increment(a):

@@ -46,8 +46,9 @@ def main() -> None:
     parser.add_argument("--json", required=True)
     args = parser.parse_args()
     use_checkout()
-    import kname
     import kname.nvtx
+
+    import kname
     import kname.targets
 
     workdir = Path(tempfile.mkdtemp(prefix="kname-bench-gpu-"))

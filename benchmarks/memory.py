@@ -32,9 +32,9 @@ def main() -> None:
     use_checkout()
 
     import bench_noop_target as target
+    import kname.nvtx
 
     import kname
-    import kname.nvtx
     from kname import callsite
 
     kname.install(targets=["bench_noop_target:launch"])

@@ -140,9 +140,8 @@ def factory(original, kernel_of, getframe, sites, miss, push_range, pop_range, h
 
 def _nvtx_calls():
     """The Cython module-level push/pop (what nvtx.annotate uses) and kname's domain handle."""
-    from nvtx._lib import lib as nvtx_lib
-
     import kname.nvtx
+    from nvtx._lib import lib as nvtx_lib
 
     return nvtx_lib.push_range, nvtx_lib.pop_range, getattr(kname.nvtx.domain(), "handle", None)
 
@@ -252,10 +251,10 @@ def main() -> None:
     use_checkout()
 
     import bench_noop_target as target
+    import kname.nvtx
     import nvtx
 
     import kname
-    import kname.nvtx
 
     original = target.launch
     kname.install(targets=["bench_noop_target:launch"])

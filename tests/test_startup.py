@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
-from support import Venv, make_venv
+from support import REPO, Venv, make_venv
+
+from kname.config import SWITCH_OFF
 
 pytestmark = pytest.mark.slow
 
@@ -141,3 +144,20 @@ def test_kname_strict_does_not_stop_the_kname_command_itself(kname_venv: Venv) -
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("kname ")
     assert result.stderr.count("KNAME_MODE='loud'") == 1
+
+
+def cheap_off_values(source: str) -> tuple[str, ...]:
+    """The tuple of off-values a start-up gate's cheap test compares KNAME with."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.NotIn):
+            values = ast.literal_eval(node.comparators[0])
+            if isinstance(values, tuple) and "" in values:
+                return values
+    raise AssertionError("no `not in (...)` test of KNAME found")
+
+
+@pytest.mark.parametrize("gate", ["kname.pth", "sitecustomize_example/sitecustomize.py"])
+def test_the_cheap_gates_test_the_same_off_values_as_kname_config(gate: str) -> None:
+    """The switch is parsed once, in kname.config; the gates' cheap test must agree with it, or a
+    value kname calls off would import kname (or one it calls on would not start it)."""
+    assert cheap_off_values((REPO / gate).read_text()) == SWITCH_OFF

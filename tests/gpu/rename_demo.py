@@ -39,10 +39,10 @@ if not kname.is_installed():
     os.environ.setdefault("KNAME_MODE", "rename")
     kname.install()
 
-from kname.lifecycle import current_config
 from numba import cuda
 
 from kname import callsite
+from kname.lifecycle import current_config
 
 N = 1 << 20
 BLOCK = 256

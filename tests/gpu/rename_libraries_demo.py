@@ -30,9 +30,9 @@ if not kname.is_installed():
 
 import cupy
 import numpy as np
-from kname.lifecycle import current_config
 
 from kname import callsite
+from kname.lifecycle import current_config
 
 N = 1 << 20
 SOURCE = Path(__file__).read_text()

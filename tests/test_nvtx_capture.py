@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -11,9 +12,46 @@ import pytest
 from support.nvtx_capture import (
     GLOBAL_DOMAIN,
     Capture,
+    compile_c,
+    null_env,
     parse_lines,
     run_captured,
 )
+
+# A C program calling NVTX through its own copy of the header-only NVTX code, printing what the
+# tool returns: the push/pop levels, and whether domain and string handles are distinct.
+NVTX_PROGRAM = r"""
+#include <nvtx3/nvToolsExt.h>
+#include <pthread.h>
+#include <stdio.h>
+
+static void *nest(void *label)
+{
+    int a = nvtxRangePushA("a"), b = nvtxRangePushA("b");
+    int end_b = nvtxRangePop(), end_a = nvtxRangePop(), extra = nvtxRangePop();
+    printf("%s %d %d %d %d %d\n", (const char *)label, a, b, end_b, end_a, extra);
+    return NULL;
+}
+
+int main(void)
+{
+    pthread_t thread;
+    nvtxDomainHandle_t d = nvtxDomainCreateA("null");
+    nvtxStringHandle_t s1 = nvtxDomainRegisterStringA(d, "x");
+    nvtxStringHandle_t s2 = nvtxDomainRegisterStringA(d, "y");
+    nvtxEventAttributes_t attrs = {0};
+    attrs.version = NVTX_VERSION;
+    attrs.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    attrs.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
+    attrs.message.registered = s1;
+    printf("handles %d %d\n", d != NULL && s1 != NULL && s2 != NULL, s1 != s2);
+    printf("outer %d\n", nvtxDomainRangePushEx(d, &attrs));
+    pthread_create(&thread, NULL, nest, "thread");
+    pthread_join(thread, NULL);
+    printf("outer %d\n", nvtxDomainRangePop(d));
+    return 0;
+}
+"""
 
 
 def run_py(
@@ -214,3 +252,60 @@ def test_analysis_keeps_domains_and_threads_apart():
     assert cap.balanced()
     # Popping another thread's range does not balance this one.
     assert not parse_lines(["push\ta\t1\tx\t0\t0x0", "pop\ta\t2"]).balanced()
+
+
+@pytest.fixture(scope="module")
+def nvtx_program(tmp_path_factory: pytest.TempPathFactory, inject_lib: Path) -> Path:
+    """NVTX_PROGRAM built (inject_lib first: it skips where no library can be built)."""
+    source = tmp_path_factory.mktemp("nvtx_program") / "nvtx_program.c"
+    source.write_text(NVTX_PROGRAM)
+    return compile_c(source, source.with_suffix(""), "-lpthread", "-ldl")
+
+
+def test_null_mode_counts_levels_per_thread_and_hands_out_handles(
+    inject_lib, nvtx_program, tmp_path
+):
+    env = {**os.environ, **null_env(inject_lib)}
+    env = {k: v for k, v in env.items() if v is not None}
+    done = subprocess.run(
+        [str(nvtx_program)], env=env, cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    # Levels from 0 on each thread, -1 for a pop with nothing pushed: the null tool's counter.
+    assert done.stdout.splitlines() == [
+        "handles 1 1",
+        "outer 0",
+        "thread 0 1 1 0 -1",
+        "outer 0",
+    ]
+    assert done.stderr == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_log_mode_logs_the_same_program_and_tracks_no_levels(inject_lib, nvtx_program, tmp_path):
+    done, cap = run_captured([str(nvtx_program)], inject_lib, tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["handles 1 1", "outer 0", "thread 0 0 0 0 0", "outer 0"]
+    assert cap.registered_strings("null") == ["x", "y"]
+    assert cap.ranges("null") == ["x"]
+    assert cap.ranges(GLOBAL_DOMAIN) == ["a", "b"]
+    # The thread's third pop has no push: the log shows it, as a profiler would.
+    thread = cap.of("push", GLOBAL_DOMAIN)[0].tid
+    assert cap.stack_errors() == [f"pop without push in domain {GLOBAL_DOMAIN!r}, thread {thread}"]
+
+
+def test_null_mode_gives_python_a_real_domain_and_writes_no_log(inject_lib, tmp_path):
+    done, cap = run_py(
+        """
+        import nvtx
+        d = nvtx.get_domain("x")
+        d.push_range(d.get_event_attributes(message="seen by the tool only"))
+        d.pop_range()
+        print(type(d).__name__)
+        """,
+        inject_lib,
+        tmp_path,
+        env=null_env(inject_lib),
+    )
+    assert done.stdout.split() == ["Domain"]
+    assert cap.events == []
+    assert not list(tmp_path.glob("nvtx-*.log"))

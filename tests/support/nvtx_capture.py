@@ -1,7 +1,9 @@
 """Capture what a profiler would see: build, load and read the NVTX injection in nvtx_inject.c.
 
 The library is loaded by NVTX itself (``NVTX_INJECTION64_PATH``) at a process's first NVTX
-call, so captures always run in a fresh subprocess; see :func:`run_captured`.
+call, so captures always run in a fresh subprocess; see :func:`run_captured`. The same library
+is the benchmarks' null tool: without ``KNAME_NVTX_LOG`` it takes every NVTX call and does
+almost nothing (see :func:`null_env`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 SOURCE = Path(__file__).with_name("nvtx_inject.c")
 LIB_NAME = "libkname_nvtx_inject.so"
 GLOBAL_DOMAIN = "<global>"
-CFLAGS = ("-shared", "-fPIC", "-O2", "-Wall", "-Wextra")
+CFLAGS = ("-O2", "-Wall", "-Wextra")
 
 _UNESCAPES = {"t": "\t", "n": "\n", "r": "\r", "\\": "\\"}
 _ESCAPE = re.compile(r"\\(.)")
@@ -116,7 +118,8 @@ class Capture:
 
 
 def nvtx_include_dir() -> Path | None:
-    """The include directory (holding ``nvtx3/``) of the installed nvidia-nvtx wheel, or None."""
+    """The directory holding ``nvtx3/``: the installed nvidia-nvtx wheel's, else the CUDA
+    toolkit's ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda), else None."""
     spec = importlib.util.find_spec("nvidia")
     roots = (spec.submodule_search_locations or []) if spec else []
     found = sorted(
@@ -124,7 +127,13 @@ def nvtx_include_dir() -> Path | None:
         for root in roots
         for header in Path(root).glob("*/include/nvtx3/nvToolsExt.h")
     )
-    return found[-1] if found else None
+    if found:
+        return found[-1]
+    toolkits = (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda")
+    for toolkit in filter(None, toolkits):
+        if (Path(toolkit) / "include" / "nvtx3" / "nvToolsExt.h").is_file():
+            return Path(toolkit) / "include"
+    return None
 
 
 def _compiler() -> list[str] | None:
@@ -137,6 +146,14 @@ def _compiler() -> list[str] | None:
 
 def build_injection_library(out_dir: Path) -> Path:
     """Compile nvtx_inject.c into ``out_dir`` and return the shared library's path."""
+    return compile_c(SOURCE, out_dir / LIB_NAME, "-shared", "-fPIC", "-lpthread")
+
+
+def compile_c(source: Path, output: Path, *flags: str) -> Path:
+    """Compile ``source`` against the NVTX headers into ``output`` (``flags`` added).
+
+    Raises InjectionUnavailable without a compiler or headers, RuntimeError when it fails.
+    """
     compiler = _compiler()
     if compiler is None:
         raise InjectionUnavailable("no C compiler: set CC or put cc/gcc on PATH")
@@ -144,22 +161,27 @@ def build_injection_library(out_dir: Path) -> Path:
         raise InjectionUnavailable(f"C compiler {compiler[0]!r} not found")
     include = nvtx_include_dir()
     if include is None:
-        raise InjectionUnavailable("no NVTX headers: install the nvidia-nvtx wheel")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    lib = out_dir / LIB_NAME
+        raise InjectionUnavailable("no NVTX headers: install nvidia-nvtx or set CUDA_HOME")
+    output.parent.mkdir(parents=True, exist_ok=True)
     # Build under a unique name then rename, so concurrent builders never load half a file.
-    partial = out_dir / f".{uuid.uuid4().hex}.so"
-    cmd = [*compiler, *CFLAGS, f"-I{include}", str(SOURCE), "-o", str(partial), "-lpthread"]
+    partial = output.with_name(f".{uuid.uuid4().hex}{output.suffix}")
+    cmd = [*compiler, *CFLAGS, f"-I{include}", str(source), "-o", str(partial), *flags]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"building {SOURCE.name} failed:\n{shlex.join(cmd)}\n{done.stderr}")
-    partial.replace(lib)
-    return lib
+        raise RuntimeError(f"building {source.name} failed:\n{shlex.join(cmd)}\n{done.stderr}")
+    partial.replace(output)
+    return output
 
 
 def capture_env(lib: Path, log: Path) -> dict[str, str]:
     """Environment variables that make a new process log its NVTX events to ``log``."""
     return {"NVTX_INJECTION64_PATH": str(lib), "KNAME_NVTX_LOG": str(log)}
+
+
+def null_env(lib: Path) -> dict[str, str | None]:
+    """Environment variables that attach ``lib`` as a null tool: NVTX calls reach it, it counts
+    push/pop depth per thread and hands out handles, and logs nothing (None: remove)."""
+    return {"NVTX_INJECTION64_PATH": str(lib), "KNAME_NVTX_LOG": None}
 
 
 def _unescape(text: str) -> str:

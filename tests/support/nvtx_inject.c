@@ -1,13 +1,25 @@
 /*
- * A tiny NVTX v3 injection library for tests: it logs every NVTX event the
- * process makes, one tab-separated line per event, to $KNAME_NVTX_LOG.
+ * A tiny NVTX v3 injection library, for tests and benchmarks. Two modes, chosen
+ * once, when NVTX initialises the library, by $KNAME_NVTX_LOG:
+ *
+ * - log mode (KNAME_NVTX_LOG names a file): every NVTX event the process makes
+ *   is appended to that file, one tab-separated line per event. The tests read
+ *   it to see what a profiler would see.
+ * - null mode (KNAME_NVTX_LOG unset or empty): NVTX calls reach the tool, as
+ *   under a profiler, but the tool does almost nothing: a per-thread depth
+ *   counter for push/pop, distinct never-dereferenced handles from an atomic
+ *   counter for domains, strings and ranges; no formatting, no I/O. The
+ *   benchmarks use it: a real profiler also takes a timestamp and writes a
+ *   record per event, so timings with it are a lower bound for "under a
+ *   profiler".
+ * If the log file cannot be opened, every slot is left empty (NVTX's own no-ops).
  *
  * NVTX loads it when NVTX_INJECTION64_PATH names it, at the first NVTX call.
  * Each copy of the header-only NVTX code in the process (every extension
  * module that includes nvToolsExt.h) calls InitializeInjectionNvtx2 once, so
  * initialisation must be idempotent and all state is process-global.
  *
- * Line format: kind \t domain \t tid \t rest...
+ * Log line format: kind \t domain \t tid \t rest...
  *   domain   <name>     tid  create|destroy
  *   string   <domain>   tid  text
  *   push     <domain>   tid  message  category  0xAARRGGBB
@@ -40,18 +52,26 @@
 struct nvtxDomainRegistration_st { char *name; };
 struct nvtxStringRegistration_st { char *text; };
 
+enum mode { MODE_NULL, MODE_LOG, MODE_NONE };
+
 static const char GLOBAL[] = "<global>";
+static enum mode mode = MODE_NULL;
 static int log_fd = -1;
-static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+static pthread_once_t mode_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t next_range_id = 1;
 
-static void open_log(void)
+/* Read once per process: every copy of NVTX in it then gets the same mode. */
+static void choose_mode(void)
 {
     const char *path = getenv("KNAME_NVTX_LOG");
+    if (!path || !*path)
+        return;
     /* O_APPEND: forked children and several processes can share one log. */
-    if (path && *path)
-        log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (log_fd < 0)
+        perror("nvtx_inject: KNAME_NVTX_LOG");
+    mode = log_fd < 0 ? MODE_NONE : MODE_LOG;
 }
 
 /* wchar_t is UTF-32 on Linux; encode by hand so the locale does not matter. */
@@ -337,10 +357,97 @@ static nvtxRangeId_t start_w(const wchar_t *msg)
 static void category_a(uint32_t id, const char *name) { domain_category_a(NULL, id, name); }
 static void category_w(uint32_t id, const wchar_t *name) { domain_category_w(NULL, id, name); }
 
+/* ---- null mode: NVTX calls reach the tool, which does almost nothing ---- */
+
+static __thread int depth;
+static uintptr_t next_handle = 1;
+
+/* Aligned, non-NULL, distinct; NVTX and its callers treat it as opaque. */
+static uintptr_t new_handle(void)
+{
+    return __atomic_fetch_add(&next_handle, 1, __ATOMIC_RELAXED) << 4;
+}
+
+/* NVTX's return values: the 0-based level of the range pushed or popped, <0 on error. */
+static int null_push(void) { return depth++; }
+static int null_pop(void) { return depth > 0 ? --depth : -1; }
+
+static int null_domain_push_ex(nvtxDomainHandle_t d, const nvtxEventAttributes_t *a)
+{
+    (void)d; (void)a;
+    return null_push();
+}
+static int null_domain_pop(nvtxDomainHandle_t d) { (void)d; return null_pop(); }
+static void null_domain_mark_ex(nvtxDomainHandle_t d, const nvtxEventAttributes_t *a)
+{
+    (void)d; (void)a;
+}
+static nvtxRangeId_t null_domain_start_ex(nvtxDomainHandle_t d, const nvtxEventAttributes_t *a)
+{
+    (void)d; (void)a;
+    return (nvtxRangeId_t)new_handle();
+}
+static void null_domain_end(nvtxDomainHandle_t d, nvtxRangeId_t id) { (void)d; (void)id; }
+static void null_domain_category_a(nvtxDomainHandle_t d, uint32_t id, const char *name)
+{
+    (void)d; (void)id; (void)name;
+}
+static void null_domain_category_w(nvtxDomainHandle_t d, uint32_t id, const wchar_t *name)
+{
+    (void)d; (void)id; (void)name;
+}
+static nvtxStringHandle_t null_register_string_a(nvtxDomainHandle_t d, const char *text)
+{
+    (void)d; (void)text;
+    return (nvtxStringHandle_t)new_handle();
+}
+static nvtxStringHandle_t null_register_string_w(nvtxDomainHandle_t d, const wchar_t *text)
+{
+    (void)d; (void)text;
+    return (nvtxStringHandle_t)new_handle();
+}
+static nvtxDomainHandle_t null_domain_create_a(const char *name)
+{
+    (void)name;
+    return (nvtxDomainHandle_t)new_handle();
+}
+static nvtxDomainHandle_t null_domain_create_w(const wchar_t *name)
+{
+    (void)name;
+    return (nvtxDomainHandle_t)new_handle();
+}
+static void null_domain_destroy(nvtxDomainHandle_t d) { (void)d; }
+
+static int null_push_ex(const nvtxEventAttributes_t *a) { (void)a; return null_push(); }
+static int null_push_a(const char *msg) { (void)msg; return null_push(); }
+static int null_push_w(const wchar_t *msg) { (void)msg; return null_push(); }
+static void null_mark_ex(const nvtxEventAttributes_t *a) { (void)a; }
+static void null_mark_a(const char *msg) { (void)msg; }
+static void null_mark_w(const wchar_t *msg) { (void)msg; }
+static nvtxRangeId_t null_start_ex(const nvtxEventAttributes_t *a)
+{
+    (void)a;
+    return (nvtxRangeId_t)new_handle();
+}
+static nvtxRangeId_t null_start_a(const char *msg)
+{
+    (void)msg;
+    return (nvtxRangeId_t)new_handle();
+}
+static nvtxRangeId_t null_start_w(const wchar_t *msg)
+{
+    (void)msg;
+    return (nvtxRangeId_t)new_handle();
+}
+static void null_end(nvtxRangeId_t id) { (void)id; }
+static void null_category_a(uint32_t id, const char *name) { (void)id; (void)name; }
+static void null_category_w(uint32_t id, const wchar_t *name) { (void)id; (void)name; }
+
 /* ---- registration ---- */
 
-struct slot { unsigned id; NvtxFunctionPointer fn; };
-#define SLOT(id, fn) { (id), (NvtxFunctionPointer)(fn) }
+/* Each NVTX slot with its function in log mode and in null mode. */
+struct slot { unsigned id; NvtxFunctionPointer log, null; };
+#define SLOT(id, fn) { (id), (NvtxFunctionPointer)(fn), (NvtxFunctionPointer)(null_##fn) }
 
 static const struct slot core_slots[] = {
     SLOT(NVTX_CBID_CORE_MarkEx, mark_ex),
@@ -385,7 +492,7 @@ static int fill(const NvtxExportTableCallbacks *cb, NvtxCallbackModule module,
         return 0;
     for (size_t i = 0; i < n; i++)
         if (slots[i].id <= size && table[slots[i].id])
-            *table[slots[i].id] = slots[i].fn;
+            *table[slots[i].id] = mode == MODE_LOG ? slots[i].log : slots[i].null;
     return 1;
 }
 
@@ -395,10 +502,10 @@ int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t getExportTable)
 {
     const NvtxExportTableCallbacks *cb;
 
-    pthread_once(&log_once, open_log);
-    /* No log requested: leave every slot empty (NVTX turns them into no-ops)
-     * but report success, since failure would make NVTX unload us. */
-    if (log_fd < 0)
+    pthread_once(&mode_once, choose_mode);
+    /* The log cannot be written: leave every slot empty (NVTX turns them into
+     * no-ops) but report success, since failure would make NVTX unload us. */
+    if (mode == MODE_NONE)
         return 1;
     cb = (const NvtxExportTableCallbacks *)getExportTable(NVTX_ETID_CALLBACKS);
     if (!cb || cb->struct_size < sizeof *cb)

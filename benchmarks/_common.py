@@ -1,21 +1,18 @@
-"""Shared pieces of the benchmark harness: interleaved timing, statistics, the NVTX null tool,
-the generated launch loops and a record of the machine.
+"""Shared pieces of the benchmark harness: interleaved timing and its statistics, the generated
+launch loops, the launch variants, the NVTX null tool, workers and the record of the machine.
 
-Everything here is plain standard library, so each worker subprocess can import it before it
-decides which GPU library (if any) to import.
+Standard library only at import time, so each worker can import it before it decides which GPU
+library (if any) to import.
 """
 
 from __future__ import annotations
 
 import gc
-import importlib
 import importlib.metadata
 import importlib.util
 import json
 import os
 import platform
-import shlex
-import shutil
 import statistics
 import subprocess
 import sys
@@ -26,52 +23,43 @@ from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
-NULL_TOOL_SOURCE = BENCH_DIR / "nvtx_null_tool.c"
-NULL_TOOL_NAME = "libkname_nvtx_null.so"
-TOOLS = ("none", "null")  # no NVTX tool attached; the trivial tool of nvtx_null_tool.c
+TOOLS = ("none", "null")  # no NVTX tool attached; the injection library of tests/ in null mode
 
-PACKAGES = (
-    "kname",
-    "numba",
-    "numba-cuda",
-    "numpy",
-    "nvtx",
-    "nvidia-nvtx",
-    "wrapt",
-    "cupy-cuda12x",
-    "cupy-cuda13x",
-    "triton",
-    "torch",
-)
+PACKAGES = ("numba-cuda", "numpy", "nvtx", "wrapt", "cupy-cuda12x", "cupy-cuda13x", "triton")
 
 
 def use_checkout() -> None:
-    """Import kname from this checkout (not an installed copy) and find benchmarks' modules."""
+    """Import kname from this checkout (not an installed copy), and benchmarks' own modules."""
     for path in (str(BENCH_DIR), str(REPO)):
         if path not in sys.path:
             sys.path.insert(0, path)
+
+
+def use_test_support() -> None:
+    """Make tests/support importable as `support` (the wheel, venv and NVTX tool builders)."""
+    if str(REPO / "tests") not in sys.path:
+        sys.path.insert(0, str(REPO / "tests"))
 
 
 # ---------------------------------------------------------------- timing
 
 
 class Variant:
-    """One way of launching: `prepare()`, then `loop(n)` -> elapsed ns, then `restore()` and
-    `settle()` (a device synchronisation, say); only the loop is timed."""
+    """One way of launching: `prepare()` (untimed), then `loop(n)` -> elapsed ns (timed), with
+    `settle()` (a device synchronisation, say) untimed before and after the loop."""
 
-    def __init__(
-        self, name: str, loop: Callable[[int], int], prepare=None, restore=None, settle=None
-    ):
+    def __init__(self, name: str, loop: Callable[[int], int], prepare=None, settle=None):
         self.name = name
         self.loop = loop
         self.prepare = prepare
-        self.restore = restore
         self.settle = settle
 
     def batch(self, n: int) -> float:
         """ns per call of one batch of `n` calls, garbage collection held off (as timeit does)."""
         if self.prepare is not None:
             self.prepare()
+        if self.settle is not None:
+            self.settle()
         gc_was_on = gc.isenabled()
         gc.disable()
         try:
@@ -79,10 +67,8 @@ class Variant:
         finally:
             if gc_was_on:
                 gc.enable()
-            if self.restore is not None:
-                self.restore()
-            if self.settle is not None:
-                self.settle()
+        if self.settle is not None:
+            self.settle()
         return elapsed / n
 
 
@@ -127,8 +113,6 @@ def summarize(samples: dict[str, list[float]], bare: str = "bare") -> dict[str, 
         diffs = [v - b for v, b in zip(values, base, strict=True)]
         out[name] = {
             "median_ns": statistics.median(values),
-            "p25_ns": quantile(values, 0.25),
-            "p75_ns": quantile(values, 0.75),
             "added_ns": 0.0 if name == bare else statistics.median(diffs),
             "added_p25_ns": 0.0 if name == bare else quantile(diffs, 0.25),
             "added_p75_ns": 0.0 if name == bare else quantile(diffs, 0.75),
@@ -138,54 +122,28 @@ def summarize(samples: dict[str, list[float]], bare: str = "bare") -> dict[str, 
     return out
 
 
-# ---------------------------------------------------------------- generated launch loops
+# ---------------------------------------------------------------- launch loops and variants
 
 # One template for every workload: LAUNCH is replaced by the workload's launch expression
-# (`target.launch(arg)`, `kernel[1, 1](arr)`, ...), so every variant runs the same loop around
-# the same launch. It is written to a real file so traceback/linecache behave as in user code.
+# (`target.launch(arg)`, `kernel[1, 32](arr)`, ...), so every variant runs the same line. It is
+# written to a real file so that the call site is user code, as kname sees it in a program.
 LOOPS_TEMPLATE = '''\
-"""Generated by benchmarks/_common.py: launch loops, one per variant."""
-import traceback
+"""Generated by benchmarks/_common.py: the launch loops of one workload."""
 from time import perf_counter_ns as _clock
 
-import nvtx
-
-NAME = "bench launch"
-ANNOTATION = None  # a prebuilt nvtx.annotate(NAME), set by the worker
 PUSH = POP = ATTRS = None  # a domain's bound push_range/pop_range and prebuilt attributes
-NAIVE_DOMAIN = None  # the domain the naive (traceback) variant pushes to
-STACK_DEPTH = 0  # frames on the stack at the launch, as the naive variant saw them
 
 
 def launch_loop(n):
-    """The loop of `bare`, `kname` and `kname_disabled`: only kname's state differs."""
+    """bare, kname and kname_disabled: the same line, only kname's state differs."""
     t0 = _clock()
     for _ in range(n):
         LAUNCH
     return _clock() - t0
 
 
-def annotate_per_call(n):
-    """What a careful user writes by hand: a static name, a new annotate object per launch."""
-    t0 = _clock()
-    for _ in range(n):
-        with nvtx.annotate(NAME):
-            LAUNCH
-    return _clock() - t0
-
-
-def annotate_prebuilt(n):
-    """The same annotate object reused for every launch."""
-    annotation = ANNOTATION
-    t0 = _clock()
-    for _ in range(n):
-        with annotation:
-            LAUNCH
-    return _clock() - t0
-
-
-def domain_push_pop(n):
-    """The cheapest static NVTX range: a domain's push_range/pop_range, prebuilt attributes."""
+def push_pop_loop(n):
+    """The yardstick: a static NVTX range, prebuilt once, around the bare launch."""
     push, pop, attrs = PUSH, POP, ATTRS
     t0 = _clock()
     for _ in range(n):
@@ -194,23 +152,6 @@ def domain_push_pop(n):
             LAUNCH
         finally:
             pop()
-    return _clock() - t0
-
-
-def traceback_per_call(n):
-    """The naive call-site name: extract the stack at every launch, push a range by message."""
-    global STACK_DEPTH
-    domain = NAIVE_DOMAIN
-    t0 = _clock()
-    for _ in range(n):
-        stack = traceback.extract_stack()
-        site = stack[-1]
-        domain.push_range(message=f"{site.name} {site.filename}:{site.lineno}")
-        try:
-            LAUNCH
-        finally:
-            domain.pop_range()
-    STACK_DEPTH = len(stack)
     return _clock() - t0
 '''
 
@@ -228,181 +169,99 @@ def write_module(directory: Path, name: str, source: str):
 
 
 def make_loops(directory: Path, name: str, launch: str, names: dict):
-    """The loops module for one workload, its globals (`names`) set, its NVTX objects built."""
+    """The loops module of one workload, its globals (`names`) set, its NVTX range prebuilt."""
     import nvtx
 
     module = write_module(directory, name, LOOPS_TEMPLATE.replace("LAUNCH", launch))
     vars(module).update(names)
-    module.ANNOTATION = nvtx.annotate(module.NAME)
     domain = nvtx.get_domain("bench")
     module.PUSH, module.POP = domain.push_range, domain.pop_range
-    module.ATTRS = domain.get_event_attributes(message=module.NAME)
-    module.NAIVE_DOMAIN = nvtx.get_domain("bench-naive")
+    module.ATTRS = domain.get_event_attributes(message="bench launch")
     return module
 
 
-class PatchState:
-    """Switch kname's changes off and on again between batches, untimed.
+VARIANTS = ("bare", "kname", "kname_disabled", "push_pop")
 
-    The bare and annotate variants then run exactly the user code of the kname variant, against
-    the library's own launch, in the same process. Attribute patches are swapped between the
-    wrapper and the original; targets that make their own changes (a subclass in place of an
-    immutable type, a library's launch hook: `Target.install`) are undone and installed again.
-    Reads kname.hooks._patches (private, on purpose: benchmarks only).
+
+def launch_variants(loops, targets: list[str], bare_names: dict | None = None, settle=None):
+    """The four variants over one loops module, kname's state set before each batch (untimed)
+    through its public API only:
+
+    - bare: kname.uninstall()ed, the library's own launch;
+    - kname: installed and enabled, the call site already cached;
+    - kname_disabled: installed, then kname.disable()d;
+    - push_pop: uninstalled, a prebuilt static NVTX range around the bare launch.
+
+    `bare_names` are globals of `loops` for the two uninstalled variants (a kernel object made
+    without kname, say); the kname variants get back the values `loops` has now.
     """
-
-    def __init__(self, lib: str | None = None, none: bool = False):
-        """Every change kname made (install only the targets under test); `lib` names the
-        built-in target whose `install` functions redo the non-attribute changes."""
-        self.patches, self.undos, self.installers = [], [], []
-        self.on = True
-        if none:
-            return
-        from kname import hooks, targets
-
-        for p in hooks._patches:
-            (self.patches if isinstance(p, hooks.Patch) else self.undos).append(p)
-        if lib in targets.BUILTIN:
-            self.installers = [
-                t for t in targets.builtin_targets(lib) if getattr(t, "install", None) is not None
-            ]
-
-    def passthrough(self) -> None:
-        """Each patched attribute set to a plain pass-through closure: the cheapest wrapper
-        layer there is, the yardstick for kname's (DESIGN.md: 0.08 µs on the H200 host)."""
-        if not hasattr(self, "_passthroughs"):
-            self._passthroughs = [_passthrough_of(p.original) for p in self.patches]
-        for p, closure in zip(self.patches, self._passthroughs, strict=True):
-            setattr(p.owner, p.attribute, closure)
-
-    @property
-    def active(self) -> bool:
-        """Whether kname changed anything this switch can take back."""
-        return bool(self.patches or self.undos)
-
-    def original(self) -> None:
-        for p in self.patches:
-            setattr(p.owner, p.attribute, p.original)
-        if self.on:
-            for undo in reversed(self.undos):
-                undo()
-            self.undos = []
-        self.on = False
-
-    def wrapped(self) -> None:
-        for p in self.patches:
-            setattr(p.owner, p.attribute, p.wrapper)
-        if not self.on:
-            for target in self.installers:
-                module = sys.modules.get(target.module)
-                if module is not None and (target.applies is None or target.applies(module)):
-                    self.undos.extend(target.install(module))
-        self.on = True
-
-
-def _passthrough_of(original):
-    kind = type(original) if isinstance(original, (staticmethod, classmethod)) else None
-    function = original.__func__ if kind else original
-
-    def passthrough(*args, **kwargs):
-        return function(*args, **kwargs)
-
-    return kind(passthrough) if kind else passthrough
-
-
-def loop_variants(loops, state: PatchState, with_kname: bool = True) -> list[Variant]:
-    """The launch variants over one loops module: bare, passthrough (where kname patched an
-    attribute), kname, kname_disabled, the three static NVTX ranges and the naive traceback."""
     import kname
 
-    def disable():
-        state.wrapped()
-        kname.disable()
+    bare_names = bare_names or {}
+    kname_names = {name: vars(loops)[name] for name in bare_names}
 
-    def enable_again():
-        kname.enable()
-        state.original()
+    def uninstalled():
+        kname.uninstall()
+        vars(loops).update(bare_names)
 
-    variants = [Variant("bare", loops.launch_loop)]
-    if state.patches:
-        variants.append(
-            Variant("passthrough", loops.launch_loop, state.passthrough, state.original)
-        )
-    if with_kname:
-        variants += [
-            Variant("kname", loops.launch_loop, state.wrapped, state.original),
-            Variant("kname_disabled", loops.launch_loop, disable, enable_again),
-        ]
-    variants += [
-        Variant("annotate_per_call", loops.annotate_per_call),
-        Variant("annotate_prebuilt", loops.annotate_prebuilt),
-        Variant("domain_push_pop", loops.domain_push_pop),
-        Variant("traceback_per_call", loops.traceback_per_call),
+    def installed(enabled: bool):
+        def prepare():
+            kname.install(targets=targets)
+            if enabled:
+                kname.enable()
+            else:
+                kname.disable()
+            vars(loops).update(kname_names)
+            if enabled:
+                # install() after uninstall() starts a new site cache: take the miss untimed.
+                loops.launch_loop(1)
+
+        return prepare
+
+    return [
+        Variant("bare", loops.launch_loop, uninstalled, settle),
+        Variant("kname", loops.launch_loop, installed(True), settle),
+        Variant("kname_disabled", loops.launch_loop, installed(False), settle),
+        Variant("push_pop", loops.push_pop_loop, uninstalled, settle),
     ]
-    return variants
+
+
+def launch_record(loops_samples: dict, rounds: int, batch: int) -> dict:
+    """What a launch worker reports: the summary, and proof that kname named the launches."""
+    import kname
+    from kname import ranges
+
+    return {
+        "rounds": rounds,
+        "batch": batch,
+        "load_average": load_average(),
+        "tool_attached": ranges.tool_attached(),
+        "variants": summarize(loops_samples),
+        "site_names": {name: count for name, count in kname.names().items() if count},
+    }
 
 
 # ---------------------------------------------------------------- the NVTX null tool
 
 
-def nvtx_headers() -> Path | None:
-    """A directory holding nvtx3/: the nvidia-nvtx wheel's (as the tests find it), else CUDA's."""
-    sys.path.insert(0, str(REPO / "tests"))
-    try:
-        from nvtx_capture import nvtx_include_dir
-
-        found = nvtx_include_dir()
-    except Exception:
-        found = None
-    finally:
-        sys.path.remove(str(REPO / "tests"))
-    if found is not None:
-        return found
-    candidates = [
-        os.environ.get("CUDA_HOME", ""),
-        os.environ.get("CUDA_PATH", ""),
-        "/usr/local/cuda",
-    ]
-    for root in filter(None, candidates):
-        if (Path(root) / "include" / "nvtx3" / "nvToolsExt.h").is_file():
-            return Path(root) / "include"
-    return None
-
-
 def build_null_tool(out_dir: Path) -> Path:
-    """Compile nvtx_null_tool.c into `out_dir`; raises RuntimeError when it cannot."""
-    compiler = shlex.split(os.environ.get("CC", "")) or [shutil.which("cc") or shutil.which("gcc")]
-    if not compiler[0]:
-        raise RuntimeError("no C compiler (set CC or put cc/gcc on PATH)")
-    include = nvtx_headers()
-    if include is None:
-        raise RuntimeError("no NVTX headers (install the nvidia-nvtx wheel or set CUDA_HOME)")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    lib = out_dir / NULL_TOOL_NAME
-    partial = out_dir / f".{uuid.uuid4().hex}.so"
-    cmd = [
-        *compiler,
-        "-shared",
-        "-fPIC",
-        "-O2",
-        "-Wall",
-        "-Wextra",
-        f"-I{include}",
-        str(NULL_TOOL_SOURCE),
-        "-o",
-        str(partial),
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"building the NVTX null tool failed:\n{shlex.join(cmd)}\n{done.stderr}")
-    partial.replace(lib)
-    return lib
+    """The tests' NVTX injection library, built as the tests build it; used in its null mode.
+
+    Raises RuntimeError (the tests' InjectionUnavailable) without a compiler or NVTX headers.
+    """
+    use_test_support()
+    from support.nvtx_capture import build_injection_library
+
+    return build_injection_library(out_dir)
 
 
 def tool_env(tool: str, lib: Path | None) -> dict[str, str | None]:
-    """Environment for a worker: the null tool attached, or no tool at all."""
+    """Environment for a worker: the null tool attached, or no tool at all (None: removed)."""
     if tool == "null":
-        return {"NVTX_INJECTION64_PATH": str(lib), "KNAME_NVTX_LOG": None}
+        use_test_support()
+        from support.nvtx_capture import null_env
+
+        return null_env(lib)
     return {"NVTX_INJECTION64_PATH": None, "KNAME_NVTX_LOG": None}
 
 
@@ -439,25 +298,30 @@ def run_worker(script: str, args: list[str], env: dict[str, str], timeout: float
 
 
 def write_json(path: str | Path, data: dict) -> None:
-    Path(path).write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    Path(path).write_text(json.dumps(data, indent=2) + "\n")
 
 
 # ---------------------------------------------------------------- the record
 
 
+def load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def versions() -> dict[str, str]:
-    found = {}
+    # kname's version from the checkout's file, without importing kname into this process.
+    spec = importlib.util.spec_from_file_location("_kname_version", REPO / "kname" / "_version.py")
+    version = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(version)
+    found = {"kname": f"{version.__version__} (checkout)"}
     for name in PACKAGES:
         try:
             found[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             continue
-    if "kname" not in found:
-        try:
-            use_checkout()
-            found["kname"] = importlib.import_module("kname._version").__version__ + " (checkout)"
-        except Exception:
-            pass
     return found
 
 
@@ -472,20 +336,14 @@ def cpu_model() -> str:
 
 
 def git_state() -> str:
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True
+        ).stdout.strip()
+
     try:
-        head = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "--", "kname"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        return head + (" (kname/ has uncommitted changes)" if dirty else "")
+        dirty = git("status", "--porcelain", "--", "kname")
+        return git("rev-parse", "--short", "HEAD") + (" (kname/ modified)" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "?"
 
@@ -494,7 +352,6 @@ def machine() -> dict:
     return {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "python": sys.version.split()[0],
-        "implementation": platform.python_implementation(),
         "platform": platform.platform(),
         "cpu": cpu_model(),
         "cpus": os.cpu_count(),

@@ -1,38 +1,27 @@
 """Worker: the per-launch cost of real GPU launches, for one library and one NVTX tool setting.
 
-Run by `run.py --gpu` in a fresh interpreter per setting. Libraries, each with a tiny kernel
-(one block of 32 threads) so that the CPU-side launch cost dominates:
-  numba   numba-cuda `kernel[1, 32](device_array)`
-  cupy    CuPy `RawKernel((1,), (32,), (array, n))`
-  triton  Triton `kernel[(1,)](tensor, n, BLOCK=32)` (on a torch tensor)
-kname's variants run only where kname has a built-in target for the library (checked at run
-time in kname.targets.BUILTIN); the other variants run regardless. The device is synchronised
-after every batch, outside the timed region, so launch queues never fill.
+Run by `run.py --gpu` in a fresh interpreter per setting. Each library launches a tiny kernel
+(one block of 32 threads), so the CPU side of the launch, which is what kname adds to, dominates:
+  numba   numba-cuda `kernel[1, 32](arr)` on a device array
+  cupy    CuPy `kernel((1,), (32,), (arr, n))`, a RawKernel
+  triton  Triton `kernel[(1,)](arr, 32, BLOCK=32)` on a torch tensor (Triton's own array type)
+The device is synchronised before and after every batch, untimed, so launch queues never fill.
+A library that cannot be imported is reported as skipped.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 from pathlib import Path
 
-# numba-cuda 0.30 calls numpy.row_stack, which numpy 2.5 removed: alias it here, in the benchmark
-# program only (never inside kname), before numba is imported.
-import numpy as np
-
-if not hasattr(np, "row_stack"):
-    np.row_stack = np.vstack
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
-    PatchState,
-    Variant,
     interleave,
-    loop_variants,
+    launch_record,
+    launch_variants,
     make_loops,
-    summarize,
     use_checkout,
     write_json,
 )
@@ -40,141 +29,36 @@ from _common import (
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--lib", choices=("numba", "cupy", "triton"), required=True)
+    parser.add_argument("--lib", choices=sorted(SETUPS), required=True)
     parser.add_argument("--rounds", type=int, default=150)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--json", required=True)
     args = parser.parse_args()
     use_checkout()
-    import kname.nvtx
-
-    import kname
-    import kname.targets
-
+    try:
+        launch, names, bare_names, sync, device = SETUPS[args.lib]()
+    except ImportError as exc:
+        missing = exc.name or str(exc)
+        write_json(args.json, {"skipped": f"{missing} is not installed (needed for {args.lib})"})
+        return
     workdir = Path(tempfile.mkdtemp(prefix="kname-bench-gpu-"))
-    builtin = args.lib in kname.targets.BUILTIN
-    if builtin:
-        # Before the library is imported and its kernel made: CuPy kernels made before install()
-        # keep CuPy's own class and are never named.
-        kname.install(targets=[args.lib])
-    launch, names, sync, info = SETUPS[args.lib]()
-    launch_once = compile(launch, "<first launch>", "exec")
-    with kname.paused():
-        exec(launch_once, dict(names))  # compile/load the kernel before anything is timed
-    sync()
-    state = PatchState(args.lib, none=not builtin)
-    with_kname = state.active
     loops = make_loops(workdir, f"bench_loops_{args.lib}", launch, names)
-    state.original()
-    variants = loop_variants(loops, state, with_kname=with_kname)
-    proto_note, extra = None, []
-    if with_kname:
-        try:
-            extra, proto_note = prototype_variants(args.lib, state, loops, names, workdir)
-        except Exception as exc:  # the prototypes are extras: never lose the main rows
-            extra, proto_note = [], f"prototypes failed: {type(exc).__name__}: {exc}"
-            state.original()
-        variants += extra
-    for variant in variants:
-        variant.settle = sync
-    samples = interleave(variants, args.rounds, args.batch)
+    loops.launch_loop(1)  # compile and load the kernel before anything is timed
     sync()
-    write_json(
-        args.json,
-        {
-            "workload": args.lib,
-            "launch": launch,
-            "rounds": args.rounds,
-            "batch": args.batch,
-            "stack_depth": loops.STACK_DEPTH,
-            "load_average": [round(x, 2) for x in os.getloadavg()],
-            "kname_target": builtin,
-            "kname_measured": with_kname,
-            "tool_attached": kname.nvtx.tool_attached(),
-            "variants": summarize(samples),
-            "site_names": {name: n for name, n in kname.names().items() if n},
-            "prototypes": proto_note,
-            "prototype_sites": {
-                v.name: len(v.wrapper.sites) for v in extra if hasattr(v, "wrapper")
-            },
-            "device": info,
-        },
-    )
-
-
-def prototype_variants(lib, state: PatchState, loops, names, workdir):
-    """The hot-path prototypes of prototype_hot_path.py put where kname's wrapper goes."""
-    import operator
-
-    import prototype_hot_path as proto
-
-    fastpath, why = proto.load_fastpath(workdir / "build")
-    if lib == "numba" and state.patches:
-        patch = state.patches[0]
-        owner, attribute, original = patch.owner, patch.attribute, patch.original
-        name_of = lambda d: d.py_func.__qualname__  # noqa: E731
-        lean = proto.make_lean(original, lambda a: a[0].dispatcher, name_of, lib, False)
-        fast = fastpath and proto.make_c(fastpath, original, name_of, lib, 2, "dispatcher")
-    elif lib == "cupy" and getattr(type(names["kernel"]), "_kname_wrapper", False):
-        owner, attribute = type(names["kernel"]), "__call__"
-        original = owner.__mro__[1].__call__
-        lean = proto.make_lean(original, operator.itemgetter(0), lambda k: k.name, lib)
-        fast = fastpath and proto.make_c(fastpath, original, lambda k: k.name, lib, mode=1)
-    elif lib == "triton" and state.undos:
-        return triton_empty_hooks(state, loops), "triton: empty hooks only"
-    else:
-        return [], "no prototype for this target"
-
-    def put(wrapper):
-        def prepare():
-            state.original()
-            setattr(owner, attribute, wrapper)
-
-        return prepare
-
-    def restore():
-        if state.patches:
-            state.original()
-        elif attribute in vars(owner):
-            delattr(owner, attribute)
-
-    variants = [Variant("lean", loops.launch_loop, put(lean), restore)]
-    variants[0].wrapper = lean
-    if fast:
-        variants.append(Variant("c_fastpath", loops.launch_loop, put(fast), restore))
-        variants[1].wrapper = fast
-    return variants, why or "built"
-
-
-def triton_empty_hooks(state: PatchState, loops) -> list:
-    """Reference for Triton: do-nothing enter/exit hooks in Triton's launch hook chains, where
-    kname puts its own: how much of kname's cost is Triton's hook machinery itself."""
-    import triton.knobs
-
-    runtime = triton.knobs.runtime
-
-    def enter(metadata):
-        return None
-
-    def leave(metadata):
-        return None
-
-    def prepare():
-        state.original()
-        runtime.launch_enter_hook.add(enter)
-        runtime.launch_exit_hook.add(leave)
-
-    def restore():
-        runtime.launch_enter_hook.remove(enter)
-        runtime.launch_exit_hook.remove(leave)
-
-    return [Variant("triton_empty_hooks", loops.launch_loop, prepare, restore)]
+    variants = launch_variants(loops, [args.lib], bare_names, settle=sync)
+    samples = interleave(variants, args.rounds, args.batch)
+    result = launch_record(samples, args.rounds, args.batch)
+    write_json(args.json, {**result, "launch": launch, "device": device})
 
 
 def setup_numba():
-    # A module global, not a closure variable: numba's simulator (handy for trying this worker
-    # without a GPU) swaps the kernel's global `cuda` for its fake one.
-    global cuda
+    import numpy as np
+
+    # numba-cuda 0.30 still calls numpy.row_stack, which numpy 2.5 removed: alias it in this
+    # program only, before numba is imported.
+    if not hasattr(np, "row_stack"):
+        np.row_stack = np.vstack
+    global cuda  # a module global: numba's simulator swaps a kernel's global `cuda` for its own
     from numba import cuda
 
     @cuda.jit
@@ -184,12 +68,8 @@ def setup_numba():
             a[i] += 1
 
     arr = cuda.to_device(np.zeros(32, dtype=np.float32))
-    device = cuda.get_current_device()
-    info = {
-        "name": _text(getattr(device, "name", "?")),
-        "compute_capability": list(getattr(device, "compute_capability", ())),
-    }
-    return "kernel[1, 32](arr)", {"kernel": increment, "arr": arr}, cuda.synchronize, info
+    device = _text(getattr(cuda.get_current_device(), "name", "?"))
+    return "kernel[1, 32](arr)", {"kernel": increment, "arr": arr}, None, cuda.synchronize, device
 
 
 RAW_SOURCE = r"""
@@ -202,18 +82,26 @@ extern "C" __global__ void increment(float* a, int n) {
 
 def setup_cupy():
     import cupy as cp
+    import numpy as np
 
-    kernel = cp.RawKernel(RAW_SOURCE, "increment")
-    arr = cp.zeros(32, dtype=cp.float32)
-    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-    info = {"name": _text(props["name"]), "cuda_runtime": cp.cuda.runtime.runtimeGetVersion()}
-    names = {"kernel": kernel, "arr": arr, "n": np.int32(32)}
-    return "kernel((1,), (32,), (arr, n))", names, cp.cuda.Device().synchronize, info
+    import kname
+
+    # CuPy's kernel classes cannot be patched: install() binds kname's subclasses under their
+    # names, so only a kernel made while kname is installed is named. The bare variants launch
+    # one made before, of CuPy's own class.
+    plain = cp.RawKernel(RAW_SOURCE, "increment")
+    kname.install(targets=["cupy"])
+    named = cp.RawKernel(RAW_SOURCE, "increment")
+    if type(named) is type(plain):
+        raise SystemExit("kname.install(targets=['cupy']) did not replace cupy.RawKernel")
+    names = {"kernel": named, "arr": cp.zeros(32, dtype=cp.float32), "n": np.int32(32)}
+    device = _text(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"])
+    sync = cp.cuda.Device().synchronize
+    return "kernel((1,), (32,), (arr, n))", names, {"kernel": plain}, sync, device
 
 
 def setup_triton():
-    # Module globals, as Triton resolves the names a kernel uses through its globals.
-    global triton, tl
+    global triton, tl  # module globals: Triton resolves the names a kernel uses through them
     import torch
     import triton
     import triton.language as tl
@@ -225,18 +113,9 @@ def setup_triton():
         x = tl.load(x_ptr + offsets, mask=mask)
         tl.store(x_ptr + offsets, x + 1, mask=mask)
 
-    arr = torch.zeros(32, device="cuda", dtype=torch.float32)
-    info = {
-        "name": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-    }
-    return (
-        "kernel[(1,)](arr, 32, BLOCK=32)",
-        {"kernel": increment, "arr": arr},
-        torch.cuda.synchronize,
-        info,
-    )
+    names = {"kernel": increment, "arr": torch.zeros(32, device="cuda", dtype=torch.float32)}
+    device = torch.cuda.get_device_name()
+    return "kernel[(1,)](arr, 32, BLOCK=32)", names, None, torch.cuda.synchronize, device
 
 
 SETUPS = {"numba": setup_numba, "cupy": setup_cupy, "triton": setup_triton}

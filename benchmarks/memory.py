@@ -32,10 +32,9 @@ def main() -> None:
     use_checkout()
 
     import bench_noop_target as target
-    import kname.nvtx
 
     import kname
-    from kname import callsite
+    from kname import callsite, ranges
 
     kname.install(targets=["bench_noop_target:launch"])
     functions = -(-args.sites // args.lines)
@@ -73,18 +72,16 @@ def main() -> None:
             "sites_cached": len(callsite.sites),
             "max_sites": callsite.MAX_SITES,
             "within_bound": len(callsite.sites) <= callsite.MAX_SITES,
-            "sites_evicted_with_counts": len(callsite.retired_launches),
-            "code_kinds_cached": len(callsite._kinds),
-            "nvtx_registered_names": kname.nvtx.registered_names(),
-            "nvtx_max_names": kname.nvtx.MAX_NAMES,
-            "tool_attached": kname.nvtx.tool_attached(),
+            "nvtx_registered_names": ranges.registered_names(),
+            "nvtx_max_names": ranges.MAX_NAMES,
+            "tool_attached": ranges.tool_attached(),
             "tracemalloc_current_bytes": current,
             "tracemalloc_peak_bytes": peak,
             "bytes_per_site": round(current / max(1, len(callsite.sites)), 1),
             "max_rss_growth_kib": rss_after - rss_before,
             "compile_seconds": round(compile_s, 2),
             "launch_seconds_traced": round(traced_s, 2),
-            "top_allocations": [
+            "top": [
                 {"where": _where(stat.traceback[0]), "bytes": stat.size, "blocks": stat.count}
                 for stat in top
             ],

@@ -9,8 +9,8 @@
   1000 tiny unrelated modules imported in a subprocess, timed inside it, not installed /
   installed and off / switched on.
 
-Uses tests/support.py's build_wheel and make_venv (the venvs see this interpreter's packages
-through a .pth; kname comes from the wheel only).
+Uses the tests' build_wheel and make_venv (tests/support): the venvs see this interpreter's
+packages through a .pth; kname comes from the wheel only.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import REPO, Variant, clean_env, interleave, quantile, summarize
+from _common import Variant, clean_env, interleave, quantile, summarize, use_test_support
 
 IMPORT_SCRIPT = """\
 import sys, time
@@ -53,7 +53,7 @@ print((time.perf_counter_ns() - t0) / n, sys.meta_path.index(finder), type(finde
 
 
 def run(quick: bool, log=print) -> dict:
-    sys.path.insert(0, str(REPO / "tests"))
+    use_test_support()
     from support import build_wheel, make_venv
 
     work = Path(tempfile.mkdtemp(prefix="kname-bench-startup-"))

@@ -1,0 +1,53 @@
+"""The benchmark harness still runs: its smallest suite, in a subprocess, as a user runs it.
+
+Nothing here checks a timing (speed lives in benchmarks/); only that the harness ends well, that
+its table has every row, and that kname's variant named its launches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from support import REPO
+
+RUN = REPO / "benchmarks" / "run.py"
+VARIANTS = (
+    "bare launch (kname uninstalled)",
+    "kname on, cached call site",
+    "kname installed, kname.disable()d",
+    "static NVTX range, prebuilt push_range/pop_range",
+)
+
+
+def test_quick_launch_suite_runs_to_the_end_and_prints_its_table(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KNAME", "NVTX_"))}
+    done = subprocess.run(
+        [sys.executable, str(RUN), "--quick", "--only", "launch", "--out", str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    table = done.stdout
+    assert "## Per launch (CPU)" in table
+    assert "## First launch from a new call site (cache miss)" in table
+    results = json.loads((tmp_path / "results.json").read_text())
+    tools = [run["tool"] for run in results["launch"]]
+    # The null tool is built as the tests build theirs; where it cannot be, a note says so.
+    unavailable = [n for n in results["notes"] if n.startswith("NVTX null tool unavailable")]
+    assert results["notes"] == unavailable  # no worker error, warning or unnamed launch
+    assert tools == (["none"] if unavailable else ["none", "null"])
+    for run in results["launch"]:
+        for variant in VARIANTS:
+            assert f"| no-op target (CPU) | {run['tool']} | {variant} |" in table
+        assert run["tool_attached"] is (run["tool"] == "null")
+        # kname's variant named its launches: every count is of the one generated loop line.
+        assert run["site_names"] and all("bench_loops_noop.py" in n for n in run["site_names"])
+    assert [m["new_sites"] for m in results["miss"]] == [m["pairs"] for m in results["miss"]]
+    assert (tmp_path / "results.md").read_text().strip() == table.strip()

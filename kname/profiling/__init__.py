@@ -1,0 +1,22 @@
+"""`kname profile`: GPU time per call site, from CUPTI's activity records.
+
+Two streams meet here. At each launch API call (cuLaunchKernel, cudaLaunchKernel, cuGraphLaunch,
+cudaMemcpy...) a CUPTI callback captures the call site by kname's rules and records it under the
+call's correlation id (capture.py). Later CUPTI hands over activity records (kernels, copies,
+sets) that carry the same correlation id and their device start and end times. The join
+(join.py) attributes each record to its site and sums GPU time per site and per kernel.
+
+    records.py          launch and activity records; the recorded streams as JSON fixtures
+    join.py             correlation id -> site, the per-site and per-kernel totals
+    document.py         the census document of schema 2; validation, loading, merging
+    diff.py             GPU time differences between two documents (--fail-on-slower)
+    table.py            the ranked table (call site, GPU time, share, launches, mean, kernels)
+    kernel_names.py     readable kernel names (demangled, without parameter lists)
+    trace.py            Chrome trace-event JSON (Perfetto, chrome://tracing)
+    page.py             one self-contained HTML page: a bar chart and the table
+    capture.py          launch API callbacks -> launch records; CUPTI objects -> records
+    cupti_collector.py  the CUPTI binding (cupti-python), imported only when profiling starts
+    session.py          a profiling session: start, stop, outputs
+
+Nothing here is imported by `import kname`.
+"""

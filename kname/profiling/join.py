@@ -1,0 +1,232 @@
+"""The join: each GPU activity record goes to the call site of the API call that caused it.
+
+CUPTI gives an activity record the correlation id of the launch API call behind it; the launch
+callback recorded that call's site under the same id. Kernels of a CUDA graph carry the
+correlation id of the graph launch (cuGraphLaunch/cudaGraphLaunch), so they go to the line that
+launched the graph. Totals are kept per site and per kernel within a site: launches (GPU
+records) and gpu_ns (their device time, end - start).
+
+Memory stays bounded on long runs: a launch's entry leaves the pending table when its GPU record
+arrives (graph launches stay until the end: their kernels keep arriving), and is kept a little
+longer in a small window of recently joined ids, for a second record of the same call (a
+multi-device launch, a driver call made inside a runtime call). Past MAX_PENDING entries the
+oldest pending ones are dropped, said once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from kname._warnings import warn_once
+from kname.profiling.records import ActivityRecord, ExternalCorrelation, LaunchRecord
+
+MAX_PENDING = 1_000_000
+RECENT_WINDOW = 65_536
+UNATTRIBUTED = "<unattributed>"
+
+
+@dataclass
+class KernelTotals:
+    """One kernel (or copy, or set) at one site."""
+
+    launches: int = 0
+    gpu_ns: int = 0
+
+
+@dataclass
+class SiteTotals:
+    """Everything attributed to one call site."""
+
+    launches: int = 0
+    gpu_ns: int = 0
+    first: int = 0  # the smallest correlation id attributed: the site's first-seen rank
+    kernels: dict[str, KernelTotals] = field(default_factory=dict)
+
+    def add(self, record: ActivityRecord) -> None:
+        """Count one GPU record."""
+        duration = record.duration
+        self.launches += 1
+        self.gpu_ns += duration
+        if not self.first or record.correlation_id < self.first:
+            self.first = record.correlation_id
+        kernel = self.kernels.get(record.name)
+        if kernel is None:
+            kernel = self.kernels[record.name] = KernelTotals()
+        kernel.launches += 1
+        kernel.gpu_ns += duration
+
+    def copy(self) -> SiteTotals:
+        """An independent copy (a snapshot while records keep arriving)."""
+        kernels = {k: KernelTotals(v.launches, v.gpu_ns) for k, v in self.kernels.items()}
+        return SiteTotals(self.launches, self.gpu_ns, self.first, kernels)
+
+
+@dataclass
+class Profile:
+    """The join's result: GPU time per call site, and what could not be attributed."""
+
+    sites: dict[str, SiteTotals]
+    unattributed: SiteTotals  # GPU records whose launch was never seen (should not happen)
+    unmatched_launches: int = 0  # launch calls that got no GPU record (e.g. during graph capture)
+    dropped_launches: int = 0  # pending launches dropped at the bound
+
+    @property
+    def total_gpu_ns(self) -> int:
+        """Device time of every GPU record, attributed or not."""
+        return sum(s.gpu_ns for s in self.sites.values()) + self.unattributed.gpu_ns
+
+    @property
+    def total_launches(self) -> int:
+        """Every GPU record, attributed or not."""
+        return sum(s.launches for s in self.sites.values()) + self.unattributed.launches
+
+
+class Join:
+    """Launch records in (any thread), activity records in (CUPTI's thread), totals out."""
+
+    def __init__(self, max_pending: int = MAX_PENDING, recent_window: int = RECENT_WINDOW):
+        self.max_pending = max_pending
+        self.recent_window = recent_window
+        self._pending: dict[int, LaunchRecord] = {}
+        self._children: dict[int, list[int]] = {}  # parent correlation id -> nested calls
+        self._recent: OrderedDict[int, str] = OrderedDict()  # joined id -> site
+        self._graphs_seen: set[int] = set()  # graph launches that got at least one record
+        self._externals: dict[int, int] = {}  # correlation id -> external id
+        self._external_sites: dict[int, str] = {}  # external id -> site
+        self._orphans: dict[int, list[ActivityRecord]] = {}  # records waiting for their launch
+        self._orphan_count = 0
+        self._sites: dict[str, SiteTotals] = {}
+        self._dropped = 0
+        self.launch_count = 0  # launch records seen
+        self.record_count = 0  # activity records seen
+        self._lock = threading.Lock()
+
+    def add_launch(self, record: LaunchRecord) -> None:
+        """A launch API call and its site. Called on the launching thread: no lock taken."""
+        self.launch_count += 1
+        # Single dict and list operations are atomic under the GIL; only the rare trim locks.
+        self._pending[record.correlation_id] = record
+        if record.parent:
+            self._children.setdefault(record.parent, []).append(record.correlation_id)
+        if len(self._pending) > self.max_pending:
+            self._trim()
+
+    def add_activities(self, records: Iterable[ActivityRecord]) -> None:
+        """GPU records (one CUPTI buffer's worth): attribute each to its site."""
+        with self._lock:
+            for record in records:
+                self.record_count += 1
+                site = self._site_of(record.correlation_id)
+                if site is None:
+                    self._park(record)
+                else:
+                    self._totals(site).add(record)
+
+    def add_externals(
+        self, records: Iterable[ExternalCorrelation], sites: Mapping[int, str] | None = None
+    ) -> None:
+        """Links from API calls to ids kname pushed around wrapped launches, and their sites."""
+        with self._lock:
+            if sites:
+                self._external_sites.update(sites)
+            for record in records:
+                self._externals[record.correlation_id] = record.external_id
+                waiting = self._orphans.pop(record.correlation_id, None)
+                if waiting:
+                    self._orphan_count -= len(waiting)
+                    for orphan in waiting:
+                        self._totals(self._site_of(orphan.correlation_id) or UNATTRIBUTED).add(
+                            orphan
+                        )
+
+    def site_of(self, correlation_id: int) -> str | None:
+        """The site a record with this correlation id would go to now, without consuming it."""
+        launch = self._pending.get(correlation_id)
+        if launch is not None:
+            return launch.site
+        if correlation_id in self._recent:
+            return self._recent[correlation_id]
+        external = self._externals.get(correlation_id)
+        return None if external is None else self._external_sites.get(external)
+
+    def profile(self) -> Profile:
+        """A snapshot of the totals; records still waiting for their launch count unattributed."""
+        with self._lock:
+            sites = {name: totals.copy() for name, totals in self._sites.items()}
+            unattributed = sites.pop(UNATTRIBUTED, None) or SiteTotals()
+            for orphan in itertools.chain.from_iterable(self._orphans.values()):
+                unattributed.add(orphan)
+            pending = list(self._pending.values())
+            unmatched = sum(
+                1
+                for launch in pending
+                if not (launch.graph and launch.correlation_id in self._graphs_seen)
+            )
+            return Profile(sites, unattributed, unmatched, self._dropped)
+
+    def _site_of(self, correlation_id: int) -> str | None:
+        launch = self._pending.get(correlation_id)
+        if launch is not None:
+            if launch.graph:
+                self._graphs_seen.add(correlation_id)
+            else:
+                self._retire(launch)
+            return launch.site
+        site = self._recent.get(correlation_id)
+        if site is not None:
+            return site
+        external = self._externals.pop(correlation_id, None)
+        if external is not None:
+            site = self._external_sites.get(external, UNATTRIBUTED)
+            self._remember(correlation_id, site)
+            return site
+        return None
+
+    def _retire(self, launch: LaunchRecord) -> None:
+        """Joined: the launch and the calls nested around it leave the pending table."""
+        family = [launch.correlation_id, *self._children.pop(launch.correlation_id, ())]
+        if launch.parent:
+            family += [launch.parent, *self._children.pop(launch.parent, ())]
+        for correlation_id in family:
+            if self._pending.pop(correlation_id, None) is not None:
+                self._remember(correlation_id, launch.site)
+
+    def _remember(self, correlation_id: int, site: str) -> None:
+        self._recent[correlation_id] = site
+        if len(self._recent) > self.recent_window:
+            self._recent.popitem(last=False)
+
+    def _park(self, record: ActivityRecord) -> None:
+        if self._orphan_count >= self.max_pending:
+            self._totals(UNATTRIBUTED).add(record)  # past the bound: counted, not kept
+            return
+        self._orphans.setdefault(record.correlation_id, []).append(record)
+        self._orphan_count += 1
+
+    def _totals(self, site: str) -> SiteTotals:
+        totals = self._sites.get(site)
+        if totals is None:
+            totals = self._sites[site] = SiteTotals()
+        return totals
+
+    def _trim(self) -> None:
+        with self._lock:
+            excess = len(self._pending) - self.max_pending
+            if excess <= 0:
+                return
+            # The oldest tenth goes at once, so trimming is rare; dicts keep insertion order.
+            count = max(excess, self.max_pending // 10)
+            for correlation_id in list(itertools.islice(iter(self._pending), count)):
+                self._pending.pop(correlation_id, None)
+                self._children.pop(correlation_id, None)
+            self._dropped += count
+        warn_once(
+            "profile:pending",
+            f"profile: more than {self.max_pending} launches are waiting for their GPU "
+            "records; the oldest were dropped, and GPU work they still cause counts as "
+            "unattributed",
+        )

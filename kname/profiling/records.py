@@ -1,0 +1,180 @@
+"""The two streams a profile is made of, and their JSON form (recorded on a GPU, replayed in CI).
+
+A launch record is written at a launch API call: its correlation id, the thread, the call site.
+An activity record comes later from CUPTI: what ran on the GPU (a kernel, a copy, a set), when,
+where, and the correlation id of the API call that caused it. Timestamps are CUPTI's, in ns.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+KERNEL, MEMCPY, MEMSET = "kernel", "memcpy", "memset"
+ACTIVITY_KINDS = (KERNEL, MEMCPY, MEMSET)
+STREAMS_FORMAT = 1
+MAX_LOGGED = 2_000_000  # records a StreamLog keeps (for --trace and fixtures), launches + activity
+
+
+@dataclass(slots=True)
+class LaunchRecord:
+    """One launch API call (a kernel, graph, copy or set launch), named by its call site."""
+
+    correlation_id: int
+    thread: int  # threading.get_ident() of the launching thread
+    site: str  # the call-site name
+    api: str = ""  # e.g. "cuLaunchKernel"
+    start: int = 0  # API enter and exit (CPU side), ns; 0 when unknown
+    end: int = 0
+    graph: bool = False  # a graph launch: every kernel of the graph carries its correlation id
+    parent: int = 0  # correlation id of the launch API call it ran inside (runtime -> driver)
+
+
+@dataclass(slots=True)
+class ActivityRecord:
+    """One piece of GPU work: a kernel, a memcpy or a memset, with its device times."""
+
+    kind: str  # KERNEL, MEMCPY or MEMSET
+    correlation_id: int
+    name: str  # the kernel's name as CUPTI gives it, or "[memcpy HtoD]", "[memset]"
+    start: int
+    end: int
+    stream: int = 0
+    device: int = 0
+    graph_id: int = 0  # nonzero for work launched as part of a CUDA graph
+
+    @property
+    def duration(self) -> int:
+        """Device time in ns (0 when CUPTI could not time it)."""
+        return self.end - self.start if self.end > self.start else 0
+
+
+@dataclass(slots=True)
+class ExternalCorrelation:
+    """CUPTI's link from an API call to an id kname pushed around a launch it wrapped."""
+
+    correlation_id: int
+    external_id: int
+
+
+@dataclass
+class Streams:
+    """Everything recorded in one process: what the join needs, and facts about the run."""
+
+    launches: list[LaunchRecord] = field(default_factory=list)
+    activities: list[ActivityRecord] = field(default_factory=list)
+    externals: list[ExternalCorrelation] = field(default_factory=list)
+    external_sites: dict[int, str] = field(default_factory=dict)  # external id -> site name
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class StreamsError(ValueError):
+    """A recorded stream file cannot be read: the message is one line, naming the file."""
+
+
+class StreamLog:
+    """A bounded copy of both streams, kept for --trace and for recording fixtures."""
+
+    def __init__(self, max_records: int = MAX_LOGGED) -> None:
+        self.max_records = max_records
+        self.launches: list[LaunchRecord] = []
+        self.activities: list[ActivityRecord] = []
+        self.externals: list[ExternalCorrelation] = []
+        self.dropped = 0  # records not kept once the bound was reached
+        self._lock = threading.Lock()
+
+    def launch(self, record: LaunchRecord) -> None:
+        """Keep a launch record (the same object: its exit time is filled in later)."""
+        if len(self.launches) + len(self.activities) < self.max_records:
+            self.launches.append(record)  # list.append is atomic: no lock on the launch path
+        else:
+            self.dropped += 1
+
+    def add_activities(self, records: list[ActivityRecord]) -> None:
+        """Keep activity records, up to the bound."""
+        with self._lock:
+            room = self.max_records - len(self.launches) - len(self.activities)
+            self.activities.extend(records[: max(room, 0)])
+            self.dropped += max(len(records) - max(room, 0), 0)
+
+    def add_externals(self, records: list[ExternalCorrelation]) -> None:
+        """Keep external correlation records (small: one per wrapped launch)."""
+        with self._lock:
+            self.externals.extend(records)
+
+    def streams(self, external_sites: Mapping[int, str] | None = None, **meta: Any) -> Streams:
+        """A snapshot of what was kept, with `meta` describing the run."""
+        with self._lock:
+            return Streams(
+                list(self.launches),
+                list(self.activities),
+                list(self.externals),
+                dict(external_sites or {}),
+                dict(meta, dropped_records=self.dropped),
+            )
+
+
+def streams_to_json(streams: Streams) -> str:
+    """The streams as JSON text, one record per line (readable diffs of fixtures)."""
+
+    def lines(records: list) -> str:
+        body = ",\n".join(f"    {json.dumps(asdict(r), ensure_ascii=False)}" for r in records)
+        return f"[\n{body}\n  ]" if records else "[]"
+
+    sites = {str(k): v for k, v in sorted(streams.external_sites.items())}
+    return (
+        "{\n"
+        f'  "kname_streams": {STREAMS_FORMAT},\n'
+        f'  "meta": {json.dumps(streams.meta, ensure_ascii=False, sort_keys=True)},\n'
+        f'  "launches": {lines(streams.launches)},\n'
+        f'  "activities": {lines(streams.activities)},\n'
+        f'  "external_correlations": {lines(streams.externals)},\n'
+        f'  "external_sites": {json.dumps(sites, ensure_ascii=False)}\n'
+        "}\n"
+    )
+
+
+def streams_from_json(text: str, source: str) -> Streams:
+    """Parse streams written by streams_to_json; StreamsError (one line) on any fault."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise StreamsError(f"{source}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict) or data.get("kname_streams") != STREAMS_FORMAT:
+        raise StreamsError(f"{source}: not kname streams of format {STREAMS_FORMAT}")
+    try:
+        launches = [_launch(item) for item in data["launches"]]
+        activities = [_activity(item) for item in data["activities"]]
+        externals = [ExternalCorrelation(**item) for item in data.get("external_correlations", [])]
+        sites = {int(k): str(v) for k, v in data.get("external_sites", {}).items()}
+        meta = dict(data.get("meta", {}))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise StreamsError(f"{source}: malformed record ({type(exc).__name__}: {exc})") from None
+    return Streams(launches, activities, externals, sites, meta)
+
+
+def load_streams(path: str) -> Streams:
+    """Read a recorded stream file."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
+    except OSError as exc:
+        raise StreamsError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    return streams_from_json(text, path)
+
+
+def _launch(item: dict) -> LaunchRecord:
+    record = LaunchRecord(**item)
+    if not isinstance(record.site, str) or not isinstance(record.correlation_id, int):
+        raise ValueError(f"bad launch record {item!r}")
+    return record
+
+
+def _activity(item: dict) -> ActivityRecord:
+    record = ActivityRecord(**item)
+    if record.kind not in ACTIVITY_KINDS or not isinstance(record.name, str):
+        raise ValueError(f"bad activity record {item!r}")
+    return record

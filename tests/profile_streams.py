@@ -1,0 +1,138 @@
+"""Hypothesis strategies for `kname profile`: launch and activity streams, profiles, documents.
+
+Streams are built the way CUPTI produces them: correlation ids that only grow, one GPU record per
+kernel launch (sometimes none: a launch during graph capture), several per graph launch, nested
+driver calls inside runtime calls, copies and sets, and now and then a record whose launch was
+never seen. `expected_totals` computes what the join must give, by brute force.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from kname.profiling.document import profile_document
+from kname.profiling.join import UNATTRIBUTED, KernelTotals, Profile, SiteTotals
+from kname.profiling.records import (
+    KERNEL,
+    MEMCPY,
+    MEMSET,
+    ActivityRecord,
+    LaunchRecord,
+    Streams,
+)
+
+SITE_NAMES = ("step app.py:12", "step app.py:13", "main app.py:30", "<no Python frame>", "a / b")
+KERNEL_NAMES = ("axpy", "_Z9scale_rawPfi", "ampere_sgemm_128x64_nn", "k<1>", "triton_add_0")
+WORK_NAMES = {
+    KERNEL: KERNEL_NAMES,
+    MEMCPY: ("[memcpy HtoD]", "[memcpy DtoH]"),
+    MEMSET: ("[memset]",),
+}
+
+durations = st.integers(min_value=0, max_value=5_000_000)
+
+
+@st.composite
+def streams(draw, max_launches: int = 25) -> Streams:
+    """Launches in correlation order, their GPU records in any order after them."""
+    launches: list[LaunchRecord] = []
+    activities: list[ActivityRecord] = []
+    correlation = 0
+    clock = 1_000
+    for _ in range(draw(st.integers(0, max_launches))):
+        correlation += draw(st.integers(1, 3))
+        site = draw(st.sampled_from(SITE_NAMES))
+        kind = draw(st.sampled_from([KERNEL, KERNEL, KERNEL, MEMCPY, MEMSET, "graph"]))
+        thread = draw(st.sampled_from([1, 2, 3]))
+        start = clock = clock + draw(st.integers(1, 10_000))
+        outer = LaunchRecord(correlation, thread, site, "cudaLaunchKernel", start, start + 500)
+        outer.graph = kind == "graph"
+        launches.append(outer)
+        carrier = outer
+        if kind != "graph" and draw(st.booleans()):
+            # The runtime called the driver: a nested call, same site, its own id.
+            correlation += 1
+            inner = LaunchRecord(
+                correlation,
+                thread,
+                site,
+                "cuLaunchKernel",
+                start + 10,
+                start + 400,
+                False,
+                outer.correlation_id,
+            )
+            launches.append(inner)
+            carrier = draw(st.sampled_from([outer, inner]))
+        count = draw(st.integers(0, 4)) if kind == "graph" else draw(st.sampled_from([0, 1, 1, 1]))
+        work_kind = KERNEL if kind == "graph" else kind
+        for _ in range(count):
+            activities.append(
+                _work(draw, work_kind, carrier.correlation_id, clock, kind == "graph")
+            )
+    for _ in range(draw(st.integers(0, 2))):  # records whose launch was never seen
+        activities.append(_work(draw, KERNEL, correlation + draw(st.integers(1, 5)), clock, False))
+    order = draw(st.permutations(range(len(activities))))
+    return Streams(launches, [activities[i] for i in order], meta={"pid": 4242})
+
+
+def _work(draw, kind: str, correlation_id: int, clock: int, in_graph: bool) -> ActivityRecord:
+    start = clock + draw(st.integers(0, 1_000_000))
+    shape = draw(st.sampled_from(["timed", "timed", "timed", "untimed", "backwards"]))
+    if shape == "untimed":
+        start = end = 0
+    elif shape == "backwards":  # end before start: CUPTI could not time it properly
+        end = start - draw(st.integers(1, 100))
+    else:
+        end = start + draw(durations)
+    return ActivityRecord(
+        kind,
+        correlation_id,
+        draw(st.sampled_from(WORK_NAMES[kind])),
+        start,
+        end,
+        draw(st.sampled_from([7, 13, 14])),
+        draw(st.sampled_from([0, 0, 1])),
+        draw(st.integers(1, 3)) if in_graph else 0,
+    )
+
+
+def expected_totals(stream: Streams) -> dict[str, dict[str, tuple[int, int]]]:
+    """{site: {kernel: (records, gpu_ns)}}: each record to the site of its correlation id."""
+    site_of = {launch.correlation_id: launch.site for launch in stream.launches}
+    totals: dict[str, dict[str, tuple[int, int]]] = {}
+    for record in stream.activities:
+        site = site_of.get(record.correlation_id, UNATTRIBUTED)
+        kernels = totals.setdefault(site, {})
+        launches, gpu_ns = kernels.get(record.name, (0, 0))
+        kernels[record.name] = (launches + 1, gpu_ns + max(record.end - record.start, 0))
+    return totals
+
+
+PROFILE_SITES = st.sampled_from((*SITE_NAMES, "x.py:1", "y.py:2", "z.py:3"))
+
+
+@st.composite
+def profiles(draw) -> Profile:
+    """A join's result: sites with kernels, some unattributed work."""
+    sites = {}
+    for name in draw(st.lists(PROFILE_SITES, max_size=6, unique=True)):
+        sites[name] = _totals(draw, draw(st.integers(1, 1000)))
+    unattributed = _totals(draw, 0) if draw(st.booleans()) else SiteTotals()
+    return Profile(sites, unattributed)
+
+
+def _totals(draw, first: int) -> SiteTotals:
+    totals = SiteTotals(first=first)
+    for kernel in draw(
+        st.lists(st.sampled_from(KERNEL_NAMES), min_size=1, max_size=3, unique=True)
+    ):
+        launches = draw(st.integers(1, 50))
+        gpu_ns = draw(st.integers(0, 10**9))
+        totals.kernels[kernel] = KernelTotals(launches, gpu_ns)
+        totals.launches += launches
+        totals.gpu_ns += gpu_ns
+    return totals
+
+
+documents = profiles().map(profile_document)

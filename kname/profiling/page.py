@@ -1,0 +1,118 @@
+"""One self-contained HTML page: a bar chart of GPU time by call site, and the table.
+
+No script, no style sheet or font from elsewhere, no network: inline SVG and CSS only, so the page
+opens from a CI artifact or an e-mail. Each bar carries its data (`data-site`, `data-gpu-ns`) for
+tests and for anyone reading the source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from html import escape
+from typing import Any
+
+from kname.profiling.kernel_names import display_name
+from kname.profiling.table import count_noun, format_duration
+
+BARS_SHOWN = 40
+BAR_WIDTH = 600  # px, the longest bar
+ROW_HEIGHT = 22
+LABEL_WIDTH = 360
+
+STYLE = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #222; }
+h1 { font-size: 1.4em; margin-bottom: 0.2em; }
+.summary { color: #555; margin-top: 0; }
+.warning { color: #a00; font-weight: bold; }
+svg text { font: 12px ui-monospace, monospace; fill: #222; }
+svg .value { fill: #555; }
+svg rect { fill: #4e79a7; }
+table { border-collapse: collapse; margin-top: 1.5em; }
+th, td { padding: 0.25em 0.8em; border-bottom: 1px solid #ddd; text-align: left;
+         vertical-align: top; }
+td.number { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td.site { font-family: ui-monospace, monospace; }
+ul.kernels { margin: 0; padding-left: 1.2em; }
+"""
+
+
+def render_page(document: Mapping[str, Any], title: str = "kname profile") -> str:
+    """The page for a schema-2 document."""
+    sites = sorted(document["sites"], key=lambda s: (-s["gpu_ns"], s["order"]))
+    total = document["total_gpu_ns"]
+    summary = (
+        f"{format_duration(total)} of GPU time in "
+        f"{count_noun(document['total_launches'], 'launch')} from "
+        f"{count_noun(len(sites), 'call site')} (kname {document.get('kname', '?')})"
+    )
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        '<head><meta charset="utf-8">',
+        f"<title>{escape(title)}</title>",
+        f"<style>{STYLE}</style></head>",
+        "<body>",
+        f"<h1>{escape(title)}</h1>",
+        f'<p class="summary">{escape(summary)}</p>',
+    ]
+    unattributed = document["unattributed"]
+    if unattributed["launches"]:
+        parts.append(
+            f'<p class="warning">{unattributed["launches"]} GPU records '
+            f"({escape(format_duration(unattributed['gpu_ns']))}) could not be attributed to a "
+            "call site.</p>"
+        )
+    parts.append(_chart(sites[:BARS_SHOWN]))
+    parts.append(_table(sites, total))
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+def _chart(sites: list[Mapping[str, Any]]) -> str:
+    longest = max((site["gpu_ns"] for site in sites), default=0)
+    height = ROW_HEIGHT * len(sites) + 4
+    width = LABEL_WIDTH + BAR_WIDTH + 120
+    rows = [
+        f'<svg class="chart" width="{width}" height="{height}" role="img" '
+        'aria-label="GPU time by call site">'
+    ]
+    for index, site in enumerate(sites):
+        y = index * ROW_HEIGHT + 2
+        bar = round(BAR_WIDTH * site["gpu_ns"] / longest, 1) if longest else 0.0
+        label = site["name"] if len(site["name"]) <= 48 else site["name"][:45] + "..."
+        rows.append(
+            f'<g class="bar" data-site="{escape(site["name"])}" data-gpu-ns="{site["gpu_ns"]}">'
+            f"<title>{escape(site['name'])}: {escape(format_duration(site['gpu_ns']))}</title>"
+            f'<text x="{LABEL_WIDTH - 8}" y="{y + 15}" text-anchor="end">{escape(label)}</text>'
+            f'<rect x="{LABEL_WIDTH}" y="{y + 3}" width="{bar}" height="{ROW_HEIGHT - 6}"/>'
+            f'<text class="value" x="{LABEL_WIDTH + bar + 6}" y="{y + 15}">'
+            f"{escape(format_duration(site['gpu_ns']))}</text></g>"
+        )
+    rows.append("</svg>")
+    return "\n".join(rows)
+
+
+def _table(sites: list[Mapping[str, Any]], total: int) -> str:
+    rows = [
+        '<table class="sites">',
+        "<tr><th>call site</th><th>GPU time</th><th>share</th><th>launches</th><th>mean</th>"
+        "<th>kernels</th></tr>",
+    ]
+    for site in sites:
+        launches = site["launches"]
+        mean = format_duration(site["gpu_ns"] / launches) if launches else "-"
+        share = f"{100 * site['gpu_ns'] / total:.1f}%" if total else "-"
+        kernels = "".join(
+            f'<li title="{escape(name)}">{escape(display_name(name))}: '
+            f"{escape(format_duration(k['gpu_ns']))} ({k['launches']})</li>"
+            for name, k in site["kernels"].items()
+        )
+        rows.append(
+            f'<tr data-site="{escape(site["name"])}"><td class="site">{escape(site["name"])}</td>'
+            f'<td class="number">{escape(format_duration(site["gpu_ns"]))}</td>'
+            f'<td class="number">{share}</td><td class="number">{launches}</td>'
+            f'<td class="number">{escape(mean)}</td>'
+            f'<td><ul class="kernels">{kernels}</ul></td></tr>'
+        )
+    rows.append("</table>")
+    return "\n".join(rows)

@@ -1,0 +1,111 @@
+"""The HTML page: parsed back with html.parser, its bars and table checked against the data.
+
+The page must stand alone: no script, nothing loaded from elsewhere (no src, no href, no URL).
+"""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+
+import pytest
+from hypothesis import given
+from profile_streams import documents
+
+from kname.profiling.document import profile_document
+from kname.profiling.join import KernelTotals, Profile, SiteTotals
+from kname.profiling.page import BAR_WIDTH, BARS_SHOWN, render_page
+
+
+class Page(HTMLParser):
+    """What a test needs from the page: bars, table rows, tags and attributes seen."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.bars: list[dict] = []  # {"site", "gpu_ns", "width"}
+        self.rows: list[dict] = []  # {"site", "cells": [...]}
+        self.tags: list[str] = []
+        self.attributes: list[tuple[str, str]] = []
+        self._cell: list[str] | None = None
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        attributes = dict(attrs)
+        self.tags.append(tag)
+        self.attributes += [(k, v or "") for k, v in attrs]
+        if tag == "g" and attributes.get("class") == "bar":
+            self.bars.append(
+                {"site": attributes["data-site"], "gpu_ns": int(attributes["data-gpu-ns"])}
+            )
+        elif tag == "rect" and self.bars:
+            self.bars[-1]["width"] = float(attributes["width"])
+        elif tag == "tr" and "data-site" in attributes:
+            self.rows.append({"site": attributes["data-site"], "cells": []})
+        elif tag == "td" and self.rows:
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag == "td" and self._cell is not None:
+            self.rows[-1]["cells"].append("".join(self._cell).strip())
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def document_of(times: dict[str, int]) -> dict:
+    sites = {
+        name: SiteTotals(3, gpu_ns, rank, {"_Z9scale_rawPfi": KernelTotals(3, gpu_ns)})
+        for rank, (name, gpu_ns) in enumerate(times.items(), 1)
+    }
+    return profile_document(Profile(sites, SiteTotals()))
+
+
+@given(documents)
+def test_bars_are_as_long_as_their_gpu_time_and_in_rank_order(document):
+    page = Page(render_page(document))
+    sites = document["sites"][:BARS_SHOWN]
+    assert [(b["site"], b["gpu_ns"]) for b in page.bars] == [
+        (s["name"], s["gpu_ns"]) for s in sites
+    ]
+    longest = max((s["gpu_ns"] for s in sites), default=0)
+    for bar in page.bars:
+        expected = BAR_WIDTH * bar["gpu_ns"] / longest if longest else 0
+        assert bar["width"] == pytest.approx(expected, abs=0.05)
+
+
+@given(documents)
+def test_the_table_has_every_site_with_its_numbers(document):
+    page = Page(render_page(document))
+    assert [row["site"] for row in page.rows] == [site["name"] for site in document["sites"]]
+    for row, site in zip(page.rows, document["sites"], strict=True):
+        name, _time, _share, launches, _mean, kernels = row["cells"]
+        assert name == site["name"] and int(launches) == site["launches"]
+        assert kernels.count(":") >= len(site["kernels"])
+
+
+@given(documents)
+def test_the_page_loads_nothing_from_elsewhere(document):
+    text = render_page(document)
+    page = Page(text)
+    assert "script" not in page.tags and "link" not in page.tags and "img" not in page.tags
+    assert not [name for name, _ in page.attributes if name in ("src", "href")]
+    assert "http:" not in text and "https:" not in text and "url(" not in text
+
+
+def test_names_are_escaped_and_read_back_exactly():
+    name = 'f<b>&"x" app.py:1'
+    page = Page(render_page(document_of({name: 10_000, "g app.py:2": 5_000})))
+    assert [bar["site"] for bar in page.bars] == [name, "g app.py:2"]
+    assert page.rows[0]["cells"][0] == name
+    assert [bar["width"] for bar in page.bars] == [BAR_WIDTH, BAR_WIDTH / 2]
+    assert page.rows[0]["cells"][1:5] == ["10.0 us", "66.7%", "3", "3.33 us"]
+    assert page.rows[0]["cells"][5] == "scale_raw: 10.0 us (3)"
+    assert "b" not in page.tags
+
+
+def test_unattributed_work_is_a_warning_on_the_page():
+    document = document_of({"s app.py:1": 1_000})
+    document["unattributed"] = {"launches": 2, "gpu_ns": 40, "kernels": {}}
+    assert "2 GPU records (40 ns) could not be attributed" in render_page(document)

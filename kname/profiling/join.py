@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from kname._warnings import warn_once
-from kname.profiling.records import ActivityRecord, ExternalCorrelation, LaunchRecord
+from kname.profiling.records import ActivityRecord, ExternalCorrelation, LaunchRecord, Streams
 
 MAX_PENDING = 1_000_000
 RECENT_WINDOW = 65_536
@@ -230,3 +230,13 @@ class Join:
             "records; the oldest were dropped, and GPU work they still cause counts as "
             "unattributed",
         )
+
+
+def replay(streams: Streams) -> Profile:
+    """The join's result for recorded streams (a fixture, or what a session logged)."""
+    join = Join(max_pending=len(streams.launches) + 1)
+    for launch in streams.launches:
+        join.add_launch(launch)
+    join.add_externals(streams.externals, streams.external_sites)
+    join.add_activities(streams.activities)
+    return join.profile()

@@ -1,0 +1,201 @@
+"""From CUPTI callbacks to records: the call site of each launch API call, and GPU records.
+
+Everything here is plain Python over plain values, so it is tested without a GPU; the CUPTI
+binding (cupti_collector.py) only forwards its callbacks here.
+
+The call site is found by kname's own rules (kname.callsite: library frames, KNAME_SKIP,
+KNAME_DEPTH, KNAME_FORMAT), walking from the Python frame that was running when the library
+called the CUDA API. A launch API called inside another one on the same thread (the runtime
+calling the driver) gets the outer call's site without a second walk, and is linked to it, so
+either correlation id finds the site. A launch from a thread with no Python frame (a C++ worker
+thread, such as PyTorch's autograd engine) is named NO_PYTHON_FRAME.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from types import FrameType
+from typing import Any, NamedTuple
+
+from kname import callsite
+from kname._warnings import report_fault
+from kname.profiling.join import Join
+from kname.profiling.records import (
+    KERNEL,
+    MEMCPY,
+    MEMSET,
+    ActivityRecord,
+    ExternalCorrelation,
+    LaunchRecord,
+    StreamLog,
+)
+
+NO_PYTHON_FRAME = "<no Python frame>"
+UNNAMED = "<unnamed: kname error>"
+GRAPH = "graph"
+# The kernel part of the call-site cache key for sites found at the CUDA API: apart from the
+# keys of kname's launch wrappers (which use id(kernel)), and the same for every API call.
+SITE_KEY = "kname.profile"
+_KEPT = object()  # what a profile site keeps alive in place of a kernel object
+
+_RUNTIME_VERSION = re.compile(r"_v\d{4,5}$")
+
+
+class ActivityKinds(NamedTuple):
+    """CUPTI's activity kind numbers that the conversion reads (from cupti.ActivityKind)."""
+
+    kernels: frozenset[int]  # CONCURRENT_KERNEL and KERNEL
+    memcpy: int
+    memset: int
+    external_correlation: int
+
+
+def launch_api_kind(name: str) -> str | None:
+    """What a CUDA API function named `name` launches: kernel, graph, memcpy, memset, or None."""
+    if name.startswith(("cuLaunch", "cudaLaunch")):
+        return None if "HostFunc" in name else KERNEL
+    if name.startswith(("cuGraphLaunch", "cudaGraphLaunch")):
+        return GRAPH
+    if name.startswith(("cuMemcpy", "cudaMemcpy", "cu64Memcpy")):
+        return MEMCPY
+    if name.startswith(("cuMemset", "cudaMemset", "cu64Memset")):
+        return MEMSET
+    return None
+
+
+def select_launch_apis(callback_ids: Mapping[str, int]) -> dict[int, tuple[str, bool]]:
+    """{callback id: (API name, is a graph launch)} for the launch APIs of one CUPTI domain.
+
+    `callback_ids` maps CUPTI's names (`cuLaunchKernel`, `cudaLaunchKernel_v7000`) to ids; the
+    runtime's version suffix is dropped from the name shown.
+    """
+    chosen = {}
+    for name, cbid in callback_ids.items():
+        kind = launch_api_kind(name)
+        if kind is not None:
+            chosen[int(cbid)] = (_RUNTIME_VERSION.sub("", name), kind == GRAPH)
+    return chosen
+
+
+def copy_kind_label(enum_name: str) -> str:
+    """CUPTI's memcpy kind name as people write it: `HTOD` -> `HtoD`, `PTOP` -> `PtoP`."""
+    if len(enum_name) == 4 and enum_name[1:3] == "TO":
+        return f"{enum_name[0]}to{enum_name[3]}"
+    return enum_name.lower()
+
+
+def activity_records(
+    activities: Iterable[Any], kinds: ActivityKinds, copy_kind_name: Callable[[int], str]
+) -> tuple[list[ActivityRecord], list[ExternalCorrelation]]:
+    """Copy what the join needs out of CUPTI's activity objects (valid only in the callback).
+
+    Other kinds of record are passed over. `copy_kind_name(n)` names memcpy kind n (`HTOD`).
+    """
+    work: list[ActivityRecord] = []
+    externals: list[ExternalCorrelation] = []
+    for activity in activities:
+        kind = activity.kind
+        if kind in kinds.kernels:
+            name, category = activity.name, KERNEL
+        elif kind == kinds.memcpy:
+            label = copy_kind_label(copy_kind_name(activity.copy_kind))
+            name, category = f"[memcpy {label}]", MEMCPY
+        elif kind == kinds.memset:
+            name, category = "[memset]", MEMSET
+        elif kind == kinds.external_correlation:
+            externals.append(ExternalCorrelation(activity.correlation_id, activity.external_id))
+            continue
+        else:
+            continue
+        work.append(
+            ActivityRecord(
+                category,
+                activity.correlation_id,
+                name if isinstance(name, str) else str(name),
+                activity.start,
+                activity.end,
+                activity.stream_id,
+                activity.device_id,
+                activity.graph_id,
+            )
+        )
+    return work, externals
+
+
+class LaunchCapture:
+    """Launch API enter/exit -> launch records in the join (and the log, when one is kept)."""
+
+    def __init__(self, join: Join, log: StreamLog | None = None) -> None:
+        self._join = join
+        self._log = log
+        self._local = threading.local()  # per thread: the launch API calls now open
+
+    def enter(
+        self,
+        frame: FrameType | None,
+        correlation_id: int,
+        api: str,
+        graph: bool,
+        timestamp: int,
+    ) -> LaunchRecord:
+        """A launch API call starts on this thread; `frame` is the Python frame running it."""
+        local = self._local
+        try:
+            open_calls = local.open_calls
+        except AttributeError:
+            open_calls = local.open_calls = []
+        if open_calls:
+            outer = open_calls[-1]
+            site, parent = outer.site, outer.correlation_id
+        else:
+            site, parent = site_of_frame(frame), 0
+        record = LaunchRecord(
+            correlation_id, threading.get_ident(), site, api, timestamp, 0, graph, parent
+        )
+        open_calls.append(record)
+        self._join.add_launch(record)
+        if self._log is not None:
+            self._log.launch(record)
+        return record
+
+    def exit(self, correlation_id: int, timestamp: int) -> None:
+        """The launch API call with this correlation id returns on this thread."""
+        open_calls = getattr(self._local, "open_calls", None)
+        if not open_calls:
+            return
+        for index in range(len(open_calls) - 1, -1, -1):
+            if open_calls[index].correlation_id == correlation_id:
+                open_calls.pop(index).end = timestamp
+                return
+
+
+def site_of_frame(frame: FrameType | None) -> str:
+    """The call-site name, by kname's rules, of a launch made while `frame` was running."""
+    if frame is None:
+        return NO_PYTHON_FRAME
+    try:
+        # The cheap case first, as in kname's launch wrapper: the library called the CUDA API
+        # straight from compiled code, so `frame` is the user's line itself.
+        site = callsite.sites.get((id(frame.f_code), frame.f_lasti, SITE_KEY))
+        if site is None:
+            site = callsite.resolve(frame, _KEPT, SITE_KEY, "", "")
+        while site is None:
+            # Inside one of kname's launch wrappers, which names its launch after its caller:
+            # do the same.
+            frame = _caller_of_wrapper(frame)
+            if frame is None:
+                return NO_PYTHON_FRAME
+            site = callsite.resolve(frame, _KEPT, SITE_KEY, "", "")
+        return site.name
+    except Exception as exc:  # a naming fault must not reach the CUDA call
+        report_fault("finding the call site of a CUDA launch", exc)
+        return UNNAMED
+
+
+def _caller_of_wrapper(frame: FrameType | None) -> FrameType | None:
+    wrappers = callsite._wrapper_code_ids  # read-only use of kname's own registry
+    while frame is not None and id(frame.f_code) not in wrappers:
+        frame = frame.f_back
+    return None if frame is None else frame.f_back

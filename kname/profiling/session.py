@@ -1,0 +1,158 @@
+"""A profiling session in this process: start, stop, and the outputs.
+
+    session = ProfileSession()
+    session.start()           # False, after one line on stderr, when CUPTI cannot be used
+    ...                       # the program's GPU work
+    session.stop()            # flushes CUPTI's buffers: every finished kernel is in
+    print(session.table())
+    session.save("profile.json"); session.save_trace("trace.json"); session.save_html("p.html")
+
+It is also a context manager (what `with kname.profile() as p:` will return). The outputs are
+written atomically. write_at_exit() arranges for stop() and the outputs at interpreter exit,
+also when the program ends through an exception or sys.exit.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import IO, Any
+
+from kname._warnings import warn_once
+from kname.profiling.capture import LaunchCapture
+from kname.profiling.document import profile_document, render_json
+from kname.profiling.join import Join
+from kname.profiling.page import render_page
+from kname.profiling.records import StreamLog, Streams, streams_to_json
+from kname.profiling.table import render_profile_table
+from kname.profiling.trace import trace_json
+from kname.report import write_atomically
+
+Collector = Any  # start() -> bool, stop(), started: bool (CuptiCollector or a stand-in)
+
+
+class ProfileSession:
+    """Launch capture, the join, an optional stream log, and a collector that feeds them."""
+
+    def __init__(
+        self,
+        keep_streams: bool = False,
+        collector: Callable[[LaunchCapture, Join, StreamLog | None], Collector] | None = None,
+    ) -> None:
+        self.join = Join()
+        self.log = StreamLog() if keep_streams else None
+        self.capture = LaunchCapture(self.join, self.log)
+        if collector is None:
+            from kname.profiling.cupti_collector import CuptiCollector as collector
+        self.collector = collector(self.capture, self.join, self.log)
+        self._lock = threading.Lock()
+        self._exit_outputs: dict[str, str | None] = {}
+
+    def start(self) -> bool:
+        """Start collecting; False when CUPTI cannot be used (the program runs on)."""
+        with self._lock:
+            return self.collector.started or self.collector.start()
+
+    def stop(self) -> None:
+        """Stop collecting; what finished on the GPU so far is in the totals."""
+        with self._lock:
+            self.collector.stop()
+
+    def __enter__(self) -> ProfileSession:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def collecting(self) -> bool:
+        """Whether CUPTI is feeding this session now."""
+        return bool(self.collector.started)
+
+    def document(self) -> dict[str, Any]:
+        """The census document of schema 2 (see kname.profiling.document)."""
+        return profile_document(self.join.profile())
+
+    @property
+    def sites(self) -> list[dict[str, Any]]:
+        """Every call site, most GPU time first, as in the document."""
+        return self.document()["sites"]
+
+    def table(self, top: int | None = None) -> str:
+        """The ranked table, `top` sites at most."""
+        return render_profile_table(self.document(), top=top)
+
+    def streams(self, **meta: Any) -> Streams:
+        """The recorded streams (needs keep_streams=True), with facts about the run."""
+        if self.log is None:
+            raise ValueError("this session keeps no streams: ProfileSession(keep_streams=True)")
+        meta.setdefault("pid", os.getpid())
+        meta.setdefault("program", " ".join(sys.argv) or sys.executable)
+        return self.log.streams(**meta)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """The document as JSON."""
+        write_atomically(os.fspath(path), render_json(self.document()))
+
+    def save_trace(self, path: str | os.PathLike) -> None:
+        """The Chrome trace-event file (needs keep_streams=True)."""
+        write_atomically(os.fspath(path), trace_json(self.streams()))
+
+    def save_html(self, path: str | os.PathLike) -> None:
+        """The self-contained HTML page."""
+        write_atomically(os.fspath(path), render_page(self.document()))
+
+    def save_streams(self, path: str | os.PathLike, **meta: Any) -> None:
+        """The raw streams as JSON, to replay without a GPU (needs keep_streams=True)."""
+        write_atomically(os.fspath(path), streams_to_json(self.streams(**meta)))
+
+    def write_at_exit(
+        self,
+        table: IO[str] | None = None,
+        json: str | None = None,
+        trace: str | None = None,
+        html: str | None = None,
+        top: int | None = None,
+    ) -> None:
+        """At interpreter exit: stop, print the table on `table` (default stderr), write files.
+
+        Paths are made absolute now: the program may change directory before it exits.
+        """
+        import atexit
+
+        first = not self._exit_outputs
+        self._exit_outputs = {
+            "json": json and os.path.abspath(json),
+            "trace": trace and os.path.abspath(trace),
+            "html": html and os.path.abspath(html),
+        }
+        self._exit_table = table
+        self._exit_top = top
+        if first:
+            # atexit runs after an uncaught exception's traceback and after sys.exit().
+            atexit.register(self._at_exit)
+
+    def _at_exit(self) -> None:
+        self.stop()
+        stream = self._exit_table or sys.stderr
+        try:
+            stream.write(self.table(top=self._exit_top))
+            stream.flush()
+        except Exception as exc:  # a closed stderr must not give a traceback at exit
+            warn_once("profile:table", f"profile: the table could not be printed ({exc})")
+        writers = {"json": self.save, "trace": self.save_trace, "html": self.save_html}
+        for kind, path in self._exit_outputs.items():
+            if not path:
+                continue
+            try:
+                writers[kind](path)
+            except Exception as exc:
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                warn_once(
+                    f"profile:{kind}",
+                    f"profile: the {kind} output {path!r} could not be written "
+                    f"({type(exc).__name__}: {reason})",
+                )

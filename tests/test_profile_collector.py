@@ -1,0 +1,111 @@
+"""The CUPTI collector where no GPU is: its one-line failures, and its use of the real binding.
+
+Without the binding installed, start() must say how to get it. With cupti-python installed (it
+imports without a GPU; every call then raises NotSupportedError), the launch APIs are chosen
+from its real callback-id enums, and start() fails in one line and leaves the program running.
+What needs a GPU is checked by tests/gpu/profile_demo.py.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+
+import pytest
+
+from kname import _warnings
+from kname.profiling.capture import LaunchCapture
+from kname.profiling.cupti_collector import CuptiCollector, binding_versions
+from kname.profiling.join import Join
+
+
+@pytest.fixture(autouse=True)
+def fresh_warnings(monkeypatch):
+    """Each test sees its messages, however often an earlier test said them."""
+    monkeypatch.setattr(_warnings, "_said", set())
+
+
+def collector() -> CuptiCollector:
+    join = Join()
+    return CuptiCollector(LaunchCapture(join), join)
+
+
+def real_cupti():
+    pytest.importorskip("cupti", reason="cupti-python is not installed")
+    from cupti import cupti
+
+    return cupti
+
+
+def test_without_the_binding_start_says_how_to_install_it(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "cupti", None)  # makes `import cupti` fail
+    made = collector()
+    assert made.start() is False and not made.started
+    made.stop()  # nothing to stop: no error
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1
+    assert "the CUPTI binding cannot be imported (ModuleNotFoundError: " in lines[0]
+    assert "pip install 'kname[profile]'" in lines[0]
+    assert lines[0].endswith("GPU times are not collected in this run; launches are still named")
+
+
+def test_versions_of_the_binding_are_reported_even_when_absent():
+    versions = binding_versions()
+    assert set(versions) == {"cupti-python", "nvidia-cuda-cupti"}
+    assert all(isinstance(v, str) and v for v in versions.values())
+
+
+def test_the_launch_apis_are_chosen_from_the_bindings_enums():
+    cupti = real_cupti()
+    from kname.profiling.capture import select_launch_apis
+
+    driver = {
+        name for name, _ in select_launch_apis(cupti.driver_api_trace_cbid.__members__).values()
+    }
+    runtime = select_launch_apis(cupti.runtime_api_trace_cbid.__members__)
+    runtime_names = {name for name, _ in runtime.values()}
+    assert {"cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchKernel_ptsz", "cuGraphLaunch",
+            "cuMemcpyHtoDAsync_v2", "cuMemsetD32Async"} <= driver  # fmt: skip
+    assert {"cudaLaunchKernel", "cudaLaunchKernelExC", "cudaGraphLaunch", "cudaMemcpyAsync",
+            "cudaMemsetAsync", "cudaMemcpy"} <= runtime_names  # fmt: skip
+    assert not {n for n in driver | runtime_names if "HostFunc" in n or "Node" in n}
+    graphs = {name for name, graph in runtime.values() if graph}
+    assert graphs == {"cudaGraphLaunch", "cudaGraphLaunch_ptsz"}
+    cbid = int(cupti.runtime_api_trace_cbid.cudaLaunchKernel_v7000)
+    assert runtime[cbid] == ("cudaLaunchKernel", False)
+
+
+def test_without_a_driver_start_fails_in_one_line_and_the_program_runs_on(capsys):
+    real_cupti()
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        pass
+    else:
+        pytest.skip("a CUDA driver is present here: start() would succeed")
+    made = collector()
+    assert made.start() is False and not made.started
+    made.stop()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("kname: profile: CUPTI could not be started (NotSupportedError: ")
+    assert "GPU times are not collected in this run" in lines[0]
+
+
+def test_a_taken_subscriber_names_the_profiler_that_holds_it(capsys):
+    cupti = real_cupti()
+    made = collector()
+    made._holder = "nsys"
+    status = int(cupti.Result.ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+    made._say_not_started(cupti, cupti.cuptiError(status))
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("kname: profile: CUPTI is already in use by 'nsys' (Nsight Systems")
+    assert "Run without that profiler to get kname's GPU times" in line
+
+
+def test_another_cupti_error_is_named(capsys):
+    cupti = real_cupti()
+    status = int(cupti.Result.ERROR_INSUFFICIENT_PRIVILEGES)
+    collector()._say_not_started(cupti, cupti.cuptiError(status))
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "CUPTI could not be started (ERROR_INSUFFICIENT_PRIVILEGES: cuptiError" in line

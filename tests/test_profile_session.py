@@ -1,0 +1,187 @@
+"""A profiling session from start to outputs, with CUPTI replaced by a scripted stand-in.
+
+The stand-in does what the CUPTI collector does with CUPTI's callbacks (which need a GPU):
+launch calls go to the session's capture with the caller's real frame, GPU records to its join
+and log. Everything after that is the real session: the document, table, JSON, trace and page,
+and the outputs written at exit, in a real subprocess, also after sys.exit and an exception.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from support import REPO
+
+from kname import callsite, naming
+from kname.config import DEFAULT_FORMAT
+from kname.profiling import document as profile_document
+from kname.profiling.records import ActivityRecord, load_streams
+from kname.profiling.session import ProfileSession
+
+SCRIPTED = '''
+import sys
+
+from kname.profiling.records import ActivityRecord
+
+
+class ScriptedCupti:
+    """Stands in for CuptiCollector: what CUPTI would call, driven by the test."""
+
+    def __init__(self, capture, join, log):
+        self.capture, self.join, self.log = capture, join, log
+        self.started = False
+        self.starts = 0
+        self.next_id = 0
+
+    def start(self):
+        self.starts += 1
+        self.started = True
+        return True
+
+    def stop(self):
+        self.started = False
+
+    def launch(self, kernel, gpu_ns, api="cuLaunchKernel"):
+        """A launch API call from the caller's line, and the kernel record it causes."""
+        self.next_id += 1
+        start = 1_000 * self.next_id
+        self.capture.enter(sys._getframe(1), self.next_id, api, False, start)
+        self.capture.exit(self.next_id, start + 300)
+        begin = start + 500
+        record = ActivityRecord("kernel", self.next_id, kernel, begin, begin + gpu_ns, 7)
+        self.join.add_activities([record])
+        if self.log is not None:
+            self.log.add_activities([record])
+'''
+
+namespace: dict = {}
+exec(compile(SCRIPTED, "scripted_cupti", "exec"), namespace)
+ScriptedCupti = namespace["ScriptedCupti"]
+
+
+@pytest.fixture
+def session():
+    callsite.configure((), DEFAULT_FORMAT, 1, False)
+    yield ProfileSession(keep_streams=True, collector=ScriptedCupti)
+    callsite.configure((), DEFAULT_FORMAT, 1, True)
+    callsite.clear()
+
+
+def this_line(offset: int = 0) -> str:
+    """kname's name for the caller's line plus `offset`."""
+    facts = naming.frame_facts(sys._getframe(1))
+    facts = dataclasses.replace(facts, line=facts.line + offset)
+    return naming.display_name(DEFAULT_FORMAT, "", "", [facts])
+
+
+def test_a_session_collects_and_ranks_gpu_time_per_line(session):
+    with session as profile:
+        assert profile.collecting
+        axpy = this_line(+2)
+        for _ in range(3):
+            profile.collector.launch("axpy", 2_000)
+        scale = this_line(+1)
+        profile.collector.launch("_Z9scale_rawPfi", 9_000)
+    assert not session.collecting
+    assert [(s["name"], s["launches"], s["gpu_ns"]) for s in session.sites] == [
+        (scale, 1, 9_000),
+        (axpy, 3, 6_000),
+    ]
+    table = session.table().splitlines()
+    assert table[0] == "kname profile: 15.0 us of GPU time in 4 launches from 2 call sites"
+    assert "scale_raw 9.00 us (1)" in table[2]
+
+
+def test_start_twice_starts_once(session):
+    session.start()
+    session.start()
+    assert session.collector.starts == 1
+
+
+def test_the_outputs_are_written_and_read_back(session, tmp_path):
+    with session:
+        session.collector.launch("axpy", 2_000)
+    session.save(tmp_path / "p.json")
+    session.save_trace(tmp_path / "t.json")
+    session.save_html(tmp_path / "p.html")
+    session.save_streams(tmp_path / "s.json", device="none")
+    assert profile_document.load(str(tmp_path / "p.json")) == session.document()
+    trace = json.loads((tmp_path / "t.json").read_text())
+    assert [e["name"] for e in trace["traceEvents"] if e["ph"] == "X"] == [
+        "cuLaunchKernel",
+        f"{session.sites[0]['name']} / axpy",
+    ]
+    assert "<svg" in (tmp_path / "p.html").read_text()
+    streams = load_streams(str(tmp_path / "s.json"))
+    assert streams.meta["device"] == "none" and streams.meta["pid"] == os.getpid()
+    assert [r.site for r in streams.launches] == [session.sites[0]["name"]]
+    assert streams.activities == [ActivityRecord("kernel", 1, "axpy", 1_500, 3_500, 7)]
+
+
+def test_streams_need_a_session_that_keeps_them():
+    plain = ProfileSession(collector=ScriptedCupti)
+    with pytest.raises(ValueError, match="keep_streams=True"):
+        plain.streams()
+
+
+PROGRAM = """
+import sys
+{scripted}
+from kname import callsite, naming
+from kname.config import DEFAULT_FORMAT
+from kname.profiling.session import ProfileSession
+
+callsite.configure((), DEFAULT_FORMAT, 1, False)
+session = ProfileSession(keep_streams=True, collector=ScriptedCupti)
+session.start()
+session.write_at_exit(json="out/p.json", trace="out/t.json", html="out/p.html")
+session.collector.launch("axpy", 2_000)  # the launch line
+{ending}
+"""
+
+
+@pytest.mark.parametrize(
+    ("ending", "code"),
+    [("", 0), ("sys.exit(3)", 3), ("raise RuntimeError('the program failed')", 1)],
+)
+def test_at_exit_the_table_and_files_are_written_however_the_program_ends(tmp_path, ending, code):
+    (tmp_path / "out").mkdir()
+    script = tmp_path / "app.py"
+    script.write_text(PROGRAM.format(scripted=textwrap.dedent(SCRIPTED), ending=ending))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == code, done.stderr
+    lines = PROGRAM.format(scripted=textwrap.dedent(SCRIPTED), ending=ending).splitlines()
+    line = next(n for n, text in enumerate(lines, 1) if "# the launch line" in text)
+    assert f"<module> app.py:{line}" in done.stderr
+    assert "kname profile: 2.00 us of GPU time in 1 launch from 1 call site" in done.stderr
+    saved = profile_document.load(str(tmp_path / "out" / "p.json"))
+    assert saved["sites"][0]["name"] == f"<module> app.py:{line}"
+    assert json.loads((tmp_path / "out" / "t.json").read_text())["traceEvents"]
+    assert (tmp_path / "out" / "p.html").read_text().startswith("<!DOCTYPE html>")
+    if code == 1:
+        assert "RuntimeError: the program failed" in done.stderr
+
+
+def test_an_output_that_cannot_be_written_is_one_line(tmp_path):
+    script = tmp_path / "app.py"
+    program = PROGRAM.format(scripted=textwrap.dedent(SCRIPTED), ending="")
+    script.write_text(program.replace('json="out/p.json"', 'json="missing/dir/p.json"'))
+    (tmp_path / "out").mkdir()
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0
+    problems = [line for line in done.stderr.splitlines() if "could not be written" in line]
+    assert len(problems) == 1 and "missing/dir/p.json" in problems[0]
+    assert "Traceback" not in done.stderr
+    assert (tmp_path / "out" / "t.json").exists()

@@ -72,6 +72,8 @@ def streams(draw, max_launches: int = 25) -> Streams:
             )
     for _ in range(draw(st.integers(0, 2))):  # records whose launch was never seen
         activities.append(_work(draw, KERNEL, correlation + draw(st.integers(1, 5)), clock, False))
+    if draw(st.booleans()):  # work launched before collection started, finishing after
+        activities.append(_work(draw, KERNEL, 0, clock, False))
     order = draw(st.permutations(range(len(activities))))
     return Streams(launches, [activities[i] for i in order], meta={"pid": 4242})
 
@@ -97,11 +99,22 @@ def _work(draw, kind: str, correlation_id: int, clock: int, in_graph: bool) -> A
     )
 
 
+def counted(stream: Streams) -> list[ActivityRecord]:
+    """The records a profile counts: not those older than every launch (work from before)."""
+    first = min((launch.correlation_id for launch in stream.launches), default=None)
+    site_of = {launch.correlation_id for launch in stream.launches}
+    return [
+        r
+        for r in stream.activities
+        if r.correlation_id in site_of or (first is not None and r.correlation_id >= first)
+    ]
+
+
 def expected_totals(stream: Streams) -> dict[str, dict[str, tuple[int, int]]]:
     """{site: {kernel: (records, gpu_ns)}}: each record to the site of its correlation id."""
     site_of = {launch.correlation_id: launch.site for launch in stream.launches}
     totals: dict[str, dict[str, tuple[int, int]]] = {}
-    for record in stream.activities:
+    for record in counted(stream):
         site = site_of.get(record.correlation_id, UNATTRIBUTED)
         kernels = totals.setdefault(site, {})
         launches, gpu_ns = kernels.get(record.name, (0, 0))

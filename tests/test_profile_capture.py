@@ -19,9 +19,10 @@ from types import SimpleNamespace
 import pytest
 from support import line_of
 
-from kname import callsite, launch, naming
+from kname import _warnings, callsite, launch, naming
 from kname.config import DEFAULT_FORMAT
 from kname.profiling.capture import (
+    MAX_OPEN_CALLS,
     NO_PYTHON_FRAME,
     UNNAMED,
     ActivityKinds,
@@ -246,3 +247,14 @@ def test_cupti_records_become_activity_records():
         ("memset", 7, "[memset]", 150, 4),
     ]
     assert externals == [ExternalCorrelation(8, 77)]
+
+
+def test_calls_whose_exit_never_came_are_forgotten_and_said_once(user, capsys, monkeypatch):
+    monkeypatch.setattr(_warnings, "_said", set())
+    capture = user.fake_cuda.CAPTURE
+    for i in range(MAX_OPEN_CALLS):
+        capture.enter(None, 1 + i, "cuLaunchKernel", False, 1)  # no exit callbacks
+    fresh = capture.enter(sys._getframe(0), 100, "cuLaunchKernel", False, 2)
+    assert fresh.parent == 0 and fresh.site.startswith("test_calls_whose_exit_never_came")
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"more than {MAX_OPEN_CALLS} CUDA launch calls open on one thread" in line

@@ -12,7 +12,7 @@ import threading
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from profile_streams import expected_totals, streams
+from profile_streams import counted, expected_totals, streams
 
 from kname.profiling.join import UNATTRIBUTED, Join
 from kname.profiling.records import ActivityRecord, ExternalCorrelation, LaunchRecord
@@ -46,8 +46,10 @@ def test_each_record_goes_to_the_site_of_its_correlation_id(stream, chunks):
 @given(streams())
 def test_totals_agree_with_the_sum_of_all_records(stream):
     profile = joined(stream).profile()
-    assert profile.total_gpu_ns == sum(r.duration for r in stream.activities)
-    assert profile.total_launches == len(stream.activities)
+    records = counted(stream)
+    assert profile.total_gpu_ns == sum(r.duration for r in records)
+    assert profile.total_launches == len(records)
+    assert profile.earlier_records == len(stream.activities) - len(records)
     for totals in [*profile.sites.values(), profile.unattributed]:
         assert totals.launches == sum(k.launches for k in totals.kernels.values())
         assert totals.gpu_ns == sum(k.gpu_ns for k in totals.kernels.values())
@@ -60,9 +62,9 @@ def test_joined_launches_leave_the_pending_table(stream):
     matched = {r.correlation_id for r in stream.activities}
     for launch in join._pending.values():
         # What stays: graph launches (their kernels keep coming) and launches with no record.
-        family = {launch.correlation_id, launch.parent} | set(
-            join._children.get(launch.correlation_id, ())
-        )
+        family = {launch.correlation_id, *join._children.get(launch.correlation_id, ())}
+        if launch.parent:
+            family.add(launch.parent)
         assert launch.graph or not (family & matched)
 
 
@@ -81,6 +83,18 @@ def test_graph_kernels_go_to_the_line_that_launched_the_graph():
     assert (site.launches, site.gpu_ns) == (6, 300)
     assert {k: v.launches for k, v in site.kernels.items()} == {"a": 2, "b": 2, "c": 2}
     assert profile.unmatched_launches == 1  # the launch during capture never ran as itself
+    assert not profile.unattributed.launches
+
+
+def test_work_launched_before_collection_started_is_left_out():
+    join = Join()
+    join.add_activities([ActivityRecord("kernel", 3, "running", 0, 40)])  # launched earlier
+    join.add_launch(LaunchRecord(10, 1, "step app.py:1"))
+    join.add_activities(
+        [ActivityRecord("kernel", 10, "k", 0, 5), ActivityRecord("kernel", 4, "x", 0, 1)]
+    )
+    profile = join.profile()
+    assert (profile.total_launches, profile.earlier_records) == (1, 2)
     assert not profile.unattributed.launches
 
 

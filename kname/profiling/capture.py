@@ -20,7 +20,7 @@ from types import FrameType
 from typing import Any, NamedTuple
 
 from kname import callsite
-from kname._warnings import report_fault
+from kname._warnings import report_fault, warn_once
 from kname.profiling.join import Join
 from kname.profiling.records import (
     KERNEL,
@@ -33,6 +33,7 @@ from kname.profiling.records import (
 )
 
 NO_PYTHON_FRAME = "<no Python frame>"
+MAX_OPEN_CALLS = 8  # launch API calls open at once on one thread; more means an exit was missed
 UNNAMED = "<unnamed: kname error>"
 GRAPH = "graph"
 # The kernel part of the call-site cache key for sites found at the CUDA API: apart from the
@@ -146,6 +147,14 @@ class LaunchCapture:
             open_calls = local.open_calls
         except AttributeError:
             open_calls = local.open_calls = []
+        if len(open_calls) >= MAX_OPEN_CALLS:
+            # An exit callback never came: no stale outer call may name later launches.
+            warn_once(
+                "profile:open-calls",
+                f"profile: more than {MAX_OPEN_CALLS} CUDA launch calls open on one thread; "
+                "forgetting them (a call's exit was not seen)",
+            )
+            open_calls.clear()
         if open_calls:
             outer = open_calls[-1]
             site, parent = outer.site, outer.correlation_id

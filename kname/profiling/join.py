@@ -73,6 +73,7 @@ class Profile:
     unattributed: SiteTotals  # GPU records whose launch was never seen (should not happen)
     unmatched_launches: int = 0  # launch calls that got no GPU record (e.g. during graph capture)
     dropped_launches: int = 0  # pending launches dropped at the bound
+    earlier_records: int = 0  # GPU work launched before the first launch seen: left out
 
     @property
     def total_gpu_ns(self) -> int:
@@ -101,6 +102,7 @@ class Join:
         self._orphan_count = 0
         self._sites: dict[str, SiteTotals] = {}
         self._dropped = 0
+        self._first = 0  # the smallest correlation id of a launch seen (CUPTI's ids only grow)
         self.launch_count = 0  # launch records seen
         self.record_count = 0  # activity records seen
         self._lock = threading.Lock()
@@ -108,6 +110,8 @@ class Join:
     def add_launch(self, record: LaunchRecord) -> None:
         """A launch API call and its site. Called on the launching thread: no lock taken."""
         self.launch_count += 1
+        if not self._first or record.correlation_id < self._first:
+            self._first = record.correlation_id
         # Single dict and list operations are atomic under the GIL; only the rare trim locks.
         self._pending[record.correlation_id] = record
         if record.parent:
@@ -154,19 +158,27 @@ class Join:
         return None if external is None else self._external_sites.get(external)
 
     def profile(self) -> Profile:
-        """A snapshot of the totals; records still waiting for their launch count unattributed."""
+        """A snapshot of the totals; records still waiting for their launch count unattributed.
+
+        Records older than every launch seen belong to work launched before collection
+        started (still running when it did): they are left out, and counted.
+        """
         with self._lock:
             sites = {name: totals.copy() for name, totals in self._sites.items()}
             unattributed = sites.pop(UNATTRIBUTED, None) or SiteTotals()
+            earlier = 0
             for orphan in itertools.chain.from_iterable(self._orphans.values()):
-                unattributed.add(orphan)
+                if self._first and orphan.correlation_id >= self._first:
+                    unattributed.add(orphan)
+                else:
+                    earlier += 1
             pending = list(self._pending.values())
             unmatched = sum(
                 1
                 for launch in pending
                 if not (launch.graph and launch.correlation_id in self._graphs_seen)
             )
-            return Profile(sites, unattributed, unmatched, self._dropped)
+            return Profile(sites, unattributed, unmatched, self._dropped, earlier)
 
     def _site_of(self, correlation_id: int) -> str | None:
         launch = self._pending.get(correlation_id)

@@ -1,0 +1,488 @@
+"""GPU program for `kname profile`: GPU time per line, checked end to end, and next to Proton's.
+
+Run on a machine with a CUDA GPU, from the repository root, with kname from the checkout and
+cupti-python of the machine's CUDA release (13.0.* for CUDA 13.0):
+
+    PYTHONUNBUFFERED=1 PYTHONPATH=. python3 tests/gpu/profile_demo.py OUT_DIR
+
+Each line marked `# site: MARKER KIND` below launches GPU work: numba-cuda kernels (through
+kname's launch wrapper), CuPy (`cupy.ones`, a ufunc, a RawKernel, copies both ways, a memset),
+torch (`t + t`, `t @ u` through cuBLAS, a CUDA graph replay), a Triton kernel, and CuPy on a
+second thread and stream. The program runs the work once to compile, once more without
+profiling (the baseline), then profiled by kname's CUPTI collector, and prints:
+
+    the profile table;
+    CHECK <name> ok | CHECK <name> FAIL: <why>   every line has GPU time, nothing is
+        unattributed, totals agree with the records, graph kernels go to the replay line,
+        copies and sets are their own rows, the recorded streams replay to the same totals,
+        the trace and the page parse;
+    TIME ...                                    CPU time of the profiled loop against the baseline;
+    PROTON <marker> <line> <kname ns> <proton ns> <diff %>   after running the same work in a
+        child process under Proton (triton.profiler, context="python"), per line;
+    PROFILE DEMO PASSED | PROFILE DEMO FAILED (n)   and the exit status 0 | 1.
+
+Into OUT_DIR it writes profile_h200.json (the recorded launch and activity streams, for
+tests/data/: tests/test_profile_fixtures.py replays them without a GPU), profile.json (schema 2),
+trace.json (open in Perfetto), profile.html and proton.hatchet. A library that is not installed
+is skipped (`SKIP <lib>: <reason>`) and its lines are not expected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from html import escape
+from pathlib import Path
+
+# numba-cuda 0.30 calls numpy.row_stack, which numpy 2.5 removed: alias it here, in this program
+# only (never inside kname), before numba is imported.
+import numpy as np
+
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack
+
+N = 1 << 16
+MATRIX = 512
+RAW_SOURCE = r"""
+extern "C" __global__ void scale_raw(float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= 0.5f;
+}
+"""
+MARKER = re.compile(r"#\s*site:\s*(\S+)\s+(kernel|memcpy|memset|graph)\s*$")
+PROTON_FRAME = re.compile(r"^(?P<file>.+\.py):(?P<line>\d+)@(?P<function>.*)$")
+THIS_FILE = os.path.abspath(__file__)
+
+
+# --- the work: each marked line is one call site ------------------------------------------
+
+
+def numba_setup():
+    from numba import cuda
+
+    @cuda.jit
+    def axpy_numba(out, a, x):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = a * x[i] + out[i]
+
+    x = cuda.to_device(np.ones(N, dtype=np.float32))
+    return axpy_numba, cuda.device_array_like(x), x
+
+
+def numba_step(state) -> None:
+    kernel, out, x = state
+    kernel[N // 256, 256](out, 2.0, x)  # site: numba-a kernel
+    kernel[N // 256, 256](out, 3.0, x)  # site: numba-b kernel
+
+
+def cupy_setup():
+    import cupy as cp
+
+    return cp, cp.RawKernel(RAW_SOURCE, "scale_raw"), np.ones(N, dtype=np.float32)
+
+
+def cupy_step(state) -> None:
+    cp, raw, host = state
+    a = cp.ones(N, dtype=cp.float32)  # site: cupy-ones kernel
+    b = a + a  # site: cupy-ufunc kernel
+    raw((N // 256,), (256,), (b, np.int32(N)))  # site: cupy-raw kernel
+    c = cp.asarray(host)  # site: cupy-htod memcpy
+    c.get()  # site: cupy-dtoh memcpy
+    cp.zeros(N, dtype=cp.float32)  # site: cupy-memset memset
+
+
+def torch_setup():
+    import torch
+
+    t = torch.ones(N, device="cuda")
+    left = torch.rand(MATRIX, MATRIX, device="cuda")
+    right = torch.rand(MATRIX, MATRIX, device="cuda")
+    static = torch.ones(N, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up off the capture, as PyTorch's docs ask
+        for _ in range(3):
+            static * 2 + 1
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static * 2 + 1  # two kernels, captured once, replayed per step
+    return t, left, right, graph
+
+
+def torch_step(state) -> None:
+    t, left, right, graph = state
+    t + t  # site: torch-add kernel
+    left @ right  # site: torch-matmul kernel
+    graph.replay()  # site: torch-graph graph
+
+
+def triton_setup():
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def add_one_triton(x_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + 1, mask=mask)
+
+    return add_one_triton, torch.zeros(N, device="cuda")
+
+
+def triton_step(state) -> None:
+    kernel, x = state
+    kernel[(N // 256,)](x, N, BLOCK=256)  # site: triton-add kernel
+
+
+def thread_setup():
+    import cupy as cp
+
+    return cp, cp.ones(N, dtype=cp.float32)
+
+
+def thread_work(state, iterations: int) -> None:
+    cp, x = state
+    with cp.cuda.Stream(non_blocking=True) as stream:
+        for _ in range(iterations):
+            x * 3  # site: cupy-thread kernel
+        stream.synchronize()
+
+
+LIBRARIES = (
+    ("numba", numba_setup, numba_step),
+    ("cupy", cupy_setup, cupy_step),
+    ("torch", torch_setup, torch_step),
+    ("triton", triton_setup, triton_step),
+    ("thread", thread_setup, None),
+)
+
+
+class Workload:
+    """Every library that is there, set up (compiled, allocated, graph captured) once."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, object] = {}
+        self.failed = 0
+        for lib, setup, step in LIBRARIES:
+            try:
+                state = setup()
+                if step is not None:
+                    step(state)  # the first launch compiles
+                else:
+                    thread_work(state, 1)
+                self.states[lib] = state
+            except ImportError as exc:
+                print(f"SKIP {lib}: {exc}")
+            except Exception as exc:
+                print(f"FAIL {lib}: {type(exc).__name__}: {exc}")
+                self.failed += 1
+        synchronize()
+
+    def run(self, iterations: int) -> None:
+        """The marked lines, `iterations` times each; the second thread alongside."""
+        worker = None
+        if "thread" in self.states:
+            worker = threading.Thread(target=thread_work, args=(self.states["thread"], iterations))
+            worker.start()
+        for _ in range(iterations):
+            for lib, _setup, step in LIBRARIES:
+                if step is not None and lib in self.states:
+                    step(self.states[lib])
+        if worker is not None:
+            worker.join()
+        synchronize()
+
+    def markers(self) -> dict[str, tuple[int, str]]:
+        """{marker: (line, kind)} of the libraries that are set up."""
+        lib_of = {"numba": "numba", "cupy": "cupy", "torch": "torch", "triton": "triton"}
+        found = {}
+        for number, text in enumerate(Path(THIS_FILE).read_text().splitlines(), 1):
+            match = MARKER.search(text)
+            if match is None:
+                continue
+            marker, kind = match.groups()
+            lib = "thread" if marker == "cupy-thread" else lib_of[marker.split("-")[0]]
+            if lib in self.states:
+                found[marker] = (number, kind)
+        return found
+
+
+def synchronize() -> None:
+    for name in ("torch", "cupy"):
+        try:
+            module = __import__(name)
+        except ImportError:
+            continue
+        if name == "torch" and module.cuda.is_available():
+            module.cuda.synchronize()
+        elif name == "cupy":
+            module.cuda.Device().synchronize()
+
+
+# --- kname's profile ----------------------------------------------------------------------
+
+
+class Checks:
+    def __init__(self) -> None:
+        self.failed = 0
+
+    def check(self, name: str, ok: bool, why: str = "") -> None:
+        print(f"CHECK {name} ok" if ok else f"CHECK {name} FAIL: {why}")
+        self.failed += not ok
+
+
+def kname_phase(args, work: Workload, checks: Checks) -> dict[str, int]:
+    """Profile the work with kname; check and write everything; {line: gpu_ns} per marked line."""
+    from kname.profiling.cupti_collector import binding_versions
+    from kname.profiling.document import profile_document, render_json, validate
+    from kname.profiling.join import replay
+    from kname.profiling.page import render_page
+    from kname.profiling.records import streams_from_json, streams_to_json
+    from kname.profiling.session import ProfileSession
+    from kname.profiling.trace import trace_json
+
+    session = ProfileSession(keep_streams=True)
+    baseline = timed(work, args.iterations)
+    if not session.start():
+        checks.check("cupti-start", False, "the collector did not start (see the line above)")
+        return {}
+    profiled = timed(work, args.iterations)
+    session.stop()
+    document = validate(session.document(), "live")
+    print(session.table())
+    streams = session.streams(iterations=args.iterations)
+    records = streams.activities
+    checks.check("records-arrived", bool(records), f"{len(streams.launches)} launches, 0 records")
+    checks.check(
+        "nothing-unattributed",
+        document["unattributed"]["launches"] == 0,
+        json.dumps(document["unattributed"])[:300],
+    )
+    checks.check(
+        "totals-agree",
+        document["total_gpu_ns"] == sum(r.duration for r in records)
+        and document["total_launches"] == len(records),
+        f"{document['total_gpu_ns']} ns vs {sum(r.duration for r in records)} ns of records",
+    )
+    sites = {site["name"]: site for site in document["sites"]}
+    expected, kinds, per_line = {}, {}, {}
+    for marker, (line, kind) in work.markers().items():
+        found = [name for name in sites if name.endswith(f"profile_demo.py:{line}")]
+        ok = len(found) == 1 and sites[found[0]]["gpu_ns"] > 0
+        ok = ok and sites[found[0]]["launches"] >= args.iterations
+        checks.check(f"line-{marker}", ok, f"line {line}: sites {found}")
+        if not found:
+            continue
+        expected[marker], kinds[marker] = found[0], kind
+        per_line[line] = sites[found[0]]["gpu_ns"]
+        check_kind(checks, marker, kind, found[0], streams, args.iterations)
+    live = {name: [s["launches"], s["gpu_ns"]] for name, s in sites.items()}
+    meta = {
+        "expected_sites": expected,
+        "expected_kinds": kinds,
+        "live_totals": live,
+        "versions": versions(binding_versions()),
+    }
+    streams.meta.update(meta)
+    text = streams_to_json(streams)
+    replayed = profile_document(replay(streams_from_json(text, "recorded")))
+    checks.check(
+        "replay-agrees",
+        {name: [s["launches"], s["gpu_ns"]] for name, s in _sites(replayed).items()} == live,
+        "the recorded streams do not replay to the live totals",
+    )
+    trace = json.loads(trace_json(streams))
+    complete = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    timed_count = sum(1 for r in records if r.start) + sum(1 for r in streams.launches if r.start)
+    checks.check("trace-parses", len(complete) == timed_count, f"{len(complete)} vs {timed_count}")
+    page = render_page(document)
+    missing = [name for name in sites if f'<tr data-site="{escape(name)}">' not in page]
+    checks.check("page-has-every-site", not missing, f"not on the page: {missing}")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "profile_h200.json").write_text(text)
+        (out / "profile.json").write_text(render_json(document))
+        (out / "trace.json").write_text(json.dumps(trace))
+        (out / "profile.html").write_text(page)
+        print(f"WROTE {out}/profile_h200.json profile.json trace.json profile.html")
+    launches = len(streams.launches) / max(args.iterations, 1)
+    print(
+        f"TIME kname baseline {baseline:.4f} s, profiled {profiled:.4f} s for {args.iterations} "
+        f"iterations of {launches:.0f} launch calls: "
+        f"{1e6 * (profiled - baseline) / max(len(streams.launches), 1):+.1f} us per launch call"
+    )
+    return per_line
+
+
+def check_kind(checks: Checks, marker: str, kind: str, site: str, streams, iterations: int):
+    by_id = {launch.correlation_id: launch.site for launch in streams.launches}
+    mine = [r for r in streams.activities if by_id.get(r.correlation_id) == site]
+    if kind == "graph":
+        in_graph = [r for r in mine if r.graph_id]
+        ok = len(in_graph) >= 2 * iterations and len(in_graph) == len(mine)
+        checks.check(f"kind-{marker}", ok, f"{len(in_graph)} graph kernels of {len(mine)}")
+    else:
+        ok = bool(mine) and all(r.kind == kind for r in mine)
+        checks.check(f"kind-{marker}", ok, f"kinds {sorted({r.kind for r in mine})}")
+
+
+def _sites(document) -> dict:
+    return {site["name"]: site for site in document["sites"]}
+
+
+def timed(work: Workload, iterations: int) -> float:
+    start = time.perf_counter()
+    work.run(iterations)
+    return time.perf_counter() - start
+
+
+def versions(extra: dict[str, str]) -> dict[str, str]:
+    from importlib import metadata
+
+    import kname
+
+    found = {"python": sys.version.split()[0], "kname": kname.__version__, **extra}
+    for name in ("numba-cuda", "cupy-cuda13x", "torch", "triton", "nvtx", "numpy"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            found[name] = metadata.version(name)
+    try:
+        import torch
+
+        found["device"] = torch.cuda.get_device_name()
+    except Exception:
+        pass
+    try:
+        from cuda.bindings import driver
+
+        found["driver"] = str(driver.cuDriverGetVersion()[1])
+    except Exception:
+        pass
+    return found
+
+
+# --- Proton, in a child process (CUPTI takes one subscriber per process) -------------------
+
+
+def proton_child(path: str, iterations: int) -> int:
+    """Run the same work under Proton's python context; print the CPU times."""
+    import triton.profiler as proton
+
+    work = Workload()
+    baseline = timed(work, iterations)
+    proton.start(path, context="python")
+    profiled = timed(work, iterations)
+    proton.finalize()
+    print(f"PROTON_TIME {baseline:.6f} {profiled:.6f}")
+    return 0
+
+
+def proton_per_line(hatchet: Path) -> dict[int, int]:
+    """{line of this file: GPU ns} from Proton's tree: each kernel under its nearest frame here."""
+    database = json.loads(hatchet.read_text())
+    root = database[0] if isinstance(database, list) else database
+    per_line: dict[int, int] = {}
+
+    def visit(node: dict, line: int | None) -> None:
+        name = node.get("frame", {}).get("name", "")
+        frame = PROTON_FRAME.match(name)
+        if frame and os.path.abspath(frame["file"]) == THIS_FILE:
+            line = int(frame["line"])
+        elif not frame and line is not None:
+            time_ns = node.get("metrics", {}).get("time (ns)", 0)
+            per_line[line] = per_line.get(line, 0) + int(time_ns)
+        for child in node.get("children", []):
+            visit(child, line)
+
+    visit(root, None)
+    return per_line
+
+
+def proton_phase(args, work: Workload, kname_lines: dict[int, int], checks: Checks) -> None:
+    out = Path(args.out or ".")
+    out.mkdir(parents=True, exist_ok=True)
+    name = str(out / "proton")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KNAME")}
+    done = subprocess.run(
+        [sys.executable, THIS_FILE, "--proton-child", name, "--iterations", str(args.iterations)],
+        env=env, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    print(done.stdout.strip())
+    if done.returncode != 0:
+        checks.check("proton-ran", False, done.stderr.strip()[-2000:])
+        return
+    hatchet = Path(name + ".hatchet")
+    if not hatchet.exists():
+        hatchet = next(iter(sorted(out.glob("proton*"))), hatchet)
+    proton_lines = proton_per_line(hatchet)
+    markers = {line: marker for marker, (line, _) in work.markers().items()}
+    worst = 0.0
+    for line in sorted(markers):
+        mine, theirs = kname_lines.get(line, 0), proton_lines.get(line, 0)
+        diff = 100 * (mine - theirs) / theirs if theirs else float("inf")
+        worst = max(worst, abs(diff))
+        print(f"PROTON {markers[line]} {line} {mine} {theirs} {diff:+.2f}%")
+    others = {line: ns for line, ns in proton_lines.items() if line not in markers}
+    if others:
+        print(f"PROTON lines without a marker: {others}")
+    total_mine, total_theirs = sum(kname_lines.values()), sum(proton_lines.values())
+    print(f"PROTON total {total_mine} {total_theirs}")
+    checks.check(
+        f"proton-within-{args.tolerance:g}%",
+        worst <= args.tolerance,
+        f"the largest difference per line is {worst:.2f}% (separate runs: kernel times vary)",
+    )
+
+
+def start_kname(without_wrappers: bool) -> None:
+    """kname as `KNAME=1` starts it (its launch wrappers on), or only its call-site rules."""
+    import kname
+    from kname import callsite
+    from kname.config import read_config
+
+    if without_wrappers:
+        config = read_config()
+        callsite.configure(config.skip, config.format, config.depth, False)
+    elif not kname.is_installed():
+        kname.install()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", nargs="?", help="directory for the recorded streams and outputs")
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--tolerance", type=float, default=2.0, help="percent, per line")
+    parser.add_argument("--no-proton", action="store_true")
+    parser.add_argument("--no-install", action="store_true", help="no kname launch wrappers")
+    parser.add_argument("--proton-child", metavar="NAME", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.proton_child:
+        return proton_child(args.proton_child, args.iterations)
+    start_kname(args.no_install)
+    work = Workload()
+    checks = Checks()
+    checks.failed += work.failed
+    per_line = kname_phase(args, work, checks)
+    if not args.no_proton and "triton" in sys.modules:
+        proton_phase(args, work, per_line, checks)
+    elif not args.no_proton:
+        print("SKIP proton: Triton is not installed")
+    if checks.failed:
+        print(f"PROFILE DEMO FAILED ({checks.failed})")
+        return 1
+    print("PROFILE DEMO PASSED")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

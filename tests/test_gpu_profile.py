@@ -1,0 +1,54 @@
+"""On a GPU: `kname profile` end to end, by running tests/gpu/profile_demo.py.
+
+Marked `gpu`, skipped without a CUDA driver or without cupti-python. The demo checks every line
+itself (CHECK lines) and writes the recorded streams, which the fixture tests replay without a
+GPU; here its files are read back too. The comparison with Proton (two processes, so kernel
+times differ a little between them) is left to a run of the demo itself.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from support import REPO
+
+from kname.profiling.document import load
+from kname.profiling.records import load_streams
+
+DEMO = REPO / "tests" / "gpu" / "profile_demo.py"
+
+pytestmark = pytest.mark.gpu
+
+
+def _missing() -> str | None:
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return "no CUDA driver (libcuda.so.1)"
+    if importlib.util.find_spec("cupti") is None:
+        return "cupti-python is not installed"
+    return None
+
+
+@pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
+def test_every_line_of_the_demo_shows_its_gpu_time(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KNAME")}
+    env.update(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    done = subprocess.run(
+        [sys.executable, str(DEMO), str(tmp_path), "--iterations", "10", "--no-proton"],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 0 and "PROFILE DEMO PASSED" in output, output[-6000:]
+    document = load(str(tmp_path / "profile.json"))
+    assert document["unattributed"]["launches"] == 0
+    streams = load_streams(str(tmp_path / "profile_h200.json"))
+    assert set(streams.meta["expected_sites"].values()) <= {s["name"] for s in document["sites"]}
+    assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    assert "<svg" in (tmp_path / "profile.html").read_text()

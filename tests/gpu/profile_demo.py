@@ -450,6 +450,11 @@ def start_kname(without_wrappers: bool) -> None:
     from kname import callsite
     from kname.config import read_config
 
+    if "KNAME_SKIP" not in os.environ:
+        # torch is not among kname's library modules yet, and some of its launch paths run
+        # Python code of its own (CUDAGraph.replay): without this they would be named after it.
+        os.environ["KNAME_SKIP"] = "torch"
+        print("NOTE KNAME_SKIP=torch (torch is not yet one of kname's library modules)")
     if without_wrappers:
         config = read_config()
         callsite.configure(config.skip, config.format, config.depth, False)

@@ -20,6 +20,7 @@ LAYERS = [
     {"kname._startup"},
     {"kname", "kname.lifecycle"},
     {"kname.targets"},  # and every kname.targets.* unit
+    {"kname.profiling"},  # and every kname.profiling.* module
     {"kname.importhooks", "kname.census", "kname.census_file", "kname.rename"},
     {"kname.launch"},
     {"kname.callsite", "kname.naming", "kname.paths", "kname.ranges"},

@@ -20,6 +20,7 @@ import pytest
 from support import line_of
 
 from kname import _warnings, callsite, launch, naming
+from kname.census import names
 from kname.config import DEFAULT_FORMAT
 from kname.profiling.capture import (
     MAX_OPEN_CALLS,
@@ -34,7 +35,6 @@ from kname.profiling.capture import (
 )
 from kname.profiling.join import Join
 from kname.profiling.records import ExternalCorrelation, StreamLog
-from kname.report import names
 
 FAKE_CUDA = '''
 """Stands in for CUPTI's callback at a CUDA API call: the frame is the caller's."""
@@ -132,7 +132,8 @@ def test_library_frames_are_passed_over(user):
 
 
 def test_a_launch_inside_knames_wrapper_gets_the_wrappers_name(user):
-    wrapped = launch.make_launch_wrapper(user.gpulib.launch, "fake", lambda kernel: "k")
+    spec = launch.LaunchSpec("fake", lambda kernel: "k")
+    wrapped = launch.make_launch_wrapper(user.gpulib.launch, spec, launch.Switch())
     record = user.user.through_wrapper(wrapped)
     assert record.site == at("L:wrapper", "through_wrapper")
     assert names() == {record.site: 1}  # the wrapper counted it under the same name

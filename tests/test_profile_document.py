@@ -15,6 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from profile_streams import documents, streams
 
+from kname.census_file import CensusError
+from kname.census_file import render_json as render_census
 from kname.profiling.document import (
     SCHEMA,
     launch_counts,
@@ -25,8 +27,6 @@ from kname.profiling.document import (
     validate,
 )
 from kname.profiling.join import Join, KernelTotals, Profile, SiteTotals
-from kname.report import CensusError
-from kname.report import render_json as render_census
 
 CENSUS = {
     "kname": "0.1.0",

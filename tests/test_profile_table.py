@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from profile_streams import documents
 
+from kname.census_file import render_table as render_census_table
 from kname.profiling.document import profile_document
 from kname.profiling.join import KernelTotals, Profile, SiteTotals
 from kname.profiling.kernel_names import demangle, display_name
@@ -22,7 +23,6 @@ from kname.profiling.table import (
     render_document,
     render_profile_table,
 )
-from kname.report import render_table as render_census_table
 
 NUMBA_AXPY = "_ZN6cudapy8__main__4axpyB2v1E5ArrayIfLi1E1C7mutable7alignedEf"
 TORCH_ADD = (

@@ -21,7 +21,7 @@
 
 Copies and sets are kernels named `[memcpy HtoD]`, `[memset]`, ... A site's launches and gpu_ns
 are the sums over its kernels; the totals are the sums over the sites plus `unattributed`.
-Schema 1 (the launch census, kname.report) is still read, and merged with its own kind.
+Schema 1 (the launch census, kname.census_file) is still read, and merged with its own kind.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kname._version import __version__
+from kname.census_file import SCHEMA as CENSUS_SCHEMA
+from kname.census_file import CensusError
+from kname.census_file import validate as validate_census
 from kname.profiling.join import Profile, SiteTotals
-from kname.report import SCHEMA as CENSUS_SCHEMA
-from kname.report import CensusError
-from kname.report import validate as validate_census
 
 SCHEMA = 2
 SCHEMAS = (CENSUS_SCHEMA, SCHEMA)

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from kname._warnings import warn_once
+from kname.census_file import write_atomically
 from kname.profiling.capture import LaunchCapture
 from kname.profiling.document import profile_document, render_json
 from kname.profiling.join import Join
@@ -28,7 +29,6 @@ from kname.profiling.page import render_page
 from kname.profiling.records import StreamLog, Streams, streams_to_json
 from kname.profiling.table import render_profile_table
 from kname.profiling.trace import trace_json
-from kname.report import write_atomically
 
 Collector = Any  # start() -> bool, stop(), started: bool (CuptiCollector or a stand-in)
 

@@ -82,7 +82,7 @@ def render_profile_table(
 def render_document(document: Mapping[str, Any], source: str = "", top: int | None = None) -> str:
     """The table of a document of either schema (what `kname report FILE` prints)."""
     if document["schema"] == 1:
-        from kname.report import render_table
+        from kname.census_file import render_table
 
         return render_table(document, source=source)
     return render_profile_table(document, source=source, top=top)

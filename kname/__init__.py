@@ -15,6 +15,7 @@ from kname.lifecycle import (
     is_enabled,
     is_installed,
     paused,
+    profile,
     uninstall,
 )
 from kname.paths import short_path
@@ -28,6 +29,7 @@ __all__ = [
     "is_installed",
     "names",
     "paused",
+    "profile",
     "report",
     "short_path",
     "site_name",

@@ -1,4 +1,4 @@
-"""The `kname` command: `kname run`, `kname doctor`, `kname report` (also `python -m kname`)."""
+"""The `kname` command: `kname run | profile | doctor | report` (also `python -m kname`)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ examples:
 Errors (a missing file, bad JSON, not a census of schema 1) are one line on stderr and exit 2.
 """
 
-COMMANDS = ("run", "doctor", "report")
+COMMANDS = ("run", "profile", "doctor", "report")
 
 # `kname run` option -> the environment variable it sets.
 RUN_OPTIONS = {
@@ -102,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
         run.add_argument(f"--{option}", metavar="VALUE", help=f"sets {variable}")
     run.add_argument("program", nargs=argparse.REMAINDER, help="the command, after --")
     run.set_defaults(handler=_run)
+    _add_profile_command(commands)
     doctor_command = commands.add_parser(
         "doctor",
         help="check this environment: start-up gate, switch, libraries, NVTX tool, settings",
@@ -147,6 +148,73 @@ def _run(options: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     sys.stderr.flush()
     os.execve(executable, program, environ)
     return 0  # not reached: execve replaces this process
+
+
+PROFILE_EXAMPLES = """\
+examples:
+  kname profile -- python app.py          GPU time per call site, a table at exit (on stderr)
+  kname profile --json profile.json --html profile.html -- python app.py
+                                          ... and the profile as JSON and as a web page
+  kname profile --trace trace.json -- python app.py
+                                          ... and a timeline for Perfetto or chrome://tracing
+  kname report profile.json               the saved profile as a table
+  kname report old.json --diff new.json --fail-on-slower 10%
+                                          exit 1 if a call site got 10% slower (CI)
+
+It needs the CUPTI binding (pip install 'kname[profile]') and no profiler of its own: under
+Nsight, which holds CUPTI, one line says so and launches are still named. The same without the
+command: KNAME=1 KNAME_MODE=profile KNAME_REPORT=profile.json python app.py.
+"""
+
+# `kname profile` option -> the environment variable it sets (besides KNAME_MODE=profile).
+PROFILE_OPTIONS = {
+    "json": "KNAME_REPORT",
+    "trace": "KNAME_PROFILE_TRACE",
+    "html": "KNAME_PROFILE_HTML",
+    "top": "KNAME_PROFILE_TOP",
+}
+
+
+def _add_profile_command(commands: argparse._SubParsersAction) -> None:
+    profile = commands.add_parser(
+        "profile",
+        help="run a program and show the GPU time of each call site (CUPTI, no Nsight needed)",
+        description="Run a program with every GPU kernel, copy and set attributed to the line "
+        "that launched it; a table ranked by GPU time is printed at exit.",
+        epilog=PROFILE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    profile.add_argument("--json", metavar="PATH", help="write the profile (schema 2) as JSON")
+    profile.add_argument("--trace", metavar="PATH", help="write a Chrome trace-event timeline")
+    profile.add_argument("--html", metavar="PATH", help="write a self-contained HTML page")
+    profile.add_argument(
+        "--top", metavar="N", type=_call_sites, help="call sites in the table (default 20)"
+    )
+    for option in ("targets", "skip", "format", "depth", "domain"):
+        profile.add_argument(f"--{option}", metavar="VALUE", help=f"sets {RUN_OPTIONS[option]}")
+    profile.add_argument("program", nargs=argparse.REMAINDER, help="the command, after --")
+    profile.set_defaults(handler=_profile)
+
+
+def _call_sites(text: str) -> str:
+    if not (text.isascii() and text.isdigit() and len(text) <= 9 and int(text) >= 1):
+        raise argparse.ArgumentTypeError(f"expected a whole number of 1 or more, not {text!r}")
+    return text
+
+
+def _profile(options: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """`kname run` with KNAME_MODE=profile and the outputs' variables set."""
+    program = options.program[1:] if options.program[:1] == ["--"] else options.program
+    if not program:
+        return _usage_error("kname profile: needs a command, e.g. kname profile -- python app.py")
+    if shutil.which(program[0]) is None:
+        return _usage_error(f"kname profile: command not found: {program[0]}")
+    for option, variable in PROFILE_OPTIONS.items():
+        value = getattr(options, option)
+        if value is not None:
+            os.environ[variable] = value
+    options.mode, options.report = "profile", options.json
+    return _run(options, parser)
 
 
 def _report(options: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -15,11 +15,14 @@ from dataclasses import dataclass, field
 
 SWITCH_ON = ("1", "true", "yes", "on")
 SWITCH_OFF = ("", "0", "false", "no", "off")
-MODES = ("nvtx", "rename", "census")
+MODES = ("nvtx", "rename", "census", "profile")
 FORMAT_FIELDS = ("kernel", "function", "path", "module", "file", "line", "lib")
 DEFAULT_FORMAT = "{function} {path}:{line}"
 DEFAULT_DOMAIN = "kname"
 MAX_DEPTH = 16
+DEFAULT_TOP = 20  # call sites in the table `kname profile` prints at exit
+# KNAME_MODE=profile's outputs besides KNAME_REPORT (its JSON) -> the Config field each sets.
+PROFILE_OUTPUTS = {"KNAME_PROFILE_TRACE": "trace", "KNAME_PROFILE_HTML": "html"}
 
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 _USER_TARGET = re.compile(rf"^({_DOTTED}):({_DOTTED})$")
@@ -41,6 +44,9 @@ class Config:
     mode: str = "nvtx"
     report: str | None = None
     domain: str = DEFAULT_DOMAIN
+    trace: str | None = None  # KNAME_MODE=profile: Chrome trace-event file written at exit
+    html: str | None = None  # KNAME_MODE=profile: HTML page written at exit
+    top: int = DEFAULT_TOP  # KNAME_MODE=profile: call sites in the table printed at exit
     strict: bool = False
     problems: tuple[str, ...] = field(default=(), compare=False)
 
@@ -114,14 +120,16 @@ def read_config(
     env = os.environ if environ is None else environ
     problems: list[str] = []
     strict = _read_strict(env, problems)
+    mode = _read_mode(env.get("KNAME_MODE"), problems)
     config = Config(
         targets=_read_targets(env.get("KNAME_TARGETS"), builtin_targets, problems),
         skip=_read_skip(env.get("KNAME_SKIP"), problems),
         format=_read_format(env.get("KNAME_FORMAT"), problems),
         depth=_read_depth(env.get("KNAME_DEPTH"), problems),
-        mode=_read_mode(env.get("KNAME_MODE"), problems),
+        mode=mode,
         report=(env.get("KNAME_REPORT") or "").strip() or None,
         domain=_read_domain(env.get("KNAME_DOMAIN"), problems),
+        **_read_profile_outputs(env, mode, problems),
         strict=strict,
         problems=tuple(problems),
     )
@@ -200,6 +208,34 @@ def _read_mode(value: str | None, problems: list[str]) -> str:
         return text
     problems.append(f"KNAME_MODE={value!r} is not one of {', '.join(MODES)}; using nvtx")
     return "nvtx"
+
+
+def _read_profile_outputs(
+    env: Mapping[str, str], mode: str, problems: list[str]
+) -> dict[str, str | int | None]:
+    """KNAME_PROFILE_TRACE, KNAME_PROFILE_HTML and KNAME_PROFILE_TOP (KNAME_MODE=profile only)."""
+    outputs: dict[str, str | int | None] = {}
+    given = {v: (env.get(v) or "").strip() for v in (*PROFILE_OUTPUTS, "KNAME_PROFILE_TOP")}
+    for variable in [v for v, text in given.items() if text and mode != "profile"]:
+        problems.append(
+            f"{variable}={env[variable]!r} is only read with KNAME_MODE=profile "
+            f"(KNAME_MODE is {mode}); ignoring it"
+        )
+    if mode != "profile":
+        return outputs
+    for variable, attribute in PROFILE_OUTPUTS.items():
+        outputs[attribute] = given[variable] or None
+    top = given["KNAME_PROFILE_TOP"]
+    if top:
+        # The length check first: int() refuses strings of over 4300 digits.
+        if top.isascii() and top.isdigit() and len(top) <= 9 and int(top) >= 1:
+            outputs["top"] = int(top)
+        else:
+            problems.append(
+                f"KNAME_PROFILE_TOP={env['KNAME_PROFILE_TOP']!r} is not a whole number of 1 or "
+                f"more (call sites in the table); using {DEFAULT_TOP}"
+            )
+    return outputs
 
 
 def _read_domain(value: str | None, problems: list[str]) -> str:

@@ -1,4 +1,4 @@
-"""install() / uninstall() / enable() / disable() / paused(): kname's life in one process.
+"""install() / uninstall() / enable() / disable() / paused() / profile(): kname in one process.
 
 install() reads the configuration once and hands it down: the naming rules to kname.callsite,
 the NVTX domain to kname.ranges, and to each target an Options record with this install's
@@ -15,6 +15,7 @@ import functools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from kname import callsite, ranges
 from kname._locks import new_lock
@@ -33,6 +34,9 @@ from kname.targets import (
     library_packages,
     user_target,
 )
+
+if TYPE_CHECKING:
+    from kname.profiling.session import ProfileSession
 
 # One lock for the whole lifecycle and the import hooks: a hook can fire on any thread that
 # imports a target module. Re-entrant, because applying a change can import modules whose hooks
@@ -80,7 +84,9 @@ def install(targets: Iterable[str] | str | None = None) -> None:
             chosen=frozenset(t.name for t in chosen if t.name in BUILTIN),
         )
         _state.config, _state.switch = config, options.switch
-        if config.report:
+        if config.mode == "profile":
+            _start_profiling(config)  # KNAME_REPORT is then the profile's JSON
+        elif config.report:
             write_at_exit(config.report)
         for module, module_targets in _by_module(chosen).items():
             hook = functools.partial(_on_import, module_targets, options)
@@ -133,6 +139,19 @@ def paused() -> Iterator[None]:
             enable()
 
 
+def profile(keep_streams: bool = False) -> ProfileSession:
+    """A GPU profile of a block, by call site: `with kname.profile() as p:`, then `p.table()`,
+    `p.sites`, `p.save(path)` (and `p.save_trace(path)` with keep_streams=True).
+
+    Installs kname first if it is not (its rules name the call sites). Needs the CUPTI binding
+    (`pip install 'kname[profile]'`); without it, one line says so and the block runs as usual.
+    """
+    from kname.profiling.session import ProfileSession
+
+    install()
+    return ProfileSession(keep_streams=keep_streams)
+
+
 def is_installed() -> bool:
     """Whether install() is in effect."""
     return _state.config is not None
@@ -146,6 +165,15 @@ def is_enabled() -> bool:
 def current_config() -> Config | None:
     """The configuration install() read, or None when not installed."""
     return _state.config
+
+
+def _start_profiling(config: Config) -> None:
+    from kname.profiling import mode
+
+    try:
+        mode.start(config)
+    except Exception as exc:  # profiling must not stop the program, nor its naming
+        warn_once("profile:mode", f"KNAME_MODE=profile could not start ({exc}); naming goes on")
 
 
 def _with_targets(config: Config, targets: Iterable[str] | str) -> Config:

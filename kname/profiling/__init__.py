@@ -16,7 +16,9 @@ sets) that carry the same correlation id and their device start and end times. T
     page.py             one self-contained HTML page: a bar chart and the table
     capture.py          launch API callbacks -> launch records; CUPTI objects -> records
     cupti_collector.py  the CUPTI binding (cupti-python), imported only when profiling starts
-    session.py          a profiling session: start, stop, outputs
+    session.py          a profiling session: start, stop, outputs (what kname.profile() returns)
+    mode.py             KNAME_MODE=profile: the process's session and its outputs at exit
 
-Nothing here is imported by `import kname`.
+Nothing here is imported by `import kname`: install() in profile mode and kname.profile() import
+what they use.
 """

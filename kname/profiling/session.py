@@ -7,9 +7,13 @@
     print(session.table())
     session.save("profile.json"); session.save_trace("trace.json"); session.save_html("p.html")
 
-It is also a context manager (what `with kname.profile() as p:` will return). The outputs are
+It is also a context manager (what `with kname.profile() as p:` returns). The outputs are
 written atomically. write_at_exit() arranges for stop() and the outputs at interpreter exit,
 also when the program ends through an exception or sys.exit.
+
+CUPTI takes one subscriber per process, so one session collects at a time. A child forked from
+the process inherits the session but not CUPTI's collection: there it stops and writes nothing
+(the parent reports what it collected).
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ from kname.profiling.trace import trace_json
 
 Collector = Any  # start() -> bool, stop(), started: bool (CuptiCollector or a stand-in)
 
+_collecting: ProfileSession | None = None  # the session CUPTI feeds in this process
+_collecting_lock = threading.Lock()
+
 
 class ProfileSession:
     """Launch capture, the join, an optional stream log, and a collector that feeds them."""
@@ -48,17 +55,37 @@ class ProfileSession:
             from kname.profiling.cupti_collector import CuptiCollector as collector
         self.collector = collector(self.capture, self.join, self.log)
         self._lock = threading.Lock()
+        self._pid = os.getpid()  # a forked child inherits the session, not CUPTI's collection
         self._exit_outputs: dict[str, str | None] = {}
 
     def start(self) -> bool:
         """Start collecting; False when CUPTI cannot be used (the program runs on)."""
-        with self._lock:
-            return self.collector.started or self.collector.start()
+        global _collecting
+        with self._lock, _collecting_lock:
+            if self.collector.started:
+                return True
+            if _collecting is not None and _collecting.collecting:
+                warn_once(
+                    "profile:second-session",
+                    "profile: another kname profile session is collecting in this process "
+                    "(KNAME_MODE=profile or kname.profile()); CUPTI takes one, so this one "
+                    "collects nothing",
+                )
+                return False
+            if not self.collector.start():
+                return False
+            _collecting = self
+            return True
 
     def stop(self) -> None:
         """Stop collecting; what finished on the GPU so far is in the totals."""
-        with self._lock:
+        global _collecting
+        if os.getpid() != self._pid:
+            return  # a forked child: CUPTI does not collect here, nothing to flush
+        with self._lock, _collecting_lock:
             self.collector.stop()
+            if _collecting is self:
+                _collecting = None
 
     def __enter__(self) -> ProfileSession:
         self.start()
@@ -116,6 +143,7 @@ class ProfileSession:
         trace: str | None = None,
         html: str | None = None,
         top: int | None = None,
+        print_table: bool = True,
     ) -> None:
         """At interpreter exit: stop, print the table on `table` (default stderr), write files.
 
@@ -129,20 +157,24 @@ class ProfileSession:
             "trace": trace and os.path.abspath(trace),
             "html": html and os.path.abspath(html),
         }
-        self._exit_table = table
+        self._exit_table = table if print_table else None
+        self._exit_print = print_table
         self._exit_top = top
         if first:
             # atexit runs after an uncaught exception's traceback and after sys.exit().
             atexit.register(self._at_exit)
 
     def _at_exit(self) -> None:
+        if os.getpid() != self._pid:
+            return  # a forked child: its parent reports what was collected
         self.stop()
-        stream = self._exit_table or sys.stderr
-        try:
-            stream.write(self.table(top=self._exit_top))
-            stream.flush()
-        except Exception as exc:  # a closed stderr must not give a traceback at exit
-            warn_once("profile:table", f"profile: the table could not be printed ({exc})")
+        if self._exit_print:
+            stream = self._exit_table or sys.stderr
+            try:
+                stream.write(self.table(top=self._exit_top))
+                stream.flush()
+            except Exception as exc:  # a closed stderr must not give a traceback at exit
+                warn_once("profile:table", f"profile: the table could not be printed ({exc})")
         writers = {"json": self.save, "trace": self.save_trace, "html": self.save_html}
         for kind, path in self._exit_outputs.items():
             if not path:

@@ -1,0 +1,72 @@
+"""`kname profile` and `kname report` for profiles, run as the console script of the wheel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support import Venv, line_of
+from test_cli import APP, run_kname
+
+pytestmark = pytest.mark.slow
+
+PROBE = """\
+import os, sys
+import kname
+print(kname.is_installed(), *(os.environ.get(v) for v in ("KNAME", "KNAME_MODE", "KNAME_REPORT",
+      "KNAME_PROFILE_TRACE", "KNAME_PROFILE_HTML", "KNAME_PROFILE_TOP", "KNAME_SKIP",
+      "KNAME_DEPTH")), sep="|")
+sys.exit(3)
+"""
+
+
+def test_profile_sets_the_mode_and_its_outputs_and_passes_the_exit_code(
+    kname_venv: Venv, tmp_path: Path
+) -> None:
+    (tmp_path / "probe.py").write_text(PROBE)
+    result = run_kname(
+        kname_venv, "profile", "--json", "p.json", "--trace", "t.json", "--html", "p.html",
+        "--top", "7", "--skip", "mypkg.ops", "--depth", "2", "--", "python", "probe.py",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 3, result.stderr
+    assert result.stdout.strip() == "True|1|profile|p.json|t.json|p.html|7|mypkg.ops|2"
+
+
+def test_profile_without_cupti_says_so_in_one_line_and_names_launches(
+    kname_venv: Venv, tmp_path: Path
+) -> None:
+    (tmp_path / "app.py").write_text(
+        APP.replace("    sys.exit(", "    import kname; print(kname.names())\n    sys.exit(")
+    )
+    result = run_kname(
+        kname_venv, "profile", "--json", "p.json", "--", "python", "app.py", "6",
+        env={"NUMBA_ENABLE_CUDASIM": "1"}, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 6
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and "the CUPTI binding cannot be imported" in lines[0], lines
+    assert "GPU times are not collected in this run; launches are still named" in lines[0]
+    loop = f"main app.py:{line_of(APP, 'loop-line')}"
+    assert f"'{loop}': 2" in result.stdout
+    assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["profile"], "kname profile: needs a command"),
+        (["profile", "--", "no-such-command-here"], "kname profile: command not found: no-such"),
+        (["profile", "--top", "0", "--", "python"], "argument --top: expected a whole number"),
+    ],
+)
+def test_profile_usage_errors_are_one_line_and_exit_2(kname_venv: Venv, args, message) -> None:
+    result = run_kname(kname_venv, *args)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+
+
+def test_profile_help_shows_examples(kname_venv: Venv) -> None:
+    result = run_kname(kname_venv, "profile", "--help")
+    assert result.returncode == 0 and "examples:\n  kname profile -- python app.py" in result.stdout
+    assert "  profile " in run_kname(kname_venv).stdout  # listed among the commands

@@ -62,6 +62,8 @@ class Site:
         self.counter = itertools.count()  # next() is atomic: no lost counts across threads
         self.order = order  # first-seen order, for the census
         self.launch = None  # KNAME_MODE=rename: launches the site's renamed kernel instead
+        if _site_calls is not None:  # kname profile: the launch also hands its site over
+            self.push, self.pop = _site_calls(self)
 
     def launches(self) -> int:
         """How many launches this site has counted."""
@@ -83,6 +85,7 @@ _template = DEFAULT_FORMAT
 _depth = 1
 _emit_nvtx = True
 _order = itertools.count()
+_site_calls: Callable[[Site], tuple[Any, Any]] | None = None
 
 
 def configure(
@@ -101,6 +104,21 @@ def configure(
         _library_path = _library_path_pattern(_library_modules)
         _kinds.clear()
         _codes.clear()
+        for site in list(sites.values()):
+            _retire(site)
+        sites.clear()
+
+
+def use_site_calls(factory: Callable[[Site], tuple[Any, Any]] | None = None) -> None:
+    """Sites built from now on take their push and pop from `factory(site)` (None: NVTX's alone).
+
+    `kname profile` hands each wrapped launch's site to its collector this way, at no cost to a
+    launch when it is not profiling. Cached sites are dropped, so every site is built anew; their
+    launch counts are kept. `factory` must not raise.
+    """
+    global _site_calls
+    with _lock:
+        _site_calls = factory
         for site in list(sites.values()):
             _retire(site)
         sites.clear()

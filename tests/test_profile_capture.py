@@ -259,3 +259,46 @@ def test_calls_whose_exit_never_came_are_forgotten_and_said_once(user, capsys, m
     assert fresh.parent == 0 and fresh.site.startswith("test_calls_whose_exit_never_came")
     (line,) = capsys.readouterr().err.splitlines()
     assert f"more than {MAX_OPEN_CALLS} CUDA launch calls open on one thread" in line
+
+
+def test_a_wrapped_sites_calls_keep_its_range_and_hand_its_site_over(user):
+    capture = user.fake_cuda.CAPTURE
+    calls = []
+    capture.tag_with(lambda i: calls.append(("tag", i)), lambda: calls.append(("untag",)))
+    site = SimpleNamespace(
+        name="step app.py:3",
+        push=lambda: calls.append(("push",)),
+        pop=lambda: calls.append(("pop",)),
+    )
+    push, pop = capture.site_calls(site)
+    push()
+    inside = capture.enter(None, 1, "cuLaunchKernel", False, 1)  # no frame walked: the site
+    capture.exit(1, 2)
+    pop()
+    after = capture.enter(None, 2, "cuLaunchKernel", False, 3)
+    assert calls == [("push",), ("tag", 1), ("untag",), ("pop",)]
+    assert (inside.site, after.site) == ("step app.py:3", NO_PYTHON_FRAME)
+    assert capture.external_sites == {1: "step app.py:3"}
+    assert user.join.site_of(5) is None  # the link is registered, no call is tagged yet
+    push_again, _ = capture.site_calls(SimpleNamespace(name="step app.py:3", push=None, pop=None))
+    push_again()
+    assert calls[-1] == ("tag", 1)  # the same id for the same name
+
+
+def test_a_failing_cupti_tag_is_said_once_and_the_launch_keeps_its_site(user, capsys, monkeypatch):
+    monkeypatch.setattr(_warnings, "_said", set())
+    capture = user.fake_cuda.CAPTURE
+
+    def broken(*args):
+        raise RuntimeError("CUPTI_ERROR_INVALID_OPERATION")
+
+    capture.tag_with(broken, broken)
+    push, pop = capture.site_calls(SimpleNamespace(name="s", push=None, pop=None))
+    for number in (1, 2):
+        push()
+        assert capture.enter(None, number, "cuLaunchKernel", False, 1).site == "s"
+        capture.exit(number, 2)
+        pop()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2, lines  # one for the tag, one for the untag, each said once
+    assert "tagging a wrapped launch for CUPTI" in lines[0]

@@ -109,3 +109,13 @@ def test_another_cupti_error_is_named(capsys):
     collector()._say_not_started(cupti, cupti.cuptiError(status))
     (line,) = capsys.readouterr().err.splitlines()
     assert "CUPTI could not be started (ERROR_INSUFFICIENT_PRIVILEGES: cuptiError" in line
+
+
+def test_wrapped_launches_are_tagged_through_the_bindings_external_correlation_calls():
+    cupti = real_cupti()
+    made = collector()
+    made._cupti = cupti
+    push, pop = made.external_calls()
+    kind = int(cupti.ExternalCorrelationKind.CUSTOM0)
+    assert (push.func, push.args) == (cupti.activity_push_external_correlation_id, (kind,))
+    assert (pop.func, pop.args) == (cupti.activity_pop_external_correlation_id, (kind,))

@@ -203,3 +203,16 @@ def test_a_snapshot_does_not_change_when_records_keep_arriving():
     before = join.profile()
     join.add_activities([ActivityRecord("kernel", 1, "k", 0, 5)])
     assert before.sites["s"].launches == 1 and join.profile().sites["s"].launches == 2
+
+
+def test_external_links_are_kept_only_for_calls_no_launch_names_and_in_a_window():
+    join = Join(recent_window=4)
+    join.add_launch(LaunchRecord(1, 1, "s"))
+    join.add_externals([ExternalCorrelation(1, 7)], {7: "s"})  # the launch record names it
+    join.add_externals([ExternalCorrelation(100 + i, 7) for i in range(10)])  # other API calls
+    assert list(join._externals) == [106, 107, 108, 109]
+    join.add_activities([ActivityRecord("kernel", 109, "k", 0, 4)])
+    join.add_activities([ActivityRecord("kernel", 100, "k", 0, 2)])  # its link left the window
+    profile = join.profile()
+    assert (profile.sites["s"].launches, profile.unattributed.launches) == (1, 1)
+    assert profile.total_gpu_ns == 6  # counted, never lost

@@ -106,12 +106,12 @@ FAKE_LIBRARY = '''
 from scripted import cuda_launch
 
 
-def launch(kernel, gpu_ns):
-    return enqueue(kernel, gpu_ns)
+def launch(kernel, gpu_ns, seen=True):
+    return enqueue(kernel, gpu_ns, seen)
 
 
-def enqueue(kernel, gpu_ns):
-    return cuda_launch(kernel, gpu_ns)
+def enqueue(kernel, gpu_ns, seen):
+    return cuda_launch(kernel, gpu_ns, seen)  # L:enqueue
 '''
 
 SCRIPTED = '''
@@ -119,7 +119,7 @@ SCRIPTED = '''
 import sys
 
 from kname.profiling import cupti_collector
-from kname.profiling.records import ActivityRecord
+from kname.profiling.records import ActivityRecord, ExternalCorrelation
 
 COLLECTOR = None
 
@@ -128,7 +128,7 @@ class ScriptedCupti:
     def __init__(self, capture, join, log):
         global COLLECTOR
         self.capture, self.join, self.log = capture, join, log
-        self.started, self.next_id, self.externals = False, 0, []
+        self.started, self.next_id, self.tags = False, 0, []  # tags: the external id stack
         COLLECTOR = self
 
     def start(self):
@@ -138,19 +138,28 @@ class ScriptedCupti:
     def stop(self):
         self.started = False
 
+    def external_calls(self):
+        return self.tags.append, self.tags.pop
 
-def cuda_launch(kernel, gpu_ns):
-    """What CUPTI does at a launch API call: its callback sees the calling Python frame."""
+
+def cuda_launch(kernel, gpu_ns, seen=True):
+    """What CUPTI does at a launch API call: its callback sees the calling Python frame (not
+    when `seen` is false: an API no callback is enabled for), and CUPTI links the call to the
+    external id pushed on this thread, if any, in a record that arrives after the kernel's."""
     collector = COLLECTOR
     collector.next_id += 1
     number = collector.next_id
-    collector.capture.enter(sys._getframe(1), number, "cuLaunchKernel", False, 1000 * number)
-    collector.capture.exit(number, 1000 * number + 200)
+    if seen:
+        collector.capture.enter(sys._getframe(1), number, "cuLaunchKernel", False, 1000 * number)
+        collector.capture.exit(number, 1000 * number + 200)
     begin = 1000 * number + 300
     record = ActivityRecord("kernel", number, kernel, begin, begin + gpu_ns)
     collector.join.add_activities([record])
+    links = [ExternalCorrelation(number, collector.tags[-1])] if collector.tags else []
+    collector.join.add_externals(links)
     if collector.log is not None:
         collector.log.add_activities([record])
+        collector.log.add_externals(links)
 
 
 cupti_collector.CuptiCollector = ScriptedCupti
@@ -177,7 +186,7 @@ def run_program(tmp_path, env: dict[str, str], ending: str = "") -> subprocess.C
     environ = {k: v for k, v in os.environ.items() if not k.startswith("KNAME")}
     environ.pop(OWNER_VARIABLE, None)
     environ.update(PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}", KNAME_MODE="profile")
-    environ.update(KNAME_TARGETS="fakelib:launch", KNAME_SKIP="scripted,fakelib", **env)
+    environ.update({"KNAME_TARGETS": "fakelib:launch", "KNAME_SKIP": "scripted,fakelib", **env})
     return subprocess.run(
         [sys.executable, "app.py"], cwd=tmp_path, env=environ, capture_output=True, text=True
     )
@@ -294,3 +303,76 @@ def test_kname_profile_without_cupti_runs_the_block(monkeypatch, capsys) -> None
     assert profile.table() == "kname profile: 0 ns of GPU time in 0 launches from 0 call sites\n"
     (line,) = capsys.readouterr().err.splitlines()
     assert line.endswith(NOT_COLLECTED)
+
+
+# --- the hand-over from kname's launch wrapper -------------------------------------------------
+
+
+@pytest.fixture
+def fakelib(scripted, tmp_path, monkeypatch):
+    """The GPU library above, imported fresh and wrapped by kname (not in KNAME_SKIP)."""
+    (tmp_path / "fakelib.py").write_text(textwrap.dedent(FAKE_LIBRARY))
+    monkeypatch.delitem(sys.modules, "fakelib", raising=False)
+    monkeypatch.setenv("KNAME_SKIP", "scripted")
+    kname.install(targets=["fakelib:launch"])
+    import fakelib
+
+    yield fakelib
+    sys.modules.pop("fakelib", None)
+
+
+def test_a_wrapped_launch_hands_its_site_to_the_launch_calls_inside(fakelib) -> None:
+    # Without the hand-over the callback, walking from fakelib.enqueue's frame, would take
+    # that line (fakelib is not library code here) for the call site.
+    with kname.profile() as profile:
+        for _ in range(2):
+            fakelib.launch("axpy", 1_000)  # L:handed
+    here = f"{__name__.rpartition('.')[2]}.py"
+    line = line_of(Path(__file__).read_text(), "L:" + "handed")
+    name = f"test_a_wrapped_launch_hands_its_site_to_the_launch_calls_inside {here}:{line}"
+    assert [(s["name"], s["launches"]) for s in profile.sites] == [(name, 2)]
+    assert kname.names() == {name: 2}  # the same name for the same launches
+
+
+def test_a_launch_call_no_callback_saw_finds_its_site_by_external_correlation(fakelib) -> None:
+    with kname.profile(keep_streams=True) as profile:
+        fakelib.launch("axpy", 1_000, seen=False)  # L:unseen-1
+        fakelib.launch("axpy", 3_000, seen=False)  # L:unseen-2
+    lines = [line_of(Path(__file__).read_text(), "L:" + m) for m in ("unseen-1", "unseen-2")]
+    assert [(s["name"].rpartition(":")[2], s["gpu_ns"]) for s in profile.sites] == [
+        (str(lines[1]), 3_000),
+        (str(lines[0]), 1_000),
+    ]
+    assert profile.document()["unattributed"]["launches"] == 0
+    streams = profile.streams()
+    assert sorted(streams.external_sites.values()) == sorted(s["name"] for s in profile.sites)
+    assert [link.correlation_id for link in streams.externals] == [1, 2]
+
+
+def test_only_a_collecting_session_changes_what_a_wrapped_launch_does(fakelib) -> None:
+    from kname import callsite
+
+    def site_of_the_launch():
+        (site,) = [s for s in callsite.sites.values() if s.lib == "fakelib" and s.launches()]
+        return site
+
+    with kname.profile():
+        fakelib.launch("axpy", 1_000)
+        during = site_of_the_launch()
+        assert during.push is not None and during.pop is not None  # the hand-over
+    fakelib.launch("axpy", 1_000)
+    after = site_of_the_launch()
+    assert after is not during  # every site was built anew when the session stopped
+    assert after.push is None and after.pop is None  # no NVTX tool here: nothing to push
+
+
+def test_under_an_nvtx_tool_each_wrapped_launch_keeps_its_range(tmp_path, inject_lib) -> None:
+    from support.nvtx_capture import capture_env, read_capture
+
+    log = tmp_path / "nvtx.log"
+    done = run_program(tmp_path, {**capture_env(inject_lib, log), "KNAME_SKIP": "scripted"})
+    assert done.returncode == 0, done.stderr
+    wrapped = f"<module> app.py:{app_line('L:wrapped')}"
+    assert f"{wrapped}  " in done.stderr  # the hand-over named the GPU time after the line
+    captured = read_capture(log)
+    assert captured.ranges("kname") == [wrapped] * 3 and captured.balanced()

@@ -9,6 +9,10 @@ called the CUDA API. A launch API called inside another one on the same thread (
 calling the driver) gets the outer call's site without a second walk, and is linked to it, so
 either correlation id finds the site. A launch from a thread with no Python frame (a C++ worker
 thread, such as PyTorch's autograd engine) is named NO_PYTHON_FRAME.
+
+A launch kname wraps hands its site over instead (site_calls): the wrapper's push tells this
+thread's launch calls their site, so no frame is walked, and pushes the site's CUPTI external
+correlation id, so its GPU records find the site even through a launch API no callback saw.
 """
 
 from __future__ import annotations
@@ -131,7 +135,63 @@ class LaunchCapture:
     def __init__(self, join: Join, log: StreamLog | None = None) -> None:
         self._join = join
         self._log = log
-        self._local = threading.local()  # per thread: the launch API calls now open
+        # Per thread: the launch API calls now open, and the site of the wrapped launch running.
+        self._local = threading.local()
+        self._external: tuple[Callable[[int], Any], Callable[[], Any]] | None = None
+        self._external_ids: dict[str, int] = {}
+        self.external_sites: dict[int, str] = {}  # external correlation id -> site name
+        self._ids_lock = threading.Lock()
+
+    def tag_with(self, push_external: Callable[[int], Any], pop_external: Callable[[], Any]):
+        """CUPTI's push and pop of an external correlation id, for the sites built from now on."""
+        self._external = (push_external, pop_external)
+
+    def site_calls(self, site: callsite.Site) -> tuple[Any, Any]:
+        """Push and pop for the launches kname wraps at `site`: its NVTX range as before, and its
+        site handed to the launch calls inside (see the module's docstring). Never raises."""
+        try:
+            return self._site_calls(site.name, site.push, site.pop)
+        except Exception as exc:
+            report_fault("preparing a wrapped launch for kname profile", exc)
+            return site.push, site.pop
+
+    def _site_calls(self, name: str, nvtx_push: Any, nvtx_pop: Any) -> tuple[Any, Any]:
+        local = self._local
+        push_external, pop_external = self._external or (None, None)
+        external_id = self._external_id(name) if push_external is not None else 0
+
+        # A fault in CUPTI is said once and the launch goes on: the callback still has the site.
+        def push() -> None:
+            if nvtx_push is not None:
+                nvtx_push()
+            local.wrapped = name
+            if push_external is not None:
+                try:
+                    push_external(external_id)
+                except Exception as exc:
+                    report_fault("tagging a wrapped launch for CUPTI", exc)
+
+        def pop() -> None:
+            local.wrapped = None
+            if pop_external is not None:
+                try:
+                    pop_external()
+                except Exception as exc:
+                    report_fault("untagging a wrapped launch for CUPTI", exc)
+            if nvtx_pop is not None:
+                nvtx_pop()
+
+        return push, pop
+
+    def _external_id(self, name: str) -> int:
+        """The external correlation id of a site name, made on first use (ids from 1)."""
+        with self._ids_lock:
+            external_id = self._external_ids.get(name)
+            if external_id is None:
+                external_id = self._external_ids[name] = len(self._external_ids) + 1
+                self.external_sites[external_id] = name
+        self._join.add_externals((), {external_id: name})
+        return external_id
 
     def enter(
         self,
@@ -159,7 +219,8 @@ class LaunchCapture:
             outer = open_calls[-1]
             site, parent = outer.site, outer.correlation_id
         else:
-            site, parent = site_of_frame(frame), 0
+            # Inside a launch kname wraps, the wrapper's push said the site: no walk.
+            site, parent = getattr(local, "wrapped", None) or site_of_frame(frame), 0
         record = LaunchRecord(
             correlation_id, threading.get_ident(), site, api, timestamp, 0, graph, parent
         )

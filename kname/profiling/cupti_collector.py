@@ -23,7 +23,7 @@ The API used (cupti-python 13.0.1, module `cupti.cupti`):
     activity_enable(ActivityKind.CONCURRENT_KERNEL | MEMCPY | MEMSET | EXTERNAL_CORRELATION),
         activity_disable(kind), activity_flush_all(1) (forced), get_timestamp() (ns)
     activity_push_external_correlation_id(ExternalCorrelationKind.CUSTOM0, id) and
-        activity_pop_external_correlation_id(kind): for launches kname wraps (not used yet)
+        activity_pop_external_correlation_id(kind): around each launch kname wraps
     unsubscribe(subscriber)
 Without a CUDA driver every call raises cupti._internal.utils.NotSupportedError.
 """
@@ -31,7 +31,9 @@ Without a CUDA driver every call raises cupti._internal.utils.NotSupportedError.
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
+from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
@@ -143,17 +145,15 @@ class CuptiCollector:
                 "pip install 'cupti-python==13.0.*' 'nvidia-cuda-cupti==13.0.*')",
             )
 
-    def push_external(self, external_id: int) -> None:
-        """Tag the launch API calls this thread makes next with `external_id` (wrapped launches)."""
+    def external_calls(self) -> tuple[Callable[[int], Any], Callable[[], Any]]:
+        """push(id) and pop() of a CUPTI external correlation id on this thread (CUSTOM0): the
+        launch API calls made in between, and so their GPU records, are linked to `id`."""
         cupti = self._cupti
-        cupti.activity_push_external_correlation_id(
-            cupti.ExternalCorrelationKind.CUSTOM0, external_id
+        kind = int(cupti.ExternalCorrelationKind.CUSTOM0)
+        return (
+            functools.partial(cupti.activity_push_external_correlation_id, kind),
+            functools.partial(cupti.activity_pop_external_correlation_id, kind),
         )
-
-    def pop_external(self) -> int:
-        """Stop tagging; returns the id that was pushed."""
-        cupti = self._cupti
-        return cupti.activity_pop_external_correlation_id(cupti.ExternalCorrelationKind.CUSTOM0)
 
     # --- CUPTI's callbacks: never raise into CUPTI -------------------------------------------
 

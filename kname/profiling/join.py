@@ -10,7 +10,9 @@ Memory stays bounded on long runs: a launch's entry leaves the pending table whe
 arrives (graph launches stay until the end: their kernels keep arriving), and is kept a little
 longer in a small window of recently joined ids, for a second record of the same call (a
 multi-device launch, a driver call made inside a runtime call). Past MAX_PENDING entries the
-oldest pending ones are dropped, said once.
+oldest pending ones are dropped, said once. External correlations (CUPTI's link from an API
+call inside a launch kname wraps to that launch's site) are kept only for calls no launch
+record names, and in a window of the same size as the recent ids.
 """
 
 from __future__ import annotations
@@ -96,7 +98,8 @@ class Join:
         self._children: dict[int, list[int]] = {}  # parent correlation id -> nested calls
         self._recent: OrderedDict[int, str] = OrderedDict()  # joined id -> site
         self._graphs_seen: set[int] = set()  # graph launches that got at least one record
-        self._externals: dict[int, int] = {}  # correlation id -> external id
+        # correlation id -> external id, for API calls no launch record names (bounded).
+        self._externals: OrderedDict[int, int] = OrderedDict()
         self._external_sites: dict[int, str] = {}  # external id -> site
         self._orphans: dict[int, list[ActivityRecord]] = {}  # records waiting for their launch
         self._orphan_count = 0
@@ -138,7 +141,15 @@ class Join:
             if sites:
                 self._external_sites.update(sites)
             for record in records:
+                known = (
+                    record.correlation_id in self._pending or record.correlation_id in self._recent
+                )
+                if known:
+                    continue  # a launch record names it already
+                # Every API call inside a wrapped launch gets one, most of them launch nothing.
                 self._externals[record.correlation_id] = record.external_id
+                if len(self._externals) > self.recent_window:
+                    self._externals.popitem(last=False)
                 waiting = self._orphans.pop(record.correlation_id, None)
                 if waiting:
                     self._orphan_count -= len(waiting)
@@ -246,9 +257,18 @@ class Join:
 
 def replay(streams: Streams) -> Profile:
     """The join's result for recorded streams (a fixture, or what a session logged)."""
-    join = Join(max_pending=len(streams.launches) + 1)
+    join = replay_join(streams)
+    join.add_activities(streams.activities)
+    return join.profile()
+
+
+def replay_join(streams: Streams) -> Join:
+    """A join that holds every launch and external correlation of `streams` (none dropped)."""
+    join = Join(
+        max_pending=len(streams.launches) + 1,
+        recent_window=max(RECENT_WINDOW, len(streams.externals) + len(streams.launches) + 1),
+    )
     for launch in streams.launches:
         join.add_launch(launch)
     join.add_externals(streams.externals, streams.external_sites)
-    join.add_activities(streams.activities)
-    return join.profile()
+    return join

@@ -16,7 +16,7 @@ from typing import Any
 KERNEL, MEMCPY, MEMSET = "kernel", "memcpy", "memset"
 ACTIVITY_KINDS = (KERNEL, MEMCPY, MEMSET)
 STREAMS_FORMAT = 1
-MAX_LOGGED = 2_000_000  # records a StreamLog keeps (for --trace and fixtures), launches + activity
+MAX_LOGGED = 2_000_000  # records a StreamLog keeps (for --trace and fixtures), of every kind
 
 
 @dataclass(slots=True)
@@ -88,7 +88,7 @@ class StreamLog:
 
     def launch(self, record: LaunchRecord) -> None:
         """Keep a launch record (the same object: its exit time is filled in later)."""
-        if len(self.launches) + len(self.activities) < self.max_records:
+        if len(self.launches) + len(self.activities) + len(self.externals) < self.max_records:
             self.launches.append(record)  # list.append is atomic: no lock on the launch path
         else:
             self.dropped += 1
@@ -97,13 +97,17 @@ class StreamLog:
         """Keep activity records, up to the bound."""
         with self._lock:
             room = self.max_records - len(self.launches) - len(self.activities)
+            room -= len(self.externals)
             self.activities.extend(records[: max(room, 0)])
             self.dropped += max(len(records) - max(room, 0), 0)
 
     def add_externals(self, records: list[ExternalCorrelation]) -> None:
-        """Keep external correlation records (small: one per wrapped launch)."""
+        """Keep external correlation records (one per API call inside a wrapped launch)."""
         with self._lock:
-            self.externals.extend(records)
+            room = self.max_records - len(self.launches) - len(self.activities)
+            room -= len(self.externals)
+            self.externals.extend(records[: max(room, 0)])
+            self.dropped += max(len(records) - max(room, 0), 0)
 
     def streams(self, external_sites: Mapping[int, str] | None = None, **meta: Any) -> Streams:
         """A snapshot of what was kept, with `meta` describing the run."""

@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable
 from typing import IO, Any
 
+from kname import callsite
 from kname._warnings import warn_once
 from kname.census_file import write_atomically
 from kname.profiling.capture import LaunchCapture
@@ -75,6 +76,11 @@ class ProfileSession:
             if not self.collector.start():
                 return False
             _collecting = self
+            external_calls = getattr(self.collector, "external_calls", None)
+            if external_calls is not None:
+                self.capture.tag_with(*external_calls())
+            # From now on the launches kname wraps hand their site to the capture.
+            callsite.use_site_calls(self.capture.site_calls)
             return True
 
     def stop(self) -> None:
@@ -83,9 +89,10 @@ class ProfileSession:
         if os.getpid() != self._pid:
             return  # a forked child: CUPTI does not collect here, nothing to flush
         with self._lock, _collecting_lock:
-            self.collector.stop()
             if _collecting is self:
+                callsite.use_site_calls(None)  # before the flush: no launch is tagged after it
                 _collecting = None
+            self.collector.stop()
 
     def __enter__(self) -> ProfileSession:
         self.start()
@@ -118,7 +125,7 @@ class ProfileSession:
             raise ValueError("this session keeps no streams: ProfileSession(keep_streams=True)")
         meta.setdefault("pid", os.getpid())
         meta.setdefault("program", " ".join(sys.argv) or sys.executable)
-        return self.log.streams(**meta)
+        return self.log.streams(self.capture.external_sites, **meta)
 
     def save(self, path: str | os.PathLike) -> None:
         """The document as JSON."""

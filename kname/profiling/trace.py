@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from kname._version import __version__
-from kname.profiling.join import UNATTRIBUTED, Join
+from kname.profiling.join import UNATTRIBUTED, replay_join
 from kname.profiling.kernel_names import display_name
 from kname.profiling.records import ActivityRecord, LaunchRecord, Streams
 
@@ -22,10 +22,7 @@ NAME_SEPARATOR = " / "
 
 def trace_events(streams: Streams) -> list[dict[str, Any]]:
     """Every timed launch and GPU record of `streams` as trace events, track names first."""
-    join = Join(max_pending=len(streams.launches) + 1)
-    for launch in streams.launches:
-        join.add_launch(launch)
-    join.add_externals(streams.externals, streams.external_sites)
+    join = replay_join(streams)
     timed_launches = [r for r in streams.launches if r.start]
     timed_work = [r for r in streams.activities if r.start]
     starts = [r.start for r in timed_launches] + [r.start for r in timed_work]

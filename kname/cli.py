@@ -10,6 +10,7 @@ from typing import NoReturn
 
 from kname import doctor
 from kname._version import __version__
+from kname.profiling import command as profile_report
 
 EXAMPLES = """\
 examples:
@@ -34,7 +35,7 @@ examples:
   kname report before.json --diff after.json --fail-on-change
                                                      ... and exit 1 if anything changed (CI)
 
-Errors (a missing file, bad JSON, not a census of schema 1) are one line on stderr and exit 2.
+Errors (a missing file, bad JSON, not a census of schema 1 or 2) are one line on stderr and exit 2.
 """
 
 COMMANDS = ("run", "profile", "doctor", "report")
@@ -129,6 +130,7 @@ def _parser() -> argparse.ArgumentParser:
         help="with --diff: exit 1 if any call site's launch count changed",
     )
     report.set_defaults(handler=_report)
+    profile_report.add_report_options(report)
     return parser
 
 
@@ -220,6 +222,9 @@ def _profile(options: argparse.Namespace, parser: argparse.ArgumentParser) -> in
 def _report(options: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from kname.census_file import CensusError, compare, load, render_diff, render_table
 
+    handled = profile_report.report(options)  # GPU profiles, and several files at once
+    if handled is not None:
+        return handled
     if options.fail_on_change and options.diff is None:
         return _usage_error("kname report: --fail-on-change needs --diff OTHER.json")
     try:

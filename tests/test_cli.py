@@ -233,7 +233,7 @@ def test_report_diff_fails_on_change_only_when_asked(kname_venv, censuses: Path)
     [
         (None, "missing.json: no such file"),
         ("{not json", "bad.json: not valid JSON (Expecting property name"),
-        (json.dumps({**BEFORE, "schema": 2}), "census schema 2 is not supported"),
+        (json.dumps({**BEFORE, "schema": 3}), "census schema 3 is not supported"),
         ("[1, 2]", "not a kname census"),
         (json.dumps({**BEFORE, "sites": [{"name": 1}]}), "sites[0] has no 'kernel'"),
     ],

@@ -17,9 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kname.profiling.document import launch_counts
+from kname.profiling.kernel_names import display_name
 from kname.profiling.table import count_noun, format_duration
 
 DEFAULT_MIN_TIME_NS = 50_000
+DEFAULT_THRESHOLD = 0.10  # what a diff calls slower or faster when --fail-on-slower is not given
 TOTAL = "<total GPU time>"
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|µs|ms|s)?\s*$")
 _UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
@@ -111,6 +114,32 @@ def render_gpu_diff(
     )
     rows = [_row(c) for c in [total, *shown]]
     return heading + "\n" + _columns(rows) if rows else heading + "\n"
+
+
+def render_count_changes(
+    before: Mapping[str, Any], after: Mapping[str, Any], labels: tuple[str, str]
+) -> str:
+    """Launches per call site and kernel that differ, one line each ("" when none differ)."""
+    old, new = launch_counts(before), launch_counts(after)
+    keys = [*new, *(key for key in old if key not in new)]
+    rows = [
+        (f"{name} [{display_name(kernel)}]", str(old.get((name, kernel), 0)), "->",
+         str(new.get((name, kernel), 0)))
+        for name, kernel in keys
+        if old.get((name, kernel), 0) != new.get((name, kernel), 0)
+    ]  # fmt: skip
+    if not rows:
+        return ""
+    heading = (
+        f"kname profile diff: launches per call site and kernel, {labels[0]} -> {labels[1]}: "
+        f"{count_noun(len(rows), 'change')}"
+    )
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = [
+        f"{r[0].ljust(widths[0])}  {r[1].rjust(widths[1])} {r[2]} {r[3].rjust(widths[3])}"
+        for r in rows
+    ]
+    return heading + "\n" + "\n".join(lines) + "\n"
 
 
 def slower(changes: list[GpuChange]) -> list[GpuChange]:

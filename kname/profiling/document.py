@@ -173,6 +173,8 @@ def load(path: str) -> dict[str, Any]:
         raise CensusError(
             f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
         ) from None
+    except (RecursionError, ValueError) as exc:  # nested too deep, a number of 4300+ digits
+        raise CensusError(f"{path}: not a kname census ({type(exc).__name__})") from None
     return validate(document, path)
 
 

@@ -1,0 +1,169 @@
+"""`kname report` on GPU profiles and on several files: tables, merges, diffs and exit codes.
+
+The command is run in-process (kname.cli.main) on files written by kname's own writers; the
+merge and diff rules themselves are tested over generated documents in test_profile_document.py
+and test_profile_diff.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kname.census_file import render_json as render_census
+from kname.cli import main
+from kname.profiling.document import profile_document, render_json
+from kname.profiling.join import KernelTotals, Profile, SiteTotals
+
+
+def profile(**sites: tuple[str, int, int]) -> dict:
+    """A profile of {name: (kernel, launches, gpu_ns)}; names use `_` for spaces, `__` for `:`."""
+    totals = {}
+    for rank, (key, (kernel, launches, gpu_ns)) in enumerate(sites.items(), 1):
+        name = key.replace("__", ":").replace("_", " ").replace(" py", ".py")
+        totals[name] = SiteTotals(launches, gpu_ns, rank, {kernel: KernelTotals(launches, gpu_ns)})
+    return profile_document(Profile(totals, SiteTotals()))
+
+
+def census(**sites: int) -> dict:
+    total = sum(sites.values())
+    rows = [
+        {"name": name.replace("__", ":").replace("_", " ").replace(" py", ".py"),
+         "kernel": "axpy", "lib": "numba", "launches": n, "share": round(n / total, 6),
+         "order": rank}
+        for rank, (name, n) in enumerate(sites.items(), 1)
+    ]  # fmt: skip
+    return {"kname": "0.1.0", "schema": 1, "sites": rows, "total_launches": total}
+
+
+@pytest.fixture
+def files(tmp_path, monkeypatch):
+    """Write documents into tmp_path (the working directory) and return their names."""
+    monkeypatch.chdir(tmp_path)
+
+    def write(**documents: dict) -> list[str]:
+        for name, document in documents.items():
+            render = render_json if document["schema"] == 2 else render_census
+            (tmp_path / f"{name}.json").write_text(render(document))
+        return [f"{name}.json" for name in documents]
+
+    return write
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(["report", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+OLD = profile(step_app_py__12=("axpy", 20, 2_000_000), main_app_py__30=("_Z5scalePf", 5, 500_000))
+SLOWER = profile(
+    step_app_py__12=("axpy", 20, 2_600_000), main_app_py__30=("_Z5scalePf", 6, 510_000)
+)
+
+
+def test_a_profile_is_a_table_ranked_by_gpu_time(files, capsys) -> None:
+    files(p=OLD)
+    code, out, err = run(capsys, "p.json", "--top", "1")
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0].startswith("kname profile (p.json, written by kname ")
+    assert lines[0].endswith("2.50 ms of GPU time in 25 launches from 2 call sites")
+    assert lines[2].split()[:4] == ["step", "app.py:12", "2.00", "ms"]
+    assert lines[3] == "... and 1 more call site: 500 us (20.0%)"
+
+
+def test_several_profiles_are_one_table_of_their_sites_summed(files, capsys) -> None:
+    files(r0=OLD, r1=SLOWER)
+    code, out, _ = run(capsys, "r0.json", "r1.json")
+    assert code == 0
+    assert "(r0.json + r1.json, written by kname" in out and ", 2 processes)" in out
+    assert out.splitlines()[0].endswith("5.61 ms of GPU time in 51 launches from 2 call sites")
+    assert "axpy 4.60 ms (40)" in out
+
+
+def test_several_launch_censuses_are_one_census_of_their_sites_summed(files, capsys) -> None:
+    files(c0=census(step_app_py__12=3), c1=census(step_app_py__12=2, main_app_py__30=1))
+    code, out, _ = run(capsys, "c0.json", "c1.json")
+    assert code == 0
+    assert out.splitlines()[0].endswith(": 6 launches from 2 call sites")
+    assert out.splitlines()[2].split()[:5] == ["step", "app.py:12", "axpy", "numba", "5"]
+
+
+def test_one_launch_census_is_the_census_report_as_before(files, capsys) -> None:
+    files(c=census(step_app_py__12=3))
+    code, out, _ = run(capsys, "c.json")
+    assert code == 0 and out.startswith("kname census (c.json, written by kname 0.1.0): 3 ")
+
+
+def test_a_diff_shows_gpu_time_and_launches_and_fails_only_when_asked(files, capsys) -> None:
+    files(old=OLD, new=SLOWER)
+    code, out, err = run(capsys, "old.json", "--diff", "new.json")
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0] == (
+        "kname profile diff: old.json (2.50 ms) -> new.json (3.11 ms), threshold 10% and 50.0 us:"
+        " 1 slower"
+    )
+    assert lines[2].split()[:3] == ["slower", "step", "app.py:12"] and "(+30.0%)" in lines[2]
+    assert lines[3].endswith(": 1 change") and lines[4].split() == [
+        "main", "app.py:30", "[scale]", "5", "->", "6",
+    ]  # fmt: skip
+    code, _, err = run(capsys, "old.json", "--diff", "new.json", "--fail-on-slower", "10%")
+    assert code == 1
+    assert err == (
+        "kname report: 1 call site and the total got slower by more than 10% and 50.0 us "
+        "(--fail-on-slower)\n"
+    )
+
+
+def test_the_threshold_and_the_minimum_time_decide_what_is_slower(files, capsys) -> None:
+    files(old=OLD, new=SLOWER)
+    assert run(capsys, "old.json", "--diff", "new.json", "--fail-on-slower", "40")[0] == 0
+    slower_by_30 = ["old.json", "--diff", "new.json", "--fail-on-slower", "25%"]
+    assert run(capsys, *slower_by_30)[0] == 1
+    assert run(capsys, *slower_by_30, "--min-time", "1ms")[0] == 0  # grew 600 us: too little
+
+
+def test_a_faster_profile_does_not_fail(files, capsys) -> None:
+    files(old=OLD, new=SLOWER)
+    code, out, _ = run(capsys, "new.json", "--diff", "old.json", "--fail-on-slower", "10%")
+    assert code == 0 and "faster" in out
+
+
+def test_fail_on_change_compares_launches_per_site_and_kernel(files, capsys) -> None:
+    files(old=OLD, new=SLOWER, same=OLD)
+    assert run(capsys, "old.json", "--diff", "new.json", "--fail-on-change")[0] == 1
+    assert run(capsys, "old.json", "--diff", "same.json", "--fail-on-change")[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["p.json", "--fail-on-slower", "10%"], "--fail-on-slower needs --diff OTHER.json"),
+        (["p.json", "--min-time", "1ms"], "--min-time needs --diff OTHER.json"),
+        (["p.json", "--diff", "p.json", "--fail-on-slower", "ten"], "expected a percentage"),
+        (["p.json", "--diff", "p.json", "--min-time", "5"], "expected a duration such as 50us"),
+        (["p.json", "--top", "0"], "--top 0: expected a whole number of 1 or more"),
+        (["p.json", "c.json"], "cannot merge launch censuses (schema 1) with GPU profiles"),
+        (["c.json", "--diff", "p.json"], "cannot merge or compare launch censuses (schema 1)"),
+        (["c.json", "--top", "3"], "--top is for GPU profiles (schema 2), not launch censuses"),
+        (["c.json", "--diff", "c.json", "--fail-on-slower", "5"], "--fail-on-slower is for GPU"),
+        (["p.json", "missing.json"], "missing.json: no such file"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(files, capsys, args, message) -> None:
+    files(p=OLD, c=census(step_app_py__12=3))
+    code, out, err = run(capsys, *args)
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and err.startswith("kname report: ") and message in err, err
+
+
+@pytest.mark.parametrize(
+    "text", ["[" * 100_000 + "]" * 100_000, '{"schema": 2, "sites": [], "n": ' + "9" * 5000 + "}"]
+)
+def test_hostile_files_are_one_line_too(files, capsys, tmp_path, text) -> None:
+    (tmp_path / "bad.json").write_text(text)
+    files(p=OLD)
+    code, out, err = run(capsys, "p.json", "bad.json")
+    assert (code, out) == (2, "")
+    assert err.startswith("kname report: bad.json: ") and err.count("\n") == 1, err[:300]

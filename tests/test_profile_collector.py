@@ -88,7 +88,8 @@ def test_without_a_driver_start_fails_in_one_line_and_the_program_runs_on(capsys
     made.stop()
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith("kname: profile: CUPTI could not be started (NotSupportedError: ")
+    # 13.0 raises NotSupportedError here, 13.4 a UnicodeDecodeError: either way, one line.
+    assert lines[0].startswith("kname: profile: CUPTI could not be started (")
     assert "GPU times are not collected in this run" in lines[0]
 
 

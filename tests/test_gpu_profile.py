@@ -52,3 +52,5 @@ def test_every_line_of_the_demo_shows_its_gpu_time(tmp_path):
     assert set(streams.meta["expected_sites"].values()) <= {s["name"] for s in document["sites"]}
     assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     assert "<svg" in (tmp_path / "profile.html").read_text()
+    from_the_command = load(str(tmp_path / "cli" / "profile.json"))  # kname profile -- python ...
+    assert from_the_command["unattributed"]["launches"] == 0

@@ -114,7 +114,9 @@ def test_another_cupti_error_is_named(capsys):
 
 def test_wrapped_launches_are_tagged_through_the_bindings_external_correlation_calls():
     cupti = real_cupti()
-    made = collector()
+    join = Join()
+    assert CuptiCollector(LaunchCapture(join), join).external_calls() is None  # by default
+    made = CuptiCollector(LaunchCapture(join), join, external_correlation=True)
     made._cupti = cupti
     push, pop = made.external_calls()
     kind = int(cupti.ExternalCorrelationKind.CUSTOM0)

@@ -11,8 +11,9 @@ either correlation id finds the site. A launch from a thread with no Python fram
 thread, such as PyTorch's autograd engine) is named NO_PYTHON_FRAME.
 
 A launch kname wraps hands its site over instead (site_calls): the wrapper's push tells this
-thread's launch calls their site, so no frame is walked, and pushes the site's CUPTI external
-correlation id, so its GPU records find the site even through a launch API no callback saw.
+thread's launch calls their site, so no frame is walked. When the collector tags wrapped
+launches (tag_with), the push also pushes the site's CUPTI external correlation id, so that its
+GPU records find the site even through a launch API no callback saw.
 """
 
 from __future__ import annotations

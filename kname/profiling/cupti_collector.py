@@ -23,7 +23,8 @@ The API used (cupti-python 13.0.1, module `cupti.cupti`):
     activity_enable(ActivityKind.CONCURRENT_KERNEL | MEMCPY | MEMSET | EXTERNAL_CORRELATION),
         activity_disable(kind), activity_flush_all(1) (forced), get_timestamp() (ns)
     activity_push_external_correlation_id(ExternalCorrelationKind.CUSTOM0, id) and
-        activity_pop_external_correlation_id(kind): around each launch kname wraps
+        activity_pop_external_correlation_id(kind): around each launch kname wraps, when made
+        with external_correlation=True (CUPTI then also needs ActivityKind.DRIVER and RUNTIME)
     unsubscribe(subscriber)
 Without a CUDA driver every call raises cupti._internal.utils.NotSupportedError.
 """
@@ -46,6 +47,9 @@ from kname.profiling.records import StreamLog
 BUFFER_BYTES = 8 << 20  # per CUPTI activity buffer; cupti-python allocates and frees them
 FLUSH_FORCED = 1  # CUPTI_ACTIVITY_FLAG_FLUSH_FORCED: also hand over incomplete buffers
 ACTIVITY_KINDS = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "EXTERNAL_CORRELATION")
+# CUPTI writes an external correlation record only beside an API activity record
+# (cupti_activity.h, cuptiActivityPushExternalCorrelationId), so tagging needs these too.
+API_KINDS = ("DRIVER", "RUNTIME")
 SUBSCRIBER_NAME = "kname"
 NOT_COLLECTED = "GPU times are not collected in this run; launches are still named"
 
@@ -59,11 +63,16 @@ class CuptiCollector:
         join: Join,
         log: StreamLog | None = None,
         buffer_bytes: int = BUFFER_BYTES,
+        external_correlation: bool = False,
     ) -> None:
         self._capture = capture
         self._join = join
         self._log = log
         self._buffer_bytes = buffer_bytes
+        # Tag wrapped launches with CUPTI external correlation ids. Off by default here: it
+        # needs an API record per CUDA call, each a Python object in this binding, while the
+        # launch callback already gets a wrapped launch's site from its wrapper.
+        self._external_correlation = external_correlation
         self._cupti: Any = None
         self._subscriber: int | None = None
         self._userdata: list = []  # kept alive for CUPTI's callback, as in NVIDIA's samples
@@ -110,7 +119,7 @@ class CuptiCollector:
                     cupti.enable_callback(1, self._subscriber, domain, cbid)
             # Buffers before kinds: records may be produced as soon as a kind is enabled.
             cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
-            for name in ACTIVITY_KINDS:
+            for name in ACTIVITY_KINDS + (API_KINDS if self._external_correlation else ()):
                 cupti.activity_enable(getattr(kinds, name))
                 self._enabled_kinds.append(int(getattr(kinds, name)))
         except Exception as exc:
@@ -145,9 +154,12 @@ class CuptiCollector:
                 "pip install 'cupti-python==13.0.*' 'nvidia-cuda-cupti==13.0.*')",
             )
 
-    def external_calls(self) -> tuple[Callable[[int], Any], Callable[[], Any]]:
+    def external_calls(self) -> tuple[Callable[[int], Any], Callable[[], Any]] | None:
         """push(id) and pop() of a CUPTI external correlation id on this thread (CUSTOM0): the
-        launch API calls made in between, and so their GPU records, are linked to `id`."""
+        launch API calls made in between, and so their GPU records, are linked to `id`. None
+        unless made with external_correlation=True."""
+        if not self._external_correlation:
+            return None
         cupti = self._cupti
         kind = int(cupti.ExternalCorrelationKind.CUSTOM0)
         return (

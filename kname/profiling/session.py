@@ -77,8 +77,9 @@ class ProfileSession:
                 return False
             _collecting = self
             external_calls = getattr(self.collector, "external_calls", None)
-            if external_calls is not None:
-                self.capture.tag_with(*external_calls())
+            calls = external_calls() if external_calls is not None else None
+            if calls is not None:
+                self.capture.tag_with(*calls)
             # From now on the launches kname wraps hand their site to the capture.
             callsite.use_site_calls(self.capture.site_calls)
             return True

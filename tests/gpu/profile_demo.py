@@ -17,14 +17,21 @@ profiling (the baseline), then profiled by kname's CUPTI collector, and prints:
         copies and sets are their own rows, the recorded streams replay to the same totals,
         the trace and the page parse;
     TIME ...                                    CPU time of the profiled loop against the baseline;
+    CHECK external-... / handover-...           the work again with wrapped launches tagged by
+        CUPTI external correlation ids: the tags arrive and name the same sites as the
+        launch callback did (TIME external-correlation: what tagging costs);
+    TIME <lib>: ...                             each library's step alone, unprofiled and
+        profiled, interleaved: the added CPU time per launch call;
+    CLI ... / CHECK cli-...                     `kname profile --json --trace --html -- python
+        this --cli-child` (KNAME_MODE=profile from start-up): its table, and its files;
     PROTON <marker> <line> <kname ns> <proton ns> <diff %>   after running the same work in a
         child process under Proton (triton.profiler, context="python"), per line;
     PROFILE DEMO PASSED | PROFILE DEMO FAILED (n)   and the exit status 0 | 1.
 
 Into OUT_DIR it writes profile_h200.json (the recorded launch and activity streams, for
 tests/data/: tests/test_profile_fixtures.py replays them without a GPU), profile.json (schema 2),
-trace.json (open in Perfetto), profile.html and proton.hatchet. A library that is not installed
-is skipped (`SKIP <lib>: <reason>`) and its lines are not expected.
+trace.json (open in Perfetto), profile.html, proton.hatchet and cli/ (the command's files). A
+library that is not installed is skipped (`SKIP <lib>: <reason>`) and its lines are not expected.
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ extern "C" __global__ void scale_raw(float* x, int n) {
 MARKER = re.compile(r"#\s*site:\s*(\S+)\s+(kernel|memcpy|memset|graph)\s*$")
 PROTON_FRAME = re.compile(r"^(?P<file>.+\.py):(?P<line>\d+)@(?P<function>.*)$")
 THIS_FILE = os.path.abspath(__file__)
+REPO = Path(THIS_FILE).parent.parent.parent
 
 
 # --- the work: each marked line is one call site ------------------------------------------
@@ -241,8 +249,9 @@ class Checks:
         self.failed += not ok
 
 
-def kname_phase(args, work: Workload, checks: Checks) -> dict[str, int]:
-    """Profile the work with kname; check and write everything; {line: gpu_ns} per marked line."""
+def kname_phase(args, work: Workload, checks: Checks) -> tuple[dict[int, int], dict[str, str]]:
+    """Profile the work with kname; check and write everything; {line: gpu_ns} per marked line
+    and {marker: site name}."""
     from kname.profiling.cupti_collector import binding_versions
     from kname.profiling.document import profile_document, render_json, validate
     from kname.profiling.join import replay
@@ -255,7 +264,7 @@ def kname_phase(args, work: Workload, checks: Checks) -> dict[str, int]:
     baseline = timed(work, args.iterations)
     if not session.start():
         checks.check("cupti-start", False, "the collector did not start (see the line above)")
-        return {}
+        return {}, {}
     profiled = timed(work, args.iterations)
     session.stop()
     document = validate(session.document(), "live")
@@ -322,7 +331,7 @@ def kname_phase(args, work: Workload, checks: Checks) -> dict[str, int]:
         f"iterations of {launches:.0f} launch calls: "
         f"{1e6 * (profiled - baseline) / max(len(streams.launches), 1):+.1f} us per launch call"
     )
-    return per_line
+    return per_line, expected
 
 
 def check_kind(checks: Checks, marker: str, kind: str, site: str, streams, iterations: int):
@@ -335,6 +344,149 @@ def check_kind(checks: Checks, marker: str, kind: str, site: str, streams, itera
     else:
         ok = bool(mine) and all(r.kind == kind for r in mine)
         checks.check(f"kind-{marker}", ok, f"kinds {sorted({r.kind for r in mine})}")
+
+
+def external_phase(args, work: Workload, checks: Checks, expected: dict[str, str]) -> None:
+    """The work again, with wrapped launches also tagged by CUPTI external correlation ids."""
+    import functools
+
+    from kname.profiling.cupti_collector import CuptiCollector
+    from kname.profiling.session import ProfileSession
+
+    tagging = functools.partial(CuptiCollector, external_correlation=True)
+    session = ProfileSession(keep_streams=True, collector=tagging)
+    baseline = timed(work, args.iterations)
+    if not session.start():
+        checks.check("external-start", False, "the collector did not start (see the line above)")
+        return
+    profiled = timed(work, args.iterations)
+    session.stop()
+    streams = session.streams()
+    document = session.document()
+    checks.check(
+        "external-nothing-unattributed",
+        document["unattributed"]["launches"] == 0,
+        json.dumps(document["unattributed"])[:300],
+    )
+    check_handover(checks, work, streams, expected)
+    print(
+        f"TIME external-correlation baseline {baseline:.4f} s, profiled {profiled:.4f} s: "
+        f"{1e6 * (profiled - baseline) / max(len(streams.launches), 1):+.1f} us per launch call "
+        f"({len(streams.externals)} external correlations)"
+    )
+
+
+def library_times(args, work: Workload) -> None:
+    """TIME <lib>: each library's step alone, unprofiled and profiled, interleaved (medians)."""
+    import statistics
+
+    from kname.profiling.session import ProfileSession
+
+    for lib, _setup, step in LIBRARIES:
+        if step is None or lib not in work.states:
+            continue
+        state = work.states[lib]
+        unprofiled, profiled, calls, records = [], [], 0, 0
+        for _ in range(5):
+            step(state)  # the sites were built anew when the last session stopped: not timed
+            synchronize()
+            unprofiled.append(timed_step(step, state, args.iterations))
+            session = ProfileSession()
+            session.start()
+            step(state)  # every site built anew for the session: not timed
+            synchronize()
+            launches, gpu = session.join.launch_count, session.join.record_count
+            profiled.append(timed_step(step, state, args.iterations))
+            session.stop()
+            calls = session.join.launch_count - launches
+            records = session.join.record_count - gpu
+        before, after = statistics.median(unprofiled), statistics.median(profiled)
+        per_step = 1e6 / args.iterations
+        print(
+            f"TIME {lib}: {per_step * before:.1f} us per step unprofiled, "
+            f"{per_step * after:.1f} us profiled; {calls / args.iterations:.0f} launch calls and "
+            f"{records / args.iterations:.0f} GPU records per step: "
+            f"{1e6 * (after - before) / max(calls, 1):+.2f} us per launch call"
+        )
+
+
+def timed_step(step, state, iterations: int) -> float:
+    start = time.perf_counter()
+    for _ in range(iterations):
+        step(state)
+    synchronize()
+    return time.perf_counter() - start
+
+
+def cli_phase(args, work: Workload, checks: Checks) -> None:
+    """`kname profile --json --trace --html -- python this --cli-child`: the command's outputs."""
+    out = Path(args.out or ".") / "cli"
+    out.mkdir(parents=True, exist_ok=True)
+    names = {"json": "profile.json", "trace": "trace.json", "html": "profile.html"}
+    files = {kind: out / name for kind, name in names.items()}
+    for path in files.values():
+        path.unlink(missing_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KNAME")}
+    # The checkout is not installed: its sitecustomize example starts kname in the child.
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "sitecustomize_example"), str(REPO)])
+    env["KNAME_SKIP"] = os.environ.get("KNAME_SKIP", "torch")
+    command = [
+        sys.executable, "-m", "kname", "profile", *(f"--{k}={v}" for k, v in files.items()),
+        "--top", "40", "--", sys.executable, THIS_FILE, "--cli-child",
+        "--iterations", str(args.iterations),
+    ]  # fmt: skip
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    table = [line for line in done.stderr.splitlines() if not line.startswith("kname: ")]
+    print("CLI " + "\nCLI ".join(table[:40]))
+    checks.check("cli-ran", done.returncode == 0, done.stderr[-2000:])
+    checks.check("cli-table", any(line.startswith("kname profile: ") for line in table), "")
+    from kname.profiling.document import load
+
+    try:
+        document = load(str(files["json"]))
+    except Exception as exc:
+        checks.check("cli-json", False, str(exc))
+        return
+    checks.check("cli-json", document["unattributed"]["launches"] == 0, "unattributed records")
+    names = [site["name"] for site in document["sites"]]
+    for marker, (line, _kind) in work.markers().items():
+        found = [n for n in names if n.endswith(f"profile_demo.py:{line}")]
+        checks.check(f"cli-line-{marker}", len(found) == 1, f"line {line}: {found}")
+    try:
+        events = json.loads(files["trace"].read_text())["traceEvents"]
+        checks.check("cli-trace", any(e["ph"] == "X" for e in events), "no complete events")
+    except Exception as exc:
+        checks.check("cli-trace", False, str(exc))
+    html = files["html"].read_text() if files["html"].exists() else ""
+    checks.check("cli-html", "<svg" in html, "no page or no chart")
+
+
+def cli_child(iterations: int) -> int:
+    """The program `kname profile` runs in cli_phase: the work, under KNAME_MODE=profile."""
+    work = Workload()
+    work.run(iterations)
+    return work.failed
+
+
+def check_handover(checks: Checks, work: Workload, streams, expected: dict[str, str]) -> None:
+    """Launches kname wraps handed their site over: CUPTI linked their API calls to it, and the
+    link names the same site as the launch callback did."""
+    if "numba" not in work.states:
+        print("SKIP handover: numba (a library kname wraps) is not installed")
+        return
+    by_id = {launch.correlation_id: launch.site for launch in streams.launches}
+    linked = {link.correlation_id: streams.external_sites.get(link.external_id)
+              for link in streams.externals}  # fmt: skip
+    checks.check(
+        "handover-external-ids",
+        expected.get("numba-a") in linked.values() and expected.get("numba-b") in linked.values(),
+        f"{len(streams.externals)} external correlations, sites {sorted(set(linked.values()))}",
+    )
+    disagree = {cid: (site, by_id[cid]) for cid, site in linked.items()
+                if cid in by_id and by_id[cid] != site}  # fmt: skip
+    checks.check(
+        "handover-agrees", not disagree, f"{len(disagree)} differ: {list(disagree.items())[:3]}"
+    )
 
 
 def _sites(document) -> dict:
@@ -469,15 +621,24 @@ def main() -> int:
     parser.add_argument("--tolerance", type=float, default=2.0, help="percent, per line")
     parser.add_argument("--no-proton", action="store_true")
     parser.add_argument("--no-install", action="store_true", help="no kname launch wrappers")
+    parser.add_argument("--no-cli", action="store_true", help="no `kname profile` run")
     parser.add_argument("--proton-child", metavar="NAME", help=argparse.SUPPRESS)
+    parser.add_argument("--cli-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.proton_child:
         return proton_child(args.proton_child, args.iterations)
+    if args.cli_child:
+        return cli_child(args.iterations)
     start_kname(args.no_install)
     work = Workload()
     checks = Checks()
     checks.failed += work.failed
-    per_line = kname_phase(args, work, checks)
+    per_line, expected = kname_phase(args, work, checks)
+    if not args.no_install:
+        external_phase(args, work, checks, expected)
+    library_times(args, work)
+    if not args.no_cli:
+        cli_phase(args, work, checks)
     if not args.no_proton and "triton" in sys.modules:
         proton_phase(args, work, per_line, checks)
     elif not args.no_proton:

@@ -376,3 +376,20 @@ def test_under_an_nvtx_tool_each_wrapped_launch_keeps_its_range(tmp_path, inject
     assert f"{wrapped}  " in done.stderr  # the hand-over named the GPU time after the line
     captured = read_capture(log)
     assert captured.ranges("kname") == [wrapped] * 3 and captured.balanced()
+
+
+def test_a_forked_child_launches_as_if_nothing_were_profiling(fakelib) -> None:
+    from kname import callsite
+
+    with kname.profile() as profile:
+        fakelib.launch("axpy", 1_000)
+        reader, writer = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: no session collects, its sites are plain ones
+            handed_over = [s for s in callsite.sites.values() if s.lib == "fakelib"]
+            plain = callsite._site_calls is None and not handed_over
+            os.write(writer, b"plain" if plain else b"not")
+            os._exit(0)
+        os.waitpid(pid, 0)
+        assert os.read(reader, 16) == b"plain"
+        assert profile.collecting  # the parent goes on collecting

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from kname import callsite
+from kname._locks import new_lock, reset_in_child
 from kname._warnings import warn_once
 from kname.census_file import write_atomically
 from kname.profiling.capture import LaunchCapture
@@ -38,7 +39,18 @@ from kname.profiling.trace import trace_json
 Collector = Any  # start() -> bool, stop(), started: bool (CuptiCollector or a stand-in)
 
 _collecting: ProfileSession | None = None  # the session CUPTI feeds in this process
-_collecting_lock = threading.Lock()
+_collecting_lock = new_lock()
+
+
+def _nothing_collects_in_a_child() -> None:
+    """A forked child's launches are plain again: CUPTI does not follow the fork."""
+    global _collecting
+    if _collecting is not None:
+        _collecting = None
+        callsite.use_site_calls(None)
+
+
+reset_in_child(_nothing_collects_in_a_child)
 
 
 class ProfileSession:

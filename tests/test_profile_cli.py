@@ -33,7 +33,7 @@ def test_profile_sets_the_mode_and_its_outputs_and_passes_the_exit_code(
     assert result.stdout.strip() == "True|1|profile|p.json|t.json|p.html|7|mypkg.ops|2"
 
 
-def test_profile_without_cupti_says_so_in_one_line_and_names_launches(
+def test_profile_without_a_gpu_says_so_in_one_line_and_names_launches(
     kname_venv: Venv, tmp_path: Path
 ) -> None:
     (tmp_path / "app.py").write_text(
@@ -45,8 +45,10 @@ def test_profile_without_cupti_says_so_in_one_line_and_names_launches(
     )  # fmt: skip
     assert result.returncode == 6
     lines = result.stderr.splitlines()
-    assert len(lines) == 1 and "the CUPTI binding cannot be imported" in lines[0], lines
-    assert "GPU times are not collected in this run; launches are still named" in lines[0]
+    # The binding missing, or (with it installed, as CI has it) CUPTI without a driver.
+    assert len(lines) == 1 and lines[0].startswith("kname: profile: "), lines
+    assert "binding cannot be imported" in lines[0] or "CUPTI could not be started" in lines[0]
+    assert lines[0].endswith("GPU times are not collected in this run; launches are still named")
     loop = f"main app.py:{line_of(APP, 'loop-line')}"
     assert f"'{loop}': 2" in result.stdout
     assert not (tmp_path / "p.json").exists()

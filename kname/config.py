@@ -23,6 +23,8 @@ MAX_DEPTH = 16
 DEFAULT_TOP = 20  # call sites in the table `kname profile` prints at exit
 # KNAME_MODE=profile's outputs besides KNAME_REPORT (its JSON) -> the Config field each sets.
 PROFILE_OUTPUTS = {"KNAME_PROFILE_TRACE": "trace", "KNAME_PROFILE_HTML": "html"}
+# Longer call-site names are cut to this many characters, ending in a digest of the whole name.
+MAX_NAME_LENGTH = 1024
 
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 _USER_TARGET = re.compile(rf"^({_DOTTED}):({_DOTTED})$")
@@ -107,6 +109,9 @@ def format_problem(template: str) -> str | None:
         return f"KNAME_FORMAT={template!r} cannot be rendered ({_printable(exc)})"
     if not rendered.strip():
         return f"KNAME_FORMAT={template!r} renders an empty name"
+    if len(rendered) > MAX_NAME_LENGTH:
+        shown = f"{template[:60]!r}{'...' if len(template) > 60 else ''}"  # one short line
+        return f"KNAME_FORMAT={shown} renders names of over {MAX_NAME_LENGTH} characters"
     return None
 
 

@@ -13,10 +13,16 @@ import sys
 from dataclasses import dataclass
 from types import FrameType
 
+from kname._warnings import warn_once
+from kname.config import MAX_NAME_LENGTH
 from kname.paths import short_path
 
 MAX_IDENTIFIER = 200
 CALLER_SEPARATOR = " < "
+NO_USER_FRAME = "<no user frame>"
+# A cut name ends in " ..." and a digest of the whole name, which keeps long names apart.
+_DIGEST = 10
+_CUT_HEAD = MAX_NAME_LENGTH - len(" ...") - _DIGEST
 
 _NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]+")
 _roots: tuple[str, ...] | None = None
@@ -48,12 +54,36 @@ def frame_facts(frame: FrameType) -> FrameFacts:
 
 
 def display_name(template: str, kernel: str, lib: str, frames: list[FrameFacts]) -> str:
-    """The name shown in the profiler: the template for the call site, then its callers."""
-    first = _render(template, kernel, lib, frames[0])
-    callers = [f"{f.function} {f.path}:{f.line}" for f in frames[1:]]
-    name = CALLER_SEPARATOR.join([first, *callers])
+    """The name shown in the profiler: the call site, then its callers, each by the template.
+
+    At most MAX_NAME_LENGTH characters: a longer name is cut, and said once.
+    """
+    name = CALLER_SEPARATOR.join(_render(template, kernel, lib, frame) for frame in frames)
     # File names may hold lone surrogates (undecodable bytes); NVTX needs valid UTF-8.
-    return name.encode("utf-8", "replace").decode("utf-8")
+    return _cut(name.encode("utf-8", "replace").decode("utf-8"))
+
+
+def kernel_only_name(kernel: str) -> str:
+    """The name of a launch with no user frame on its stack (a kernel run as a thread's target)."""
+    return _cut(f"{kernel} {NO_USER_FRAME}".strip().encode("utf-8", "replace").decode("utf-8"))
+
+
+def kernel_label(kernel: object) -> str:
+    """A kernel's name from the kernel object itself (for `site_name(kernel=...)`), or the text.
+
+    The name of the function it was made from (numba-cuda, numba's simulator, Triton, cupyx.jit),
+    else its `name` (CuPy), else its own or its type's name. Never raises.
+    """
+    if isinstance(kernel, str):
+        return kernel
+    for attribute in ("py_func", "fn", "_func"):
+        name = _name_of(_attribute(kernel, attribute))
+        if name:
+            return name
+    name = _attribute(kernel, "name")
+    if isinstance(name, str) and name:
+        return name
+    return _name_of(kernel) or type(kernel).__qualname__
 
 
 def identifier_name(kernel: str, frame: FrameFacts) -> str:
@@ -99,6 +129,30 @@ def _render(template: str, kernel: str, lib: str, frame: FrameFacts) -> str:
         line=frame.line,
         lib=lib,
     )
+
+
+def _cut(name: str) -> str:
+    if len(name) <= MAX_NAME_LENGTH:
+        return name
+    warn_once(
+        "name-length",
+        f"a call-site name was longer than {MAX_NAME_LENGTH} characters (see KNAME_FORMAT and "
+        f"KNAME_DEPTH); such names are cut to {MAX_NAME_LENGTH}, ending in a digest of the whole",
+    )
+    digest = hashlib.sha1(name.encode("utf-8")).hexdigest()[:_DIGEST]
+    return f"{name[:_CUT_HEAD]} ...{digest}"
+
+
+def _attribute(thing: object, attribute: str) -> object:
+    try:
+        return getattr(thing, attribute, None)
+    except Exception:  # a __getattr__ that queries a driver (PyCUDA's Function) may fail
+        return None
+
+
+def _name_of(function: object) -> str | None:
+    name = _attribute(function, "__qualname__") or _attribute(function, "__name__")
+    return name if isinstance(name, str) and name else None
 
 
 def _identifier_piece(text: str) -> str:

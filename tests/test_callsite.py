@@ -263,6 +263,13 @@ def test_depth_2_names_the_caller_too(user: Sandbox) -> None:
     }
 
 
+def test_depth_2_callers_follow_kname_format_too(user: Sandbox) -> None:
+    user.install(depth="2", format="{function}:{line}")
+    user.load("user_mod").outer()
+    inner, outer = user.line("user_mod", "L:inner"), user.line("user_mod", "L:outer")
+    assert kname.names() == {f"inner:{inner} < outer:{outer}": 1}
+
+
 def test_depth_2_does_not_reuse_a_site_seen_with_fewer_callers(user: Sandbox) -> None:
     user.install(depth="2")
     module = user.load("user_mod")

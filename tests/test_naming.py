@@ -12,7 +12,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from kname import naming
-from kname.config import DEFAULT_FORMAT
+from kname.config import DEFAULT_FORMAT, FORMAT_FIELDS, MAX_NAME_LENGTH, format_problem
 from kname.naming import (
     CALLER_SEPARATOR,
     MAX_IDENTIFIER,
@@ -61,13 +61,16 @@ def test_a_custom_template_renders_every_field(template: str, expected: str) -> 
     assert display_name(template, "axpy", "numba", [STEP]) == expected
 
 
-def test_deeper_frames_follow_as_callers_in_the_fixed_form() -> None:
+def test_deeper_frames_follow_as_callers_each_rendered_by_the_template() -> None:
     name = display_name("{kernel} {file}:{line}", "axpy", "numba", [STEP, TRAIN, MAIN])
     assert name.split(CALLER_SEPARATOR) == [
-        "axpy solver.py:42",  # the template applies to the call site only
-        "train mymodel/train.py:10",
-        "<module> run.py:3",
+        "axpy solver.py:42",
+        "axpy train.py:10",
+        "axpy run.py:3",
     ]
+    assert display_name("{function}:{line}", "axpy", "numba", [STEP, MAIN]) == (
+        "Solver.step:42 < <module>:3"
+    )
 
 
 def test_display_name_of_one_frame_has_no_caller_separator() -> None:
@@ -101,6 +104,128 @@ def test_frame_facts_of_code_without_a_module_name_says_question_mark() -> None:
     got = frame_facts(namespace["f"]())
     assert got.module == "?"
     assert got.path == "<string>"
+
+
+# --------------------------------------------------------------------------
+# The length of a name
+# --------------------------------------------------------------------------
+
+CUT = re.compile(r" \.\.\.[0-9a-f]{10}$")
+
+
+def full_name(template: str, kernel: str, lib: str, frames: list[FrameFacts]) -> str:
+    """What display_name renders before any cut: each frame by the template, joined."""
+    return CALLER_SEPARATOR.join(
+        template.format(kernel=kernel, lib=lib, line=f.line, function=f.function, path=f.path,
+                        module=f.module, file=f.file)
+        for f in frames
+    )  # fmt: skip
+
+
+def test_a_name_over_the_limit_is_cut_with_a_digest_and_said_once(capsys) -> None:
+    template = "{line:>999}" * 11_000  # the template of the report: 11 MB per name
+    for line in (1, 2):
+        name = display_name(template, "axpy", "numba", [facts(line=line)])
+        assert len(name) == MAX_NAME_LENGTH
+        assert CUT.search(name), name[-20:]
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and str(MAX_NAME_LENGTH) in err[0], err
+
+
+def test_a_template_whose_names_are_all_over_the_limit_is_refused_in_one_short_line() -> None:
+    problem = format_problem("{line:>999}" * 11_000)
+    assert problem is not None and f"over {MAX_NAME_LENGTH} characters" in problem
+    assert len(problem) < 300 and "\n" not in problem
+    assert format_problem("{line:>999}") is None
+
+
+specs = st.one_of(
+    st.just(""),
+    st.builds("{}{}".format, st.sampled_from(["", "<", ">", "^"]), st.integers(0, 999)),
+)
+pieces = st.one_of(
+    st.builds(lambda name, spec: "{" + name + (":" + spec if spec else "") + "}",
+              st.sampled_from(FORMAT_FIELDS), specs),
+    st.text(alphabet=st.characters(blacklist_characters="{}"), max_size=30),
+)  # fmt: skip
+templates = st.lists(pieces, min_size=1, max_size=40).map("".join)
+frame_facts_lists = st.lists(
+    st.builds(FrameFacts, st.text(max_size=60), st.text(max_size=200), st.text(max_size=40),
+              st.text(max_size=40), st.integers(0, 10**6)),
+    min_size=1, max_size=16,
+)  # fmt: skip
+
+
+@PROPERTY
+@given(templates, st.text(max_size=300), frame_facts_lists)
+def test_a_name_is_never_longer_than_the_limit_and_short_ones_are_left_whole(
+    template, kernel, frames
+) -> None:
+    full = full_name(template, kernel, "numba", frames).encode("utf-8", "replace").decode()
+    name = display_name(template, kernel, "numba", frames)
+    assert len(name) <= MAX_NAME_LENGTH
+    if len(full) <= MAX_NAME_LENGTH:
+        assert name == full
+    else:
+        assert CUT.search(name)
+        head = CUT.split(name)[0]
+        assert full.startswith(head) and len(head) > MAX_NAME_LENGTH - 20
+
+
+@PROPERTY
+@given(st.integers(0, 10**6), st.integers(0, 10**6), st.integers(1, 30))
+def test_two_long_names_that_differ_only_past_the_limit_stay_apart(line_a, line_b, repeat) -> None:
+    assume(line_a != line_b)
+    template = "{path}" + "-" * MAX_NAME_LENGTH + "{line}" * repeat
+    a = display_name(template, "k", "numba", [facts(line=line_a)])
+    b = display_name(template, "k", "numba", [facts(line=line_b)])
+    assert len(a) == len(b) == MAX_NAME_LENGTH
+    assert a != b
+
+
+# --------------------------------------------------------------------------
+# kernel_label: site_name(kernel=<object>)
+# --------------------------------------------------------------------------
+
+
+class PyFuncKernel:  # as numba-cuda's dispatcher
+    def __init__(self, function):
+        self.py_func = function
+
+
+class FnKernel:  # as numba's simulator kernel and Triton's JITFunction
+    def __init__(self, function):
+        self.fn = function
+
+
+class NamedKernel:  # as CuPy's RawKernel
+    name = "my_raw_kernel"
+
+
+class Fussy:  # answers every unknown attribute, as PyCUDA's Function does, by failing
+    def __getattr__(self, name):
+        raise RuntimeError(f"driver query {name} failed")
+
+
+def axpy():
+    pass
+
+
+@pytest.mark.parametrize(
+    ("kernel", "expected"),
+    [
+        ("axpy", "axpy"),
+        (PyFuncKernel(axpy), "axpy"),
+        (FnKernel(axpy), "axpy"),
+        (NamedKernel(), "my_raw_kernel"),
+        (axpy, "axpy"),
+        (Fussy(), "Fussy"),
+        (3, "int"),
+    ],
+    ids=["text", "numba", "simulator", "cupy", "function", "fussy", "other"],
+)
+def test_kernel_label_names_a_kernel_object_by_its_function(kernel, expected) -> None:
+    assert naming.kernel_label(kernel) == expected
 
 
 # --------------------------------------------------------------------------

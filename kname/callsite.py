@@ -6,16 +6,21 @@ frames, classifying code objects, building names and NVTX attributes.
 
 Code objects are never hashed: CPython hashes code by value, on every look-up (0.5 µs for a small
 module, 10 µs for one of 300 functions). Keys use id(code), and each cache entry holds the code
-object, so an id cannot be reused while its entry exists.
+object, so an id cannot be reused while its entry exists. Kernels are keyed by id too, but a site
+never keeps its kernel alive (a kernel may hold gigabytes): a weak reference takes the kernel's
+sites out of the cache when it is freed, before its id can be reused.
 """
 
 from __future__ import annotations
 
-import contextlib
+import collections
+import functools
 import itertools
 import os
 import re
 import sys
+import sysconfig
+import weakref
 from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
@@ -27,6 +32,17 @@ from kname.config import DEFAULT_FORMAT
 
 MAX_SITES = 100_000
 MAX_CODES = 200_000
+# Launch counts are kept per name (see launch_counts), the names of evicted sites' too; past this
+# many names, new names are counted together under ranges.OVERFLOW_NAME.
+MAX_COUNTED = 2 * MAX_SITES
+# A kernel that cannot be weakly referenced (CuPy's Cython kernel classes) is kept alive while it
+# has cached sites, so that its id cannot be reused under them: at most this many such kernels.
+MAX_HELD_KERNELS = 1000
+# Stale entries the eviction queue may hold (sites gone with their kernel) before it is compacted.
+QUEUE_SLACK = 64
+
+UNNAMED = "<unnamed: kname error>"
+AT_RECURSION_LIMIT = "kname: recursion limit reached"
 
 # Frames of these modules are never the call site: kname and wrapt, and the stdlib helpers that
 # sit between a user's line and a launch. install() adds the GPU libraries' packages (each
@@ -37,55 +53,87 @@ CORE_LIBRARY_MODULES = (
 )  # fmt: skip
 
 _KNAME_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_STDLIB_DIRS = tuple(
+    {os.path.dirname(os.__file__) + os.sep, sysconfig.get_paths()["stdlib"] + os.sep}
+)
 
-USER, LIBRARY, WRAPPER = 0, 1, 2
+# How a code object's frames count in the walk. USER: a call site. LIBRARY: passed over, but
+# names a launch that has no user frame at all (a library's own code). PLUMBING: passed over,
+# and never a name (the standard library, kname, wrapt). WRAPPER: kname's own launch wrapper.
+USER, LIBRARY, WRAPPER, PLUMBING = 0, 1, 2, 3
+
+# Key prefixes of sites named other than by user frames: never equal to a launch's fast key.
+_LIBRARY_SITE = "library frame"
+_KERNEL_SITE = "no user frame"
 
 
 class Site:
     """Everything a launch from one call site needs, built once."""
 
     __slots__ = (
-        "attributes", "code", "counter", "identifier", "kernel", "launch", "lib", "name", "order",
-        "pop", "push",
+        "attributes", "code", "counter", "identifier", "kernel", "launch", "lib", "name", "pop",
+        "push",
     )  # fmt: skip
 
-    def __init__(self, name, identifier, kernel, lib, attributes, code, order):
+    def __init__(self, name, identifier, kernel, lib, attributes, code, counter):
         self.name = name  # the display name, as the profiler shows it
         self.identifier = identifier  # identifier-safe form, for renamed kernels
-        self.kernel = kernel  # the kernel's name
+        self.kernel = kernel  # the kernel's name (never the kernel: a site must not keep it)
         self.lib = lib
         self.attributes = attributes  # prebuilt NVTX attributes, None when none are emitted
         self.push = self.pop = None  # bound NVTX calls, None when no range is emitted
         if attributes is not None:
             self.push, self.pop = ranges.range_calls(attributes)
         self.code = code  # keeps the keyed code objects (and so their ids) alive
-        self.counter = itertools.count()  # next() is atomic: no lost counts across threads
-        self.order = order  # first-seen order, for the census
+        # Shared by every site of this name (launch_counts): next() is atomic, so no count is
+        # lost across threads, nor when the site leaves the cache while a launch still holds it.
+        self.counter = counter
         self.launch = None  # KNAME_MODE=rename: launches the site's renamed kernel instead
         if _site_calls is not None:  # kname profile: the launch also hands its site over
             self.push, self.pop = _site_calls(self)
 
     def launches(self) -> int:
-        """How many launches this site has counted."""
-        # itertools.count shows its next value only in its repr.
-        return int(repr(self.counter)[6:-1])
+        """How many launches were counted under this site's name (by any site of that name)."""
+        return _value(self.counter)
 
 
 sites: dict[tuple, Site] = {}
-# Counts of sites no longer cached (evicted, or built under earlier rules): (name, kernel, lib).
-retired_launches: dict[tuple[str, str, str], int] = {}
+# Launches per (name, kernel, library), in first-seen order. Kept apart from the sites so that
+# nothing is lost when a site leaves the cache: evicted, its kernel freed, or the rules changed.
+launch_counts: dict[tuple[str, str, str], itertools.count] = {}
+# Launches that ran unnamed at the recursion limit, counted apart: counting one takes no call.
+_at_recursion_limit = itertools.count()
 
 _lock = new_lock(reentrant=True)
 _kinds: dict[int, int] = {}
 _codes: dict[int, CodeType] = {}
 _wrapper_code_ids: set[int] = set()
+# (key, site) in the order the sites were cached: eviction pops the oldest in O(1). An entry whose
+# site is no longer cached under its key is stale, skipped once.
+_queue: collections.deque[tuple[tuple, Site]] = collections.deque()
+_kernels: dict[int, _KernelSites] = {}  # id(kernel) -> its cached sites
+# ids of the kernels kept alive (no weak references), oldest first
+_held: collections.OrderedDict[int, None] = collections.OrderedDict()
 _skip: tuple[str, ...] = ()
 _library_modules = CORE_LIBRARY_MODULES
 _template = DEFAULT_FORMAT
 _depth = 1
 _emit_nvtx = True
-_order = itertools.count()
 _site_calls: Callable[[Site], tuple[Any, Any]] | None = None
+
+
+class _KernelSites:
+    """The keys of the cached sites of one kernel, and how kname learns that the kernel died."""
+
+    __slots__ = ("held", "keys", "ref")
+
+    def __init__(self, kernel: Any) -> None:
+        self.keys: set[tuple] = set()
+        try:
+            self.ref: Any = weakref.ref(kernel, functools.partial(_kernel_freed, id(kernel)))
+            self.held = False
+        except TypeError:  # no weak references: kept alive while it has sites (bounded)
+            self.ref, self.held = kernel, True
 
 
 def configure(
@@ -96,7 +144,7 @@ def configure(
     library_modules: tuple[str, ...] = (),
 ) -> None:
     """Set the rules (no arguments: the defaults); forget every decision and site made under the
-    old ones, but keep their launch counts (by name, as the cache's evicted sites are kept)."""
+    old ones, but keep their launch counts."""
     global _skip, _library_modules, _library_path, _template, _depth, _emit_nvtx
     with _lock:
         _skip, _template, _depth, _emit_nvtx = tuple(skip), template, depth, emit_nvtx
@@ -104,9 +152,7 @@ def configure(
         _library_path = _library_path_pattern(_library_modules)
         _kinds.clear()
         _codes.clear()
-        for site in list(sites.values()):
-            _retire(site)
-        sites.clear()
+        _forget_sites()
 
 
 def use_site_calls(factory: Callable[[Site], tuple[Any, Any]] | None = None) -> None:
@@ -119,18 +165,26 @@ def use_site_calls(factory: Callable[[Site], tuple[Any, Any]] | None = None) -> 
     global _site_calls
     with _lock:
         _site_calls = factory
-        for site in list(sites.values()):
-            _retire(site)
-        sites.clear()
+        _forget_sites()
 
 
 def clear() -> None:
-    """Forget cached code classifications and call sites (and their counts)."""
+    """Forget cached code classifications and call sites, and their counts."""
+    global _at_recursion_limit
     with _lock:
+        _at_recursion_limit = itertools.count()
         _kinds.clear()
         _codes.clear()
-        sites.clear()
-        retired_launches.clear()
+        _forget_sites()
+        launch_counts.clear()
+
+
+def counts() -> dict[tuple[str, str, str], int]:
+    """Launches per (name, kernel, library) so far, in first-seen order; none left out."""
+    # list() copies in one step under the GIL while other threads may add names.
+    rows = {key: _value(counter) for key, counter in list(launch_counts.items())}
+    rows[(AT_RECURSION_LIMIT, "", "")] = _value(_at_recursion_limit)
+    return {key: launches for key, launches in rows.items() if launches}
 
 
 def register_wrapper_code(code: CodeType) -> None:
@@ -152,45 +206,49 @@ def resolve(
     Walks past library frames to the first user frame (or `depth` of them), then looks the key
     up again and builds the site on a miss (with `rename(kernel, site)` as its `launch`).
     `kernel_name` may be a function of the kernel: it is then asked only when a site is built.
+    `kernel_key` is `id(kernel)` (the site then lives only as long as the kernel) or a value.
     """
-    user_frames, outermost_library = _walk(frame, _depth)
+    user_frames, library_frame = _walk(frame, _depth)
     if user_frames is None:
         return None
-    site_frames = user_frames or [outermost_library]
-    key = _key(site_frames, kernel_key)
+    key, site_frames = _site_key(user_frames, library_frame, kernel_key)
     site = sites.get(key)
     if site is None:
         if callable(kernel_name):
             kernel_name = kernel_name(kernel)
-        site = _build(key, site_frames, kernel, kernel_name, lib, rename)
+        site = _build(key, site_frames, kernel, kernel_key, kernel_name, lib, rename)
     return site
 
 
-def pass_through(frame: FrameType, kernel: Any) -> None:
-    """After a fault in kname at a launch from `frame`: launches of `kernel` from that line run
-    from now on as if kname were off, still counted (by a new counter if the old one failed).
+def pass_through(
+    frame: FrameType, kernel: Any, site: Site | None, exc: BaseException, where: str
+) -> None:
+    """After kname failed (while `where`) at a launch of `kernel` from `frame`: count the
+    launch, say so once, and from then on launch from its call site as if kname were off.
 
-    Never raises. Keyed as the launch wrapper's fast path looks sites up, so nothing is retried.
+    `site` is the site the launch had found (it was counted then), or None; `kernel` is None if
+    even the kernel is unknown. Only the launch's own call site gives up, never a library line
+    that others call through. At the recursion limit nothing gives up: a launch from higher up
+    is named. Never raises. The launch wrapper calls this from its error path only.
     """
-    with contextlib.suppress(Exception), _lock:
-        key = (id(frame.f_code), frame.f_lasti, id(kernel))
-        site = sites.get(key)
-        if site is None:
-            alive = ((frame.f_code,), kernel)
-            site = Site("<unnamed: kname error>", "", "", "", None, alive, next(_order))
-            if len(sites) >= MAX_SITES:
-                _evict_oldest()
-            sites[key] = site
-        site.push = site.pop = site.launch = None
-        if type(site.counter) is not itertools.count:
-            site.counter = itertools.count()
+    try:
+        if isinstance(exc, RecursionError):
+            # Counted here and at once: at the limit there may be no room for another call.
+            if site is None or type(site.counter) is not itertools.count:
+                next(_at_recursion_limit)
+            _say_recursion_limit()
+        else:
+            report_fault(where, exc)
+            _give_up(frame, kernel, site)
+    except Exception:  # at the recursion limit even this may fail: the launch must still run
+        pass
 
 
 def kind_of(code: CodeType, module: object) -> int:
-    """USER, LIBRARY or WRAPPER for `code`, decided once per code object."""
+    """USER, LIBRARY or PLUMBING for `code`, decided once per code object."""
     kind = _kinds.get(id(code))
     if kind is None:
-        kind = LIBRARY if _is_library(code.co_filename, module) else USER
+        kind = _judge(code.co_filename, module)
         with _lock:
             if len(_kinds) >= MAX_CODES:
                 _kinds.clear()
@@ -202,38 +260,44 @@ def kind_of(code: CodeType, module: object) -> int:
     return kind
 
 
-def site_name(depth: int = 1, kernel: str = "") -> str:
+def site_name(depth: int = 1, kernel: Any = "") -> str:
     """The name a launch made from the line calling this would get (for custom launchers).
 
     Frames of library code and KNAME_SKIP modules are passed over, as for a launch: called from
-    a launch helper listed in KNAME_SKIP, it names the helper's caller.
+    a launch helper listed in KNAME_SKIP, it names the helper's caller. `kernel` is the kernel's
+    name, or the kernel object itself.
     """
     frame = sys._getframe(1)
-    user_frames, outermost_library = _walk(frame, max(1, int(depth)), stop_at_wrapper=False)
-    site_frames = user_frames or [outermost_library or frame]
-    key = _key(site_frames, ("site_name", kernel))
+    label = naming.kernel_label(kernel)
+    user_frames, library_frame = _walk(frame, max(1, int(depth)), stop_at_wrapper=False)
+    key, site_frames = _site_key(user_frames or [], library_frame, ("site_name", label))
     site = sites.get(key)
     if site is None:
-        site = _build(key, site_frames, kernel, kernel, "python")
+        site = _build(key, site_frames, None, None, label, "python")
     return site.name
 
 
 def _walk(
-    frame: FrameType | None, depth: int, stop_at_wrapper: bool = True
+    frame: FrameType | None, depth: int, stop_at_wrapper: bool = True, judge: Any = None
 ) -> tuple[list[FrameType] | None, FrameType | None]:
+    """Up to `depth` user frames from `frame` outwards, and the outermost LIBRARY frame seen
+    before the first of them; (None, None) for a launch nested in another kname launch."""
+    judge = kind_of if judge is None else judge  # looked up now: tests replace kind_of
     user_frames: list[FrameType] = []
-    outermost_library = None
+    library_frame = None
     while frame is not None and len(user_frames) < depth:
         code = frame.f_code
         if id(code) in _wrapper_code_ids:
             if stop_at_wrapper and not user_frames:
                 return None, None  # inside another kname launch: the outer one names it
-        elif kind_of(code, frame.f_globals.get("__name__")) == USER:
-            user_frames.append(frame)
-        elif not user_frames:
-            outermost_library = frame
+        else:
+            kind = judge(code, frame.f_globals.get("__name__"))
+            if kind == USER:
+                user_frames.append(frame)
+            elif kind == LIBRARY and not user_frames:
+                library_frame = frame
         frame = frame.f_back
-    return user_frames, outermost_library
+    return user_frames, library_frame
 
 
 def _library_path_pattern(modules: tuple[str, ...]) -> re.Pattern[str]:
@@ -244,11 +308,23 @@ def _library_path_pattern(modules: tuple[str, ...]) -> re.Pattern[str]:
 _library_path = _library_path_pattern(_library_modules)
 
 
-def _is_library(filename: str, module: object) -> bool:
+def _judge(filename: str, module: object) -> int:
     if isinstance(module, str):
-        return _matches(module, _library_modules) or _matches(module, _skip)
+        if _matches(module, CORE_LIBRARY_MODULES) or _is_stdlib(module, filename):
+            return PLUMBING
+        return LIBRARY if _matches(module, _library_modules) or _matches(module, _skip) else USER
     # No module name (code run by exec with bare globals): judge by where the file lives.
-    return filename.startswith(_KNAME_DIR) or bool(_library_path.search(filename))
+    if filename.startswith(_KNAME_DIR):
+        return PLUMBING
+    return LIBRARY if _library_path.search(filename) else USER
+
+
+def _is_stdlib(module: str, filename: str) -> bool:
+    """A module of the standard library, where the standard library lives (a user's own module
+    named `test` or `code` is not)."""
+    if module.partition(".")[0] not in sys.stdlib_module_names:
+        return False
+    return filename.startswith(_STDLIB_DIRS) or filename.startswith("<frozen ")
 
 
 def _matches(module: str, prefixes: tuple[str, ...]) -> bool:
@@ -263,36 +339,65 @@ def _key(frames: list[FrameType], kernel_key: Any) -> tuple:
     return (*((id(f.f_code), f.f_lasti) for f in frames), kernel_key)
 
 
+def _site_key(
+    user_frames: list[FrameType], library_frame: FrameType | None, kernel_key: Any
+) -> tuple[tuple, list[FrameType]]:
+    """The cache key of a site, and the frames that name it (none: named by the kernel)."""
+    if user_frames:
+        return _key(user_frames, kernel_key), user_frames
+    # Keyed apart from the fast path: the same library line called from a user's line is
+    # named after that line.
+    if library_frame is not None:
+        code = library_frame.f_code
+        return (_LIBRARY_SITE, id(code), library_frame.f_lasti, kernel_key), [library_frame]
+    return (_KERNEL_SITE, kernel_key), []
+
+
 def _build(
-    key: tuple, frames: list[FrameType], kernel: Any, kernel_name: str, lib: str, rename: Any = None
+    key: tuple,
+    frames: list[FrameType],
+    kernel: Any,
+    kernel_key: Any,
+    kernel_name: str,
+    lib: str,
+    rename: Any = None,
 ) -> Site:
     try:
-        facts = [naming.frame_facts(f) for f in frames]
-        name = naming.display_name(_template, kernel_name, lib, facts)
-        identifier = naming.identifier_name(kernel_name, facts[0])
+        name, identifier = _names(frames, kernel_name, lib)
         attributes = ranges.attributes_for(name, kernel_name, lib) if _emit_nvtx else None
+    except RecursionError:
+        raise  # no room on the stack to name it here: not a fault, and not cached
     except Exception as exc:
         # The site still launches, counted but without a range, and the fault is said once.
         report_fault("naming a call site", exc)
-        name, identifier, attributes = f"{kernel_name} <unnamed: kname error>", "", None
+        name, identifier, attributes = f"{kernel_name} {UNNAMED}", "", None
     codes = tuple(f.f_code for f in frames)
     with _lock:
         site = sites.get(key)
         if site is None:
-            alive = (codes, kernel)
-            site = Site(name, identifier, kernel_name, lib, attributes, alive, next(_order))
+            counter = _counter(name, kernel_name, lib)
+            site = Site(name, identifier, kernel_name, lib, attributes, codes, counter)
             if rename is not None and identifier:
                 site.launch = _renamed_launch(rename, kernel, site)
-            if len(sites) >= MAX_SITES:
-                _evict_oldest()
-            sites[key] = site
+            _store(key, site, kernel, kernel_key)
     return site
+
+
+def _names(frames: list[FrameType], kernel_name: str, lib: str) -> tuple[str, str]:
+    """The display name and the identifier (none when named by the kernel alone)."""
+    if not frames:
+        return naming.kernel_only_name(kernel_name), ""
+    facts = [naming.frame_facts(f) for f in frames]
+    name = naming.display_name(_template, kernel_name, lib, facts)
+    return name, naming.identifier_name(kernel_name, facts[0])
 
 
 def _renamed_launch(rename: Any, kernel: Any, site: Site) -> Any:
     """The target's launch of `site`'s renamed kernel; None (the kernel's own name) on failure."""
     try:
         return rename(kernel, site)
+    except RecursionError:
+        raise
     except Exception as exc:
         warn_once(
             f"rename:{site.lib}:{type(exc).__name__}",
@@ -302,26 +407,166 @@ def _renamed_launch(rename: Any, kernel: Any, site: Site) -> Any:
         return None
 
 
+def _counter(name: str, kernel: str, lib: str) -> itertools.count:
+    """The counter of launches under (name, kernel, lib), made on first use (under _lock)."""
+    key = (name, kernel, lib)
+    counter = launch_counts.get(key)
+    if type(counter) is not itertools.count:
+        if counter is None and len(launch_counts) >= MAX_COUNTED:
+            key = (ranges.OVERFLOW_NAME, "", "")  # past the bound: counted together, never lost
+            counter = launch_counts.get(key)
+            if counter is not None:
+                return counter
+        counter = launch_counts[key] = itertools.count()
+    return counter
+
+
+def _value(counter: Any) -> int:
+    # itertools.count shows its next value only in its repr.
+    return int(repr(counter)[6:-1])
+
+
+# --------------------------------------------------------------------------
+# The cache: bounded, oldest out first, and never keeping a kernel alive
+# --------------------------------------------------------------------------
+
+
+def _store(key: tuple, site: Site, kernel: Any, kernel_key: Any) -> None:
+    """Cache `site` under `key` (under _lock), making room first if the cache is full."""
+    if len(sites) >= MAX_SITES:
+        _evict_oldest()
+    if kernel is not None and kernel_key == id(kernel):
+        _track(kernel, key)  # before the site is cached: no cached site without its kernel's watch
+    sites[key] = site
+    _queue.append((key, site))
+    if len(_queue) > 2 * len(sites) + QUEUE_SLACK:
+        _compact_queue()
+
+
 def _evict_oldest() -> None:
-    oldest = next(iter(sites))
-    _retire(sites.pop(oldest))
+    while _queue:
+        key, site = _queue.popleft()
+        if sites.get(key) is site:
+            sites.pop(key, None)
+            _untrack(key)
+            return
 
 
-def _retire(site: Site) -> None:
-    """Keep a site's launch count under its name, kernel and library, as the census reports it."""
-    count = site.launches()
-    if count:
-        key = (site.name, site.kernel, site.lib)
-        if key not in retired_launches and len(retired_launches) >= MAX_SITES:
-            key = (ranges.OVERFLOW_NAME, "", "")  # past the bound: counted together, never dropped
-        retired_launches[key] = retired_launches.get(key, 0) + count
+def _compact_queue() -> None:
+    """Drop the stale entries: after at least as many were added, so O(1) per site."""
+    live = [(key, site) for key, site in _queue if sites.get(key) is site]
+    _queue.clear()
+    _queue.extend(live)
+
+
+def _track(kernel: Any, key: tuple) -> None:
+    kernel_id = id(kernel)
+    entry = _kernels.get(kernel_id)
+    if entry is None:
+        entry = _kernels[kernel_id] = _KernelSites(kernel)
+        if entry.held:
+            _held[kernel_id] = None
+            if len(_held) > MAX_HELD_KERNELS:
+                oldest, _ = _held.popitem(last=False)
+                _forget_kernel(oldest, _kernels.get(oldest))
+    entry.keys.add(key)
+
+
+def _untrack(key: tuple) -> None:
+    """`key`'s site left the cache: its kernel's watch ends with its last site."""
+    kernel_id = key[-1]
+    entry = _kernels.get(kernel_id) if type(kernel_id) is int else None
+    if entry is not None and key in entry.keys:
+        entry.keys.discard(key)
+        if not entry.keys:
+            _kernels.pop(kernel_id, None)
+            _held.pop(kernel_id, None)
+
+
+def _kernel_freed(kernel_id: int, ref: weakref.ref) -> None:
+    """A kernel with cached sites is being freed: its sites leave before its id can be reused."""
+    entry = _kernels.get(kernel_id)
+    if entry is not None and entry.ref is ref:
+        _forget_kernel(kernel_id, entry)
+
+
+def _forget_kernel(kernel_id: int, entry: _KernelSites | None) -> None:
+    # No lock: a kernel is freed wherever its last reference goes, in any thread, maybe inside
+    # kname's own critical section on this one. Each step is one dict operation under the GIL,
+    # and a kernel being freed has no site being built (building one holds a reference).
+    _kernels.pop(kernel_id, None)
+    _held.pop(kernel_id, None)
+    if entry is not None:
+        for key in list(entry.keys):
+            sites.pop(key, None)
+
+
+def _forget_sites() -> None:
+    sites.clear()
+    _queue.clear()
+    _kernels.clear()
+    _held.clear()
+
+
+# --------------------------------------------------------------------------
+# Faults
+# --------------------------------------------------------------------------
+
+
+def _give_up(frame: FrameType, kernel: Any, site: Site | None) -> None:
+    with _lock:
+        if site is None:  # the fault came while finding the site: the launch is not counted
+            if kernel is None:
+                return  # not even the kernel is known: nothing to count it under
+            site = _fault_site(frame, kernel)
+            if site is None:
+                return  # nested in another kname launch, which counts it
+            counted = False
+        else:
+            counted = type(site.counter) is itertools.count  # next() on one cannot fail
+            if not counted:
+                site.counter = _counter(site.name, site.kernel, site.lib)
+        site.push = site.pop = site.launch = None
+        if not counted:
+            next(site.counter)
+
+
+def _fault_site(frame: FrameType, kernel: Any) -> Site | None:
+    """The site a launch from `frame` belongs to, found with the decisions made before the fault
+    (a frame not yet judged counts as the user's); a pass-through one if none is cached."""
+    user_frames, library_frame = _walk(frame, _depth, judge=_known_kind)
+    if user_frames is None:
+        return None
+    key, frames = _site_key(user_frames, library_frame, id(kernel))
+    site = sites.get(key)
+    if site is None:
+        codes = tuple(f.f_code for f in frames)
+        site = Site(UNNAMED, "", "", "", None, codes, _counter(UNNAMED, "", ""))
+        _store(key, site, kernel, id(kernel))
+    return site
+
+
+def _known_kind(code: CodeType, module: object) -> int:
+    return _kinds.get(id(code), USER)
+
+
+def _say_recursion_limit() -> None:
+    warn_once(
+        "recursion-limit",
+        f"a launch made near the recursion limit ran unnamed (no room on the stack to find its "
+        f"call site); such launches are counted as {AT_RECURSION_LIMIT!r}",
+    )
 
 
 def _counts_from_zero() -> None:
     """A forked child counts its own launches: the parent reports those made before the fork."""
+    global _at_recursion_limit
+    _at_recursion_limit = itertools.count()
+    renewed = {counter: itertools.count() for counter in launch_counts.values()}
+    for key, counter in list(launch_counts.items()):
+        launch_counts[key] = renewed[counter]
     for site in list(sites.values()):
-        site.counter = itertools.count()
-    retired_launches.clear()
+        site.counter = renewed.get(site.counter) or _counter(site.name, site.kernel, site.lib)
 
 
 reset_in_child(_counts_from_zero)

@@ -53,15 +53,7 @@ def census() -> dict[str, Any]:
 
 def _rows() -> dict[tuple[str, str, str], int]:
     """Launches per (name, kernel, library), in first-seen order."""
-    # Sites retired from the cache (evicted, or from before a reconfiguration) came first.
-    rows = dict(callsite.retired_launches)
-    # list() copies the values in one step under the GIL while other threads may add sites.
-    for site in sorted(list(callsite.sites.values()), key=lambda s: s.order):
-        launches = site.launches()
-        if launches:
-            key = (site.name, site.kernel, site.lib)
-            rows[key] = rows.get(key, 0) + launches
-    return rows
+    return callsite.counts()
 
 
 def report(file: IO[str] | str | os.PathLike | None = None, format: str = "table") -> None:

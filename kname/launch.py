@@ -8,14 +8,12 @@ made; it never looks up kname's lifecycle.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from kname import callsite
-from kname._warnings import report_fault
 from kname.patching import mark_wrapper
 
 
@@ -53,14 +51,8 @@ def make_launch_wrapper(
     lib, kernel_name, kernel_of, rename = spec.lib, spec.kernel_name, spec.kernel_of, spec.rename
     sites = callsite.sites
     resolve = callsite.resolve
+    pass_through = callsite.pass_through
     getframe = sys._getframe
-
-    def give_up(frame, args):
-        """After a fault in kname: launches from this line run as if kname were off (counted)."""
-        with contextlib.suppress(Exception):
-            kernel = original if kernel_of is None else kernel_of(args)
-            if kernel is not None:
-                callsite.pass_through(frame, kernel)
 
     def kname_launch(*args, **kwargs):
         if not switch.on:
@@ -81,9 +73,11 @@ def make_launch_wrapper(
                     push = site.push
                     if push is not None:
                         push()
-        except Exception as exc:  # kname's own failure: this launch runs unnamed
-            report_fault("finding or emitting a launch's name", exc)
-            give_up(getframe(1), args)
+        except Exception as exc:  # kname's own failure: this launch runs unnamed, counted
+            # What was found before the fault (locals(): no per-launch `site = None`).
+            found = locals()
+            where = "finding or emitting a launch's name"
+            pass_through(getframe(1), found.get("kernel"), found.get("site"), exc, where)
             push = None
         if push is None:
             return run(*args, **kwargs)
@@ -93,8 +87,7 @@ def make_launch_wrapper(
             try:
                 site.pop()
             except Exception as exc:
-                report_fault("closing a launch's NVTX range", exc)
-                give_up(getframe(1), args)
+                pass_through(getframe(1), kernel, site, exc, "closing a launch's NVTX range")
 
     callsite.register_wrapper_code(kname_launch.__code__)
     mark_wrapper(kname_launch, original)

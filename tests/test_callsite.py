@@ -596,3 +596,146 @@ def test_census_mode_counts_launches_but_emits_no_ranges(inject_lib, tmp_path) -
     assert caught["type"] == "ValueError"
     assert cap.of("push") == [] and cap.of("pop") == []
     assert cap.registered_strings("kname") == []
+
+
+# --------------------------------------------------------------------------
+# In-process: the standard library's frames are never the call site
+# --------------------------------------------------------------------------
+
+STDLIB_USER = """
+import asyncio
+import concurrent.futures
+import threading
+
+import fakegpu
+import launchers
+
+
+def work():
+    fakegpu.launch(1)  # L:work
+
+
+def in_executor():
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(work).result()
+
+
+def in_thread(target, *args):
+    thread = threading.Thread(target=target, args=args)
+    thread.start()
+    thread.join()
+
+
+def as_executor_task():
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(fakegpu.launch, 3).result()
+
+
+async def soon():
+    asyncio.get_running_loop().call_soon(fakegpu.launch, 4)
+    await asyncio.sleep(0)
+
+
+def in_event_loop():
+    asyncio.run(soon())  # L:asyncio-run
+
+
+def through_helper():
+    launchers.go()  # L:through-helper
+"""
+
+
+@pytest.fixture
+def stdlib_user(sandbox: Sandbox):
+    sandbox.write("launchers", "import fakegpu\n\ndef go():\n    return fakegpu.launch()  # L:go\n")
+    sandbox.write("stdlib_app", STDLIB_USER)
+    return sandbox
+
+
+def test_an_executor_task_is_named_without_the_executors_frames(stdlib_user: Sandbox) -> None:
+    stdlib_user.install(depth="2")
+    stdlib_user.load("stdlib_app").in_executor()
+    # The worker thread's only user frame is `work`: no `_WorkItem.run` as its caller.
+    assert kname.names() == {stdlib_user.name("stdlib_app", "L:work", "work"): 1}
+
+
+def test_a_launch_called_back_by_the_event_loop_is_named_after_the_users_line(
+    stdlib_user: Sandbox,
+) -> None:
+    stdlib_user.install()
+    stdlib_user.load("stdlib_app").in_event_loop()
+    assert kname.names() == {stdlib_user.name("stdlib_app", "L:asyncio-run", "in_event_loop"): 1}
+
+
+def test_a_launch_with_no_user_frame_is_named_by_its_kernel_alone(stdlib_user: Sandbox) -> None:
+    stdlib_user.install()
+    app = stdlib_user.load("stdlib_app")
+    app.in_thread(app.fakegpu.launch, 2)
+    app.as_executor_task()
+    assert kname.names() == {"launch <no user frame>": 2}
+
+
+def test_a_helper_named_when_no_user_frame_called_it_does_not_name_a_users_call(
+    stdlib_user: Sandbox,
+) -> None:
+    stdlib_user.install(skip="launchers")
+    app = stdlib_user.load("stdlib_app")
+    app.in_thread(app.launchers.go)  # only the helper and the thread's frames: named by it
+    app.through_helper()  # the same helper line, called from the user's line
+    assert kname.names() == {
+        stdlib_user.name("launchers", "L:go", "go"): 1,
+        stdlib_user.name("stdlib_app", "L:through-helper", "through_helper"): 1,
+    }
+
+
+def test_site_name_of_a_kernel_object_uses_the_kernels_name(user: Sandbox, capsys) -> None:
+    user.install(format="{kernel} {function}:{line}")
+    module = user.load("user_mod")
+    line = user.line("user_mod", "L:site-name")
+
+    def my_kernel():
+        pass
+
+    assert module.custom_launcher() == f" custom_launcher:{line}"  # kernel="" by default
+    cases = {"axpy": "axpy", my_kernel: my_kernel.__qualname__, module.fakegpu.Kernel(): "Kernel"}
+    for kernel, expected in cases.items():
+        name = kname.site_name(kernel=kernel)
+        assert name.split()[0] == expected
+    assert capsys.readouterr().err == ""
+
+
+SITE_NAME_OF_A_KERNEL = """
+import json
+
+import kname
+
+kname.install()
+from numba import cuda
+
+
+@cuda.jit
+def axpy(out):
+    pass
+
+
+def custom_launcher():
+    return kname.site_name(kernel=axpy)  # L:site-name
+
+
+print(json.dumps(custom_launcher()))
+"""
+
+
+def test_site_name_of_a_simulator_kernel_is_named_by_its_function(tmp_path) -> None:
+    script = tmp_path / "site_name_app.py"
+    script.write_text(textwrap.dedent(SITE_NAME_OF_A_KERNEL))
+    env = clean_env(NUMBA_ENABLE_CUDASIM="1", KNAME_FORMAT="{kernel} {function}:{line}")
+    full = {k: v for k, v in {**os.environ, **env}.items() if v is not None}
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=full, cwd=tmp_path,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    line = line_of(SITE_NAME_OF_A_KERNEL, "L:site-name")
+    assert json.loads(done.stdout) == f"axpy custom_launcher:{line}"

@@ -103,8 +103,9 @@ def subclass_of(base: type) -> type:
         "__qualname__": base.__qualname__,
         "__doc__": base.__doc__,
         # No __dict__: attribute errors stay as CuPy's. Not pickled (CuPy's own pickling state
-        # leaves it out): an unpickled kernel is named by NVTX only in rename mode.
-        "__slots__": (rename.CUPY_ARGS,) if base.__name__ in RENAMED else (),
+        # leaves it out): an unpickled kernel is named by NVTX only in rename mode. Weakly
+        # referable, so kname's call-site cache does not keep the kernel alive.
+        "__slots__": ((rename.CUPY_ARGS,) if base.__name__ in RENAMED else ()) + ("__weakref__",),
         "__reduce_ex__": __reduce_ex__,
         WRAPPER_MARK: True,
     }

@@ -155,7 +155,7 @@ def test_depth_and_format_follow_knames_configuration(user):
     callsite.configure(("gpulib", "fake_cuda"), "{function}@{file}:{line}", 2, False)
     record = user.user.outer()
     inner, outer = line_of(USER, "L:inner"), line_of(USER, "L:outer")
-    assert record.site == f"inner@user.py:{inner} < outer user.py:{outer}"
+    assert record.site == f"inner@user.py:{inner} < outer@user.py:{outer}"  # callers by it too
 
 
 def test_a_call_nested_in_another_launch_call_shares_its_site(user):

@@ -104,7 +104,7 @@ launch_counts: dict[tuple[str, str, str], itertools.count] = {}
 # Launches that ran unnamed at the recursion limit, counted apart: counting one takes no call.
 _at_recursion_limit = itertools.count()
 
-_lock = new_lock(reentrant=True)
+_lock = new_lock()
 _kinds: dict[int, int] = {}
 _codes: dict[int, CodeType] = {}
 _wrapper_code_ids: set[int] = set()

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 # One lock for the whole lifecycle and the import hooks: a hook can fire on any thread that
 # imports a target module. Re-entrant, because applying a change can import modules whose hooks
 # fire in turn.
-_lock = new_lock(reentrant=True)
+_lock = new_lock()
 
 
 @dataclass

@@ -26,24 +26,40 @@ PALETTE = (
 _lock = new_lock()
 _domain_name = DEFAULT_DOMAIN
 _domain: Any = None
+_range_functions: Any = None  # nvtx's module-level Cython (push_range, pop_range), if it has them
 _attributes: dict[tuple[str, int, str], Any] = {}
 
 
-def configure(domain_name: str = DEFAULT_DOMAIN) -> None:
-    """Use `domain_name` for ranges created from now on."""
+def configure(domain_name: str | None = None) -> None:
+    """Use `domain_name` for ranges from now on, and open it at once (install() does this).
+
+    Opening imports nvtx (and makes NVTX load its tool) now, not at a first launch: a child
+    forked while another thread imports would wait forever for that import's lock. None: the
+    default domain, opened on first use (after uninstall(), for site_name()).
+    """
     global _domain_name, _domain
     with _lock:
-        if domain_name != _domain_name:
-            _domain_name, _domain = domain_name, None
+        name = DEFAULT_DOMAIN if domain_name is None else domain_name
+        if name != _domain_name:
+            _domain_name, _domain = name, None
             _attributes.clear()
+    if domain_name is not None:
+        domain()
 
 
 def domain() -> Any:
     """The NVTX domain (a dummy one when no tool is attached); imports nvtx on first use."""
-    global _domain
+    global _domain, _range_functions
     if _domain is None:
-        import nvtx  # deferred: it imports numpy, which a switched-off kname never pays for
+        # Deferred to install(): nvtx imports numpy, which a switched-off kname never pays for.
+        import nvtx
 
+        try:
+            from nvtx._lib import lib
+
+            _range_functions = (lib.push_range, lib.pop_range)
+        except (ImportError, AttributeError):  # another nvtx release: its public methods
+            _range_functions = None
         _domain = nvtx.get_domain(_domain_name)
     return _domain
 
@@ -82,18 +98,18 @@ def range_calls(attributes: Any) -> tuple[Callable[[], None], Callable[[], None]
     """Zero-argument push and pop of a range with `attributes`, the cheapest the nvtx package has.
 
     Its module-level Cython `push_range(attributes, handle)` (what nvtx.annotate uses) skips the
-    keyword handling of `Domain.push_range`: 150-220 ns less per launch under a profiler.
+    keyword handling of `Domain.push_range`: 150-220 ns less per launch under a profiler. Both are
+    C functions bound to arguments of the types they take: no bytecode runs inside them, so once
+    push() is called the range is open, async exceptions or not (kname.launch relies on it).
     """
     d = domain()
-    try:
-        from nvtx._lib import lib
-
-        handle = d.handle
-        return functools.partial(lib.push_range, attributes, handle), functools.partial(
-            lib.pop_range, handle
+    handle = getattr(d, "handle", None)
+    if _range_functions is not None and handle is not None:
+        push_range, pop_range = _range_functions
+        return functools.partial(push_range, attributes, handle), functools.partial(
+            pop_range, handle
         )
-    except (ImportError, AttributeError):  # another nvtx release: its public methods
-        return functools.partial(d.push_range, attributes), d.pop_range
+    return functools.partial(d.push_range, attributes), d.pop_range
 
 
 def registered_names() -> int:

@@ -71,3 +71,134 @@ def test_a_signal_handler_that_launches_inside_any_kname_critical_section_does_n
     assert out["names"] == {main_site: 1, **handler_sites}
     assert count_ranges(capture) == {main_site: 1, **handler_sites}
     assert capture.balanced(), capture.stack_errors()
+
+
+HANDLER_STORM = """\
+import faulthandler
+import itertools
+import json
+import signal
+import sys
+
+import kname
+import noop
+
+faulthandler.dump_traceback_later(60, exit=True)  # a deadlock fails the test, with tracebacks
+sites, wanted = int(sys.argv[1]), int(sys.argv[2])
+handled = []
+numbers = itertools.count()  # handlers can nest: each takes its number before it launches
+
+
+def on_signal(signum, frame):
+    n = next(numbers)
+    exec(compile(f"noop.launch({n})", f"handler{n}.py", "exec"), {"noop": noop})
+    handled.append(n)
+
+
+signal.signal(signal.SIGALRM, on_signal)
+signal.setitimer(signal.ITIMER_REAL, 0.0005, 0.0005)
+made = 0
+while made < sites or len(handled) < wanted:  # the main thread keeps building new call sites
+    exec(compile(f"noop.launch({made})", f"main{made}.py", "exec"), {"noop": noop})
+    made += 1
+signal.setitimer(signal.ITIMER_REAL, 0)
+print(json.dumps({"made": made, "handled": len(handled), "names": kname.names()}))
+"""
+
+
+def test_a_signal_handler_launching_while_the_main_thread_builds_sites_does_not_deadlock(
+    kname_venv, inject_lib, tmp_path
+) -> None:
+    """Issue 16 item 2 as the trial met it: SIGALRM every 0.5 ms, the handler launching from a
+    new line, while the main thread does nothing but build new call sites."""
+    done, capture = run_program(
+        kname_venv, inject_lib, tmp_path, HANDLER_STORM, "2000", "300", env=NOOP_TARGET,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert kname_lines(done.stderr) == []
+    out = json.loads(done.stdout)
+    expected = {f"<module> main{n}.py:1": 1 for n in range(out["made"])}
+    expected |= {f"<module> handler{n}.py:1": 1 for n in range(out["handled"])}
+    assert out["names"] == expected
+    assert count_ranges(capture) == expected
+    assert capture.balanced(), capture.stack_errors()
+
+
+# --------------------------------------------------------------------------
+# Fork while another thread makes its first launch
+# --------------------------------------------------------------------------
+
+FORK_DURING_FIRST_LAUNCH = """\
+import faulthandler
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+import kname
+import noop
+
+faulthandler.dump_traceback_later(60, exit=True)
+imports = []  # modules imported by the thread's first launch
+importing, release, launched = threading.Event(), threading.Event(), threading.Event()
+launcher = None
+
+
+class Stall:
+    \"\"\"Holds any import the launching thread makes, with that module's import lock, until the
+    main thread has forked: the worst moment for the child.\"\"\"
+
+    def find_spec(self, name, path=None, target=None):
+        if threading.current_thread() is launcher and not launched.is_set():
+            imports.append(name)
+            importing.set()
+            release.wait(20)
+        return None
+
+
+def first_launch():
+    noop.launch(1)  # thread-line
+    launched.set()
+
+
+sys.meta_path.insert(0, Stall())
+launcher = threading.Thread(target=first_launch)
+launcher.start()
+while not (importing.is_set() or launched.is_set()):
+    time.sleep(0.001)
+pid = os.fork()
+if pid == 0:
+    signal.alarm(20)  # a hang kills the child
+    result = noop.launch(2)  # child-line
+    print(json.dumps({"child": result, "names": kname.names()}), flush=True)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+release.set()
+launcher.join()
+print(json.dumps({"child_exit": os.waitstatus_to_exitcode(status), "imports": imports}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["nvtx", "census"])
+def test_a_child_forked_during_another_threads_first_launch_launches(
+    kname_venv, inject_lib, tmp_path, mode
+) -> None:
+    """Issue 16 item 3: a first launch imports nothing (install() did it), so a child forked
+    while another thread makes one cannot inherit a held import lock."""
+    done, capture = run_program(
+        kname_venv, inject_lib, tmp_path, FORK_DURING_FIRST_LAUNCH,
+        env={**NOOP_TARGET, "KNAME_MODE": mode, "PYTHONWARNINGS": "ignore::DeprecationWarning"},
+        timeout=90,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    *child, parent = (json.loads(line) for line in done.stdout.splitlines())
+    assert parent == {"child_exit": 0, "imports": []}, done.stderr
+    child_site = f"<module> prog.py:{line_of(FORK_DURING_FIRST_LAUNCH, 'child-line')}"
+    assert child == [{"child": 5, "names": {child_site: 1}}]
+    if mode == "nvtx":
+        thread_site = f"first_launch prog.py:{line_of(FORK_DURING_FIRST_LAUNCH, 'thread-line')}"
+        assert sorted(capture.ranges("kname")) == sorted([thread_site, child_site])
+        assert capture.balanced(), capture.stack_errors()

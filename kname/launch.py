@@ -1,9 +1,19 @@
 """The per-launch wrapper: the only kname code that runs at every launch.
 
 A plain closure, not a wrapt.FunctionWrapper: the wrapper layer alone cost 0.43 µs per call with
-wrapt and 0.08 µs as a closure (DESIGN.md), and a plain function is still a correct method
+wrapt and 0.08 µs as a closure, and a plain function is still a correct method
 descriptor when it replaces `Class.__call__`. Everything it needs is handed to it when it is
 made; it never looks up kname's lifecycle.
+
+What every launch wrapper keeps (a native one too):
+- Switched off: the original is called, nothing else.
+- Naming (kernel, call-site look-up, count) fails with an Exception: said once, that line runs
+  unnamed from then on, this launch runs. Any other exception (KeyboardInterrupt) propagates,
+  and no range was opened.
+- Once push() is called, pop() is called exactly once as the wrapper is left, however it is
+  left: the launch's return or exception, an async exception at any point, a failing push.
+- The launch's result and exception reach the caller unchanged; a failing push or pop is said
+  once and unnames that line from then on.
 """
 
 from __future__ import annotations
@@ -57,8 +67,7 @@ def make_launch_wrapper(
     def kname_launch(*args, **kwargs):
         if not switch.on:
             return original(*args, **kwargs)
-        push = None
-        run = original
+        site = None
         try:
             kernel = original if kernel_of is None else kernel_of(args)
             if kernel is not None:
@@ -68,24 +77,28 @@ def make_launch_wrapper(
                     site = resolve(frame, kernel, id(kernel), kernel_name, lib, rename)
                 if site is not None:
                     next(site.counter)
-                    if site.launch is not None:  # KNAME_MODE=rename: the site's own kernel
-                        run = site.launch
-                    push = site.push
-                    if push is not None:
-                        push()
         except Exception as exc:  # kname's own failure: this launch runs unnamed, counted
-            # What was found before the fault (locals(): no per-launch `site = None`).
-            found = locals()
-            where = "finding or emitting a launch's name"
-            pass_through(getframe(1), found.get("kernel"), found.get("site"), exc, where)
-            push = None
+            kernel = locals().get("kernel")  # unbound if kernel_of itself failed
+            pass_through(getframe(1), kernel, site, exc, "finding a launch's name")
+            site = None
+        if site is None:
+            return original(*args, **kwargs)
+        run = original if site.launch is None else site.launch  # rename: the site's own kernel
+        push, pop = site.push, site.pop  # read together: another thread's give-up clears both
         if push is None:
             return run(*args, **kwargs)
+        # Async exceptions (KeyboardInterrupt from a signal handler) are raised only once a call
+        # has returned: one arriving as push() returns is inside this try, and nothing is pushed
+        # before it, so the range is closed however the wrapper is left.
         try:
+            try:
+                push()
+            except Exception as exc:  # the launch still runs, unnamed from now on
+                pass_through(getframe(1), kernel, site, exc, "opening a launch's NVTX range")
             return run(*args, **kwargs)
         finally:
             try:
-                site.pop()
+                pop()
             except Exception as exc:
                 pass_through(getframe(1), kernel, site, exc, "closing a launch's NVTX range")
 

@@ -126,6 +126,116 @@ def test_a_signal_handler_launching_while_the_main_thread_builds_sites_does_not_
 
 
 # --------------------------------------------------------------------------
+# Async exceptions: the range is always closed
+# --------------------------------------------------------------------------
+
+INTERRUPTED = """\
+import ctypes
+import faulthandler
+import json
+import signal
+import sys
+import threading
+import time
+
+import kname
+import noop
+from kname import _locks
+
+faulthandler.dump_traceback_later(60, exit=True)  # a deadlock fails the test, with tracebacks
+wanted = int(sys.argv[1])
+set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
+set_async_exc.argtypes = (ctypes.c_ulong, ctypes.py_object)
+# An exception may only arrive while its thread is inside the try below ("armed"); the worker's
+# arrives at its next check, so one is sent only once the last one has landed ("pending").
+main = {"armed": False, "caught": 0}
+worker = {"armed": False, "caught": 0, "pending": False, "ident": None}
+stop = threading.Event()
+
+
+def launches(n):
+    noop.launch(n)  # line-a
+    noop.launch(-n)  # line-b
+    if n % 64 == 0:  # now and then a new call site: kname's locks are taken
+        exec(compile(f"noop.launch({n})", f"new{n}.py", "exec"), {"noop": noop})
+
+
+def on_alarm(signum, frame):
+    if worker["armed"] and not worker["pending"]:
+        worker["pending"] = True
+        set_async_exc(worker["ident"], KeyboardInterrupt)
+    if main["armed"]:
+        raise KeyboardInterrupt
+
+
+def loop(state, until):
+    n = 0
+    while not until():
+        try:
+            state["armed"] = True
+            while not until():
+                n += 1
+                launches(n)
+            state["armed"] = False
+        except KeyboardInterrupt:
+            state["armed"] = False
+            state["pending"] = False
+            state["caught"] += 1
+
+
+worker_thread = threading.Thread(target=loop, args=(worker, stop.is_set))
+worker_thread.start()
+while worker["ident"] is None:
+    worker["ident"] = worker_thread.ident
+signal.signal(signal.SIGALRM, on_alarm)
+signal.setitimer(signal.ITIMER_REAL, 0.0003, 0.0003)
+loop(main, lambda: main["caught"] >= wanted)
+while worker["caught"] < wanted:  # the worker is still interrupted from the main thread
+    signal.pause()
+signal.setitimer(signal.ITIMER_REAL, 0)
+while worker["pending"]:  # the last exception sent has landed
+    time.sleep(0.001)
+stop.set()
+worker_thread.join()
+
+free = []  # kname's locks, taken from a thread that never ran a launch
+def try_locks():
+    for lock in _locks._locks:
+        if lock.acquire(timeout=5):
+            lock.release()
+            free.append(True)
+        else:
+            free.append(False)
+checker = threading.Thread(target=try_locks)
+checker.start()
+checker.join()
+noop.launch(0)  # after-line: a clean stack, nothing nests under a stale range
+print(json.dumps({"main": main["caught"], "worker": worker["caught"], "free": free}))
+"""
+
+
+def test_async_exceptions_at_any_point_of_a_launch_leave_no_range_open(
+    kname_venv, inject_lib, tmp_path
+) -> None:
+    """Issue 16 item 4: KeyboardInterrupt raised by a signal handler in the main thread, and
+    sent (PyThreadState_SetAsyncExc) to a thread, 300 times each at random points of a loop of
+    launches (cache hits and new sites): every range pushed is popped, none nests, no lock stays
+    held, kname says nothing."""
+    done, capture = run_program(
+        kname_venv, inject_lib, tmp_path, INTERRUPTED, "300", env=NOOP_TARGET, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert kname_lines(done.stderr) == []
+    out = json.loads(done.stdout)
+    assert out["main"] >= 300 and out["worker"] >= 300
+    assert out["free"] and all(out["free"]), out["free"]
+    assert capture.balanced(), capture.stack_errors()[:5]
+    assert capture.max_depth("kname") == 1
+    after = f"<module> prog.py:{line_of(INTERRUPTED, 'after-line')}"
+    assert capture.ranges("kname")[-1] == after
+
+
+# --------------------------------------------------------------------------
 # Fork while another thread makes its first launch
 # --------------------------------------------------------------------------
 

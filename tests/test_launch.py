@@ -1,0 +1,114 @@
+"""The launch wrapper's contract (kname.launch): once push() is called, pop() is called exactly
+once, however the wrapper is left; the launch's result and exception are unchanged.
+
+In-process, with the site's push and pop replaced by recorders after the site is built (no NVTX
+tool is attached in the test process). An exception raised by push() after it has recorded
+stands for an async exception arriving as push() returns: both reach the wrapper at the same
+instruction. Real signals and threads under NVTX capture: test_reliability_async.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kname import callsite
+from kname.launch import LaunchSpec, Switch, make_launch_wrapper
+
+
+class Interrupt(BaseException):
+    """An async exception (a KeyboardInterrupt stand-in pytest does not treat specially)."""
+
+
+def kernel(x):
+    if x == "raise":
+        raise ValueError("from the kernel")
+    return x + 1
+
+
+def from_one_line(launch, x):
+    """Every launch of a test from this one line: one call site."""
+    return launch(x)
+
+
+@pytest.fixture
+def recorded():
+    """A wrapped `kernel`, its site built, whose push and pop append to a list."""
+    events: list[str] = []
+    wrapper = make_launch_wrapper(kernel, LaunchSpec("test", lambda _k: "kernel"), Switch())
+
+    def launch(x):
+        return from_one_line(wrapper, x)
+
+    launch(0)  # the site is built here
+    (site,) = [s for s in callsite.sites.values() if s.kernel == "kernel"]
+
+    def push():
+        events.append("push")
+        if push.raises:
+            raise push.raises
+
+    def pop():
+        events.append("pop")
+
+    push.raises = None
+    site.push, site.pop = push, pop
+    return launch, push, events
+
+
+def test_an_async_exception_as_push_returns_closes_the_range_and_propagates(
+    recorded, capsys
+) -> None:
+    launch, push, events = recorded
+    push.raises = Interrupt()
+    with pytest.raises(Interrupt):
+        launch(1)
+    assert events == ["push", "pop"]
+    assert capsys.readouterr().err == ""  # not a kname fault: said nothing
+    push.raises = None
+    assert launch(1) == 2
+    assert events == ["push", "pop"] * 2  # the line is still named
+
+
+def test_a_failing_push_is_said_once_and_the_launch_runs_and_the_range_closes(
+    recorded, capsys
+) -> None:
+    launch, push, events = recorded
+    push.raises = RuntimeError("push failed")
+    assert launch(1) == 2
+    assert events == ["push", "pop"]
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error while opening a launch's NVTX range" in err
+    assert launch(1) == 2  # that line now runs unnamed: nothing is retried
+    assert events == ["push", "pop"]
+
+
+def test_the_launchs_exception_propagates_unchanged_and_the_range_closes(recorded) -> None:
+    launch, _push, events = recorded
+    with pytest.raises(ValueError, match="from the kernel") as raised:
+        launch("raise")
+    assert events == ["push", "pop"]
+    assert raised.value.__context__ is None
+
+
+def test_an_async_exception_while_naming_opens_no_range(capsys) -> None:
+    events: list[str] = []
+
+    def kernel_of(args):
+        if args == ("interrupt",):
+            raise Interrupt()
+        return kernel
+
+    wrapper = make_launch_wrapper(kernel, LaunchSpec("test", lambda _k: "k", kernel_of), Switch())
+
+    def launch(x):
+        return from_one_line(wrapper, x)
+
+    launch(0)
+    (site,) = [s for s in callsite.sites.values() if s.kernel == "k"]
+    site.push, site.pop = (lambda: events.append("push")), (lambda: events.append("pop"))
+    with pytest.raises(Interrupt):
+        launch("interrupt")
+    assert events == []
+    assert capsys.readouterr().err == ""
+    assert launch(1) == 2
+    assert events == ["push", "pop"]

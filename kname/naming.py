@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from types import FrameType
 
 from kname._warnings import warn_once
+from kname.cells import cell_path
 from kname.config import MAX_NAME_LENGTH
 from kname.paths import short_path
 
@@ -42,7 +43,8 @@ class FrameFacts:
 def frame_facts(frame: FrameType) -> FrameFacts:
     """Read the name-relevant facts of a live frame."""
     code = frame.f_code
-    path = _short_path(code.co_filename, path_roots())
+    # A notebook or IPython cell is named by its execution number (`<cell 3>`), else its file.
+    path = cell_path(code.co_filename) or _short_path(code.co_filename, path_roots())
     module = frame.f_globals.get("__name__")
     return FrameFacts(
         function=getattr(code, "co_qualname", code.co_name),

@@ -16,17 +16,31 @@ PACKAGE = REPO / "kname"
 
 # Highest first; a module may import from its own layer's modules and any layer below.
 LAYERS = [
-    {"kname.cli", "kname.doctor", "kname.__main__"},
+    {"kname.cli", "kname.doctor", "kname.__main__", "kname.pytest_plugin"},
     {"kname._startup"},
-    {"kname", "kname.lifecycle"},
+    {"kname", "kname.lifecycle", "kname.ipython"},
     {"kname.targets"},  # and every kname.targets.* unit
     {"kname.profiling"},  # and every kname.profiling.* module
-    {"kname.importhooks", "kname.census", "kname.census_file", "kname.rename"},
+    {
+        "kname.importhooks",
+        "kname.census",
+        "kname.census_file",
+        "kname.rename",
+        "kname.stretch",
+        "kname.census_view",
+    },
     {"kname.launch"},
-    {"kname.callsite", "kname.naming", "kname.paths", "kname.ranges"},
+    {"kname.callsite", "kname.naming", "kname.paths", "kname.ranges", "kname.cells"},
     {"kname.config", "kname.patching", "kname._locks", "kname._warnings", "kname._version"},
 ]
-HOT_PATH = {"kname.launch", "kname.callsite", "kname.naming", "kname.paths", "kname.ranges"}
+HOT_PATH = {
+    "kname.launch",
+    "kname.callsite",
+    "kname.naming",
+    "kname.paths",
+    "kname.ranges",
+    "kname.cells",
+}
 
 
 def module_name(path: Path) -> str:

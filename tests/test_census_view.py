@@ -1,0 +1,144 @@
+"""A census of one stretch (a cell, a test body): the snapshot difference, how it is shown and
+asked about, and how IPython cell file names become `<cell N>`. Pure functions, in-process; the
+live counting is tested in real IPython shells (test_ipython.py) and pytest runs
+(test_pytest_plugin.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kname import stretch
+from kname.cells import cell_path
+from kname.census_file import validate
+from kname.census_view import Census, format_duration, render_html, render_text
+
+
+def site(name, kernel="axpy", lib="numba", launches=1, order=1, **extra):
+    return {"name": name, "kernel": kernel, "lib": lib, "launches": launches, "share": 0.0,
+            "order": order, **extra}  # fmt: skip
+
+
+def document(*sites):
+    total = sum(s["launches"] for s in sites)
+    sites = [{**s, "share": round(s["launches"] / total, 6)} for s in sites]
+    return {"kname": "0.1.0", "schema": 1, "sites": sites, "total_launches": total}
+
+
+STEP = document(
+    site("step solver.py:12", launches=30, order=1),
+    site("step solver.py:13", kernel="scale", launches=10, order=2),
+    site("main <cell 3>:2", launches=2, order=3),
+    site("stepper solver.py:40", launches=5, order=4),
+)
+
+
+def test_the_text_table_puts_most_launches_first_under_its_heading() -> None:
+    assert render_text(STEP, "kname census of cell 4") == (
+        "kname census of cell 4: 47 launches from 4 call sites\n"
+        "call site             kernel  library  launches  share\n"
+        "step solver.py:12     axpy    numba          30  63.8%\n"
+        "step solver.py:13     scale   numba          10  21.3%\n"
+        "stepper solver.py:40  axpy    numba           5  10.6%\n"
+        "main <cell 3>:2       axpy    numba           2   4.3%\n"
+    )
+
+
+def test_an_empty_census_is_its_heading_alone() -> None:
+    empty = document()
+    assert render_text(empty, "t") == "t: 0 launches from 0 call sites\n"
+    assert "<table" not in render_html(empty, "t")
+
+
+def test_a_gpu_time_column_appears_only_when_sites_carry_gpu_ns() -> None:
+    timed = document(
+        site("step a.py:1", launches=3, order=1, gpu_ns=12_400),
+        site("main a.py:9", launches=1, order=2),
+    )
+    lines = render_text(timed).splitlines()
+    assert lines[1].split()[-2:] == ["GPU", "time"]
+    assert lines[2].endswith("12.4 µs") and lines[3].endswith("-")
+    assert "GPU time" in render_html(timed)
+    assert "GPU time" not in render_text(STEP) + render_html(STEP)
+
+
+@pytest.mark.parametrize(
+    ("nanoseconds", "shown"),
+    [(0, "0 ns"), (812, "812 ns"), (12_400, "12.4 µs"), (3_100_000, "3.1 ms"),
+     (250_000_000, "250 ms"), (2_500_000_000, "2.5 s")],
+)  # fmt: skip
+def test_gpu_times_are_shown_in_the_largest_unit_that_fits(nanoseconds, shown) -> None:
+    assert format_duration(nanoseconds) == shown
+
+
+def test_the_html_table_escapes_names_and_has_one_row_per_site() -> None:
+    page = render_html(STEP, "kname census of cell 4")
+    assert page.count("<tr>") == 1 + len(STEP["sites"])
+    assert "main &lt;cell 3&gt;:2" in page and "<cell 3>" not in page
+    assert "kname census of cell 4: 47 launches from 4 call sites" in page
+
+
+@pytest.mark.parametrize(
+    ("name", "kernel", "launches"),
+    [
+        (None, None, 47),
+        ("step", None, 40),  # both step sites; not `stepper`
+        ("step solver.py:12", None, 30),  # the whole name
+        ("step solver.py", None, 0),  # words must be whole: `solver.py:12` is one
+        ("stepper", None, 5),
+        ("solver.py:12", None, 0),  # the name's first words, not any part of it
+        (None, "scale", 10),
+        ("step", "axpy", 30),
+        ("main <cell 3>:2", None, 2),
+    ],
+)
+def test_launches_picks_sites_by_whole_name_or_its_first_words(name, kernel, launches) -> None:
+    assert Census(STEP).launches(name, kernel=kernel) == launches
+
+
+def test_names_and_repr_say_what_was_counted() -> None:
+    census = Census(STEP, "kname census of this test")
+    assert census.names()["step solver.py:12"] == 30
+    assert repr(census).startswith(
+        "<kname census of this test: 47 launches from 4 call sites: step solver.py:12 [axpy] 30, "
+    )
+    assert str(census) == render_text(STEP, "kname census of this test")
+
+
+counts = st.integers(min_value=0, max_value=10**6)
+keys = st.tuples(st.sampled_from(["step a.py:1", "main a.py:2", "f b.py:3"]),
+                 st.sampled_from(["axpy", "scale"]), st.just("numba"))  # fmt: skip
+
+
+@given(st.dictionaries(keys, st.tuples(counts, counts), max_size=6))
+def test_a_difference_counts_exactly_the_launches_added_meanwhile(grown) -> None:
+    before = {key: {"launches": old} for key, (old, _) in grown.items()}
+    after = {key: {"launches": old + new} for key, (old, new) in grown.items()}
+    result = validate(stretch.difference(before, after), "difference")
+    added = {key: new for key, (_, new) in grown.items() if new}
+    assert {(s["name"], s["kernel"], s["lib"]): s["launches"] for s in result["sites"]} == added
+    assert result["total_launches"] == sum(added.values())
+    assert [s["order"] for s in result["sites"]] == list(range(1, len(added) + 1))
+
+
+def test_a_difference_subtracts_gpu_time_too() -> None:
+    key = ("step a.py:1", "axpy", "numba")
+    result = stretch.difference(
+        {key: {"launches": 2, "gpu_ns": 500}}, {key: {"launches": 5, "gpu_ns": 2000}}
+    )
+    assert result["sites"][0]["launches"] == 3 and result["sites"][0]["gpu_ns"] == 1500
+
+
+@given(st.integers(min_value=0, max_value=10**9), st.text("0123456789abcdef", min_size=1))
+def test_an_ipython_input_name_is_its_cell_number(number: int, digest: str) -> None:
+    assert cell_path(f"<ipython-input-{number}-{digest}>") == f"<cell {number}>"
+
+
+@pytest.mark.parametrize(
+    "filename", ["<stdin>", "app.py", "/tmp/ipykernel_1/2914741263.py", "<ipython-input-x-1>"]
+)
+def test_other_names_are_no_cell_outside_a_shell(filename: str) -> None:
+    # No IPython shell runs in this process: only the terminal's own pattern is recognised.
+    assert cell_path(filename) is None

@@ -35,3 +35,17 @@ __all__ = [
     "site_name",
     "uninstall",
 ]
+
+
+def load_ipython_extension(ipython) -> None:
+    """`%load_ext kname`: install kname in this IPython or Jupyter session (kname.ipython)."""
+    from kname.ipython import load_ipython_extension as load  # IPython only when asked
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython) -> None:
+    """`%unload_ext kname`: uninstall kname if `%load_ext kname` installed it."""
+    from kname.ipython import unload_ipython_extension as unload
+
+    unload(ipython)

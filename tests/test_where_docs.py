@@ -1,7 +1,5 @@
 """The README's "In a notebook" and "In your test suite" sections tell the truth: their cells,
 test file and commands run as written (simulator kernels) and print the tables shown.
-
-The sections are drafted in docs/where.md; once they are in the README, the README is checked.
 """
 
 from __future__ import annotations
@@ -18,8 +16,7 @@ from test_ipython import run_cells, shown_text
 from test_pytest_plugin import PLUGIN
 
 README = (REPO / "README.md").read_text()
-DRAFT = REPO / "docs" / "where.md"
-SOURCE = README if "readme-test: notebook-cell" in README else DRAFT.read_text()
+SOURCE = README
 SHOWN_PROJECT = "/home/me/project"  # the folder the docs show the commands run in
 
 

@@ -53,9 +53,11 @@ class _State:
     enabled: bool = True  # survives uninstall(): install() after disable() stays disabled
     watches: list[Watch] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
+    source: str = "KNAME_TARGETS"  # where this install's targets were given, for messages
 
 
 _state = _State()
+_ARGUMENT = "install(targets=...)"  # where targets come from, in messages, when not KNAME_TARGETS
 
 
 def install(targets: Iterable[str] | str | None = None) -> None:
@@ -77,7 +79,8 @@ def install(targets: Iterable[str] | str | None = None) -> None:
             config.skip, config.format, config.depth, config.mode != "census", library_packages()
         )
         ranges.configure(config.domain)
-        chosen = _chosen_targets(config.targets)
+        _state.source = "KNAME_TARGETS" if targets is None else _ARGUMENT
+        chosen = _chosen_targets(config.targets, _state.source)
         options = Options(
             switch=Switch(_state.enabled),
             renaming=config.mode == "rename",
@@ -180,11 +183,12 @@ def _with_targets(config: Config, targets: Iterable[str] | str) -> Config:
     entries = targets if isinstance(targets, str) else ",".join(targets)
     parsed = read_config({"KNAME_TARGETS": entries}, builtin_targets=BUILTIN)
     for problem in parsed.problems:
-        warn_once(problem, problem.replace("KNAME_TARGETS", "install(targets=...)"))
+        warn_once(problem, problem.replace("KNAME_TARGETS", _ARGUMENT))
     return replace(config, targets=parsed.targets or ())
 
 
-def _chosen_targets(names: tuple[str, ...] | None) -> list[Target]:
+def _chosen_targets(names: tuple[str, ...] | None, source: str) -> list[Target]:
+    """The Targets of `names` (default: every built-in one); `source` is where they were given."""
     chosen: list[Target] = []
     for name in BUILTIN if names is None else names:
         try:
@@ -220,10 +224,7 @@ def _changes_of(target: Target, module: ModuleType, options: Options) -> list[Ch
         problem = str(exc)
     except Exception as exc:  # a broken target must not stop the import or the other targets
         problem = f"could not be wrapped ({type(exc).__name__}: {exc})"
-    warn_once(
-        f"target:{target.name}:{target.module}:{target.what}",
-        f"{_origin(target)} {target.module}:{target.what} {problem}",
-    )
+    warn_once(f"target:{target.name}:{target.module}:{target.what}", f"{_origin(target)} {problem}")
     return []
 
 
@@ -245,4 +246,7 @@ def _restore(change: Change) -> None:
 
 
 def _origin(target: Target) -> str:
-    return "KNAME_TARGETS entry" if ":" in target.name else f"built-in target {target.name!r}:"
+    """Which target a message is about: `KNAME_TARGETS entry 'fakegpu:launch'`, say."""
+    if target.name in BUILTIN:
+        return f"built-in target {target.name!r}: {target.module}:{target.what}"
+    return f"{_state.source} entry {target.name!r}"

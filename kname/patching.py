@@ -9,6 +9,7 @@ disable() restores them all, enable() applies them again, uninstall() restores t
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import sys
 from typing import Any, Protocol
@@ -130,16 +131,44 @@ def is_wrapper(candidate: Any) -> bool:
 
 
 def resolve(module: Any, qualname: str) -> tuple[Any, str]:
-    """(owner, attribute) for a dotted `qualname` inside `module`; AttributeError if missing."""
+    """(owner, attribute) for a dotted `qualname` inside `module`; AttributeError if missing.
+
+    The error names the object that lacks the attribute (`module fakegpu`, `class
+    fakegpu.Stream`) and the nearest name it does have.
+    """
     *path, attribute = qualname.split(".")
     owner: Any = module
-    for part in path:
+    for depth, part in enumerate(path):
         if not hasattr(owner, part):
-            raise AttributeError(f"{_name_of(owner)} has no attribute {part!r}")
+            raise AttributeError(_missing(module, path[:depth], owner, part))
         owner = getattr(owner, part)
     if not hasattr(owner, attribute):
-        raise AttributeError(f"{_name_of(owner)} has no attribute {attribute!r}")
+        raise AttributeError(_missing(module, path, owner, attribute))
     return owner, attribute
+
+
+def _missing(module: Any, found: list[str], owner: Any, name: str) -> str:
+    """`module fakegpu has no attribute 'lauch' (did you mean 'launch'?)`: `owner`, reached
+    from `module` through the attributes `found`, has no `name`."""
+    # Named from the module's __name__ and the parts found, never from getattr(owner,
+    # "__qualname__"): a module's __getattr__ (a lazy loader's) answers any name.
+    where = ".".join([_module_name(module), *found])
+    kind = "module" if not found else "class" if isinstance(owner, type) else "object"
+    return f"{kind} {where} has no attribute {name!r}{_nearest(owner, name)}"
+
+
+def _module_name(module: Any) -> str:
+    name = vars(module).get("__name__") if hasattr(module, "__dict__") else None
+    return name if isinstance(name, str) else type(module).__name__
+
+
+def _nearest(owner: Any, name: str) -> str:
+    try:
+        names = [n for n in dir(owner) if isinstance(n, str) and not n.startswith("__")]
+    except Exception:  # a broken __dir__: no suggestion
+        return ""
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.8)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def defined(owner: Any, attribute: str) -> Any:
@@ -168,7 +197,3 @@ def rebind(original: Any, wrapper: Any) -> Any:
     if isinstance(original, classmethod):
         return classmethod(wrapper)
     return wrapper
-
-
-def _name_of(owner: Any) -> str:
-    return repr(getattr(owner, "__qualname__", getattr(owner, "__name__", type(owner).__name__)))

@@ -87,7 +87,7 @@ from wrapt import importer
 
 import kname
 import noop
-from kname import callsite
+from kname import callsite, importhooks
 
 wrapped = noop.launch  # KNAME=1: wrapped at import, by the start-up install()
 original = wrapped.__wrapped__
@@ -104,7 +104,8 @@ kname.uninstall()
 print(json.dumps({
     "identity": all(identity) and noop.launch is original,
     "meta_path": [type(f).__name__ for f in sys.meta_path] == [
-        type(f).__name__ for f in meta_path if not isinstance(f, importer.ImportHookFinder)
+        type(f).__name__ for f in meta_path
+        if not isinstance(f, importer.ImportHookFinder) and not importhooks.is_kname_finder(f)
     ],
     "hooks": sorted(importer._post_import_hooks),
     "sites": len(callsite.sites),

@@ -103,7 +103,7 @@ def wrap_attribute(
         owner, attribute = resolve(module, qualname)
     except AttributeError as exc:
         raise TargetProblem(
-            f"was not found ({exc}); {_version_note(module)}that launch is not named, the rest "
+            f"was not found: {exc}; {_version_note(module)}that launch is not named, the rest "
             "still is"
         ) from None
     original = vars(owner)[attribute] if attribute in vars(owner) else defined(owner, attribute)

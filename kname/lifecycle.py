@@ -193,6 +193,8 @@ def _chosen_targets(names: tuple[str, ...] | None, source: str) -> list[Target]:
     for name in BUILTIN if names is None else names:
         try:
             chosen.extend(library(name).targets if name in BUILTIN else [user_target(name)])
+        except TargetProblem as exc:
+            warn_once(f"target:{name}", f"{source} entry {name!r} {exc}")
         except Exception as exc:  # a broken unit must not stop the others
             warn_once(f"target:{name}", f"target {name!r} could not be loaded ({exc}); skipped")
     return chosen

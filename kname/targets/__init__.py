@@ -121,9 +121,30 @@ _FUNCTIONS = (
 )  # fmt: skip
 
 
+# Packages kname runs on, besides the standard library: its own, its dependencies, and numpy
+# (nvtx imports it, so do the GPU libraries' imports).
+RUNS_ON = ("kname", "wrapt", "nvtx", "numpy")
+
+
+def runs_on(module: str) -> bool:
+    """Whether kname itself runs on `module`: a launch wrapper there would call itself."""
+    top = module.split(".", 1)[0]
+    return top in sys.stdlib_module_names or top in RUNS_ON
+
+
 def user_target(entry: str) -> Target:
-    """A Target for a `module:qualname` entry of KNAME_TARGETS (already validated)."""
+    """A Target for a `module:qualname` entry of KNAME_TARGETS (already validated).
+
+    TargetProblem for a module kname runs on: wrapping builtins.len made kname's own call of
+    len() recurse for ever, and a wrapped isinstance broke numpy's import.
+    """
     module_name, qualname = entry.split(":", 1)
+    if runs_on(module_name):
+        raise TargetProblem(
+            f"is refused: kname itself runs on {module_name.split('.', 1)[0]} (the standard "
+            f"library, {', '.join(RUNS_ON)}); name a launch function of a GPU library or of "
+            "your own code"
+        )
     spec = LaunchSpec(lib=module_name.split(".", 1)[0], kernel_name=lambda _callable: qualname)
 
     def changes(module: ModuleType, options: Options) -> list[Change]:

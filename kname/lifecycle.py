@@ -105,7 +105,10 @@ def uninstall() -> None:
         for change in reversed(_state.changes):
             _restore(change)
         unwatch(_state.watches)
-        _state.switch.on = False  # a wrapper someone kept passes straight through from now on
+        # A wrapper someone kept passes straight through from now on: its switch stays off for
+        # good (enable() turns on a fresh one that no wrapper reads; install() makes its own).
+        _state.switch.on = False
+        _state.switch = Switch(False)
         _state.config = None
         _state.watches, _state.changes = [], []
         callsite.configure()

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 from support import FAKEGPU, REPO, line_of
+from support.nvtx_capture import run_captured
 from wrapt import importer
 
 import kname
-from kname import importhooks, patching
+from kname import census, importhooks, patching
 
 
 @pytest.fixture
@@ -390,3 +391,73 @@ def test_disable_puts_the_originals_back_and_enable_the_wrappers(gpu) -> None:
     kname.enable()
     assert module.launch is wrapper
     assert kname.names() == {}
+
+
+# --------------------------------------------------------------------------
+# Installing again: counts kept, old wrappers off for good
+# --------------------------------------------------------------------------
+
+
+def test_uninstall_then_install_keeps_the_counts_so_far(gpu) -> None:
+    module = fakegpu()
+    kname.install(targets=["fakegpu:launch"])
+    for _ in range(3):
+        module.launch()  # L:first
+    kname.uninstall()
+    module.launch()  # not installed: not counted
+    kname.install(targets=["fakegpu:launch"])
+    for _ in range(2):
+        module.launch()  # L:first-again
+    module.launch()
+    counts = kname.names()
+    assert sum(counts.values()) == 6, counts
+    assert census.census()["total_launches"] == 6
+    assert sorted(counts.values()) == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "after",
+    ["enable", "disable-enable", "install", "paused"],
+)
+def test_a_wrapper_kept_after_uninstall_never_names_again(gpu, after: str) -> None:
+    module = fakegpu()
+    kname.install(targets=["fakegpu:launch"])
+    kept = module.launch  # another tool holds kname's wrapper
+    kept()
+    kname.uninstall()
+    if after == "enable":
+        kname.enable()
+    elif after == "disable-enable":
+        kname.disable()
+        kname.enable()
+    elif after == "install":
+        kname.install(targets=["fakegpu:launch"])
+        assert module.launch is not kept
+    else:
+        with kname.paused():
+            pass
+    assert kept(7) == (7,)
+    assert sum(kname.names().values()) == 1, kname.names()
+
+
+def test_a_wrapper_kept_after_uninstall_pushes_no_range(gpu, inject_lib, tmp_path) -> None:
+    program = tmp_path / "kept.py"
+    program.write_text(
+        "import fakegpu, kname\n"
+        "kname.install(targets=['fakegpu:launch'])\n"
+        "kept = fakegpu.launch\n"
+        "kept()\n"
+        "kname.uninstall()\n"
+        "kname.enable()\n"
+        "kept()\n"
+        "kname.install(targets=['fakegpu:launch'])\n"
+        "kept()\n"
+        "fakegpu.launch()\n"
+        "print(sum(kname.names().values()))\n"
+    )
+    env = {"PYTHONPATH": f"{gpu}:{REPO}"}
+    done, capture = run_captured([sys.executable, str(program)], inject_lib, tmp_path, env=env,
+                                 cwd=gpu, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert capture.ranges("kname") == ["<module> kept.py:4", "<module> kept.py:10"]
+    assert done.stdout.strip() == "2"

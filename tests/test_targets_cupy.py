@@ -265,3 +265,64 @@ def test_kernels_made_before_install_are_still_instances_of_the_public_class(inj
     )
     assert out.split() == ["True", "True", "True", "False"]
     assert capture.ranges("kname") == [f"late|<module>|{line_of(source, 'launch-line')}"]
+
+
+@pytest.mark.parametrize("mode", ["nvtx", "rename"])
+def test_disable_gives_cupy_back_all_its_own_and_enable_names_again(inject_lib, tmp_path, mode):
+    """disable() binds CuPy's classes back everywhere and takes every kname method away, so a
+    kernel made while enabled launches exactly as CuPy's own; enable() puts it all back."""
+    source, out, capture = run_app(
+        """
+        kname.install()
+        import cupy
+        import cupy._core as core
+        from cupy._core import _kernel, _reduction, fusion, raw
+        from cupyx.jit import _interface
+
+        homes = {"RawKernel": raw, "RawModule": raw, "ElementwiseKernel": _kernel,
+                 "ReductionKernel": _reduction}
+        named = {name: getattr(home, name) for name, home in homes.items()}
+        cupys = {name: cls.__mro__[1] for name, cls in named.items()}
+        in_place = {"Fusion": fusion.Fusion, "_JitRawKernel": _interface._JitRawKernel}
+        wrapped = {name: vars(cls)["__call__"] for name, cls in in_place.items()}
+        raw_kernel = cupy.RawKernel('extern "C" __global__ void f() {}', "made_enabled")
+        elementwise = cupy.ElementwiseKernel("T x", "T y", "y = x", "made_enabled_too")
+
+        def launch_both():
+            with contextlib.suppress(Exception):  # no GPU: CuPy fails inside the range
+                raw_kernel((1,), (1,), ())  # raw-line
+            with contextlib.suppress(Exception):
+                elementwise(1.0)  # elementwise-line
+
+        def state():
+            return [
+                all(getattr(m, n) is cupys[n] for n in homes for m in (cupy, core, homes[n])),
+                all(getattr(m, n) is named[n] for n in homes for m in (cupy, core, homes[n])),
+                sorted(a for cls in named.values() for a in vars(cls)
+                       if a in ("__call__", "__init__", "get_function")),
+                [vars(cls)["__call__"] is wrapped[n] for n, cls in in_place.items()],
+                type(raw_kernel).__call__ is cupys["RawKernel"].__call__,
+            ]
+
+        print(*state())
+        kname.disable()
+        print(*state())
+        launch_both()
+        kname.enable()
+        print(*state())
+        launch_both()
+        """,
+        inject_lib,
+        tmp_path,
+        env={"KNAME_MODE": mode},
+    )
+    extra = ["'__init__',"] * 2 if mode == "rename" else []
+    methods = " ".join(["['__call__',", "'__call__',", "'__call__',", *extra, "'get_function']"])
+    lines = out.split("\n")
+    assert lines[0] == f"False True {methods} [True, True] False"
+    assert lines[1] == "True False [] [False, False] True"
+    assert lines[2] == lines[0]
+    assert capture.ranges("kname") == [
+        f"made_enabled|launch_both|{line_of(source, 'raw-line')}",
+        f"made_enabled_too|launch_both|{line_of(source, 'elementwise-line')}",
+    ]

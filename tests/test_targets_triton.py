@@ -153,6 +153,48 @@ def test_no_range_while_disabled_and_none_inside_another_kname_launch(inject_lib
     assert capture.ranges("kname") == [f"outer|<module>|{line_of(source, 'outer-line')}"]
 
 
+@pytest.mark.parametrize("mode", ["nvtx", "rename"])
+def test_disable_takes_kname_out_of_triton_and_enable_puts_it_back(inject_lib, tmp_path, mode):
+    """Disabled, Triton's hook chains hold only what others put there and JITFunction.run is
+    Triton's own (in rename mode too), so a launch costs nothing of kname's."""
+    source, out, capture = run_app(
+        """
+        from triton import knobs
+        from triton.runtime.jit import JITFunction
+        import fakelauncher
+        enter, exit_ = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        run = JITFunction.run
+        def other_enter(metadata): pass
+        enter.add(other_enter)
+
+        def state():
+            return [enter.calls == [other_enter], exit_.calls == [], JITFunction.run is run]
+
+        kname.install()
+        print(*state())
+        kname.disable()
+        print(*state())
+        fakelauncher.run("while_disabled")
+        with kname.paused():
+            print(*state())
+        kname.enable()
+        print(*state(), len(enter.calls), len(exit_.calls))
+        fakelauncher.run("enabled_again")  # enabled-line
+        """,
+        inject_lib,
+        tmp_path,
+        env={"KNAME_MODE": mode},
+    )
+    run_is_triton_own = "False" if mode == "rename" else "True"
+    assert out.split("\n")[:4] == [
+        f"False False {run_is_triton_own}",
+        "True True True",
+        "True True True",
+        f"False False {run_is_triton_own} 2 1",
+    ]
+    assert capture.ranges("kname") == [f"enabled_again|<module>|{line_of(source, 'enabled-line')}"]
+
+
 def test_metadata_name_reads_the_metadata_without_evaluating_it():
     from triton.compiler.compiler import LazyDict
 

@@ -85,6 +85,7 @@ def install(targets: Iterable[str] | str | None = None) -> None:
             switch=Switch(_state.enabled),
             renaming=config.mode == "rename",
             chosen=frozenset(t.name for t in chosen if t.name in BUILTIN),
+            nesting=_can_nest(chosen),
         )
         _state.config, _state.switch = config, options.switch
         if config.mode == "profile":
@@ -201,6 +202,12 @@ def _chosen_targets(names: tuple[str, ...] | None, source: str) -> list[Target]:
         except Exception as exc:  # a broken unit must not stop the others
             warn_once(f"target:{name}", f"target {name!r} could not be loaded ({exc}); skipped")
     return chosen
+
+
+def _can_nest(targets: list[Target]) -> bool:
+    """Whether a launch can run inside a KNAME_TARGETS launcher: one is chosen, with others."""
+    launchers = [t for t in targets if t.name not in BUILTIN]
+    return bool(launchers) and len(targets) > 1
 
 
 def _by_module(targets: list[Target]) -> dict[str, list[Target]]:

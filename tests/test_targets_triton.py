@@ -195,6 +195,27 @@ def test_disable_takes_kname_out_of_triton_and_enable_puts_it_back(inject_lib, t
     assert capture.ranges("kname") == [f"enabled_again|<module>|{line_of(source, 'enabled-line')}"]
 
 
+def test_a_triton_kernel_inside_a_user_named_launcher_is_in_its_range_only(inject_lib, tmp_path):
+    """The launcher is the user's own code (not KNAME_SKIP): its range names the launch."""
+    (tmp_path / "mylauncher.py").write_text(
+        "import fakelauncher\n\n\ndef launch(name):\n    fakelauncher.run(name)\n"
+    )
+    source, out, capture = run_app(
+        """
+        kname.install()
+        import mylauncher
+        for _ in range(3):
+            mylauncher.launch("inner_kernel")  # outer-line
+        print(sum(kname.names().values()))
+        """,
+        inject_lib,
+        tmp_path,
+        env={"KNAME_TARGETS": "triton,mylauncher:launch"},
+    )
+    assert capture.ranges("kname") == [f"launch|<module>|{line_of(source, 'outer-line')}"] * 3
+    assert out.strip() == "3"
+
+
 def test_metadata_name_reads_the_metadata_without_evaluating_it():
     from triton.compiler.compiler import LazyDict
 

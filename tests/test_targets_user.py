@@ -1,4 +1,9 @@
-"""KNAME_TARGETS `module:qualname` entries: which are refused."""
+"""KNAME_TARGETS `module:qualname` entries: which are refused, what their messages say, and that a
+kernel launched inside one (a launcher of the user's own) sits in exactly one kname range.
+
+Nesting runs real numba kernels on the simulator, in a subprocess under NVTX capture; the
+launcher is a package of the test's own (`mypkg.gpu:launch`).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,151 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from support import REPO
+from support import REPO, line_of
+from support.nvtx_capture import Capture, run_captured
+
+# --------------------------------------------------------------------------
+# A kernel inside a user-named launcher: one range, counted once
+# --------------------------------------------------------------------------
+
+GPU = """
+from numba import cuda
+
+
+@cuda.jit
+def axpy(out, x):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = 2 * x[i] + out[i]
+
+
+def _run(out, x):
+    axpy[1, 32](out, x)  # inner-launch
+
+
+def launch(out, x):
+    \"\"\"The user's own launcher (a KNAME_TARGETS entry): launches a numba kernel.\"\"\"
+    _run(out, x)
+
+
+def launch_twice(out, x):
+    launch(out, x)  # nested-target
+    launch(out, x)
+
+
+def other(out, x):
+    \"\"\"Not a target: launches through the same helper.\"\"\"
+    _run(out, x)
+"""
+
+HEADER = """
+import numpy as np
+import kname
+kname.install()
+out, x = np.zeros(32), np.ones(32)
+"""
+
+
+def run_nesting_app(source: str, lib: Path, tmp_path: Path, targets: str) -> tuple[str, Capture]:
+    """Run `source` as app.py (numba simulator) under NVTX capture; return (source, capture)."""
+    source = textwrap.dedent(HEADER) + textwrap.dedent(source)
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "gpu.py").write_text(GPU)
+    (tmp_path / "app.py").write_text(source)
+    env = {
+        "PYTHONPATH": f"{REPO}:{tmp_path}",
+        "NUMBA_ENABLE_CUDASIM": "1",
+        "KNAME_FORMAT": "{kernel}|{function}|{file}:{line}",
+        "KNAME_TARGETS": targets,
+    }
+    args = [sys.executable, str(tmp_path / "app.py")]
+    done, capture = run_captured(args, lib, tmp_path, env=env, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr == "", done.stderr
+    assert capture.balanced(), capture.stack_errors()
+    return source, capture
+
+
+def test_a_kernel_inside_a_user_named_launcher_is_in_one_range_counted_once(inject_lib, tmp_path):
+    source, capture = run_nesting_app(
+        """
+        import mypkg.gpu
+        for _ in range(10):
+            mypkg.gpu.launch(out, x)  # outer-line
+        assert sum(kname.names().values()) == 10, kname.names()
+        assert out[0] == 20  # each launch ran once: out = 2 * x + out
+        """,
+        inject_lib,
+        tmp_path,
+        targets="numba,mypkg.gpu:launch",
+    )
+    outer = f"launch|<module>|app.py:{line_of(source, 'outer-line')}"
+    assert capture.ranges("kname") == [outer] * 10
+    assert capture.max_depth("kname") == 1
+
+
+def test_a_launch_line_reached_inside_and_outside_a_user_launcher_is_named_once_each_way(
+    inject_lib, tmp_path
+):
+    # The same kernel line (`_run`) is reached through the named launcher and, before and after,
+    # through a function that is not a target: the cached site of the one must not answer the
+    # other.
+    source, capture = run_nesting_app(
+        """
+        import mypkg.gpu
+        for _ in range(2):
+            mypkg.gpu.other(out, x)
+            mypkg.gpu.launch(out, x)  # outer-line
+        names = kname.names()
+        assert sum(names.values()) == 4 and len(names) == 2, names
+        assert out[0] == 8
+        """,
+        inject_lib,
+        tmp_path,
+        targets="numba,mypkg.gpu:launch",
+    )
+    inner = f"axpy|_run|gpu.py:{line_of(GPU, 'inner-launch')}"
+    outer = f"launch|<module>|app.py:{line_of(source, 'outer-line')}"
+    assert capture.ranges("kname") == [inner, outer, inner, outer]
+    assert capture.max_depth("kname") == 1
+
+
+def test_the_outermost_of_two_nested_user_launchers_names_the_launch(inject_lib, tmp_path):
+    source, capture = run_nesting_app(
+        """
+        import mypkg.gpu
+        mypkg.gpu.launch_twice(out, x)  # outer-line
+        assert kname.names() == {next(iter(kname.names())): 1}, kname.names()
+        """,
+        inject_lib,
+        tmp_path,
+        targets="numba,mypkg.gpu:launch,mypkg.gpu:launch_twice",
+    )
+    assert capture.ranges("kname") == [
+        f"launch_twice|<module>|app.py:{line_of(source, 'outer-line')}"
+    ]
+
+
+def test_a_launcher_referenced_before_install_leaves_the_kernel_its_own_range(inject_lib, tmp_path):
+    source, capture = run_nesting_app(
+        """
+        kname.uninstall()
+        from mypkg.gpu import launch  # the original: kname cannot reach this reference
+        kname.install()
+        import mypkg.gpu
+        launch(out, x)
+        mypkg.gpu.launch(out, x)  # outer-line
+        """,
+        inject_lib,
+        tmp_path,
+        targets="numba,mypkg.gpu:launch",
+    )
+    assert capture.ranges("kname") == [
+        f"axpy|_run|gpu.py:{line_of(GPU, 'inner-launch')}",
+        f"launch|<module>|app.py:{line_of(source, 'outer-line')}",
+    ]
+
 
 # --------------------------------------------------------------------------
 # Targets kname itself runs on: refused with one line

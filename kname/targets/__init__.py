@@ -6,6 +6,9 @@ A Target names one module to watch and a function that returns the changes to ma
 Patch records (kname.patching), so disable() and uninstall() undo all of them. Most targets wrap
 one launch function: `wraps(qualname, spec)` builds that. Adding a library is one unit and one
 name in BUILTIN. Units import no GPU library: they run when kname is installed, before any is.
+
+A kernel launched inside a KNAME_TARGETS launcher (`mypkg.gpu:launch` calling a numba kernel) is
+named by the launcher alone: see Options.nesting.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import importlib
 import importlib.metadata
 import re
 import sys
+import threading
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -21,13 +25,34 @@ from types import ModuleType
 from typing import Any
 
 from kname.launch import LaunchSpec, Switch, make_launch_wrapper
-from kname.patching import Change, Patch, defined, is_wrapper, rebind, resolve, unbound
+from kname.patching import (
+    Change,
+    Patch,
+    defined,
+    is_wrapper,
+    mark_wrapper,
+    rebind,
+    resolve,
+    unbound,
+)
 
 BUILTIN = ("numba", "cupy", "triton", "pycuda", "cuda_core")
 
 
 class TargetProblem(Exception):
     """A target cannot be wrapped in this module: the message says why, for the user."""
+
+
+class _Launchers(threading.local):
+    depth = 0  # KNAME_TARGETS launchers running on this thread (a class default: no AttributeError)
+
+
+_launchers = _Launchers()
+
+
+def inside_launcher() -> bool:
+    """Whether this thread is running a KNAME_TARGETS launcher (of an install with nesting)."""
+    return _launchers.depth > 0
 
 
 @dataclass(frozen=True)
@@ -37,12 +62,51 @@ class Options:
     switch: Switch  # the on/off switch of this install()
     renaming: bool  # KNAME_MODE=rename
     chosen: frozenset[str]  # the built-in targets in use
+    # A launch can run inside a KNAME_TARGETS launcher (one is chosen, with other targets). The
+    # launcher's range then names it, as the user asked by naming the launcher: a kernel inside
+    # it is not a launch of its own (no range, not counted), as one under a library's frames.
+    nesting: bool = False
 
     def wrapper(self, original: Callable[..., Any], spec: LaunchSpec) -> Callable[..., Any]:
         """A launch wrapper of `original` (renaming per site only in rename mode)."""
         if not self.renaming and spec.rename is not None:
             spec = replace(spec, rename=None)
+        if self.nesting:
+            # Decided per launch, not per call site: one line (a helper) can launch both inside
+            # a launcher and outside, and a site's cached name must not answer for the other.
+            spec = replace(spec, kernel_of=_outside_launchers(spec.kernel_of, original))
         return make_launch_wrapper(original, spec, self.switch)
+
+
+def _outside_launchers(
+    kernel_of: Callable[[tuple], Any] | None, original: Callable[..., Any]
+) -> Callable[[tuple], Any]:
+    """`kernel_of` that answers None (not a launch of its own) inside a KNAME_TARGETS launcher."""
+    if kernel_of is None:
+
+        def launched_kernel(args: tuple) -> Any:
+            return None if _launchers.depth else original
+
+    else:
+
+        def launched_kernel(args: tuple) -> Any:
+            return None if _launchers.depth else kernel_of(args)
+
+    return launched_kernel
+
+
+def running_as_launcher(launcher: Callable[..., Any]) -> Callable[..., Any]:
+    """`launcher`, marking its thread as inside a KNAME_TARGETS launcher while it runs."""
+
+    def launcher_running(*args: Any, **kwargs: Any) -> Any:
+        depth = _launchers.depth
+        try:  # set inside the try, restored (not decremented): an interrupt cannot leave it on
+            _launchers.depth = depth + 1
+            return launcher(*args, **kwargs)
+        finally:
+            _launchers.depth = depth
+
+    return launcher_running
 
 
 @dataclass(frozen=True)
@@ -157,7 +221,10 @@ def user_target(entry: str) -> Target:
                     f"is, not named (name a launch function or method, such as "
                     f"{entry}.__call__)"
                 )
-            return options.wrapper(function, spec)
+            if not options.nesting:
+                return options.wrapper(function, spec)
+            # __wrapped__ and the names stay the user's function's, not the marker's.
+            return mark_wrapper(options.wrapper(running_as_launcher(function), spec), function)
 
         return wrap_attribute(module, qualname, make_wrapper)
 

@@ -35,7 +35,7 @@ from kname import callsite
 from kname._warnings import report_fault
 from kname.launch import LaunchSpec, Switch
 from kname.patching import Change, HookPatch, Patch, is_wrapper, mark_wrapper
-from kname.targets import Library, Options, Target
+from kname.targets import Library, Options, Target, inside_launcher
 from kname.targets.triton.rename import triton_site_launch
 
 LIB = "triton"
@@ -51,8 +51,11 @@ def metadata_name(metadata: Any) -> str:
     return name if isinstance(name, str) and name else UNNAMED
 
 
-def launch_hooks(switch: Switch) -> tuple[Callable[[Any], None], Callable[[Any], None]]:
-    """The enter and exit hooks of one install(), which name launches while `switch` is on."""
+def launch_hooks(
+    switch: Switch, nesting: bool = False
+) -> tuple[Callable[[Any], None], Callable[[Any], None]]:
+    """The enter and exit hooks of one install(), which name launches while `switch` is on
+    (and, with `nesting`, outside KNAME_TARGETS launchers: see kname.targets.Options)."""
 
     def enter_hook(metadata: Any) -> None:
         """Triton calls this just before a launch: push the range of the launch's call site."""
@@ -61,7 +64,7 @@ def launch_hooks(switch: Switch) -> tuple[Callable[[Any], None], Callable[[Any],
             site = stack.pop()
             if site is not None:
                 _pop(site)
-        if not switch.on:
+        if not switch.on or (nesting and inside_launcher()):
             return
         stack.append(_push(sys._getframe(1), metadata))
 
@@ -122,7 +125,7 @@ def hook_changes(knobs: ModuleType, options: Options) -> list[Change]:
     """kname's enter/exit hooks in Triton's chains, beside any already there (Proton's)."""
     if not has_hook_chains(knobs):
         return []
-    enter_hook, exit_hook = launch_hooks(options.switch)
+    enter_hook, exit_hook = launch_hooks(options.switch, options.nesting)
     return [
         HookPatch(knobs.runtime.launch_enter_hook, enter_hook),
         HookPatch(knobs.runtime.launch_exit_hook, exit_hook),

@@ -153,14 +153,14 @@ def _catch_up() -> None:
         module = sys.modules.get(hook.module)
         if module is None or module is hook.seen or not hook.active or _running(module):
             continue
-        if _overtaken_by is not None and _loaded_by_a_finder(module):
+        if _overtaken_by is not None and _imported_by_name(module, hook.module):
             warn_once(
                 f"overtaken:{hook.module}",
                 f"module {hook.module!r} was imported by another import hook ahead of kname's "
                 f"({_loader_of(module)}); kname wrapped it only now, so its launches until now "
                 "were not named",
             )
-        hook(module)  # else put in sys.modules by hand (a simulator's module): nothing to say
+        hook(module)
 
 
 def _say_missed_at_exit() -> None:
@@ -170,7 +170,7 @@ def _say_missed_at_exit() -> None:
         module = sys.modules.get(hook.module)
         if module is None or module is hook.seen or not hook.active:
             continue
-        if (ahead or _overtaken_by is not None) and _loaded_by_a_finder(module):
+        if (ahead or _overtaken_by is not None) and _imported_by_name(module, hook.module):
             warn_once(
                 f"overtaken:{hook.module}",
                 f"module {hook.module!r} was imported by another import hook ahead of kname's "
@@ -179,8 +179,11 @@ def _say_missed_at_exit() -> None:
             )
 
 
-def _loaded_by_a_finder(module: ModuleType) -> bool:
-    return getattr(getattr(module, "__spec__", None), "loader", None) is not None
+def _imported_by_name(module: ModuleType, name: str) -> bool:
+    """Whether `module` was imported as `name` (not another module bound to it by hand, as
+    numba's simulator binds its dispatcher to numba.cuda.dispatcher)."""
+    spec = getattr(module, "__spec__", None)
+    return getattr(spec, "name", None) == name and getattr(spec, "loader", None) is not None
 
 
 # --- a module still being imported -----------------------------------------------------------

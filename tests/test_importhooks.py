@@ -127,6 +127,24 @@ def test_a_target_imported_past_kname_for_good_is_said_at_exit(modules) -> None:
     assert "'fakegpu'" in lines[0] and "not named" in lines[0], lines[0]
 
 
+def test_a_module_bound_to_a_watched_name_by_hand_is_wrapped_without_a_word(
+    modules, capsys
+) -> None:
+    """As numba's simulator binds its dispatcher to numba.cuda.dispatcher: not imported past
+    kname by another hook, so nothing to say, even with another finder about."""
+    (modules / "simgpu.py").write_text(FAKEGPU)
+    kname.install(targets=["fakegpu:launch"])
+    sys.meta_path.insert(0, Claimer("nothing"))
+    importlib.import_module("unrelated")  # kname's finder finds the other one ahead of it
+    try:
+        sys.modules["fakegpu"] = importlib.import_module("simgpu")
+        importlib.import_module("unrelated_too")
+        assert is_wrapper(sys.modules["simgpu"].launch)
+        assert capsys.readouterr().err == ""
+    finally:
+        sys.modules.pop("simgpu", None)
+
+
 def test_uninstall_takes_kname_finder_away_again(modules) -> None:
     before = list(sys.meta_path)
     kname.install(targets=["fakegpu:launch"])

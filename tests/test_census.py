@@ -334,3 +334,128 @@ def test_write_atomically_leaves_no_temporary_file_when_it_fails(tmp_path: Path)
     with pytest.raises(OSError):
         write_atomically(str(tmp_path / "taken"), "{}")
     assert os.listdir(tmp_path) == ["taken"]
+
+
+# --- where a census may be written (item 1: never replace a device, a FIFO or a link) ---------
+
+
+def make_char_device(path: Path, minor: int) -> Path:
+    """A private copy of /dev/null (minor 3) or /dev/full (minor 7); needs root."""
+    import stat
+
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, minor))
+    except (PermissionError, AttributeError):
+        pytest.skip("creating a character device needs root")
+    return path
+
+
+def test_write_atomically_follows_a_symlink_and_keeps_it(tmp_path: Path) -> None:
+    (tmp_path / "real.json").write_text("stale")
+    (tmp_path / "real.json").chmod(0o640)
+    (tmp_path / "latest.json").symlink_to("real.json")
+    write_atomically(str(tmp_path / "latest.json"), "{}\n")
+    assert (tmp_path / "latest.json").is_symlink()
+    assert os.readlink(tmp_path / "latest.json") == "real.json"
+    assert (tmp_path / "real.json").read_text() == "{}\n"
+    assert (tmp_path / "real.json").stat().st_mode & 0o777 == 0o640  # its mode is kept
+    assert sorted(os.listdir(tmp_path)) == ["latest.json", "real.json"]
+
+
+def test_write_atomically_through_a_dangling_symlink_creates_its_target(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "latest.json").symlink_to("sub/new.json")
+    write_atomically(str(tmp_path / "latest.json"), "{}\n")
+    assert (tmp_path / "latest.json").is_symlink()
+    assert (tmp_path / "sub" / "new.json").read_text() == "{}\n"
+
+
+def test_write_atomically_writes_a_character_device_in_place(tmp_path: Path) -> None:
+    import stat
+
+    null = make_char_device(tmp_path / "null", 3)
+    write_atomically(str(null), "{}\n")
+    assert stat.S_ISCHR(null.lstat().st_mode)
+    assert os.listdir(tmp_path) == ["null"]
+
+
+def test_write_atomically_to_a_full_device_fails_and_keeps_it(tmp_path: Path) -> None:
+    import stat
+
+    full = make_char_device(tmp_path / "full", 7)
+    with pytest.raises(OSError, match="No space left"):
+        write_atomically(str(full), "{}\n")
+    assert stat.S_ISCHR(full.lstat().st_mode)
+    assert os.listdir(tmp_path) == ["full"]
+
+
+def test_write_atomically_writes_a_fifo_in_place_for_its_reader(tmp_path: Path) -> None:
+    import stat
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader is waiting
+    try:
+        write_atomically(str(fifo), '{"x": 1}\n')
+        assert os.read(reader, 1000) == b'{"x": 1}\n'
+    finally:
+        os.close(reader)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert os.listdir(tmp_path) == ["fifo"]
+
+
+def test_write_atomically_to_a_fifo_without_reader_fails_at_once(tmp_path: Path) -> None:
+    import stat
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError) as raised:  # not a hang, waiting for a reader that never comes
+        write_atomically(str(fifo), "{}\n")
+    assert "no reader" in str(raised.value)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_write_atomically_appends_to_a_file_reached_through_proc(tmp_path: Path) -> None:
+    # /dev/stdout when stdout is a file: the program's output must not be replaced or cut.
+    out = tmp_path / "out.txt"
+    with open(out, "w") as stream:
+        stream.write("program output\n")
+        stream.flush()
+        write_atomically(f"/proc/self/fd/{stream.fileno()}", "{}\n")
+    assert out.read_text() == "program output\n{}\n"
+    assert os.listdir(tmp_path) == ["out.txt"]
+
+
+def test_write_atomically_refuses_a_socket(tmp_path: Path) -> None:
+    import socket
+
+    path = tmp_path / "sock"
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        server.bind(str(path))
+        with pytest.raises(OSError, match="a socket"):
+            write_atomically(str(path), "{}\n")
+    finally:
+        server.close()
+    assert path.is_socket()
+
+
+@pytest.mark.slow
+def test_kname_report_through_a_symlink_updates_its_target(kname_venv: Venv, app) -> None:
+    (app / "runs").mkdir()
+    (app / "runs" / "real.json").write_text("stale")
+    (app / "latest.json").symlink_to("runs/real.json")
+    result = run_app(kname_venv, app, env={"KNAME_REPORT": "latest.json"})
+    assert result.returncode == 0, result.stderr
+    assert (app / "latest.json").is_symlink()
+    assert json.loads((app / "runs" / "real.json").read_text())["sites"] == expected_sites()
+
+
+@pytest.mark.slow
+def test_kname_report_to_a_fifo_without_reader_is_one_line(kname_venv: Venv, app) -> None:
+    os.mkfifo(app / "fifo")
+    result = run_app(kname_venv, app, env={"KNAME_REPORT": "fifo", "APP_EXIT": "3"})
+    assert result.returncode == 3
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and "census was not saved" in lines[0] and "no reader" in lines[0]
+    assert (app / "fifo").is_fifo()

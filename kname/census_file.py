@@ -27,6 +27,7 @@ import errno
 import json
 import os
 import stat
+import sys
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -71,7 +72,8 @@ def render_table(document: Mapping[str, Any], source: str = "") -> str:
     """The census as an aligned table, most launches first, with a one-line heading."""
     sites = sorted(document["sites"], key=lambda s: (-s["launches"], s["order"]))
     total = document["total_launches"]
-    origin = f" ({source}, written by kname {document.get('kname', '?')})" if source else ""
+    origin = f" ({printable(source)}, written by kname {printable(document.get('kname', '?'))})"
+    origin = origin if source else ""
     heading = (
         f"kname census{origin}: {_count(total, 'launch')} from {_count(len(sites), 'call site')}"
     )
@@ -79,8 +81,8 @@ def render_table(document: Mapping[str, Any], source: str = "") -> str:
         return heading + "\n"
     header = ("call site", "kernel", "library", "launches", "share", "first seen")
     rows = [
-        (s["name"], s["kernel"] or "?", s["lib"] or "?", str(s["launches"]),
-         f"{100 * s['share']:.1f}%", str(s["order"]))
+        (printable(s["name"]), printable(s["kernel"] or "?"), printable(s["lib"] or "?"),
+         str(s["launches"]), f"{100 * s['share']:.1f}%", str(s["order"]))
         for s in sites
     ]  # fmt: skip
     return heading + "\n" + _columns([header, *rows], right_aligned=(3, 4, 5))
@@ -118,10 +120,14 @@ def load(path: str) -> dict[str, Any]:
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise CensusError(
-            f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
-        ) from None
-    return validate(document, path)
+        fault = f"{exc.msg} at line {exc.lineno}, column {exc.colno}"
+    except RecursionError:
+        fault = "nested too deeply"
+    except ValueError:  # int() refuses numbers of over 4300 digits (sys.get_int_max_str_digits)
+        fault = f"a number has more than {sys.get_int_max_str_digits()} digits"
+    else:
+        return validate(document, path)
+    raise CensusError(f"{path}: not valid JSON ({fault})")
 
 
 def compare(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Change]:
@@ -143,7 +149,7 @@ def render_diff(
     """`compare` as text: a summary line, then one aligned line per changed call site."""
     changes = compare(before, after)
     totals = " -> ".join(
-        f"{label} ({_count(document['total_launches'], 'launch')})"
+        f"{printable(label)} ({_count(document['total_launches'], 'launch')})"
         for label, document in zip(labels, (before, after), strict=True)
     )
     if not changes:
@@ -154,8 +160,8 @@ def render_diff(
         if any(c.kind == kind for c in changes)
     )
     rows = [
-        (c.kind, f"{c.name} [{c.kernel or '?'}]", str(c.before), "->", str(c.after),
-         f"({c.after - c.before:+d})")
+        (c.kind, f"{printable(c.name)} [{printable(c.kernel or '?')}]", str(c.before), "->",
+         str(c.after), f"({c.after - c.before:+d})")
         for c in changes
     ]  # fmt: skip
     return f"kname census diff: {totals}: {kinds}\n" + _columns(rows, right_aligned=(2, 4, 5))
@@ -267,6 +273,15 @@ def _counts(document: Mapping[str, Any]) -> dict[tuple[str, str], int]:
         key = (site["name"], site["kernel"])
         counts[key] = counts.get(key, 0) + site["launches"]
     return counts
+
+
+def printable(text: object) -> str:
+    """`text` safe for a terminal: control characters (ANSI escapes, NUL, newlines) and other
+    unprintable ones (lone surrogates) written as Python escapes, e.g. \\x1b."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _count(number: int, noun: str) -> str:

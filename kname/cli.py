@@ -220,7 +220,14 @@ def _profile(options: argparse.Namespace, parser: argparse.ArgumentParser) -> in
 
 
 def _report(options: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from kname.census_file import CensusError, compare, load, render_diff, render_table
+    from kname.census_file import (
+        CensusError,
+        compare,
+        load,
+        printable,
+        render_diff,
+        render_table,
+    )
 
     handled = profile_report.report(options)  # GPU profiles, and several files at once
     if handled is not None:
@@ -231,7 +238,7 @@ def _report(options: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         before = load(options.file)
         after = None if options.diff is None else load(options.diff)
     except CensusError as exc:
-        return _usage_error(f"kname report: {exc}")
+        return _usage_error(f"kname report: {printable(exc)}")
     if after is None:
         sys.stdout.write(render_table(before, source=options.file))
         return 0

@@ -24,7 +24,9 @@ from kname.census_file import (
     CensusError,
     compare,
     load,
+    render_diff,
     render_json,
+    render_table,
     validate,
     write_atomically,
 )
@@ -311,6 +313,37 @@ def test_load_says_what_is_wrong_with_the_file(tmp_path: Path) -> None:
     assert "bad.json: not valid JSON (Expecting" in messages["bad.json"]
     assert "line 1, column 14" in messages["bad.json"]
     assert "binary.json: cannot be read" in messages["binary.json"]
+
+
+@pytest.mark.parametrize(
+    ("text", "fault"),
+    [
+        (
+            '{"schema": 1, "sites": [], "total_launches": ' + "7" * 5000 + "}",
+            "a number has more than 4300 digits",
+        ),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"schema": 1, "sites": [{"name": ' * 50_000, "nested too deeply"),
+    ],
+)
+def test_load_of_a_hostile_file_is_one_census_error(tmp_path: Path, text, fault) -> None:
+    (tmp_path / "hostile.json").write_text(text)
+    with pytest.raises(CensusError) as raised:
+        load(str(tmp_path / "hostile.json"))
+    message = str(raised.value)
+    assert message.startswith(f"{tmp_path / 'hostile.json'}: not valid JSON (")
+    assert fault in message and "\n" not in message
+
+
+def test_tables_and_diffs_escape_what_a_terminal_would_obey() -> None:
+    hostile = census_of({("step \x1b[2J a.py:1", "ax\x00py"): 2, ("ok \ud800 b.py:2", "k"): 1})
+    table = render_table(hostile, source="evil\x1b[31m.json")
+    diff = render_diff(GOOD, hostile, ("a\x07.json", "b.json"))
+    for text in (table, diff):
+        assert all(line.isprintable() for line in text.splitlines()), text
+    assert "step \\x1b[2J a.py:1" in table and "ax\\x00py" in table and "\\ud800" in table
+    assert "evil\\x1b[31m.json" in table
+    assert "step \\x1b[2J a.py:1 [ax\\x00py]" in diff and "a\\x07.json" in diff
 
 
 def test_report_accepts_only_table_and_json() -> None:

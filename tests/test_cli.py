@@ -236,6 +236,11 @@ def test_report_diff_fails_on_change_only_when_asked(kname_venv, censuses: Path)
         (json.dumps({**BEFORE, "schema": 3}), "census schema 3 is not supported"),
         ("[1, 2]", "not a kname census"),
         (json.dumps({**BEFORE, "sites": [{"name": 1}]}), "sites[0] has no 'kernel'"),
+        (
+            json.dumps(BEFORE).replace('"launches": 30', '"launches": ' + "9" * 5000),
+            "a number has more than",
+        ),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
     ],
 )
 def test_report_errors_are_one_line_and_exit_2(kname_venv, tmp_path, content, message) -> None:
@@ -249,6 +254,20 @@ def test_report_errors_are_one_line_and_exit_2(kname_venv, tmp_path, content, me
         assert result.stdout == ""
         assert result.stderr.startswith(f"kname report: {name}: ")
         assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+
+
+def test_report_escapes_control_characters_in_names(kname_venv, tmp_path: Path) -> None:
+    hostile = census(("step \x1b[2J\x1b]0;pwned\x07 a.py:1", "ax\x00py", 2),
+                     ("fine \ud800 b.py:2", "k\tk", 1))  # fmt: skip
+    (tmp_path / "hostile.json").write_text(json.dumps(hostile))
+    for args in (["hostile.json"], ["hostile.json", "--diff", "other.json"]):
+        (tmp_path / "other.json").write_text(json.dumps(BEFORE))
+        result = run_kname(kname_venv, "report", *args, cwd=tmp_path)
+        assert result.returncode == 0 and result.stderr == "", result.stderr
+        assert all(line.isprintable() for line in result.stdout.splitlines())
+        assert "step \\x1b[2J\\x1b]0;pwned\\x07 a.py:1" in result.stdout
+        assert "ax\\x00py" in result.stdout and "k\\tk" in result.stdout
+        assert "fine \\ud800 b.py:2" in result.stdout
 
 
 def test_kname_commands_never_overwrite_the_users_census(kname_venv, censuses: Path) -> None:

@@ -13,12 +13,11 @@ import sys
 from typing import IO, Any
 
 from kname import callsite
-from kname._version import __version__
 from kname._warnings import warn_once
 from kname.census_file import (
     FORMATS,
     OWNER_VARIABLE,
-    SCHEMA,
+    document_of,
     render_json,
     render_table,
     write_atomically,
@@ -35,20 +34,7 @@ def names() -> dict[str, int]:
 
 def census() -> dict[str, Any]:
     """The census so far, as the JSON document of schema 1 (see kname.census_file)."""
-    rows = _rows()
-    total = sum(rows.values())
-    sites = [
-        {
-            "name": name,
-            "kernel": kernel,
-            "lib": lib,
-            "launches": launches,
-            "share": round(launches / total, 6),
-            "order": order,
-        }
-        for order, ((name, kernel, lib), launches) in enumerate(rows.items(), 1)
-    ]
-    return {"kname": __version__, "schema": SCHEMA, "sites": sites, "total_launches": total}
+    return document_of(_rows())
 
 
 def _rows() -> dict[tuple[str, str, str], int]:

@@ -26,6 +26,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import stat
 import sys
 from collections.abc import Mapping
@@ -53,6 +54,17 @@ class Change(NamedTuple):
     kernel: str
     before: int
     after: int
+
+
+def document_of(rows: Mapping[tuple[str, str, str], int]) -> dict[str, Any]:
+    """The census document of launches per (name, kernel, library), in the rows' order."""
+    total = sum(rows.values())
+    sites = [
+        {"name": name, "kernel": kernel, "lib": lib, "launches": launches,
+         "share": round(launches / total, 6), "order": order}
+        for order, ((name, kernel, lib), launches) in enumerate(rows.items(), 1)
+    ]  # fmt: skip
+    return {"kname": __version__, "schema": SCHEMA, "sites": sites, "total_launches": total}
 
 
 def render_json(document: Mapping[str, Any]) -> str:
@@ -109,6 +121,12 @@ def validate(document: Any, source: str) -> dict[str, Any]:
 
 def load(path: str) -> dict[str, Any]:
     """Read and validate a saved census; every failure is a one-line CensusError."""
+    return validate(read_json(path), path)
+
+
+def read_json(path: str) -> Any:
+    """The JSON value saved in `path` (a census of any schema, not yet validated); a file that
+    cannot be read or parsed, hostile ones included, is a one-line CensusError."""
     try:
         with open(path, encoding="utf-8") as file:
             text = file.read()
@@ -118,21 +136,25 @@ def load(path: str) -> dict[str, Any]:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise CensusError(f"{path}: cannot be read ({reason})") from None
     try:
-        document = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         fault = f"{exc.msg} at line {exc.lineno}, column {exc.colno}"
     except RecursionError:
         fault = "nested too deeply"
     except ValueError:  # int() refuses numbers of over 4300 digits (sys.get_int_max_str_digits)
         fault = f"a number has more than {sys.get_int_max_str_digits()} digits"
-    else:
-        return validate(document, path)
     raise CensusError(f"{path}: not valid JSON ({fault})")
 
 
-def compare(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Change]:
-    """Launch counts per call site (name and kernel) that differ: added, removed, changed."""
-    old, new = _counts(before), _counts(after)
+def compare(
+    before: Mapping[str, Any], after: Mapping[str, Any], ignore_lines: bool = False
+) -> list[Change]:
+    """Launch counts per call site (name and kernel) that differ: added, removed, changed.
+
+    With `ignore_lines`, the number after each `:` in a name (the line of `{path}:{line}`) is
+    `*`: launches are compared per function, file and kernel, so a moved line is no change.
+    """
+    old, new = _counts(before, ignore_lines), _counts(after, ignore_lines)
     changes = [Change("added", *key, 0, new[key]) for key in new if key not in old]
     changes += [Change("removed", *key, old[key], 0) for key in old if key not in new]
     changes += [
@@ -144,16 +166,20 @@ def compare(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Change]
 
 
 def render_diff(
-    before: Mapping[str, Any], after: Mapping[str, Any], labels: tuple[str, str]
+    before: Mapping[str, Any],
+    after: Mapping[str, Any],
+    labels: tuple[str, str],
+    ignore_lines: bool = False,
 ) -> str:
     """`compare` as text: a summary line, then one aligned line per changed call site."""
-    changes = compare(before, after)
+    changes = compare(before, after, ignore_lines)
     totals = " -> ".join(
         f"{printable(label)} ({_count(document['total_launches'], 'launch')})"
         for label, document in zip(labels, (before, after), strict=True)
     )
     if not changes:
-        return f"kname census diff: {totals}: no change in launches per call site\n"
+        ignored = " (lines ignored)" if ignore_lines else ""
+        return f"kname census diff: {totals}: no change in launches per call site{ignored}\n"
     kinds = ", ".join(
         f"{sum(c.kind == kind for c in changes)} {kind}"
         for kind in ("added", "removed", "changed")
@@ -267,10 +293,15 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _counts(document: Mapping[str, Any]) -> dict[tuple[str, str], int]:
+# A line number: digits after a colon, ending the name or followed by a non-word character.
+_LINE = re.compile(r"(?<=:)[0-9]+\b")
+
+
+def _counts(document: Mapping[str, Any], ignore_lines: bool) -> dict[tuple[str, str], int]:
     counts: dict[tuple[str, str], int] = {}
     for site in document["sites"]:
-        key = (site["name"], site["kernel"])
+        name = _LINE.sub("*", site["name"]) if ignore_lines else site["name"]
+        key = (name, site["kernel"])
         counts[key] = counts.get(key, 0) + site["launches"]
     return counts
 

@@ -34,6 +34,10 @@ examples:
                                                      changed (with the difference)
   kname report before.json --diff after.json --fail-on-change
                                                      ... and exit 1 if anything changed (CI)
+  kname report before.json --diff after.json --fail-on-change --ignore-lines
+                                                     ... per function, file and kernel: code
+                                                     that only moved is no change
+  kname report census.json census.pid*.json          a program and its children, merged
 
 Errors (a missing file, bad JSON, not a census of schema 1 or 2) are one line on stderr and exit 2.
 """
@@ -129,6 +133,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --diff: exit 1 if any call site's launch count changed",
     )
+    report.add_argument(
+        "--ignore-lines",
+        action="store_true",
+        help="with --diff of launch censuses: compare per function, file and kernel, ignoring "
+        "line numbers (the number after each ':' in a name), so code that only moved is no change",
+    )
     report.set_defaults(handler=_report)
     profile_report.add_report_options(report)
     return parser
@@ -220,15 +230,10 @@ def _profile(options: argparse.Namespace, parser: argparse.ArgumentParser) -> in
 
 
 def _report(options: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from kname.census_file import (
-        CensusError,
-        compare,
-        load,
-        printable,
-        render_diff,
-        render_table,
-    )
+    from kname.census_file import CensusError, compare, load, printable, render_diff, render_table
 
+    if options.ignore_lines and options.diff is None:
+        return _usage_error("kname report: --ignore-lines needs --diff OTHER.json")
     handled = profile_report.report(options)  # GPU profiles, and several files at once
     if handled is not None:
         return handled
@@ -242,8 +247,10 @@ def _report(options: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     if after is None:
         sys.stdout.write(render_table(before, source=options.file))
         return 0
-    sys.stdout.write(render_diff(before, after, (options.file, options.diff)))
-    return 1 if options.fail_on_change and compare(before, after) else 0
+    labels = (options.file, options.diff)
+    sys.stdout.write(render_diff(before, after, labels, options.ignore_lines))
+    changed = compare(before, after, options.ignore_lines)
+    return 1 if options.fail_on_change and changed else 0
 
 
 def _usage_error(message: str) -> int:

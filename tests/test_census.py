@@ -279,6 +279,50 @@ def test_diff_deltas_add_up_to_the_change_in_total_launches(before, after) -> No
 GOOD = census_of({("step app.py:3", "axpy"): 2})
 
 
+def shifted(counts: dict[tuple[str, str], int], by: int) -> dict[tuple[str, str], int]:
+    """The same census after every line of every file moved down by `by`."""
+    moved = {}
+    for (name, kernel), launches in counts.items():
+        where, line = name.rsplit(":", 1)
+        key = (f"{where}:{int(line) + by}", kernel)
+        moved[key] = moved.get(key, 0) + launches
+    return moved
+
+
+@given(site_counts, st.integers(1, 50))
+def test_a_line_shift_is_no_change_when_lines_are_ignored(counts, by) -> None:
+    before, after = census_of(counts), census_of(shifted(counts, by))
+    assert compare(before, after, ignore_lines=True) == []
+    assert (compare(before, after) == []) == (not counts)
+
+
+@given(site_counts, site_counts)
+def test_ignoring_lines_compares_launches_per_function_file_and_kernel(before, after) -> None:
+    def per_function(counts):
+        summed = {}
+        for (name, kernel), launches in counts.items():
+            key = (name.rsplit(":", 1)[0] + ":*", kernel)
+            summed[key] = summed.get(key, 0) + launches
+        return summed
+
+    changes = compare(census_of(before), census_of(after), ignore_lines=True)
+    old, new = per_function(before), per_function(after)
+    assert {(c.name, c.kernel): (c.before, c.after) for c in changes} == {
+        key: (old.get(key, 0), new.get(key, 0))
+        for key in {*old, *new}
+        if old.get(key, 0) != new.get(key, 0)
+    }
+
+
+def test_ignoring_lines_masks_every_line_of_a_deep_name_but_keeps_the_file() -> None:
+    before = census_of({("step a.py:12 < main b.py:40", "k"): 1, ("step <cell 3>:5", "k"): 2})
+    after = census_of({("step a.py:13 < main b.py:41", "k"): 1, ("step <cell 4>:5", "k"): 2})
+    assert [(c.kind, c.name) for c in compare(before, after, ignore_lines=True)] == [
+        ("added", "step <cell 4>:*"),
+        ("removed", "step <cell 3>:*"),
+    ]
+
+
 @pytest.mark.parametrize(
     ("document", "fault"),
     [

@@ -256,6 +256,68 @@ def test_report_errors_are_one_line_and_exit_2(kname_venv, tmp_path, content, me
         assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
 
 
+def test_report_of_several_files_merges_them(kname_venv: Venv, censuses: Path) -> None:
+    child = census(("step solver.py:12", "axpy", 5), ("worker pool.py:7", "axpy", 2))
+    (censuses / "before.pid42.json").write_text(json.dumps(child))
+    result = run_kname(kname_venv, "report", "before.json", "before.pid42.json", cwd=censuses)
+    assert result.returncode == 0 and result.stderr == ""
+    assert result.stdout.splitlines() == [
+        "kname census (before.json + before.pid42.json, written by kname 0.1.0): "
+        "57 launches from 4 call sites",
+        "call site          kernel  library  launches  share  first seen",
+        "step solver.py:12  axpy    numba          35  61.4%           1",
+        "step solver.py:13  scale   numba          10  17.5%           2",
+        "main train.py:40   reduce  numba          10  17.5%           4",
+        "worker pool.py:7   axpy    numba           2   3.5%           3",
+    ]
+    # The merge compared with one file where every line moved: no change, lines ignored.
+    moved = census(("step solver.py:20", "axpy", 35), ("step solver.py:21", "scale", 10),
+                   ("main train.py:44", "reduce", 10), ("worker pool.py:9", "axpy", 2))  # fmt: skip
+    (censuses / "moved.json").write_text(json.dumps(moved))
+    diff = ("report", "before.json", "before.pid42.json", "--diff", "moved.json",
+            "--fail-on-change")  # fmt: skip
+    assert run_kname(kname_venv, *diff, cwd=censuses).returncode == 1
+    same = run_kname(kname_venv, *diff, "--ignore-lines", cwd=censuses)
+    assert same.returncode == 0 and "(lines ignored)" in same.stdout, same.stdout + same.stderr
+
+
+def test_report_diff_can_ignore_line_numbers(kname_venv: Venv, tmp_path: Path) -> None:
+    moved = census(("step solver.py:14", "axpy", 30), ("step solver.py:15", "scale", 10),
+                   ("main train.py:41", "reduce", 10))  # fmt: skip
+    (tmp_path / "before.json").write_text(json.dumps(BEFORE))
+    (tmp_path / "moved.json").write_text(json.dumps(moved))
+    args = ("report", "before.json", "--diff", "moved.json", "--fail-on-change")
+    assert run_kname(kname_venv, *args, cwd=tmp_path).returncode == 1
+    result = run_kname(kname_venv, *args, "--ignore-lines", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.endswith("no change in launches per call site (lines ignored)\n")
+    (tmp_path / "more.json").write_text(json.dumps(census(("step solver.py:99", "axpy", 31))))
+    result = run_kname(kname_venv, "report", "before.json", "--diff", "more.json",
+                       "--ignore-lines", cwd=tmp_path)  # fmt: skip
+    assert result.stdout.splitlines()[1:] == [
+        "removed  step solver.py:* [scale]  10  ->   0  (-10)",
+        "removed  main train.py:* [reduce]  10  ->   0  (-10)",
+        "changed  step solver.py:* [axpy]   30  ->  31   (+1)",
+    ]
+
+
+def test_the_ci_recipe_survives_an_unrelated_line_shift(kname_venv: Venv, tmp_path: Path) -> None:
+    (tmp_path / "app.py").write_text(APP)
+    env = {"NUMBA_ENABLE_CUDASIM": "1"}
+    run_app = ("run", "--mode", "census", "--", "python", "app.py")
+    first = run_kname(kname_venv, "run", "--report", "before.json", *run_app[1:], env=env,
+                      cwd=tmp_path)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    (tmp_path / "app.py").write_text("# a comment moves every line down\n" + APP)
+    second = run_kname(kname_venv, "run", "--report", "after.json", *run_app[1:], env=env,
+                       cwd=tmp_path)  # fmt: skip
+    assert second.returncode == 0, second.stderr
+    diff = ("report", "before.json", "--diff", "after.json", "--fail-on-change")
+    assert run_kname(kname_venv, *diff, cwd=tmp_path).returncode == 1  # by line: 2 added, 2 removed
+    result = run_kname(kname_venv, *diff, "--ignore-lines", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout
+
+
 def test_report_escapes_control_characters_in_names(kname_venv, tmp_path: Path) -> None:
     hostile = census(("step \x1b[2J\x1b]0;pwned\x07 a.py:1", "ax\x00py", 2),
                      ("fine \ud800 b.py:2", "k\tk", 1))  # fmt: skip

@@ -53,7 +53,7 @@ def add_report_options(report: argparse.ArgumentParser) -> None:
 def report(options: argparse.Namespace) -> int | None:
     """Print what `options` ask; the exit code, or None for one launch census (not ours)."""
     # Imported here: `kname run` and `kname profile` build this parser too, and exec at once.
-    from kname.census_file import CensusError, compare, render_diff
+    from kname.census_file import CensusError, compare, printable, render_diff
     from kname.profiling.document import SCHEMA, load, merge_documents
     from kname.profiling.table import render_document
 
@@ -65,7 +65,7 @@ def report(options: argparse.Namespace) -> int | None:
         documents = [load(path) for path in files]
         after = None if options.diff is None else load(options.diff)
     except CensusError as exc:
-        return _usage_error(str(exc))
+        return _usage_error(printable(exc))
     schemas = {d["schema"] for d in [*documents, *([after] if after else [])]}
     wanted = [f"--{o.replace('_', '-')}" for o in PROFILE_ONLY if getattr(options, o) is not None]
     if schemas != {SCHEMA} and not options.more and not wanted:
@@ -74,6 +74,9 @@ def report(options: argparse.Namespace) -> int | None:
         return _usage_error(_mixed(options.diff))
     if wanted and schemas != {SCHEMA}:
         return _usage_error(f"{wanted[0]} is for GPU profiles (schema 2), not launch censuses")
+    ignore_lines = getattr(options, "ignore_lines", False)
+    if ignore_lines and SCHEMA in schemas:
+        return _usage_error("--ignore-lines is for launch censuses (schema 1), not GPU profiles")
     if options.top is not None and options.top < 1:
         return _usage_error(f"--top {options.top}: expected a whole number of 1 or more")
     before = documents[0] if len(documents) == 1 else merge_documents(documents)
@@ -82,8 +85,8 @@ def report(options: argparse.Namespace) -> int | None:
         sys.stdout.write(render_document(before, source=label, top=options.top))
         return 0
     if SCHEMA not in schemas:  # launch censuses, merged
-        sys.stdout.write(render_diff(before, after, (label, options.diff)))
-        return 1 if options.fail_on_change and compare(before, after) else 0
+        sys.stdout.write(render_diff(before, after, (label, options.diff), ignore_lines))
+        return 1 if options.fail_on_change and compare(before, after, ignore_lines) else 0
     return _profile_diff(before, after, (label, options.diff), options)
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from kname._version import __version__
 from kname.census_file import SCHEMA as CENSUS_SCHEMA
-from kname.census_file import CensusError
+from kname.census_file import CensusError, read_json
 from kname.census_file import validate as validate_census
 from kname.profiling.join import Profile, SiteTotals
 
@@ -159,23 +159,7 @@ def validate(document: Any, source: str) -> dict[str, Any]:
 
 def load(path: str) -> dict[str, Any]:
     """Read and validate a saved census of schema 1 or 2; every failure is a one-line error."""
-    try:
-        with open(path, encoding="utf-8") as file:
-            text = file.read()
-    except FileNotFoundError:
-        raise CensusError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise CensusError(f"{path}: cannot be read ({reason})") from None
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CensusError(
-            f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
-        ) from None
-    except (RecursionError, ValueError) as exc:  # nested too deep, a number of 4300+ digits
-        raise CensusError(f"{path}: not a kname census ({type(exc).__name__})") from None
-    return validate(document, path)
+    return validate(read_json(path), path)
 
 
 def _document(

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import IO, Any
 
 from kname import callsite
+from kname._locks import reset_in_child
 from kname._warnings import warn_once
 from kname.census_file import (
     FORMATS,
@@ -78,6 +80,8 @@ def write_at_exit(destination: str) -> None:
 
         # Registered once, however often install() runs; the latest destination wins.
         atexit.register(_write_now)
+        _write_on_sigterm()
+        reset_in_child(_write_at_multiprocessing_exit)
         _exit_registered = True
 
 
@@ -109,6 +113,53 @@ def _write_now() -> None:
             f"KNAME_REPORT={destination!r} could not be written ({reason}); "
             "the launch census was not saved",
         )
+
+
+def _write_on_sigterm() -> None:
+    """Write the census when SIGTERM ends the process (a Pool's terminate(), a job's time limit),
+    if the program leaves SIGTERM to its default action; the process still dies by SIGTERM."""
+    import signal
+
+    try:
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError):  # not the main thread: Python runs handlers there only
+        pass
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills at once
+    try:
+        _write_now()
+    finally:
+        os.kill(os.getpid(), signal.SIGTERM)  # die of it, as without kname
+
+
+_multiprocessing_armed = False
+
+
+def _write_at_multiprocessing_exit() -> None:
+    """In a forked child: write the census when multiprocessing ends it.
+
+    multiprocessing ends the processes it forks with os._exit, past atexit, after running its own
+    Finalize callbacks. It clears those in the child after this fork hook has run, then runs its
+    after-fork callbacks: so the Finalize is registered from one of those.
+    """
+    global _multiprocessing_armed
+    util = sys.modules.get("multiprocessing.util")
+    # Armed once: grandchildren inherit the after-fork callback along with the flag.
+    if util is not None and not _multiprocessing_armed:
+        util.register_after_fork(_write_now, _finalize_with)
+        _multiprocessing_armed = True
+
+
+def _finalize_with(write: Callable[[], None]) -> None:
+    from multiprocessing import util
+
+    # The lowest priority: after multiprocessing's own, and after the child's children are joined.
+    util.Finalize(None, write, exitpriority=-(2**31))
 
 
 def _beside(destination: str) -> str:

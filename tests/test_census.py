@@ -536,3 +536,123 @@ def test_kname_report_to_a_fifo_without_reader_is_one_line(kname_venv: Venv, app
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and "census was not saved" in lines[0] and "no reader" in lines[0]
     assert (app / "fifo").is_fifo()
+
+
+# --- children's censuses (item 24): every worker's file is written, and they merge ----------
+
+POOL_APP = """\
+import multiprocessing
+import os
+import sys
+
+import numpy as np
+from numba import cuda
+
+
+@cuda.jit
+def inc(out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] += 1
+
+
+def work(n):
+    out = np.zeros(4)
+    for _ in range(n):
+        inc[1, 4](out)  # worker-line
+    return int(out[0])
+
+
+if __name__ == "__main__":
+    method, ending = sys.argv[1:]
+    context = multiprocessing.get_context(method)
+    if ending == "process":  # a plain Process: multiprocessing ends it with os._exit
+        children = [context.Process(target=work, args=(n,)) for n in (4, 6)]
+        for child in children:
+            child.start()
+        for child in children:
+            child.join()
+        assert [child.exitcode for child in children] == [0, 0]
+    elif ending == "terminate":  # `with Pool()` terminates its workers with SIGTERM
+        with context.Pool(2) as pool:
+            assert pool.map(work, [1, 2, 3, 4], chunksize=1) == [1, 2, 3, 4]
+    else:  # close and join: the workers end their loop and os._exit
+        pool = context.Pool(2)
+        assert pool.map(work, [1, 2, 3, 4], chunksize=1) == [1, 2, 3, 4]
+        pool.close()
+        pool.join()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+@pytest.mark.parametrize("ending", ["terminate", "close", "process"])
+def test_every_multiprocessing_child_writes_its_census(
+    kname_venv: Venv, tmp_path: Path, method: str, ending: str
+) -> None:
+    (tmp_path / "pool_app.py").write_text(POOL_APP)
+    env = {"KNAME": "1", "NUMBA_ENABLE_CUDASIM": "1", "KNAME_REPORT": "c.json", **NOT_BENEATH}
+    result = kname_venv.python_run("pool_app.py", method, ending, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    owner = load(str(tmp_path / "c.json"))
+    assert owner["total_launches"] == 0  # the parent launched nothing itself
+    children = [load(str(path)) for path in tmp_path.glob("c.pid*.json")]
+    merged = merge(children)
+    name = f"work pool_app.py:{line_of(POOL_APP, 'worker-line')}"
+    assert [(s["name"], s["launches"]) for s in merged["sites"]] == [(name, 10)]
+    # Not one lost: every child that launched has a file (a Pool may give one worker all tasks).
+    assert 1 <= len(children) <= 2
+
+
+SIGTERM_APP = """\
+import signal
+import sys
+import time
+
+import numpy as np
+from numba import cuda
+
+
+@cuda.jit
+def inc(out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] += 1
+
+
+out = np.zeros(4)
+for _ in range(3):
+    inc[1, 4](out)  # launch-line
+if sys.argv[1:] == ["own-handler"]:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("handler", ["default", "own-handler"])
+def test_a_program_ended_by_sigterm_still_writes_its_census(
+    kname_venv: Venv, tmp_path: Path, handler: str
+) -> None:
+    import signal
+    import subprocess
+
+    (tmp_path / "app.py").write_text(SIGTERM_APP)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KNAME", "NVTX_"))}
+    env.pop("PYTHONPATH", None)
+    env.update(KNAME="1", NUMBA_ENABLE_CUDASIM="1", KNAME_REPORT="c.json", **NOT_BENEATH)
+    with subprocess.Popen(
+        [str(kname_venv.python), "app.py", handler], cwd=tmp_path, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ) as program:  # fmt: skip
+        assert program.stdout.readline() == "ready\n"
+        program.send_signal(signal.SIGTERM)
+        _, stderr = program.communicate(timeout=60)
+    # Killed by SIGTERM as before, or ended by the program's own handler: kname kept out of it.
+    assert program.returncode == (-signal.SIGTERM if handler == "default" else 7), stderr
+    assert stderr == ""
+    document = load(str(tmp_path / "c.json"))
+    name = f"<module> app.py:{line_of(SIGTERM_APP, 'launch-line')}"
+    assert [(s["name"], s["launches"]) for s in document["sites"]] == [(name, 3)]

@@ -38,6 +38,8 @@ def start() -> None:
         _say(f"{exc} (KNAME_STRICT is on: stopping)")
         # SystemExit raised while site processes a .pth is a crash with a traceback; this is not.
         os._exit(2)
+    except SystemExit as exc:  # KNAME_STRICT stopped install() itself (it said why)
+        os._exit(exc.code if isinstance(exc.code, int) else 2)
     except Exception as exc:
         _say(f"could not start ({type(exc).__name__}: {exc}); the program runs without kname")
 

@@ -8,6 +8,7 @@ worker) reports only if it launched anything, and to a file of its own beside th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -64,11 +65,16 @@ def report(file: IO[str] | str | os.PathLike | None = None, format: str = "table
 _exit_destination: str | None = None
 _exit_registered = False
 _owner_pid: int | None = None
+_strict = False
 
 
-def write_at_exit(destination: str) -> None:
-    """At exit, print the census table on stderr (`-`) or write it as JSON to `destination`."""
-    global _exit_destination, _exit_registered, _owner_pid
+def write_at_exit(destination: str, strict: bool = False) -> None:
+    """At exit, print the census table on stderr (`-`) or write it as JSON to `destination`.
+
+    With `strict` (KNAME_STRICT=1), a census that cannot be written makes the exit status 2.
+    """
+    global _exit_destination, _exit_registered, _owner_pid, _strict
+    _strict = strict
     # A relative path means relative to where the program started, even if it changes directory.
     _exit_destination = destination if destination == "-" else os.path.abspath(destination)
     if _owner_pid is None:
@@ -111,8 +117,15 @@ def _write_now() -> None:
         warn_once(
             "report",
             f"KNAME_REPORT={destination!r} could not be written ({reason}); "
-            "the launch census was not saved",
+            "the launch census was not saved"
+            + (" (KNAME_STRICT is on: exit status 2)" if _strict else ""),
         )
+        if _strict:
+            # Past atexit nothing else can set the status; flush what os._exit would drop.
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(2)
 
 
 def _write_on_sigterm() -> None:

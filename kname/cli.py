@@ -72,6 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     cancel_at_exit()
     args = sys.argv[1:] if argv is None else list(argv)
     if args and args[0] not in COMMANDS and not args[0].startswith("-"):
+        meant = _command_meant(args[0])
+        if meant:
+            return _usage_error(
+                f"kname: unknown command {args[0]!r} (did you mean {meant}?); commands: "
+                f"{', '.join(COMMANDS)}; a script of that name runs when it exists "
+                f"(python -m kname ./{args[0]})"
+            )
         # `python -m kname app.py ...`: run a script with the current interpreter.
         args = ["run", "--", sys.executable, *args]
     parser = _parser()
@@ -103,8 +110,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    for option, variable in RUN_OPTIONS.items():
-        run.add_argument(f"--{option}", metavar="VALUE", help=f"sets {variable}")
+    _add_run_options(run)
     run.add_argument("program", nargs=argparse.REMAINDER, help="the command, after --")
     run.set_defaults(handler=_run)
     _add_profile_command(commands)
@@ -144,6 +150,58 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_meant(word: str) -> str | None:
+    """The command `word` is a typo of: not a file that exists, and much like a command."""
+    import difflib
+
+    if os.path.exists(word):
+        return None
+    return next(iter(difflib.get_close_matches(word, COMMANDS, 1, 0.6)), None)
+
+
+def _add_run_options(run: argparse.ArgumentParser) -> None:
+    """`kname run`'s options, one per KNAME_* variable, each with its accepted values."""
+    from kname.config import DEFAULT_DOMAIN, DEFAULT_FORMAT, FORMAT_FIELDS, MAX_DEPTH, MODES
+    from kname.targets import BUILTIN
+
+    fields = " ".join("{" + name + "}" for name in FORMAT_FIELDS)
+    options = {
+        "targets": ("LIST", f"a comma list of built-in targets ({', '.join(BUILTIN)}) and "
+                    "module:qualname callables of your own; default: every built-in target"),
+        "skip": ("MODULES", "a comma list of module prefixes whose frames are never a call "
+                 "site (your launch helpers), e.g. mypkg.launchers"),
+        "format": ("TEMPLATE", f"a name template of the fields {fields}; default "
+                   f"{DEFAULT_FORMAT!r}"),
+        "depth": ("N", f"user frames in a name, 1 to {MAX_DEPTH}; default 1"),
+        "mode": ("MODE", f"{MODES[0]} (default), {', '.join(MODES[1:-1])} or {MODES[-1]}"),
+        "report": ("FILE", "- (the census table on stderr at exit) or FILE.json (the census as "
+                   "JSON; processes beneath write FILE.pidN.json beside it)"),
+        "domain": ("NAME", f"the NVTX domain of kname's ranges; default {DEFAULT_DOMAIN}"),
+    }  # fmt: skip
+    for option, (metavar, accepted) in options.items():
+        extra: dict = {}
+        if option == "mode":
+            extra = {"type": str.lower, "choices": MODES}
+        elif option == "depth":
+            extra = {"type": _depth}
+        help = f"sets {RUN_OPTIONS[option]}: {accepted}"
+        run.add_argument(f"--{option}", metavar=metavar, help=help, **extra)
+    run.add_argument(
+        "--strict",
+        action="store_true",
+        help="sets KNAME_STRICT=1: a bad KNAME_* value, a KNAME_TARGETS entry that cannot be "
+        "wrapped, or a census that cannot be written stops the program (exit status 2)",
+    )
+
+
+def _depth(text: str) -> str:
+    from kname.config import MAX_DEPTH
+
+    if text.isascii() and text.isdigit() and len(text) <= 9 and 1 <= int(text) <= MAX_DEPTH:
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to {MAX_DEPTH}")
+
+
 def _run(options: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     program = options.program[1:] if options.program[:1] == ["--"] else options.program
     if not program:
@@ -156,6 +214,8 @@ def _run(options: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         value = getattr(options, option)
         if value is not None:
             environ[variable] = value
+    if getattr(options, "strict", False):  # kname profile has no --strict
+        environ["KNAME_STRICT"] = "1"
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(executable, program, environ)

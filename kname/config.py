@@ -25,6 +25,14 @@ DEFAULT_TOP = 20  # call sites in the table `kname profile` prints at exit
 PROFILE_OUTPUTS = {"KNAME_PROFILE_TRACE": "trace", "KNAME_PROFILE_HTML": "html"}
 # Longer call-site names are cut to this many characters, ending in a digest of the whole name.
 MAX_NAME_LENGTH = 1024
+KNOWN_VARIABLES = (
+    "KNAME", "KNAME_TARGETS", "KNAME_SKIP", "KNAME_FORMAT", "KNAME_DEPTH", "KNAME_MODE",
+    "KNAME_REPORT", "KNAME_DOMAIN", "KNAME_STRICT", *PROFILE_OUTPUTS, "KNAME_PROFILE_TOP",
+)  # fmt: skip
+# How alike (difflib's ratio) a name must be to a known one to be taken for a misspelling of it:
+# at start-up, a near miss (KNAME_MDOE) is a problem; `kname doctor` shows any likeness.
+MISSPELLING = 0.85
+LIKENESS = 0.6
 
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 _USER_TARGET = re.compile(rf"^({_DOTTED}):({_DOTTED})$")
@@ -136,11 +144,37 @@ def read_config(
         domain=_read_domain(env.get("KNAME_DOMAIN"), problems),
         **_read_profile_outputs(env, mode, problems),
         strict=strict,
-        problems=tuple(problems),
+        problems=tuple(problems + _misspellings(env)),
     )
-    if strict and problems:
-        raise ConfigError(problems[0])
+    if strict and config.problems:
+        raise ConfigError(config.problems[0])
     return config
+
+
+def unknown_variables(environ: Mapping[str, str] | None = None) -> list[tuple[str, str | None]]:
+    """Each KNAME_* variable set that kname does not read, by name, with the known one it is most
+    like (None if none is much like it)."""
+    env = os.environ if environ is None else environ
+    unknown = sorted(n for n in env if n.startswith("KNAME_") and n not in KNOWN_VARIABLES)
+    return [(name, _nearest(name, LIKENESS)) for name in unknown]
+
+
+def _misspellings(env: Mapping[str, str]) -> list[str]:
+    """A problem for each unknown KNAME_* variable that is a near miss of a known one.
+
+    Others are left to `kname doctor`: tools of one's own may use the prefix too.
+    """
+    return [
+        f"{name} is not a kname variable (did you mean {nearest}?); ignoring it"
+        for name, _ in unknown_variables(env)
+        if (nearest := _nearest(name, MISSPELLING))
+    ]
+
+
+def _nearest(name: str, cutoff: float) -> str | None:
+    import difflib
+
+    return next(iter(difflib.get_close_matches(name, KNOWN_VARIABLES, 1, cutoff)), None)
 
 
 def _read_strict(env: Mapping[str, str], problems: list[str]) -> bool:

@@ -11,7 +11,15 @@ import os
 import sys
 
 from kname._version import __version__
-from kname.config import Config, ConfigError, read_config, switch_problem, switch_state
+from kname.config import (
+    KNOWN_VARIABLES,
+    Config,
+    ConfigError,
+    read_config,
+    switch_problem,
+    switch_state,
+    unknown_variables,
+)
 from kname.targets import BUILTIN, library
 
 OK, PROBLEM, NOTE = "✓", "✗", "–"
@@ -184,6 +192,7 @@ def _check_configuration() -> tuple[Config, list[tuple[str, str]]]:
         config = read_config({**os.environ, "KNAME_STRICT": "0"}, builtin_targets=BUILTIN)
         strict = " (KNAME_STRICT is on: the program would stop here)"
     lines = [(PROBLEM, problem + strict) for problem in config.problems]
+    lines.extend(_check_unknown_variables(config.problems))
     lines.extend(_check_report_destination(config.report))
     clean = not any(mark == PROBLEM for mark, _ in lines)
     lines.append((OK if clean else NOTE, "configuration in effect:"))
@@ -200,6 +209,20 @@ def _check_configuration() -> tuple[Config, list[tuple[str, str]]]:
     }
     lines.extend(("", f"    {variable:<14} {value}") for variable, value in settings.items())
     return config, lines
+
+
+def _check_unknown_variables(problems: tuple[str, ...]) -> list[tuple[str, str]]:
+    """A line for each KNAME_* variable kname does not read, but for the misspellings that
+    `problems` already names."""
+    lines = []
+    for name, nearest in unknown_variables():
+        if any(problem.startswith(f"{name} ") for problem in problems):
+            continue
+        hint = (
+            f"the nearest is {nearest}" if nearest else f"kname reads {', '.join(KNOWN_VARIABLES)}"
+        )
+        lines.append((PROBLEM, f"{name} is not a kname variable; ignoring it ({hint})"))
+    return lines
 
 
 def _check_report_destination(destination: str | None) -> list[tuple[str, str]]:

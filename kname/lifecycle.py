@@ -91,7 +91,7 @@ def install(targets: Iterable[str] | str | None = None) -> None:
         if config.mode == "profile":
             _start_profiling(config)  # KNAME_REPORT is then the profile's JSON
         elif config.report:
-            write_at_exit(config.report)
+            write_at_exit(config.report, strict=config.strict)
         for module, module_targets in _by_module(chosen).items():
             hook = functools.partial(_on_import, module_targets, options)
             _state.watches.append(watch(module, hook))
@@ -236,7 +236,14 @@ def _changes_of(target: Target, module: ModuleType, options: Options) -> list[Ch
         problem = str(exc)
     except Exception as exc:  # a broken target must not stop the import or the other targets
         problem = f"could not be wrapped ({type(exc).__name__}: {exc})"
-    warn_once(f"target:{target.name}:{target.module}:{target.what}", f"{_origin(target)} {problem}")
+    # KNAME_STRICT=1: a KNAME_TARGETS entry of the user's that cannot be wrapped stops the program.
+    stop = ":" in target.name and _state.config is not None and _state.config.strict
+    warn_once(
+        f"target:{target.name}:{target.module}:{target.what}",
+        f"{_origin(target)} {problem}" + (" (KNAME_STRICT is on: stopping)" if stop else ""),
+    )
+    if stop:
+        raise SystemExit(2)
     return []
 
 

@@ -30,6 +30,7 @@ from kname.census_file import (
     validate,
     write_atomically,
 )
+from kname.profiling.document import merge_documents
 
 APP = """\
 import os
@@ -598,7 +599,7 @@ def test_every_multiprocessing_child_writes_its_census(
     owner = load(str(tmp_path / "c.json"))
     assert owner["total_launches"] == 0  # the parent launched nothing itself
     children = [load(str(path)) for path in tmp_path.glob("c.pid*.json")]
-    merged = merge(children)
+    merged = merge_documents(children)
     name = f"work pool_app.py:{line_of(POOL_APP, 'worker-line')}"
     assert [(s["name"], s["launches"]) for s in merged["sites"]] == [(name, 10)]
     # Not one lost: every child that launched has a file (a Pool may give one worker all tasks).

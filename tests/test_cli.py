@@ -143,6 +143,53 @@ def test_usage_errors_are_one_line_and_exit_2(kname_venv: Venv, args, message) -
     assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize(
+    ("typo", "meant"), [("reprot", "report"), ("rn", "run"), ("doctr", "doctor")]
+)
+def test_a_mistyped_command_is_refused_not_run_as_a_script(kname_venv, tmp_path, typo, meant):
+    runs = (
+        run_kname(kname_venv, typo, "census.json", cwd=tmp_path),
+        kname_venv.python_run("-m", "kname", typo, "census.json", cwd=tmp_path),
+    )
+    for result in runs:
+        assert (result.returncode, result.stdout) == (2, ""), result.stderr
+        assert result.stderr == (
+            f"kname: unknown command {typo!r} (did you mean {meant}?); commands: run, profile, "
+            "doctor, report; a script of that name runs when it exists "
+            f"(python -m kname ./{typo})\n"
+        )
+
+
+def test_a_script_named_like_a_command_still_runs(kname_venv: Venv, tmp_path: Path) -> None:
+    (tmp_path / "reprot").write_text(PROBE)
+    result = kname_venv.python_run("-m", "kname", "reprot", cwd=tmp_path)
+    assert result.returncode == 3, result.stderr
+    assert result.stdout.startswith("True|1|")
+
+
+def test_run_help_lists_the_accepted_values(kname_venv: Venv) -> None:
+    result = run_kname(kname_venv, "run", "--help")
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())  # argparse wraps lines
+    for accepted in ("nvtx (default), rename, census or profile", "1 to 16",
+                     "numba, cupy, triton, pycuda, cuda_core", "module:qualname",
+                     "{kernel} {function} {path} {module} {file} {line} {lib}",
+                     "'{function} {path}:{line}'", "- (the census table on stderr at exit)",
+                     "sets KNAME_STRICT=1", "--show-ranges"):  # fmt: skip
+        assert accepted in text, accepted
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--mode", "loud"], "argument --mode: invalid choice: 'loud' (choose from 'nvtx', "),
+     (["--depth", "99"], "argument --depth: '99' is not a whole number from 1 to 16")],
+)  # fmt: skip
+def test_run_refuses_a_bad_mode_or_depth_in_one_line(kname_venv: Venv, args, message) -> None:
+    result = run_kname(kname_venv, "run", *args, "--", "python", "-c", "print('ran')")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+
+
 # --- kname run ------------------------------------------------------------------------------
 
 

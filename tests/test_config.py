@@ -10,11 +10,14 @@ from kname.config import (
     DEFAULT_DOMAIN,
     DEFAULT_FORMAT,
     FORMAT_FIELDS,
+    KNOWN_VARIABLES,
     MAX_DEPTH,
     MODES,
+    PROFILE_OUTPUTS,
     Config,
     ConfigError,
     read_config,
+    unknown_variables,
 )
 
 BUILTINS = ("numba",)
@@ -358,3 +361,42 @@ def test_an_accepted_template_renders_any_real_site(template: str) -> None:
     real = {"kernel": "axpy", "function": "step", "path": "my/solver.py", "module": "my.solver",
             "file": "solver.py", "line": 4242, "lib": "numba"}  # fmt: skip
     assert cfg.format.format(**real).strip()
+
+
+# --------------------------------------------------------------------------
+# Unknown KNAME_* variables (issue 16 item 22)
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [("KNAME_MDOE", "KNAME_MODE"), ("KNAME_TARGET", "KNAME_TARGETS"), ("KNAME_FMT", "KNAME_FORMAT"),
+     ("KNAME_REPROT", "KNAME_REPORT"), ("KNAME_STRICTT", "KNAME_STRICT")],
+)  # fmt: skip
+def test_a_misspelled_variable_is_one_problem_naming_the_nearest_one(typo: str, meant: str):
+    cfg = read_config({typo: "census"}, BUILTINS)
+    assert cfg == DEFAULTS
+    problem = f"{typo} is not a kname variable (did you mean {meant}?); ignoring it"
+    assert the_problem(cfg) == problem
+    with pytest.raises(ConfigError, match=typo):
+        read_config({typo: "census", "KNAME_STRICT": "1"}, BUILTINS)
+
+
+def test_unknown_variables_lists_every_kname_name_that_is_not_one_with_its_nearest() -> None:
+    env = {"KNAME": "1", "KNAME_MODE": "census", "KNAME_MDOE": "x", "KNAME_NVTX_LOG": "l",
+           "_KNAME_REPORT_PID": "1", "MY_KNAME_THING": "1", "KNAME_ON": "1"}  # fmt: skip
+    assert unknown_variables(env) == [
+        ("KNAME_MDOE", "KNAME_MODE"),
+        ("KNAME_NVTX_LOG", None),
+        ("KNAME_ON", "KNAME_DOMAIN"),
+    ]
+    # Only a near miss is a problem at start-up: another tool's KNAME_* variable is not kname's.
+    assert read_config(env, BUILTINS).problems == (
+        "KNAME_MDOE is not a kname variable (did you mean KNAME_MODE?); ignoring it",
+    )
+
+
+def test_every_variable_read_config_reads_is_known() -> None:
+    profile = {*PROFILE_OUTPUTS, "KNAME_PROFILE_TOP"}
+    assert set(VARIABLES) | {"KNAME"} | profile == set(KNOWN_VARIABLES)
+    assert unknown_variables(dict.fromkeys(KNOWN_VARIABLES, "")) == []

@@ -82,6 +82,37 @@ def test_kname_strict_turns_a_bad_variable_into_an_error(kname_venv: Venv) -> No
     assert "KNAME_MODE='loud'" in result.stderr
 
 
+def test_kname_strict_stops_for_a_target_that_is_not_found(kname_venv: Venv, tmp_path) -> None:
+    (tmp_path / "mylaunch.py").write_text("def launch():\n    pass\n")
+    env = {"KNAME": "1", "KNAME_TARGETS": "mylaunch:nofunc", "PYTHONPATH": str(tmp_path)}
+    program = ("-c", "import mylaunch; print('ran')")
+    lenient = kname_venv.python_run(*program, env=env)
+    assert (lenient.returncode, lenient.stdout) == (0, "ran\n")
+    assert lenient.stderr.count("\n") == 1 and "nofunc" in lenient.stderr
+    strict = kname_venv.python_run(*program, env={**env, "KNAME_STRICT": "1"})
+    assert (strict.returncode, strict.stdout) == (2, ""), strict.stderr
+    assert strict.stderr.count("\n") == 1, strict.stderr
+    assert "nofunc" in strict.stderr and "KNAME_STRICT is on: stopping" in strict.stderr
+
+
+def test_kname_strict_stops_for_an_unwritable_report(kname_venv: Venv, tmp_path) -> None:
+    env = {"KNAME": "1", "KNAME_REPORT": str(tmp_path / "missing" / "c.json")}
+    lenient = kname_venv.python_run("-c", "print('ran')", env=env)
+    assert (lenient.returncode, lenient.stdout) == (0, "ran\n")
+    strict = kname_venv.python_run("-c", "print('ran')", env={**env, "KNAME_STRICT": "1"})
+    assert (strict.returncode, strict.stdout) == (2, "ran\n")
+    assert strict.stderr.count("\n") == 1, strict.stderr
+    assert "census was not saved" in strict.stderr and "KNAME_STRICT is on" in strict.stderr
+
+
+def test_a_misspelled_variable_is_one_line_at_start_up(kname_venv: Venv) -> None:
+    result = kname_venv.python_run("-c", "print('ran')", env={"KNAME": "1", "KNAME_MDOE": "census"})
+    assert (result.returncode, result.stdout) == (0, "ran\n")
+    assert result.stderr == (
+        "kname: KNAME_MDOE is not a kname variable (did you mean KNAME_MODE?); ignoring it\n"
+    )
+
+
 def test_pip_uninstall_removes_kname_pth(tmp_path: Path, kname_wheel: Path) -> None:
     venv = make_venv(tmp_path / "env")
     venv.install(str(kname_wheel))

@@ -216,10 +216,19 @@ def _run(options: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             environ[variable] = value
     if getattr(options, "strict", False):  # kname profile has no --strict
         environ["KNAME_STRICT"] = "1"
+    environ["PYTHONPATH"] = _with_bootstrap(environ.get("PYTHONPATH", ""))
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(executable, program, environ)
     return 0  # not reached: execve replaces this process
+
+
+def _with_bootstrap(pythonpath: str) -> str:
+    """PYTHONPATH with kname's start-up folder first: every Python the program starts imports
+    its sitecustomize, which starts kname where no kname.pth is read (an editable install)."""
+    bootstrap = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bootstrap")
+    entries = [bootstrap, *(p for p in pythonpath.split(os.pathsep) if p and p != bootstrap)]
+    return os.pathsep.join(entries)
 
 
 PROFILE_EXAMPLES = """\

@@ -94,8 +94,9 @@ def _check_gate() -> list[tuple[str, str]]:
         searched = ", ".join(directory for directory, _ in _site_directories())
         problem = (
             f"no start-up gate: kname.pth is in none of {searched}, so KNAME=1 and -X kname do "
-            "nothing here. Install kname's wheel (pip install kname; an editable install has no "
-            "kname.pth), or use a sitecustomize.py (see sitecustomize_example/)"
+            "nothing here. `kname run -- python app.py` starts kname itself; else install "
+            "kname's wheel (pip install kname; an editable install has no kname.pth), or use a "
+            "sitecustomize.py (see sitecustomize_example/)"
         )
         lines.append((PROBLEM, problem))
     return lines

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import sys
 from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from support import Venv, line_of, make_venv
+from support import REPO, Venv, line_of, make_venv, run
 
 import kname
 from kname.census_file import OWNER_VARIABLE
@@ -233,6 +235,65 @@ def test_python_m_kname_runs_a_script_with_kname_on(kname_venv: Venv, tmp_path: 
     result = kname_venv.python_run("-m", "kname", "probe.py", cwd=tmp_path)
     assert result.returncode == 3, result.stderr
     assert result.stdout.startswith("True|1|")
+
+
+@pytest.fixture(scope="module")
+def editable_venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
+    """kname installed as `pip install -e .` installs it: an editable wheel (a finder, no
+    kname.pth) built by setuptools from a copy of the checkout."""
+    root = tmp_path_factory.mktemp("editable")
+    ignored = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__")
+    shutil.copytree(REPO, root / "source", ignore=ignored)
+    (root / "dist").mkdir()
+    build = f"import setuptools.build_meta as b; b.build_editable({str(root / 'dist')!r})"
+    run([sys.executable, "-c", build], cwd=root / "source")
+    made = make_venv(root / "env")
+    made.install(str(next((root / "dist").glob("*.editable-*.whl"))))
+    assert not (made.site_packages / "kname.pth").exists()
+    return made
+
+
+SIMULATOR = {"NUMBA_ENABLE_CUDASIM": "1", OWNER_VARIABLE: ""}
+
+
+@pytest.mark.parametrize("install", ["editable_venv", "venv_without_pth"])
+def test_run_and_python_m_kname_work_without_kname_pth(request, install, tmp_path) -> None:
+    venv = request.getfixturevalue(install)
+    (tmp_path / "app.py").write_text(APP)
+    expected = [
+        (f"main app.py:{line_of(APP, 'loop-line')}", 2),
+        (f"main app.py:{line_of(APP, 'last-line')}", 1),
+    ]
+    by_command = run_kname(venv, "run", "--report", "run.json", "--", "python", "app.py",
+                           env=SIMULATOR, cwd=tmp_path)  # fmt: skip
+    by_module = venv.python_run("-m", "kname", "app.py", cwd=tmp_path,
+                                env={**SIMULATOR, "KNAME_REPORT": "module.json"})  # fmt: skip
+    for result, report in ((by_command, "run.json"), (by_module, "module.json")):
+        assert (result.returncode, result.stdout, result.stderr) == (0, "", ""), result.stderr
+        document = json.loads((tmp_path / report).read_text())
+        assert [(s["name"], s["launches"]) for s in document["sites"]] == expected
+
+
+def test_run_keeps_the_programs_own_sitecustomize(venv_without_pth: Venv, tmp_path) -> None:
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "sitecustomize.py").write_text("import sys; sys.own_ran = True\n")
+    probe = "import sys, kname; print(getattr(sys, 'own_ran', False), kname.is_installed())"
+    result = run_kname(venv_without_pth, "run", "--", "python", "-c", probe,
+                       env={"PYTHONPATH": str(tmp_path / "own")})  # fmt: skip
+    assert result.stdout.split() == ["True", "True"], result.stderr
+
+
+def test_run_says_so_when_the_programs_python_has_no_kname(kname_venv: Venv, tmp_path) -> None:
+    bare = make_venv(tmp_path / "bare")  # numba and the rest, but no kname
+    (tmp_path / "app.py").write_text(APP)
+    result = run_kname(kname_venv, "run", "--report", "out.json", "--", str(bare.python),
+                       "app.py", "4", env=SIMULATOR, cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 4  # the program still ran, and its exit code passed through
+    assert result.stderr == (
+        f"kname: kname run: this Python ({bare.python}) cannot import kname, so nothing is "
+        "named; install kname for it, or run the program with a Python that has kname\n"
+    )
+    assert not (tmp_path / "out.json").exists()
 
 
 # --- kname report ---------------------------------------------------------------------------

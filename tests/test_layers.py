@@ -17,7 +17,7 @@ PACKAGE = REPO / "kname"
 # Highest first; a module may import from its own layer's modules and any layer below.
 LAYERS = [
     {"kname.cli", "kname.doctor", "kname.__main__", "kname.pytest_plugin"},
-    {"kname._startup"},
+    {"kname._startup", "kname._bootstrap"},
     {"kname", "kname.lifecycle", "kname.ipython"},
     {"kname.targets"},  # and every kname.targets.* unit
     {"kname.profiling"},  # and every kname.profiling.* module

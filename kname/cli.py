@@ -187,6 +187,13 @@ def _add_run_options(run: argparse.ArgumentParser) -> None:
         help = f"sets {RUN_OPTIONS[option]}: {accepted}"
         run.add_argument(f"--{option}", metavar=metavar, help=help, **extra)
     run.add_argument(
+        "--show-ranges",
+        action="store_true",
+        help="attach kname's own small NVTX tool and print, at the end, the NVTX ranges the "
+        "program really emitted (domain, name, count): a check of the setup without Nsight. "
+        "Built once with the C compiler; not under a profiler, which attaches its own tool",
+    )
+    run.add_argument(
         "--strict",
         action="store_true",
         help="sets KNAME_STRICT=1: a bad KNAME_* value, a KNAME_TARGETS entry that cannot be "
@@ -217,10 +224,28 @@ def _run(options: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if getattr(options, "strict", False):  # kname profile has no --strict
         environ["KNAME_STRICT"] = "1"
     environ["PYTHONPATH"] = _with_bootstrap(environ.get("PYTHONPATH", ""))
+    if options.show_ranges:
+        return _run_showing_ranges(executable, program, environ)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(executable, program, environ)
     return 0  # not reached: execve replaces this process
+
+
+def _run_showing_ranges(executable: str, program: list[str], environ: dict[str, str]) -> int:
+    from kname import show_ranges
+
+    if environ.get(show_ranges.INJECTION_VARIABLE):
+        return _usage_error(
+            f"kname run --show-ranges: {show_ranges.INJECTION_VARIABLE} is already set (a "
+            "profiler's NVTX tool?); --show-ranges attaches its own: unset it, or leave "
+            "--show-ranges out under a profiler"
+        )
+    try:
+        library = show_ranges.build()
+    except show_ranges.ViewerUnavailable as exc:
+        return _usage_error(f"kname run --show-ranges: {exc}")
+    return show_ranges.run(executable, program, environ, library)
 
 
 def _with_bootstrap(pythonpath: str) -> str:

@@ -16,7 +16,7 @@ PACKAGE = REPO / "kname"
 
 # Highest first; a module may import from its own layer's modules and any layer below.
 LAYERS = [
-    {"kname.cli", "kname.doctor", "kname.__main__", "kname.pytest_plugin"},
+    {"kname.cli", "kname.doctor", "kname.__main__", "kname.pytest_plugin", "kname.show_ranges"},
     {"kname._startup", "kname._bootstrap"},
     {"kname", "kname.lifecycle", "kname.ipython"},
     {"kname.targets"},  # and every kname.targets.* unit

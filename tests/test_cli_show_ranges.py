@@ -1,0 +1,160 @@
+"""`kname run --show-ranges`: kname's own NVTX tool shows the ranges a program really emitted.
+
+Real programs (numba kernels on the simulator) run through the installed `kname` command; what
+the viewer prints is checked against the test suite's own NVTX capture of the same program.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from support import Venv, line_of
+from support.nvtx_capture import run_captured
+from test_cli import SIMULATOR, run_kname
+
+from kname import show_ranges
+
+pytestmark = pytest.mark.slow
+
+APP = """\
+import multiprocessing
+import sys
+
+import numpy as np
+from numba import cuda
+
+
+@cuda.jit
+def axpy(out, a, x):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a * x[i] + out[i]
+
+
+def step(out, x):
+    axpy[1, 4](out, 2.0, x)  # step-line
+
+
+def main():
+    out, x = np.zeros(4), np.ones(4)
+    for _ in range(3):
+        step(out, x)
+    axpy[1, 4](out, 1.0, x)  # main-line
+    if "--fork" in sys.argv:
+        child = multiprocessing.get_context("fork").Process(target=step, args=(out, x))
+        child.start()
+        child.join()
+    if "--leave-open" in sys.argv:
+        import nvtx
+
+        nvtx.push_range("left open", domain="mine")
+    print("done")
+    sys.exit(4)
+
+
+main()
+"""
+STEP = f"step app.py:{line_of(APP, 'step-line')}"
+MAIN = f"main app.py:{line_of(APP, 'main-line')}"
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Path:
+    (tmp_path / "app.py").write_text(APP)
+    (tmp_path / "cache").mkdir()
+    return tmp_path
+
+
+def show(venv: Venv, app: Path, *args: str, env: dict[str, str] | None = None):
+    environ = {**SIMULATOR, "XDG_CACHE_HOME": str(app / "cache"), **(env or {})}
+    return run_kname(venv, "run", "--show-ranges", "--", "python", "app.py", *args,
+                     env=environ, cwd=app)  # fmt: skip
+
+
+def table(stderr: str) -> dict[tuple[str, str], int]:
+    """The viewer's rows, as {(domain, range): count}."""
+    heading, header, *rows = stderr.splitlines()
+    assert heading.startswith("kname --show-ranges: ") and header.split() == [
+        "domain", "range", "count"
+    ]  # fmt: skip
+    found = {}
+    for row in rows:
+        domain, rest = row.split("  ", 1)
+        name, count = rest.strip().rsplit(None, 1)
+        found[domain, name] = int(count)
+    return found
+
+
+def test_it_prints_the_ranges_the_program_emitted(kname_venv, app, inject_lib, tmp_path) -> None:
+    result = show(kname_venv, app)
+    assert result.returncode == 4  # the program's own exit status
+    assert result.stdout == "done\n"
+    assert result.stderr.splitlines()[0] == (
+        "kname --show-ranges: 4 NVTX ranges in 1 domain, from 1 process"
+    )
+    assert table(result.stderr) == {("kname", STEP): 3, ("kname", MAIN): 1}
+    # The same program under the test suite's own NVTX capture: the same ranges.
+    env = {"KNAME": "1", **SIMULATOR, "PYTHONPATH": None}
+    _, capture = run_captured([str(kname_venv.python), "app.py"], inject_lib, tmp_path, env=env,
+                              cwd=app)  # fmt: skip
+    assert Counter(capture.ranges("kname")) == {STEP: 3, MAIN: 1}
+
+
+def test_it_counts_a_forked_childs_ranges_too(kname_venv: Venv, app: Path) -> None:
+    result = show(kname_venv, app, "--fork")
+    assert result.returncode == 4, result.stderr
+    assert result.stderr.splitlines()[0].endswith("from 2 processes")
+    assert table(result.stderr) == {("kname", STEP): 4, ("kname", MAIN): 1}
+
+
+def test_it_says_which_ranges_were_never_closed(kname_venv: Venv, app: Path) -> None:
+    result = show(kname_venv, app, "--leave-open")
+    assert result.stderr.splitlines()[-1] == "1 range of domain mine never closed"
+    assert table(result.stderr.rsplit("\n", 2)[0] + "\n")[("mine", "left open")] == 1
+
+
+def test_it_says_when_nothing_was_emitted(kname_venv: Venv, app: Path) -> None:
+    result = show(kname_venv, app, env={"KNAME_MODE": "census"})
+    assert result.stderr == (
+        "kname --show-ranges: no NVTX call was made (NVTX never loaded the viewer): nothing "
+        "was named; see kname doctor\n"
+    )
+
+
+def test_the_viewer_is_built_once_and_reused(kname_venv: Venv, app: Path) -> None:
+    show(kname_venv, app)
+    (built,) = (app / "cache" / "kname").glob("*.so")
+    inode = built.stat().st_ino
+    assert table(show(kname_venv, app).stderr) == {("kname", STEP): 3, ("kname", MAIN): 1}
+    assert [p.stat().st_ino for p in (app / "cache" / "kname").iterdir()] == [inode]
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"CC": "/no/such/cc"}, "kname run --show-ranges: cannot run the C compiler '/no/such/cc'"),
+        ({"NVTX_INJECTION64_PATH": "/opt/nsight/libToolsInjection64.so"},
+         "kname run --show-ranges: NVTX_INJECTION64_PATH is already set"),
+    ],
+)  # fmt: skip
+def test_it_cannot_run_in_one_line_and_exit_2(kname_venv: Venv, app: Path, env, message) -> None:
+    result = show(kname_venv, app, env=env)
+    assert (result.returncode, result.stdout) == (2, "")  # the program did not run
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith(message), result.stderr
+
+
+def test_read_log_and_render_escape_what_the_program_named(tmp_path: Path) -> None:
+    log = tmp_path / "ranges.log"
+    log.write_text(
+        "init\t7\npush\t7\t7\tkname\ta\\tb \\x1b[2J\npop\t7\t7\tkname\n"
+        "start\t7\t8\t<global>\tphase\t1\nend\t7\t8\t<global>\t1\npop\t7\t9\tkname\n"
+    )
+    ranges = show_ranges.read_log(str(log))
+    assert ranges.counts == {("kname", "a\tb \\x1b[2J"): 1, ("<global>", "phase"): 1}
+    assert ranges.processes == {7} and not ranges.open_ranges
+    text = show_ranges.render(ranges, {})
+    assert all(line.isprintable() for line in text.splitlines())
+    assert "a\\tb" in text and json.dumps(text)

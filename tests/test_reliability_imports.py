@@ -321,7 +321,8 @@ def in_process(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setitem(sys.modules, "reliability_gpu", module)
     monkeypatch.setattr(naming, "_roots", None)
     reports: list[str] = []
-    monkeypatch.setattr(lifecycle, "write_at_exit", reports.append)  # no atexit writer in pytest
+    # No atexit writer in pytest.
+    monkeypatch.setattr(lifecycle, "write_at_exit", lambda path, strict=False: reports.append(path))
     yield module, reports
 
 

@@ -221,10 +221,11 @@ def _run(options: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         value = getattr(options, option)
         if value is not None:
             environ[variable] = value
-    if getattr(options, "strict", False):  # kname profile has no --strict
+    # kname profile runs through here too, without --strict and --show-ranges.
+    if getattr(options, "strict", False):
         environ["KNAME_STRICT"] = "1"
     environ["PYTHONPATH"] = _with_bootstrap(environ.get("PYTHONPATH", ""))
-    if options.show_ranges:
+    if getattr(options, "show_ranges", False):
         return _run_showing_ranges(executable, program, environ)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -116,8 +116,19 @@ def test_it_says_which_ranges_were_never_closed(kname_venv: Venv, app: Path) -> 
     assert table(result.stderr.rsplit("\n", 2)[0] + "\n")[("mine", "left open")] == 1
 
 
-def test_it_says_when_nothing_was_emitted(kname_venv: Venv, app: Path) -> None:
+def test_it_says_when_no_range_was_emitted(kname_venv: Venv, app: Path) -> None:
     result = show(kname_venv, app, env={"KNAME_MODE": "census"})
+    assert result.returncode == 4
+    assert result.stderr == (
+        "kname --show-ranges: NVTX was used in 1 process, but no range was pushed "
+        "(KNAME_MODE=census emits none); see kname doctor\n"
+    )
+
+
+def test_it_says_when_nvtx_was_never_called(kname_venv: Venv, app: Path) -> None:
+    result = run_kname(kname_venv, "run", "--show-ranges", "--", "sh", "-c", "exit 3",
+                       env={"XDG_CACHE_HOME": str(app / "cache")}, cwd=app)  # fmt: skip
+    assert result.returncode == 3
     assert result.stderr == (
         "kname --show-ranges: no NVTX call was made (NVTX never loaded the viewer): nothing "
         "was named; see kname doctor\n"

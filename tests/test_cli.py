@@ -283,6 +283,25 @@ def test_run_keeps_the_programs_own_sitecustomize(venv_without_pth: Venv, tmp_pa
     assert result.stdout.split() == ["True", "True"], result.stderr
 
 
+def test_run_with_a_second_copy_of_kname_on_the_path_runs_each_sitecustomize_once(
+    venv_without_pth: Venv, tmp_path
+) -> None:
+    # A checkout on PYTHONPATH beside an installed kname: two bootstrap folders, each of which
+    # must not take the other for the sitecustomize it shadows (that recursed without end).
+    copy = tmp_path / "checkout" / "kname" / "_bootstrap"
+    shutil.copytree(REPO / "kname" / "_bootstrap", copy)
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "sitecustomize.py").write_text(
+        "import sys; sys.own_ran = getattr(sys, 'own_ran', 0) + 1\n"
+    )
+    probe = "import sys, kname; print(getattr(sys, 'own_ran', 0), kname.is_installed())"
+    pythonpath = os.pathsep.join([str(copy), str(tmp_path / "own")])
+    result = run_kname(venv_without_pth, "run", "--", "python", "-c", probe,
+                       env={"PYTHONPATH": pythonpath})  # fmt: skip
+    assert result.stdout.split() == ["1", "True"], result.stderr
+    assert "Error in sitecustomize" not in result.stderr
+
+
 def test_run_says_so_when_the_programs_python_has_no_kname(kname_venv: Venv, tmp_path) -> None:
     bare = make_venv(tmp_path / "bare")  # numba and the rest, but no kname
     (tmp_path / "app.py").write_text(APP)

@@ -29,15 +29,23 @@ def _start_kname():
         )
 
 
+def _is_kname_bootstrap(entry):
+    folder = os.path.abspath(entry or os.curdir)
+    return os.path.basename(folder) == "_bootstrap" and (
+        os.path.basename(os.path.dirname(folder)) == "kname"
+    )
+
+
 def _run_next_sitecustomize():
     """Find the sitecustomize.py that this one shadows and run it under its own name."""
     import importlib.machinery
     import importlib.util
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    # Every kname bootstrap folder is left out, not only this one: a checkout on PYTHONPATH
+    # beside an installed kname gives two, and each running the other would never end.
+    path = [p for p in sys.path if not _is_kname_bootstrap(p)]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
-    if spec is None or spec.loader is None or spec.origin == os.path.abspath(__file__):
+    if spec is None or spec.loader is None:
         return
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

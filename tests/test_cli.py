@@ -304,6 +304,8 @@ def test_run_with_a_second_copy_of_kname_on_the_path_runs_each_sitecustomize_onc
 
 def test_run_says_so_when_the_programs_python_has_no_kname(kname_venv: Venv, tmp_path) -> None:
     bare = make_venv(tmp_path / "bare")  # numba and the rest, but no kname
+    # The test environment's packages may hold an installed kname (CI installs one): hide it.
+    (bare.site_packages / "zz_no_kname.pth").write_text("import sys; sys.modules['kname'] = None\n")
     (tmp_path / "app.py").write_text(APP)
     result = run_kname(kname_venv, "run", "--report", "out.json", "--", str(bare.python),
                        "app.py", "4", env=SIMULATOR, cwd=tmp_path)  # fmt: skip

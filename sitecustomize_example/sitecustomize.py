@@ -22,13 +22,22 @@ def _start_kname() -> None:
         print("kname: switched on, but kname is not installed for this Python", file=sys.stderr)
 
 
+def _entries_after(here) -> list:
+    """sys.path after this file's folder: a sitecustomize found before it would run this one
+    again (two such files, each running "the other", never end)."""
+    folders = [os.path.abspath(entry or os.curdir) for entry in sys.path]
+    if here not in folders:
+        return [entry for entry in sys.path if os.path.abspath(entry or os.curdir) != here]
+    return sys.path[folders.index(here) + 1 :]
+
+
 def _run_next_sitecustomize() -> None:
     """Find the sitecustomize.py that this one shadows and run it under its own name."""
     import importlib.machinery
     import importlib.util
 
     here = os.path.dirname(os.path.abspath(__file__))
-    path = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    path = _entries_after(here)
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
     if spec is None or spec.loader is None or spec.origin == os.path.abspath(__file__):
         return

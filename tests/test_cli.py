@@ -302,6 +302,23 @@ def test_run_with_a_second_copy_of_kname_on_the_path_runs_each_sitecustomize_onc
     assert "Error in sitecustomize" not in result.stderr
 
 
+def test_run_beside_the_sitecustomize_example_runs_each_sitecustomize_once(
+    venv_without_pth: Venv, tmp_path
+) -> None:
+    # kname run's start-up folder first, then the example (which also runs the one it shadows),
+    # then the program's own: each ran "the other" without end before.
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "sitecustomize.py").write_text(
+        "import sys; sys.own_ran = getattr(sys, 'own_ran', 0) + 1\n"
+    )
+    probe = "import sys, kname; print(getattr(sys, 'own_ran', 0), kname.is_installed())"
+    pythonpath = os.pathsep.join([str(REPO / "sitecustomize_example"), str(tmp_path / "own")])
+    result = run_kname(venv_without_pth, "run", "--", "python", "-c", probe,
+                       env={"PYTHONPATH": pythonpath})  # fmt: skip
+    assert result.stdout.split() == ["1", "True"], result.stderr
+    assert "Error in sitecustomize" not in result.stderr
+
+
 def test_run_says_so_when_the_programs_python_has_no_kname(kname_venv: Venv, tmp_path) -> None:
     bare = make_venv(tmp_path / "bare")  # numba and the rest, but no kname
     # The test environment's packages may hold an installed kname (CI installs one): hide it.

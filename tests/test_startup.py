@@ -180,7 +180,11 @@ def test_kname_strict_does_not_stop_the_kname_command_itself(kname_venv: Venv) -
 def cheap_off_values(source: str) -> tuple[str, ...]:
     """The tuple of off-values a start-up gate's cheap test compares KNAME with."""
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.NotIn):
+        if (
+            isinstance(node, ast.Compare)
+            and isinstance(node.ops[0], ast.NotIn)
+            and isinstance(node.comparators[0], ast.Tuple)
+        ):
             values = ast.literal_eval(node.comparators[0])
             if isinstance(values, tuple) and "" in values:
                 return values

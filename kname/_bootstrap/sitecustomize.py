@@ -36,14 +36,24 @@ def _is_kname_bootstrap(entry):
     )
 
 
+def _entries_after(here):
+    """sys.path after this file's folder: a sitecustomize found before it would run this one
+    again (two such files, each running "the other", never end)."""
+    folders = [os.path.abspath(entry or os.curdir) for entry in sys.path]
+    if here not in folders:
+        return [entry for entry in sys.path if os.path.abspath(entry or os.curdir) != here]
+    return sys.path[folders.index(here) + 1 :]
+
+
 def _run_next_sitecustomize():
     """Find the sitecustomize.py that this one shadows and run it under its own name."""
     import importlib.machinery
     import importlib.util
 
+    here = os.path.dirname(os.path.abspath(__file__))
     # Every kname bootstrap folder is left out, not only this one: a checkout on PYTHONPATH
     # beside an installed kname gives two, and each running the other would never end.
-    path = [p for p in sys.path if not _is_kname_bootstrap(p)]
+    path = [p for p in _entries_after(here) if not _is_kname_bootstrap(p)]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
     if spec is None or spec.loader is None:
         return

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
 
-from kname import naming, ranges
+from kname import _native_choice, naming, ranges
 from kname._locks import new_lock, reset_in_child
 from kname._warnings import report_fault, warn_once
 from kname.config import DEFAULT_FORMAT
@@ -285,8 +285,13 @@ def _walk(
     judge = kind_of if judge is None else judge  # looked up now: tests replace kind_of
     user_frames: list[FrameType] = []
     library_frame = None
+    # A native launch wrapper has no frame: the caller of the one running marks where it is, and
+    # reaching it from below is reaching that wrapper (a walk that starts there starts above it).
+    native_caller, start = _native_choice.launch_caller(), frame
     while frame is not None and len(user_frames) < depth:
         code = frame.f_code
+        if frame is native_caller and frame is not start and stop_at_wrapper and not user_frames:
+            return None, None  # inside a native kname launch: the outer one names it
         if id(code) in _wrapper_code_ids:
             if stop_at_wrapper and not user_frames:
                 return None, None  # inside another kname launch: the outer one names it
@@ -298,6 +303,12 @@ def _walk(
                 library_frame = frame
         frame = frame.f_back
     return user_frames, library_frame
+
+
+def beneath_native_launch_test() -> Callable[[FrameType], bool]:
+    """`test(frame)`, true when a launch from `frame` is inside a native launch wrapper's launch
+    with only library code between (so resolve() would give None): cheap, in C. False: unsure."""
+    return _native_choice.beneath_launch_test(_kinds)
 
 
 def _library_path_pattern(modules: tuple[str, ...]) -> re.Pattern[str]:

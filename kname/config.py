@@ -28,6 +28,7 @@ MAX_NAME_LENGTH = 1024
 KNOWN_VARIABLES = (
     "KNAME", "KNAME_TARGETS", "KNAME_SKIP", "KNAME_FORMAT", "KNAME_DEPTH", "KNAME_MODE",
     "KNAME_REPORT", "KNAME_DOMAIN", "KNAME_STRICT", *PROFILE_OUTPUTS, "KNAME_PROFILE_TOP",
+    "KNAME_NATIVE",
 )  # fmt: skip
 # How alike (difflib's ratio) a name must be to a known one to be taken for a misspelling of it:
 # at start-up, a near miss (KNAME_MDOE) is a problem; `kname doctor` shows any likeness.
@@ -58,6 +59,7 @@ class Config:
     html: str | None = None  # KNAME_MODE=profile: HTML page written at exit
     top: int = DEFAULT_TOP  # KNAME_MODE=profile: call sites in the table printed at exit
     strict: bool = False
+    native: bool = True  # KNAME_NATIVE: the C hot path where built (False: the pure-Python one)
     problems: tuple[str, ...] = field(default=(), compare=False)
 
 
@@ -144,6 +146,7 @@ def read_config(
         domain=_read_domain(env.get("KNAME_DOMAIN"), problems),
         **_read_profile_outputs(env, mode, problems),
         strict=strict,
+        native=_read_native(env.get("KNAME_NATIVE"), problems),
         problems=tuple(problems + _misspellings(env)),
     )
     if strict and config.problems:
@@ -184,6 +187,25 @@ def _read_strict(env: Mapping[str, str], problems: list[str]) -> bool:
         problems.append(switch_problem("KNAME_STRICT", value) + "; using off")
         return False
     return strict
+
+
+def native_requested(environ: Mapping[str, str]) -> bool:
+    """Whether KNAME_NATIVE asks for the C hot path (the default; a bad value counts as that)."""
+    return _read_native(environ.get("KNAME_NATIVE"), [])
+
+
+def _read_native(value: str | None, problems: list[str]) -> bool:
+    if value is None or not value.strip():
+        return True
+    state = parse_switch(value)
+    if state is None:
+        problems.append(
+            f"KNAME_NATIVE={value!r} is not a switch value; accepted: {'/'.join(SWITCH_ON)} (the "
+            f"C hot path where built, the default) or {'/'.join(v for v in SWITCH_OFF if v)} (the "
+            "pure-Python one); using the default"
+        )
+        return True
+    return state
 
 
 def _read_targets(

@@ -1,0 +1,175 @@
+"""kname's two per-launch wrappers on the no-op target, interleaved: Python closure and C.
+
+    python benchmarks/native_hot_path.py [--tool] [--rounds N] [--batch N]
+
+Each variant stands in turn in place of a no-op launch function, called from the same line of a
+loop (the same call site, so both wrappers share its Site), in one process, A B C / B C A ...:
+  bare             the no-op function itself
+  python, native   kname.launch.make_launch_wrapper with KNAME_NATIVE=0, and with the extension
+  *_off            the same wrappers with their Switch off (a wrapper kept after disable())
+  *_lib            called through one frame of library code (as Triton's `k[grid]` lambda or a
+                   CuPy routine call their launch), against `bare_lib`
+  miss             the first launch from a new call site (native; one new line per call)
+With --tool the NVTX null tool (benchmarks/nvtx_null_tool.c) is attached, as under a profiler,
+so the ranges are pushed and popped. Needs the extension built in the checkout:
+`python setup.py build_ext --inplace`. Prints medians of the added time per launch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+
+LOOPS = """
+from time import perf_counter_ns as _clock
+
+
+def loop(n):
+    t0 = _clock()
+    for _ in range(n):
+        target(1)
+    return _clock() - t0
+
+
+def lib_loop(n):
+    t0 = _clock()
+    for _ in range(n):
+        library.call(target, 1)
+    return _clock() - t0
+"""
+LIBRARY = """
+def call(launch, arg):
+    return launch(arg)
+"""
+
+
+def noop(*args):
+    return None
+
+
+def null_tool(out: Path) -> Path:
+    """Build the NVTX null tool with the nvidia-nvtx wheel's headers."""
+    spec = importlib.util.find_spec("nvidia")
+    roots = (spec.submodule_search_locations or []) if spec else []
+    headers = sorted(
+        h.parent.parent for r in roots for h in Path(r).glob("*/include/nvtx3/nvToolsExt.h")
+    )
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not headers or not compiler:
+        raise SystemExit("--tool needs a C compiler and the nvidia-nvtx wheel's headers")
+    lib = out / "libnull_tool.so"
+    source = BENCH / "nvtx_null_tool.c"
+    subprocess.run([compiler, "-shared", "-fPIC", "-O2", f"-I{headers[-1]}", str(source), "-o",
+                    str(lib)], check=True)  # fmt: skip
+    return lib
+
+
+def write_module(directory: Path, name: str, source: str):
+    (directory / f"{name}.py").write_text(source)
+    spec = importlib.util.spec_from_file_location(name, directory / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    return module
+
+
+def timed(loop, n: int) -> float:
+    gc.disable()
+    try:
+        return loop(n) / n
+    finally:
+        gc.enable()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tool", action="store_true", help="attach the NVTX null tool")
+    parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--batch", type=int, default=2000)
+    args = parser.parse_args()
+    if args.tool and "NVTX_INJECTION64_PATH" not in os.environ:
+        # NVTX reads the variable at the process's first NVTX call: run again with it set.
+        lib = null_tool(Path(tempfile.mkdtemp(prefix="kname-null-tool-")))
+        env = {**os.environ, "NVTX_INJECTION64_PATH": str(lib)}
+        raise SystemExit(subprocess.call([sys.executable, *sys.argv], env=env))
+    sys.path.insert(0, str(REPO))
+    from kname import _native_choice, callsite, launch, ranges
+
+    native, why = _native_choice.choice({})
+    if native is None:
+        raise SystemExit(f"kname._native is not in use: {why}")
+    callsite.configure()
+    workdir = Path(tempfile.mkdtemp(prefix="kname-bench-native-"))
+    loops = write_module(workdir, "bench_native_loops", LOOPS)
+    loops.library = write_module(workdir, "bench_native_library", LIBRARY)
+    callsite.configure(library_modules=("bench_native_library",))
+    spec = launch.LaunchSpec("bench", lambda _kernel: "noop")
+    os.environ["KNAME_NATIVE"] = "0"
+    python_switch, native_switch = launch.Switch(), launch.Switch()
+    python = launch.make_launch_wrapper(noop, spec, python_switch)
+    del os.environ["KNAME_NATIVE"]
+    wrapper = launch.make_launch_wrapper(noop, spec, native_switch)
+    assert type(wrapper).__module__ == "kname._native" and type(python).__name__ == "function"
+
+    def variant(function, switch_on=True, lib=False):
+        def run(n):
+            loops.target = function
+            python_switch.on = native_switch.on = switch_on
+            return timed(loops.lib_loop if lib else loops.loop, n)
+
+        return run
+
+    variants = {
+        "bare": variant(noop),
+        "python": variant(python),
+        "native": variant(wrapper),
+        "python_off": variant(python, switch_on=False),
+        "native_off": variant(wrapper, switch_on=False),
+        "bare_lib": variant(noop, lib=True),
+        "python_lib": variant(python, lib=True),
+        "native_lib": variant(wrapper, lib=True),
+    }
+    names = list(variants)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for name in names * 2:  # warm-up: sites built, caches filled
+        variants[name](args.batch)
+    for r in range(args.rounds):
+        for i in range(len(names)):
+            name = names[(r + i) % len(names)]
+            samples[name].append(variants[name](args.batch))
+
+    misses = []
+    for i in range(200):  # a new call site each time: a new line of a new code object
+        code = compile("\n" * i + "target(1)", f"<miss {i}>", "exec")
+        t0 = time.perf_counter_ns()
+        exec(code, {"target": wrapper})
+        misses.append(time.perf_counter_ns() - t0)
+
+    print(f"Python {sys.version.split()[0]}, NVTX tool attached: {ranges.tool_attached()}, "
+          f"{args.rounds} rounds x {args.batch} launches, interleaved, medians")  # fmt: skip
+    bare = {"": samples["bare"], "_lib": samples["bare_lib"]}
+    for name in names:
+        base = bare["_lib" if name.endswith("_lib") else ""]
+        added = statistics.median(v - b for v, b in zip(samples[name], base, strict=True))
+        median = statistics.median(samples[name])
+        print(f"  {name:12s} {median:8.1f} ns/launch   added {added:+7.1f} ns")
+    miss = statistics.median(misses) / 1000
+    print(f"  miss (native, first launch from a new line) {miss:.1f} µs")
+    loop_sites = {s.name: s.launches() for s in callsite.sites.values() if "miss" not in s.name}
+    print("  sites:", loop_sites)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,847 @@
+/*
+ * kname._native: the per-launch wrapper of kname.launch, in C (plain CPython C API, vectorcall).
+ *
+ * LaunchWrapper(original, kernel, switch, sites, resolve, fault, kinds) does, per call, what the
+ * pure-Python closure of kname.launch.make_launch_wrapper does, in the same order:
+ *   1. `switch.on` false: the original, nothing else;
+ *   2. the kernel: `original` itself (kernel None), args[i] or getattr(args[i], attribute)
+ *      (kernel a tuple (i, attribute or None): no Python call; None when args is shorter), or
+ *      kernel(args) (a callable); None means "not a launch";
+ *   3. the caller's frame (PyEval_GetFrame: a C call pushes no frame of its own) and the key
+ *      (id(code), f_lasti, id(kernel)), looked up in `sites` (kname.callsite.sites, shared
+ *      with the Python path). Where the caller is library code, the first user frame above it is
+ *      found with `kinds` (kname.callsite._kinds, id(code) -> USER 0 / LIBRARY 1) and its key
+ *      looked up too, as callsite.resolve would; a miss calls resolve(frame, kernel) (Python);
+ *   4. next(site.counter); site.launch (rename mode) in place of the original when not None;
+ *      site.push() when not None; the call; site.pop() on every way out.
+ * kname's own Exceptions (steps 2-4, not the launch's) go to fault(where, exc, frame, args) and
+ * the launch runs unnamed; BaseExceptions that are not Exceptions (KeyboardInterrupt) propagate,
+ * as from the Python wrapper. The launch's own result and exceptions pass through unchanged.
+ *
+ * Nesting: the Python wrapper's frame on the stack marks a launch in progress (callsite's walk
+ * stops at it). This wrapper has no frame, so each thread keeps the caller frame of the innermost
+ * launch it is running (launch_caller(), read by callsite's walk): a walk that reaches that frame
+ * before any user frame is beneath a launch, as one reaching the Python wrapper's frame is.
+ *
+ * CPython 3.11+ with the GIL: a free-threaded build refuses to import (kname uses its Python
+ * path). Every object read on the hot path is read while the GIL is held and never released.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <structmember.h>
+
+#if PY_VERSION_HEX < 0x030B0000
+#error "kname._native needs CPython 3.11 or newer (PyFrame_GetLasti)"
+#endif
+
+#ifdef Py_T_OBJECT_EX
+#define MEMBER_OBJECT_EX Py_T_OBJECT_EX
+#else
+#define MEMBER_OBJECT_EX T_OBJECT_EX
+#endif
+
+/* kname.callsite's kinds of code: a call site; library code and plumbing (the standard library,
+ * kname, wrapt), both passed over on the way to a call site. */
+#define KIND_USER 0
+#define KIND_LIBRARY 1
+#define KIND_PLUMBING 3
+#define PASSED_OVER(kind) ((kind) == KIND_LIBRARY || (kind) == KIND_PLUMBING)
+#define MAX_WALK 64 /* frames the keyed walk passes before leaving the search to resolve() */
+
+/* As kname.launch's wrapper says them to callsite.pass_through. */
+static const char FINDING[] = "finding a launch's name";
+static const char OPENING[] = "opening a launch's NVTX range";
+static const char CLOSING[] = "closing a launch's NVTX range";
+
+/* The caller frame of the innermost launch a LaunchWrapper is running on this thread (borrowed:
+ * that frame is suspended in the call, so it lives until the call returns). */
+static _Thread_local PyFrameObject *launch_caller = NULL;
+
+static PyObject *str_on, *str_counter, *str_launch, *str_push, *str_pop;
+static PyObject *str_finding, *str_opening, *str_closing;
+
+/* ------------------------------------------------------------------ errors across versions */
+
+#if PY_VERSION_HEX >= 0x030C0000
+static PyObject *
+take_error(void)
+{
+    return PyErr_GetRaisedException();
+}
+
+static void
+restore_error(PyObject *exc)
+{
+    PyErr_SetRaisedException(exc);
+}
+#else
+static PyObject *
+take_error(void)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    if (type == NULL)
+        return NULL;
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (value != NULL && traceback != NULL)
+        PyException_SetTraceback(value, traceback);
+    Py_XDECREF(type);
+    Py_XDECREF(traceback);
+    return value;
+}
+
+static void
+restore_error(PyObject *exc)
+{
+    if (exc == NULL)
+        return;
+    PyObject *traceback = PyException_GetTraceback(exc);
+    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, traceback);
+}
+#endif
+
+/* ------------------------------------------------------------------ slots read in place */
+
+/* Where a type keeps some __slots__ members, learned once per type (and again after the type is
+ * changed: its version tag moves). Reading the slot is what getattr does for a plain slot of a
+ * type with generic attribute access: data descriptors come first in that look-up. */
+#define MAX_FIELDS 4
+
+typedef struct {
+    PyTypeObject *type; /* strong: its address cannot be reused while learned */
+    unsigned int version;
+    int fast;
+    Py_ssize_t offset[MAX_FIELDS];
+} Layout;
+
+static Py_ssize_t
+slot_offset(PyTypeObject *type, PyObject *name)
+{
+    PyObject *descr = PyObject_GetAttr((PyObject *)type, name);
+    Py_ssize_t offset = -1;
+    if (descr == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+        if (member->type == MEMBER_OBJECT_EX && !(member->flags & READONLY))
+            offset = member->offset;
+    }
+    Py_DECREF(descr);
+    return offset;
+}
+
+static void
+learn_layout(Layout *layout, PyTypeObject *type, PyObject *const *names, int count)
+{
+    Py_INCREF(type);
+    Py_XSETREF(layout->type, type);
+    layout->fast = type->tp_getattro == PyObject_GenericGetAttr;
+    for (int i = 0; i < count; i++) {
+        layout->offset[i] = slot_offset(type, names[i]);
+        if (layout->offset[i] < 0)
+            layout->fast = 0;
+    }
+    /* Read after the look-ups, which give the type a version tag where it has none. */
+    layout->version = type->tp_version_tag;
+    if (layout->version == 0)
+        layout->fast = 0;
+}
+
+static inline int
+layout_fits(Layout *layout, PyObject *obj)
+{
+    return layout->fast && Py_TYPE(obj) == layout->type
+           && layout->type->tp_version_tag == layout->version;
+}
+
+/* obj.<names[i]> as a new reference, NULL with AttributeError when the slot is empty. */
+static PyObject *
+read_field(Layout *layout, PyObject *obj, PyObject *const *names, int i)
+{
+    if (layout_fits(layout, obj)) {
+        PyObject *value = *(PyObject **)((char *)obj + layout->offset[i]);
+        if (value != NULL)
+            return Py_NewRef(value);
+    }
+    return PyObject_GetAttr(obj, names[i]);
+}
+
+/* ------------------------------------------------------------------ recent look-ups */
+
+/* A direct-mapped table of recent hits in a `sites` dict, so that the cached path builds no key
+ * tuple and hashes nothing. An entry answers only while that dict is unchanged since the hit
+ * (a dict watcher's generation on 3.12+, the dict's version tag on 3.11): the dict would then
+ * give the same site for the same ids. The site is borrowed: the unchanged dict still holds it. */
+#define RECENT 256 /* a power of 2 */
+
+typedef struct {
+    PyObject *sites; /* compared only */
+    void *code, *kernel;
+    int lasti;
+    uint64_t generation;
+    PyObject *site; /* NULL: the dict has no such key */
+} Recent;
+
+/* The kind callsite decided for a code object, as recent look-ups of `kinds`. */
+typedef struct {
+    PyObject *kinds;
+    void *code;
+    uint64_t generation;
+    int kind;
+} RecentKind;
+
+static Recent recent[RECENT];
+static RecentKind recent_kinds[RECENT];
+
+#if PY_VERSION_HEX >= 0x030C0000
+static int sites_watcher = -1;
+static uint64_t watched_generation = 1;
+
+static int
+bump_generation(PyDict_WatchEvent event, PyObject *dict, PyObject *key, PyObject *new_value)
+{
+    (void)event;
+    (void)dict;
+    (void)key;
+    (void)new_value;
+    watched_generation++;
+    return 0;
+}
+
+static inline uint64_t
+generation_of(PyObject *sites)
+{
+    (void)sites;
+    return watched_generation;
+}
+
+/* Whether look-ups of `sites` may be remembered: it must be watched. */
+static int
+follow_changes(PyObject *sites)
+{
+    if (sites_watcher < 0 || PyDict_Watch(sites_watcher, sites) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+#else
+static inline uint64_t
+generation_of(PyObject *sites)
+{
+    /* 3.11: a new value from one global sequence at every change of the dict (PEP 509). */
+    return ((PyDictObject *)sites)->ma_version_tag;
+}
+
+static int
+follow_changes(PyObject *sites)
+{
+    (void)sites;
+    return 1;
+}
+#endif
+
+static inline Recent *
+recent_slot(void *code, int lasti, void *kernel)
+{
+    uintptr_t h = ((uintptr_t)code >> 4) * 31u ^ ((uintptr_t)kernel >> 4) ^ (uintptr_t)lasti;
+    return &recent[(h ^ (h >> 9)) & (RECENT - 1)];
+}
+
+static inline RecentKind *
+recent_kind_slot(void *code)
+{
+    uintptr_t h = (uintptr_t)code >> 4;
+    return &recent_kinds[(h ^ (h >> 8)) & (RECENT - 1)];
+}
+
+/* ------------------------------------------------------------------ LaunchWrapper */
+
+enum { KERNEL_ORIGINAL, KERNEL_ARG, KERNEL_CALL };
+enum { F_COUNTER, F_LAUNCH, F_PUSH, F_POP };
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *original;
+    PyObject *kernel;    /* as given: None, (index, attribute) or a callable */
+    PyObject *attribute; /* KERNEL_ARG: str or NULL */
+    PyObject *switch_;
+    PyObject *sites;     /* dict, shared with the Python path */
+    PyObject *resolve;
+    PyObject *fault;
+    PyObject *kinds;     /* dict */
+    PyObject *dict;
+    PyObject *weakrefs;
+    Py_ssize_t index;
+    int kernel_mode;
+    int remember; /* look-ups of `sites` may go in the recent table */
+    Layout switch_layout, site_layout;
+} LaunchWrapper;
+
+static PyObject *switch_names[1];
+static PyObject *site_names[4];
+
+/* 1: on, 0: off, -1: error. */
+static int
+switch_is_on(LaunchWrapper *w)
+{
+    PyObject *on;
+    if (!layout_fits(&w->switch_layout, w->switch_))
+        learn_layout(&w->switch_layout, Py_TYPE(w->switch_), switch_names, 1);
+    on = read_field(&w->switch_layout, w->switch_, switch_names, 0);
+    if (on == NULL)
+        return -1;
+    int result = on == Py_True ? 1 : on == Py_False ? 0 : PyObject_IsTrue(on);
+    Py_DECREF(on);
+    return result;
+}
+
+static PyObject *
+args_tuple(PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *tuple = PyTuple_New(nargs);
+    if (tuple == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
+    return tuple;
+}
+
+/* The launched kernel (new reference; Py_None: not a launch), or NULL with an error. */
+static PyObject *
+kernel_of(LaunchWrapper *w, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (w->kernel_mode == KERNEL_ORIGINAL)
+        return Py_NewRef(w->original);
+    if (w->kernel_mode == KERNEL_ARG) {
+        if (w->index >= nargs)
+            return Py_NewRef(Py_None);
+        if (w->attribute == NULL)
+            return Py_NewRef(args[w->index]);
+        return PyObject_GetAttr(args[w->index], w->attribute);
+    }
+    PyObject *tuple = args_tuple(args, nargs);
+    if (tuple == NULL)
+        return NULL;
+    PyObject *kernel = PyObject_CallOneArg(w->kernel, tuple);
+    Py_DECREF(tuple);
+    return kernel;
+}
+
+static PyObject *
+site_key(PyFrameObject *frame, PyObject *kernel_key)
+{
+    PyCodeObject *code = PyFrame_GetCode(frame);
+    PyObject *code_id = PyLong_FromVoidPtr(code);
+    Py_DECREF(code); /* the site keeps the code object, so its id, alive */
+    if (code_id == NULL)
+        return NULL;
+    PyObject *lasti = PyLong_FromLong(PyFrame_GetLasti(frame));
+    if (lasti == NULL) {
+        Py_DECREF(code_id);
+        return NULL;
+    }
+    PyObject *key = PyTuple_New(3);
+    if (key == NULL) {
+        Py_DECREF(code_id);
+        Py_DECREF(lasti);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(key, 0, code_id);
+    PyTuple_SET_ITEM(key, 1, lasti);
+    PyTuple_SET_ITEM(key, 2, Py_NewRef(kernel_key));
+    return key;
+}
+
+/* sites[(id(code), f_lasti, id(kernel))] of `frame` as a new reference; NULL: a miss (no error)
+ * or an error. `kernel_id`: id(kernel), made here when needed. */
+static PyObject *
+lookup(LaunchWrapper *w, PyFrameObject *frame, PyObject *kernel, PyObject **kernel_id)
+{
+    PyCodeObject *code = PyFrame_GetCode(frame);
+    int lasti = PyFrame_GetLasti(frame);
+    Py_DECREF(code); /* the frame keeps it */
+    uint64_t generation = generation_of(w->sites);
+    Recent *entry = recent_slot(code, lasti, kernel);
+    if (w->remember && entry->sites == w->sites && entry->code == (void *)code
+        && entry->kernel == (void *)kernel && entry->lasti == lasti
+        && entry->generation == generation)
+        return Py_XNewRef(entry->site); /* NULL, no error: a known miss */
+    if (*kernel_id == NULL && (*kernel_id = PyLong_FromVoidPtr(kernel)) == NULL)
+        return NULL;
+    PyObject *key = site_key(frame, *kernel_id);
+    if (key == NULL)
+        return NULL;
+    PyObject *site = Py_XNewRef(PyDict_GetItemWithError(w->sites, key));
+    Py_DECREF(key);
+    if (w->remember && (site != NULL || !PyErr_Occurred()))
+        *entry = (Recent){w->sites, code, kernel, lasti, generation, site};
+    return site;
+}
+
+/* The kind kname.callsite decided for `frame`'s code: USER, LIBRARY, PLUMBING, or -1 when it
+ * has not decided (or decided something else): -2 on error. */
+static int
+kind_of(LaunchWrapper *w, PyFrameObject *frame)
+{
+    PyCodeObject *code = PyFrame_GetCode(frame);
+    Py_DECREF(code); /* the frame keeps it */
+    uint64_t generation = generation_of(w->kinds);
+    RecentKind *entry = recent_kind_slot(code);
+    if (w->remember && entry->kinds == w->kinds && entry->code == (void *)code
+        && entry->generation == generation)
+        return entry->kind;
+    PyObject *code_id = PyLong_FromVoidPtr(code);
+    if (code_id == NULL)
+        return -2;
+    PyObject *found = PyDict_GetItemWithError(w->kinds, code_id); /* borrowed */
+    Py_DECREF(code_id);
+    int kind = -1;
+    if (found == NULL && PyErr_Occurred())
+        return -2;
+    if (found != NULL && PyLong_CheckExact(found)) {
+        long value = PyLong_AsLong(found);
+        if (value == -1 && PyErr_Occurred())
+            return -2;
+        if (value == KIND_USER || PASSED_OVER(value))
+            kind = (int)value;
+    }
+    if (w->remember)
+        *entry = (RecentKind){w->kinds, code, generation, kind};
+    return kind;
+}
+
+/* The site of a launch whose library-code caller is `frame`, keyed by the first user frame above
+ * it, as callsite.resolve finds it when it is cached (depth 1). New reference; Py_None for a
+ * launch beneath another kname launch; NULL without an error when resolve() must decide, NULL
+ * with one on error. */
+static PyObject *
+walked_site(LaunchWrapper *w, PyFrameObject *frame, PyObject *kernel, PyObject **kernel_id)
+{
+    PyFrameObject *f = (PyFrameObject *)Py_NewRef(frame);
+    PyObject *site = NULL;
+    for (int depth = 0; depth < MAX_WALK; depth++) {
+        if (f == launch_caller) {
+            site = Py_NewRef(Py_None);
+            break;
+        }
+        int kind = kind_of(w, f);
+        if (kind == KIND_USER) {
+            site = lookup(w, f, kernel, kernel_id);
+            break;
+        }
+        if (!PASSED_OVER(kind)) /* not decided yet, or an error */
+            break;
+        PyFrameObject *back = PyFrame_GetBack(f);
+        Py_SETREF(f, back);
+        if (f == NULL)
+            return NULL;
+    }
+    Py_XDECREF(f);
+    return site;
+}
+
+/* The site for a launch of `kernel` called from `frame`: new reference, Py_None when unnamed
+ * (nested), NULL on error. */
+static PyObject *
+find_site(LaunchWrapper *w, PyFrameObject *frame, PyObject *kernel)
+{
+    PyObject *kernel_id = NULL;
+    PyObject *site = lookup(w, frame, kernel, &kernel_id);
+    if (site == NULL && !PyErr_Occurred()) {
+        /* A miss. Called from library code, the site may be cached under a user frame above. */
+        int kind = kind_of(w, frame);
+        PyFrameObject *back = PASSED_OVER(kind) ? PyFrame_GetBack(frame) : NULL;
+        if (back != NULL) {
+            site = walked_site(w, back, kernel, &kernel_id);
+            Py_DECREF(back);
+        }
+        if (site == NULL && kind != -2 && !PyErr_Occurred()) {
+            PyObject *resolve_args[2] = {(PyObject *)frame, kernel};
+            site = PyObject_Vectorcall(w->resolve, resolve_args, 2, NULL);
+        }
+    }
+    Py_XDECREF(kernel_id);
+    return site;
+}
+
+/* After kname's own error (set): hand it to fault(frame, kernel, site, exc, where), which says it
+ * once and makes the line launch as if kname were off (callsite.pass_through). 0: the launch is
+ * to go on; -1: the error is not an Exception (KeyboardInterrupt, SystemExit), still set, and
+ * propagates as from the Python wrapper. */
+static int
+handle_fault(LaunchWrapper *w, PyObject *where, PyFrameObject *frame, PyObject *kernel,
+             PyObject *site)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return -1;
+    PyObject *exc = take_error();
+    PyObject *fault_args[5] = {frame ? (PyObject *)frame : Py_None, kernel ? kernel : Py_None,
+                               site ? site : Py_None, exc ? exc : Py_None, where};
+    PyObject *r = PyObject_Vectorcall(w->fault, fault_args, 5, NULL);
+    Py_XDECREF(exc);
+    if (r == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return -1;
+        PyErr_Clear(); /* reporting a fault failed: the launch still runs */
+    }
+    Py_XDECREF(r);
+    return 0;
+}
+
+/* The launch, marked on this thread as in progress from `frame`. */
+static inline PyObject *
+run_launch(PyObject *run, PyFrameObject *frame, PyObject *const *args, size_t nargsf,
+           PyObject *kwnames)
+{
+    PyFrameObject *outer = launch_caller;
+    launch_caller = frame;
+    PyObject *result = PyObject_Vectorcall(run, args, nargsf, kwnames);
+    launch_caller = outer;
+    return result;
+}
+
+/* pop() as the wrapper is left, however it is left (the Python wrapper's `finally:`). The way out
+ * (`result`, or the error set) comes back unchanged, unless pop raised a BaseException that is
+ * not an Exception: that replaces it, with the error it replaced as its context, as a `finally:`
+ * that raises does. */
+static PyObject *
+pop_after(LaunchWrapper *w, PyObject *pop, PyObject *result, PyFrameObject *frame,
+          PyObject *kernel, PyObject *site)
+{
+    PyObject *pending = result == NULL ? take_error() : NULL;
+    PyObject *r = PyObject_CallNoArgs(pop);
+    if (r == NULL && handle_fault(w, str_closing, frame, kernel, site) < 0) {
+        Py_XDECREF(result);
+        if (pending != NULL) {
+            PyObject *raised = take_error();
+            PyException_SetContext(raised, pending); /* steals pending */
+            restore_error(raised);
+        }
+        return NULL;
+    }
+    Py_XDECREF(r);
+    restore_error(pending);
+    return result;
+}
+
+static PyObject *
+launch_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    LaunchWrapper *w = (LaunchWrapper *)op;
+    PyObject *kernel = NULL, *site = NULL, *result = NULL;
+
+    if (w->original == NULL) { /* cleared by the collector, yet called from a finalizer */
+        PyErr_SetString(PyExc_RuntimeError, "kname launch wrapper called after it was cleared");
+        return NULL;
+    }
+    int on = switch_is_on(w);
+    if (on <= 0)
+        return on < 0 ? NULL : PyObject_Vectorcall(w->original, args, nargsf, kwnames);
+    PyFrameObject *frame = PyEval_GetFrame(); /* borrowed: the caller's */
+
+    /* Finding the site and counting the launch: a fault here runs the original, unnamed. */
+    kernel = kernel_of(w, args, PyVectorcall_NARGS(nargsf));
+    if (kernel == NULL)
+        goto finding_fault;
+    /* Not a launch; no Python caller; or called straight from the caller of a launch in progress
+     * (from C inside that launch, where the Python wrapper's caller would be its own frame). */
+    if (kernel == Py_None || frame == NULL || frame == launch_caller)
+        goto unnamed;
+    site = find_site(w, frame, kernel);
+    if (site == NULL)
+        goto finding_fault;
+    if (site == Py_None) /* beneath another kname launch: that one names it */
+        goto unnamed;
+    if (!layout_fits(&w->site_layout, site))
+        learn_layout(&w->site_layout, Py_TYPE(site), site_names, 4);
+    {
+        PyObject *counter = read_field(&w->site_layout, site, site_names, F_COUNTER);
+        PyObject *count = counter == NULL ? NULL : PyIter_Next(counter);
+        if (count == NULL && counter != NULL && !PyErr_Occurred())
+            PyErr_SetNone(PyExc_StopIteration); /* as next() raises */
+        Py_XDECREF(counter);
+        if (count == NULL)
+            goto finding_fault;
+        Py_DECREF(count);
+    }
+
+    /* The site's launch (rename mode) and its range, read together (another thread's give-up
+     * clears both). Read as the Python wrapper reads them: an error there is not a fault. */
+    PyObject *run = read_field(&w->site_layout, site, site_names, F_LAUNCH);
+    if (run == NULL)
+        goto done;
+    if (run == Py_None)
+        Py_SETREF(run, Py_NewRef(w->original));
+    PyObject *push = read_field(&w->site_layout, site, site_names, F_PUSH);
+    PyObject *pop = push == NULL ? NULL : read_field(&w->site_layout, site, site_names, F_POP);
+    if (pop == NULL) {
+        Py_XDECREF(push);
+        Py_DECREF(run);
+        goto done;
+    }
+    if (push == Py_None) {
+        result = run_launch(run, frame, args, nargsf, kwnames);
+    }
+    else {
+        PyObject *r = PyObject_CallNoArgs(push);
+        if (r == NULL && handle_fault(w, str_opening, frame, kernel, site) == 0)
+            r = Py_NewRef(Py_None); /* said once; the launch runs, its range still closed */
+        if (r != NULL) {
+            Py_DECREF(r);
+            result = run_launch(run, frame, args, nargsf, kwnames);
+        }
+        /* A KeyboardInterrupt in push: no launch, the range closed all the same. */
+        result = pop_after(w, pop, result, frame, kernel, site);
+    }
+    Py_DECREF(push);
+    Py_DECREF(pop);
+    Py_DECREF(run);
+    goto done;
+
+finding_fault:
+    if (handle_fault(w, str_finding, frame, kernel, site) < 0)
+        goto done;
+unnamed:
+    result = run_launch(w->original, frame, args, nargsf, kwnames);
+done:
+    Py_XDECREF(kernel);
+    Py_XDECREF(site);
+    return result;
+}
+
+static PyObject *
+launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"original", "kernel", "switch", "sites", "resolve", "fault", "kinds",
+                            NULL};
+    PyObject *original, *kernel, *switch_, *sites, *resolve, *fault, *kinds, *attribute = NULL;
+    Py_ssize_t index = 0;
+    int mode;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO!OOO!:LaunchWrapper", names, &original,
+                                     &kernel, &switch_, &PyDict_Type, &sites, &resolve, &fault,
+                                     &PyDict_Type, &kinds))
+        return NULL;
+    if (!PyCallable_Check(original) || !PyCallable_Check(resolve) || !PyCallable_Check(fault)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "LaunchWrapper: original, resolve and fault must be callable");
+        return NULL;
+    }
+    if (kernel == Py_None) {
+        mode = KERNEL_ORIGINAL;
+    }
+    else if (PyTuple_CheckExact(kernel) && PyTuple_GET_SIZE(kernel) == 2
+             && PyLong_CheckExact(PyTuple_GET_ITEM(kernel, 0))
+             && (PyTuple_GET_ITEM(kernel, 1) == Py_None
+                 || PyUnicode_CheckExact(PyTuple_GET_ITEM(kernel, 1)))) {
+        mode = KERNEL_ARG;
+        index = PyLong_AsSsize_t(PyTuple_GET_ITEM(kernel, 0));
+        if (index < 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "LaunchWrapper: the index must be >= 0");
+            return NULL;
+        }
+        if (PyTuple_GET_ITEM(kernel, 1) != Py_None)
+            attribute = PyTuple_GET_ITEM(kernel, 1);
+    }
+    else if (PyCallable_Check(kernel)) {
+        mode = KERNEL_CALL;
+    }
+    else {
+        PyErr_SetString(PyExc_TypeError, "LaunchWrapper: kernel must be None, a tuple (index, "
+                                         "attribute or None) or a callable of the args tuple");
+        return NULL;
+    }
+    LaunchWrapper *w = (LaunchWrapper *)type->tp_alloc(type, 0);
+    if (w == NULL)
+        return NULL;
+    w->vectorcall = launch_vectorcall;
+    w->original = Py_NewRef(original);
+    w->kernel = Py_NewRef(kernel);
+    if (attribute != NULL) {
+        w->attribute = Py_NewRef(attribute);
+        PyUnicode_InternInPlace(&w->attribute);
+    }
+    w->switch_ = Py_NewRef(switch_);
+    w->sites = Py_NewRef(sites);
+    w->resolve = Py_NewRef(resolve);
+    w->fault = Py_NewRef(fault);
+    w->kinds = Py_NewRef(kinds);
+    w->index = index;
+    w->kernel_mode = mode;
+    w->remember = follow_changes(sites) && follow_changes(kinds);
+    return (PyObject *)w;
+}
+
+static int
+launch_traverse(LaunchWrapper *w, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(w));
+    Py_VISIT(w->original);
+    Py_VISIT(w->kernel);
+    Py_VISIT(w->attribute);
+    Py_VISIT(w->switch_);
+    Py_VISIT(w->sites);
+    Py_VISIT(w->resolve);
+    Py_VISIT(w->fault);
+    Py_VISIT(w->kinds);
+    Py_VISIT(w->dict);
+    Py_VISIT(w->switch_layout.type);
+    Py_VISIT(w->site_layout.type);
+    return 0;
+}
+
+static int
+launch_clear(LaunchWrapper *w)
+{
+    Py_CLEAR(w->original);
+    Py_CLEAR(w->kernel);
+    Py_CLEAR(w->attribute);
+    Py_CLEAR(w->switch_);
+    Py_CLEAR(w->sites);
+    Py_CLEAR(w->resolve);
+    Py_CLEAR(w->fault);
+    Py_CLEAR(w->kinds);
+    Py_CLEAR(w->dict);
+    Py_CLEAR(w->switch_layout.type);
+    Py_CLEAR(w->site_layout.type);
+    w->switch_layout.fast = w->site_layout.fast = 0;
+    return 0;
+}
+
+static void
+launch_dealloc(LaunchWrapper *w)
+{
+    PyObject_GC_UnTrack(w);
+    if (w->weakrefs != NULL)
+        PyObject_ClearWeakRefs((PyObject *)w);
+    launch_clear(w);
+    Py_TYPE(w)->tp_free((PyObject *)w);
+}
+
+/* Bind like a function: a method, `Class.__call__`, classmethod() and staticmethod() work. */
+static PyObject *
+launch_descr_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    (void)type;
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *
+launch_repr(LaunchWrapper *w)
+{
+    if (w->original == NULL)
+        return PyUnicode_FromString("<kname launch wrapper (cleared)>");
+    return PyUnicode_FromFormat("<kname launch wrapper of %R>", w->original);
+}
+
+static PyGetSetDef launch_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject LaunchWrapperType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kname._native.LaunchWrapper",
+    .tp_doc = "LaunchWrapper(original, kernel, switch, sites, resolve, fault, kinds): kname's "
+              "per-launch wrapper (see kname/_native.c).",
+    .tp_basicsize = sizeof(LaunchWrapper),
+    .tp_dealloc = (destructor)launch_dealloc,
+    .tp_vectorcall_offset = offsetof(LaunchWrapper, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_repr = (reprfunc)launch_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
+                | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_traverse = (traverseproc)launch_traverse,
+    .tp_clear = (inquiry)launch_clear,
+    .tp_weaklistoffset = offsetof(LaunchWrapper, weakrefs),
+    .tp_getset = launch_getset,
+    .tp_descr_get = launch_descr_get,
+    .tp_dictoffset = offsetof(LaunchWrapper, dict),
+    .tp_new = launch_new,
+};
+
+/* ------------------------------------------------------------------ module */
+
+static PyObject *
+get_launch_caller(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return Py_NewRef(launch_caller ? (PyObject *)launch_caller : Py_None);
+}
+
+static PyMethodDef module_methods[] = {
+    {"launch_caller", get_launch_caller, METH_NOARGS,
+     "The frame that called the innermost LaunchWrapper launch running on this thread, or None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "kname._native",
+    .m_doc = "kname's per-launch wrapper in C (see kname/_native.c).",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+static int
+intern_all(void)
+{
+    struct {
+        PyObject **target;
+        const char *text;
+    } strings[] = {
+        {&str_on, "on"},         {&str_counter, "counter"}, {&str_launch, "launch"},
+        {&str_push, "push"},     {&str_pop, "pop"},         {&str_finding, FINDING},
+        {&str_opening, OPENING},  {&str_closing, CLOSING},
+    };
+    for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
+        if (*strings[i].target == NULL) {
+            *strings[i].target = PyUnicode_InternFromString(strings[i].text);
+            if (*strings[i].target == NULL)
+                return -1;
+        }
+    }
+    switch_names[0] = str_on;
+    site_names[F_COUNTER] = str_counter;
+    site_names[F_LAUNCH] = str_launch;
+    site_names[F_PUSH] = str_push;
+    site_names[F_POP] = str_pop;
+    return 0;
+}
+
+PyMODINIT_FUNC
+PyInit__native(void)
+{
+#ifdef Py_GIL_DISABLED
+    /* The thread-local launch caller is safe, but the learned layouts and the reads of `sites`
+     * and of the site's fields rely on the GIL. */
+    PyErr_SetString(PyExc_ImportError, "kname._native does not support free-threaded Python");
+    return NULL;
+#else
+    if (intern_all() < 0 || PyType_Ready(&LaunchWrapperType) < 0)
+        return NULL;
+#if PY_VERSION_HEX >= 0x030C0000
+    if (sites_watcher < 0 && (sites_watcher = PyDict_AddWatcher(bump_generation)) < 0)
+        PyErr_Clear(); /* every watcher id is taken: each launch looks its site up in the dict */
+#endif
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "LaunchWrapper", (PyObject *)&LaunchWrapperType) < 0
+        || PyModule_AddIntConstant(m, "USER", KIND_USER) < 0
+        || PyModule_AddIntConstant(m, "LIBRARY", KIND_LIBRARY) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+#endif
+}

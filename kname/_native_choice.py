@@ -1,0 +1,60 @@
+"""Which per-launch wrapper kname makes: the C extension kname._native, or the pure-Python one.
+
+The extension is used where it was built and imports (CPython 3.11+ with the GIL); KNAME_NATIVE=0
+forces the Python path. Both behave the same; the extension costs less per launch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import platform
+import sys
+import sysconfig
+from collections.abc import Mapping
+from types import FrameType, ModuleType
+
+from kname.config import native_requested
+
+_imported: tuple[ModuleType | None, str] | None = None  # (the extension, why not), tried once
+
+
+def native_module(environ: Mapping[str, str] | None = None) -> ModuleType | None:
+    """kname._native when new launch wrappers are to be made by it, else None."""
+    return choice(environ)[0]
+
+
+def choice(environ: Mapping[str, str] | None = None) -> tuple[ModuleType | None, str]:
+    """(the extension or None, why the Python path is used: "" when it is not)."""
+    if not native_requested(os.environ if environ is None else environ):
+        return None, "KNAME_NATIVE=0"
+    return _extension()
+
+
+def launch_caller() -> FrameType | None:
+    """The frame that called the innermost native launch running on this thread, or None."""
+    module = _extension()[0]
+    return None if module is None else module.launch_caller()
+
+
+def _extension() -> tuple[ModuleType | None, str]:
+    global _imported
+    if _imported is None:
+        _imported = _import_extension()
+    return _imported
+
+
+def _import_extension() -> tuple[ModuleType | None, str]:
+    if platform.python_implementation() != "CPython":
+        return None, f"{platform.python_implementation()} (the extension is for CPython)"
+    if sys.version_info < (3, 11):
+        version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+        return None, f"Python {version} (the extension needs 3.11+)"
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return None, "free-threaded Python (the extension needs the GIL)"
+    try:
+        return importlib.import_module("kname._native"), ""
+    except ModuleNotFoundError:
+        return None, "the extension kname._native was not built (no C compiler at install?)"
+    except ImportError as exc:
+        return None, f"the extension kname._native did not import ({exc})"

@@ -10,8 +10,8 @@ loop (the same call site, so both wrappers share its Site), in one process, A B 
   *_lib            called through one frame of library code (as Triton's `k[grid]` lambda or a
                    CuPy routine call their launch), against `bare_lib`
   miss             the first launch from a new call site (native; one new line per call)
-With --tool the NVTX null tool (benchmarks/nvtx_null_tool.c) is attached, as under a profiler,
-so the ranges are pushed and popped. Needs the extension built in the checkout:
+With --tool the NVTX null tool (the tests' injection library in null mode) is attached, as under
+a profiler, so the ranges are pushed and popped. Needs the extension built in the checkout:
 `python setup.py build_ext --inplace`. Prints medians of the added time per launch.
 """
 
@@ -21,7 +21,6 @@ import argparse
 import gc
 import importlib.util
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -59,21 +58,14 @@ def noop(*args):
     return None
 
 
-def null_tool(out: Path) -> Path:
-    """Build the NVTX null tool with the nvidia-nvtx wheel's headers."""
-    spec = importlib.util.find_spec("nvidia")
-    roots = (spec.submodule_search_locations or []) if spec else []
-    headers = sorted(
-        h.parent.parent for r in roots for h in Path(r).glob("*/include/nvtx3/nvToolsExt.h")
-    )
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not headers or not compiler:
-        raise SystemExit("--tool needs a C compiler and the nvidia-nvtx wheel's headers")
-    lib = out / "libnull_tool.so"
-    source = BENCH / "nvtx_null_tool.c"
-    subprocess.run([compiler, "-shared", "-fPIC", "-O2", f"-I{headers[-1]}", str(source), "-o",
-                    str(lib)], check=True)  # fmt: skip
-    return lib
+def null_tool_env() -> dict[str, str]:
+    """The tests' NVTX injection library, built into a temporary folder, attached in null mode."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from support.nvtx_capture import build_injection_library, null_env
+
+    lib = build_injection_library(Path(tempfile.mkdtemp(prefix="kname-null-tool-")))
+    env = {**os.environ, **null_env(lib)}
+    return {k: v for k, v in env.items() if v is not None}
 
 
 def write_module(directory: Path, name: str, source: str):
@@ -101,9 +93,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.tool and "NVTX_INJECTION64_PATH" not in os.environ:
         # NVTX reads the variable at the process's first NVTX call: run again with it set.
-        lib = null_tool(Path(tempfile.mkdtemp(prefix="kname-null-tool-")))
-        env = {**os.environ, "NVTX_INJECTION64_PATH": str(lib)}
-        raise SystemExit(subprocess.call([sys.executable, *sys.argv], env=env))
+        raise SystemExit(subprocess.call([sys.executable, *sys.argv], env=null_tool_env()))
     sys.path.insert(0, str(REPO))
     from kname import _native_choice, callsite, launch, ranges
 

@@ -1,17 +1,43 @@
-"""Fixtures: kname reset around every test; the NVTX capture library, kname's wheel, and a venv
-with it installed (built once per session)."""
+"""Fixtures: kname reset around every test, the hot path it runs under; the NVTX capture library,
+kname's wheel, and a venv with it installed (built once per session)."""
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
-from support import Venv, build_wheel, make_venv
+from support import HOT_PATH_VARIABLE, REPO, Venv, build_wheel, make_venv, run
 from support.nvtx_capture import InjectionUnavailable, build_injection_library
 
 import kname
-from kname import _warnings, callsite, naming
+from kname import _native_choice, _warnings, callsite, naming
+
+# Test modules whose every test runs twice: on the pure-Python per-launch wrapper and on the C one.
+BOTH_HOT_PATHS = {
+    "test_callsite", "test_census", "test_launch", "test_lifecycle", "test_native",
+    "test_reliability", "test_reliability_concurrency", "test_reliability_imports",
+    "test_reliability_resources", "test_rename", "test_rename_libraries", "test_targets_cuda_core",
+    "test_targets_cupy", "test_targets_pycuda", "test_targets_triton",
+}  # fmt: skip
+HOT_PATHS = {"python": "0", "native": "1"}  # KNAME_NATIVE for each
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Build kname._native into the checkout (tests import kname from it), as `pip install`
+    builds it into a wheel; up to date, this costs a look at two files' times."""
+    sources = [REPO / "kname" / "_native.c", REPO / "setup.py"]
+    built = sorted((REPO / "kname").glob("_native.*.so"))
+    if built and all(s.stat().st_mtime <= built[-1].stat().st_mtime for s in sources):
+        return
+    # A failed build warns and leaves no extension (as at install): its tests then fail or skip.
+    run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=REPO)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.module.__name__ in BOTH_HOT_PATHS:
+        metafunc.parametrize("hot_path", list(HOT_PATHS), indirect=True)
 
 
 @pytest.fixture(autouse=True)
@@ -29,6 +55,22 @@ def fresh_kname(monkeypatch: pytest.MonkeyPatch):
     kname.uninstall()
     kname.enable()
     callsite.clear()
+
+
+@pytest.fixture(autouse=True)
+def hot_path(request: pytest.FixtureRequest, fresh_kname, monkeypatch: pytest.MonkeyPatch):
+    """The per-launch wrapper of this test: "python" or "native" in the BOTH_HOT_PATHS modules
+    (KNAME_NATIVE, inherited by its child processes), else the default (None)."""
+    path = getattr(request, "param", None)
+    if path is None:
+        yield None
+        return
+    if path == "native" and _native_choice.choice({})[0] is None:
+        pytest.skip(f"no native hot path here: {_native_choice.choice({})[1]}")
+    monkeypatch.setenv(HOT_PATH_VARIABLE, HOT_PATHS[path])
+    yield path
+    # A test that cleaned its environment must have kept the variable (support.cleaned).
+    assert os.environ.get(HOT_PATH_VARIABLE) == HOT_PATHS[path], "the test dropped KNAME_NATIVE"
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from support import FAKEGPU, REPO, line_of
+from support import FAKEGPU, REPO, cleaned, line_of
 from support.nvtx_capture import run_captured
 
 import kname
@@ -356,7 +356,7 @@ def test_names_are_counted_in_first_seen_order(user: Sandbox) -> None:
 
 def clean_env(**extra: str | None) -> dict[str, str | None]:
     """No KNAME_* or NVTX variables from the outside; kname importable from the checkout."""
-    env: dict[str, str | None] = {k: None for k in os.environ if k.startswith(("KNAME", "NVTX_"))}
+    env: dict[str, str | None] = {k: None for k in os.environ if cleaned(k)}
     env["PYTHONPATH"] = str(REPO)
     env.update(extra)
     return env

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import FAKEGPU, REPO, line_of
+from support import FAKEGPU, REPO, cleaned, line_of
 from support.nvtx_capture import run_captured
 from wrapt import importer
 
@@ -98,7 +98,8 @@ def test_uninstall_restores_the_identical_original(gpu, qualname: str, kind: str
     kname.install(targets=[f"fakegpu:{qualname}"])
     installed = vars(owner)[attribute]
     assert installed is not original
-    assert type(installed) is type(original)  # a staticmethod stays one, and so on
+    # A staticmethod stays one, and so on; a plain function's wrapper may be the C one.
+    assert type(installed) is type(original) or kind in ("function", "method")
     assert is_wrapper(patching.unbound(installed))
     kname.uninstall()
     assert vars(owner)[attribute] is original
@@ -260,7 +261,7 @@ def test_an_unresolved_target_in_a_later_import_is_reported_once(gpu, capsys) ->
 
 def test_an_unresolved_target_at_start_up_gives_one_line(gpu) -> None:
     code = "import fakegpu, kname; kname.install(); fakegpu.launch(); print(kname.names())"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KNAME", "NVTX_"))}
+    env = {k: v for k, v in os.environ.items() if not cleaned(k)}
     env.update(KNAME_TARGETS="fakegpu:nope, fakegpu:launch", PYTHONPATH=f"{gpu}:{REPO}")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                           cwd=gpu, timeout=60, check=False)  # fmt: skip

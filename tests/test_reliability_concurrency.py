@@ -14,7 +14,7 @@ import shutil
 import subprocess
 
 import pytest
-from support import REPO, line_of
+from support import REPO, cleaned, line_of
 from test_reliability import NOOP_TARGET, count_ranges, run_program, write_program
 
 pytestmark = pytest.mark.slow
@@ -123,7 +123,7 @@ def test_free_threaded_python_smoke(tmp_path) -> None:
         "import kname\nkname.install(targets=['noop:launch'])\n" + THREADED,
         {"workers.py": workers_source(THREADS)},
     )
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("KNAME", "NVTX_"))}
+    environ = {k: v for k, v in os.environ.items() if not cleaned(k)}
     environ.update(PYTHONPATH=str(REPO), PYTHON_GIL="0")
     done = subprocess.run(
         [python, str(program), str(THREADS), "200"], capture_output=True, text=True,

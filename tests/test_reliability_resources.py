@@ -16,7 +16,7 @@ import tracemalloc
 import types
 
 import pytest
-from support import line_of
+from support import cleaned, line_of
 from support.nvtx_capture import capture_env
 from test_reliability import NOOP_TARGET, count_ranges, run_program, write_program
 
@@ -99,7 +99,7 @@ def test_1_000_000_launches_from_200_000_sites_stay_within_bounds_of_10_000(
     functions, lines, repeat, bound, codes = 2000, 100, 5, 10_000, 100
     program = write_program(tmp_path, GENERATED)
     log = tmp_path / "nvtx.log"
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("KNAME", "_KNAME"))}
+    environ = {k: v for k, v in os.environ.items() if not cleaned(k, ("KNAME", "_KNAME"))}
     environ.pop("PYTHONPATH", None)
     environ.update(NOOP_TARGET, **capture_env(inject_lib, log))
     args = [str(n) for n in (functions, lines, repeat, bound, codes)]
@@ -134,7 +134,7 @@ def installed(monkeypatch: pytest.MonkeyPatch):
     exec("def launch(x):\n    return x\n", module.__dict__)
     monkeypatch.setitem(sys.modules, module.__name__, module)
     monkeypatch.setattr(naming, "_roots", None)
-    for variable in [v for v in os.environ if v.startswith("KNAME")]:
+    for variable in [v for v in os.environ if cleaned(v, ("KNAME",))]:
         monkeypatch.delenv(variable)
     kname.install(targets=[f"{module.__name__}:launch"])
     yield module

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import REPO, check_rename_demo_under_ncu, line_of
+from support import REPO, check_rename_demo_under_ncu, cleaned, line_of
 from support.nvtx_capture import run_captured
 
 import kname
@@ -172,7 +172,7 @@ def no_gpu(monkeypatch: pytest.MonkeyPatch, numba_cuda) -> list:
 @pytest.fixture
 def installed(monkeypatch: pytest.MonkeyPatch, no_gpu):
     """install(mode) for the numba target; everything put back after the test."""
-    for variable in [v for v in os.environ if v.startswith("KNAME_")]:
+    for variable in [v for v in os.environ if cleaned(v, ("KNAME_",))]:
         monkeypatch.delenv(variable)
     monkeypatch.setattr(naming, "_roots", None)
     monkeypatch.setattr(_warnings, "_said", set())
@@ -454,7 +454,7 @@ def test_the_disk_cache_never_serves_the_plain_kernel_as_the_renamed_one_or_back
 ) -> None:
     (tmp_path / "cached_kernel.py").write_text(CACHED_KERNEL)
     (tmp_path / "app.py").write_text(CACHE_APP)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KNAME", "NVTX_", "NUMBA_"))}
+    env = {k: v for k, v in os.environ.items() if not cleaned(k, ("KNAME", "NVTX_", "NUMBA_"))}
     env.update(PYTHONPATH=pythonpath(), NUMBA_CACHE_DIR=str(tmp_path / "cache"))
 
     def run(mode: str) -> dict:
@@ -508,7 +508,7 @@ def test_rename_mode_under_the_simulator_is_nvtx_mode_and_says_nothing(
     inject_lib: Path, tmp_path: Path
 ) -> None:
     (tmp_path / "sim_app.py").write_text(SIMULATED)
-    env = {k: None for k in os.environ if k.startswith(("KNAME", "NVTX_"))}
+    env = {k: None for k in os.environ if cleaned(k)}
     env.update(PYTHONPATH=pythonpath(), NUMBA_ENABLE_CUDASIM="1")
     runs = {}
     for mode in ("nvtx", "rename"):

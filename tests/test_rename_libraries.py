@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import REPO, check_rename_demo_under_ncu, line_of
+from support import REPO, check_rename_demo_under_ncu, cleaned, line_of
 
 import kname
 from kname import _warnings, callsite, naming, rename
@@ -32,7 +32,7 @@ SOURCE = Path(__file__).read_text()
 @pytest.fixture
 def installed(monkeypatch: pytest.MonkeyPatch):
     """install(targets, mode); everything put back after the test."""
-    for variable in [v for v in os.environ if v.startswith("KNAME_")]:
+    for variable in [v for v in os.environ if cleaned(v, ("KNAME_",))]:
         monkeypatch.delenv(variable)
     monkeypatch.setattr(naming, "_roots", None)
     monkeypatch.setattr(_warnings, "_said", set())

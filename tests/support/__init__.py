@@ -29,6 +29,16 @@ PARENT_PTH_LINE = (
 )
 
 
+# The hot path (per-launch wrapper) a test runs under, set by tests/conftest.py: a test that
+# cleans KNAME_* variables out of an environment keeps this one, so its children run it too.
+HOT_PATH_VARIABLE = "KNAME_NATIVE"
+
+
+def cleaned(name: str, prefixes: tuple[str, ...] = ("KNAME", "NVTX_")) -> bool:
+    """Whether variable `name` goes from a clean environment (KNAME_NATIVE stays)."""
+    return name.startswith(prefixes) and name != HOT_PATH_VARIABLE
+
+
 def run(args: list[str], **kwargs) -> subprocess.CompletedProcess:
     """Run a command with text output captured; fail with its output if it fails."""
     result = subprocess.run(args, capture_output=True, text=True, check=False, **kwargs)
@@ -103,7 +113,7 @@ class Venv:
 
     def python_run(self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None):
         """Run this venv's python with a clean KNAME environment plus `env`."""
-        environ = {k: v for k, v in os.environ.items() if not k.startswith(("KNAME", "NVTX_"))}
+        environ = {k: v for k, v in os.environ.items() if not cleaned(k)}
         environ.pop("PYTHONPATH", None)
         environ.update(env or {})
         # Never the checkout as working directory: `python -c` would import kname from it.
@@ -169,7 +179,7 @@ def check_rename_demo_under_ncu(demo: Path, cwd: Path, passed: str, sites: int, 
         import pytest
 
         pytest.skip(reason)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KNAME", "NUMBA_"))}
+    env = {k: v for k, v in os.environ.items() if not cleaned(k, ("KNAME", "NUMBA_"))}
     pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     env.update(PYTHONPATH=pythonpath, KNAME_MODE="rename")
     done = subprocess.run(

@@ -386,19 +386,19 @@ lookup(LaunchWrapper *w, PyFrameObject *frame, PyObject *kernel, PyObject **kern
 /* The kind kname.callsite decided for `frame`'s code: USER, LIBRARY, PLUMBING, or -1 when it
  * has not decided (or decided something else): -2 on error. */
 static int
-kind_of(LaunchWrapper *w, PyFrameObject *frame)
+kind_of(PyObject *kinds, int remember, PyFrameObject *frame)
 {
     PyCodeObject *code = PyFrame_GetCode(frame);
     Py_DECREF(code); /* the frame keeps it */
-    uint64_t generation = generation_of(w->kinds);
+    uint64_t generation = generation_of(kinds);
     RecentKind *entry = recent_kind_slot(code);
-    if (w->remember && entry->kinds == w->kinds && entry->code == (void *)code
+    if (remember && entry->kinds == kinds && entry->code == (void *)code
         && entry->generation == generation)
         return entry->kind;
     PyObject *code_id = PyLong_FromVoidPtr(code);
     if (code_id == NULL)
         return -2;
-    PyObject *found = PyDict_GetItemWithError(w->kinds, code_id); /* borrowed */
+    PyObject *found = PyDict_GetItemWithError(kinds, code_id); /* borrowed */
     Py_DECREF(code_id);
     int kind = -1;
     if (found == NULL && PyErr_Occurred())
@@ -410,8 +410,8 @@ kind_of(LaunchWrapper *w, PyFrameObject *frame)
         if (value == KIND_USER || PASSED_OVER(value))
             kind = (int)value;
     }
-    if (w->remember)
-        *entry = (RecentKind){w->kinds, code, generation, kind};
+    if (remember)
+        *entry = (RecentKind){kinds, code, generation, kind};
     return kind;
 }
 
@@ -429,7 +429,7 @@ walked_site(LaunchWrapper *w, PyFrameObject *frame, PyObject *kernel, PyObject *
             site = Py_NewRef(Py_None);
             break;
         }
-        int kind = kind_of(w, f);
+        int kind = kind_of(w->kinds, w->remember, f);
         if (kind == KIND_USER) {
             site = lookup(w, f, kernel, kernel_id);
             break;
@@ -454,7 +454,7 @@ find_site(LaunchWrapper *w, PyFrameObject *frame, PyObject *kernel)
     PyObject *site = lookup(w, frame, kernel, &kernel_id);
     if (site == NULL && !PyErr_Occurred()) {
         /* A miss. Called from library code, the site may be cached under a user frame above. */
-        int kind = kind_of(w, frame);
+        int kind = kind_of(w->kinds, w->remember, frame);
         PyFrameObject *back = PASSED_OVER(kind) ? PyFrame_GetBack(frame) : NULL;
         if (back != NULL) {
             site = walked_site(w, back, kernel, &kernel_id);
@@ -778,9 +778,49 @@ get_launch_caller(PyObject *module, PyObject *unused)
     return Py_NewRef(launch_caller ? (PyObject *)launch_caller : Py_None);
 }
 
+/* beneath_launch(kinds, frame): whether `frame` runs inside the launch of a LaunchWrapper with no
+ * user frame between (a walk up from it reaches launch_caller() first, through frames `kinds`
+ * says are library code). False also when unsure (a frame not classified yet). */
+static PyObject *
+beneath_launch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2 || !PyDict_Check(args[0]) || !PyFrame_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "beneath_launch(kinds: dict, frame)");
+        return NULL;
+    }
+    if (launch_caller == NULL)
+        Py_RETURN_FALSE;
+    PyObject *kinds = args[0];
+    /* Look-ups of `kinds` are remembered only where a LaunchWrapper already follows its changes
+     * (3.11 needs nothing; 3.12+ needs the dict watched): a cheap, safe choice is to watch it. */
+    int remember = follow_changes(kinds);
+    PyFrameObject *f = (PyFrameObject *)Py_NewRef(args[1]);
+    int beneath = 0;
+    for (int depth = 0; depth < MAX_WALK && f != NULL; depth++) {
+        if (f == launch_caller) {
+            beneath = 1;
+            break;
+        }
+        int kind = kind_of(kinds, remember, f);
+        if (kind == -2) {
+            Py_DECREF(f);
+            return NULL;
+        }
+        if (!PASSED_OVER(kind))
+            break;
+        Py_SETREF(f, PyFrame_GetBack(f));
+    }
+    Py_XDECREF(f);
+    return PyBool_FromLong(beneath);
+}
+
 static PyMethodDef module_methods[] = {
     {"launch_caller", get_launch_caller, METH_NOARGS,
      "The frame that called the innermost LaunchWrapper launch running on this thread, or None."},
+    {"beneath_launch", (PyCFunction)(void (*)(void))beneath_launch, METH_FASTCALL,
+     "beneath_launch(kinds, frame): whether frame runs inside a LaunchWrapper's launch, with "
+     "only library frames between."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -6,12 +6,13 @@ forces the Python path. Both behave the same; the extension costs less per launc
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import platform
 import sys
 import sysconfig
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import FrameType, ModuleType
 
 from kname.config import native_requested
@@ -26,8 +27,9 @@ def native_module(environ: Mapping[str, str] | None = None) -> ModuleType | None
 
 def choice(environ: Mapping[str, str] | None = None) -> tuple[ModuleType | None, str]:
     """(the extension or None, why the Python path is used: "" when it is not)."""
-    if not native_requested(os.environ if environ is None else environ):
-        return None, "KNAME_NATIVE=0"
+    environ = os.environ if environ is None else environ
+    if not native_requested(environ):
+        return None, f"KNAME_NATIVE={environ.get('KNAME_NATIVE', '').strip()}"
     return _extension()
 
 
@@ -35,6 +37,19 @@ def launch_caller() -> FrameType | None:
     """The frame that called the innermost native launch running on this thread, or None."""
     module = _extension()[0]
     return None if module is None else module.launch_caller()
+
+
+def beneath_launch_test(kinds: dict[int, int]) -> Callable[[FrameType], bool]:
+    """`test(frame)`: whether `frame` runs inside a native launch, with only library code
+    between (`kinds`: callsite's); a call into C alone. Always False without the extension."""
+    module = _extension()[0]
+    if module is None:
+        return _never
+    return functools.partial(module.beneath_launch, kinds)
+
+
+def _never(frame: FrameType) -> bool:
+    return False
 
 
 def _extension() -> tuple[ModuleType | None, str]:

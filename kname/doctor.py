@@ -45,6 +45,7 @@ def main() -> int:
         *_check_gate(),
         *_check_switch(),
         *_check_dependencies(),
+        *_check_hot_path(),
         *_check_targets(config),
         *_check_nvtx_tool(config),
         *config_lines,
@@ -132,6 +133,15 @@ def _check_dependencies() -> list[tuple[str, str]]:
     return lines
 
 
+def _check_hot_path() -> list[tuple[str, str]]:
+    from kname._native_choice import choice
+
+    native, why = choice()
+    if native is not None:
+        return [(OK, f"hot path: native, the C extension ({native.__file__})")]
+    return [(NOTE, f"hot path: pure Python ({why}): the same names, more time per launch")]
+
+
 def _check_targets(config: Config) -> list[tuple[str, str]]:
     chosen = BUILTIN if config.targets is None else config.targets
     lines, importable = [], 0
@@ -207,6 +217,7 @@ def _check_configuration() -> tuple[Config, list[tuple[str, str]]]:
         "KNAME_REPORT": {None: "(none)", "-": "- (stderr)"}.get(config.report, config.report),
         "KNAME_DOMAIN": config.domain,
         "KNAME_STRICT": "on" if config.strict or strict else "off",
+        "KNAME_NATIVE": "on (where built)" if config.native else "off (pure Python)",
     }
     lines.extend(("", f"    {variable:<14} {value}") for variable, value in settings.items())
     return config, lines

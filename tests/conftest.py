@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from kname import _native_choice, _warnings, callsite, naming
 
 # Test modules whose every test runs twice: on the pure-Python per-launch wrapper and on the C one.
 BOTH_HOT_PATHS = {
-    "test_callsite", "test_census", "test_launch", "test_lifecycle", "test_native",
+    "test_callsite", "test_census", "test_launch", "test_lifecycle",
     "test_reliability", "test_reliability_concurrency", "test_reliability_imports",
     "test_reliability_resources", "test_rename", "test_rename_libraries", "test_targets_cuda_core",
     "test_targets_cupy", "test_targets_pycuda", "test_targets_triton",
@@ -28,8 +29,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Build kname._native into the checkout (tests import kname from it), as `pip install`
     builds it into a wheel; up to date, this costs a look at two files' times."""
     sources = [REPO / "kname" / "_native.c", REPO / "setup.py"]
-    built = sorted((REPO / "kname").glob("_native.*.so"))
-    if built and all(s.stat().st_mtime <= built[-1].stat().st_mtime for s in sources):
+    built = REPO / "kname" / f"_native{sysconfig.get_config_var('EXT_SUFFIX')}"
+    if built.exists() and all(s.stat().st_mtime <= built.stat().st_mtime for s in sources):
         return
     # A failed build warns and leaves no extension (as at install): its tests then fail or skip.
     run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=REPO)

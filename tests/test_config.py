@@ -30,6 +30,7 @@ VARIABLES = (
     "KNAME_REPORT",
     "KNAME_DOMAIN",
     "KNAME_STRICT",
+    "KNAME_NATIVE",
 )
 DEFAULTS = Config()
 
@@ -59,6 +60,7 @@ def test_an_empty_environment_gives_every_default_and_no_problem() -> None:
     assert cfg.report is None
     assert cfg.domain == DEFAULT_DOMAIN == "kname"
     assert cfg.strict is False
+    assert cfg.native is True  # the C hot path, where it is built
     assert cfg.problems == ()
 
 
@@ -189,6 +191,7 @@ ACCEPTED_FIELDS = " ".join("{" + name + "}" for name in FORMAT_FIELDS)
         ("KNAME_DEPTH", "1" * 5000, ["1 to 16"], "depth"),  # past int()'s digit limit
         ("KNAME_MODE", "loud", ["nvtx", "rename", "census"], "mode"),
         ("KNAME_STRICT", "maybe", ["1/true/yes/on", "0/false/no/off"], "strict"),
+        ("KNAME_NATIVE", "maybe", ["1/true/yes/on", "0/false/no/off", "default"], "native"),
     ],
 )
 def test_a_bad_value_gives_one_problem_naming_it_and_the_default_is_used(

@@ -31,7 +31,14 @@ LAYERS = [
     },
     {"kname.launch"},
     {"kname.callsite", "kname.naming", "kname.paths", "kname.ranges", "kname.cells"},
-    {"kname.config", "kname.patching", "kname._locks", "kname._warnings", "kname._version"},
+    {
+        "kname.config",
+        "kname.patching",
+        "kname._locks",
+        "kname._warnings",
+        "kname._version",
+        "kname._native_choice",
+    },
 ]
 HOT_PATH = {
     "kname.launch",

@@ -262,7 +262,7 @@ def test_broken_user_named_targets_give_one_line_each_and_change_nothing(
 
 VARIABLES = (
     "KNAME", "KNAME_TARGETS", "KNAME_SKIP", "KNAME_FORMAT", "KNAME_DEPTH", "KNAME_MODE",
-    "KNAME_REPORT", "KNAME_DOMAIN", "KNAME_STRICT",
+    "KNAME_REPORT", "KNAME_DOMAIN", "KNAME_STRICT", "KNAME_NATIVE",
 )  # fmt: skip
 GARBAGE = {
     # Undecodable bytes, a terminal escape, format fields, a newline and a tab.

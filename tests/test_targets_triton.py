@@ -43,6 +43,12 @@ def run(name, fail=False):
 def outer(name):
     """A launcher of the user's own (a KNAME_TARGETS entry) that launches a Triton kernel."""
     run(name)
+
+
+def jit_run(self, *args, grid, warmup, **kwargs):
+    """Stands in for JITFunction.run (no GPU here): its launch, hooks and all."""
+    run(self.fn.__name__)
+    return ("ran", args, grid, warmup, kwargs)
 '''
 
 
@@ -272,3 +278,49 @@ def test_fallback_wraps_jit_function_run_except_warmup(inject_lib, tmp_path):
     )
     assert out.split("\n")[:4] == ["True True", "('ran', True)", "('ran', False)", "True"]
     assert capture.ranges("kname") == [f"my_kernel|<module>|{line_of(source, 'launch-line')}"]
+
+
+def test_kernel_grid_launches_are_named_by_the_wrapper_alone(inject_lib, tmp_path):
+    """`kernel[grid](...)`: named after its line by kname's launch wrapper, once per launch (the
+    hooks beneath it add nothing); Triton's own launch runs as without kname, errors and all."""
+    source, out, capture = run_app(
+        """
+        import triton
+        from triton.runtime.jit import JITFunction, KernelInterface
+        import fakelauncher
+
+        getitem = KernelInterface.__getitem__
+        kname.install()
+        print(KernelInterface.__getitem__ is not getitem)
+
+        @triton.jit
+        def add_kernel(x):
+            pass
+
+        try:  # without a GPU Triton's launch raises: the range is closed all the same
+            add_kernel[(1,)](1)  # real-line
+        except Exception as exc:
+            print("raised", type(exc).__name__)
+
+        JITFunction.run = fakelauncher.jit_run  # its launch calls the hooks, as Triton's does
+
+        def step():
+            return add_kernel[(2, 1)](7, key=3)  # grid-line
+
+        print(step())
+        step()
+        kname.uninstall()
+        print(KernelInterface.__getitem__ is getitem)
+        print(kname.names())
+        """,
+        inject_lib,
+        tmp_path,
+    )
+    lines = out.splitlines()
+    assert lines[0] == "True" and lines[-2] == "True"
+    assert lines[2] == "('ran', (7,), (2, 1), False, {'key': 3})"
+    real, grid = line_of(source, "real-line"), line_of(source, "grid-line")
+    assert capture.ranges("kname") == [f"add_kernel|<module>|{real}"] + [
+        f"add_kernel|step|{grid}"
+    ] * 2
+    assert capture.max_depth("kname") == 1

@@ -21,7 +21,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from kname.launch import LaunchSpec
+from kname.launch import KernelArg, LaunchSpec
 from kname.patching import Change, Rebind, is_wrapper
 from kname.targets import Library, Options, Target
 
@@ -37,9 +37,8 @@ _names: dict[Any, str] = {}  # Kernel -> name (Kernel hashes and compares by its
 _wrappers: dict[int, tuple[Any, Any, Any]] = {}
 
 
-def kernel_of(args: tuple) -> Any:
-    """The Kernel being launched: `launch(stream, config, kernel, *kernel_args)`."""
-    return args[2] if len(args) > 2 else None
+# The Kernel being launched: `launch(stream, config, kernel, *kernel_args)`.
+kernel_of = KernelArg(2)
 
 
 def kernel_name(kernel: Any) -> str:

@@ -14,11 +14,10 @@ obtained before install() are named "pycuda_function".
 from __future__ import annotations
 
 import contextlib
-import operator
 from types import ModuleType
 from typing import Any
 
-from kname.launch import LaunchSpec
+from kname.launch import KernelArg, LaunchSpec
 from kname.patching import Change, mark_wrapper
 from kname.targets import Library, Options, Target, wrap_attribute, wraps
 
@@ -53,7 +52,7 @@ def get_function_changes(module: ModuleType, options: Options) -> list[Change]:
     return wrap_attribute(module, "Module.get_function", note_names)
 
 
-LAUNCH = LaunchSpec(LIB, kernel_name, operator.itemgetter(0))
+LAUNCH = LaunchSpec(LIB, kernel_name, KernelArg(0))
 
 LIBRARY = Library(
     name="pycuda",

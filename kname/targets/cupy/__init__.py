@@ -31,13 +31,12 @@ from __future__ import annotations
 
 import copyreg
 import functools
-import operator
 import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from kname.launch import LaunchSpec
+from kname.launch import KernelArg, LaunchSpec
 from kname.patching import WRAPPER_MARK, Change, Patch, Rebind
 from kname.targets import Library, Options, Target, wraps
 from kname.targets.cupy import rename
@@ -56,7 +55,7 @@ CLASSES = {
 # slot for the constructor's arguments.
 RENAMED = ("ElementwiseKernel", "ReductionKernel")
 
-_first = operator.itemgetter(0)  # a kernel's __call__ args -> the kernel itself
+_first = KernelArg(0)  # a kernel's __call__ args -> the kernel itself
 _subclasses: dict[type, type] = {}  # CuPy class -> its kname subclass, made once per process
 
 

@@ -15,16 +15,15 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from kname.launch import LaunchSpec
+from kname.launch import KernelArg, LaunchSpec
 from kname.targets import Library, Target, wraps
 from kname.targets.numba.rename import numba_site_launch
 
 SIMULATOR_KERNEL_MODULE = "numba.cuda.simulator.kernel"
 
 
-def dispatcher_of(args: tuple) -> Any:
-    """The dispatcher being launched; `args[0]` is the launch configuration."""
-    return args[0].dispatcher
+# The dispatcher being launched: `args[0]` is the launch configuration.
+dispatcher_of = KernelArg(0, "dispatcher")
 
 
 def dispatcher_name(dispatcher: Any) -> str:

@@ -1,30 +1,37 @@
 """Triton: `kernel[grid](*args)`, autotuned kernels and launches of compiled kernels.
 
-Triton 3.4+ calls `triton.knobs.runtime.launch_enter_hook` and `launch_exit_hook` (HookChains)
-around every launch, from its C launcher, with the launch metadata (the kernel's `name`). kname
-adds its own pair to those chains, next to any already there (Proton's), and removes only its own
-on uninstall. The enter hook finds the call site by walking up from the launcher's Python
-caller (JITFunction.run and the other Triton frames are library frames) and pushes the range;
-the exit hook pops it. The range covers the launch alone, not compilation. disable() takes the
-hooks out of the chains, so a disabled kname costs Triton's launches nothing.
+`kernel[grid]` (KernelInterface.__getitem__, shared by JITFunction, Autotuner and Heuristics)
+returns Triton's own launcher, a lambda calling `kernel.run(*args, grid=grid, warmup=False)`.
+kname puts a `__getitem__` in its place that returns the same call bound to kname's launch
+wrapper (a functools.partial: no frame), so the wrapper's caller is the user's line and a cached
+launch costs a key and a dict hit. The range covers `run`: the launch, and compilation at the
+first launch of a specialisation. disable() puts Triton's `__getitem__` back.
 
-If the launch fails between the two hooks (a bad argument, a launch error), Triton does not call
-the exit hook: the range left open is closed at the thread's next Triton launch.
+Every other launch (a compiled kernel's `compiled[grid](...)`, `kernel.run(...)` called
+directly, launchers of other libraries such as PyTorch Inductor's) is named through Triton 3.4+'s
+launch hooks: `triton.knobs.runtime.launch_enter_hook` and `launch_exit_hook` (HookChains) are
+called around every launch by its C launcher, with the launch metadata (the kernel's `name`).
+kname adds its own pair to those chains, next to any already there (Proton's), and removes only
+its own on uninstall. The enter hook finds the call site by walking up from the launcher's Python
+caller (Triton's frames are library frames) and pushes the range; the exit hook pops it. Beneath
+kname's `kernel[grid]` launch the hooks add nothing (the C wrapper tells them so cheaply). If a
+launch fails between the two hooks, Triton does not call the exit hook: the range left open is
+closed at the thread's next Triton launch.
 
-Older Triton (no HookChain): `JITFunction.run` is wrapped instead, except warm-up calls
+Older Triton (no HookChain): `JITFunction.run` is wrapped as well, except warm-up calls
 (`warmup=True` compiles without launching), and the kernel's name is its function's name.
 
-KNAME_MODE=rename (see kname.targets.triton.rename): `JITFunction.run` is wrapped as well (the
-launch hooks run from C, too late to change the kernel), and a launch from a new call site makes
-the site's clone of the JITFunction, whose compiled kernel's entry name is the site's entry name;
-the site launches through the clone from then on (`clone.run(*args, grid=..., **kwargs)`). The
-wrapper names the launch; the hooks, beneath it, see a launch already named and add no range.
-Warm-up calls compile the user's own kernel, as without kname.
+KNAME_MODE=rename (see kname.targets.triton.rename): `JITFunction.run` is wrapped instead of
+`__getitem__` (the launch hooks run from C, too late to change the kernel), and a launch from a
+new call site makes the site's clone of the JITFunction, whose compiled kernel's entry name is
+the site's entry name; the site launches through the clone from then on (`clone.run(*args,
+grid=..., **kwargs)`). The wrapper names the launch; the hooks, beneath it, see a launch already
+named and add no range. Warm-up calls compile the user's own kernel, as without kname.
 """
 
 from __future__ import annotations
 
-import operator
+import functools
 import sys
 import threading
 from collections.abc import Callable
@@ -33,7 +40,7 @@ from typing import Any
 
 from kname import callsite
 from kname._warnings import report_fault
-from kname.launch import LaunchSpec, Switch
+from kname.launch import KernelArg, LaunchSpec, Switch
 from kname.patching import Change, HookPatch, Patch, is_wrapper, mark_wrapper
 from kname.targets import Library, Options, Target, inside_launcher
 from kname.targets.triton.rename import triton_site_launch
@@ -57,9 +64,20 @@ def launch_hooks(
     """The enter and exit hooks of one install(), which name launches while `switch` is on
     (and, with `nesting`, outside KNAME_TARGETS launchers: see kname.targets.Options)."""
 
+    beneath_named_launch = callsite.beneath_native_launch_test()
+
     def enter_hook(metadata: Any) -> None:
         """Triton calls this just before a launch: push the range of the launch's call site."""
         stack = _thread_stack()
+        try:
+            beneath = beneath_named_launch(sys._getframe(1))
+        except Exception:  # never into Triton's launch: resolve() below decides
+            beneath = False
+        if beneath:
+            # Inside kname's own (native) `kernel[grid]` launch, which names it. Ranges left
+            # open by failed launches stay open till the next launch: they are beneath this one's.
+            stack.append(None)
+            return
         while stack:  # a launch that failed after its enter hook: close its range now
             site = stack.pop()
             if site is not None:
@@ -137,7 +155,32 @@ def jit_kernel_name(jit_function: Any) -> str:
     return getattr(fn, "__name__", None) or getattr(jit_function, "__name__", UNNAMED)
 
 
-RUN_LAUNCH = LaunchSpec(LIB, jit_kernel_name, operator.itemgetter(0), rename=triton_site_launch)
+RUN_LAUNCH = LaunchSpec(LIB, jit_kernel_name, KernelArg(0), rename=triton_site_launch)
+GRID_LAUNCH = LaunchSpec(LIB, jit_kernel_name, KernelArg(0))
+
+
+def _run(kernel: Any, grid: Any, *args: Any, **kwargs: Any) -> Any:
+    """What Triton's `kernel[grid](*args)` calls (its lambda's call, `grid=` given twice fails
+    alike): the kernel's own `run`, Autotuner's say."""
+    return kernel.run(grid=grid, warmup=False, *args, **kwargs)  # noqa: B026 - Triton's order
+
+
+def getitem_changes(module: ModuleType, options: Options) -> list[Change]:
+    """`kernel[grid]` returns Triton's launch call bound to kname's launch wrapper.
+
+    Not in rename mode, where the wrapper of JITFunction.run names (and renames) those launches.
+    """
+    owner = getattr(module, "KernelInterface", None)
+    original = vars(owner).get("__getitem__") if isinstance(owner, type) else None
+    if options.renaming or original is None or is_wrapper(original):
+        return []
+    named = options.wrapper(_run, GRID_LAUNCH)
+
+    def __getitem__(self, grid):
+        # A partial, not a lambda: the wrapper's caller is then the user's line itself.
+        return functools.partial(named, self, grid)
+
+    return [Patch(owner, "__getitem__", mark_wrapper(__getitem__, original))]
 
 
 def run_changes(module: ModuleType, options: Options) -> list[Change]:
@@ -169,6 +212,7 @@ LIBRARY = Library(
     renaming="@triton.jit kernels renamed per call site (Triton >= 3.4)",
     targets=(
         Target("triton", "triton.knobs", "runtime.launch_enter_hook", hook_changes),
+        Target("triton", "triton.runtime.jit", "KernelInterface.__getitem__", getitem_changes),
         Target("triton", "triton.runtime.jit", "JITFunction.run", run_changes),
     ),
 )

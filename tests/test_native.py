@@ -1,0 +1,235 @@
+"""The C hot path (kname._native): chosen where it is built, the same behaviour as the Python one.
+
+The behavioural tests of launches (faults, exceptions, threads, fork, census, rename, lifecycle)
+run on both paths (tests/conftest.py). Here: the choice itself, what only C can get wrong
+(reference counts, the table of recent hits going stale), and the build: without a compiler kname
+still installs, and the C file compiles without warnings.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+from support import REPO, build_wheel_of, make_venv
+
+from kname import _native_choice, callsite, launch
+
+BOTH = pytest.mark.parametrize("hot_path", ["python", "native"], indirect=True)
+BUILDABLE = (
+    platform.python_implementation() == "CPython"
+    and sys.version_info >= (3, 11)
+    and not sysconfig.get_config_var("Py_GIL_DISABLED")
+)
+COMPILER = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+
+
+def noop(*args, **kwargs):
+    return args
+
+
+def wrap(original, kernel_of=None, switch=None):
+    callsite.configure()
+    spec = launch.LaunchSpec("test", lambda _kernel: "kernel", kernel_of)
+    return launch.make_launch_wrapper(original, spec, switch or launch.Switch())
+
+
+# --------------------------------------------------------------------------
+# The choice
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not (BUILDABLE and COMPILER), reason="no C compiler, or not CPython 3.11+")
+def test_the_extension_is_in_use_wherever_it_can_be_built() -> None:
+    native, why = _native_choice.choice({})
+    assert native is not None, why
+    assert type(wrap(noop)).__module__ == "kname._native"
+
+
+@pytest.mark.parametrize("value", ["0", "off", " no "])
+def test_kname_native_off_makes_python_wrappers(monkeypatch, value: str) -> None:
+    monkeypatch.setenv("KNAME_NATIVE", value)
+    assert type(wrap(noop)).__name__ == "function"
+    assert _native_choice.choice()[1] == f"KNAME_NATIVE={value.strip()}"
+
+
+def test_a_free_threaded_python_gets_the_python_path_and_says_why(monkeypatch) -> None:
+    monkeypatch.setattr(_native_choice, "_imported", None)
+    monkeypatch.setattr(sysconfig, "get_config_var", lambda name: name == "Py_GIL_DISABLED")
+    native, why = _native_choice.choice({})
+    monkeypatch.undo()
+    _native_choice._imported = None
+    assert native is None and "free-threaded" in why
+
+
+@BOTH
+def test_the_wrapper_passes_arguments_results_and_identity_through(hot_path) -> None:
+    wrapper = wrap(noop)
+    assert wrapper(1, 2, key=3) == (1, 2)
+    assert wrapper.__wrapped__ is noop and wrapper.__name__ == "noop"
+    assert callsite.sites and [s.launches() for s in callsite.sites.values()] == [1]
+
+
+# --------------------------------------------------------------------------
+# Reference counts and memory: every way through the wrapper leaves no reference behind
+# --------------------------------------------------------------------------
+
+
+class Kernel:
+    """A launched kernel object (KernelArg(0)), with an attribute kernel_of may read."""
+
+    dispatcher = None
+
+
+def raising(*args):
+    raise ValueError("from the launch")
+
+
+def failing_push():
+    raise RuntimeError("push failed")
+
+
+def failing_pop():
+    raise RuntimeError("pop failed")
+
+
+def interrupting_pop():
+    raise KeyboardInterrupt
+
+
+class Scenario:
+    """One way through a launch wrapper, taken `n` times by run(n)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.kernel, self.argument, self.switch = Kernel(), object(), launch.Switch()
+        kernel_of = launch.KernelArg(0, "missing" if name == "kernel_of fails" else None)
+        original = raising if name in ("launch raises", "pop interrupts") else noop
+        if name == "nested":  # a launch made inside another one's launch: unnamed
+            inner = wrap(noop, launch.KernelArg(0))
+            self.inner = inner
+            original = inner
+        self.wrapper = wrap(original, kernel_of, self.switch)
+        self.switch.on = name != "switch off"
+        self.pushes = 0
+        self.args = () if name == "not a launch" else (self.kernel, self.argument)
+
+    def push(self) -> None:
+        self.pushes += 1
+
+    def pop(self) -> None:
+        self.pushes -= 1
+
+    def run(self, n: int) -> None:
+        pops = {"pop fails": failing_pop, "pop interrupts": interrupting_pop}
+        for _ in range(n):
+            for site in callsite.sites.values():  # a fault's pass_through took the range away
+                site.push = failing_push if self.name == "push fails" else self.push
+                site.pop = pops.get(self.name, self.pop)
+                if self.name == "renamed":
+                    site.launch = noop
+            try:
+                result = self.wrapper(*self.args)
+            except (ValueError, KeyboardInterrupt):
+                result = None
+            del result
+
+    def watched(self) -> list[object]:
+        return [self.kernel, self.argument, self.switch, self.wrapper, noop, raising,
+                failing_push, failing_pop, *callsite.sites.values()]  # fmt: skip
+
+
+SCENARIOS = [
+    "named", "launch raises", "push fails", "pop fails", "pop interrupts", "kernel_of fails",
+    "not a launch", "switch off", "nested", "renamed",
+]  # fmt: skip
+
+
+@BOTH
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_no_way_through_the_wrapper_leaks_a_reference(hot_path, name: str, capsys) -> None:
+    scenario = Scenario(name)
+    scenario.run(50)  # warm: sites built, faults reported once
+    gc.collect()
+    watched = scenario.watched()
+    before = [sys.getrefcount(o) for o in watched]
+    blocks = sys.getallocatedblocks()
+    scenario.run(20_000)
+    gc.collect()
+    assert [sys.getrefcount(o) for o in watched] == before
+    assert sys.getallocatedblocks() - blocks < 50  # nothing kept per launch
+    assert scenario.pushes == 0 or "pop" in name  # every push was popped (where pop works)
+    capsys.readouterr()
+
+
+# --------------------------------------------------------------------------
+# The table of recent hits never answers for a dict that changed
+# --------------------------------------------------------------------------
+
+
+@BOTH
+def test_a_launch_after_its_site_was_dropped_gets_a_new_site(hot_path) -> None:
+    wrapper = wrap(noop)
+    names = []
+    for round_ in range(3):
+        wrapper()  # the-line
+        (site,) = callsite.sites.values()
+        names.append((site.name, site.launches()))
+        if round_ == 0:
+            callsite.sites.clear()  # as eviction does
+        else:
+            callsite.configure(template="again {line}")  # new rules: sites forgotten
+    line = names[0][0].rsplit(":", 1)[1]
+    assert names == [(names[0][0], 1), (names[0][0], 1), (f"again {line}", 1)]
+
+
+@BOTH
+def test_a_site_changed_in_place_is_read_afresh_at_each_launch(hot_path) -> None:
+    calls = []
+    wrapper = wrap(noop)
+    for push in [None, lambda: calls.append("push"), None, lambda: calls.append("again")]:
+        for site in callsite.sites.values():
+            site.push, site.pop = push, lambda: calls.append("pop")
+        wrapper()  # one line: one site, built by the first launch
+    assert len(callsite.sites) == 1
+    assert calls == ["push", "pop", "again", "pop"]
+
+
+# --------------------------------------------------------------------------
+# Building
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(COMPILER is None, reason="no C compiler")
+def test_the_c_file_compiles_without_warnings() -> None:
+    include = sysconfig.get_paths()["include"]
+    done = subprocess.run(
+        [COMPILER, "-fsyntax-only", "-Wall", "-Wextra", "-Werror", f"-I{include}",
+         str(REPO / "kname" / "_native.c")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.slow
+def test_without_a_compiler_kname_still_installs_and_says_so(tmp_path: Path, monkeypatch) -> None:
+    source = tmp_path / "source"
+    ignored = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "*.so")
+    shutil.copytree(REPO, source, ignore=ignored)
+    monkeypatch.setenv("CC", "false")  # a compiler that always fails
+    wheel = build_wheel_of(source, tmp_path / "dist")
+    monkeypatch.undo()
+    assert not [n for n in zipfile.ZipFile(wheel).namelist() if "_native" in n and ".so" in n]
+    venv = make_venv(tmp_path / "env")
+    venv.install(str(wheel))
+    done = venv.python_run("-m", "kname", "doctor")
+    line = next(x for x in done.stdout.splitlines() if "hot path" in x)
+    assert "pure Python (the extension kname._native was not built" in line, done.stdout

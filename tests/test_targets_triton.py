@@ -320,7 +320,7 @@ def test_kernel_grid_launches_are_named_by_the_wrapper_alone(inject_lib, tmp_pat
     assert lines[0] == "True" and lines[-2] == "True"
     assert lines[2] == "('ran', (7,), (2, 1), False, {'key': 3})"
     real, grid = line_of(source, "real-line"), line_of(source, "grid-line")
-    assert capture.ranges("kname") == [f"add_kernel|<module>|{real}"] + [
-        f"add_kernel|step|{grid}"
-    ] * 2
+    assert (
+        capture.ranges("kname") == [f"add_kernel|<module>|{real}"] + [f"add_kernel|step|{grid}"] * 2
+    )
     assert capture.max_depth("kname") == 1

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import FrameType
 from typing import Any, NamedTuple
 
-from kname import callsite
+from kname import _native_choice, callsite
 from kname._warnings import report_fault, warn_once
 from kname.profiling.join import Join
 from kname.profiling.records import (
@@ -267,6 +267,9 @@ def site_of_frame(frame: FrameType | None) -> str:
 
 def _caller_of_wrapper(frame: FrameType | None) -> FrameType | None:
     wrappers = callsite._wrapper_code_ids  # read-only use of kname's own registry
+    native_caller = _native_choice.launch_caller()  # the C wrapper has no frame: its caller's
     while frame is not None and id(frame.f_code) not in wrappers:
+        if frame is native_caller:
+            return frame
         frame = frame.f_back
     return None if frame is None else frame.f_back

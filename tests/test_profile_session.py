@@ -68,7 +68,9 @@ ScriptedCupti = namespace["ScriptedCupti"]
 @pytest.fixture
 def session():
     callsite.configure((), DEFAULT_FORMAT, 1, False)
-    yield ProfileSession(keep_streams=True, collector=ScriptedCupti)
+    made = ProfileSession(keep_streams=True, collector=ScriptedCupti)
+    yield made
+    made.stop()  # a test that started it and did not stop it leaves no session collecting
     callsite.configure((), DEFAULT_FORMAT, 1, True)
     callsite.clear()
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from support import Venv, line_of
+from support import Venv, cleaned, line_of
 from support.nvtx_capture import run_captured
 
 import kname
@@ -641,7 +641,7 @@ def test_a_program_ended_by_sigterm_still_writes_its_census(
     import subprocess
 
     (tmp_path / "app.py").write_text(SIGTERM_APP)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KNAME", "NVTX_"))}
+    env = {k: v for k, v in os.environ.items() if not cleaned(k)}
     env.pop("PYTHONPATH", None)
     env.update(KNAME="1", NUMBA_ENABLE_CUDASIM="1", KNAME_REPORT="c.json", **NOT_BENEATH)
     with subprocess.Popen(

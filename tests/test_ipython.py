@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import REPO, line_of
+from support import REPO, cleaned, line_of
 
 pytest.importorskip("IPython")
 
@@ -68,7 +68,7 @@ DIRECT_LINE = line_of(COUNTED, "direct-line")
 
 
 def environment(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KNAME", "NVTX_"))}
+    env = {k: v for k, v in os.environ.items() if not cleaned(k)}
     env.update(
         NUMBA_ENABLE_CUDASIM="1",
         PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),

@@ -93,18 +93,6 @@ def raising(*args):
     raise ValueError("from the launch")
 
 
-def failing_push():
-    raise RuntimeError("push failed")
-
-
-def failing_pop():
-    raise RuntimeError("pop failed")
-
-
-def interrupting_pop():
-    raise KeyboardInterrupt
-
-
 class Scenario:
     """One way through a launch wrapper, taken `n` times by run(n)."""
 
@@ -119,21 +107,25 @@ class Scenario:
             original = inner
         self.wrapper = wrap(original, kernel_of, self.switch)
         self.switch.on = name != "switch off"
-        self.pushes = 0
+        self.pushes = self.pops = 0
         self.args = () if name == "not a launch" else (self.kernel, self.argument)
 
     def push(self) -> None:
         self.pushes += 1
+        if self.name == "push fails":
+            raise RuntimeError("push failed")
 
     def pop(self) -> None:
-        self.pushes -= 1
+        self.pops += 1
+        if self.name == "pop fails":
+            raise RuntimeError("pop failed")
+        if self.name == "pop interrupts":
+            raise KeyboardInterrupt
 
     def run(self, n: int) -> None:
-        pops = {"pop fails": failing_pop, "pop interrupts": interrupting_pop}
         for _ in range(n):
             for site in callsite.sites.values():  # a fault's pass_through took the range away
-                site.push = failing_push if self.name == "push fails" else self.push
-                site.pop = pops.get(self.name, self.pop)
+                site.push, site.pop = self.push, self.pop
                 if self.name == "renamed":
                     site.launch = noop
             try:
@@ -144,7 +136,7 @@ class Scenario:
 
     def watched(self) -> list[object]:
         return [self.kernel, self.argument, self.switch, self.wrapper, noop, raising,
-                failing_push, failing_pop, *callsite.sites.values()]  # fmt: skip
+                *callsite.sites.values()]  # fmt: skip
 
 
 SCENARIOS = [
@@ -166,7 +158,7 @@ def test_no_way_through_the_wrapper_leaks_a_reference(hot_path, name: str, capsy
     gc.collect()
     assert [sys.getrefcount(o) for o in watched] == before
     assert sys.getallocatedblocks() - blocks < 50  # nothing kept per launch
-    assert scenario.pushes == 0 or "pop" in name  # every push was popped (where pop works)
+    assert scenario.pushes == scenario.pops  # every push() call met by one pop() call
     capsys.readouterr()
 
 
@@ -178,17 +170,18 @@ def test_no_way_through_the_wrapper_leaks_a_reference(hot_path, name: str, capsy
 @BOTH
 def test_a_launch_after_its_site_was_dropped_gets_a_new_site(hot_path) -> None:
     wrapper = wrap(noop)
-    names = []
+    seen = []
     for round_ in range(3):
-        wrapper()  # the-line
+        wrapper()  # one line: one site at a time
         (site,) = callsite.sites.values()
-        names.append((site.name, site.launches()))
+        seen.append(site)
         if round_ == 0:
             callsite.sites.clear()  # as eviction does
         else:
             callsite.configure(template="again {line}")  # new rules: sites forgotten
-    line = names[0][0].rsplit(":", 1)[1]
-    assert names == [(names[0][0], 1), (names[0][0], 1), (f"again {line}", 1)]
+    assert seen[0] is not seen[1] and seen[1] is not seen[2]
+    assert seen[2].name.startswith("again ") and seen[1].name == seen[0].name
+    assert [site.launches() for site in seen] == [2, 2, 1]  # counted per name, none lost
 
 
 @BOTH

@@ -19,7 +19,7 @@ from html import escape
 from pathlib import Path
 
 import pytest
-from support import REPO, line_of
+from support import REPO, cleaned, line_of
 
 import kname
 from kname import _warnings
@@ -183,7 +183,7 @@ def run_program(tmp_path, env: dict[str, str], ending: str = "") -> subprocess.C
     (tmp_path / "scripted.py").write_text(textwrap.dedent(SCRIPTED))
     (tmp_path / "fakelib.py").write_text(textwrap.dedent(FAKE_LIBRARY))
     (tmp_path / "app.py").write_text(PROGRAM.format(ending=ending))
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("KNAME")}
+    environ = {k: v for k, v in os.environ.items() if not cleaned(k, ("KNAME",))}
     environ.pop(OWNER_VARIABLE, None)
     environ.update(PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}", KNAME_MODE="profile")
     environ.update({"KNAME_TARGETS": "fakelib:launch", "KNAME_SKIP": "scripted,fakelib", **env})

@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from support import REPO, line_of
+from support import REPO, cleaned, line_of
 from support.nvtx_capture import Capture, run_captured
 
 # --------------------------------------------------------------------------
@@ -210,7 +210,7 @@ def test_targets_kname_runs_on_are_refused_with_one_line_each(tmp_path) -> None:
 
 def run_program(source: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     (tmp_path / "prog.py").write_text(textwrap.dedent(source))
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("KNAME", "NVTX_"))}
+    environ = {k: v for k, v in os.environ.items() if not cleaned(k)}
     environ.update(PYTHONPATH=f"{REPO}:{tmp_path}", NUMBA_ENABLE_CUDASIM="1", **env)
     return subprocess.run([sys.executable, "prog.py"], capture_output=True, text=True,
                           env=environ, cwd=tmp_path, timeout=60, check=False)  # fmt: skip

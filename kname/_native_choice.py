@@ -9,9 +9,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
-import platform
 import sys
-import sysconfig
 from collections.abc import Callable, Mapping
 from types import FrameType, ModuleType
 
@@ -35,14 +33,17 @@ def choice(environ: Mapping[str, str] | None = None) -> tuple[ModuleType | None,
 
 def launch_caller() -> FrameType | None:
     """The frame that called the innermost native launch running on this thread, or None."""
-    module = _extension()[0]
+    # Never imports: a launch must import nothing (a fork meanwhile would inherit the import
+    # lock), and without the extension imported no native launch can be running.
+    imported = _imported
+    module = None if imported is None else imported[0]
     return None if module is None else module.launch_caller()
 
 
 def beneath_launch_test(kinds: dict[int, int]) -> Callable[[FrameType], bool]:
     """`test(frame)`: whether `frame` runs inside a native launch, with only library code
     between (`kinds`: callsite's); a call into C alone. Always False without the extension."""
-    module = _extension()[0]
+    module = native_module()  # made at install, with the wrappers: the extension imported now
     if module is None:
         return _never
     return functools.partial(module.beneath_launch, kinds)
@@ -60,8 +61,10 @@ def _extension() -> tuple[ModuleType | None, str]:
 
 
 def _import_extension() -> tuple[ModuleType | None, str]:
-    if platform.python_implementation() != "CPython":
-        return None, f"{platform.python_implementation()} (the extension is for CPython)"
+    import sysconfig
+
+    if sys.implementation.name != "cpython":
+        return None, f"{sys.implementation.name} (the extension is for CPython)"
     if sys.version_info < (3, 11):
         version = f"{sys.version_info[0]}.{sys.version_info[1]}"
         return None, f"Python {version} (the extension needs 3.11+)"

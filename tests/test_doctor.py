@@ -22,13 +22,13 @@ def test_doctor_flags_a_misspelled_variable_with_the_nearest_name(monkeypatch, c
 
 def test_doctor_flags_every_unknown_kname_variable(monkeypatch, capsys) -> None:
     monkeypatch.setenv("KNAME_FOO", "1")  # like KNAME_FORMAT, but not a near miss
-    monkeypatch.setenv("KNAME_NVTX_LOG", "x")  # like nothing kname reads
+    monkeypatch.setenv("KNAME_OTHER_TOOL_LOG", "x")  # like nothing kname reads
     monkeypatch.setenv("_KNAME_REPORT_PID", "1")  # kname's own, internal
     _, lines = doctor_lines(capsys)
     flagged = [line for line in lines if "is not a kname variable" in line]
     assert flagged == [
         "✗ KNAME_FOO is not a kname variable; ignoring it (the nearest is KNAME_FORMAT)",
-        "✗ KNAME_NVTX_LOG is not a kname variable; ignoring it (kname reads "
+        "✗ KNAME_OTHER_TOOL_LOG is not a kname variable; ignoring it (kname reads "
         + ", ".join(KNOWN_VARIABLES)
         + ")",
     ]

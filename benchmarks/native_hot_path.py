@@ -95,6 +95,7 @@ def main() -> None:
         # NVTX reads the variable at the process's first NVTX call: run again with it set.
         raise SystemExit(subprocess.call([sys.executable, *sys.argv], env=null_tool_env()))
     sys.path.insert(0, str(REPO))
+    import kname
     from kname import _native_choice, callsite, launch, ranges
 
     native, why = _native_choice.choice({})
@@ -158,11 +159,8 @@ def main() -> None:
         print(f"  {name:12s} {median:8.1f} ns/launch   added {added:+7.1f} ns")
     miss = statistics.median(misses) / 1000
     print(f"  miss (native, first launch from a new line) {miss:.1f} µs")
-    counts: dict[str, int] = {}  # by name: the two wrappers may key one line apart (f_lasti)
-    for site in callsite.sites.values():
-        if "miss" not in site.name:
-            counts[site.name] = counts.get(site.name, 0) + site.launches()
-    print("  launches named:", counts)
+    named = {name: n for name, n in kname.names().items() if "miss" not in name}
+    print("  launches named:", named)
 
 
 if __name__ == "__main__":

@@ -768,7 +768,7 @@ static PyTypeObject LaunchWrapperType = {
     .tp_new = launch_new,
 };
 
-/* ------------------------------------------------------------------ module */
+/* ------------------------------------------------------------------ the launch in progress */
 
 static PyObject *
 get_launch_caller(PyObject *module, PyObject *unused)
@@ -778,24 +778,15 @@ get_launch_caller(PyObject *module, PyObject *unused)
     return Py_NewRef(launch_caller ? (PyObject *)launch_caller : Py_None);
 }
 
-/* beneath_launch(kinds, frame): whether `frame` runs inside the launch of a LaunchWrapper with no
- * user frame between (a walk up from it reaches launch_caller() first, through frames `kinds`
- * says are library code). False also when unsure (a frame not classified yet). */
-static PyObject *
-beneath_launch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* Whether `frame` runs inside the launch of a LaunchWrapper with no user frame between: a walk up
+ * from it reaches launch_caller first, through frames `kinds` says are passed over. 1, 0 (also
+ * when unsure: a frame not classified yet), -1 on error. */
+static int
+is_beneath_launch(PyObject *kinds, int remember, PyFrameObject *frame)
 {
-    (void)module;
-    if (nargs != 2 || !PyDict_Check(args[0]) || !PyFrame_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "beneath_launch(kinds: dict, frame)");
-        return NULL;
-    }
-    if (launch_caller == NULL)
-        Py_RETURN_FALSE;
-    PyObject *kinds = args[0];
-    /* Look-ups of `kinds` are remembered only where a LaunchWrapper already follows its changes
-     * (3.11 needs nothing; 3.12+ needs the dict watched): a cheap, safe choice is to watch it. */
-    int remember = follow_changes(kinds);
-    PyFrameObject *f = (PyFrameObject *)Py_NewRef(args[1]);
+    if (launch_caller == NULL || frame == NULL)
+        return 0;
+    PyFrameObject *f = (PyFrameObject *)Py_NewRef(frame);
     int beneath = 0;
     for (int depth = 0; depth < MAX_WALK && f != NULL; depth++) {
         if (f == launch_caller) {
@@ -804,23 +795,126 @@ beneath_launch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         int kind = kind_of(kinds, remember, f);
         if (kind == -2) {
-            Py_DECREF(f);
-            return NULL;
+            beneath = -1;
+            break;
         }
         if (!PASSED_OVER(kind))
             break;
         Py_SETREF(f, PyFrame_GetBack(f));
     }
     Py_XDECREF(f);
-    return PyBool_FromLong(beneath);
+    return beneath;
 }
+
+/* ------------------------------------------------------------------ SkipBeneath */
+
+/* SkipBeneath(hook, kinds): calls hook(*args, **kwargs), except beneath a LaunchWrapper's launch
+ * (is_beneath_launch from its caller's frame), where it returns None at once. For a library's
+ * launch hooks (Triton's): a launch that kname's wrapper names already costs them nothing. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *hook, *kinds;
+    int remember;
+} SkipBeneath;
+
+static PyObject *
+skip_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    SkipBeneath *g = (SkipBeneath *)op;
+    if (g->hook == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "kname hook guard called after it was cleared");
+        return NULL;
+    }
+    int beneath = is_beneath_launch(g->kinds, g->remember, PyEval_GetFrame());
+    if (beneath > 0)
+        Py_RETURN_NONE;
+    if (beneath < 0)
+        PyErr_Clear(); /* unsure: the hook decides, as without this guard */
+    return PyObject_Vectorcall(g->hook, args, nargsf, kwnames);
+}
+
+static PyObject *
+skip_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"hook", "kinds", NULL};
+    PyObject *hook, *kinds;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!:SkipBeneath", names, &hook, &PyDict_Type,
+                                     &kinds))
+        return NULL;
+    if (!PyCallable_Check(hook)) {
+        PyErr_SetString(PyExc_TypeError, "SkipBeneath: hook must be callable");
+        return NULL;
+    }
+    SkipBeneath *g = (SkipBeneath *)type->tp_alloc(type, 0);
+    if (g == NULL)
+        return NULL;
+    g->vectorcall = skip_vectorcall;
+    g->hook = Py_NewRef(hook);
+    g->kinds = Py_NewRef(kinds);
+    g->remember = follow_changes(kinds);
+    return (PyObject *)g;
+}
+
+static int
+skip_traverse(SkipBeneath *g, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(g));
+    Py_VISIT(g->hook);
+    Py_VISIT(g->kinds);
+    return 0;
+}
+
+static int
+skip_clear(SkipBeneath *g)
+{
+    Py_CLEAR(g->hook);
+    Py_CLEAR(g->kinds);
+    return 0;
+}
+
+static void
+skip_dealloc(SkipBeneath *g)
+{
+    PyObject_GC_UnTrack(g);
+    skip_clear(g);
+    Py_TYPE(g)->tp_free((PyObject *)g);
+}
+
+static PyObject *
+skip_repr(SkipBeneath *g)
+{
+    if (g->hook == NULL)
+        return PyUnicode_FromString("<kname hook guard (cleared)>");
+    return PyUnicode_FromFormat("<kname hook guard of %R>", g->hook);
+}
+
+static PyMemberDef skip_members[] = {
+    {"__wrapped__", MEMBER_OBJECT_EX, offsetof(SkipBeneath, hook), READONLY, "the hook"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject SkipBeneathType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kname._native.SkipBeneath",
+    .tp_doc = "SkipBeneath(hook, kinds): hook, except beneath a kname launch (returns None).",
+    .tp_basicsize = sizeof(SkipBeneath),
+    .tp_dealloc = (destructor)skip_dealloc,
+    .tp_vectorcall_offset = offsetof(SkipBeneath, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_repr = (reprfunc)skip_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_traverse = (traverseproc)skip_traverse,
+    .tp_clear = (inquiry)skip_clear,
+    .tp_members = skip_members,
+    .tp_new = skip_new,
+};
+
+/* ------------------------------------------------------------------ module */
 
 static PyMethodDef module_methods[] = {
     {"launch_caller", get_launch_caller, METH_NOARGS,
      "The frame that called the innermost LaunchWrapper launch running on this thread, or None."},
-    {"beneath_launch", (PyCFunction)(void (*)(void))beneath_launch, METH_FASTCALL,
-     "beneath_launch(kinds, frame): whether frame runs inside a LaunchWrapper's launch, with "
-     "only library frames between."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -867,7 +961,8 @@ PyInit__native(void)
     PyErr_SetString(PyExc_ImportError, "kname._native does not support free-threaded Python");
     return NULL;
 #else
-    if (intern_all() < 0 || PyType_Ready(&LaunchWrapperType) < 0)
+    if (intern_all() < 0 || PyType_Ready(&LaunchWrapperType) < 0
+        || PyType_Ready(&SkipBeneathType) < 0)
         return NULL;
 #if PY_VERSION_HEX >= 0x030C0000
     if (sites_watcher < 0 && (sites_watcher = PyDict_AddWatcher(bump_generation)) < 0)
@@ -877,6 +972,7 @@ PyInit__native(void)
     if (m == NULL)
         return NULL;
     if (PyModule_AddObjectRef(m, "LaunchWrapper", (PyObject *)&LaunchWrapperType) < 0
+        || PyModule_AddObjectRef(m, "SkipBeneath", (PyObject *)&SkipBeneathType) < 0
         || PyModule_AddIntConstant(m, "USER", KIND_USER) < 0
         || PyModule_AddIntConstant(m, "LIBRARY", KIND_LIBRARY) < 0) {
         Py_DECREF(m);

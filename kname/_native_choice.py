@@ -6,12 +6,12 @@ forces the Python path. Both behave the same; the extension costs less per launc
 
 from __future__ import annotations
 
-import functools
 import importlib
 import os
 import sys
 from collections.abc import Callable, Mapping
 from types import FrameType, ModuleType
+from typing import Any
 
 from kname.config import native_requested
 
@@ -40,17 +40,11 @@ def launch_caller() -> FrameType | None:
     return None if module is None else module.launch_caller()
 
 
-def beneath_launch_test(kinds: dict[int, int]) -> Callable[[FrameType], bool]:
-    """`test(frame)`: whether `frame` runs inside a native launch, with only library code
-    between (`kinds`: callsite's); a call into C alone. Always False without the extension."""
+def skip_beneath_launch(hook: Callable[..., Any], kinds: dict[int, int]) -> Callable[..., Any]:
+    """`hook`, or a C guard of it that returns None at once when called inside a native launch
+    with only library code between (`kinds`: callsite's); `hook` itself without the extension."""
     module = native_module()  # made at install, with the wrappers: the extension imported now
-    if module is None:
-        return _never
-    return functools.partial(module.beneath_launch, kinds)
-
-
-def _never(frame: FrameType) -> bool:
-    return False
+    return hook if module is None else module.SkipBeneath(hook, kinds)
 
 
 def _extension() -> tuple[ModuleType | None, str]:

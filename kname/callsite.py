@@ -305,10 +305,10 @@ def _walk(
     return user_frames, library_frame
 
 
-def beneath_native_launch_test() -> Callable[[FrameType], bool]:
-    """`test(frame)`, true when a launch from `frame` is inside a native launch wrapper's launch
-    with only library code between (so resolve() would give None): cheap, in C. False: unsure."""
-    return _native_choice.beneath_launch_test(_kinds)
+def skip_beneath_native_launch(hook: Callable[..., Any]) -> Callable[..., Any]:
+    """`hook` (a library's launch hook), skipped at once inside a native launch wrapper's launch
+    with only library code between, where resolve() would give None (decided in C)."""
+    return _native_choice.skip_beneath_launch(hook, _kinds)
 
 
 def _library_path_pattern(modules: tuple[str, ...]) -> re.Pattern[str]:

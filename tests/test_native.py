@@ -196,6 +196,17 @@ def test_a_site_changed_in_place_is_read_afresh_at_each_launch(hot_path) -> None
     assert calls == ["push", "pop", "again", "pop"]
 
 
+@BOTH
+def test_a_guarded_hook_runs_except_inside_a_native_launch(hot_path) -> None:
+    """Triton's launch hooks are guarded so: a launch kname's C wrapper names costs them nothing
+    (on the Python path the hook runs and its walk finds the wrapper's frame)."""
+    calls = []
+    guarded = callsite.skip_beneath_native_launch(lambda *a, **k: calls.append((a, k)))
+    assert guarded(1, x=2) is None and calls == [((1,), {"x": 2})]  # outside a launch: runs
+    wrap(guarded)(3)  # the hook called from within a launch (straight from C, here)
+    assert calls == [((1,), {"x": 2})] + ([] if hot_path == "native" else [((3,), {})])
+
+
 # --------------------------------------------------------------------------
 # Building
 # --------------------------------------------------------------------------

@@ -14,7 +14,8 @@ called around every launch by its C launcher, with the launch metadata (the kern
 kname adds its own pair to those chains, next to any already there (Proton's), and removes only
 its own on uninstall. The enter hook finds the call site by walking up from the launcher's Python
 caller (Triton's frames are library frames) and pushes the range; the exit hook pops it. Beneath
-kname's `kernel[grid]` launch the hooks add nothing (the C wrapper tells them so cheaply). If a
+kname's `kernel[grid]` launch the hooks add nothing (in C, a guard returns at once; on the
+Python path the walk finds the wrapper's frame). If a
 launch fails between the two hooks, Triton does not call the exit hook: the range left open is
 closed at the thread's next Triton launch.
 
@@ -64,20 +65,9 @@ def launch_hooks(
     """The enter and exit hooks of one install(), which name launches while `switch` is on
     (and, with `nesting`, outside KNAME_TARGETS launchers: see kname.targets.Options)."""
 
-    beneath_named_launch = callsite.beneath_native_launch_test()
-
     def enter_hook(metadata: Any) -> None:
         """Triton calls this just before a launch: push the range of the launch's call site."""
         stack = _thread_stack()
-        try:
-            beneath = beneath_named_launch(sys._getframe(1))
-        except Exception:  # never into Triton's launch: resolve() below decides
-            beneath = False
-        if beneath:
-            # Inside kname's own (native) `kernel[grid]` launch, which names it. Ranges left
-            # open by failed launches stay open till the next launch: they are beneath this one's.
-            stack.append(None)
-            return
         while stack:  # a launch that failed after its enter hook: close its range now
             site = stack.pop()
             if site is not None:
@@ -144,6 +134,9 @@ def hook_changes(knobs: ModuleType, options: Options) -> list[Change]:
     if not has_hook_chains(knobs):
         return []
     enter_hook, exit_hook = launch_hooks(options.switch, options.nesting)
+    # Beneath kname's own native `kernel[grid]` launch, which names it, neither hook is called
+    # (a C guard decides): ranges left open by failed launches wait for the next hook-named one.
+    enter_hook, exit_hook = map(callsite.skip_beneath_native_launch, (enter_hook, exit_hook))
     return [
         HookPatch(knobs.runtime.launch_enter_hook, enter_hook),
         HookPatch(knobs.runtime.launch_exit_hook, exit_hook),

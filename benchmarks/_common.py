@@ -180,7 +180,7 @@ def make_loops(directory: Path, name: str, launch: str, names: dict):
     return module
 
 
-VARIANTS = ("bare", "kname", "kname_disabled", "push_pop")
+VARIANTS = ("bare", "kname", "kname_python", "kname_disabled", "push_pop")
 
 
 def launch_variants(loops, targets: list[str], bare_names: dict | None = None, settle=None):
@@ -188,7 +188,9 @@ def launch_variants(loops, targets: list[str], bare_names: dict | None = None, s
     through its public API only:
 
     - bare: kname.uninstall()ed, the library's own launch;
-    - kname: installed and enabled, the call site already cached;
+    - kname: installed and enabled, the call site already cached, on the hot path kname chooses
+      (the C extension where it is built);
+    - kname_python: the same with KNAME_NATIVE=0, the pure-Python wrapper (read at install);
     - kname_disabled: installed, then kname.disable()d;
     - push_pop: uninstalled, a prebuilt static NVTX range around the bare launch.
 
@@ -204,8 +206,15 @@ def launch_variants(loops, targets: list[str], bare_names: dict | None = None, s
         kname.uninstall()
         vars(loops).update(bare_names)
 
-    def installed(enabled: bool):
+    def installed(enabled: bool, native: bool = True):
         def prepare():
+            # Which wrapper install() makes is read from the environment when it makes them,
+            # and install() keeps the wrappers of an install still in place: start afresh.
+            kname.uninstall()
+            if native:
+                os.environ.pop("KNAME_NATIVE", None)
+            else:
+                os.environ["KNAME_NATIVE"] = "0"
             kname.install(targets=targets)
             if enabled:
                 kname.enable()
@@ -221,6 +230,7 @@ def launch_variants(loops, targets: list[str], bare_names: dict | None = None, s
     return [
         Variant("bare", loops.launch_loop, uninstalled, settle),
         Variant("kname", loops.launch_loop, installed(True), settle),
+        Variant("kname_python", loops.launch_loop, installed(True, native=False), settle),
         Variant("kname_disabled", loops.launch_loop, installed(False), settle),
         Variant("push_pop", loops.push_pop_loop, uninstalled, settle),
     ]
@@ -229,9 +239,12 @@ def launch_variants(loops, targets: list[str], bare_names: dict | None = None, s
 def launch_record(loops_samples: dict, rounds: int, batch: int) -> dict:
     """What a launch worker reports: the summary, and proof that kname named the launches."""
     import kname
-    from kname import ranges
+    from kname import _native_choice, ranges
 
+    os.environ.pop("KNAME_NATIVE", None)
+    extension, why_not = _native_choice.choice()
     return {
+        "hot_path": "C extension" if extension is not None else f"pure Python ({why_not})",
         "rounds": rounds,
         "batch": batch,
         "load_average": load_average(),

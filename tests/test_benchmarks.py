@@ -17,6 +17,7 @@ RUN = REPO / "benchmarks" / "run.py"
 VARIANTS = (
     "bare launch (kname uninstalled)",
     "kname on, cached call site",
+    "the same, pure-Python wrapper (KNAME_NATIVE=0)",
     "kname installed, kname.disable()d",
     "static NVTX range, prebuilt push_range/pop_range",
 )

@@ -22,6 +22,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 from kname import _native_choice, callsite
@@ -92,19 +93,23 @@ def make_launch_wrapper(
     def kname_launch(*args, **kwargs):
         if not switch.on:
             return original(*args, **kwargs)
-        site = None
+        site = frame = None
         try:
             kernel = original if kernel_of is None else kernel_of(args)
             if kernel is not None:
-                frame = getframe(1)
-                site = sites.get((id(frame.f_code), frame.f_lasti, id(kernel)))
-                if site is None:
-                    site = resolve(frame, kernel, id(kernel), kernel_name, lib, rename)
-                if site is not None:
-                    next(site.counter)
+                try:
+                    frame = getframe(1)
+                except ValueError:  # called from C with no Python frame above: unnamed
+                    frame = None
+                if frame is not None:
+                    site = sites.get((id(frame.f_code), frame.f_lasti, id(kernel)))
+                    if site is None:
+                        site = resolve(frame, kernel, id(kernel), kernel_name, lib, rename)
+                    if site is not None:
+                        next(site.counter)
         except Exception as exc:  # kname's own failure: this launch runs unnamed, counted
             kernel = locals().get("kernel")  # unbound if kernel_of itself failed
-            pass_through(getframe(1), kernel, site, exc, "finding a launch's name")
+            pass_through(frame or _caller_of_caller(), kernel, site, exc, FINDING)
             site = None
         if site is None:
             return original(*args, **kwargs)
@@ -119,19 +124,30 @@ def make_launch_wrapper(
             try:
                 push()
             except Exception as exc:  # the launch still runs, unnamed from now on
-                pass_through(getframe(1), kernel, site, exc, "opening a launch's NVTX range")
+                pass_through(frame, kernel, site, exc, "opening a launch's NVTX range")
             return run(*args, **kwargs)
         finally:
             try:
                 pop()
             except Exception as exc:
-                pass_through(getframe(1), kernel, site, exc, "closing a launch's NVTX range")
+                pass_through(frame, kernel, site, exc, "closing a launch's NVTX range")
 
     callsite.register_wrapper_code(kname_launch.__code__)
     mark_wrapper(kname_launch, original)
     if getattr(original, "__module__", None) is None:
         kname_launch.__module__ = __name__
     return kname_launch
+
+
+FINDING = "finding a launch's name"
+
+
+def _caller_of_caller() -> FrameType | None:
+    """The frame that called the function calling this, or None (called from C)."""
+    try:
+        return sys._getframe(2)
+    except ValueError:
+        return None
 
 
 def _native_wrapper(native, original, spec, switch):

@@ -112,3 +112,27 @@ def test_an_async_exception_while_naming_opens_no_range(capsys) -> None:
     assert capsys.readouterr().err == ""
     assert launch(1) == 2
     assert events == ["push", "pop"]
+
+
+def test_a_launch_called_from_c_with_no_python_frame_runs_unnamed(capsys) -> None:
+    """A thread started by C calls the wrapper with no Python frame above it (as a library's
+    own worker thread may): the launch runs, unnamed and uncounted, and nothing is reported."""
+    import _thread
+    import threading
+
+    ran = threading.Event()
+
+    def recording_kernel(x):
+        ran.set()
+        return x
+
+    wrapper = make_launch_wrapper(recording_kernel, LaunchSpec("test", lambda _k: "k"), Switch())
+    _thread.start_new_thread(wrapper, (1,))  # the new thread calls `wrapper` straight from C
+    assert ran.wait(10)
+    for _ in range(500):  # an error would be printed as the thread ends
+        if _thread._count() == 0:
+            break
+        ran.wait(0.01)
+    assert capsys.readouterr().err == ""
+    assert not callsite.sites  # no site was made for a launch with no caller
+    assert from_one_line(wrapper, 2) == 2 and len(callsite.sites) == 1  # a Python caller: named

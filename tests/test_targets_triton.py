@@ -324,3 +324,56 @@ def test_kernel_grid_launches_are_named_by_the_wrapper_alone(inject_lib, tmp_pat
         capture.ranges("kname") == [f"add_kernel|<module>|{real}"] + [f"add_kernel|step|{grid}"] * 2
     )
     assert capture.max_depth("kname") == 1
+
+
+def test_kernel_grid_calls_run_as_triton_does_on_every_call_shape(hot_path):
+    """kname's `__getitem__` (C or Python) calls `kernel.run` exactly as Triton's lambda does:
+    positional and keyword arguments in order, `grid=` and `warmup=False`, whatever their
+    number; `grid=` given again fails alike; `k.__getitem__(g)` binds; uninstall restores."""
+    import gc
+
+    from triton.runtime.jit import KernelInterface
+
+    import kname
+
+    class Kernel(KernelInterface):
+        fn = None
+
+        def run(self, *args, grid, warmup, **kwargs):
+            return args, grid, warmup, kwargs
+
+    kernel = Kernel()
+    calls = [
+        lambda k: k[(1,)](),
+        lambda k: k[(2, 3)](1, 2, BLOCK=32),
+        lambda k: k[lambda meta: (4,)](*range(20), **{f"k{i}": i for i in range(20)}),
+        lambda k: k.__getitem__((5,))(x=1),
+        lambda k: KernelInterface.__getitem__(k, (6,))(9),
+        # Keyword names made anew at each call (from a dict), 40 of them: past any cache.
+        *[(lambda k, i=i: k[(i,)](i, **{f"a{i}": i})) for i in range(40)],
+    ]
+
+    def outcome(call, k):
+        args, grid, warmup, kwargs = call(k)
+        return args, grid({}) if callable(grid) else grid, warmup, kwargs  # a new lambda each
+
+    bare = [outcome(call, kernel) for call in calls]
+    assert bare[1] == ((1, 2), (2, 3), False, {"BLOCK": 32})
+    with pytest.raises(TypeError) as bare_error:
+        kernel[(1,)](grid=(2,))
+    getitem = KernelInterface.__getitem__
+    kname.install(targets=["triton"])
+    made = type(vars(KernelInterface)["__getitem__"]).__name__
+    assert made == {"native": "SubscriptLaunch", "python": "function"}[hot_path]
+    for _ in range(3):  # again: remembered keyword names give the same calls
+        assert [outcome(call, kernel) for call in calls] == bare
+    with pytest.raises(TypeError) as error:
+        kernel[(1,)](grid=(2,))
+    assert type(error.value) is type(bare_error.value)
+    launched = kernel[(7,)]
+    del kernel
+    gc.collect()
+    assert launched(1) == ((1,), (7,), False, {})  # obj[key] keeps the kernel alive
+    kname.uninstall()
+    assert KernelInterface.__getitem__ is getitem
+    assert sum(kname.names().values()) == 3 * len(calls) + 2  # the failed call is counted too

@@ -3,9 +3,11 @@
 `kernel[grid]` (KernelInterface.__getitem__, shared by JITFunction, Autotuner and Heuristics)
 returns Triton's own launcher, a lambda calling `kernel.run(*args, grid=grid, warmup=False)`.
 kname puts a `__getitem__` in its place that returns the same call bound to kname's launch
-wrapper (a functools.partial: no frame), so the wrapper's caller is the user's line and a cached
-launch costs a key and a dict hit. The range covers `run`: the launch, and compilation at the
-first launch of a specialisation. disable() puts Triton's `__getitem__` back.
+wrapper, so the wrapper's caller is the user's line and a cached launch costs a key and a dict
+hit: with the C hot path, kname._native.SubscriptLaunch (no Python frame between the user's line
+and `run`, where Triton's own path has two); on the Python path, a functools.partial. The range
+covers `run`: the launch, and compilation at the first launch of a specialisation. disable()
+puts Triton's `__getitem__` back.
 
 Every other launch (a compiled kernel's `compiled[grid](...)`, `kernel.run(...)` called
 directly, launchers of other libraries such as PyTorch Inductor's) is named through Triton 3.4+'s
@@ -33,13 +35,14 @@ named and add no range. Warm-up calls compile the user's own kernel, as without 
 from __future__ import annotations
 
 import functools
+import operator
 import sys
 import threading
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from kname import callsite
+from kname import _native_choice, callsite
 from kname._warnings import report_fault
 from kname.launch import KernelArg, LaunchSpec, Switch
 from kname.patching import Change, HookPatch, Patch, is_wrapper, mark_wrapper
@@ -150,6 +153,8 @@ def jit_kernel_name(jit_function: Any) -> str:
 
 RUN_LAUNCH = LaunchSpec(LIB, jit_kernel_name, KernelArg(0), rename=triton_site_launch)
 GRID_LAUNCH = LaunchSpec(LIB, jit_kernel_name, KernelArg(0))
+# The native `kernel[grid]`: the wrapper's first argument is the bound `kernel.run`.
+BOUND_RUN_LAUNCH = LaunchSpec(LIB, jit_kernel_name, KernelArg(0, "__self__"))
 
 
 def _run(kernel: Any, grid: Any, *args: Any, **kwargs: Any) -> Any:
@@ -167,11 +172,18 @@ def getitem_changes(module: ModuleType, options: Options) -> list[Change]:
     original = vars(owner).get("__getitem__") if isinstance(owner, type) else None
     if options.renaming or original is None or is_wrapper(original):
         return []
-    named = options.wrapper(_run, GRID_LAUNCH)
+    native = _native_choice.native_module()
+    if native is not None:
+        # In C: `kernel[grid](*args)` calls the wrapper of operator.call with `kernel.run`,
+        # `grid=` and `warmup=False`: no Python frame at all between the user's line and run.
+        named = options.wrapper(operator.call, BOUND_RUN_LAUNCH)
+        __getitem__ = native.SubscriptLaunch(named, "run", "grid", {"warmup": False})
+    else:
+        named = options.wrapper(_run, GRID_LAUNCH)
 
-    def __getitem__(self, grid):
-        # A partial, not a lambda: the wrapper's caller is then the user's line itself.
-        return functools.partial(named, self, grid)
+        def __getitem__(self, grid):
+            # A partial, not a lambda: the wrapper's caller is then the user's line itself.
+            return functools.partial(named, self, grid)
 
     return [Patch(owner, "__getitem__", mark_wrapper(__getitem__, original))]
 

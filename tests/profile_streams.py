@@ -3,7 +3,8 @@
 Streams are built the way CUPTI produces them: correlation ids that only grow, one GPU record per
 kernel launch (sometimes none: a launch during graph capture), several per graph launch, nested
 driver calls inside runtime calls, copies and sets, and now and then a record whose launch was
-never seen. `expected_totals` computes what the join must give, by brute force.
+never seen. `expected_totals` computes what the join must give, by brute force. Hostile names
+(control characters, lone surrogates) test what reaches a terminal.
 """
 
 from __future__ import annotations
@@ -123,23 +124,22 @@ def expected_totals(stream: Streams) -> dict[str, dict[str, tuple[int, int]]]:
 
 
 PROFILE_SITES = st.sampled_from((*SITE_NAMES, "x.py:1", "y.py:2", "z.py:3"))
+PROFILE_KERNELS = st.sampled_from(KERNEL_NAMES)
 
 
 @st.composite
-def profiles(draw) -> Profile:
+def profiles(draw, site_names=PROFILE_SITES, kernel_names=PROFILE_KERNELS) -> Profile:
     """A join's result: sites with kernels, some unattributed work."""
     sites = {}
-    for name in draw(st.lists(PROFILE_SITES, max_size=6, unique=True)):
-        sites[name] = _totals(draw, draw(st.integers(1, 1000)))
-    unattributed = _totals(draw, 0) if draw(st.booleans()) else SiteTotals()
+    for name in draw(st.lists(site_names, max_size=6, unique=True)):
+        sites[name] = _totals(draw, draw(st.integers(1, 1000)), kernel_names)
+    unattributed = _totals(draw, 0, kernel_names) if draw(st.booleans()) else SiteTotals()
     return Profile(sites, unattributed)
 
 
-def _totals(draw, first: int) -> SiteTotals:
+def _totals(draw, first: int, kernel_names) -> SiteTotals:
     totals = SiteTotals(first=first)
-    for kernel in draw(
-        st.lists(st.sampled_from(KERNEL_NAMES), min_size=1, max_size=3, unique=True)
-    ):
+    for kernel in draw(st.lists(kernel_names, min_size=1, max_size=3, unique=True)):
         launches = draw(st.integers(1, 50))
         gpu_ns = draw(st.integers(0, 10**9))
         totals.kernels[kernel] = KernelTotals(launches, gpu_ns)
@@ -149,3 +149,30 @@ def _totals(draw, first: int) -> SiteTotals:
 
 
 documents = profiles().map(profile_document)
+
+# What a terminal must never get raw: NUL, ESC (ANSI sequences), line breaks and other C0 and C1
+# controls, Unicode's line separators, a BOM, and lone surrogates (a file name decoded with
+# surrogateescape, or a JSON escape such as "\\ud800"): no UTF-8 encoder writes those.
+TERMINAL_HOSTILE = "\x00\x1b\n\r\t\x08\x7f\x9b\u2028\u2029\ufeff\ud800\udcff"
+_hostile_text = st.text(
+    st.one_of(st.sampled_from(TERMINAL_HOSTILE), st.characters(exclude_categories=())),
+    min_size=1,
+    max_size=24,
+)
+# Some begin like a mangled C++ name, so they go through the demangler first.
+hostile_names = st.one_of(_hostile_text, _hostile_text.map(lambda text: "_Z" + text))
+hostile_documents = st.builds(
+    lambda profile, version: profile_document(profile) | {"kname": version},
+    profiles(hostile_names, hostile_names),
+    hostile_names,
+)
+
+
+def terminal_safe(text: str) -> bool:
+    """Whether `text` is lines of printable characters, each ending in a newline, that UTF-8
+    can encode: no control character but the newlines that end rows."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return text.endswith("\n") and all(line.isprintable() for line in text.split("\n"))

@@ -12,8 +12,9 @@ import copy
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from profile_streams import documents
+from profile_streams import documents, hostile_documents, hostile_names, terminal_safe
 
+from kname.census_file import printable
 from kname.profiling.diff import (
     TOTAL,
     compare_gpu,
@@ -21,11 +22,13 @@ from kname.profiling.diff import (
     is_slower,
     parse_duration,
     parse_threshold,
+    render_count_changes,
     render_gpu_diff,
     slower,
 )
 from kname.profiling.document import profile_document
 from kname.profiling.join import KernelTotals, Profile, SiteTotals
+from kname.profiling.kernel_names import display_name
 
 thresholds = st.sampled_from([0.0, 0.05, 0.1, 0.5, 1.0])
 min_times = st.sampled_from([0, 1_000, 50_000, 10**6])
@@ -150,6 +153,22 @@ def test_an_unchanged_profile_renders_one_summary_and_the_total():
     text = render_gpu_diff(document, copy.deepcopy(document), ("a", "b"), 0.1)
     assert text.splitlines()[0].endswith(": no site slower or faster")
     assert len(text.splitlines()) == 2
+
+
+@given(hostile_documents, hostile_names, hostile_names)
+def test_a_diff_of_hostile_names_reaches_the_terminal_escaped(document, old, new):
+    empty = profile_document(Profile({}, SiteTotals()))
+    for before, after in ((empty, document), (document, empty)):
+        text = render_gpu_diff(before, after, (old, new), 0.1)
+        assert terminal_safe(text)
+        # The heading, the total, then one line per site added (or removed).
+        assert len(text.splitlines()) == 2 + len(document["sites"])
+        assert all(printable(site["name"]) in text for site in document["sites"])
+        counts = render_count_changes(before, after, (old, new))
+        assert counts == "" or terminal_safe(counts)
+        for site in document["sites"]:
+            for kernel in site["kernels"]:
+                assert f"{printable(site['name'])} [{printable(display_name(kernel))}]" in counts
 
 
 @pytest.mark.parametrize(

@@ -10,13 +10,15 @@ import re
 
 import pytest
 from hypothesis import given
-from profile_streams import documents
+from profile_streams import documents, hostile_documents, hostile_names, terminal_safe
 
+from kname.census_file import printable
 from kname.census_file import render_table as render_census_table
 from kname.profiling.document import profile_document
 from kname.profiling.join import KernelTotals, Profile, SiteTotals
 from kname.profiling.kernel_names import demangle, display_name
 from kname.profiling.table import (
+    KERNELS_SHOWN,
     count_noun,
     format_duration,
     kernels_cell,
@@ -130,6 +132,21 @@ def test_every_site_has_one_row_in_rank_order(document):
         assert row.startswith(name + " ")
     unattributed = document["unattributed"]["launches"]
     assert len(rest) == (2 if unattributed else 0)
+
+
+@given(hostile_documents, hostile_names)
+def test_hostile_names_and_file_labels_reach_the_terminal_escaped(document, source):
+    text = render_profile_table(document, source=source)
+    assert terminal_safe(text)
+    unattributed = bool(document["unattributed"]["launches"])
+    sites = document["sites"]
+    rows = len(sites) + unattributed
+    # No name broke a line: the heading, the header and rows, the line about unattributed work.
+    assert len(text.splitlines()) == 1 + (1 + rows if rows else 0) + unattributed
+    for site in sites:
+        assert printable(site["name"]) in text
+        for kernel in list(site["kernels"])[:KERNELS_SHOWN]:
+            assert printable(display_name(kernel)) in text
 
 
 def test_either_schema_renders():

@@ -5,7 +5,8 @@ time) AND by at least `min_time_ns` (default 50 µs). The second condition keeps
 on tiny kernels (a few µs each, jittering by a µs) from failing a CI job. Faster is the mirror
 image: slower with before and after swapped. The total GPU time is judged by the same rule, so a
 regression still shows when lines moved and every site was renamed (added and removed sites are
-listed, never counted as slower themselves).
+listed, never counted as slower themselves). Names and labels are printed through
+census_file.printable, as in the table.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kname.census_file import printable
 from kname.profiling.document import launch_counts
 from kname.profiling.kernel_names import display_name
 from kname.profiling.table import count_noun, format_duration
@@ -109,7 +111,8 @@ def render_gpu_diff(
     )
     rule = f"threshold {100 * threshold:g}% and {format_duration(min_time_ns)}"
     heading = (
-        f"kname profile diff: {labels[0]} ({format_duration(total.before_ns)}) -> {labels[1]} "
+        f"kname profile diff: {printable(labels[0])} ({format_duration(total.before_ns)}) -> "
+        f"{printable(labels[1])} "
         f"({format_duration(total.after_ns)}), {rule}: {kinds or 'no site slower or faster'}"
     )
     rows = [_row(c) for c in [total, *shown]]
@@ -123,15 +126,16 @@ def render_count_changes(
     old, new = launch_counts(before), launch_counts(after)
     keys = [*new, *(key for key in old if key not in new)]
     rows = [
-        (f"{name} [{display_name(kernel)}]", str(old.get((name, kernel), 0)), "->",
-         str(new.get((name, kernel), 0)))
+        (f"{printable(name)} [{printable(display_name(kernel))}]",
+         str(old.get((name, kernel), 0)), "->", str(new.get((name, kernel), 0)))
         for name, kernel in keys
         if old.get((name, kernel), 0) != new.get((name, kernel), 0)
     ]  # fmt: skip
     if not rows:
         return ""
     heading = (
-        f"kname profile diff: launches per call site and kernel, {labels[0]} -> {labels[1]}: "
+        f"kname profile diff: launches per call site and kernel, {printable(labels[0])} -> "
+        f"{printable(labels[1])}: "
         f"{count_noun(len(rows), 'change')}"
     )
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
@@ -187,7 +191,7 @@ def _row(c: GpuChange) -> tuple[str, ...]:
     launches = f"{count_noun(c.before_launches, 'launch')} -> {c.after_launches}"
     return (
         c.kind if c.name != TOTAL else f"total {c.kind}",
-        c.name,
+        printable(c.name),
         format_duration(c.before_ns),
         "->",
         format_duration(c.after_ns),

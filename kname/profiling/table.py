@@ -5,7 +5,9 @@
     step app.py:12    8.10 ms  65.3%        20   405 us  axpy 8.10 ms (20)
     main app.py:30    2.00 ms  16.1%        40  50.0 us  ampere_sgemm_128x64_nn 1.50 ms (20), ...
 
-Kernels are shown by their readable names (kernel_names.py), at most three per site.
+Kernels are shown by their readable names (kernel_names.py), at most three per site. Names and
+file labels are written through census_file.printable: a name read from a file, or made from a
+hostile path, cannot move the terminal's cursor or stop the write with an unencodable character.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kname.census_file import printable
 from kname.profiling.kernel_names import display_name
 
 KERNELS_SHOWN = 3
@@ -40,7 +43,7 @@ def kernels_cell(kernels: Mapping[str, Mapping[str, int]], shown: int = KERNELS_
     """The first `shown` kernels with their GPU time and launches, then how many more."""
     items = list(kernels.items())
     cells = [
-        f"{display_name(name)} {format_duration(k['gpu_ns'])} ({k['launches']})"
+        f"{printable(display_name(name))} {format_duration(k['gpu_ns'])} ({k['launches']})"
         for name, k in items[:shown]
     ]
     if len(items) > shown:
@@ -57,7 +60,7 @@ def render_profile_table(
     lines = [_heading(document, source, len(sites))]
     shown = sites if top is None else sites[: max(top, 0)]
     header = ("call site", "GPU time", "share", "launches", "mean", "kernels")
-    rows = [_row(site["name"], site, total) for site in shown]
+    rows = [_row(printable(site["name"]), site, total) for site in shown]
     unattributed = document["unattributed"]
     if unattributed["launches"]:
         rows.append(_row(UNATTRIBUTED_ROW, unattributed, total))
@@ -93,7 +96,8 @@ def _heading(document: Mapping[str, Any], source: str, site_count: int) -> str:
     if source:
         processes = document.get("processes", 1)
         merged = f", {count_noun(processes, 'process')}" if processes != 1 else ""
-        origin = f" ({source}, written by kname {document.get('kname', '?')}{merged})"
+        written_by = printable(document.get("kname", "?"))
+        origin = f" ({printable(source)}, written by kname {written_by}{merged})"
     return (
         f"kname profile{origin}: {format_duration(document['total_gpu_ns'])} of GPU time in "
         f"{count_noun(document['total_launches'], 'launch')} from "

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 from support import REPO
@@ -130,6 +131,40 @@ def test_streams_need_a_session_that_keeps_them():
     plain = ProfileSession(collector=ScriptedCupti)
     with pytest.raises(ValueError, match="keep_streams=True"):
         plain.streams()
+
+
+def test_a_forked_child_can_take_every_session_lock_another_thread_held(session):
+    """os.fork() copies a lock as it is: one that another thread held stays held in the child,
+    where only the forking thread lives on. kname's fork handler frees its own locks."""
+    session.start()
+    locks = {"session": session._lock, "join": session.join._lock, "log": session.log._lock}
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        for lock in locks.values():
+            lock.acquire()
+        held.set()
+        release.wait(10)
+        for lock in reversed(locks.values()):
+            lock.release()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(10)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: report through the exit status, run no pytest code
+            stuck = [i for i, lock in enumerate(locks.values()) if not lock.acquire(timeout=2)]
+            if not stuck:
+                session.table()  # the join's lock again, and the log's: both re-entrant
+                session.streams()
+            os._exit(10 + stuck[0] if stuck else 0)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        release.set()
+        holder.join()
+    code = os.waitstatus_to_exitcode(status)
+    assert code == 0, f"the {list(locks)[code - 10]} lock stayed held in the child"
 
 
 PROGRAM = """

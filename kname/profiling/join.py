@@ -18,11 +18,11 @@ record names, and in a window of the same size as the recent ids.
 from __future__ import annotations
 
 import itertools
-import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from kname._locks import new_lock
 from kname._warnings import warn_once
 from kname.profiling.records import ActivityRecord, ExternalCorrelation, LaunchRecord, Streams
 
@@ -108,7 +108,7 @@ class Join:
         self._first = 0  # the smallest correlation id of a launch seen (CUPTI's ids only grow)
         self.launch_count = 0  # launch records seen
         self.record_count = 0  # activity records seen
-        self._lock = threading.Lock()
+        self._lock = new_lock()  # freed in a forked child, whoever held it
 
     def add_launch(self, record: LaunchRecord) -> None:
         """A launch API call and its site. Called on the launching thread: no lock taken."""

@@ -8,10 +8,11 @@ where, and the correlation id of the API call that caused it. Timestamps are CUP
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from kname._locks import new_lock
 
 KERNEL, MEMCPY, MEMSET = "kernel", "memcpy", "memset"
 ACTIVITY_KINDS = (KERNEL, MEMCPY, MEMSET)
@@ -84,7 +85,7 @@ class StreamLog:
         self.activities: list[ActivityRecord] = []
         self.externals: list[ExternalCorrelation] = []
         self.dropped = 0  # records not kept once the bound was reached
-        self._lock = threading.Lock()
+        self._lock = new_lock()  # freed in a forked child, whoever held it
 
     def launch(self, record: LaunchRecord) -> None:
         """Keep a launch record (the same object: its exit time is filled in later)."""

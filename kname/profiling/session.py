@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -67,7 +66,9 @@ class ProfileSession:
         if collector is None:
             from kname.profiling.cupti_collector import CuptiCollector as collector
         self.collector = collector(self.capture, self.join, self.log)
-        self._lock = threading.Lock()
+        # A kname lock: freed in a forked child, and re-entrant for a SIGTERM handler that
+        # stops the session on the thread that was inside start() or stop().
+        self._lock = new_lock()
         self._pid = os.getpid()  # a forked child inherits the session, not CUPTI's collection
         self._exit_outputs: dict[str, str | None] = {}
 

@@ -326,6 +326,19 @@ def test_kernel_grid_launches_are_named_by_the_wrapper_alone(inject_lib, tmp_pat
     assert capture.max_depth("kname") == 1
 
 
+def recording_kernel():
+    """A Triton kernel class whose `run` returns what it was called with (no GPU here)."""
+    from triton.runtime.jit import KernelInterface
+
+    class Kernel(KernelInterface):
+        fn = None
+
+        def run(self, *args, grid, warmup, **kwargs):
+            return args, grid, warmup, kwargs
+
+    return Kernel()
+
+
 def test_kernel_grid_calls_run_as_triton_does_on_every_call_shape(hot_path):
     """kname's `__getitem__` (C or Python) calls `kernel.run` exactly as Triton's lambda does:
     positional and keyword arguments in order, `grid=` and `warmup=False`, whatever their
@@ -377,3 +390,28 @@ def test_kernel_grid_calls_run_as_triton_does_on_every_call_shape(hot_path):
     kname.uninstall()
     assert KernelInterface.__getitem__ is getitem
     assert sum(kname.names().values()) == 3 * len(calls) + 2  # the failed call is counted too
+
+
+def test_kernel_grid_launches_keep_no_reference(hot_path):
+    import gc
+
+    import kname
+
+    kernel, grid, arg = recording_kernel(), (1,), object()
+    kname.install(targets=["triton"])
+
+    def launch(n):
+        for _ in range(n):
+            kernel[grid](arg, BLOCK=arg)
+            kernel[grid](**{"x": arg})  # keyword names made anew each call
+            with pytest.raises(TypeError):
+                kernel[grid](grid=arg)
+
+    launch(50)
+    gc.collect()
+    watched = [kernel, grid, arg, type(kernel).run]
+    before, blocks = [sys.getrefcount(o) for o in watched], sys.getallocatedblocks()
+    launch(20_000)
+    gc.collect()
+    assert [sys.getrefcount(o) for o in watched] == before
+    assert sys.getallocatedblocks() - blocks < 50

@@ -16,6 +16,7 @@ from typing import IO, Any
 
 from kname import callsite
 from kname._locks import reset_in_child
+from kname._sigterm import write_on_sigterm
 from kname._warnings import warn_once
 from kname.census_file import (
     FORMATS,
@@ -86,7 +87,8 @@ def write_at_exit(destination: str, strict: bool = False) -> None:
 
         # Registered once, however often install() runs; the latest destination wins.
         atexit.register(_write_now)
-        _write_on_sigterm()
+        # Also when SIGTERM ends the process (a Pool's terminate(), a job's time limit).
+        write_on_sigterm(_write_now)
         reset_in_child(_write_at_multiprocessing_exit)
         _exit_registered = True
 
@@ -126,28 +128,6 @@ def _write_now() -> None:
                 with contextlib.suppress(Exception):
                     stream.flush()
             os._exit(2)
-
-
-def _write_on_sigterm() -> None:
-    """Write the census when SIGTERM ends the process (a Pool's terminate(), a job's time limit),
-    if the program leaves SIGTERM to its default action; the process still dies by SIGTERM."""
-    import signal
-
-    try:
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, _on_sigterm)
-    except (ValueError, OSError):  # not the main thread: Python runs handlers there only
-        pass
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    import signal
-
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills at once
-    try:
-        _write_now()
-    finally:
-        os.kill(os.getpid(), signal.SIGTERM)  # die of it, as without kname
 
 
 _multiprocessing_armed = False

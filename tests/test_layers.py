@@ -35,6 +35,7 @@ LAYERS = [
         "kname.config",
         "kname.patching",
         "kname._locks",
+        "kname._sigterm",
         "kname._warnings",
         "kname._version",
         "kname._native_choice",

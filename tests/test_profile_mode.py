@@ -179,7 +179,8 @@ scripted.cuda_launch("_Z9scale_rawPfi", 9_000)  # L:direct
 """
 
 
-def run_program(tmp_path, env: dict[str, str], ending: str = "") -> subprocess.CompletedProcess:
+def write_program(tmp_path, env: dict[str, str], ending: str = "") -> dict[str, str]:
+    """app.py and its modules in `tmp_path`; the environment that runs it in profile mode."""
     (tmp_path / "scripted.py").write_text(textwrap.dedent(SCRIPTED))
     (tmp_path / "fakelib.py").write_text(textwrap.dedent(FAKE_LIBRARY))
     (tmp_path / "app.py").write_text(PROGRAM.format(ending=ending))
@@ -187,6 +188,11 @@ def run_program(tmp_path, env: dict[str, str], ending: str = "") -> subprocess.C
     environ.pop(OWNER_VARIABLE, None)
     environ.update(PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}", KNAME_MODE="profile")
     environ.update({"KNAME_TARGETS": "fakelib:launch", "KNAME_SKIP": "scripted,fakelib", **env})
+    return environ
+
+
+def run_program(tmp_path, env: dict[str, str], ending: str = "") -> subprocess.CompletedProcess:
+    environ = write_program(tmp_path, env, ending)
     return subprocess.run(
         [sys.executable, "app.py"], cwd=tmp_path, env=environ, capture_output=True, text=True
     )
@@ -220,6 +226,27 @@ def test_profile_mode_prints_the_table_and_writes_every_output_at_exit(
     names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"}
     assert f"{wrapped} / axpy" in names and f"{direct} / scale_raw" in names
     assert f'data-site="{escape(wrapped)}"' in (tmp_path / "p.html").read_text()
+
+
+def test_a_profile_run_ended_by_sigterm_writes_its_outputs_and_dies_of_it(tmp_path) -> None:
+    import signal
+
+    ending = 'import time\nprint("ready", flush=True)\ntime.sleep(60)'
+    environ = write_program(
+        tmp_path, {"KNAME_REPORT": "p.json", "KNAME_PROFILE_HTML": "p.html"}, ending
+    )
+    with subprocess.Popen(
+        [sys.executable, "app.py"], cwd=tmp_path, env=environ,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ) as running:  # fmt: skip
+        assert running.stdout.readline() == "ready\n"
+        running.send_signal(signal.SIGTERM)
+        _, stderr = running.communicate(timeout=60)
+    assert running.returncode == -signal.SIGTERM, stderr
+    assert "kname profile: 15.0 us of GPU time in 4 launches from 2 call sites" in stderr
+    saved = profile_document.load(str(tmp_path / "p.json"))
+    assert saved["total_gpu_ns"] == 15_000 and saved["total_launches"] == 4
+    assert (tmp_path / "p.html").read_text().startswith("<!DOCTYPE html>")
 
 
 def test_the_table_shows_the_top_call_sites(tmp_path) -> None:

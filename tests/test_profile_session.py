@@ -208,6 +208,41 @@ def test_at_exit_the_table_and_files_are_written_however_the_program_ends(tmp_pa
         assert "RuntimeError: the program failed" in done.stderr
 
 
+SIGTERM_ENDING = """
+import signal, time
+if sys.argv[1:] == ["own-handler"]:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("handler", ["default", "own-handler"])
+def test_a_program_ended_by_sigterm_still_writes_its_outputs(tmp_path, handler):
+    import signal
+
+    (tmp_path / "out").mkdir()
+    program = PROGRAM.format(scripted=textwrap.dedent(SCRIPTED), ending=SIGTERM_ENDING)
+    (tmp_path / "app.py").write_text(program)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    with subprocess.Popen(
+        [sys.executable, "app.py", handler], cwd=tmp_path, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ) as running:  # fmt: skip
+        assert running.stdout.readline() == "ready\n"
+        running.send_signal(signal.SIGTERM)
+        _, stderr = running.communicate(timeout=60)
+    # Killed by SIGTERM as without kname, or ended by the program's own handler (and atexit).
+    assert running.returncode == (-signal.SIGTERM if handler == "default" else 7), stderr
+    line = next(n for n, text in enumerate(program.splitlines(), 1) if "# the launch line" in text)
+    assert "kname profile: 2.00 us of GPU time in 1 launch from 1 call site" in stderr
+    saved = profile_document.load(str(tmp_path / "out" / "p.json"))
+    assert [(s["name"], s["launches"]) for s in saved["sites"]] == [(f"<module> app.py:{line}", 1)]
+    assert json.loads((tmp_path / "out" / "t.json").read_text())["traceEvents"]
+    assert (tmp_path / "out" / "p.html").read_text().startswith("<!DOCTYPE html>")
+    assert "Traceback" not in stderr
+
+
 def test_an_output_that_cannot_be_written_is_one_line(tmp_path):
     script = tmp_path / "app.py"
     program = PROGRAM.format(scripted=textwrap.dedent(SCRIPTED), ending="")

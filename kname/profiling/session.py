@@ -9,7 +9,8 @@
 
 It is also a context manager (what `with kname.profile() as p:` returns). The outputs are
 written atomically. write_at_exit() arranges for stop() and the outputs at interpreter exit,
-also when the program ends through an exception or sys.exit.
+also when the program ends through an exception or sys.exit, or is ended by a SIGTERM it leaves
+at its default action (it still dies of it).
 
 CUPTI takes one subscriber per process, so one session collects at a time. A child forked from
 the process inherits the session but not CUPTI's collection: there it stops and writes nothing
@@ -25,6 +26,7 @@ from typing import IO, Any
 
 from kname import callsite
 from kname._locks import new_lock, reset_in_child
+from kname._sigterm import write_on_sigterm
 from kname._warnings import warn_once
 from kname.census_file import write_atomically
 from kname.profiling.capture import LaunchCapture
@@ -166,7 +168,8 @@ class ProfileSession:
         top: int | None = None,
         print_table: bool = True,
     ) -> None:
-        """At interpreter exit: stop, print the table on `table` (default stderr), write files.
+        """At interpreter exit (or a SIGTERM left at its default action): stop, print the table
+        on `table` (default stderr), write files.
 
         Paths are made absolute now: the program may change directory before it exits.
         """
@@ -182,8 +185,10 @@ class ProfileSession:
         self._exit_print = print_table
         self._exit_top = top
         if first:
-            # atexit runs after an uncaught exception's traceback and after sys.exit().
+            # atexit runs after an uncaught exception's traceback and after sys.exit(); a
+            # SIGTERM left at its default action skips atexit, so the writers run there too.
             atexit.register(self._at_exit)
+            write_on_sigterm(self._at_exit)
 
     def _at_exit(self) -> None:
         if os.getpid() != self._pid:

@@ -19,7 +19,7 @@ from html import escape
 from pathlib import Path
 
 import pytest
-from support import REPO, cleaned, line_of
+from support import REPO, cleaned, ended_by_sigterm, line_of
 
 import kname
 from kname import _warnings
@@ -235,14 +235,8 @@ def test_a_profile_run_ended_by_sigterm_writes_its_outputs_and_dies_of_it(tmp_pa
     environ = write_program(
         tmp_path, {"KNAME_REPORT": "p.json", "KNAME_PROFILE_HTML": "p.html"}, ending
     )
-    with subprocess.Popen(
-        [sys.executable, "app.py"], cwd=tmp_path, env=environ,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    ) as running:  # fmt: skip
-        assert running.stdout.readline() == "ready\n"
-        running.send_signal(signal.SIGTERM)
-        _, stderr = running.communicate(timeout=60)
-    assert running.returncode == -signal.SIGTERM, stderr
+    code, stderr = ended_by_sigterm([sys.executable, "app.py"], tmp_path, environ)
+    assert code == -signal.SIGTERM, stderr
     assert "kname profile: 15.0 us of GPU time in 4 launches from 2 call sites" in stderr
     saved = profile_document.load(str(tmp_path / "p.json"))
     assert saved["total_gpu_ns"] == 15_000 and saved["total_launches"] == 4

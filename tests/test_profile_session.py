@@ -17,7 +17,7 @@ import textwrap
 import threading
 
 import pytest
-from support import REPO
+from support import REPO, ended_by_sigterm
 
 from kname import callsite, naming
 from kname.config import DEFAULT_FORMAT
@@ -225,15 +225,9 @@ def test_a_program_ended_by_sigterm_still_writes_its_outputs(tmp_path, handler):
     program = PROGRAM.format(scripted=textwrap.dedent(SCRIPTED), ending=SIGTERM_ENDING)
     (tmp_path / "app.py").write_text(program)
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    with subprocess.Popen(
-        [sys.executable, "app.py", handler], cwd=tmp_path, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    ) as running:  # fmt: skip
-        assert running.stdout.readline() == "ready\n"
-        running.send_signal(signal.SIGTERM)
-        _, stderr = running.communicate(timeout=60)
+    code, stderr = ended_by_sigterm([sys.executable, "app.py", handler], tmp_path, env)
     # Killed by SIGTERM as without kname, or ended by the program's own handler (and atexit).
-    assert running.returncode == (-signal.SIGTERM if handler == "default" else 7), stderr
+    assert code == (-signal.SIGTERM if handler == "default" else 7), stderr
     line = next(n for n, text in enumerate(program.splitlines(), 1) if "# the launch line" in text)
     assert "kname profile: 2.00 us of GPU time in 1 launch from 1 call site" in stderr
     saved = profile_document.load(str(tmp_path / "out" / "p.json"))

@@ -155,6 +155,19 @@ def line_of(source: str, marker: str) -> int:
     return lines[0]
 
 
+def ended_by_sigterm(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
+    """Run `command` until it prints `ready`, then send it SIGTERM: (its exit status, stderr)."""
+    import signal
+
+    with subprocess.Popen(
+        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as program:
+        assert program.stdout.readline() == "ready\n", program.stderr.read()
+        program.send_signal(signal.SIGTERM)
+        _, stderr = program.communicate(timeout=60)
+    return program.returncode, stderr
+
+
 def gpu_missing_reason() -> str | None:
     """Why the GPU tests cannot run here (no CUDA driver, no ncu), or None."""
     import ctypes

@@ -248,6 +248,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 
 from wrapt import importer
 
@@ -255,6 +256,8 @@ import kname
 import noop
 from kname import _warnings, callsite, lifecycle, ranges
 
+# Python 3.12+ warns at a fork with threads alive: forking so is this test's very point.
+warnings.filterwarnings("ignore", r"This process .* is multi-threaded", DeprecationWarning)
 noop.launch(1)  # parent-line
 locks = {
     "callsite": callsite._lock, "ranges": ranges._lock, "lifecycle": lifecycle._lock,

@@ -545,9 +545,11 @@ launch_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
         return NULL;
     }
     int on = switch_is_on(w);
-    if (on <= 0)
-        return on < 0 ? NULL : PyObject_Vectorcall(w->original, args, nargsf, kwnames);
+    if (on < 0)
+        return NULL;
     PyFrameObject *frame = PyEval_GetFrame(); /* borrowed: the caller's */
+    if (!on) /* still a launch in progress, as the Python wrapper's frame says: nothing below names */
+        return run_launch(w->original, frame, args, nargsf, kwnames);
 
     /* Finding the site and counting the launch: a fault here runs the original, unnamed. */
     kernel = kernel_of(w, args, PyVectorcall_NARGS(nargsf));

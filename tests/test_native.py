@@ -8,6 +8,7 @@ still installs, and the C file compiles without warnings.
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import platform
@@ -194,6 +195,22 @@ def test_a_site_changed_in_place_is_read_afresh_at_each_launch(hot_path) -> None
         wrapper()  # one line: one site, built by the first launch
     assert len(callsite.sites) == 1
     assert calls == ["push", "pop", "again", "pop"]
+
+
+@BOTH
+def test_a_launch_inside_a_switched_off_wrapper_is_left_to_it(hot_path) -> None:
+    """A wrapper whose switch is off (one kept after its install was undone) still marks its
+    launch as in progress, on both paths: a live wrapper called from inside it, with only
+    library code between, names nothing (the outer call is the launch), as it would had the
+    outer one been on."""
+    calls = []
+    inner = wrap(lambda: calls.append("inner"))
+    off = launch.Switch()
+    off.on = False
+    outer = wrap(functools.partial(inner), switch=off)  # C calls `inner`: no frame between
+    outer()
+    assert calls == ["inner"]
+    assert sum(count for count in callsite.counts().values()) == 0
 
 
 @BOTH

@@ -1,7 +1,9 @@
-"""The optional C extension kname._native (the per-launch wrapper in C); the rest is setup.cfg.
+"""The optional C extensions; the rest is setup.cfg.
 
-Where it cannot be built (no compiler, no Python headers, PyPy, CPython before 3.11, a
-free-threaded build) kname installs without it, with a warning, and uses its pure-Python path.
+kname._native is the per-launch wrapper in C; kname._native_cupti (Linux) is kname profile's
+CUPTI launch callback in C, built without CUDA headers (it finds libcupti at run time). Where one
+cannot be built (no compiler, no Python headers, PyPy, CPython before 3.11, a free-threaded
+build) kname installs without it, with a warning, and uses its pure-Python counterpart.
 """
 
 import platform
@@ -36,21 +38,42 @@ class optional_build_ext(build_ext):
         try:
             super().build_extension(ext)
         except Exception as exc:  # a compile or link error
-            self._skip(exc)
+            self._skip(exc, [ext])
 
-    def _skip(self, exc):
-        print(
-            f"WARNING: kname: the C extension kname._native was not built ({exc}); kname is "
-            "installed with its pure-Python launch path (slower per launch, the same behaviour)",
-            file=sys.stderr,
+    def _skip(self, exc, extensions=None):
+        for ext in self.extensions if extensions is None else extensions:
+            print(
+                f"WARNING: kname: the C extension {ext.name} was not built ({exc}); kname is "
+                f"installed with {FALLBACKS[ext.name]} (slower per launch, the same behaviour)",
+                file=sys.stderr,
+            )
+
+
+FALLBACKS = {
+    "kname._native": "its pure-Python launch path",
+    "kname._native_cupti": "the Python CUPTI callback of kname profile",
+}
+
+
+def extensions() -> list[Extension]:
+    made = [Extension("kname._native", sources=["kname/_native.c"])]
+    if sys.platform.startswith("linux"):  # dlopen, pthreads, and CUPTI's plain calling convention
+        made.append(
+            Extension(
+                "kname._native_cupti",
+                sources=["kname/_native_cupti.c"],
+                depends=["kname/_cupti_abi.h"],
+                libraries=["dl", "pthread"],
+            )
         )
+    return made
 
 
 why_not = unsupported()
 if why_not:
-    print(f"kname: not building the C extension kname._native: {why_not}", file=sys.stderr)
+    print(f"kname: not building the C extensions kname._native*: {why_not}", file=sys.stderr)
 
 setup(
-    ext_modules=[] if why_not else [Extension("kname._native", sources=["kname/_native.c"])],
+    ext_modules=[] if why_not else extensions(),
     cmdclass={"build_ext": optional_build_ext},
 )

@@ -29,11 +29,23 @@ HOT_PATHS = {"python": "0", "native": "1"}  # KNAME_NATIVE for each
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Build kname._native into the checkout (tests import kname from it), as `pip install`
-    builds it into a wheel; up to date, this costs a look at two files' times."""
-    sources = [REPO / "kname" / "_native.c", REPO / "setup.py"]
-    built = REPO / "kname" / f"_native{sysconfig.get_config_var('EXT_SUFFIX')}"
-    if built.exists() and all(s.stat().st_mtime <= built.stat().st_mtime for s in sources):
+    """Build kname._native and kname._native_cupti into the checkout (tests import kname from
+    it), as `pip install` builds them into a wheel; up to date, this costs a look at file times."""
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    sources = {
+        REPO / "kname" / f"_native{suffix}": [REPO / "kname" / "_native.c"],
+        REPO / "kname" / f"_native_cupti{suffix}": [
+            REPO / "kname" / "_native_cupti.c", REPO / "kname" / "_cupti_abi.h",
+        ],
+    }  # fmt: skip
+    if not sys.platform.startswith("linux"):
+        sources.pop(REPO / "kname" / f"_native_cupti{suffix}")  # built on Linux only
+
+    def fresh(built: Path, inputs: list[Path]) -> bool:
+        newest = max(p.stat().st_mtime for p in [*inputs, REPO / "setup.py"])
+        return built.exists() and newest <= built.stat().st_mtime
+
+    if all(fresh(built, inputs) for built, inputs in sources.items()):
         return
     # A failed build leaves no extension (as at install, with a warning): the native half of
     # the tests then skips, and test_native says why the extension is not in use.
@@ -42,7 +54,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     if done.returncode != 0 or "WARNING: kname" in done.stderr:
-        print(f"kname._native was not built:\n{done.stdout}{done.stderr}", file=sys.stderr)
+        print(f"kname's extensions were not built:\n{done.stdout}{done.stderr}", file=sys.stderr)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

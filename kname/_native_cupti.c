@@ -1,0 +1,1252 @@
+/*
+ * kname._native_cupti: kname profile's CUPTI launch callback in C.
+ *
+ * CUPTI calls a subscriber's callback on the launching thread, inside the CUDA API call, at its
+ * enter and at its exit. In Python (cupti-python calling CuptiCollector) that costs 20-50 us a
+ * launch; here, a launch whose site is cached costs a frame look-up and a few pointer compares.
+ *
+ * Recorder(apis, sites, kinds, site_of_frame, site_key, no_frame, unnamed, max_pending,
+ * max_open_calls) does, per launch API call, what kname.profiling.capture.LaunchCapture's enter
+ * and exit do, with the same rules, in the same order:
+ *   enter: a call made inside another launch API call open on this thread (a runtime call's
+ *     driver call) takes the outer call's site and has the outer correlation id as its parent;
+ *     else, inside a launch kname wraps, the site its push marked on this thread (mark/unmark);
+ *     else the site of the running Python frame: its key (id(code), f_lasti, site_key) looked up
+ *     in `sites` (kname.callsite.sites), or, from library code, the key of the first user frame
+ *     above it (`kinds`: kname.callsite._kinds), as capture.site_of_frame finds it when it is
+ *     cached; anything else asks site_of_frame(frame) (Python, once per call site). No frame:
+ *     `no_frame`. More than max_open_calls open at once: they are forgotten (said at drain).
+ *   exit: the end time of the open call with that correlation id.
+ * Each call is kept as a C struct (no Python object per launch); drain(make_record) hands over
+ * the finished ones as make_record(correlation_id, thread, site, api, start, end, graph,
+ * parent), in the order they finished. Calls still open stay until their exit.
+ *
+ * Threads and the GIL: the GIL is taken only to read a frame, and only when the thread does not
+ * hold it (torch releases it around its launches). A thread with no Python thread state, a
+ * call nested in an open one, and a wrapped launch need no GIL at all: the site names kept here
+ * (the dict `kept`, for the recorder's lifetime) are stored as plain pointers, and the records
+ * are guarded by a mutex of their own. Nothing touches Python once the interpreter finalizes,
+ * in a forked child (CUPTI does not follow a fork), or after unsubscribe().
+ *
+ * Faults never reach CUPTI: the first is kept for take_fault(), the launch is still recorded.
+ * At most max_pending records wait for a drain; past that, calls are counted in `dropped`.
+ *
+ * CUPTI itself: subscribe(path) dlopens the libcupti that cupti-python loaded (by its absolute
+ * path, RTLD_NOLOAD first) and takes the four functions of _cupti_abi.h; no CUDA header is
+ * needed to build this file. Linux, CPython 3.11+ with the GIL (a free-threaded build refuses
+ * to import: kname then uses the Python callback).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "_cupti_abi.h"
+
+#if PY_VERSION_HEX < 0x030B0000
+#error "kname._native_cupti needs CPython 3.11 or newer (PyFrame_GetLasti)"
+#endif
+
+#ifdef Py_T_OBJECT_EX
+#define MEMBER_OBJECT_EX Py_T_OBJECT_EX
+#define MEMBER_READONLY Py_READONLY
+#else
+#define MEMBER_OBJECT_EX T_OBJECT_EX
+#define MEMBER_READONLY READONLY
+#endif
+
+/* kname.callsite's kinds of code: a call site; library code and plumbing, passed over. */
+#define KIND_USER 0
+#define KIND_LIBRARY 1
+#define KIND_PLUMBING 3
+#define PASSED_OVER(kind) ((kind) == KIND_LIBRARY || (kind) == KIND_PLUMBING)
+#define MAX_WALK 64      /* frames the keyed walk passes before leaving the search to Python */
+#define MAX_OPEN 32      /* room per thread; max_open_calls (capture's rule) may not exceed it */
+#define RECENT 256       /* entries of each table of recent look-ups, a power of 2 */
+#define FIRST_ROOM 4096  /* records the buffer first makes room for */
+#define MAX_CBID 4096    /* callback ids per domain (CUPTI 13: 877 driver, 567 runtime) */
+
+static const char FINDING[] = "finding the call site of a CUDA launch";
+static const char RECORDING[] = "recording a CUDA launch for kname profile";
+
+static PyObject *str_name;
+
+/* Set once nothing may touch Python any more: at the end of finalization, in a forked child. */
+static atomic_int python_gone = 0;
+
+static inline int
+finalizing(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing();
+#else
+    return _Py_IsFinalizing();
+#endif
+}
+
+/* ------------------------------------------------------------------ errors across versions */
+
+#if PY_VERSION_HEX >= 0x030C0000
+static PyObject *
+take_error(void)
+{
+    return PyErr_GetRaisedException();
+}
+
+static void
+restore_error(PyObject *exc)
+{
+    PyErr_SetRaisedException(exc);
+}
+#else
+static PyObject *
+take_error(void)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    if (type == NULL)
+        return NULL;
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (value != NULL && traceback != NULL)
+        PyException_SetTraceback(value, traceback);
+    Py_XDECREF(type);
+    Py_XDECREF(traceback);
+    return value;
+}
+
+static void
+restore_error(PyObject *exc)
+{
+    if (exc == NULL)
+        return;
+    PyObject *traceback = PyException_GetTraceback(exc);
+    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, traceback);
+}
+#endif
+
+/* ------------------------------------------------------------------ records */
+
+typedef struct {
+    uint64_t start, end;
+    unsigned long thread;
+    PyObject *site; /* NULL: no Python frame; else a name held by the recorder's `kept` */
+    uint32_t correlation_id, parent;
+    uint16_t api;
+    uint8_t graph;
+} Launch;
+
+typedef struct {
+    Launch launch;
+    int recorded; /* room was reserved for it: it goes to the buffer at its exit */
+} OpenCall;
+
+/* One thread's launch API calls now open, and the site of the wrapped launch it is running. Both
+ * belong to one recorder (`owner`, its serial): another recorder starts them afresh. */
+typedef struct {
+    uint64_t owner;
+    int count;
+    int naming; /* asking Python for a site: a launch API called meanwhile is not walked again */
+    PyObject *wrapped;
+    OpenCall calls[MAX_OPEN];
+} ThreadCalls;
+
+static _Thread_local ThreadCalls here;
+static uint64_t next_serial = 1;
+
+/* LaunchRecord's fields, in the order of its constructor's arguments. */
+#define FIELDS 8
+static const char *const field_names[FIELDS] = {
+    "correlation_id", "thread", "site", "api", "start", "end", "graph", "parent",
+};
+
+/* Where a plain slots class keeps those fields, learned once per class (and again after the
+ * class is changed: its version tag moves). Such a class (a slots dataclass without
+ * __post_init__ or __setattr__) is made by setting its slots: what its __init__ does, without
+ * running Python code for each record. Anything else is called. */
+typedef struct {
+    PyTypeObject *type; /* strong */
+    unsigned int version;
+    int fast;
+    Py_ssize_t offset[FIELDS];
+} RecordLayout;
+
+/* ------------------------------------------------------------------ recent look-ups */
+
+/* Direct-mapped tables of recent look-ups of `sites` and `kinds`, so that a cached launch builds
+ * no key and hashes nothing. An entry answers only while the dicts are unchanged since (a dict
+ * watcher's generation on 3.12+, the dicts' version tags on 3.11), when the dict would give the
+ * same answer. A site's name is kept in `kept`, so an entry's name outlives the site. */
+typedef struct {
+    void *code;
+    int lasti;
+    uint64_t generation;
+    PyObject *name; /* NULL: no site under that key */
+} RecentSite;
+
+typedef struct {
+    void *code;
+    uint64_t generation;
+    int kind;
+} RecentKind;
+
+#if PY_VERSION_HEX >= 0x030C0000
+static int watcher = -1;
+static uint64_t watched_generation = 1;
+
+static int
+bump_generation(PyDict_WatchEvent event, PyObject *dict, PyObject *key, PyObject *new_value)
+{
+    (void)event;
+    (void)dict;
+    (void)key;
+    (void)new_value;
+    watched_generation++;
+    return 0;
+}
+
+static inline uint64_t
+generation_of(PyObject *dict)
+{
+    (void)dict;
+    return watched_generation;
+}
+
+static int
+follow_changes(PyObject *dict)
+{
+    if (watcher < 0 || PyDict_Watch(watcher, dict) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+#else
+static inline uint64_t
+generation_of(PyObject *dict)
+{
+    /* 3.11: a new value from one global sequence at every change of the dict (PEP 509). */
+    return ((PyDictObject *)dict)->ma_version_tag;
+}
+
+static int
+follow_changes(PyObject *dict)
+{
+    (void)dict;
+    return 1;
+}
+#endif
+
+/* ------------------------------------------------------------------ Recorder */
+
+typedef struct {
+    PyObject_HEAD
+    uint64_t serial;
+    PyObject *api_names; /* tuple of str, by api index */
+    uint8_t *graph_of;   /* by api index */
+    Py_ssize_t api_count;
+    PyObject *sites, *kinds, *site_of_frame, *site_key, *no_frame, *unnamed;
+    PyObject *kept; /* dict: every site name recorded, name -> name */
+    int max_open;
+    int remember; /* look-ups may go in the recent tables: both dicts are followed */
+    Py_ssize_t max_pending;
+
+    /* The records: finished ones in `records`, room reserved for the `open` ones. */
+    pthread_mutex_t lock;
+    Launch *records;
+    Py_ssize_t count, capacity, open;
+    unsigned long long dropped;
+    int forgot_open_calls;
+
+    /* The first fault: a Python exception, or a C one said in `fault_detail`. */
+    PyObject *fault;
+    const char *fault_where;
+    char fault_detail[160];
+
+    /* CUPTI */
+    void *library;
+    kn_Subscribe subscribe;
+    kn_Subscribe_v2 subscribe_v2;
+    kn_Unsubscribe unsubscribe;
+    kn_EnableCallback enable_callback;
+    kn_GetTimestamp get_timestamp;
+    kn_SubscriberHandle subscriber;
+    atomic_int stopped;
+    /* By domain (driver 1, runtime 2): cbid -> api index + 1 (0: not recorded). Fixed in size:
+     * a callback may read it on another thread while enable() writes another entry. */
+    uint16_t apis_of[3][MAX_CBID];
+
+    RecordLayout record_layout;
+    RecentSite recent[RECENT];
+    RecentKind recent_kinds[RECENT];
+} Recorder;
+
+static inline int
+must_not_touch_python(Recorder *r)
+{
+    return atomic_load_explicit(&r->stopped, memory_order_relaxed)
+           || atomic_load_explicit(&python_gone, memory_order_relaxed) || finalizing();
+}
+
+/* Keep a fault for take_fault(), unless one is kept already (report_fault says each kind once).
+ * With the GIL: the exception set now, cleared. */
+static void
+note_fault(Recorder *r, const char *where)
+{
+    PyObject *exc = take_error();
+    pthread_mutex_lock(&r->lock);
+    if (r->fault_where == NULL) {
+        r->fault = exc;
+        r->fault_where = where;
+        exc = NULL;
+    }
+    pthread_mutex_unlock(&r->lock);
+    Py_XDECREF(exc);
+}
+
+/* The same for a fault of CUPTI's, said in words (no GIL needed). */
+static void
+note_c_fault(Recorder *r, const char *where, const char *detail, long status)
+{
+    pthread_mutex_lock(&r->lock);
+    if (r->fault_where == NULL) {
+        snprintf(r->fault_detail, sizeof r->fault_detail, "%s (status %ld)", detail, status);
+        r->fault_where = where;
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* ---- the buffer: every function here runs under r->lock */
+
+/* Room for `needed` records, growing the buffer up to max_pending. 0: no room (no memory). */
+static int
+make_room(Recorder *r, Py_ssize_t needed)
+{
+    if (needed <= r->capacity)
+        return 1;
+    Py_ssize_t capacity = r->capacity ? r->capacity : FIRST_ROOM;
+    while (capacity < needed)
+        capacity *= 2;
+    if (capacity > r->max_pending)
+        capacity = r->max_pending;
+    Launch *grown = realloc(r->records, (size_t)capacity * sizeof(Launch));
+    if (grown == NULL)
+        return 0;
+    r->records = grown;
+    r->capacity = capacity;
+    return 1;
+}
+
+/* Room for one more call to finish later: 1, or 0 when it is not to be recorded. */
+static int
+reserve(Recorder *r)
+{
+    int reserved = 0, no_memory = 0;
+    pthread_mutex_lock(&r->lock);
+    if (r->count + r->open >= r->max_pending)
+        r->dropped++;
+    else if (!make_room(r, r->count + r->open + 1))
+        no_memory = 1;
+    else {
+        r->open++;
+        reserved = 1;
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (no_memory)
+        note_c_fault(r, RECORDING, "no memory for another launch record", 0);
+    return reserved;
+}
+
+/* A reserved call finished: into the buffer (the room is there). */
+static void
+finish(Recorder *r, const Launch *launch)
+{
+    pthread_mutex_lock(&r->lock);
+    r->records[r->count++] = *launch;
+    r->open--;
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* ---- the site of a launch, with the GIL held */
+
+/* Where `kept` holds a name equal to `name`, that one (borrowed); NULL with an error. */
+static PyObject *
+keep(Recorder *r, PyObject *name)
+{
+    if (!PyUnicode_Check(name)) {
+        PyErr_Format(PyExc_TypeError, "a call site's name is a %.100s, not a str",
+                     Py_TYPE(name)->tp_name);
+        return NULL;
+    }
+    PyObject *kept = PyDict_GetItemWithError(r->kept, name);
+    if (kept != NULL || PyErr_Occurred())
+        return kept;
+    if (PyDict_SetItem(r->kept, name, name) < 0)
+        return NULL;
+    return name;
+}
+
+static inline RecentSite *
+recent_slot(Recorder *r, void *code, int lasti)
+{
+    uintptr_t h = ((uintptr_t)code >> 4) * 31u ^ (uintptr_t)lasti;
+    return &r->recent[(h ^ (h >> 9)) & (RECENT - 1)];
+}
+
+static inline RecentKind *
+recent_kind_slot(Recorder *r, void *code)
+{
+    uintptr_t h = (uintptr_t)code >> 4;
+    return &r->recent_kinds[(h ^ (h >> 8)) & (RECENT - 1)];
+}
+
+/* The name of sites[(id(code), f_lasti, site_key)] of `frame` (borrowed, kept); NULL without an
+ * error: no such site; NULL with one: an error. */
+static PyObject *
+lookup(Recorder *r, PyFrameObject *frame)
+{
+    PyCodeObject *code = PyFrame_GetCode(frame);
+    int lasti = PyFrame_GetLasti(frame);
+    Py_DECREF(code); /* the frame keeps it */
+    uint64_t generation = generation_of(r->sites);
+    RecentSite *entry = recent_slot(r, code, lasti);
+    if (r->remember && entry->code == (void *)code && entry->lasti == lasti
+        && entry->generation == generation)
+        return entry->name;
+    PyObject *key = Py_BuildValue("(NiO)", PyLong_FromVoidPtr(code), lasti, r->site_key);
+    if (key == NULL)
+        return NULL;
+    PyObject *site = Py_XNewRef(PyDict_GetItemWithError(r->sites, key));
+    Py_DECREF(key);
+    if (site == NULL && PyErr_Occurred())
+        return NULL;
+    PyObject *name = NULL;
+    if (site != NULL) {
+        PyObject *found = PyObject_GetAttr(site, str_name);
+        Py_DECREF(site);
+        if (found == NULL)
+            return NULL;
+        name = keep(r, found);
+        Py_DECREF(found);
+        if (name == NULL)
+            return NULL;
+    }
+    if (r->remember)
+        *entry = (RecentSite){code, lasti, generation, name};
+    return name;
+}
+
+/* The kind kname.callsite decided for `frame`'s code: USER, LIBRARY, PLUMBING, or -1 when it has
+ * not decided (or decided something else, as for kname's own wrapper); -2 on error. */
+static int
+kind_of(Recorder *r, PyFrameObject *frame)
+{
+    PyCodeObject *code = PyFrame_GetCode(frame);
+    Py_DECREF(code); /* the frame keeps it */
+    uint64_t generation = generation_of(r->kinds);
+    RecentKind *entry = recent_kind_slot(r, code);
+    if (r->remember && entry->code == (void *)code && entry->generation == generation)
+        return entry->kind;
+    PyObject *code_id = PyLong_FromVoidPtr(code);
+    if (code_id == NULL)
+        return -2;
+    PyObject *found = PyDict_GetItemWithError(r->kinds, code_id); /* borrowed */
+    Py_DECREF(code_id);
+    if (found == NULL && PyErr_Occurred())
+        return -2;
+    int kind = -1;
+    if (found != NULL && PyLong_CheckExact(found)) {
+        long value = PyLong_AsLong(found);
+        if (value == -1 && PyErr_Occurred())
+            return -2;
+        if (value == KIND_USER || PASSED_OVER(value))
+            kind = (int)value;
+    }
+    if (r->remember)
+        *entry = (RecentKind){code, generation, kind};
+    return kind;
+}
+
+/* The cached site of a launch made while `frame` runs, as capture.site_of_frame finds it: the
+ * frame's own key, or, from library code, the first user frame's above. Borrowed name; NULL
+ * without an error when Python must decide. */
+static PyObject *
+cached_site(Recorder *r, PyFrameObject *frame)
+{
+    PyObject *name = lookup(r, frame);
+    if (name != NULL || PyErr_Occurred())
+        return name;
+    int kind = kind_of(r, frame);
+    if (!PASSED_OVER(kind))
+        return NULL; /* a user frame with no site yet, undecided, or an error */
+    PyFrameObject *f = PyFrame_GetBack(frame);
+    for (int depth = 0; f != NULL && depth < MAX_WALK; depth++) {
+        kind = kind_of(r, f);
+        if (kind == KIND_USER) {
+            name = lookup(r, f);
+            break;
+        }
+        if (!PASSED_OVER(kind))
+            break;
+        Py_SETREF(f, PyFrame_GetBack(f));
+    }
+    Py_XDECREF(f);
+    return name;
+}
+
+/* The site of a launch made now on this thread, which holds the GIL (borrowed; NULL: no Python
+ * frame). Never fails: a fault is kept and the launch is named `unnamed`. */
+static PyObject *
+site_of_running_frame(Recorder *r)
+{
+    PyFrameObject *frame = PyEval_GetFrame();
+    if (frame == NULL)
+        return NULL;
+    PyObject *pending = take_error(); /* a CUDA call made while an exception is being handled */
+    PyObject *name = cached_site(r, frame);
+    if (name == NULL && PyErr_Occurred())
+        note_fault(r, FINDING);
+    if (name == NULL) {
+        /* The slow path, once per call site: kname's own rules, in Python. */
+        PyObject *found = PyObject_CallOneArg(r->site_of_frame, (PyObject *)frame);
+        if (found != NULL) {
+            name = keep(r, found);
+            Py_DECREF(found);
+        }
+        if (name == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+                PyErr_Clear();
+                PyErr_SetInterrupt(); /* not lost: raised again at the program's next check */
+            }
+            else
+                note_fault(r, FINDING);
+            name = r->unnamed;
+        }
+    }
+    restore_error(pending);
+    return name;
+}
+
+/* The site of a launch whose call is not nested and not wrapped (borrowed; NULL: no frame). */
+static PyObject *
+site_here(Recorder *r, ThreadCalls *t)
+{
+    if (t->naming)
+        return r->unnamed; /* a launch API called by kname's own naming code: not walked again */
+    if (PyGILState_GetThisThreadState() == NULL)
+        return NULL; /* a thread Python never ran on (a C++ worker): no frame, no GIL needed */
+    int held = PyGILState_Check();
+    PyGILState_STATE gil = PyGILState_UNLOCKED;
+    if (!held)
+        gil = PyGILState_Ensure();
+    t->naming = 1;
+    PyObject *site = site_of_running_frame(r);
+    t->naming = 0;
+    if (!held)
+        PyGILState_Release(gil);
+    return site;
+}
+
+/* ---- enter and exit: what the CUPTI callback calls (and the test methods) */
+
+static inline ThreadCalls *
+calls_of(Recorder *r)
+{
+    ThreadCalls *t = &here;
+    if (t->owner != r->serial) {
+        memset(t, 0, offsetof(ThreadCalls, calls));
+        t->owner = r->serial;
+    }
+    return t;
+}
+
+/* An exit was missed: no stale outer call may name later launches. The recorded ones are kept
+ * with no end time, as the Python capture keeps them. */
+static void
+forget_open_calls(Recorder *r, ThreadCalls *t)
+{
+    for (int i = 0; i < t->count; i++) {
+        if (t->calls[i].recorded)
+            finish(r, &t->calls[i].launch);
+    }
+    t->count = 0;
+    pthread_mutex_lock(&r->lock);
+    r->forgot_open_calls = 1;
+    pthread_mutex_unlock(&r->lock);
+}
+
+static void
+launch_enter(Recorder *r, uint32_t correlation_id, int api, uint64_t timestamp)
+{
+    ThreadCalls *t = calls_of(r);
+    if (t->count >= r->max_open)
+        forget_open_calls(r, t);
+    Launch launch = {timestamp, 0, PyThread_get_thread_ident(), NULL, correlation_id, 0,
+                     (uint16_t)api, r->graph_of[api]};
+    if (t->count > 0) {
+        const Launch *outer = &t->calls[t->count - 1].launch;
+        launch.site = outer->site;
+        launch.parent = outer->correlation_id;
+    }
+    else if (t->wrapped != NULL) {
+        launch.site = t->wrapped; /* inside a launch kname wraps: its push said the site */
+    }
+    else {
+        launch.site = site_here(r, t);
+        if (t->count >= r->max_open) /* Python ran meanwhile, and launched more */
+            forget_open_calls(r, t);
+    }
+    OpenCall *call = &t->calls[t->count++];
+    call->launch = launch;
+    call->recorded = reserve(r);
+}
+
+static void
+launch_exit(Recorder *r, uint32_t correlation_id, uint64_t timestamp)
+{
+    ThreadCalls *t = calls_of(r);
+    for (int i = t->count - 1; i >= 0; i--) {
+        if (t->calls[i].launch.correlation_id != correlation_id)
+            continue;
+        OpenCall call = t->calls[i];
+        memmove(&t->calls[i], &t->calls[i + 1], (size_t)(t->count - i - 1) * sizeof(OpenCall));
+        t->count--;
+        if (call.recorded) {
+            call.launch.end = timestamp;
+            finish(r, &call.launch);
+        }
+        return;
+    }
+}
+
+static inline int
+api_of(Recorder *r, kn_CallbackDomain domain, kn_CallbackId cbid)
+{
+    if (domain > 2 || cbid >= MAX_CBID)
+        return -1;
+    return (int)r->apis_of[domain][cbid] - 1;
+}
+
+/* What CUPTI calls. Never raises, never fails the CUDA call. */
+static void
+on_api(void *userdata, kn_CallbackDomain domain, kn_CallbackId cbid, const void *cbdata)
+{
+    Recorder *r = (Recorder *)userdata;
+    const kn_CallbackData *data = (const kn_CallbackData *)cbdata;
+    if (r == NULL || data == NULL || must_not_touch_python(r))
+        return;
+    uint64_t timestamp = 0;
+    kn_CUptiResult status = r->get_timestamp(&timestamp);
+    if (status != KN_CUPTI_SUCCESS) {
+        note_c_fault(r, RECORDING, "cuptiGetTimestamp failed", (long)status);
+        timestamp = 0;
+    }
+    if (data->callbackSite == KN_CUPTI_API_ENTER) {
+        int api = api_of(r, domain, cbid);
+        if (api >= 0)
+            launch_enter(r, data->correlationId, api, timestamp);
+    }
+    else if (data->callbackSite == KN_CUPTI_API_EXIT) {
+        launch_exit(r, data->correlationId, timestamp);
+    }
+}
+
+/* ------------------------------------------------------------------ Python methods */
+
+static int
+check_api(Recorder *r, int api)
+{
+    if (api < 0 || api >= r->api_count) {
+        PyErr_Format(PyExc_IndexError, "api index %d is not one of the %zd given", api,
+                     r->api_count);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+recorder_enter(Recorder *r, PyObject *args)
+{
+    unsigned int correlation_id;
+    int api;
+    unsigned long long timestamp;
+    if (!PyArg_ParseTuple(args, "IiK:enter", &correlation_id, &api, &timestamp)
+        || check_api(r, api) < 0)
+        return NULL;
+    launch_enter(r, correlation_id, api, timestamp);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+recorder_exit(Recorder *r, PyObject *args)
+{
+    unsigned int correlation_id;
+    unsigned long long timestamp;
+    if (!PyArg_ParseTuple(args, "IK:exit", &correlation_id, &timestamp))
+        return NULL;
+    launch_exit(r, correlation_id, timestamp);
+    Py_RETURN_NONE;
+}
+
+typedef struct {
+    Recorder *r;
+    uint32_t correlation_id;
+    int api;
+    uint64_t start, end;
+} OffGilCall;
+
+static void *
+enter_and_exit(void *arg)
+{
+    OffGilCall *call = (OffGilCall *)arg;
+    launch_enter(call->r, call->correlation_id, call->api, call->start);
+    launch_exit(call->r, call->correlation_id, call->end);
+    return NULL;
+}
+
+static PyObject *
+recorder_call_without_gil(Recorder *r, PyObject *args)
+{
+    OffGilCall call = {r, 0, 0, 0, 0};
+    unsigned int correlation_id;
+    unsigned long long start, end;
+    int new_thread = 0, failed = 0;
+    if (!PyArg_ParseTuple(args, "IiKK|p:call_without_gil", &correlation_id, &call.api, &start,
+                          &end, &new_thread)
+        || check_api(r, call.api) < 0)
+        return NULL;
+    call.correlation_id = correlation_id;
+    call.start = start;
+    call.end = end;
+    Py_BEGIN_ALLOW_THREADS
+    if (new_thread) {
+        pthread_t thread;
+        failed = pthread_create(&thread, NULL, enter_and_exit, &call);
+        if (!failed)
+            pthread_join(thread, NULL);
+    }
+    else {
+        enter_and_exit(&call);
+    }
+    Py_END_ALLOW_THREADS
+    if (failed) {
+        errno = failed;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+recorder_mark(Recorder *r, PyObject *name)
+{
+    PyObject *kept = keep(r, name);
+    if (kept == NULL)
+        return NULL;
+    calls_of(r)->wrapped = kept;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+recorder_unmark(Recorder *r, PyObject *unused)
+{
+    (void)unused;
+    calls_of(r)->wrapped = NULL;
+    Py_RETURN_NONE;
+}
+
+/* ---- records as Python objects */
+
+static int
+slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset)
+{
+    PyObject *descr = PyObject_GetAttrString((PyObject *)type, name);
+    if (descr == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int plain = 0;
+    if (Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+        plain = member->type == MEMBER_OBJECT_EX && !(member->flags & MEMBER_READONLY);
+        *offset = member->offset;
+    }
+    Py_DECREF(descr);
+    return plain;
+}
+
+static void
+learn_record_layout(RecordLayout *layout, PyTypeObject *type)
+{
+    Py_INCREF(type);
+    Py_XSETREF(layout->type, type);
+    layout->fast = type->tp_new == PyBaseObject_Type.tp_new
+                   && type->tp_setattro == PyObject_GenericSetAttr
+                   && !PyObject_HasAttrString((PyObject *)type, "__post_init__");
+    for (int i = 0; i < FIELDS; i++)
+        layout->fast = layout->fast && slot_offset(type, field_names[i], &layout->offset[i]);
+    layout->version = type->tp_version_tag; /* read after the look-ups, which give it one */
+    layout->fast = layout->fast && layout->version != 0;
+}
+
+/* make_record(*args) (steals args' references, which must all be there). */
+static PyObject *
+make(RecordLayout *layout, PyObject *make_record, PyObject **args)
+{
+    PyTypeObject *type = (PyTypeObject *)make_record;
+    if (PyType_Check(make_record)
+        && (layout->type != type || layout->version != type->tp_version_tag))
+        learn_record_layout(layout, type);
+    if (layout->type == type && layout->fast) {
+        PyObject *record = type->tp_alloc(type, 0);
+        if (record != NULL) {
+            for (int i = 0; i < FIELDS; i++)
+                *(PyObject **)((char *)record + layout->offset[i]) = args[i];
+            return record;
+        }
+    }
+    else {
+        PyObject *record = PyObject_Vectorcall(make_record, args, FIELDS, NULL);
+        if (record != NULL) {
+            for (int i = 0; i < FIELDS; i++)
+                Py_DECREF(args[i]);
+            return record;
+        }
+    }
+    for (int i = 0; i < FIELDS; i++)
+        Py_DECREF(args[i]);
+    return NULL;
+}
+
+static PyObject *
+record_of(Recorder *r, PyObject *make_record, const Launch *launch)
+{
+    PyObject *args[FIELDS] = {
+        PyLong_FromUnsignedLong(launch->correlation_id),
+        PyLong_FromUnsignedLong(launch->thread),
+        Py_NewRef(launch->site != NULL ? launch->site : r->no_frame),
+        Py_NewRef(PyTuple_GET_ITEM(r->api_names, launch->api)),
+        PyLong_FromUnsignedLongLong(launch->start),
+        PyLong_FromUnsignedLongLong(launch->end),
+        Py_NewRef(launch->graph ? Py_True : Py_False),
+        PyLong_FromUnsignedLong(launch->parent),
+    };
+    for (int i = 0; i < FIELDS; i++) {
+        if (args[i] == NULL) {
+            for (int j = 0; j < FIELDS; j++)
+                Py_XDECREF(args[j]);
+            return NULL;
+        }
+    }
+    return make(&r->record_layout, make_record, args);
+}
+
+static PyObject *
+recorder_drain(Recorder *r, PyObject *make_record)
+{
+    pthread_mutex_lock(&r->lock);
+    Py_ssize_t count = r->count;
+    Launch *taken = count ? malloc((size_t)count * sizeof(Launch)) : NULL;
+    if (taken != NULL) {
+        memcpy(taken, r->records, (size_t)count * sizeof(Launch));
+        r->count = 0;
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (count && taken == NULL)
+        return PyErr_NoMemory(); /* the records stay for the next drain */
+    PyObject *list = PyList_New(count);
+    for (Py_ssize_t i = 0; list != NULL && i < count; i++) {
+        PyObject *record = record_of(r, make_record, &taken[i]);
+        if (record == NULL)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, i, record);
+    }
+    free(taken);
+    return list;
+}
+
+static PyObject *
+recorder_take_fault(Recorder *r, PyObject *unused)
+{
+    (void)unused;
+    char detail[sizeof r->fault_detail];
+    pthread_mutex_lock(&r->lock);
+    const char *where = r->fault_where;
+    PyObject *exc = r->fault;
+    memcpy(detail, r->fault_detail, sizeof detail);
+    r->fault_where = NULL;
+    r->fault = NULL;
+    r->fault_detail[0] = '\0';
+    pthread_mutex_unlock(&r->lock);
+    if (where == NULL)
+        Py_RETURN_NONE;
+    if (exc == NULL) /* a fault with no exception set (a C one, or one that left none) */
+        exc = PyObject_CallFunction(PyExc_RuntimeError, "s", detail[0] ? detail : "no detail");
+    if (exc == NULL)
+        return NULL;
+    return Py_BuildValue("(sN)", where, exc);
+}
+
+static PyObject *
+recorder_take_forgotten(Recorder *r, PyObject *unused)
+{
+    (void)unused;
+    pthread_mutex_lock(&r->lock);
+    int forgot = r->forgot_open_calls;
+    r->forgot_open_calls = 0;
+    pthread_mutex_unlock(&r->lock);
+    return PyBool_FromLong(forgot);
+}
+
+static PyObject *
+recorder_counts(Recorder *r, PyObject *unused)
+{
+    (void)unused;
+    pthread_mutex_lock(&r->lock);
+    Py_ssize_t count = r->count, open = r->open;
+    unsigned long long dropped = r->dropped;
+    pthread_mutex_unlock(&r->lock);
+    return Py_BuildValue("{snsnsK}", "finished", count, "open", open, "dropped", dropped);
+}
+
+/* ---- CUPTI */
+
+static void *
+symbol(Recorder *r, const char *name)
+{
+    void *found = dlsym(r->library, name);
+    if (found == NULL)
+        PyErr_Format(PyExc_OSError, "libcupti has no %s", name);
+    return found;
+}
+
+/* subscribe(path) -> (status, holder): the callback subscribed (status 0), or CUPTI's status
+ * and, when another tool holds CUPTI and the library says so, that tool's name. */
+static PyObject *
+recorder_subscribe(Recorder *r, PyObject *args)
+{
+    const char *path;
+    if (!PyArg_ParseTuple(args, "s:subscribe", &path))
+        return NULL;
+    if (r->subscriber != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "this recorder is subscribed already");
+        return NULL;
+    }
+    if (r->library == NULL) {
+        /* The binding loaded libcupti already: the same copy, never a second one. */
+        r->library = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+        if (r->library == NULL)
+            r->library = dlopen(path, RTLD_NOW);
+        if (r->library == NULL) {
+            const char *why = dlerror();
+            PyErr_Format(PyExc_OSError, "%s", why ? why : path);
+            return NULL;
+        }
+    }
+    r->subscribe = (kn_Subscribe)symbol(r, "cuptiSubscribe");
+    r->unsubscribe = (kn_Unsubscribe)symbol(r, "cuptiUnsubscribe");
+    r->enable_callback = (kn_EnableCallback)symbol(r, "cuptiEnableCallback");
+    r->get_timestamp = (kn_GetTimestamp)symbol(r, "cuptiGetTimestamp");
+    if (!r->subscribe || !r->unsubscribe || !r->enable_callback || !r->get_timestamp)
+        return NULL;
+    r->subscribe_v2 = (kn_Subscribe_v2)dlsym(r->library, "cuptiSubscribe_v2"); /* CUPTI 13+ */
+
+    char holder[KN_CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 1] = "";
+    kn_SubscriberParams params = {sizeof params, "kname", holder, sizeof holder - 1, 0, {0}};
+    kn_SubscriberHandle subscriber = NULL;
+    kn_CUptiResult status;
+    atomic_store(&r->stopped, 0);
+    Py_BEGIN_ALLOW_THREADS
+    if (r->subscribe_v2 != NULL)
+        status = r->subscribe_v2(&subscriber, on_api, r, &params);
+    else
+        status = r->subscribe(&subscriber, on_api, r);
+    Py_END_ALLOW_THREADS
+    if (status == KN_CUPTI_SUCCESS) {
+        r->subscriber = subscriber;
+        Py_INCREF(r); /* CUPTI holds it as userdata until unsubscribe() */
+    }
+    holder[sizeof holder - 1] = '\0';
+    if (holder[0] == '\0')
+        return Py_BuildValue("(kO)", (unsigned long)status, Py_None);
+    return Py_BuildValue("(ks)", (unsigned long)status, holder);
+}
+
+/* enable(domain, cbid, api) -> status: CUPTI calls back at that API, recorded as api. */
+static PyObject *
+recorder_enable(Recorder *r, PyObject *args)
+{
+    unsigned int domain, cbid;
+    int api;
+    if (!PyArg_ParseTuple(args, "IIi:enable", &domain, &cbid, &api) || check_api(r, api) < 0)
+        return NULL;
+    if (domain != KN_CUPTI_CB_DOMAIN_DRIVER_API && domain != KN_CUPTI_CB_DOMAIN_RUNTIME_API) {
+        PyErr_Format(PyExc_ValueError, "domain %u is not the driver's (1) or the runtime's (2)",
+                     domain);
+        return NULL;
+    }
+    if (r->subscriber == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "enable() before subscribe()");
+        return NULL;
+    }
+    if (cbid >= MAX_CBID) {
+        PyErr_Format(PyExc_ValueError, "callback id %u is past the %d kname has room for", cbid,
+                     MAX_CBID);
+        return NULL;
+    }
+    r->apis_of[domain][cbid] = (uint16_t)(api + 1); /* before CUPTI may call back with it */
+    kn_CUptiResult status;
+    kn_SubscriberHandle subscriber = r->subscriber;
+    Py_BEGIN_ALLOW_THREADS
+    status = r->enable_callback(1, subscriber, domain, cbid);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromUnsignedLong(status);
+}
+
+/* unsubscribe() -> status: no callback after it; nothing touches Python from now on. */
+static PyObject *
+recorder_unsubscribe(Recorder *r, PyObject *unused)
+{
+    (void)unused;
+    atomic_store(&r->stopped, 1);
+    if (r->subscriber == NULL)
+        return PyLong_FromLong(0);
+    kn_SubscriberHandle subscriber = r->subscriber;
+    kn_CUptiResult status;
+    /* Without the GIL: a callback in flight on another thread may be waiting for it. */
+    Py_BEGIN_ALLOW_THREADS
+    status = r->unsubscribe(subscriber);
+    Py_END_ALLOW_THREADS
+    r->subscriber = NULL;
+    Py_DECREF(r);
+    return PyLong_FromUnsignedLong(status);
+}
+
+static PyMethodDef recorder_methods[] = {
+    {"enter", (PyCFunction)recorder_enter, METH_VARARGS,
+     "enter(correlation_id, api, timestamp): a launch API call starts on this thread, made by "
+     "the running Python frame (what the CUPTI callback does at API enter)."},
+    {"exit", (PyCFunction)recorder_exit, METH_VARARGS,
+     "exit(correlation_id, timestamp): that call returns (what the callback does at API exit)."},
+    {"call_without_gil", (PyCFunction)recorder_call_without_gil, METH_VARARGS,
+     "call_without_gil(correlation_id, api, start, end, new_thread=False): enter and exit with "
+     "the GIL released, as from a library that releases it, or on a new thread that never ran "
+     "Python."},
+    {"mark", (PyCFunction)recorder_mark, METH_O,
+     "mark(name): the launch kname wraps that starts on this thread has this site."},
+    {"unmark", (PyCFunction)recorder_unmark, METH_NOARGS, "unmark(): that launch is over."},
+    {"drain", (PyCFunction)recorder_drain, METH_O,
+     "drain(make_record) -> list: the finished calls, as make_record(correlation_id, thread, "
+     "site, api, start, end, graph, parent), in the order they finished; open ones stay."},
+    {"take_fault", (PyCFunction)recorder_take_fault, METH_NOARGS,
+     "take_fault() -> (where, exception) the first time a fault happened, else None."},
+    {"take_forgotten", (PyCFunction)recorder_take_forgotten, METH_NOARGS,
+     "take_forgotten() -> bool: whether open calls were forgotten (an exit missed) since."},
+    {"counts", (PyCFunction)recorder_counts, METH_NOARGS,
+     "counts() -> {'finished', 'open', 'dropped'}: records waiting, calls open, calls dropped."},
+    {"subscribe", (PyCFunction)recorder_subscribe, METH_VARARGS,
+     "subscribe(libcupti_path) -> (status, holder or None)."},
+    {"enable", (PyCFunction)recorder_enable, METH_VARARGS,
+     "enable(domain, cbid, api) -> status."},
+    {"unsubscribe", (PyCFunction)recorder_unsubscribe, METH_NOARGS, "unsubscribe() -> status."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyObject *
+recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"apis", "sites", "kinds", "site_of_frame", "site_key", "no_frame",
+                            "unnamed", "max_pending", "max_open_calls", NULL};
+    PyObject *apis, *sites, *kinds, *site_of_frame, *site_key, *no_frame, *unnamed;
+    Py_ssize_t max_pending;
+    int max_open;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!O!OOUUni:Recorder", names, &apis,
+                                     &PyDict_Type, &sites, &PyDict_Type, &kinds, &site_of_frame,
+                                     &site_key, &no_frame, &unnamed, &max_pending, &max_open))
+        return NULL;
+    if (!PyCallable_Check(site_of_frame)) {
+        PyErr_SetString(PyExc_TypeError, "Recorder: site_of_frame must be callable");
+        return NULL;
+    }
+    if (max_open < 1 || max_open > MAX_OPEN || max_pending < 1) {
+        PyErr_Format(PyExc_ValueError,
+                     "Recorder: max_open_calls must be 1 to %d and max_pending at least 1",
+                     MAX_OPEN);
+        return NULL;
+    }
+    PyObject *pairs = PySequence_Tuple(apis);
+    if (pairs == NULL)
+        return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(pairs);
+    if (count < 1 || count > UINT16_MAX) {
+        Py_DECREF(pairs);
+        PyErr_SetString(PyExc_ValueError, "Recorder: apis must be 1 to 65535 (name, graph) pairs");
+        return NULL;
+    }
+    Recorder *r = (Recorder *)type->tp_alloc(type, 0);
+    if (r == NULL) {
+        Py_DECREF(pairs);
+        return NULL;
+    }
+    pthread_mutex_init(&r->lock, NULL);
+    r->serial = next_serial++;
+    r->api_names = PyTuple_New(count);
+    r->graph_of = calloc((size_t)count, 1);
+    r->kept = PyDict_New();
+    if (r->api_names == NULL || r->graph_of == NULL || r->kept == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *name, *graph, *pair = PyTuple_GET_ITEM(pairs, i);
+        if (!PyArg_ParseTuple(pair, "UO:an api", &name, &graph))
+            goto fail;
+        int is_graph = PyObject_IsTrue(graph);
+        if (is_graph < 0)
+            goto fail;
+        PyTuple_SET_ITEM(r->api_names, i, Py_NewRef(name));
+        r->graph_of[i] = (uint8_t)is_graph;
+    }
+    r->api_count = count;
+    r->sites = Py_NewRef(sites);
+    r->kinds = Py_NewRef(kinds);
+    r->site_of_frame = Py_NewRef(site_of_frame);
+    r->site_key = Py_NewRef(site_key);
+    r->no_frame = Py_NewRef(no_frame);
+    r->unnamed = Py_NewRef(unnamed);
+    if (keep(r, unnamed) == NULL || keep(r, no_frame) == NULL)
+        goto fail;
+    r->max_pending = max_pending;
+    r->max_open = max_open;
+    r->remember = follow_changes(sites) && follow_changes(kinds);
+    Py_DECREF(pairs);
+    return (PyObject *)r;
+fail:
+    Py_DECREF(pairs);
+    Py_DECREF(r);
+    return NULL;
+}
+
+static int
+recorder_traverse(Recorder *r, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(r));
+    Py_VISIT(r->api_names);
+    Py_VISIT(r->sites);
+    Py_VISIT(r->kinds);
+    Py_VISIT(r->site_of_frame);
+    Py_VISIT(r->site_key);
+    Py_VISIT(r->no_frame);
+    Py_VISIT(r->unnamed);
+    Py_VISIT(r->kept);
+    Py_VISIT(r->fault);
+    Py_VISIT(r->record_layout.type);
+    return 0;
+}
+
+static int
+recorder_clear(Recorder *r)
+{
+    /* The records point into `kept`: none may be read once it goes. */
+    pthread_mutex_lock(&r->lock);
+    r->count = 0;
+    pthread_mutex_unlock(&r->lock);
+    memset(r->recent, 0, sizeof r->recent);
+    Py_CLEAR(r->api_names);
+    Py_CLEAR(r->sites);
+    Py_CLEAR(r->kinds);
+    Py_CLEAR(r->site_of_frame);
+    Py_CLEAR(r->site_key);
+    Py_CLEAR(r->no_frame);
+    Py_CLEAR(r->unnamed);
+    Py_CLEAR(r->kept);
+    Py_CLEAR(r->fault);
+    Py_CLEAR(r->record_layout.type);
+    r->record_layout.fast = 0;
+    return 0;
+}
+
+static void
+recorder_dealloc(Recorder *r)
+{
+    /* Never while subscribed: CUPTI then holds a reference (see subscribe). */
+    PyObject_GC_UnTrack(r);
+    recorder_clear(r);
+    free(r->records);
+    free(r->graph_of);
+    pthread_mutex_destroy(&r->lock);
+    Py_TYPE(r)->tp_free((PyObject *)r);
+}
+
+static PyTypeObject RecorderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kname._native_cupti.Recorder",
+    .tp_doc = "Recorder(apis, sites, kinds, site_of_frame, site_key, no_frame, unnamed, "
+              "max_pending, max_open_calls): kname profile's CUPTI launch callback (see "
+              "kname/_native_cupti.c).",
+    .tp_basicsize = sizeof(Recorder),
+    .tp_dealloc = (destructor)recorder_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)recorder_traverse,
+    .tp_clear = (inquiry)recorder_clear,
+    .tp_methods = recorder_methods,
+    .tp_new = recorder_new,
+};
+
+/* ------------------------------------------------------------------ module */
+
+static void
+interpreter_finalized(void)
+{
+    atomic_store(&python_gone, 1);
+}
+
+static void
+in_forked_child(void)
+{
+    atomic_store(&python_gone, 1); /* CUPTI does not follow a fork; nor do the locks' owners */
+}
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "kname._native_cupti",
+    .m_doc = "kname profile's CUPTI launch callback in C (see kname/_native_cupti.c).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC
+PyInit__native_cupti(void)
+{
+#ifdef Py_GIL_DISABLED
+    /* The recent tables, `kept` and the learned sites rely on the GIL. */
+    PyErr_SetString(PyExc_ImportError,
+                    "kname._native_cupti does not support free-threaded Python");
+    return NULL;
+#else
+    static int once = 0;
+    if (!once) {
+        str_name = PyUnicode_InternFromString("name");
+        if (str_name == NULL || PyType_Ready(&RecorderType) < 0)
+            return NULL;
+        /* Without these (no room left), finalizing() and the collector's stop still hold. */
+        (void)Py_AtExit(interpreter_finalized);
+        (void)pthread_atfork(NULL, NULL, in_forked_child);
+#if PY_VERSION_HEX >= 0x030C0000
+        if ((watcher = PyDict_AddWatcher(bump_generation)) < 0)
+            PyErr_Clear(); /* every watcher id is taken: each launch looks its site up */
+#endif
+        once = 1;
+    }
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Recorder", (PyObject *)&RecorderType) < 0
+        || PyModule_AddIntConstant(m, "MAX_OPEN", MAX_OPEN) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+#endif
+}

@@ -1,7 +1,9 @@
-"""Which per-launch wrapper kname makes: the C extension kname._native, or the pure-Python one.
+"""Which per-launch wrapper kname makes: the C extension kname._native, or the pure-Python one;
+and which CUPTI launch callback `kname profile` uses: kname._native_cupti, or cupti-python's.
 
-The extension is used where it was built and imports (CPython 3.11+ with the GIL); KNAME_NATIVE=0
-forces the Python path. Both behave the same; the extension costs less per launch.
+Each extension is used where it was built and imports (CPython 3.11+ with the GIL; the CUPTI one
+on Linux); KNAME_NATIVE=0 forces the Python paths. Both behave the same; the extensions cost
+less per launch.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ from typing import Any
 from kname.config import native_requested
 
 _imported: tuple[ModuleType | None, str] | None = None  # (the extension, why not), tried once
+_imported_cupti: tuple[ModuleType | None, str] | None = None  # the same for kname._native_cupti
+HOT_PATH = "kname._native"
+CUPTI_CALLBACK = "kname._native_cupti"
+PYTHON_CALLBACK_COST = "about 20-50 us of CPU time per launch"
 
 
 def native_module(environ: Mapping[str, str] | None = None) -> ModuleType | None:
@@ -25,10 +31,36 @@ def native_module(environ: Mapping[str, str] | None = None) -> ModuleType | None
 
 def choice(environ: Mapping[str, str] | None = None) -> tuple[ModuleType | None, str]:
     """(the extension or None, why the Python path is used: "" when it is not)."""
+    refused = _refused(environ)
+    return (None, refused) if refused else _extension()
+
+
+def cupti_choice(environ: Mapping[str, str] | None = None) -> tuple[ModuleType | None, str]:
+    """(kname._native_cupti or None, why kname profile uses cupti-python's callback: "" when
+    it does not)."""
+    global _imported_cupti
+    refused = _refused(environ)
+    if refused:
+        return None, refused
+    if _imported_cupti is None:
+        _imported_cupti = _import_extension(CUPTI_CALLBACK)
+    return _imported_cupti
+
+
+def profile_collector(environ: Mapping[str, str] | None = None) -> str:
+    """Which launch callback `kname profile` would use here, in words (for kname doctor)."""
+    native, why = cupti_choice(environ)
+    if native is not None:
+        return f"native, the C extension ({native.__file__})"
+    return f"CUPTI's Python binding ({why}), {PYTHON_CALLBACK_COST}"
+
+
+def _refused(environ: Mapping[str, str] | None) -> str:
+    """Why KNAME_NATIVE turns the extensions off ("" when it does not)."""
     environ = os.environ if environ is None else environ
-    if not native_requested(environ):
-        return None, f"KNAME_NATIVE={environ.get('KNAME_NATIVE', '').strip()}"
-    return _extension()
+    if native_requested(environ):
+        return ""
+    return f"KNAME_NATIVE={environ.get('KNAME_NATIVE', '').strip()}"
 
 
 def launch_caller() -> FrameType | None:
@@ -54,7 +86,7 @@ def _extension() -> tuple[ModuleType | None, str]:
     return _imported
 
 
-def _import_extension() -> tuple[ModuleType | None, str]:
+def _import_extension(name: str = HOT_PATH) -> tuple[ModuleType | None, str]:
     import sysconfig
 
     if sys.implementation.name != "cpython":
@@ -64,9 +96,11 @@ def _import_extension() -> tuple[ModuleType | None, str]:
         return None, f"Python {version} (the extension needs 3.11+)"
     if sysconfig.get_config_var("Py_GIL_DISABLED"):
         return None, "free-threaded Python (the extension needs the GIL)"
+    if name == CUPTI_CALLBACK and not sys.platform.startswith("linux"):
+        return None, f"{sys.platform} (the extension {name} is built on Linux)"
     try:
-        return importlib.import_module("kname._native"), ""
+        return importlib.import_module(name), ""
     except ModuleNotFoundError:
-        return None, "the extension kname._native was not built (no C compiler at install?)"
+        return None, f"the extension {name} was not built (no C compiler at install?)"
     except ImportError as exc:
-        return None, f"the extension kname._native did not import ({exc})"
+        return None, f"the extension {name} did not import ({exc})"

@@ -1,15 +1,19 @@
 """Launch capture: the call site of each launch API call, by kname's rules, from real frames.
 
-CUPTI calls the collector's callback from inside the CUDA API call, on the launching thread;
-the callback hands `sys._getframe(1)` (the Python frame that called into the library) to the
-capture. `cuda_api` below does exactly that, in place of CUPTI (which needs a GPU). The user
-code, the stand-in GPU library and kname's real launch wrapper are real modules and frames.
-CUPTI's record objects are replaced by stand-ins with the attribute names of cupti-python's
-classes (ActivityKernel10, ActivityMemcpy6, ActivityMemset4, ActivityExternalCorrelation).
+CUPTI calls the collector's callback from inside the CUDA API call, on the launching thread.
+The tests that take `user` run for both launch callbacks (kname.profiling.launch_callbacks):
+the Python one, whose callback hands `sys._getframe(1)` (the Python frame that called into the
+library) to the capture, and the native one (kname._native_cupti), which finds the running frame
+itself: `fake_cuda` below calls each in place of CUPTI (which needs a GPU), the native one
+through the very C functions its CUPTI callback calls. The user code, the stand-in GPU library
+and kname's real launch wrapper are real modules and frames. CUPTI's record objects are replaced
+by stand-ins with the attribute names of cupti-python's classes (ActivityKernel10,
+ActivityMemcpy6, ActivityMemset4, ActivityExternalCorrelation).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import sys
 import textwrap
@@ -19,7 +23,7 @@ from types import SimpleNamespace
 import pytest
 from support import line_of
 
-from kname import _warnings, callsite, launch, naming
+from kname import _native_choice, _warnings, callsite, launch, naming
 from kname.census import names
 from kname.config import DEFAULT_FORMAT
 from kname.profiling.capture import (
@@ -34,21 +38,56 @@ from kname.profiling.capture import (
     select_launch_apis,
 )
 from kname.profiling.join import Join
-from kname.profiling.records import ExternalCorrelation, StreamLog
+from kname.profiling.launch_callbacks import NativeCallbacks
+from kname.profiling.records import ExternalCorrelation, LaunchRecord, StreamLog
 
 FAKE_CUDA = '''
-"""Stands in for CUPTI's callback at a CUDA API call: the frame is the caller's."""
+"""Stands in for CUPTI at a CUDA API call, calling one launch callback: the Python one is handed
+the caller's frame, the native one (NATIVE) reads the running frame (this module's, passed over
+as library code)."""
 import sys
+import threading
 
-CAPTURE = None
+CAPTURE = None  # the Python callback's capture
+NATIVE = None  # or the native callback (launch_callbacks.NativeCallbacks)
+APIS = [("cuLaunchKernel", False), ("cudaLaunchKernel", False), ("cuGraphLaunch", True)]
 NEXT = [100]
 
 
+def enter(correlation_id, api="cuLaunchKernel", graph=False, timestamp=0):
+    """A launch API call starts, made by the caller's line."""
+    if NATIVE is None:
+        CAPTURE.enter(sys._getframe(1), correlation_id, api, graph, timestamp)
+    else:
+        NATIVE.recorder.enter(correlation_id, APIS.index((api, graph)), timestamp)
+
+
+def exit(correlation_id, timestamp=0):
+    if NATIVE is None:
+        CAPTURE.exit(correlation_id, timestamp)
+    else:
+        NATIVE.recorder.exit(correlation_id, timestamp)
+
+
+def without_python(correlation_id, start=0, end=0):
+    """A launch API call (enter and exit) on a thread with no Python frame (a C++ worker)."""
+    if NATIVE is None:
+        def worker():
+            CAPTURE.enter(None, correlation_id, "cuLaunchKernel", False, start)
+            CAPTURE.exit(correlation_id, end)
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()
+    else:  # a thread made in C, which never ran Python
+        NATIVE.recorder.call_without_gil(correlation_id, 0, start, end, True)
+
+
 def cuda_api(api="cuLaunchKernel", graph=False):
+    """A launch API call, enter and exit: its correlation id."""
     NEXT[0] += 1
-    record = CAPTURE.enter(sys._getframe(1), NEXT[0], api, graph, NEXT[0] * 10)
-    CAPTURE.exit(NEXT[0], NEXT[0] * 10 + 5)
-    return record
+    enter(NEXT[0], api, graph, NEXT[0] * 10)
+    exit(NEXT[0], NEXT[0] * 10 + 5)
+    return NEXT[0]
 '''
 
 GPULIB = '''
@@ -97,9 +136,31 @@ def twice():
 """
 
 
-@pytest.fixture
-def user(tmp_path, monkeypatch):
-    """The modules above, importable, with kname's call-site rules set up as install() does."""
+SOURCES = ["python", "native"]
+
+
+class User(SimpleNamespace):
+    """The modules, the join and the log of one test, and the records the callback made."""
+
+    def records(self) -> dict[int, LaunchRecord]:
+        """Every launch record so far, by correlation id (the native ones drained first)."""
+        if self.native is not None:
+            self.native.drain()
+        return {record.correlation_id: record for record in self.log.launches}
+
+    def record(self, correlation_id: int) -> LaunchRecord:
+        return self.records()[correlation_id]
+
+
+@pytest.fixture(params=SOURCES)
+def user(request, tmp_path, monkeypatch):
+    """The modules above, importable, with kname's call-site rules set up as install() does, and
+    the capture fed by the launch callback of this test (`request.param`)."""
+    native = None
+    if request.param == "native":
+        module, why = _native_choice.cupti_choice({})
+        if module is None:
+            pytest.skip(f"no native CUPTI callback here: {why}")
     for name, source in {"fake_cuda": FAKE_CUDA, "gpulib": GPULIB, "user": USER}.items():
         (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -108,8 +169,14 @@ def user(tmp_path, monkeypatch):
     modules = {name: importlib.import_module(name) for name in ("fake_cuda", "gpulib", "user")}
     join = Join()
     log = StreamLog()
-    modules["fake_cuda"].CAPTURE = LaunchCapture(join, log)
-    yield SimpleNamespace(join=join, log=log, **modules)
+    capture = LaunchCapture(join, log)
+    modules["fake_cuda"].CAPTURE = capture
+    if request.param == "native":
+        native = NativeCallbacks(module, capture)
+        native.make_recorder(modules["fake_cuda"].APIS)
+        native.take_wrapped_sites()
+        modules["fake_cuda"].NATIVE = native
+    yield User(join=join, log=log, capture=capture, native=native, **modules)
     callsite.configure((), DEFAULT_FORMAT, 1, True)
     callsite.clear()
     for name in ("fake_cuda", "gpulib", "user"):
@@ -121,20 +188,20 @@ def at(marker: str, function: str) -> str:
 
 
 def test_a_launch_from_compiled_code_is_named_after_the_users_line(user):
-    record = user.user.direct()
+    record = user.record(user.user.direct())
     assert record.site == at("L:direct", "direct")
     assert (record.api, record.graph, record.parent) == ("cuLaunchKernel", False, 0)
     assert record.thread == threading.get_ident() and record.end == record.start + 5
 
 
 def test_library_frames_are_passed_over(user):
-    assert user.user.through_library().site == at("L:library", "through_library")
+    assert user.record(user.user.through_library()).site == at("L:library", "through_library")
 
 
 def test_a_launch_inside_knames_wrapper_gets_the_wrappers_name(user):
     spec = launch.LaunchSpec("fake", lambda kernel: "k")
     wrapped = launch.make_launch_wrapper(user.gpulib.launch, spec, launch.Switch())
-    record = user.user.through_wrapper(wrapped)
+    record = user.record(user.user.through_wrapper(wrapped))
     assert record.site == at("L:wrapper", "through_wrapper")
     assert names() == {record.site: 1}  # the wrapper counted it under the same name
 
@@ -146,46 +213,51 @@ def test_profile_sites_do_not_change_the_launch_census(user):
 
 
 def test_the_same_line_gives_the_same_site_every_time(user):
-    first, second = user.user.twice()
+    first, second = map(user.record, user.user.twice())
     assert first.site == second.site == at("L:twice", "twice")
     assert first.correlation_id != second.correlation_id
 
 
 def test_depth_and_format_follow_knames_configuration(user):
     callsite.configure(("gpulib", "fake_cuda"), "{function}@{file}:{line}", 2, False)
-    record = user.user.outer()
+    record = user.record(user.user.outer())
     inner, outer = line_of(USER, "L:inner"), line_of(USER, "L:outer")
     assert record.site == f"inner@user.py:{inner} < outer@user.py:{outer}"  # callers by it too
 
 
 def test_a_call_nested_in_another_launch_call_shares_its_site(user):
-    capture = user.fake_cuda.CAPTURE
-    outer = capture.enter(sys._getframe(0), 1, "cudaLaunchKernel", False, 10)
-    inner = capture.enter(None, 2, "cuLaunchKernel", False, 11)  # no walk: the outer site
-    capture.exit(2, 20)
-    capture.exit(1, 30)
+    cuda = user.fake_cuda
+    first = this_line(+1)
+    cuda.enter(1, "cudaLaunchKernel", False, 10)
+    cuda.enter(2, "cuLaunchKernel", False, 11)  # no walk: the outer site
+    cuda.exit(2, 20)
+    cuda.exit(1, 30)
+    outer, inner = user.record(1), user.record(2)
+    assert outer.site == first
     assert inner.site == outer.site and inner.parent == 1 and outer.parent == 0
     assert (outer.end, inner.end) == (30, 20)
-    after = capture.enter(None, 3, "cuLaunchKernel", False, 40)
-    assert (after.site, after.parent) == (NO_PYTHON_FRAME, 0)
+    later = this_line(+1)
+    cuda.enter(3, "cuLaunchKernel", False, 40)  # the outer call is over: a call of its own
+    cuda.exit(3, 41)
+    after = user.record(3)
+    assert (after.site, after.parent) == (later, 0)
 
 
 def test_open_calls_are_per_thread(user):
-    capture = user.fake_cuda.CAPTURE
-    capture.enter(sys._getframe(0), 1, "cudaLaunchKernel", False, 10)
-    seen = []
-    worker = threading.Thread(target=lambda: seen.append(capture.enter(None, 2, "x", False, 11)))
-    worker.start()
-    worker.join()
-    assert seen[0].parent == 0 and seen[0].site == NO_PYTHON_FRAME
+    user.fake_cuda.enter(1, "cudaLaunchKernel", False, 10)
+    user.fake_cuda.without_python(2, 11, 12)
+    other = user.record(2)
+    assert other.parent == 0 and other.site == NO_PYTHON_FRAME
+    assert other.thread != threading.get_ident() and (other.start, other.end) == (11, 12)
 
 
-def test_a_naming_fault_is_said_once_and_the_call_is_recorded(user, capsys):
-    capture = user.fake_cuda.CAPTURE
-    records = [capture.enter(object(), 1 + i, "cuLaunchKernel", False, 1) for i in range(2)]
-    for i in range(2):
-        capture.exit(1 + i, 2)
-    assert [r.site for r in records] == [UNNAMED, UNNAMED]
+def test_a_naming_fault_is_said_once_and_the_call_is_recorded(user, capsys, monkeypatch):
+    def broken(*args):
+        raise RuntimeError("naming failed")
+
+    monkeypatch.setattr(callsite, "resolve", broken)
+    numbers = [user.user.direct() for _ in range(2)]
+    assert [user.record(n).site for n in numbers] == [UNNAMED, UNNAMED]
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and "finding the call site of a CUDA launch" in lines[0]
 
@@ -193,6 +265,7 @@ def test_a_naming_fault_is_said_once_and_the_call_is_recorded(user, capsys):
 def test_records_go_to_the_join_and_the_log(user):
     user.user.direct()
     user.user.through_library()
+    user.records()
     assert user.join.launch_count == 2
     assert [r.site for r in user.log.launches] == [
         at("L:direct", "direct"),
@@ -252,17 +325,20 @@ def test_cupti_records_become_activity_records():
 
 def test_calls_whose_exit_never_came_are_forgotten_and_said_once(user, capsys, monkeypatch):
     monkeypatch.setattr(_warnings, "_said", set())
-    capture = user.fake_cuda.CAPTURE
     for i in range(MAX_OPEN_CALLS):
-        capture.enter(None, 1 + i, "cuLaunchKernel", False, 1)  # no exit callbacks
-    fresh = capture.enter(sys._getframe(0), 100, "cuLaunchKernel", False, 2)
+        user.fake_cuda.enter(1 + i, "cuLaunchKernel", False, 1)  # no exit callbacks
+    user.fake_cuda.enter(100, "cuLaunchKernel", False, 2)
+    user.fake_cuda.exit(100, 3)
+    fresh = user.record(100)
     assert fresh.parent == 0 and fresh.site.startswith("test_calls_whose_exit_never_came")
+    forgotten = [user.records()[1 + i] for i in range(MAX_OPEN_CALLS)]
+    assert [r.end for r in forgotten] == [0] * MAX_OPEN_CALLS  # recorded, never ended
     (line,) = capsys.readouterr().err.splitlines()
     assert f"more than {MAX_OPEN_CALLS} CUDA launch calls open on one thread" in line
 
 
 def test_a_wrapped_sites_calls_keep_its_range_and_hand_its_site_over(user):
-    capture = user.fake_cuda.CAPTURE
+    capture = user.capture
     calls = []
     capture.tag_with(lambda i: calls.append(("tag", i)), lambda: calls.append(("untag",)))
     site = SimpleNamespace(
@@ -272,12 +348,14 @@ def test_a_wrapped_sites_calls_keep_its_range_and_hand_its_site_over(user):
     )
     push, pop = capture.site_calls(site)
     push()
-    inside = capture.enter(None, 1, "cuLaunchKernel", False, 1)  # no frame walked: the site
-    capture.exit(1, 2)
+    user.fake_cuda.enter(1, "cuLaunchKernel", False, 1)  # no frame walked: the site
+    user.fake_cuda.exit(1, 2)
     pop()
-    after = capture.enter(None, 2, "cuLaunchKernel", False, 3)
+    here = this_line(+1)
+    user.fake_cuda.enter(2, "cuLaunchKernel", False, 3)  # the wrapped launch is over
+    user.fake_cuda.exit(2, 4)
     assert calls == [("push",), ("tag", 1), ("untag",), ("pop",)]
-    assert (inside.site, after.site) == ("step app.py:3", NO_PYTHON_FRAME)
+    assert (user.record(1).site, user.record(2).site) == ("step app.py:3", here)
     assert capture.external_sites == {1: "step app.py:3"}
     assert user.join.site_of(5) is None  # the link is registered, no call is tagged yet
     push_again, _ = capture.site_calls(SimpleNamespace(name="step app.py:3", push=None, pop=None))
@@ -287,7 +365,7 @@ def test_a_wrapped_sites_calls_keep_its_range_and_hand_its_site_over(user):
 
 def test_a_failing_cupti_tag_is_said_once_and_the_launch_keeps_its_site(user, capsys, monkeypatch):
     monkeypatch.setattr(_warnings, "_said", set())
-    capture = user.fake_cuda.CAPTURE
+    capture = user.capture
 
     def broken(*args):
         raise RuntimeError("CUPTI_ERROR_INVALID_OPERATION")
@@ -296,9 +374,17 @@ def test_a_failing_cupti_tag_is_said_once_and_the_launch_keeps_its_site(user, ca
     push, pop = capture.site_calls(SimpleNamespace(name="s", push=None, pop=None))
     for number in (1, 2):
         push()
-        assert capture.enter(None, number, "cuLaunchKernel", False, 1).site == "s"
-        capture.exit(number, 2)
+        user.fake_cuda.enter(number, "cuLaunchKernel", False, 1)
+        user.fake_cuda.exit(number, 2)
         pop()
+        assert user.record(number).site == "s"
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 2, lines  # one for the tag, one for the untag, each said once
     assert "tagging a wrapped launch for CUPTI" in lines[0]
+
+
+def this_line(offset: int = 0) -> str:
+    """kname's name for the caller's line plus `offset`."""
+    facts = naming.frame_facts(sys._getframe(1))
+    facts = dataclasses.replace(facts, line=facts.line + offset)
+    return naming.display_name(DEFAULT_FORMAT, "", "", [facts])

@@ -13,10 +13,11 @@ import sys
 
 import pytest
 
-from kname import _warnings
+from kname import _native_choice, _warnings
 from kname.profiling.capture import LaunchCapture
 from kname.profiling.cupti_collector import CuptiCollector, binding_versions
 from kname.profiling.join import Join
+from kname.profiling.launch_callbacks import NativeCallbacks, PythonCallbacks
 
 
 @pytest.fixture(autouse=True)
@@ -75,7 +76,10 @@ def test_the_launch_apis_are_chosen_from_the_bindings_enums():
     assert runtime[cbid] == ("cudaLaunchKernel", False)
 
 
-def test_without_a_driver_start_fails_in_one_line_and_the_program_runs_on(capsys):
+@pytest.mark.parametrize("callbacks", ["native", "python"])
+def test_without_a_driver_start_fails_in_one_line_and_the_program_runs_on(
+    capsys, monkeypatch, callbacks
+):
     real_cupti()
     try:
         ctypes.CDLL("libcuda.so.1")
@@ -83,8 +87,13 @@ def test_without_a_driver_start_fails_in_one_line_and_the_program_runs_on(capsys
         pass
     else:
         pytest.skip("a CUDA driver is present here: start() would succeed")
+    monkeypatch.setenv("KNAME_NATIVE", "1" if callbacks == "native" else "0")
+    if callbacks == "native" and _native_choice.cupti_choice()[0] is None:
+        pytest.skip(f"no native CUPTI callback here: {_native_choice.cupti_choice()[1]}")
     made = collector()
     assert made.start() is False and not made.started
+    expected = NativeCallbacks if callbacks == "native" else PythonCallbacks
+    assert type(made._callbacks) is expected
     made.stop()
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1

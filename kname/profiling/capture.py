@@ -14,6 +14,10 @@ A launch kname wraps hands its site over instead (site_calls): the wrapper's pus
 thread's launch calls their site, so no frame is walked. When the collector tags wrapped
 launches (tag_with), the push also pushes the site's CUPTI external correlation id, so that its
 GPU records find the site even through a launch API no callback saw.
+
+The native callback (kname._native_cupti, used where it is built) does enter and exit in C, by
+the same rules and with site_of_frame below for what its cache does not answer; the push then
+marks the site in C (mark_wrapped_with), and its records come here through add().
 """
 
 from __future__ import annotations
@@ -47,6 +51,15 @@ SITE_KEY = "kname.profile"
 _KEPT = object()  # what a profile site keeps alive in place of a kernel object
 
 _RUNTIME_VERSION = re.compile(r"_v\d{4,5}$")
+
+
+def say_open_calls_forgotten() -> None:
+    """Said once: a thread had more than MAX_OPEN_CALLS launch API calls open at once."""
+    warn_once(
+        "profile:open-calls",
+        f"profile: more than {MAX_OPEN_CALLS} CUDA launch calls open on one thread; "
+        "forgetting them (a call's exit was not seen)",
+    )
 
 
 class ActivityKinds(NamedTuple):
@@ -139,6 +152,7 @@ class LaunchCapture:
         # Per thread: the launch API calls now open, and the site of the wrapped launch running.
         self._local = threading.local()
         self._external: tuple[Callable[[int], Any], Callable[[], Any]] | None = None
+        self._marks: tuple[Callable[[str], Any], Callable[[], Any]] | None = None
         self._external_ids: dict[str, int] = {}
         self.external_sites: dict[int, str] = {}  # external correlation id -> site name
         self._ids_lock = threading.Lock()
@@ -146,6 +160,11 @@ class LaunchCapture:
     def tag_with(self, push_external: Callable[[int], Any], pop_external: Callable[[], Any]):
         """CUPTI's push and pop of an external correlation id, for the sites built from now on."""
         self._external = (push_external, pop_external)
+
+    def mark_wrapped_with(self, mark: Callable[[str], Any], unmark: Callable[[], Any]) -> None:
+        """For the sites built from now on, the push says the site by mark(name) and the pop
+        ends it by unmark(), in place of this capture's thread-local (the native callback's)."""
+        self._marks = (mark, unmark)
 
     def site_calls(self, site: callsite.Site) -> tuple[Any, Any]:
         """Push and pop for the launches kname wraps at `site`: its NVTX range as before, and its
@@ -158,6 +177,7 @@ class LaunchCapture:
 
     def _site_calls(self, name: str, nvtx_push: Any, nvtx_pop: Any) -> tuple[Any, Any]:
         local = self._local
+        mark, unmark = self._marks or (None, None)
         push_external, pop_external = self._external or (None, None)
         external_id = self._external_id(name) if push_external is not None else 0
 
@@ -165,7 +185,10 @@ class LaunchCapture:
         def push() -> None:
             if nvtx_push is not None:
                 nvtx_push()
-            local.wrapped = name
+            if mark is None:
+                local.wrapped = name
+            else:
+                mark(name)
             if push_external is not None:
                 try:
                     push_external(external_id)
@@ -173,7 +196,10 @@ class LaunchCapture:
                     report_fault("tagging a wrapped launch for CUPTI", exc)
 
         def pop() -> None:
-            local.wrapped = None
+            if unmark is None:
+                local.wrapped = None
+            else:
+                unmark()
             if pop_external is not None:
                 try:
                     pop_external()
@@ -210,11 +236,7 @@ class LaunchCapture:
             open_calls = local.open_calls = []
         if len(open_calls) >= MAX_OPEN_CALLS:
             # An exit callback never came: no stale outer call may name later launches.
-            warn_once(
-                "profile:open-calls",
-                f"profile: more than {MAX_OPEN_CALLS} CUDA launch calls open on one thread; "
-                "forgetting them (a call's exit was not seen)",
-            )
+            say_open_calls_forgotten()
             open_calls.clear()
         if open_calls:
             outer = open_calls[-1]
@@ -230,6 +252,14 @@ class LaunchCapture:
         if self._log is not None:
             self._log.launch(record)
         return record
+
+    def add(self, records: Iterable[LaunchRecord]) -> None:
+        """Launch records made elsewhere (by the native callback) into the join and the log."""
+        join, log = self._join, self._log
+        for record in records:
+            join.add_launch(record)
+            if log is not None:
+                log.launch(record)
 
     def exit(self, correlation_id: int, timestamp: int) -> None:
         """The launch API call with this correlation id returns on this thread."""

@@ -1,8 +1,12 @@
-"""The CUPTI binding (cupti-python): launch API callbacks and activity buffers, in Python.
+"""The CUPTI collector: launch API callbacks and activity buffers (cupti-python for the latter).
 
-This is the slower fallback: each launch pays a Python callback (on the H200 with
-cupti-python 13.0.1, +20 µs for a CuPy RawKernel launch to +47 µs for a torch add), and says so
-once. Everything but the CUPTI calls lives in capture.py and join.py.
+The launch callbacks come from launch_callbacks.py: kname's C callback (kname._native_cupti)
+where it is built, else cupti-python's, the slower fallback (on the H200 with cupti-python
+13.0.1, +20 µs for a CuPy RawKernel launch to +47 µs for a torch add); start() says once which.
+The activity side (buffers, kinds, flush, the messages) is here, the same for both: before each
+activity buffer is read, the native callback's finished calls are drained into the join, so
+every GPU record finds its launch. Everything but the CUPTI calls lives in capture.py and
+join.py.
 
 Versions: the binding must match the CUPTI library of the CUDA release in use. cupti-python
 13.0.* with CUPTI 13.0 (nvidia-cuda-cupti 13.0.x) records everything; cupti-python 13.4 against
@@ -13,7 +17,8 @@ The API used (cupti-python 13.0.1, module `cupti.cupti`):
     subscribe_v2(callback, userdata, SubscriberParams.ptr) / subscribe(callback, userdata)
         callback(userdata, domain, cbid, CallbackData); raises cuptiError(status), status
         Result.ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED when another tool (Nsight) holds CUPTI;
-        SubscriberParams.old_subscriber_name then names it
+        SubscriberParams.old_subscriber_name then names it (the native callback calls
+        cuptiSubscribe(_v2) itself, and raises cuptiError(status) the same way)
     enable_callback(1, subscriber, CallbackDomain.DRIVER_API | RUNTIME_API, cbid)
         cbids from driver_api_trace_cbid / runtime_api_trace_cbid, chosen by name
     CallbackData.callback_site (ApiCallbackSite.API_ENTER / API_EXIT), .correlation_id
@@ -33,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import sys
 from collections.abc import Callable
 from importlib import metadata
 from typing import Any
@@ -42,6 +46,7 @@ from kname._warnings import report_fault, warn_once
 from kname.profiling.capture import ActivityKinds, LaunchCapture, activity_records
 from kname.profiling.capture import select_launch_apis as _select
 from kname.profiling.join import Join
+from kname.profiling.launch_callbacks import NativeUnavailable, PythonCallbacks, choose
 from kname.profiling.records import StreamLog
 
 BUFFER_BYTES = 8 << 20  # per CUPTI activity buffer; cupti-python allocates and frees them
@@ -50,12 +55,12 @@ ACTIVITY_KINDS = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "EXTERNAL_CORRELATION
 # CUPTI writes an external correlation record only beside an API activity record
 # (cupti_activity.h, cuptiActivityPushExternalCorrelationId), so tagging needs these too.
 API_KINDS = ("DRIVER", "RUNTIME")
-SUBSCRIBER_NAME = "kname"
 NOT_COLLECTED = "GPU times are not collected in this run; launches are still named"
 
 
 class CuptiCollector:
-    """Subscribes to CUPTI, feeds launch callbacks to `capture`, activity records to `join`."""
+    """Subscribes to CUPTI: launch callbacks to `capture` (native or Python, launch_callbacks),
+    activity records to `join`."""
 
     def __init__(
         self,
@@ -74,8 +79,7 @@ class CuptiCollector:
         # launch callback already gets a wrapped launch's site from its wrapper.
         self._external_correlation = external_correlation
         self._cupti: Any = None
-        self._subscriber: int | None = None
-        self._userdata: list = []  # kept alive for CUPTI's callback, as in NVIDIA's samples
+        self._callbacks: Any = None  # launch_callbacks.NativeCallbacks or PythonCallbacks
         self._enabled_kinds: list[int] = []
         self._copy_kinds: dict[int, str] = {}
         self._holder: str | None = None
@@ -94,8 +98,7 @@ class CuptiCollector:
             )
             return False
         self._cupti = cupti
-        self._enter = int(cupti.ApiCallbackSite.API_ENTER)
-        self._apis = {
+        apis = {
             int(cupti.CallbackDomain.DRIVER_API): _select(cupti.driver_api_trace_cbid.__members__),
             int(cupti.CallbackDomain.RUNTIME_API): _select(
                 cupti.runtime_api_trace_cbid.__members__
@@ -108,15 +111,9 @@ class CuptiCollector:
             int(kinds.MEMSET),
             int(kinds.EXTERNAL_CORRELATION),
         )
-        try:
-            self._subscriber = self._subscribe(cupti)
-        except Exception as exc:
-            self._say_not_started(cupti, exc)
+        if not self._subscribe(cupti, apis):
             return False
         try:
-            for domain, apis in self._apis.items():
-                for cbid in apis:
-                    cupti.enable_callback(1, self._subscriber, domain, cbid)
             # Buffers before kinds: records may be produced as soon as a kind is enabled.
             cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
             for name in ACTIVITY_KINDS + (API_KINDS if self._external_correlation else ()):
@@ -128,9 +125,8 @@ class CuptiCollector:
             return False
         self.started = True
         warn_once(
-            "profile:python",
-            "profile: collecting through CUPTI's Python binding, which adds about "
-            "20-50 us of CPU time per launch; GPU times are not affected",
+            "profile:collector",
+            f"profile: collecting through {self._callbacks.describe()}; GPU times are not affected",
         )
         return True
 
@@ -144,6 +140,7 @@ class CuptiCollector:
         except Exception as exc:
             report_fault("flushing CUPTI's activity buffers", exc)
         self._undo()
+        self._callbacks.drain()  # calls that finished after the last buffer (no GPU record)
         if self._join.launch_count and not self._join.record_count:
             versions = ", ".join(f"{k} {v}" for k, v in binding_versions().items())
             warn_once(
@@ -153,6 +150,11 @@ class CuptiCollector:
                 "CUPTI library must come from the same CUDA release (for CUDA 13.0: "
                 "pip install 'cupti-python==13.0.*' 'nvidia-cuda-cupti==13.0.*')",
             )
+
+    @property
+    def launch_callbacks(self) -> str:
+        """Which launch callbacks collect (native or Python, and why), once started."""
+        return "" if self._callbacks is None else self._callbacks.describe()
 
     def external_calls(self) -> tuple[Callable[[int], Any], Callable[[], Any]] | None:
         """push(id) and pop() of a CUPTI external correlation id on this thread (CUSTOM0): the
@@ -167,28 +169,13 @@ class CuptiCollector:
             functools.partial(cupti.activity_pop_external_correlation_id, kind),
         )
 
-    # --- CUPTI's callbacks: never raise into CUPTI -------------------------------------------
-
-    def _on_api(self, userdata: Any, domain: int, cbid: int, data: Any) -> None:
-        try:
-            if data.callback_site == self._enter:
-                api, graph = self._apis[domain][cbid]
-                try:
-                    frame = sys._getframe(1)  # the Python frame that called into the library
-                except ValueError:  # a thread with no Python frame (a C++ worker thread)
-                    frame = None
-                self._capture.enter(
-                    frame, data.correlation_id, api, graph, self._cupti.get_timestamp()
-                )
-            else:
-                self._capture.exit(data.correlation_id, self._cupti.get_timestamp())
-        except Exception as exc:
-            report_fault("recording a CUDA launch for kname profile", exc)
+    # --- CUPTI's activity callbacks: never raise into CUPTI --------------------------------
 
     def _buffer_requested(self) -> tuple[int, int]:
         return self._buffer_bytes, 0  # 0: as many records as fit
 
     def _buffer_completed(self, activities: list) -> None:
+        self._callbacks.drain()  # first: every record of this buffer then finds its launch
         try:
             work, externals = activity_records(activities, self._kinds, self._copy_kind_name)
             if externals:
@@ -213,18 +200,24 @@ class CuptiCollector:
             self._copy_kinds[copy_kind] = name
         return name
 
-    def _subscribe(self, cupti: Any) -> int:
+    def _subscribe(self, cupti: Any, apis: dict[int, dict[int, tuple[str, bool]]]) -> bool:
+        """Launch callbacks on (native where it can reach CUPTI's functions); False, said in
+        one line, when CUPTI refuses."""
+        self._callbacks = choose(self._capture)
         self._holder = None
-        if not hasattr(cupti, "subscribe_v2"):
-            return cupti.subscribe(self._on_api, self._userdata)
-        params = cupti.SubscriberParams()
-        params.struct_size = cupti.SUBSCRIBER_PARAMS_SIZE
-        params.subscriber_name = SUBSCRIBER_NAME
         try:
-            return cupti.subscribe_v2(self._on_api, self._userdata, params.ptr)
-        except Exception:
-            self._holder = params.old_subscriber_name
-            raise
+            try:
+                self._callbacks.subscribe(cupti, apis)
+            except NativeUnavailable as exc:
+                self._callbacks.unsubscribe()
+                self._callbacks = PythonCallbacks(self._capture, f"the native one: {exc}")
+                self._callbacks.subscribe(cupti, apis)
+        except Exception as exc:
+            self._holder = self._callbacks.holder
+            self._say_not_started(cupti, exc)
+            self._undo()
+            return False
+        return True
 
     def _say_not_started(self, cupti: Any, exc: Exception) -> None:
         status = getattr(exc, "status", None)
@@ -253,12 +246,10 @@ class CuptiCollector:
             except Exception as exc:
                 report_fault("disabling CUPTI activity collection", exc)
         self._enabled_kinds.clear()
-        if self._subscriber is not None:
-            try:
-                cupti.unsubscribe(self._subscriber)
-            except Exception as exc:
-                report_fault("unsubscribing from CUPTI", exc)
-            self._subscriber = None
+        try:
+            self._callbacks.unsubscribe()
+        except Exception as exc:
+            report_fault("unsubscribing from CUPTI", exc)
 
 
 def binding_versions() -> dict[str, str]:

@@ -1,0 +1,227 @@
+"""Where kname profile's launch API callbacks run: in C (kname._native_cupti), or in Python.
+
+Both subscribe to CUPTI's callbacks at the launch APIs the collector chose, and name each call
+by capture.py's rules; they differ in what runs per launch:
+
+    NativeCallbacks   kname._native_cupti's Recorder, CUPTI's callback in C: a cached call site
+                      costs a frame look-up; its records reach the capture when drained (before
+                      each activity buffer is read, and at stop).
+    PythonCallbacks   cupti-python calls a Python function, which hands the frame to
+                      LaunchCapture.enter and exit: about 20-50 us of CPU time per launch.
+
+_native_choice decides (the extension where built; KNAME_NATIVE=0: Python). The activity side
+(buffers, kinds, flush) is the collector's, the same for both (cupti_collector.py).
+"""
+
+from __future__ import annotations
+
+import sys
+from types import ModuleType
+from typing import Any
+
+from kname import _native_choice, callsite
+from kname._warnings import report_fault, warn_once
+from kname.profiling.capture import (
+    MAX_OPEN_CALLS,
+    NO_PYTHON_FRAME,
+    SITE_KEY,
+    UNNAMED,
+    LaunchCapture,
+    say_open_calls_forgotten,
+    site_of_frame,
+)
+from kname.profiling.join import MAX_PENDING
+from kname.profiling.records import LaunchRecord
+
+# {CUPTI callback domain: {callback id: (API name, is a graph launch)}}
+Apis = dict[int, dict[int, tuple[str, bool]]]
+SUBSCRIBER_NAME = "kname"
+
+
+class NativeUnavailable(Exception):
+    """The native callback cannot reach CUPTI's functions here (the Python one still may)."""
+
+
+def choose(capture: LaunchCapture) -> NativeCallbacks | PythonCallbacks:
+    """The callbacks this process uses: native where the extension is there and allowed."""
+    module, why = _native_choice.cupti_choice()
+    if module is None:
+        return PythonCallbacks(capture, why)
+    return NativeCallbacks(module, capture)
+
+
+class PythonCallbacks:
+    """CUPTI's callback through cupti-python: one Python call per launch API enter and exit."""
+
+    def __init__(self, capture: LaunchCapture, why: str) -> None:
+        self._capture = capture
+        self._why = why
+        self._cupti: Any = None
+        self._subscriber: int | None = None
+        self._userdata: list = []  # kept alive for CUPTI's callback, as in NVIDIA's samples
+        self.holder: str | None = None  # the tool holding CUPTI, when subscribing failed so
+
+    def describe(self) -> str:
+        """What collects, for the line said at start."""
+        return (
+            f"CUPTI's Python binding ({self._why}), which adds "
+            f"{_native_choice.PYTHON_CALLBACK_COST}"
+        )
+
+    def subscribe(self, cupti: Any, apis: Apis) -> None:
+        """Subscribe and enable `apis`; raises the binding's error (status) on failure."""
+        self._cupti, self._apis = cupti, apis
+        self._enter = int(cupti.ApiCallbackSite.API_ENTER)
+        self._subscriber = self._subscribe(cupti)
+        for domain, chosen in apis.items():
+            for cbid in chosen:
+                cupti.enable_callback(1, self._subscriber, domain, cbid)
+
+    def unsubscribe(self) -> None:
+        """No callback after this; raises the binding's error."""
+        subscriber, self._subscriber = self._subscriber, None
+        if subscriber is not None:
+            self._cupti.unsubscribe(subscriber)
+
+    def drain(self) -> None:
+        """Nothing waits here: each call went to the capture as it was made."""
+
+    def _subscribe(self, cupti: Any) -> int:
+        self.holder = None
+        if not hasattr(cupti, "subscribe_v2"):
+            return cupti.subscribe(self._on_api, self._userdata)
+        params = cupti.SubscriberParams()
+        params.struct_size = cupti.SUBSCRIBER_PARAMS_SIZE
+        params.subscriber_name = SUBSCRIBER_NAME
+        try:
+            return cupti.subscribe_v2(self._on_api, self._userdata, params.ptr)
+        except Exception:
+            self.holder = params.old_subscriber_name
+            raise
+
+    # CUPTI's callback: never raises into CUPTI.
+    def _on_api(self, userdata: Any, domain: int, cbid: int, data: Any) -> None:
+        try:
+            if data.callback_site == self._enter:
+                api, graph = self._apis[domain][cbid]
+                try:
+                    frame = sys._getframe(1)  # the Python frame that called into the library
+                except ValueError:  # a thread with no Python frame (a C++ worker thread)
+                    frame = None
+                self._capture.enter(
+                    frame, data.correlation_id, api, graph, self._cupti.get_timestamp()
+                )
+            else:
+                self._capture.exit(data.correlation_id, self._cupti.get_timestamp())
+        except Exception as exc:
+            report_fault("recording a CUDA launch for kname profile", exc)
+
+
+class NativeCallbacks:
+    """CUPTI's callback in C (kname._native_cupti.Recorder) on the libcupti the binding loaded."""
+
+    def __init__(self, module: ModuleType, capture: LaunchCapture) -> None:
+        self._module = module
+        self._capture = capture
+        self.recorder: Any = None
+        self.holder: str | None = None
+
+    def describe(self) -> str:
+        """What collects, for the line said at start."""
+        return f"kname's native CUPTI callback ({_native_choice.CUPTI_CALLBACK}, in C)"
+
+    def make_recorder(self, apis: list[tuple[str, bool]]) -> Any:
+        """A Recorder for these (API name, graph) pairs, by kname's rules of the moment."""
+        self.recorder = self._module.Recorder(
+            apis=apis,
+            sites=callsite.sites,
+            kinds=callsite._kinds,  # read-only use of kname's own registry, as capture's walk
+            site_of_frame=site_of_frame,
+            site_key=SITE_KEY,
+            no_frame=NO_PYTHON_FRAME,
+            unnamed=UNNAMED,
+            max_pending=MAX_PENDING,
+            max_open_calls=MAX_OPEN_CALLS,
+        )
+        return self.recorder
+
+    def take_wrapped_sites(self) -> None:
+        """From now on the launches kname wraps tell the recorder their site (in C)."""
+        self._capture.mark_wrapped_with(self.recorder.mark, self.recorder.unmark)
+
+    def subscribe(self, cupti: Any, apis: Apis) -> None:
+        """Subscribe and enable `apis`; raises the binding's error for a CUPTI status, and
+        NativeUnavailable when libcupti's functions cannot be had (nothing subscribed then)."""
+        cupti.get_timestamp()  # the binding loads libcupti now (and raises without a driver)
+        path = libcupti_path()
+        pairs = sorted({pair for chosen in apis.values() for pair in chosen.values()})
+        index = {pair: number for number, pair in enumerate(pairs)}
+        recorder = self.make_recorder(pairs)
+        try:
+            status, self.holder = recorder.subscribe(path)
+        except OSError as exc:
+            raise NativeUnavailable(f"libcupti {path}: {exc}") from None
+        if status:
+            raise cupti.cuptiError(status)
+        for domain, chosen in apis.items():
+            for cbid, pair in chosen.items():
+                status = recorder.enable(domain, cbid, index[pair])
+                if status:
+                    raise cupti.cuptiError(status)
+        self.take_wrapped_sites()
+
+    def unsubscribe(self) -> None:
+        """No callback after this (and nothing in C touches Python any more)."""
+        if self.recorder is not None:
+            self.recorder.unsubscribe()
+
+    def drain(self) -> None:
+        """The calls finished so far into the capture (those still open stay), and what the
+        callback had to say (a fault, forgotten calls, calls past the bound) said once."""
+        recorder = self.recorder
+        if recorder is None:
+            return
+        try:
+            self._capture.add(recorder.drain(LaunchRecord))
+            fault = recorder.take_fault()
+            if fault is not None:
+                report_fault(*fault)
+            if recorder.take_forgotten():
+                say_open_calls_forgotten()
+            dropped = recorder.counts()["dropped"]
+        except Exception as exc:
+            report_fault("reading kname's native launch records", exc)
+            return
+        if dropped:
+            warn_once(
+                "profile:native-pending",
+                f"profile: more than {MAX_PENDING} launch calls waited for CUPTI's activity "
+                "records; later ones were not recorded, and the GPU work they caused counts "
+                "as unattributed",
+            )
+
+
+def libcupti_path() -> str:
+    """The absolute path of the libcupti in this process: the one cupti-python loaded, else the
+    one cuda.pathfinder finds (it looks for a loaded one first, as the binding does)."""
+    loaded = _loaded_libcupti()
+    if loaded is not None:
+        return loaded
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+
+        return load_nvidia_dynamic_lib("cupti").abs_path
+    except Exception as exc:
+        raise NativeUnavailable(f"libcupti was not found ({type(exc).__name__}: {exc})") from None
+
+
+def _loaded_libcupti() -> str | None:
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                path = line.rstrip("\n").partition("/")[2]
+                if "/libcupti.so" in f"/{path}":
+                    return f"/{path}"
+    except OSError:
+        pass
+    return None

@@ -1,8 +1,10 @@
 """On a GPU: `kname profile` end to end, by running tests/gpu/profile_demo.py.
 
-Marked `gpu`, skipped without a CUDA driver or without cupti-python. The demo checks every line
-itself (CHECK lines) and writes the recorded streams, which the fixture tests replay without a
-GPU; here its files are read back too. The comparison with Proton (two processes, so kernel
+Marked `gpu`, skipped without a CUDA driver or without cupti-python. The demo runs twice: with
+kname's native CUPTI callback (kname._native_cupti, which conftest builds in place) and with
+the Python one (KNAME_NATIVE=0). The demo checks every line itself (CHECK lines) and writes the
+recorded streams, which the fixture tests replay without a GPU; here its files are read back
+too. The comparison with Proton (two processes, so kernel
 times differ a little between them) is left to a run of the demo itself.
 """
 
@@ -18,6 +20,7 @@ import sys
 import pytest
 from support import REPO
 
+from kname import _native_choice
 from kname.profiling.document import load
 from kname.profiling.records import load_streams
 
@@ -37,15 +40,22 @@ def _missing() -> str | None:
 
 
 @pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
-def test_every_line_of_the_demo_shows_its_gpu_time(tmp_path):
+@pytest.mark.parametrize("callbacks", ["native", "python"])
+def test_every_line_of_the_demo_shows_its_gpu_time(tmp_path, callbacks):
+    if callbacks == "native" and _native_choice.cupti_choice({})[0] is None:
+        pytest.skip(f"no native CUPTI callback: {_native_choice.cupti_choice({})[1]}")
     env = {k: v for k, v in os.environ.items() if not k.startswith("KNAME")}
     env.update(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    env["KNAME_NATIVE"] = "1" if callbacks == "native" else "0"
     done = subprocess.run(
         [sys.executable, str(DEMO), str(tmp_path), "--iterations", "10", "--no-proton"],
         env=env, cwd=REPO, capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
     output = done.stdout + done.stderr
     assert done.returncode == 0 and "PROFILE DEMO PASSED" in output, output[-6000:]
+    (collector,) = [line for line in done.stdout.splitlines() if line.startswith("COLLECTOR ")]
+    native = collector.startswith("COLLECTOR kname's native CUPTI callback")
+    assert native == (callbacks == "native"), collector
     document = load(str(tmp_path / "profile.json"))
     assert document["unattributed"]["launches"] == 0
     streams = load_streams(str(tmp_path / "profile_h200.json"))

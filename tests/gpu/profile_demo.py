@@ -12,6 +12,9 @@ second thread and stream. The program runs the work once to compile, once more w
 profiling (the baseline), then profiled by kname's CUPTI collector, and prints:
 
     the profile table;
+    COLLECTOR <what>                            the launch callbacks: kname's native one
+        (kname._native_cupti, built in place: python setup.py build_ext --inplace), or CUPTI's
+        Python binding (with KNAME_NATIVE=0, or where the extension is not built), and why;
     CHECK <name> ok | CHECK <name> FAIL: <why>   every line has GPU time, nothing is
         unattributed, totals agree with the records, graph kernels go to the replay line,
         copies and sets are their own rows, the recorded streams replay to the same totals,
@@ -265,6 +268,7 @@ def kname_phase(args, work: Workload, checks: Checks) -> tuple[dict[int, int], d
     if not session.start():
         checks.check("cupti-start", False, "the collector did not start (see the line above)")
         return {}, {}
+    print(f"COLLECTOR {session.collector.launch_callbacks}")
     profiled = timed(work, args.iterations)
     session.stop()
     document = validate(session.document(), "live")
@@ -426,7 +430,8 @@ def cli_phase(args, work: Workload, checks: Checks) -> None:
     files = {kind: out / name for kind, name in names.items()}
     for path in files.values():
         path.unlink(missing_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KNAME")}
+    # KNAME_NATIVE stays: the command's child uses the launch callbacks this run is checking.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KNAME") or k == "KNAME_NATIVE"}
     # The checkout is not installed: its sitecustomize example starts kname in the child.
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "sitecustomize_example"), str(REPO)])
     env["KNAME_SKIP"] = os.environ.get("KNAME_SKIP", "torch")

@@ -121,7 +121,14 @@ def _parser() -> argparse.ArgumentParser:
         epilog=doctor.EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    doctor_command.set_defaults(handler=lambda options, parser: doctor.main())
+    doctor_command.add_argument(
+        "--profile-check",
+        action="store_true",
+        help="also profile one tiny kernel on the GPU: do CUPTI's records arrive?",
+    )
+    doctor_command.set_defaults(
+        handler=lambda options, parser: doctor.main(profile_check=options.profile_check)
+    )
     report = commands.add_parser(
         "report",
         help="print a saved launch census, or compare two",

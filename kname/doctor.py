@@ -2,13 +2,18 @@
 
 Every check returns (mark, text) lines. None imports a GPU library: find_spec locates a
 top-level package without running it, versions come from installed metadata, and each library
-unit (kname.targets) says which packages and distributions are its library.
+unit (kname.targets) says which packages and distributions are its library. The profiling lines
+import the CUPTI binding (which initialises no GPU) and ask the driver its version; only
+`--profile-check` touches the GPU, and only when asked.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
+import warnings
+from collections.abc import Callable
 
 from kname._version import __version__
 from kname.config import (
@@ -25,20 +30,25 @@ from kname.targets import BUILTIN, library
 OK, PROBLEM, NOTE = "✓", "✗", "–"
 NVTX_INJECTION_VARIABLES = ("NVTX_INJECTION64_PATH", "NVTX_INJECTION32_PATH")
 DEPENDENCIES = (("wrapt", "wrapt"), ("nvtx", "nvtx"))  # (import name, distribution)
+CUPTI_BINDING, CUPTI_LIBRARY = "cupti-python", "nvidia-cuda-cupti"  # distributions
+DRIVER_LIBRARIES = ("libcuda.so.1", "nvcuda.dll")
 
 EXAMPLES = """\
 examples:
   kname doctor                            check this environment
   KNAME=1 kname doctor                    ... with the switch on, as your program would run
   nsys profile kname doctor               ... under a profiler, with its NVTX tool attached
+  kname doctor --profile-check            ... and whether CUPTI's GPU records arrive for
+                                          kname profile (runs one tiny kernel on the GPU)
 
 Each line starts with ✓ (fine), ✗ (a reason names will not appear, and what to do) or
 – (for your information). The exit status is 1 if any line is ✗, else 0.
 """
 
 
-def main() -> int:
-    """Print every check; 1 if any found a problem, else 0."""
+def main(profile_check: bool = False) -> int:
+    """Print every check; 1 if any found a problem, else 0. With `profile_check`, also start
+    kname profile's collection and launch one tiny kernel (the GPU is used)."""
     config, config_lines = _check_configuration()
     lines = [
         *_check_kname(),
@@ -48,12 +58,23 @@ def main() -> int:
         *_check_hot_path(),
         *_check_targets(config),
         *_check_nvtx_tool(config),
+        *_check_profiling(config),
         *config_lines,
     ]
     print(f"kname doctor: kname {__version__}, Python {sys.version.split()[0]} ({sys.executable})")
+    _print(lines)
+    if profile_check:
+        # Last, after a flush: what CUPTI's start says on stderr then follows the lines above.
+        sys.stdout.flush()
+        checked = _check_profile_records()
+        _print(checked)
+        lines += checked
+    return 1 if any(mark == PROBLEM for mark, _ in lines) else 0
+
+
+def _print(lines: list[tuple[str, str]]) -> None:
     for mark, text in lines:
         print(f"{mark} {text}" if mark else text)
-    return 1 if any(mark == PROBLEM for mark, _ in lines) else 0
 
 
 def _check_kname() -> list[tuple[str, str]]:
@@ -193,6 +214,162 @@ def _check_nvtx_tool(config: Config) -> list[tuple[str, str]]:
     return lines
 
 
+def releases_differ(binding: str, library: str) -> bool:
+    """Whether two versions (the CUPTI binding's, its library's) name different CUDA releases:
+    a different major.minor. False when either has no major.minor to compare."""
+    binding_release, library_release = _release(binding), _release(library)
+    if binding_release is None or library_release is None:
+        return False
+    return binding_release != library_release
+
+
+def _release(version: str) -> tuple[int, int] | None:
+    match = re.match(r"\s*v?(\d+)\.(\d+)", version)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def _check_profiling(config: Config) -> list[tuple[str, str]]:
+    """kname profile's needs: the CUPTI binding, its library and the driver, by their versions.
+
+    A gap is a problem (✗) in profile mode only: elsewhere names appear without CUPTI.
+    """
+    gap = PROBLEM if config.mode == "profile" else NOTE
+    binding = _version_or_none(CUPTI_BINDING)
+    library = _version_or_none(CUPTI_LIBRARY)
+    try:
+        from cupti import cupti
+    except Exception as exc:  # ImportError, or OSError loading libcupti
+        if binding is None:
+            advice = f"kname profile needs it: pip install 'kname[profile]' ({CUPTI_BINDING})"
+            return [(gap, f"profiling: the CUPTI binding is not installed; {advice}")]
+        problem = f"profiling: {CUPTI_BINDING} {binding} does not import ({_reason(exc)})"
+        return [(gap, problem)]
+    lines = [(OK, f"profiling: CUPTI binding {CUPTI_BINDING} {binding or '(version unknown)'}")]
+    api = _call_or_none(getattr(cupti, "get_version", None))
+    api_text = f", CUPTI API version {api}" if api is not None else ""
+    if library is None:
+        text = f"{CUPTI_LIBRARY} is not installed: CUPTI comes from the CUDA toolkit{api_text}"
+        lines.append((NOTE, f"profiling: CUPTI library: {text} (its version is not checked)"))
+    else:
+        lines.append((NOTE, f"profiling: CUPTI library {CUPTI_LIBRARY} {library}{api_text}"))
+    driver = _driver_version()
+    if driver is None:
+        text = f"no CUDA driver ({DRIVER_LIBRARIES[0]} cannot be loaded): kname profile needs a GPU"
+        lines.append((NOTE, f"profiling: {text}"))
+    else:
+        lines.append((NOTE, f"profiling: CUDA driver for CUDA {driver}"))
+    if binding and library and releases_differ(binding, library):
+        release = ".".join(map(str, _release(library) or ()))
+        problem = (
+            f"profiling: {CUPTI_BINDING} {binding} and {CUPTI_LIBRARY} {library} are of different "
+            "CUDA releases, and such a pair may record no GPU time without any error "
+            f"({CUPTI_BINDING} 13.4 with CUPTI 13.0 records no kernels): install one release's "
+            f"pair, e.g. pip install '{CUPTI_BINDING}=={release}.*' '{CUPTI_LIBRARY}=={release}.*'"
+        )
+        lines.append((gap, problem))
+    return lines
+
+
+def _driver_version() -> str | None:
+    """The CUDA release the driver supports (`13.0`), or None without one. Asked of the driver
+    itself: no CUDA Python package needed, and cuDriverGetVersion needs no cuInit."""
+    import ctypes
+
+    for name in DRIVER_LIBRARIES:
+        try:
+            driver = ctypes.CDLL(name)
+            version = ctypes.c_int(0)
+            if driver.cuDriverGetVersion(ctypes.byref(version)) == 0:
+                return f"{version.value // 1000}.{version.value % 1000 // 10}"
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
+def _check_profile_records() -> list[tuple[str, str]]:
+    """Profile one tiny kernel as kname profile would: do CUPTI's GPU records arrive?"""
+    if _driver_version() is None:
+        return [(NOTE, "profile check: no CUDA driver here, so no GPU: skipped")]
+    launch, why_not = _tiny_kernel()
+    if launch is None:
+        return [(NOTE, f"profile check: {why_not}: skipped")]
+    try:
+        from kname.profiling.kernel_names import display_name
+        from kname.profiling.session import ProfileSession
+        from kname.profiling.table import count_noun
+
+        session = ProfileSession()
+        if not session.start():
+            problem = "profile check: kname profile's collection did not start (said above)"
+            return [(PROBLEM, problem)]
+        try:
+            launch()
+        finally:
+            session.stop()
+    except Exception as exc:
+        return [(PROBLEM, f"profile check: the test kernel failed ({_reason(exc)})")]
+    join = session.join
+    if not join.record_count:
+        problem = (
+            f"profile check: no GPU record arrived for {join.launch_count} launch calls: the "
+            "CUPTI binding and library must come from one CUDA release (their versions above)"
+        )
+        return [(PROBLEM, problem)]
+    kernels = ", ".join(display_name(k) for site in session.sites for k in site["kernels"])
+    records = count_noun(join.record_count, "GPU record")
+    text = f"{records} arrived for {count_noun(join.launch_count, 'launch call')} ({kernels})"
+    return [(OK, f"profile check: {text}")]
+
+
+def _tiny_kernel() -> tuple[Callable[[], None] | None, str]:
+    """A function launching one tiny kernel on the GPU with numba-cuda, else with CuPy; or None
+    and why not."""
+    reasons = []
+    launchers = (("numba-cuda", "numba", _numba_kernel), ("CuPy", "cupy", _cupy_kernel))
+    for name, module, make in launchers:
+        try:
+            return make(), ""
+        except Exception as exc:
+            missing = isinstance(exc, ModuleNotFoundError) and exc.name == module
+            reasons.append(f"{name} is not installed" if missing else f"{name}: {_reason(exc)}")
+    return None, "; ".join(reasons)
+
+
+def _numba_kernel() -> Callable[[], None]:
+    from numba import config, cuda
+
+    if config.ENABLE_CUDASIM:
+        raise RuntimeError("NUMBA_ENABLE_CUDASIM=1: its simulator launches nothing on a GPU")
+    if not cuda.is_available():
+        raise RuntimeError("numba sees no GPU")
+
+    @cuda.jit
+    def kname_doctor_kernel(out):
+        out[0] = 1
+
+    def launch() -> None:
+        out = cuda.device_array(1, dtype="int32")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # numba's "grid size 1 ... under-utilization"
+            kname_doctor_kernel[1, 1](out)
+        cuda.synchronize()
+
+    return launch
+
+
+def _cupy_kernel() -> Callable[[], None]:
+    import cupy
+
+    if not cupy.cuda.is_available():
+        raise RuntimeError("CuPy sees no GPU")
+
+    def launch() -> None:
+        cupy.arange(4)  # one kernel, which fills the array
+        cupy.cuda.runtime.deviceSynchronize()
+
+    return launch
+
+
 def _check_configuration() -> tuple[Config, list[tuple[str, str]]]:
     """The effective Config and its lines: each bad value, then the settings in effect."""
     try:
@@ -295,12 +472,30 @@ def _distributions_of(target: str, packages: tuple[str, ...]) -> list[str]:
 
 
 def _version(distribution: str) -> str:
+    return _version_or_none(distribution) or "(version unknown)"
+
+
+def _version_or_none(distribution: str) -> str | None:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         return version(distribution)
     except PackageNotFoundError:
-        return "(version unknown)"
+        return None
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".replace("\n", " ")
+
+
+def _call_or_none(function: Callable[[], object] | None) -> object:
+    """function(), or None when there is none or it raises (no driver, say)."""
+    if function is None:
+        return None
+    try:
+        return function()
+    except Exception:
+        return None
 
 
 def _mentions(path: str, text: str) -> bool:

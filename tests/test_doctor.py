@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import ctypes
+import re
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kname import doctor
 from kname.config import KNOWN_VARIABLES
@@ -39,3 +46,136 @@ def test_doctor_flags_no_variable_kname_reads(monkeypatch, capsys) -> None:
         monkeypatch.setenv(variable, "")
     _, lines = doctor_lines(capsys)
     assert not [line for line in lines if "is not a kname variable" in line]
+
+
+# --- kname profile's needs ------------------------------------------------------------------
+
+
+def driver_loads() -> bool:
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
+def profiling_lines(lines: list[str]) -> list[str]:
+    return [line for line in lines if line[2:].startswith("profiling: ")]
+
+
+def test_the_profiling_lines_show_the_installed_versions(capsys) -> None:
+    pytest.importorskip("cupti", reason="the CUPTI binding (cupti-python) is not installed")
+    _, lines = doctor_lines(capsys)
+    shown = profiling_lines(lines)
+    assert shown[0] == f"✓ profiling: CUPTI binding cupti-python {version('cupti-python')}"
+    try:
+        library = f"nvidia-cuda-cupti {version('nvidia-cuda-cupti')}"
+    except PackageNotFoundError:
+        library = "nvidia-cuda-cupti is not installed"
+    assert shown[1].startswith(f"– profiling: CUPTI library{':' * library.endswith('installed')} ")
+    assert library in shown[1]
+    if driver_loads():
+        assert re.fullmatch(r"– profiling: CUDA driver for CUDA \d+\.\d+", shown[2])
+    else:
+        assert shown[2] == (
+            "– profiling: no CUDA driver (libcuda.so.1 cannot be loaded): kname profile needs a GPU"
+        )
+
+
+def test_a_binding_that_does_not_import_is_said_in_one_line(monkeypatch, capsys) -> None:
+    if doctor._version_or_none("cupti-python") is None:
+        pytest.skip("cupti-python is not installed")
+    monkeypatch.setitem(sys.modules, "cupti", None)  # what a broken install gives: ImportError
+    _, lines = doctor_lines(capsys)
+    (shown,) = profiling_lines(lines)
+    assert shown.startswith(f"– profiling: cupti-python {version('cupti-python')} does not import")
+    assert "(ModuleNotFoundError: import of cupti halted" in shown
+
+
+@pytest.fixture
+def installed_cupti(monkeypatch):
+    """Set which versions installed metadata reports for the CUPTI binding and library (kname
+    reads them from importlib.metadata, which it does not own); the binding itself is real."""
+    pytest.importorskip("cupti", reason="the CUPTI binding (cupti-python) is not installed")
+    from importlib import metadata
+
+    real = metadata.version
+    chosen: dict[str, str] = {}
+
+    def version_of(distribution: str) -> str:
+        return chosen[distribution] if distribution in chosen else real(distribution)
+
+    monkeypatch.setattr(metadata, "version", version_of)
+    return chosen
+
+
+@pytest.mark.parametrize("mode", ["nvtx", "profile"])
+def test_the_known_bad_pair_is_said_and_is_a_problem_in_profile_mode(
+    installed_cupti, monkeypatch, capsys, mode
+) -> None:
+    installed_cupti.update({"cupti-python": "13.4.0", "nvidia-cuda-cupti": "13.0.85"})
+    monkeypatch.setenv("KNAME_MODE", mode)
+    _, lines = doctor_lines(capsys)
+    (mismatch,) = [line for line in lines if "are of different CUDA releases" in line]
+    assert mismatch.startswith("✗ " if mode == "profile" else "– ")
+    assert "cupti-python 13.4.0 and nvidia-cuda-cupti 13.0.85" in mismatch
+    assert "pip install 'cupti-python==13.0.*' 'nvidia-cuda-cupti==13.0.*'" in mismatch
+
+
+def test_a_pair_of_one_release_is_not_flagged(installed_cupti, capsys) -> None:
+    installed_cupti.update({"cupti-python": "13.0.1", "nvidia-cuda-cupti": "13.0.85"})
+    _, lines = doctor_lines(capsys)
+    assert not [line for line in lines if "are of different CUDA releases" in line]
+    assert "– profiling: CUPTI library nvidia-cuda-cupti 13.0.85" in lines
+
+
+@pytest.mark.parametrize(
+    ("binding", "library", "differ"),
+    [
+        ("13.4.0", "13.0.85", True),  # the pair that recorded no kernels, silently
+        ("13.0.1", "13.0.85", False),  # the pair the H200 fixture was recorded with
+        ("12.9.0", "13.0.0", True),
+        ("13.0.0rc1", "13.0.2", False),
+        ("13.10.0", "13.1.0", True),  # numbers, not text
+        ("13.0.1", "not installed", False),  # nothing to compare
+        ("13", "13.0.1", False),
+    ],
+)
+def test_releases_differ_by_major_and_minor(binding: str, library: str, differ: bool) -> None:
+    assert doctor.releases_differ(binding, library) is differ
+
+
+releases = st.tuples(st.integers(0, 99), st.integers(0, 99))
+patches = st.from_regex(r"\A(\.\d{1,4}){0,2}(rc\d|\.post\d|\.dev\d)?\Z")
+
+
+@given(releases, releases, patches, patches)
+def test_two_versions_differ_exactly_when_their_major_minor_do(a, b, patch_a, patch_b) -> None:
+    first, second = f"{a[0]}.{a[1]}{patch_a}", f"{b[0]}.{b[1]}{patch_b}"
+    assert doctor.releases_differ(first, second) is (a != b)
+    assert doctor.releases_differ(second, first) is (a != b)
+
+
+# --- --profile-check ------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(driver_loads(), reason="this machine has a CUDA driver")
+def test_the_profile_check_without_a_gpu_is_one_line_and_no_problem(capsys) -> None:
+    plain, without = doctor_lines(capsys)
+    code = doctor.main(profile_check=True)
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert code == plain
+    assert lines[: len(without)] == without  # the check adds its line after the others
+    assert lines[len(without) :] == ["– profile check: no CUDA driver here, so no GPU: skipped"]
+    assert captured.err == ""
+
+
+@pytest.mark.skipif(driver_loads(), reason="this machine has a CUDA driver")
+def test_kname_doctor_profile_check_without_a_gpu_exits_0(kname_venv, inject_lib) -> None:
+    environment = {"KNAME": "1", "NVTX_INJECTION64_PATH": str(inject_lib)}
+    done = kname_venv.python_run("-m", "kname", "doctor", "--profile-check", env=environment)
+    assert done.returncode == 0, done.stdout
+    assert done.stderr == ""
+    checked = [line for line in done.stdout.splitlines() if "profile check" in line]
+    assert checked == ["– profile check: no CUDA driver here, so no GPU: skipped"]

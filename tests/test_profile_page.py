@@ -5,15 +5,20 @@ The page must stand alone: no script, nothing loaded from elsewhere (no src, no 
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from profile_streams import documents
 
 from kname.profiling.document import profile_document
-from kname.profiling.join import KernelTotals, Profile, SiteTotals
+from kname.profiling.join import KernelTotals, Profile, SiteTotals, replay
 from kname.profiling.page import BAR_WIDTH, BARS_SHOWN, render_page
+from kname.profiling.records import load_streams
 
 
 class Page(HTMLParser):
@@ -109,3 +114,43 @@ def test_unattributed_work_is_a_warning_on_the_page():
     document = document_of({"s app.py:1": 1_000})
     document["unattributed"] = {"launches": 2, "gpu_ns": 40, "kernels": {}}
     assert "2 GPU records (40 ns) could not be attributed" in render_page(document)
+
+
+# --- the page laid out by a browser ---------------------------------------------------------
+
+FIXTURE = Path(__file__).parent / "data" / "profile_h200.json"
+CHROMIUM = next(
+    filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None
+)
+# Added to a copy of the page only (the page itself has no script): the widths in the title.
+MEASURE = (
+    "<script>document.title = document.documentElement.scrollWidth + ' ' + "
+    "document.documentElement.clientWidth;</script>"
+)
+
+
+def test_the_chart_scales_to_the_window():
+    page = render_page(document_of({"s app.py:1": 1_000}))
+    width, height = re.search(r'<svg class="chart" width="(\d+)" height="(\d+)"', page).groups()
+    assert f'viewBox="0 0 {width} {height}"' in page
+    assert re.search(r"svg\.chart \{[^}]*max-width: 100%", page)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium here to lay the page out")
+@pytest.mark.parametrize("window", [800, 1100])
+def test_the_recorded_h200_page_fits_the_window_with_no_sideways_scrolling(tmp_path, window):
+    """The H200 fixture has 80-character kernel names: they wrap; the table and chart fit."""
+    page = render_page(profile_document(replay(load_streams(str(FIXTURE)))))
+    measured = tmp_path / "page.html"
+    measured.write_text(page.replace("</body>", MEASURE + "</body>"), encoding="utf-8")
+    done = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={window},800", "--dump-dom",
+         measured.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    widths = re.search(r"<title>(\d+) (\d+)</title>", done.stdout)
+    assert widths, done.stderr[-2000:]
+    scroll_width, window_width = map(int, widths.groups())
+    assert scroll_width <= window_width

@@ -19,20 +19,26 @@ BAR_WIDTH = 600  # px, the longest bar
 ROW_HEIGHT = 22
 LABEL_WIDTH = 360
 
+# The page fits the window: the chart scales down, and a kernel name (up to 80 characters
+# without a space) may break anywhere; call sites, times and headings stay on one line.
 STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #222; }
 h1 { font-size: 1.4em; margin-bottom: 0.2em; }
 .summary { color: #555; margin-top: 0; }
 .warning { color: #a00; font-weight: bold; }
+svg.chart { max-width: 100%; height: auto; }
 svg text { font: 12px ui-monospace, monospace; fill: #222; }
 svg .value { fill: #555; }
 svg rect { fill: #4e79a7; }
 table { border-collapse: collapse; margin-top: 1.5em; }
 th, td { padding: 0.25em 0.8em; border-bottom: 1px solid #ddd; text-align: left;
          vertical-align: top; }
+th { white-space: nowrap; }
 td.number { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-td.site { font-family: ui-monospace, monospace; }
+td.site { font-family: ui-monospace, monospace; white-space: nowrap; }
 ul.kernels { margin: 0; padding-left: 1.2em; }
+ul.kernels .kernel { overflow-wrap: anywhere; }
+ul.kernels .time { white-space: nowrap; }
 """
 
 
@@ -73,8 +79,8 @@ def _chart(sites: list[Mapping[str, Any]]) -> str:
     height = ROW_HEIGHT * len(sites) + 4
     width = LABEL_WIDTH + BAR_WIDTH + 120
     rows = [
-        f'<svg class="chart" width="{width}" height="{height}" role="img" '
-        'aria-label="GPU time by call site">'
+        f'<svg class="chart" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        'role="img" aria-label="GPU time by call site">'
     ]
     for index, site in enumerate(sites):
         y = index * ROW_HEIGHT + 2
@@ -103,8 +109,9 @@ def _table(sites: list[Mapping[str, Any]], total: int) -> str:
         mean = format_duration(site["gpu_ns"] / launches) if launches else "-"
         share = f"{100 * site['gpu_ns'] / total:.1f}%" if total else "-"
         kernels = "".join(
-            f'<li title="{escape(name)}">{escape(display_name(name))}: '
-            f"{escape(format_duration(k['gpu_ns']))} ({k['launches']})</li>"
+            f'<li title="{escape(name)}"><span class="kernel">{escape(display_name(name))}</span>: '
+            f'<span class="time">{escape(format_duration(k["gpu_ns"]))} ({k["launches"]})</span>'
+            "</li>"
             for name, k in site["kernels"].items()
         )
         rows.append(

@@ -15,7 +15,9 @@ sets) that carry the same correlation id and their device start and end times. T
     trace.py            Chrome trace-event JSON (Perfetto, chrome://tracing)
     page.py             one self-contained HTML page: a bar chart and the table
     capture.py          launch API callbacks -> launch records; CUPTI objects -> records
-    cupti_collector.py  the CUPTI binding (cupti-python), imported only when profiling starts
+    cupti_collector.py  the CUPTI collector (activity buffers via cupti-python), imported only when
+                        profiling starts
+    launch_callbacks.py its launch API callbacks: in C (kname._native_cupti) or through cupti-python
     session.py          a profiling session: start, stop, outputs (what kname.profile() returns)
     mode.py             KNAME_MODE=profile: the process's session and its outputs at exit
 

@@ -15,6 +15,7 @@ import ctypes
 import dataclasses
 import gc
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -44,8 +45,13 @@ from kname.profiling.launch_callbacks import NativeCallbacks
 from kname.profiling.records import LaunchRecord, StreamLog
 
 native, WHY = _native_choice.cupti_choice({})
-pytestmark = pytest.mark.skipif(native is None, reason=f"no native CUPTI callback here: {WHY}")
 COMPILER = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+BUILDABLE = (
+    platform.python_implementation() == "CPython"
+    and sys.version_info >= (3, 11)
+    and not sysconfig.get_config_var("Py_GIL_DISABLED")
+    and sys.platform.startswith("linux")
+)
 APIS = [("cuLaunchKernel", False), ("cudaGraphLaunch", True)]
 KERNEL, GRAPH = 0, 1
 
@@ -85,6 +91,8 @@ def skipped(correlation_id):
 @pytest.fixture
 def rules(tmp_path, monkeypatch):
     """Call-site rules as install() sets them, with a library module and a user module."""
+    if native is None:
+        pytest.skip(f"no native CUPTI callback here: {WHY}")
     (tmp_path / "gpulib.py").write_text(textwrap.dedent(LIBRARY))
     (tmp_path / "userlib.py").write_text(textwrap.dedent(USER))
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -121,6 +129,30 @@ def this_line(offset: int = 0) -> str:
     facts = naming.frame_facts(sys._getframe(1))
     facts = dataclasses.replace(facts, line=facts.line + offset)
     return naming.display_name(DEFAULT_FORMAT, "", "", [facts])
+
+
+# --------------------------------------------------------------------------
+# The choice
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(
+    not (BUILDABLE and COMPILER), reason="no C compiler, or not CPython 3.11+ on Linux"
+)
+def test_the_native_callback_is_in_use_wherever_it_can_be_built() -> None:
+    assert native is not None, WHY
+    assert _native_choice.profile_collector({}).startswith("native, the C extension (")
+
+
+def test_kname_native_off_gives_the_python_callback_and_says_why(monkeypatch) -> None:
+    module, why = _native_choice.cupti_choice({"KNAME_NATIVE": "0"})
+    assert module is None and why == "KNAME_NATIVE=0"
+    line = _native_choice.profile_collector({"KNAME_NATIVE": "0"})
+    assert line == "CUPTI's Python binding (KNAME_NATIVE=0), about 20-50 us of CPU time per launch"
+    monkeypatch.setenv("KNAME_NATIVE", "0")
+    chosen = launch_callbacks.choose(LaunchCapture(Join()))
+    assert type(chosen) is launch_callbacks.PythonCallbacks
+    assert chosen.describe().startswith("CUPTI's Python binding (KNAME_NATIVE=0), which adds")
 
 
 # --------------------------------------------------------------------------

@@ -68,8 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     from kname.census import cancel_at_exit
 
     # With KNAME=1 and KNAME_REPORT set in the shell, this very process started kname too: it
-    # must not overwrite the user's census with its own empty one at exit.
+    # must not overwrite the user's census (or, in profile mode, profile) with its own empty one.
     cancel_at_exit()
+    profile_mode = sys.modules.get("kname.profiling.mode")  # imported only if it started here
+    if profile_mode is not None:
+        profile_mode.cancel()
     args = sys.argv[1:] if argv is None else list(argv)
     if args and args[0] not in COMMANDS and not args[0].startswith("-"):
         meant = _command_meant(args[0])

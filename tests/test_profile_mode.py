@@ -414,3 +414,27 @@ def test_a_forked_child_launches_as_if_nothing_were_profiling(fakelib) -> None:
         os.waitpid(pid, 0)
         assert os.read(reader, 16) == b"plain"
         assert profile.collecting  # the parent goes on collecting
+
+
+def test_the_kname_command_started_in_profile_mode_leaves_the_users_profile_alone(
+    tmp_path,
+) -> None:
+    """KNAME=1 KNAME_MODE=profile KNAME_REPORT=p.json left in the shell: the `kname` command
+    itself starts a session too; `kname report p.json` must not rewrite p.json at its exit."""
+    run_program(tmp_path, {"KNAME_REPORT": "p.json"})
+    before = (tmp_path / "p.json").read_bytes()
+    assert b'"gpu_ns"' in before
+    command = (
+        "import sys, scripted, kname; kname.install()\n"
+        "from kname import cli\n"
+        "assert sys.modules['kname.profiling.mode']._session is not None  # it did start\n"
+        "sys.exit(cli.main(['report', 'p.json']))\n"
+    )
+    environ = write_program(tmp_path, {"KNAME_REPORT": "p.json"})
+    done = subprocess.run(
+        [sys.executable, "-c", command], cwd=tmp_path, env=environ, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "15.0 us" in done.stdout  # the report of the user's profile
+    assert "kname profile:" not in done.stderr  # no table of the command's own
+    assert (tmp_path / "p.json").read_bytes() == before

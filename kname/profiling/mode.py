@@ -37,6 +37,17 @@ def start(config: Config) -> ProfileSession | None:
     return session
 
 
+def cancel() -> None:
+    """Stop this process's session, with no table and no file at exit: the `kname` command
+    itself (started with KNAME_MODE=profile in the shell) must not overwrite the user's profile
+    with its own empty one."""
+    global _session
+    session, _session = _session, None
+    if session is not None:
+        session.cancel_exit_outputs()
+        session.stop()
+
+
 def beside(path: str) -> str:
     """Where a process beneath the owner writes `path`: `profile.json` -> `profile.pid42.json`."""
     stem, suffix = os.path.splitext(path)

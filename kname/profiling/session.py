@@ -190,6 +190,11 @@ class ProfileSession:
             atexit.register(self._at_exit)
             write_on_sigterm(self._at_exit)
 
+    def cancel_exit_outputs(self) -> None:
+        """Nothing at exit after all: no table, no file (write_at_exit undone)."""
+        self._exit_outputs = {}
+        self._exit_print = False
+
     def _at_exit(self) -> None:
         if os.getpid() != self._pid:
             return  # a forked child: its parent reports what was collected

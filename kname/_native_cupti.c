@@ -26,7 +26,8 @@
  * call nested in an open one, and a wrapped launch need no GIL at all: the site names kept here
  * (the dict `kept`, for the recorder's lifetime) are stored as plain pointers, and the records
  * are guarded by a mutex of their own. Nothing touches Python once the interpreter finalizes,
- * in a forked child (CUPTI does not follow a fork), or after unsubscribe().
+ * after unsubscribe(), or in a child forked after the recorder was made (CUPTI does not follow a
+ * fork).
  *
  * Faults never reach CUPTI: the first is kept for take_fault(), the launch is still recorded.
  * At most max_pending records wait for a drain; past that, calls are counted in `dropped`.
@@ -76,8 +77,11 @@ static const char RECORDING[] = "recording a CUDA launch for kname profile";
 
 static PyObject *str_name;
 
-/* Set once nothing may touch Python any more: at the end of finalization, in a forked child. */
+/* Set once nothing may touch Python any more: at the end of finalization. */
 static atomic_int python_gone = 0;
+/* Forks made since the module was imported: a recorder made before a fork records nothing in the
+ * child (CUPTI does not follow a fork, nor do the owners of its locks). */
+static atomic_uint forks = 0;
 
 static inline int
 finalizing(void)
@@ -276,6 +280,7 @@ typedef struct {
     kn_GetTimestamp get_timestamp;
     kn_SubscriberHandle subscriber;
     atomic_int stopped;
+    unsigned int forks; /* the forks made before this recorder */
     /* By domain (driver 1, runtime 2): cbid -> api index + 1 (0: not recorded). Fixed in size:
      * a callback may read it on another thread while enable() writes another entry. */
     uint16_t apis_of[3][MAX_CBID];
@@ -289,7 +294,8 @@ static inline int
 must_not_touch_python(Recorder *r)
 {
     return atomic_load_explicit(&r->stopped, memory_order_relaxed)
-           || atomic_load_explicit(&python_gone, memory_order_relaxed) || finalizing();
+           || atomic_load_explicit(&python_gone, memory_order_relaxed)
+           || atomic_load_explicit(&forks, memory_order_relaxed) != r->forks || finalizing();
 }
 
 /* Keep a fault for take_fault(), unless one is kept already (report_fault says each kind once).
@@ -1094,6 +1100,7 @@ recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     pthread_mutex_init(&r->lock, NULL);
     r->serial = next_serial++;
+    r->forks = atomic_load(&forks);
     r->api_names = PyTuple_New(count);
     r->graph_of = calloc((size_t)count, 1);
     r->kept = PyDict_New();
@@ -1206,7 +1213,7 @@ interpreter_finalized(void)
 static void
 in_forked_child(void)
 {
-    atomic_store(&python_gone, 1); /* CUPTI does not follow a fork; nor do the locks' owners */
+    atomic_fetch_add(&forks, 1);
 }
 
 static struct PyModuleDef module_def = {

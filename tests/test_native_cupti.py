@@ -443,6 +443,31 @@ def test_a_taken_subscriber_gives_its_status_and_holder(rules, cupti_library, fa
         recorder().subscribe(str(fake_libcupti.with_name("missing.so")))
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_a_forked_child_records_nothing_from_its_parents_subscriber(
+    rules, cupti_library, fake_libcupti
+):
+    made = recorder()
+    assert made.subscribe(str(fake_libcupti))[0] == 0 and made.enable(DRIVER, 307, KERNEL) == 0
+    pid = os.fork()
+    if pid == 0:  # the child: CUPTI does not follow the fork, a new recorder works
+        status = 1
+        try:
+            cupti_library.fake_callback(DRIVER, 307, 0, 1)
+            cupti_library.fake_callback(DRIVER, 307, 1, 1)
+            fresh = recorder()
+            fresh.enter(2, KERNEL, 0)
+            fresh.exit(2, 0)
+            if made.counts()["finished"] == 0 and list(drained(fresh)) == [2]:
+                status = 0
+        finally:
+            os._exit(status)
+    assert os.waitpid(pid, 0)[1] == 0
+    cupti_library.fake_callback(DRIVER, 307, 0, 3)  # the parent still records
+    cupti_library.fake_callback(DRIVER, 307, 1, 3)
+    assert made.unsubscribe() == 0 and list(drained(made)) == [3]
+
+
 class StandInBinding:
     """cupti-python's activity API, which needs a GPU: buffers handed back at flush."""
 

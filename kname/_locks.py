@@ -21,19 +21,29 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import itertools
 import os
+import weakref
 from collections.abc import Callable
 from typing import Any
 
-_locks: list[Any] = []
+# By order of making; weakly held: the lock of an object that is gone (a finished profile
+# session's) needs no reset.
+_locks: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+_made = itertools.count()
 _child_resets: list[Callable[[], None]] = []
 
 
 def new_lock() -> Any:
     """A kname lock (a re-entrant C lock); the fork handler frees it in the child."""
     lock = _thread.RLock()
-    _locks.append(lock)
+    _locks[next(_made)] = lock
     return lock
+
+
+def all_locks() -> list[Any]:
+    """Every kname lock alive, in the order they were made."""
+    return list(_locks.values())
 
 
 def reset_in_child(reset: Callable[[], None]) -> None:
@@ -42,7 +52,7 @@ def reset_in_child(reset: Callable[[], None]) -> None:
 
 
 def _after_fork_in_child() -> None:
-    for lock in _locks:
+    for lock in all_locks():
         # What threading itself does for its locks in a child: free, whoever held it.
         lock._at_fork_reinit()
     for reset in _child_resets:

@@ -166,7 +166,7 @@ def every_kname_lock_is_free() -> bool:
     taken = []
 
     def take_each():
-        for lock in _locks._locks:
+        for lock in _locks.all_locks():
             taken.append(lock.acquire(True, 5))
             if taken[-1]:
                 lock.release()

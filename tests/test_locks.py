@@ -27,15 +27,15 @@ MODULE_LOCKS = {
 
 def lock_name(lock) -> str:
     named = [name for name, known in MODULE_LOCKS.items() if known is lock]
-    return named[0] if named else f"lock{_locks._locks.index(lock)}"
+    return named[0] if named else f"lock{_locks.all_locks().index(lock)}"
 
 
 def test_every_module_lock_is_made_by_locks_so_a_forked_child_gets_it_free() -> None:
-    made = {id(lock) for lock in _locks._locks}
+    made = {id(lock) for lock in _locks.all_locks()}
     assert {name for name, lock in MODULE_LOCKS.items() if id(lock) not in made} == set()
 
 
-@pytest.mark.parametrize("lock", list(_locks._locks), ids=lock_name)
+@pytest.mark.parametrize("lock", _locks.all_locks(), ids=lock_name)
 def test_the_thread_holding_a_kname_lock_can_take_it_again(lock) -> None:
     """What a signal handler does when it launches, warns or installs inside a critical section."""
     with lock:
@@ -45,7 +45,7 @@ def test_the_thread_holding_a_kname_lock_can_take_it_again(lock) -> None:
     assert taken_again
 
 
-@pytest.mark.parametrize("lock", list(_locks._locks), ids=lock_name)
+@pytest.mark.parametrize("lock", _locks.all_locks(), ids=lock_name)
 def test_entering_and_leaving_a_kname_lock_runs_no_python_code(lock) -> None:
     """No bytecode between acquiring and entering the block, or leaving it and releasing: an
     async exception (raised only where bytecode runs) cannot leave the lock held."""
@@ -84,3 +84,17 @@ def test_a_kname_lock_held_by_another_thread_still_excludes() -> None:
         holder.join()
     assert lock.acquire(blocking=False)
     lock.release()
+
+
+def test_the_locks_of_objects_gone_are_not_kept() -> None:
+    """Every ProfileSession makes kname locks: the registry keeps no lock alive."""
+    import gc
+
+    from kname import _locks
+
+    before = len(_locks.all_locks())
+    locks = [_locks.new_lock() for _ in range(100)]
+    assert len(_locks.all_locks()) == before + 100
+    del locks
+    gc.collect()
+    assert len(_locks.all_locks()) == before

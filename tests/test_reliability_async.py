@@ -46,10 +46,10 @@ def on_signal(signum, frame):
 
 signal.signal(signal.SIGUSR1, on_signal)
 noop.launch(-1)  # main-line: kname's NVTX domain and attributes exist
-for lock in list(_locks._locks):  # every lock kname has made
+for lock in _locks.all_locks():  # every lock kname has made
     with lock:  # as kname's own code holds it, the handler runs inside the critical section
         signal.raise_signal(signal.SIGUSR1)
-print(json.dumps({"locks": len(_locks._locks), "handled": handled, "names": kname.names()}))
+print(json.dumps({"locks": len(_locks.all_locks()), "handled": handled, "names": kname.names()}))
 """
 
 
@@ -200,7 +200,7 @@ worker_thread.join()
 
 free = []  # kname's locks, taken from a thread that never ran a launch
 def try_locks():
-    for lock in _locks._locks:
+    for lock in _locks.all_locks():
         if lock.acquire(timeout=5):
             lock.release()
             free.append(True)

@@ -86,9 +86,8 @@ def render_table(document: Mapping[str, Any], source: str = "") -> str:
     total = document["total_launches"]
     origin = f" ({printable(source)}, written by kname {printable(document.get('kname', '?'))})"
     origin = origin if source else ""
-    heading = (
-        f"kname census{origin}: {_count(total, 'launch')} from {_count(len(sites), 'call site')}"
-    )
+    counted = f"{count_of(total, 'launch')} from {count_of(len(sites), 'call site')}"
+    heading = f"kname census{origin}: {counted}"
     if not sites:
         return heading + "\n"
     header = ("call site", "kernel", "library", "launches", "share", "first seen")
@@ -97,7 +96,7 @@ def render_table(document: Mapping[str, Any], source: str = "") -> str:
          str(s["launches"]), f"{100 * s['share']:.1f}%", str(s["order"]))
         for s in sites
     ]  # fmt: skip
-    return heading + "\n" + _columns([header, *rows], right_aligned=(3, 4, 5))
+    return heading + "\n" + columns([header, *rows], right_aligned=(3, 4, 5))
 
 
 def validate(document: Any, source: str) -> dict[str, Any]:
@@ -114,7 +113,7 @@ def validate(document: Any, source: str) -> dict[str, Any]:
     for index, site in enumerate(document["sites"]):
         _validate_site(site, f"{source}: sites[{index}]")
     total = document.get("total_launches")
-    if not _is_count(total):
+    if not _iscount_of(total):
         raise CensusError(f"{source}: 'total_launches' must be a whole number >= 0, not {total!r}")
     return document
 
@@ -174,7 +173,7 @@ def render_diff(
     """`compare` as text: a summary line, then one aligned line per changed call site."""
     changes = compare(before, after, ignore_lines)
     totals = " -> ".join(
-        f"{printable(label)} ({_count(document['total_launches'], 'launch')})"
+        f"{printable(label)} ({count_of(document['total_launches'], 'launch')})"
         for label, document in zip(labels, (before, after), strict=True)
     )
     if not changes:
@@ -190,7 +189,7 @@ def render_diff(
          str(c.after), f"({c.after - c.before:+d})")
         for c in changes
     ]  # fmt: skip
-    return f"kname census diff: {totals}: {kinds}\n" + _columns(rows, right_aligned=(2, 4, 5))
+    return f"kname census diff: {totals}: {kinds}\n" + columns(rows, right_aligned=(2, 4, 5))
 
 
 def write_atomically(path: str, text: str) -> None:
@@ -282,14 +281,14 @@ def _validate_site(site: Any, where: str) -> None:
         if not isinstance(site[field], str):
             raise CensusError(f"{where}.{field} must be a string, not {site[field]!r}")
     for field in ("launches", "order"):
-        if not _is_count(site[field]):
+        if not _iscount_of(site[field]):
             raise CensusError(f"{where}.{field} must be a whole number >= 0, not {site[field]!r}")
     share = site["share"]
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
         raise CensusError(f"{where}.share must be a number from 0 to 1, not {share!r}")
 
 
-def _is_count(value: Any) -> bool:
+def _iscount_of(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
@@ -315,12 +314,15 @@ def printable(text: object) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def _count(number: int, noun: str) -> str:
-    plural = noun + ("es" if noun.endswith("h") else "s")
+def count_of(number: int, noun: str) -> str:
+    """`1 launch`, `3 launches`, `0 call sites`, `2 processes`."""
+    plural = noun + ("es" if noun.endswith(("h", "s")) else "s")
     return f"{number} {noun if number == 1 else plural}"
 
 
-def _columns(rows: list[tuple[str, ...]], right_aligned: tuple[int, ...]) -> str:
+def columns(rows: list[tuple[str, ...]], right_aligned: tuple[int, ...]) -> str:
+    """`rows` of cells as a plain-text table: columns two spaces apart, those whose index is in
+    `right_aligned` aligned right."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = []
     for row in rows:

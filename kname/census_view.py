@@ -11,6 +11,8 @@ import html
 from collections.abc import Mapping
 from typing import Any
 
+from kname.census_file import columns, count_of
+
 HEADER = ("call site", "kernel", "library", "launches", "share")
 RIGHT_ALIGNED = (3, 4, 5)
 
@@ -74,7 +76,7 @@ def render_text(document: Mapping[str, Any], title: str = "kname census") -> str
     rows = _rows(document)
     if not rows:
         return heading + "\n"
-    return heading + "\n" + _columns([_header(document), *rows])
+    return heading + "\n" + columns([_header(document), *rows], RIGHT_ALIGNED)
 
 
 def render_html(document: Mapping[str, Any], title: str = "kname census") -> str:
@@ -145,21 +147,3 @@ def _rows(document: Mapping[str, Any]) -> list[tuple[str, ...]]:
 def _heading(document: Mapping[str, Any], title: str) -> str:
     launches = count_of(document["total_launches"], "launch")
     return f"{title}: {launches} from {count_of(len(document['sites']), 'call site')}"
-
-
-def count_of(number: int, noun: str) -> str:
-    """`1 launch`, `3 launches`, `0 call sites`."""
-    plural = noun + ("es" if noun.endswith("h") else "s")
-    return f"{number} {noun if number == 1 else plural}"
-
-
-def _columns(rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = []
-    for row in rows:
-        cells = [
-            cell.rjust(width) if i in RIGHT_ALIGNED else cell.ljust(width)
-            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
-        ]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines) + "\n"

@@ -294,9 +294,9 @@ def _check_profile_records() -> list[tuple[str, str]]:
     if launch is None:
         return [(NOTE, f"profile check: {why_not}: skipped")]
     try:
+        from kname.census_file import count_of
         from kname.profiling.kernel_names import display_name
         from kname.profiling.session import ProfileSession
-        from kname.profiling.table import count_noun
 
         session = ProfileSession()
         if not session.start():
@@ -316,8 +316,8 @@ def _check_profile_records() -> list[tuple[str, str]]:
         )
         return [(PROBLEM, problem)]
     kernels = ", ".join(display_name(k) for site in session.sites for k in site["kernels"])
-    records = count_noun(join.record_count, "GPU record")
-    text = f"{records} arrived for {count_noun(join.launch_count, 'launch call')} ({kernels})"
+    records = count_of(join.record_count, "GPU record")
+    text = f"{records} arrived for {count_of(join.launch_count, 'launch call')} ({kernels})"
     return [(OK, f"profile check: {text}")]
 
 

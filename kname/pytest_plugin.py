@@ -23,8 +23,14 @@ import pytest
 import kname
 from kname import stretch
 from kname._version import __version__
-from kname.census_file import CensusError, compare, render_diff, validate, write_atomically
-from kname.census_view import count_of
+from kname.census_file import (
+    CensusError,
+    compare,
+    count_of,
+    render_diff,
+    validate,
+    write_atomically,
+)
 
 REPORT_SCHEMA = 1
 _CENSUS = pytest.StashKey[dict]()

@@ -12,14 +12,13 @@ import pytest
 from hypothesis import given
 from profile_streams import documents, hostile_documents, hostile_names, terminal_safe
 
-from kname.census_file import printable
+from kname.census_file import count_of, printable
 from kname.census_file import render_table as render_census_table
 from kname.profiling.document import profile_document
 from kname.profiling.join import KernelTotals, Profile, SiteTotals
 from kname.profiling.kernel_names import demangle, display_name
 from kname.profiling.table import (
     KERNELS_SHOWN,
-    count_noun,
     format_duration,
     kernels_cell,
     render_document,
@@ -56,9 +55,9 @@ def test_durations_have_three_significant_digits(ns, text):
 
 
 def test_nouns_count():
-    assert [count_noun(n, "launch") for n in (0, 1, 2)] == ["0 launches", "1 launch", "2 launches"]
-    assert count_noun(3, "call site") == "3 call sites"
-    assert count_noun(2, "process") == "2 processes"
+    assert [count_of(n, "launch") for n in (0, 1, 2)] == ["0 launches", "1 launch", "2 launches"]
+    assert count_of(3, "call site") == "3 call sites"
+    assert count_of(2, "process") == "2 processes"
 
 
 def test_the_table_ranks_sites_by_gpu_time_with_share_mean_and_kernels():

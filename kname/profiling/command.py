@@ -96,6 +96,7 @@ def _profile_diff(
     labels: tuple[str, str],
     options: argparse.Namespace,
 ) -> int:
+    from kname.census_file import count_of
     from kname.profiling.diff import (
         DEFAULT_MIN_TIME_NS,
         DEFAULT_THRESHOLD,
@@ -108,7 +109,7 @@ def _profile_diff(
         slower,
     )
     from kname.profiling.document import launch_counts
-    from kname.profiling.table import count_noun, format_duration
+    from kname.profiling.table import format_duration
 
     try:
         threshold = (
@@ -128,7 +129,7 @@ def _profile_diff(
         worse = slower(compare_gpu(before, after, threshold, min_time))
         total = compare_total(before, after, threshold, min_time)
         if worse or total.kind == "slower":
-            what = count_noun(len(worse), "call site") + (
+            what = count_of(len(worse), "call site") + (
                 " and the total" if total.kind == "slower" else ""
             )
             print(

@@ -18,10 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kname.census_file import printable
+from kname.census_file import columns, count_of, printable
 from kname.profiling.document import launch_counts
 from kname.profiling.kernel_names import display_name
-from kname.profiling.table import count_noun, format_duration
+from kname.profiling.table import format_duration
 
 DEFAULT_MIN_TIME_NS = 50_000
 DEFAULT_THRESHOLD = 0.10  # what a diff calls slower or faster when --fail-on-slower is not given
@@ -116,7 +116,7 @@ def render_gpu_diff(
         f"({format_duration(total.after_ns)}), {rule}: {kinds or 'no site slower or faster'}"
     )
     rows = [_row(c) for c in [total, *shown]]
-    return heading + "\n" + _columns(rows) if rows else heading + "\n"
+    return heading + "\n" + columns(rows, right_aligned=(2, 4, 5)) if rows else heading + "\n"
 
 
 def render_count_changes(
@@ -136,7 +136,7 @@ def render_count_changes(
     heading = (
         f"kname profile diff: launches per call site and kernel, {printable(labels[0])} -> "
         f"{printable(labels[1])}: "
-        f"{count_noun(len(rows), 'change')}"
+        f"{count_of(len(rows), 'change')}"
     )
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = [
@@ -188,7 +188,7 @@ def _row(c: GpuChange) -> tuple[str, ...]:
         relative = f"({100 * (c.after_ns - c.before_ns) / c.before_ns:+.1f}%)"
     else:
         relative = "(new)" if c.after_ns else ""
-    launches = f"{count_noun(c.before_launches, 'launch')} -> {c.after_launches}"
+    launches = f"{count_of(c.before_launches, 'launch')} -> {c.after_launches}"
     return (
         c.kind if c.name != TOTAL else f"total {c.kind}",
         printable(c.name),
@@ -198,16 +198,3 @@ def _row(c: GpuChange) -> tuple[str, ...]:
         relative,
         launches,
     )
-
-
-def _columns(rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    right = {2, 4, 5}
-    lines = [
-        "  ".join(
-            cell.rjust(w) if i in right else cell.ljust(w)
-            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-        ).rstrip()
-        for row in rows
-    ]
-    return "\n".join(lines) + "\n"

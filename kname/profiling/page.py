@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
+from kname.census_file import count_of
 from kname.profiling.kernel_names import display_name
-from kname.profiling.table import count_noun, format_duration
+from kname.profiling.table import format_duration
 
 BARS_SHOWN = 40
 BAR_WIDTH = 600  # px, the longest bar
@@ -48,8 +49,8 @@ def render_page(document: Mapping[str, Any], title: str = "kname profile") -> st
     total = document["total_gpu_ns"]
     summary = (
         f"{format_duration(total)} of GPU time in "
-        f"{count_noun(document['total_launches'], 'launch')} from "
-        f"{count_noun(len(sites), 'call site')} (kname {document.get('kname', '?')})"
+        f"{count_of(document['total_launches'], 'launch')} from "
+        f"{count_of(len(sites), 'call site')} (kname {document.get('kname', '?')})"
     )
     parts = [
         "<!DOCTYPE html>",

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kname.census_file import printable
+from kname.census_file import columns, count_of, printable
 from kname.profiling.kernel_names import display_name
 
 KERNELS_SHOWN = 3
@@ -31,12 +31,6 @@ def format_duration(ns: float) -> str:
             digits = 2 if value < 10 else 1 if value < 100 else 0
             return f"{value:.{digits}f} {unit}"
     return f"{ns:.0f} ns"
-
-
-def count_noun(number: int, noun: str) -> str:
-    """`1 launch`, `2 launches`, `3 call sites`."""
-    plural = noun + ("es" if noun.endswith(("h", "s")) else "s")
-    return f"{number} {noun if number == 1 else plural}"
 
 
 def kernels_cell(kernels: Mapping[str, Mapping[str, int]], shown: int = KERNELS_SHOWN) -> str:
@@ -65,17 +59,17 @@ def render_profile_table(
     if unattributed["launches"]:
         rows.append(_row(UNATTRIBUTED_ROW, unattributed, total))
     if rows:
-        lines.append(_columns([header, *rows], right_aligned=(1, 2, 3, 4)).rstrip("\n"))
+        lines.append(columns([header, *rows], right_aligned=(1, 2, 3, 4)).rstrip("\n"))
     hidden = sites[len(shown) :]
     if hidden:
         hidden_ns = sum(site["gpu_ns"] for site in hidden)
         lines.append(
-            f"... and {count_noun(len(hidden), 'more call site')}: {format_duration(hidden_ns)}"
+            f"... and {count_of(len(hidden), 'more call site')}: {format_duration(hidden_ns)}"
             f" ({_percent(hidden_ns, total)})"
         )
     if unattributed["launches"]:
         lines.append(
-            f"kname profile: {count_noun(unattributed['launches'], 'GPU record')} "
+            f"kname profile: {count_of(unattributed['launches'], 'GPU record')} "
             f"({format_duration(unattributed['gpu_ns'])}) could not be attributed to a call site;"
             " please report this"
         )
@@ -95,13 +89,13 @@ def _heading(document: Mapping[str, Any], source: str, site_count: int) -> str:
     origin = ""
     if source:
         processes = document.get("processes", 1)
-        merged = f", {count_noun(processes, 'process')}" if processes != 1 else ""
+        merged = f", {count_of(processes, 'process')}" if processes != 1 else ""
         written_by = printable(document.get("kname", "?"))
         origin = f" ({printable(source)}, written by kname {written_by}{merged})"
     return (
         f"kname profile{origin}: {format_duration(document['total_gpu_ns'])} of GPU time in "
-        f"{count_noun(document['total_launches'], 'launch')} from "
-        f"{count_noun(site_count, 'call site')}"
+        f"{count_of(document['total_launches'], 'launch')} from "
+        f"{count_of(site_count, 'call site')}"
     )
 
 
@@ -120,15 +114,3 @@ def _row(name: str, site: Mapping[str, Any], total: int) -> tuple[str, ...]:
 
 def _percent(part: int, total: int) -> str:
     return f"{100 * part / total:.1f}%" if total else "-"
-
-
-def _columns(rows: list[tuple[str, ...]], right_aligned: tuple[int, ...]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = []
-    for row in rows:
-        cells = [
-            cell.rjust(width) if i in right_aligned else cell.ljust(width)
-            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
-        ]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines) + "\n"

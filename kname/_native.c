@@ -26,7 +26,8 @@
  * SkipBeneath(hook, kinds) guards a library's launch hooks (Triton's): beneath a LaunchWrapper's
  * launch, with only library code between, the hook is not called. SubscriptLaunch(launch, ...)
  * is a `__getitem__` whose `obj[key](...)` calls `launch` with no Python frame between
- * (Triton's `kernel[grid](...)`).
+ * (Triton's `kernel[grid](...)`). BaseCall(base) calls a C class's own __call__ slot directly (the
+ * original of the launch wrapper on kname's subclasses of CuPy's Cython kernels).
  *
  * CPython 3.11+ with the GIL: a free-threaded build refuses to import (kname uses its Python
  * path). Every object read on the hot path is read while the GIL is held and never released.
@@ -1183,6 +1184,123 @@ static PyTypeObject BoundLaunchType = {
     .tp_clear = (inquiry)bound_clear,
 };
 
+/* ------------------------------------------------------------------ BaseCall */
+
+/* BaseCall(base): base.__call__(self, *args, **kwargs) for a class whose __call__ is a C slot
+ * (CuPy's Cython kernels), without the slot wrapper's two argument tuples: the original of the
+ * launch wrapper that kname's Python subclass of such a class has as its __call__. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyTypeObject *base;
+} BaseCall;
+
+static PyObject *
+base_call_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    BaseCall *c = (BaseCall *)op;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (c->base == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "kname base call used after it was cleared");
+        return NULL;
+    }
+    if (nargs < 1 || !PyObject_TypeCheck(args[0], c->base)) {
+        PyErr_Format(PyExc_TypeError, "descriptor '__call__' requires a '%s' object but received %s",
+                     c->base->tp_name, nargs < 1 ? "nothing" : Py_TYPE(args[0])->tp_name);
+        return NULL;
+    }
+    PyObject *tuple = args_tuple(args + 1, nargs - 1);
+    if (tuple == NULL)
+        return NULL;
+    PyObject *kwargs = NULL;
+    Py_ssize_t given = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (given && (kwargs = PyDict_New()) != NULL) {
+        for (Py_ssize_t i = 0; i < given; i++) {
+            if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0) {
+                Py_CLEAR(kwargs);
+                break;
+            }
+        }
+    }
+    PyObject *result = NULL;
+    if (!given || kwargs != NULL)
+        result = c->base->tp_call(args[0], tuple, kwargs);
+    Py_DECREF(tuple);
+    Py_XDECREF(kwargs);
+    return result;
+}
+
+static PyObject *
+base_call_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"base", NULL};
+    PyTypeObject *base;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!:BaseCall", names, &PyType_Type, &base))
+        return NULL;
+    if (base->tp_call == NULL) {
+        PyErr_Format(PyExc_TypeError, "BaseCall: '%s' objects are not callable", base->tp_name);
+        return NULL;
+    }
+    BaseCall *c = (BaseCall *)type->tp_alloc(type, 0);
+    if (c == NULL)
+        return NULL;
+    c->vectorcall = base_call_vectorcall;
+    c->base = (PyTypeObject *)Py_NewRef(base);
+    return (PyObject *)c;
+}
+
+static int
+base_call_traverse(BaseCall *c, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(c));
+    Py_VISIT(c->base);
+    return 0;
+}
+
+static int
+base_call_clear(BaseCall *c)
+{
+    Py_CLEAR(c->base);
+    return 0;
+}
+
+static void
+base_call_dealloc(BaseCall *c)
+{
+    PyObject_GC_UnTrack(c);
+    base_call_clear(c);
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+static PyObject *
+base_call_repr(BaseCall *c)
+{
+    if (c->base == NULL)
+        return PyUnicode_FromString("<kname base call (cleared)>");
+    return PyUnicode_FromFormat("<kname call of %s's own __call__>", c->base->tp_name);
+}
+
+static PyMemberDef base_call_members[] = {
+    {"base", MEMBER_OBJECT_EX, offsetof(BaseCall, base), READONLY, "the class"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject BaseCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kname._native.BaseCall",
+    .tp_doc = "BaseCall(base): base.__call__(self, *args, **kwargs), straight to base's C slot.",
+    .tp_basicsize = sizeof(BaseCall),
+    .tp_dealloc = (destructor)base_call_dealloc,
+    .tp_vectorcall_offset = offsetof(BaseCall, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_repr = (reprfunc)base_call_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_traverse = (traverseproc)base_call_traverse,
+    .tp_clear = (inquiry)base_call_clear,
+    .tp_members = base_call_members,
+    .tp_new = base_call_new,
+};
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef module_methods[] = {
@@ -1236,7 +1354,7 @@ PyInit__native(void)
 #else
     if (intern_all() < 0 || PyType_Ready(&LaunchWrapperType) < 0
         || PyType_Ready(&SkipBeneathType) < 0 || PyType_Ready(&SubscriptLaunchType) < 0
-        || PyType_Ready(&BoundLaunchType) < 0)
+        || PyType_Ready(&BoundLaunchType) < 0 || PyType_Ready(&BaseCallType) < 0)
         return NULL;
 #if PY_VERSION_HEX >= 0x030C0000
     if (sites_watcher < 0 && (sites_watcher = PyDict_AddWatcher(bump_generation)) < 0)
@@ -1248,6 +1366,7 @@ PyInit__native(void)
     if (PyModule_AddObjectRef(m, "LaunchWrapper", (PyObject *)&LaunchWrapperType) < 0
         || PyModule_AddObjectRef(m, "SkipBeneath", (PyObject *)&SkipBeneathType) < 0
         || PyModule_AddObjectRef(m, "SubscriptLaunch", (PyObject *)&SubscriptLaunchType) < 0
+        || PyModule_AddObjectRef(m, "BaseCall", (PyObject *)&BaseCallType) < 0
         || PyModule_AddIntConstant(m, "USER", KIND_USER) < 0
         || PyModule_AddIntConstant(m, "LIBRARY", KIND_LIBRARY) < 0) {
         Py_DECREF(m);

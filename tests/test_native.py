@@ -213,6 +213,36 @@ def test_a_launch_inside_a_switched_off_wrapper_is_left_to_it(hot_path) -> None:
     assert sum(count for count in callsite.counts().values()) == 0
 
 
+@pytest.mark.skipif(_native_choice.choice({})[0] is None, reason="no native hot path here")
+def test_base_call_calls_the_class_own_slot_as_its_slot_wrapper_does() -> None:
+    """kname._native.BaseCall(base)(self, ...) is base.__call__(self, ...) (the original of the
+    launch wrapper on kname's CuPy subclasses), errors included, and keeps no reference."""
+    native = _native_choice.choice({})[0]
+
+    def f(*args, **kwargs):
+        return args, kwargs
+
+    class Sub(functools.partial):  # a C class with a __call__ slot, and a Python subclass
+        pass
+
+    call, slot = native.BaseCall(functools.partial), functools.partial.__call__
+    for obj in (functools.partial(f, 1), Sub(f, 2)):
+        for args, kwargs in [((), {}), ((3, 4), {}), ((5,), {"x": 6, "y": 7})]:
+            assert call(obj, *args, **kwargs) == slot(obj, *args, **kwargs)
+    for bad in [(), (object(),)]:
+        with pytest.raises(TypeError, match="__call__"):
+            call(*bad)
+        with pytest.raises(TypeError):
+            slot(*bad)
+    with pytest.raises(TypeError, match="not callable"):
+        native.BaseCall(object)
+    obj, value = functools.partial(f), object()
+    before = [sys.getrefcount(o) for o in (obj, value, f)]
+    for _ in range(10_000):
+        call(obj, value, key=value)
+    assert [sys.getrefcount(o) for o in (obj, value, f)] == before
+
+
 @BOTH
 def test_a_guarded_hook_runs_except_inside_a_native_launch(hot_path) -> None:
     """Triton's launch hooks are guarded so: a launch kname's C wrapper names costs them nothing

@@ -36,8 +36,9 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from kname import _native_choice
 from kname.launch import KernelArg, LaunchSpec
-from kname.patching import WRAPPER_MARK, Change, Patch, Rebind
+from kname.patching import WRAPPER_MARK, Change, Patch, Rebind, mark_wrapper
 from kname.targets import Library, Options, Target, wraps
 from kname.targets.cupy import rename
 
@@ -121,10 +122,19 @@ def methods_for(base: type, options: Options) -> dict[str, Any]:
         site_launch = functools.partial(rename.cupy_site_launch, base)
         spec = LaunchSpec(LIB, kernel_name, _first, rename=site_launch)
         return {
-            "__call__": options.wrapper(base.__call__, spec),
+            "__call__": _named_call(base, spec, options),
             "__init__": rename.cupy_recording_init(base),
         }
-    return {"__call__": options.wrapper(base.__call__, LAUNCH)}
+    return {"__call__": _named_call(base, LAUNCH, options)}
+
+
+def _named_call(base: type, spec: LaunchSpec, options: Options) -> Callable[..., Any]:
+    """The subclass's `__call__`: CuPy's own, in kname's launch wrapper. With the C hot path the
+    wrapper calls CuPy's C slot straight (kname._native.BaseCall), not through the slot wrapper
+    `base.__call__`, which copies the arguments into a second tuple."""
+    native = _native_choice.native_module()
+    original = base.__call__ if native is None else native.BaseCall(base)
+    return mark_wrapper(options.wrapper(original, spec), base.__call__)
 
 
 def _named_get_function(base: type) -> Callable[..., Any]:

@@ -98,6 +98,22 @@ def test_work_launched_before_collection_started_is_left_out():
     assert not profile.unattributed.launches
 
 
+@given(streams(), st.randoms(use_true_random=False))
+def test_records_that_come_before_their_launch_record_still_find_its_site(stream, random):
+    """Launch records are handed over in order, but a GPU record may come first (a buffer that
+    completes while its launch call is still open)."""
+    events: list = [[launch] for launch in stream.launches]
+    for activity in stream.activities:
+        events.insert(random.randint(0, len(events)), activity)
+    join = Join()
+    for event in events:
+        if isinstance(event, list):
+            join.add_launch(event[0])
+        else:
+            join.add_activities([event])
+    assert as_totals(join.profile()) == expected_totals(stream)
+
+
 def test_a_record_with_no_launch_is_unattributed():
     join = Join()
     join.add_launch(LaunchRecord(1, 1, "step app.py:1"))

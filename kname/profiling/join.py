@@ -119,6 +119,10 @@ class Join:
         self._pending[record.correlation_id] = record
         if record.parent:
             self._children.setdefault(record.parent, []).append(record.correlation_id)
+        if self._orphans and record.correlation_id in self._orphans:
+            # Its GPU records came first (the launch record was handed over late: the native
+            # callback keeps a call until its exit, and a buffer may complete before that).
+            self._adopt(record.correlation_id)
         if len(self._pending) > self.max_pending:
             self._trim()
 
@@ -150,13 +154,7 @@ class Join:
                 self._externals[record.correlation_id] = record.external_id
                 if len(self._externals) > self.recent_window:
                     self._externals.popitem(last=False)
-                waiting = self._orphans.pop(record.correlation_id, None)
-                if waiting:
-                    self._orphan_count -= len(waiting)
-                    for orphan in waiting:
-                        self._totals(self._site_of(orphan.correlation_id) or UNATTRIBUTED).add(
-                            orphan
-                        )
+                self._adopt(record.correlation_id)
 
     def site_of(self, correlation_id: int) -> str | None:
         """The site a record with this correlation id would go to now, without consuming it."""
@@ -222,6 +220,15 @@ class Join:
         self._recent[correlation_id] = site
         if len(self._recent) > self.recent_window:
             self._recent.popitem(last=False)
+
+    def _adopt(self, correlation_id: int) -> None:
+        """The records parked under `correlation_id` go to the site it now has."""
+        with self._lock:
+            waiting = self._orphans.pop(correlation_id, None)
+            if waiting:
+                self._orphan_count -= len(waiting)
+                for orphan in waiting:
+                    self._totals(self._site_of(orphan.correlation_id) or UNATTRIBUTED).add(orphan)
 
     def _park(self, record: ActivityRecord) -> None:
         if self._orphan_count >= self.max_pending:

@@ -50,13 +50,14 @@ typedef struct {
 /* CUpti_SubscriberParams (cuptiSubscribe_v2, where the library has it). */
 #define KN_CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN 64
 
+/* Its first four fields only, as CUPTI 13.0 has it: CUPTI reads `structSize` to learn which
+ * fields a client passes, and 13.0 refuses (ERROR_INVALID_PARAMETER) the larger struct of later
+ * releases, whose extra field (allowMultipleSubscribers) kname does not use. */
 typedef struct {
     size_t structSize;
     const char *subscriberName;
     char *oldSubscriberName;
     size_t oldSubscriberSize;
-    uint8_t allowMultipleSubscribers;
-    uint8_t padding[7];
 } kn_SubscriberParams;
 
 /* CUpti_CallbackFunc */

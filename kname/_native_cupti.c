@@ -962,7 +962,7 @@ recorder_subscribe(Recorder *r, PyObject *args)
     r->subscribe_v2 = (kn_Subscribe_v2)dlsym(r->library, "cuptiSubscribe_v2"); /* CUPTI 13+ */
 
     char holder[KN_CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 1] = "";
-    kn_SubscriberParams params = {sizeof params, "kname", holder, sizeof holder - 1, 0, {0}};
+    kn_SubscriberParams params = {sizeof params, "kname", holder, sizeof holder - 1};
     kn_SubscriberHandle subscriber = NULL;
     kn_CUptiResult status;
     atomic_store(&r->stopped, 0);

@@ -25,10 +25,13 @@ CALLBACK_DATA_FIELDS = (
     "callbackSite", "functionName", "functionParams", "functionReturnValue", "symbolName",
     "context", "contextUid", "correlationData", "correlationId",
 )  # fmt: skip
+# The fields of CUPTI 13.0's struct, which later releases extend (structSize says which).
 SUBSCRIBER_PARAMS_FIELDS = (
-    "structSize", "subscriberName", "oldSubscriberName", "oldSubscriberSize",
-    "allowMultipleSubscribers", "padding",
-)  # fmt: skip
+    "structSize",
+    "subscriberName",
+    "oldSubscriberName",
+    "oldSubscriberSize",
+)
 VALUES = {
     "KN_CUPTI_SUCCESS": "CUPTI_SUCCESS",
     "KN_CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED": (
@@ -39,7 +42,9 @@ VALUES = {
     "KN_CUPTI_CB_DOMAIN_DRIVER_API": "CUPTI_CB_DOMAIN_DRIVER_API",
     "KN_CUPTI_CB_DOMAIN_RUNTIME_API": "CUPTI_CB_DOMAIN_RUNTIME_API",
     "KN_CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN": "CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN",
-    "sizeof(kn_SubscriberParams)": "CUpti_SubscriberParams_STRUCT_SIZE",
+    "sizeof(kn_SubscriberParams)": (
+        "CUPTI_CALLBACK_STRUCT_SIZE(CUpti_SubscriberParams, oldSubscriberSize)"
+    ),
 }
 SAME_TYPES = {
     "kn_CUptiResult": "CUptiResult",
@@ -109,8 +114,6 @@ def check_source() -> str:
         '"not the same value: " #mine " and " #theirs)',
         "_Static_assert(sizeof(kn_CallbackData) == sizeof(CUpti_CallbackData), "
         '"not the same size: CUpti_CallbackData");',
-        "_Static_assert(sizeof(kn_SubscriberParams) == sizeof(CUpti_SubscriberParams), "
-        '"not the same size: CUpti_SubscriberParams");',
         "_Static_assert(sizeof(uint32_t) == sizeof(CUpti_ApiCallbackSite), "
         '"not the same size: CUpti_ApiCallbackSite");',
     ]
@@ -150,8 +153,8 @@ def test_the_declarations_agree_with_cuptis_headers(tmp_path):
         ("#define KN_CUPTI_API_EXIT 1", "#define KN_CUPTI_API_EXIT 2", "KN_CUPTI_API_EXIT"),
         ("(*kn_GetTimestamp)(uint64_t *timestamp)", "(*kn_GetTimestamp)(uint32_t *timestamp)",
          "kn_GetTimestamp"),
-        ("    uint8_t allowMultipleSubscribers;", "    uint32_t allowMultipleSubscribers;",
-         "CUpti_SubscriberParams.allowMultipleSubscribers"),
+        ("    size_t oldSubscriberSize;", "    uint32_t oldSubscriberSize;",
+         "CUpti_SubscriberParams.oldSubscriberSize"),
     ],
 )  # fmt: skip
 def test_a_declaration_that_differs_fails_the_check(tmp_path, original, changed, said):

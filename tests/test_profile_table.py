@@ -10,6 +10,7 @@ import re
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 from profile_streams import documents, hostile_documents, hostile_names, terminal_safe
 
 from kname.census_file import count_of, printable
@@ -48,10 +49,17 @@ def document_of(sites: dict[str, dict[str, tuple[int, int]]], lost: int = 0) -> 
 @pytest.mark.parametrize(
     ("ns", "text"),
     [(0, "0 ns"), (812, "812 ns"), (1_000, "1.00 us"), (12_345, "12.3 us"), (405_000, "405 us"),
-     (4_560_000, "4.56 ms"), (1_234_000_000, "1.23 s"), (999.6, "1000 ns"), (2_500.5, "2.50 us")],
+     (4_560_000, "4.56 ms"), (1_234_000_000, "1.23 s"), (999.6, "1.00 us"), (999_600, "1.00 ms"),
+     (999.4, "999 ns"), (2_500.5, "2.50 us")],
 )  # fmt: skip
 def test_durations_have_three_significant_digits(ns, text):
     assert format_duration(ns) == text
+
+
+@given(st.floats(0, 999e9))  # past 999 s, seconds have no larger unit to go to
+def test_a_duration_never_shows_four_digits_before_its_unit(ns):
+    number = format_duration(ns).split()[0]
+    assert len(number.replace(".", "").lstrip("0")) <= 3, number
 
 
 def test_nouns_count():

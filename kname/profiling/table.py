@@ -26,7 +26,7 @@ _UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us"))
 def format_duration(ns: float) -> str:
     """`812 ns`, `12.3 us`, `4.56 ms`, `1.23 s`: three significant digits, ASCII units."""
     for scale, unit in _UNITS:
-        if ns >= scale:
+        if ns >= scale * 0.9995:  # what rounds to 1000 of the unit below is 1.00 of this one
             value = ns / scale
             digits = 2 if value < 10 else 1 if value < 100 else 0
             return f"{value:.{digits}f} {unit}"

@@ -284,3 +284,29 @@ def test_without_a_compiler_kname_still_installs_and_says_so(tmp_path: Path, mon
     done = venv.python_run("-m", "kname", "doctor")
     line = next(x for x in done.stdout.splitlines() if "hot path" in x)
     assert "pure Python (the extension kname._native was not built" in line, done.stdout
+
+
+@pytest.mark.slow
+def test_the_sdist_holds_every_file_the_extensions_are_built_from(tmp_path: Path) -> None:
+    """Built from the source distribution (as pip does from PyPI), each extension finds its
+    sources and the headers they include."""
+    import re
+    import tarfile
+
+    source = tmp_path / "source"
+    ignored = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "*.so")
+    shutil.copytree(REPO, source, ignore=ignored)
+    subprocess.run(
+        [sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path / "dist")], cwd=source,
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    (sdist,) = (tmp_path / "dist").glob("*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        held = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    needed = set()
+    for c_file in ("kname/_native.c", "kname/_native_cupti.c"):
+        needed.add(c_file)
+        text = (REPO / c_file).read_text()
+        needed |= {f"kname/{h}" for h in re.findall(r'^#include "([^"]+)"', text, re.M)}
+    assert "kname/_cupti_abi.h" in needed
+    assert needed <= held, sorted(needed - held)

@@ -56,13 +56,15 @@ FALLBACKS = {
 
 
 def extensions() -> list[Extension]:
-    made = [Extension("kname._native", sources=["kname/_native.c"])]
+    made = [
+        Extension("kname._native", sources=["kname/_native.c"], depends=["kname/_native_common.h"])
+    ]
     if sys.platform.startswith("linux"):  # dlopen, pthreads, and CUPTI's plain calling convention
         made.append(
             Extension(
                 "kname._native_cupti",
                 sources=["kname/_native_cupti.c"],
-                depends=["kname/_cupti_abi.h"],
+                depends=["kname/_cupti_abi.h", "kname/_native_common.h"],
                 libraries=["dl", "pthread"],
             )
         )

@@ -41,19 +41,7 @@
 #error "kname._native needs CPython 3.11 or newer (PyFrame_GetLasti)"
 #endif
 
-#ifdef Py_T_OBJECT_EX
-#define MEMBER_OBJECT_EX Py_T_OBJECT_EX
-#else
-#define MEMBER_OBJECT_EX T_OBJECT_EX
-#endif
-
-/* kname.callsite's kinds of code: a call site; library code and plumbing (the standard library,
- * kname, wrapt), both passed over on the way to a call site. */
-#define KIND_USER 0
-#define KIND_LIBRARY 1
-#define KIND_PLUMBING 3
-#define PASSED_OVER(kind) ((kind) == KIND_LIBRARY || (kind) == KIND_PLUMBING)
-#define MAX_WALK 64 /* frames the keyed walk passes before leaving the search to resolve() */
+#include "_native_common.h"
 
 /* As kname.launch's wrapper says them to callsite.pass_through. */
 static const char FINDING[] = "finding a launch's name";
@@ -66,46 +54,6 @@ static _Thread_local PyFrameObject *launch_caller = NULL;
 
 static PyObject *str_on, *str_counter, *str_launch, *str_push, *str_pop;
 static PyObject *str_finding, *str_opening, *str_closing;
-
-/* ------------------------------------------------------------------ errors across versions */
-
-#if PY_VERSION_HEX >= 0x030C0000
-static PyObject *
-take_error(void)
-{
-    return PyErr_GetRaisedException();
-}
-
-static void
-restore_error(PyObject *exc)
-{
-    PyErr_SetRaisedException(exc);
-}
-#else
-static PyObject *
-take_error(void)
-{
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback);
-    if (type == NULL)
-        return NULL;
-    PyErr_NormalizeException(&type, &value, &traceback);
-    if (value != NULL && traceback != NULL)
-        PyException_SetTraceback(value, traceback);
-    Py_XDECREF(type);
-    Py_XDECREF(traceback);
-    return value;
-}
-
-static void
-restore_error(PyObject *exc)
-{
-    if (exc == NULL)
-        return;
-    PyObject *traceback = PyException_GetTraceback(exc);
-    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, traceback);
-}
-#endif
 
 /* ------------------------------------------------------------------ slots read in place */
 
@@ -201,54 +149,6 @@ typedef struct {
 
 static Recent recent[RECENT];
 static RecentKind recent_kinds[RECENT];
-
-#if PY_VERSION_HEX >= 0x030C0000
-static int sites_watcher = -1;
-static uint64_t watched_generation = 1;
-
-static int
-bump_generation(PyDict_WatchEvent event, PyObject *dict, PyObject *key, PyObject *new_value)
-{
-    (void)event;
-    (void)dict;
-    (void)key;
-    (void)new_value;
-    watched_generation++;
-    return 0;
-}
-
-static inline uint64_t
-generation_of(PyObject *sites)
-{
-    (void)sites;
-    return watched_generation;
-}
-
-/* Whether look-ups of `sites` may be remembered: it must be watched. */
-static int
-follow_changes(PyObject *sites)
-{
-    if (sites_watcher < 0 || PyDict_Watch(sites_watcher, sites) < 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    return 1;
-}
-#else
-static inline uint64_t
-generation_of(PyObject *sites)
-{
-    /* 3.11: a new value from one global sequence at every change of the dict (PEP 509). */
-    return ((PyDictObject *)sites)->ma_version_tag;
-}
-
-static int
-follow_changes(PyObject *sites)
-{
-    (void)sites;
-    return 1;
-}
-#endif
 
 static inline Recent *
 recent_slot(void *code, int lasti, void *kernel)
@@ -1356,10 +1256,7 @@ PyInit__native(void)
         || PyType_Ready(&SkipBeneathType) < 0 || PyType_Ready(&SubscriptLaunchType) < 0
         || PyType_Ready(&BoundLaunchType) < 0 || PyType_Ready(&BaseCallType) < 0)
         return NULL;
-#if PY_VERSION_HEX >= 0x030C0000
-    if (sites_watcher < 0 && (sites_watcher = PyDict_AddWatcher(bump_generation)) < 0)
-        PyErr_Clear(); /* every watcher id is taken: each launch looks its site up in the dict */
-#endif
+    watch_dicts();
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL)
         return NULL;

@@ -53,20 +53,8 @@
 #error "kname._native_cupti needs CPython 3.11 or newer (PyFrame_GetLasti)"
 #endif
 
-#ifdef Py_T_OBJECT_EX
-#define MEMBER_OBJECT_EX Py_T_OBJECT_EX
-#define MEMBER_READONLY Py_READONLY
-#else
-#define MEMBER_OBJECT_EX T_OBJECT_EX
-#define MEMBER_READONLY READONLY
-#endif
+#include "_native_common.h"
 
-/* kname.callsite's kinds of code: a call site; library code and plumbing, passed over. */
-#define KIND_USER 0
-#define KIND_LIBRARY 1
-#define KIND_PLUMBING 3
-#define PASSED_OVER(kind) ((kind) == KIND_LIBRARY || (kind) == KIND_PLUMBING)
-#define MAX_WALK 64      /* frames the keyed walk passes before leaving the search to Python */
 #define MAX_OPEN 32      /* room per thread; max_open_calls (capture's rule) may not exceed it */
 #define RECENT 256       /* entries of each table of recent look-ups, a power of 2 */
 #define FIRST_ROOM 4096  /* records the buffer first makes room for */
@@ -92,46 +80,6 @@ finalizing(void)
     return _Py_IsFinalizing();
 #endif
 }
-
-/* ------------------------------------------------------------------ errors across versions */
-
-#if PY_VERSION_HEX >= 0x030C0000
-static PyObject *
-take_error(void)
-{
-    return PyErr_GetRaisedException();
-}
-
-static void
-restore_error(PyObject *exc)
-{
-    PyErr_SetRaisedException(exc);
-}
-#else
-static PyObject *
-take_error(void)
-{
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback);
-    if (type == NULL)
-        return NULL;
-    PyErr_NormalizeException(&type, &value, &traceback);
-    if (value != NULL && traceback != NULL)
-        PyException_SetTraceback(value, traceback);
-    Py_XDECREF(type);
-    Py_XDECREF(traceback);
-    return value;
-}
-
-static void
-restore_error(PyObject *exc)
-{
-    if (exc == NULL)
-        return;
-    PyObject *traceback = PyException_GetTraceback(exc);
-    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, traceback);
-}
-#endif
 
 /* ------------------------------------------------------------------ records */
 
@@ -197,53 +145,6 @@ typedef struct {
     uint64_t generation;
     int kind;
 } RecentKind;
-
-#if PY_VERSION_HEX >= 0x030C0000
-static int watcher = -1;
-static uint64_t watched_generation = 1;
-
-static int
-bump_generation(PyDict_WatchEvent event, PyObject *dict, PyObject *key, PyObject *new_value)
-{
-    (void)event;
-    (void)dict;
-    (void)key;
-    (void)new_value;
-    watched_generation++;
-    return 0;
-}
-
-static inline uint64_t
-generation_of(PyObject *dict)
-{
-    (void)dict;
-    return watched_generation;
-}
-
-static int
-follow_changes(PyObject *dict)
-{
-    if (watcher < 0 || PyDict_Watch(watcher, dict) < 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    return 1;
-}
-#else
-static inline uint64_t
-generation_of(PyObject *dict)
-{
-    /* 3.11: a new value from one global sequence at every change of the dict (PEP 509). */
-    return ((PyDictObject *)dict)->ma_version_tag;
-}
-
-static int
-follow_changes(PyObject *dict)
-{
-    (void)dict;
-    return 1;
-}
-#endif
 
 /* ------------------------------------------------------------------ Recorder */
 
@@ -1240,10 +1141,7 @@ PyInit__native_cupti(void)
         /* Without these (no room left), finalizing() and the collector's stop still hold. */
         (void)Py_AtExit(interpreter_finalized);
         (void)pthread_atfork(NULL, NULL, in_forked_child);
-#if PY_VERSION_HEX >= 0x030C0000
-        if ((watcher = PyDict_AddWatcher(bump_generation)) < 0)
-            PyErr_Clear(); /* every watcher id is taken: each launch looks its site up */
-#endif
+        watch_dicts();
         once = 1;
     }
     PyObject *m = PyModule_Create(&module_def);

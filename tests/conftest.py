@@ -32,10 +32,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Build kname._native and kname._native_cupti into the checkout (tests import kname from
     it), as `pip install` builds them into a wheel; up to date, this costs a look at file times."""
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    common = REPO / "kname" / "_native_common.h"
     sources = {
-        REPO / "kname" / f"_native{suffix}": [REPO / "kname" / "_native.c"],
+        REPO / "kname" / f"_native{suffix}": [REPO / "kname" / "_native.c", common],
         REPO / "kname" / f"_native_cupti{suffix}": [
-            REPO / "kname" / "_native_cupti.c", REPO / "kname" / "_cupti_abi.h",
+            REPO / "kname" / "_native_cupti.c", REPO / "kname" / "_cupti_abi.h", common,
         ],
     }  # fmt: skip
     if not sys.platform.startswith("linux"):

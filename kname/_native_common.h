@@ -1,0 +1,133 @@
+/*
+ * What kname's two C extensions share (included by kname/_native.c and kname/_native_cupti.c):
+ * callsite's kinds of code, errors taken and put back on every supported CPython, and the
+ * generation of the dicts they look up (kname.callsite's `sites` and `kinds`), which tells a
+ * table of recent look-ups when an entry may no longer answer.
+ */
+#ifndef KNAME_NATIVE_COMMON_H
+#define KNAME_NATIVE_COMMON_H
+
+#include <Python.h>
+#include <stdint.h>
+#include <structmember.h>
+
+#ifdef Py_T_OBJECT_EX
+#define MEMBER_OBJECT_EX Py_T_OBJECT_EX
+#define MEMBER_READONLY Py_READONLY
+#else
+#define MEMBER_OBJECT_EX T_OBJECT_EX
+#define MEMBER_READONLY READONLY
+#endif
+
+/* kname.callsite's kinds of code: a call site; library code and plumbing (the standard library,
+ * kname, wrapt), both passed over on the way to a call site. */
+#define KIND_USER 0
+#define KIND_LIBRARY 1
+#define KIND_PLUMBING 3
+#define PASSED_OVER(kind) ((kind) == KIND_LIBRARY || (kind) == KIND_PLUMBING)
+#define MAX_WALK 64 /* frames a keyed walk passes before leaving the search to Python */
+
+/* ------------------------------------------------------------------ errors across versions */
+
+#if PY_VERSION_HEX >= 0x030C0000
+static PyObject *
+take_error(void)
+{
+    return PyErr_GetRaisedException();
+}
+
+static void
+restore_error(PyObject *exc)
+{
+    PyErr_SetRaisedException(exc);
+}
+#else
+static PyObject *
+take_error(void)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    if (type == NULL)
+        return NULL;
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (value != NULL && traceback != NULL)
+        PyException_SetTraceback(value, traceback);
+    Py_XDECREF(type);
+    Py_XDECREF(traceback);
+    return value;
+}
+
+static void
+restore_error(PyObject *exc)
+{
+    if (exc == NULL)
+        return;
+    PyObject *traceback = PyException_GetTraceback(exc);
+    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, traceback);
+}
+#endif
+
+/* ------------------------------------------------------------------ dict generations */
+
+#if PY_VERSION_HEX >= 0x030C0000
+static int dict_watcher = -1;
+static uint64_t watched_generation = 1;
+
+static int
+bump_generation(PyDict_WatchEvent event, PyObject *dict, PyObject *key, PyObject *new_value)
+{
+    (void)event;
+    (void)dict;
+    (void)key;
+    (void)new_value;
+    watched_generation++;
+    return 0;
+}
+
+static inline uint64_t
+generation_of(PyObject *dict)
+{
+    (void)dict;
+    return watched_generation;
+}
+
+/* Whether look-ups of `dict` may be remembered: it must be watched. */
+static int
+follow_changes(PyObject *dict)
+{
+    if (dict_watcher < 0 || PyDict_Watch(dict_watcher, dict) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* At the module's import, once: no watcher id left means every look-up goes to the dict. */
+static void
+watch_dicts(void)
+{
+    if (dict_watcher < 0 && (dict_watcher = PyDict_AddWatcher(bump_generation)) < 0)
+        PyErr_Clear();
+}
+#else
+static inline uint64_t
+generation_of(PyObject *dict)
+{
+    /* 3.11: a new value from one global sequence at every change of the dict (PEP 509). */
+    return ((PyDictObject *)dict)->ma_version_tag;
+}
+
+static int
+follow_changes(PyObject *dict)
+{
+    (void)dict;
+    return 1;
+}
+
+static void
+watch_dicts(void)
+{
+}
+#endif
+
+#endif

@@ -29,6 +29,7 @@ from types import FrameType
 from typing import Any, NamedTuple
 
 from kname import _native_choice, callsite
+from kname._locks import new_lock
 from kname._warnings import report_fault, warn_once
 from kname.profiling.join import Join
 from kname.profiling.records import (
@@ -155,7 +156,7 @@ class LaunchCapture:
         self._marks: tuple[Callable[[str], Any], Callable[[], Any]] | None = None
         self._external_ids: dict[str, int] = {}
         self.external_sites: dict[int, str] = {}  # external correlation id -> site name
-        self._ids_lock = threading.Lock()
+        self._ids_lock = new_lock()  # a kname lock: a forked child gets it free
 
     def tag_with(self, push_external: Callable[[int], Any], pop_external: Callable[[], Any]):
         """CUPTI's push and pop of an external correlation id, for the sites built from now on."""

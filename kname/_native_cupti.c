@@ -17,6 +17,8 @@
  *     cached; anything else asks site_of_frame(frame) (Python, once per call site). No frame:
  *     `no_frame`. More than max_open_calls open at once: they are forgotten (said at drain).
  *   exit: the end time of the open call with that correlation id.
+ * site_calls(name, nvtx_push, nvtx_pop) gives a wrapped launch's push and pop as C callables: the
+ * NVTX call and the mark (or the unmark and the NVTX call), no Python frame per launch.
  * Each call is kept as a C struct (no Python object per launch); drain(make_record) hands over
  * the finished ones as make_record(correlation_id, thread, site, api, start, end, graph,
  * parent), in the order they finished. Calls still open stay until their exit.
@@ -665,6 +667,135 @@ recorder_unmark(Recorder *r, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* ---- a wrapped launch's push and pop, in C */
+
+/* push() or pop() of the launches kname wraps at one site: what capture's closures do when the
+ * marks are this recorder's and no external correlation is pushed, with no Python frame and no
+ * look-up per call. push: nvtx_push() (when given), then the site marked on this thread; pop: the
+ * mark removed, then nvtx_pop(). An error from an NVTX call is the call's (the launch wrapper
+ * says it), as from the closures. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    Recorder *recorder;
+    PyObject *name; /* held by the recorder's `kept` too: `wrapped` may point at it */
+    PyObject *nvtx; /* NULL: no range */
+    int is_pop;
+} SiteCall;
+
+static PyObject *
+site_call_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    (void)args;
+    SiteCall *call = (SiteCall *)op;
+    if (PyVectorcall_NARGS(nargsf) != 0 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, call->is_pop ? "pop() takes no arguments"
+                                                      : "push() takes no arguments");
+        return NULL;
+    }
+    if (call->is_pop)
+        calls_of(call->recorder)->wrapped = NULL;
+    if (call->nvtx != NULL) {
+        PyObject *result = PyObject_CallNoArgs(call->nvtx);
+        if (result == NULL)
+            return NULL;
+        Py_DECREF(result);
+    }
+    if (!call->is_pop)
+        calls_of(call->recorder)->wrapped = call->name;
+    Py_RETURN_NONE;
+}
+
+static int
+site_call_traverse(SiteCall *call, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(call));
+    Py_VISIT(call->recorder);
+    Py_VISIT(call->name);
+    Py_VISIT(call->nvtx);
+    return 0;
+}
+
+static int
+site_call_clear(SiteCall *call)
+{
+    Py_CLEAR(call->recorder);
+    Py_CLEAR(call->name);
+    Py_CLEAR(call->nvtx);
+    return 0;
+}
+
+static void
+site_call_dealloc(SiteCall *call)
+{
+    PyObject_GC_UnTrack(call);
+    site_call_clear(call);
+    Py_TYPE(call)->tp_free((PyObject *)call);
+}
+
+static PyObject *
+site_call_repr(SiteCall *call)
+{
+    return PyUnicode_FromFormat("<kname profile %s of %R>", call->is_pop ? "pop" : "push",
+                                call->name);
+}
+
+static PyTypeObject SiteCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kname._native_cupti.SiteCall",
+    .tp_doc = "push() or pop() of a wrapped launch's site (Recorder.site_calls).",
+    .tp_basicsize = sizeof(SiteCall),
+    .tp_dealloc = (destructor)site_call_dealloc,
+    .tp_repr = (reprfunc)site_call_repr,
+    .tp_vectorcall_offset = offsetof(SiteCall, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_traverse = (traverseproc)site_call_traverse,
+    .tp_clear = (inquiry)site_call_clear,
+};
+
+static PyObject *
+new_site_call(Recorder *r, PyObject *name, PyObject *nvtx, int is_pop)
+{
+    SiteCall *call = PyObject_GC_New(SiteCall, &SiteCallType);
+    if (call == NULL)
+        return NULL;
+    call->vectorcall = site_call_vectorcall;
+    call->recorder = (Recorder *)Py_NewRef((PyObject *)r);
+    call->name = Py_NewRef(name);
+    call->nvtx = nvtx == Py_None ? NULL : Py_NewRef(nvtx);
+    call->is_pop = is_pop;
+    PyObject_GC_Track(call);
+    return (PyObject *)call;
+}
+
+/* site_calls(name, nvtx_push, nvtx_pop) -> (push, pop) */
+static PyObject *
+recorder_site_calls(Recorder *r, PyObject *args)
+{
+    PyObject *name, *nvtx_push, *nvtx_pop;
+    if (!PyArg_ParseTuple(args, "OOO:site_calls", &name, &nvtx_push, &nvtx_pop))
+        return NULL;
+    for (int i = 0; i < 2; i++) {
+        PyObject *nvtx = i ? nvtx_pop : nvtx_push;
+        if (nvtx != Py_None && !PyCallable_Check(nvtx)) {
+            PyErr_Format(PyExc_TypeError, "site_calls: %s must be callable or None, not %.100s",
+                         i ? "nvtx_pop" : "nvtx_push", Py_TYPE(nvtx)->tp_name);
+            return NULL;
+        }
+    }
+    PyObject *kept = keep(r, name);
+    if (kept == NULL)
+        return NULL;
+    PyObject *push = new_site_call(r, kept, nvtx_push, 0);
+    PyObject *pop = push == NULL ? NULL : new_site_call(r, kept, nvtx_pop, 1);
+    if (pop == NULL) {
+        Py_XDECREF(push);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", push, pop);
+}
+
 /* ---- records as Python objects */
 
 static int
@@ -946,6 +1077,9 @@ static PyMethodDef recorder_methods[] = {
     {"mark", (PyCFunction)recorder_mark, METH_O,
      "mark(name): the launch kname wraps that starts on this thread has this site."},
     {"unmark", (PyCFunction)recorder_unmark, METH_NOARGS, "unmark(): that launch is over."},
+    {"site_calls", (PyCFunction)recorder_site_calls, METH_VARARGS,
+     "site_calls(name, nvtx_push, nvtx_pop) -> (push, pop): a wrapped launch's calls in C, "
+     "push = nvtx_push() then mark(name), pop = unmark() then nvtx_pop() (None: no NVTX call)."},
     {"drain", (PyCFunction)recorder_drain, METH_O,
      "drain(make_record) -> list: the finished calls, as make_record(correlation_id, thread, "
      "site, api, start, end, graph, parent), in the order they finished; open ones stay."},
@@ -1136,7 +1270,8 @@ PyInit__native_cupti(void)
     static int once = 0;
     if (!once) {
         str_name = PyUnicode_InternFromString("name");
-        if (str_name == NULL || PyType_Ready(&RecorderType) < 0)
+        if (str_name == NULL || PyType_Ready(&RecorderType) < 0
+            || PyType_Ready(&SiteCallType) < 0)
             return NULL;
         /* Without these (no room left), finalizing() and the collector's stop still hold. */
         (void)Py_AtExit(interpreter_finalized);

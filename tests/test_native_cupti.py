@@ -99,6 +99,8 @@ def rules(tmp_path, monkeypatch):
     monkeypatch.setattr(naming, "_roots", None)
     monkeypatch.setattr(_warnings, "_said", set())
     callsite.configure(("gpulib",), DEFAULT_FORMAT, 1, False)
+    for name in ("gpulib", "userlib"):  # another test's module of the same name
+        monkeypatch.delitem(sys.modules, name, raising=False)
     import gpulib
     import userlib
 
@@ -383,6 +385,35 @@ def test_a_million_launches_keep_no_reference_and_no_memory(rules):
     gc.collect()
     assert sys.getrefcount(name) == references
     assert sys.getallocatedblocks() - blocks < 100
+
+
+def test_a_wrapped_sites_c_calls_keep_no_reference_per_call(rules):
+    made = recorder()
+    ranges = []
+    nvtx_push, nvtx_pop = (lambda: ranges.append(1)), ranges.clear
+    push, pop = made.site_calls("step app.py:3", nvtx_push, nvtx_pop)
+    push()
+    pop()
+    gc.collect()
+    before = [sys.getrefcount(thing) for thing in (push, pop, nvtx_push, nvtx_pop, made)]
+    blocks = sys.getallocatedblocks()
+    for number in range(100_000):
+        push()
+        made.enter(number, KERNEL, 0)
+        made.exit(number, 0)
+        pop()
+    records = made.drain(LaunchRecord)
+    assert len(records) == 100_000 and {r.site for r in records} == {"step app.py:3"}
+    del records
+    gc.collect()
+    after = [sys.getrefcount(thing) for thing in (push, pop, nvtx_push, nvtx_pop, made)]
+    assert after == before and sys.getallocatedblocks() - blocks < 100
+    with pytest.raises(TypeError):
+        push(1)
+    with pytest.raises(TypeError, match="nvtx_pop must be callable or None"):
+        made.site_calls("s", None, 3)
+    with pytest.raises(TypeError, match="a call site's name is a int"):
+        made.site_calls(3, None, None)
 
 
 # --------------------------------------------------------------------------

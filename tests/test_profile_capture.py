@@ -363,6 +363,54 @@ def test_a_wrapped_sites_calls_keep_its_range_and_hand_its_site_over(user):
     assert calls[-1] == ("tag", 1)  # the same id for the same name
 
 
+def test_an_untagged_wrapped_sites_calls_keep_its_range_and_hand_its_site_over(user):
+    calls = []
+    site = SimpleNamespace(
+        name="step app.py:3",
+        push=lambda: calls.append("push"),
+        pop=lambda: calls.append("pop"),
+    )
+    push, pop = user.capture.site_calls(site)
+    if user.native is not None:  # the native callback's are C callables, not closures
+        assert type(push).__name__ == type(pop).__name__ == "SiteCall"
+    for number in (1, 2):
+        push()
+        user.fake_cuda.enter(number, "cuLaunchKernel", False, 1)  # no frame walked: the site
+        user.fake_cuda.exit(number, 2)
+        pop()
+    here = this_line(+1)
+    user.fake_cuda.enter(3, "cuLaunchKernel", False, 3)  # the wrapped launch is over
+    user.fake_cuda.exit(3, 4)
+    assert calls == ["push", "pop"] * 2
+    assert [user.record(n).site for n in (1, 2, 3)] == ["step app.py:3"] * 2 + [here]
+    bare_push, bare_pop = user.capture.site_calls(SimpleNamespace(name="s", push=None, pop=None))
+    bare_push()
+    user.fake_cuda.enter(4, "cuLaunchKernel", False, 5)
+    user.fake_cuda.exit(4, 6)
+    bare_pop()
+    assert user.record(4).site == "s" and calls == ["push", "pop"] * 2
+
+
+def test_an_nvtx_error_in_a_wrapped_sites_calls_reaches_the_caller(user):
+    def broken():
+        raise RuntimeError("nvtx failed")
+
+    push, pop = user.capture.site_calls(SimpleNamespace(name="s", push=broken, pop=broken))
+    with pytest.raises(RuntimeError, match="nvtx failed"):
+        push()  # the range did not open: no site marked either
+    here = this_line(+1)
+    user.fake_cuda.enter(1, "cuLaunchKernel", False, 1)
+    user.fake_cuda.exit(1, 2)
+    good_push, _ = user.capture.site_calls(SimpleNamespace(name="s", push=None, pop=None))
+    good_push()
+    with pytest.raises(RuntimeError, match="nvtx failed"):
+        pop()  # the site's mark is gone all the same
+    later = this_line(+1)
+    user.fake_cuda.enter(2, "cuLaunchKernel", False, 3)
+    user.fake_cuda.exit(2, 4)
+    assert (user.record(1).site, user.record(2).site) == (here, later)
+
+
 def test_a_failing_cupti_tag_is_said_once_and_the_launch_keeps_its_site(user, capsys, monkeypatch):
     monkeypatch.setattr(_warnings, "_said", set())
     capture = user.capture

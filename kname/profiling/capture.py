@@ -17,7 +17,8 @@ GPU records find the site even through a launch API no callback saw.
 
 The native callback (kname._native_cupti, used where it is built) does enter and exit in C, by
 the same rules and with site_of_frame below for what its cache does not answer; the push then
-marks the site in C (mark_wrapped_with), and its records come here through add().
+marks the site in C (mark_wrapped_with: with no external tagging, push and pop are themselves C
+callables), and its records come here through add().
 """
 
 from __future__ import annotations
@@ -154,6 +155,7 @@ class LaunchCapture:
         self._local = threading.local()
         self._external: tuple[Callable[[int], Any], Callable[[], Any]] | None = None
         self._marks: tuple[Callable[[str], Any], Callable[[], Any]] | None = None
+        self._native_site_calls: Callable[[str, Any, Any], tuple[Any, Any]] | None = None
         self._external_ids: dict[str, int] = {}
         self.external_sites: dict[int, str] = {}  # external correlation id -> site name
         self._ids_lock = new_lock()  # a kname lock: a forked child gets it free
@@ -162,10 +164,18 @@ class LaunchCapture:
         """CUPTI's push and pop of an external correlation id, for the sites built from now on."""
         self._external = (push_external, pop_external)
 
-    def mark_wrapped_with(self, mark: Callable[[str], Any], unmark: Callable[[], Any]) -> None:
+    def mark_wrapped_with(
+        self,
+        mark: Callable[[str], Any],
+        unmark: Callable[[], Any],
+        site_calls: Callable[[str, Any, Any], tuple[Any, Any]] | None = None,
+    ) -> None:
         """For the sites built from now on, the push says the site by mark(name) and the pop
-        ends it by unmark(), in place of this capture's thread-local (the native callback's)."""
+        ends it by unmark(), in place of this capture's thread-local (the native callback's).
+        `site_calls(name, nvtx_push, nvtx_pop)`, when given, makes both calls at once (in C),
+        for the sites whose launches are not tagged with external correlation ids."""
         self._marks = (mark, unmark)
+        self._native_site_calls = site_calls
 
     def site_calls(self, site: callsite.Site) -> tuple[Any, Any]:
         """Push and pop for the launches kname wraps at `site`: its NVTX range as before, and its
@@ -177,9 +187,11 @@ class LaunchCapture:
             return site.push, site.pop
 
     def _site_calls(self, name: str, nvtx_push: Any, nvtx_pop: Any) -> tuple[Any, Any]:
+        push_external, pop_external = self._external or (None, None)
+        if self._native_site_calls is not None and push_external is None:
+            return self._native_site_calls(name, nvtx_push, nvtx_pop)
         local = self._local
         mark, unmark = self._marks or (None, None)
-        push_external, pop_external = self._external or (None, None)
         external_id = self._external_id(name) if push_external is not None else 0
 
         # A fault in CUPTI is said once and the launch goes on: the callback still has the site.

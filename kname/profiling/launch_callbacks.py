@@ -147,7 +147,8 @@ class NativeCallbacks:
 
     def take_wrapped_sites(self) -> None:
         """From now on the launches kname wraps tell the recorder their site (in C)."""
-        self._capture.mark_wrapped_with(self.recorder.mark, self.recorder.unmark)
+        recorder = self.recorder
+        self._capture.mark_wrapped_with(recorder.mark, recorder.unmark, recorder.site_calls)
 
     def subscribe(self, cupti: Any, apis: Apis) -> None:
         """Subscribe and enable `apis`; raises the binding's error for a CUPTI status, and

@@ -27,7 +27,9 @@
  * launch, with only library code between, the hook is not called. SubscriptLaunch(launch, ...)
  * is a `__getitem__` whose `obj[key](...)` calls `launch` with no Python frame between
  * (Triton's `kernel[grid](...)`). BaseCall(base) calls a C class's own __call__ slot directly (the
- * original of the launch wrapper on kname's subclasses of CuPy's Cython kernels).
+ * original of the launch wrapper on kname's subclasses of CuPy's Cython kernels), and
+ * use_direct_call(cls) gives such a subclass a C __call__ slot that hands its launch wrapper the
+ * caller's argument tuple and dict, which reach CuPy's slot uncopied.
  *
  * CPython 3.11+ with the GIL: a free-threaded build refuses to import (kname uses its Python
  * path). Every object read on the hot path is read while the GIL is held and never released.
@@ -206,6 +208,40 @@ switch_is_on(LaunchWrapper *w)
     return result;
 }
 
+/* BaseCall (below): the original of the launch wrapper on kname's subclasses of CuPy's kernels. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyTypeObject *base;
+} BaseCall;
+
+static PyTypeObject BaseCallType;
+
+/* A launch's arguments as the wrapper got them: a vectorcall (`self` NULL), or, through the C
+ * __call__ slot kname gives its CuPy subclasses (slot_call), the instance, a tuple and a dict.
+ * The second form reaches CuPy's own slot with that same tuple and dict: no copy. */
+typedef struct {
+    PyObject *const *args;
+    size_t nargsf;
+    PyObject *kwnames;
+    PyObject *self, *tuple, *kwargs;
+} Args;
+
+static inline Py_ssize_t
+args_count(const Args *a)
+{
+    return a->self == NULL ? PyVectorcall_NARGS(a->nargsf) : 1 + PyTuple_GET_SIZE(a->tuple);
+}
+
+/* Positional argument i < args_count(a), borrowed. */
+static inline PyObject *
+args_item(const Args *a, Py_ssize_t i)
+{
+    if (a->self == NULL)
+        return a->args[i];
+    return i == 0 ? a->self : PyTuple_GET_ITEM(a->tuple, i - 1);
+}
+
 static PyObject *
 args_tuple(PyObject *const *args, Py_ssize_t nargs)
 {
@@ -219,20 +255,23 @@ args_tuple(PyObject *const *args, Py_ssize_t nargs)
 
 /* The launched kernel (new reference; Py_None: not a launch), or NULL with an error. */
 static PyObject *
-kernel_of(LaunchWrapper *w, PyObject *const *args, Py_ssize_t nargs)
+kernel_of(LaunchWrapper *w, const Args *a)
 {
     if (w->kernel_mode == KERNEL_ORIGINAL)
         return Py_NewRef(w->original);
+    Py_ssize_t nargs = args_count(a);
     if (w->kernel_mode == KERNEL_ARG) {
         if (w->index >= nargs)
             return Py_NewRef(Py_None);
         if (w->attribute == NULL)
-            return Py_NewRef(args[w->index]);
-        return PyObject_GetAttr(args[w->index], w->attribute);
+            return Py_NewRef(args_item(a, w->index));
+        return PyObject_GetAttr(args_item(a, w->index), w->attribute);
     }
-    PyObject *tuple = args_tuple(args, nargs);
+    PyObject *tuple = PyTuple_New(nargs);
     if (tuple == NULL)
         return NULL;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        PyTuple_SET_ITEM(tuple, i, Py_NewRef(args_item(a, i)));
     PyObject *kernel = PyObject_CallOneArg(w->kernel, tuple);
     Py_DECREF(tuple);
     return kernel;
@@ -399,14 +438,37 @@ handle_fault(LaunchWrapper *w, PyObject *where, PyFrameObject *frame, PyObject *
     return 0;
 }
 
+#define SMALL_STACK 8
+
+/* run(self, *tuple, **kwargs) for the slot form; CuPy's own slot straight when `run` is a
+ * BaseCall (the launch wrapper's original, not a rename-mode launch). */
+static PyObject *
+call_slot_form(PyObject *run, const Args *a)
+{
+    if (Py_IS_TYPE(run, &BaseCallType) && ((BaseCall *)run)->base != NULL
+        && PyObject_TypeCheck(a->self, ((BaseCall *)run)->base))
+        return ((BaseCall *)run)->base->tp_call(a->self, a->tuple, a->kwargs);
+    Py_ssize_t n = args_count(a);
+    PyObject *small[SMALL_STACK];
+    PyObject **stack = n <= SMALL_STACK ? small : PyMem_New(PyObject *, n);
+    if (stack == NULL)
+        return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++)
+        stack[i] = args_item(a, i); /* borrowed: the caller holds self, tuple and dict */
+    PyObject *result = PyObject_VectorcallDict(run, stack, n, a->kwargs);
+    if (stack != small)
+        PyMem_Free(stack);
+    return result;
+}
+
 /* The launch, marked on this thread as in progress from `frame`. */
 static inline PyObject *
-run_launch(PyObject *run, PyFrameObject *frame, PyObject *const *args, size_t nargsf,
-           PyObject *kwnames)
+run_launch(PyObject *run, PyFrameObject *frame, const Args *a)
 {
     PyFrameObject *outer = launch_caller;
     launch_caller = frame;
-    PyObject *result = PyObject_Vectorcall(run, args, nargsf, kwnames);
+    PyObject *result = a->self == NULL ? PyObject_Vectorcall(run, a->args, a->nargsf, a->kwnames)
+                                       : call_slot_form(run, a);
     launch_caller = outer;
     return result;
 }
@@ -436,9 +498,8 @@ pop_after(LaunchWrapper *w, PyObject *pop, PyObject *result, PyFrameObject *fram
 }
 
 static PyObject *
-launch_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+launch(LaunchWrapper *w, const Args *a)
 {
-    LaunchWrapper *w = (LaunchWrapper *)op;
     PyObject *kernel = NULL, *site = NULL, *result = NULL;
 
     if (w->original == NULL) { /* cleared by the collector, yet called from a finalizer */
@@ -450,10 +511,10 @@ launch_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
         return NULL;
     PyFrameObject *frame = PyEval_GetFrame(); /* borrowed: the caller's */
     if (!on) /* still a launch in progress, as the Python wrapper's frame says: nothing below names */
-        return run_launch(w->original, frame, args, nargsf, kwnames);
+        return run_launch(w->original, frame, a);
 
     /* Finding the site and counting the launch: a fault here runs the original, unnamed. */
-    kernel = kernel_of(w, args, PyVectorcall_NARGS(nargsf));
+    kernel = kernel_of(w, a);
     if (kernel == NULL)
         goto finding_fault;
     /* Not a launch; no Python caller; or called straight from the caller of a launch in progress
@@ -493,7 +554,7 @@ launch_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
         goto done;
     }
     if (push == Py_None) {
-        result = run_launch(run, frame, args, nargsf, kwnames);
+        result = run_launch(run, frame, a);
     }
     else {
         PyObject *r = PyObject_CallNoArgs(push);
@@ -501,7 +562,7 @@ launch_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
             r = Py_NewRef(Py_None); /* said once; the launch runs, its range still closed */
         if (r != NULL) {
             Py_DECREF(r);
-            result = run_launch(run, frame, args, nargsf, kwnames);
+            result = run_launch(run, frame, a);
         }
         /* A KeyboardInterrupt in push: no launch, the range closed all the same. */
         result = pop_after(w, pop, result, frame, kernel, site);
@@ -515,11 +576,18 @@ finding_fault:
     if (handle_fault(w, str_finding, frame, kernel, site) < 0)
         goto done;
 unnamed:
-    result = run_launch(w->original, frame, args, nargsf, kwnames);
+    result = run_launch(w->original, frame, a);
 done:
     Py_XDECREF(kernel);
     Py_XDECREF(site);
     return result;
+}
+
+static PyObject *
+launch_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Args a = {args, nargsf, kwnames, NULL, NULL, NULL};
+    return launch((LaunchWrapper *)op, &a);
 }
 
 static PyObject *
@@ -1089,12 +1157,6 @@ static PyTypeObject BoundLaunchType = {
 /* BaseCall(base): base.__call__(self, *args, **kwargs) for a class whose __call__ is a C slot
  * (CuPy's Cython kernels), without the slot wrapper's two argument tuples: the original of the
  * launch wrapper that kname's Python subclass of such a class has as its __call__. */
-typedef struct {
-    PyObject_HEAD
-    vectorcallfunc vectorcall;
-    PyTypeObject *base;
-} BaseCall;
-
 static PyObject *
 base_call_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -1201,11 +1263,76 @@ static PyTypeObject BaseCallType = {
     .tp_new = base_call_new,
 };
 
+/* ------------------------------------------------------------------ the C __call__ slot */
+
+/* kname's subclass of a CuPy kernel class has a Python-level __call__ (a LaunchWrapper), so
+ * CPython gives it its generic slot: a look-up, then the arguments copied onto a stack with the
+ * instance first, then BaseCall copying them back into a tuple for CuPy's slot. This slot does
+ * the look-up and calls the wrapper with the tuple and dict it got (see Args). */
+static PyObject *str_dunder_call;
+
+static PyObject *
+direct_call(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    PyObject *call = _PyType_Lookup(Py_TYPE(self), str_dunder_call); /* borrowed, no error */
+    if (call == NULL)
+        return PyErr_Format(PyExc_TypeError, "'%.200s' object is not callable",
+                            Py_TYPE(self)->tp_name);
+    Py_INCREF(call); /* the class may be changed during the launch */
+    PyObject *result;
+    if (Py_IS_TYPE(call, &LaunchWrapperType) && ((LaunchWrapper *)call)->original != NULL) {
+        Args a = {NULL, 0, NULL, self, args, kwargs};
+        result = launch((LaunchWrapper *)call, &a);
+    }
+    else { /* something else is the class's __call__ now: call it as CPython's slot would */
+        descrgetfunc get = Py_TYPE(call)->tp_descr_get;
+        PyObject *bound = get == NULL ? Py_NewRef(call) : get(call, self, (PyObject *)Py_TYPE(self));
+        result = bound == NULL ? NULL : PyObject_Call(bound, args, kwargs);
+        Py_XDECREF(bound);
+    }
+    Py_DECREF(call);
+    return result;
+}
+
+static PyObject *
+use_direct_call(PyObject *module, PyObject *cls)
+{
+    (void)module;
+    if (!PyType_Check(cls) || !(((PyTypeObject *)cls)->tp_flags & Py_TPFLAGS_HEAPTYPE))
+        return PyErr_Format(PyExc_TypeError, "use_direct_call: a class made in Python, not %R",
+                            cls);
+    PyObject *own = PyDict_GetItemWithError(((PyTypeObject *)cls)->tp_dict, str_dunder_call);
+    if (own == NULL || !Py_IS_TYPE(own, &LaunchWrapperType)) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_TypeError, "use_direct_call: %R's own __call__ is not a kname "
+                         "launch wrapper", cls);
+        return NULL;
+    }
+    /* CPython sets the slot again whenever __call__ is set or deleted on the class (disable()
+     * and enable() do), which undoes this: the caller calls it after each time it sets one. */
+    ((PyTypeObject *)cls)->tp_call = direct_call;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+has_direct_call(PyObject *module, PyObject *cls)
+{
+    (void)module;
+    if (!PyType_Check(cls))
+        return PyErr_Format(PyExc_TypeError, "has_direct_call: a class, not %R", cls);
+    return PyBool_FromLong(((PyTypeObject *)cls)->tp_call == direct_call);
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef module_methods[] = {
     {"launch_caller", get_launch_caller, METH_NOARGS,
      "The frame that called the innermost LaunchWrapper launch running on this thread, or None."},
+    {"use_direct_call", use_direct_call, METH_O,
+     "use_direct_call(cls): instances of cls call its own __call__, a LaunchWrapper, from a C slot "
+     "(no argument copies); setting or deleting cls.__call__ later gives CPython's slot back."},
+    {"has_direct_call", has_direct_call, METH_O,
+     "has_direct_call(cls): whether instances of cls are called through use_direct_call's slot."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1226,7 +1353,7 @@ intern_all(void)
     } strings[] = {
         {&str_on, "on"},         {&str_counter, "counter"}, {&str_launch, "launch"},
         {&str_push, "push"},     {&str_pop, "pop"},         {&str_finding, FINDING},
-        {&str_opening, OPENING},  {&str_closing, CLOSING},
+        {&str_opening, OPENING},  {&str_closing, CLOSING},  {&str_dunder_call, "__call__"},
     };
     for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
         if (*strings[i].target == NULL) {

@@ -97,7 +97,7 @@ def raising(*args):
 class Scenario:
     """One way through a launch wrapper, taken `n` times by run(n)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, slot: bool = False) -> None:
         self.name = name
         self.kernel, self.argument, self.switch = Kernel(), object(), launch.Switch()
         kernel_of = launch.KernelArg(0, "missing" if name == "kernel_of fails" else None)
@@ -106,7 +106,11 @@ class Scenario:
             inner = wrap(noop, launch.KernelArg(0))
             self.inner = inner
             original = inner
-        self.wrapper = wrap(original, kernel_of, self.switch)
+        if slot:  # as on kname's CuPy subclasses: the wrapper as __call__, from kname's C slot
+            self.launcher = launcher_class(kernel_of, self.switch)
+            self.wrapper = self.launcher(original)
+        else:
+            self.wrapper = wrap(original, kernel_of, self.switch)
         self.switch.on = name != "switch off"
         self.pushes = self.pops = 0
         self.args = () if name == "not a launch" else (self.kernel, self.argument)
@@ -136,8 +140,10 @@ class Scenario:
             del result
 
     def watched(self) -> list[object]:
+        launcher = getattr(self, "launcher", None)
+        slot = [] if launcher is None else [launcher, vars(launcher)["__call__"]]
         return [self.kernel, self.argument, self.switch, self.wrapper, noop, raising,
-                *callsite.sites.values()]  # fmt: skip
+                *callsite.sites.values(), *slot]  # fmt: skip
 
 
 SCENARIOS = [
@@ -146,10 +152,37 @@ SCENARIOS = [
 ]  # fmt: skip
 
 
+NATIVE = pytest.mark.skipif(_native_choice.choice({})[0] is None, reason="no native hot path")
+
+
+def launcher_class(kernel_of=None, switch=None) -> type:
+    """A Python subclass of a C class with a __call__ slot (staticmethod: calls what it holds),
+    whose __call__ is a launch wrapper of the C class's own slot, called from kname's C slot:
+    what kname makes of CuPy's kernel classes."""
+    native = _native_choice.choice({})[0]
+
+    class Launcher(staticmethod):
+        pass
+
+    Launcher.__call__ = wrap(native.BaseCall(staticmethod), kernel_of, switch)
+    native.use_direct_call(Launcher)
+    assert native.has_direct_call(Launcher)
+    return Launcher
+
+
 @BOTH
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_no_way_through_the_wrapper_leaks_a_reference(hot_path, name: str, capsys) -> None:
-    scenario = Scenario(name)
+    check_no_leak(Scenario(name), capsys)
+
+
+@NATIVE
+@pytest.mark.parametrize("name", [name for name in SCENARIOS if name != "not a launch"])
+def test_no_way_through_the_c_call_slot_leaks_a_reference(name: str, capsys) -> None:
+    check_no_leak(Scenario(name, slot=True), capsys)
+
+
+def check_no_leak(scenario: Scenario, capsys) -> None:
     scenario.run(50)  # warm: sites built, faults reported once
     gc.collect()
     watched = scenario.watched()
@@ -241,6 +274,57 @@ def test_base_call_calls_the_class_own_slot_as_its_slot_wrapper_does() -> None:
     for _ in range(10_000):
         call(obj, value, key=value)
     assert [sys.getrefcount(o) for o in (obj, value, f)] == before
+
+
+@NATIVE
+def test_the_c_call_slot_passes_every_call_shape_through_as_cpythons_slot_does() -> None:
+    """Instances of a class given kname's C slot (use_direct_call) are called as with CPython's
+    slot for its __call__: the same results, keywords, many arguments and errors, each named."""
+    held = functools.partial(lambda *args, **kwargs: (args, kwargs))
+    launcher = launcher_class()
+    python_slot = type("PythonSlot", (staticmethod,), {"__call__": staticmethod.__call__})
+    shapes = [((), {}), ((1,), {}), ((1, 2), {"key": 3}), (tuple(range(20)), {"k": 1, "j": 2})]
+    for args, kwargs in shapes:
+        assert launcher(held)(*args, **kwargs) == python_slot(held)(*args, **kwargs)
+    assert sum(site.launches() for site in callsite.sites.values()) == len(shapes)
+    with pytest.raises(ValueError, match="from the launch"):
+        launcher(raising)(1)
+    with pytest.raises(TypeError, match="not callable"):
+        launcher(None)()
+
+
+@NATIVE
+def test_setting_or_deleting_call_gives_cpythons_slot_back() -> None:
+    native = _native_choice.choice({})[0]
+    launcher = launcher_class()
+    # A subclass made later gets CPython's slot, which finds the same wrapper.
+    child = type("Child", (launcher,), {})
+    own = type("Own", (launcher,), {"__call__": lambda self, *args: "own"})
+    assert not native.has_direct_call(child) and not native.has_direct_call(own)
+    assert child(noop)(1) == (1,) and own(noop)(1) == "own"
+    assert sum(site.launches() for site in callsite.sites.values()) == 1
+    launcher.__call__ = lambda self, *args: ("replaced", args)
+    assert not native.has_direct_call(launcher)
+    assert launcher(noop)(2) == child(noop)(2) == ("replaced", (2,))
+    del launcher.__call__
+    assert launcher(noop)(3) == (3,) and not native.has_direct_call(launcher)
+    for refused in (staticmethod, launcher, 1):  # not made in Python; no launch wrapper there
+        with pytest.raises(TypeError, match="use_direct_call"):
+            native.use_direct_call(refused)
+
+
+@NATIVE
+def test_a_class_changed_during_its_launch_finishes_that_launch() -> None:
+    """The slot holds the wrapper it looked up: the launch may take __call__ away meanwhile."""
+    launcher = launcher_class()
+
+    def take_call_away(*args):
+        del launcher.__call__
+        gc.collect()
+        return args
+
+    assert launcher(take_call_away)(1, 2) == (1, 2)
+    assert sum(site.launches() for site in callsite.sites.values()) == 1
 
 
 @BOTH

@@ -114,6 +114,22 @@ def subclass_of(base: type) -> type:
     return cls
 
 
+class CallPatch(Patch):
+    """The subclass's `__call__`, set as any Patch; with the C hot path its instances are then
+    called through kname's C slot (kname._native.use_direct_call). CPython's own slot for a
+    class-level `__call__` copies the arguments twice before CuPy's slot gets them. Restoring
+    deletes `__call__`, which gives the class CPython's slot back by itself."""
+
+    __slots__ = ()
+
+    def apply(self) -> None:
+        super().apply()
+        native = _native_choice.native_module()
+        ours = vars(self.owner).get(self.attribute) is self.replacement
+        if native is not None and ours and type(self.replacement) is native.LaunchWrapper:
+            native.use_direct_call(self.owner)
+
+
 def methods_for(base: type, options: Options) -> dict[str, Any]:
     """The methods kname's subclass of `base` gets for one install()."""
     if base.__name__ == "RawModule":
@@ -168,7 +184,10 @@ def replace_classes(module: ModuleType, options: Options) -> list[Change]:
             continue  # the name holds kname's subclass already: the hook fired again
         cls = subclass_of(base)
         methods = methods_for(base, options)
-        changes += [Patch(cls, attribute, method) for attribute, method in methods.items()]
+        changes += [
+            (CallPatch if attribute == "__call__" else Patch)(cls, attribute, method)
+            for attribute, method in methods.items()
+        ]
         changes.append(Rebind((module.__name__, *REEXPORTS), name, base, cls))
     return changes
 

@@ -1,83 +1,220 @@
-"""kname profile's cost per launch call beside CUPTI's own floor, on a GPU.
+"""kname profile's cost per launch, beside CUPTI's own floor, on a GPU: one launch kind at a time.
 
-    PYTHONPATH=. KNAME_SKIP=torch python3 benchmarks/profile_cost.py
+    PYTHONPATH=. python3 benchmarks/profile_cost.py [--rounds 15] [--batch 2000]
 
-Each library step of tests/gpu/profile_demo.py (numba-cuda, CuPy, torch, Triton), kname
-installed throughout, in interleaved rounds: unprofiled; with CUPTI's activity records alone
-(kernels, copies, sets; no launch callback): what any CUPTI-based profiler pays; and in a kname
-profile session. Prints the added time per launch call of each against the unprofiled step
-(medians of 7 rounds of 20 steps). Needs cupti-python of the machine's CUDA release.
+Each workload is one launch repeated `batch` times: three kname wraps (a numba-cuda kernel, a
+CuPy RawKernel, a Triton kernel) and two it does not (a CuPy ufunc into a preallocated array,
+torch's in-place add), caught at the CUDA launch API. kname is installed throughout (its NVTX
+naming costs the same in every variant), and each timed batch ends with the GPU synchronized and
+CUPTI's buffers flushed, so reading the records is part of the time. The variants, interleaved
+in every round in a rotating order:
+
+    bare      no CUPTI at all;
+    activity  CUPTI's activity records alone (kernels, copies, sets) handed to a consumer that
+              drops them: what any CUPTI-based profiler pays, with this binding's buffers;
+    kname     a kname profile session (launch callbacks, the join, the totals).
+
+Prints, per workload, the added time per launch against `bare` (median over rounds, with the
+lower and upper quartiles), and kname's part above `activity`. Needs cupti-python of the
+machine's CUDA release.
 """
 
+from __future__ import annotations
+
+import argparse
 import statistics
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+# numba-cuda 0.30 calls numpy.row_stack, which numpy 2.5 removed: this program aliases it.
+import numpy as np
+
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "tests" / "gpu"), str(REPO)]
-import profile_demo as demo  # noqa: E402
-from cupti import cupti  # noqa: E402
+sys.path.insert(0, str(REPO))
 
 import kname  # noqa: E402
 from kname.profiling.session import ProfileSession  # noqa: E402
 
-STEPS = 20  # per timed batch
-ROUNDS = 7
 ACTIVITIES = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET")
+VARIANTS = ("bare", "activity", "kname")
+N = 4096
 
 
-def activity_records_alone(on: bool) -> None:
-    """CUPTI's activity records with no launch callback (the buffers are thrown away)."""
-    kinds = [getattr(cupti.ActivityKind, name) for name in ACTIVITIES]
-    if on:
-        cupti.activity_register_callbacks(lambda: (8 << 20, 0), lambda activities: None)
-        for kind in kinds:
-            cupti.activity_enable(kind)
-    else:
-        for kind in kinds:
-            cupti.activity_disable(kind)
-        cupti.activity_flush_all(1)
+def numba_workload():
+    from numba import cuda
+
+    @cuda.jit
+    def increment(a):
+        i = cuda.grid(1)
+        if i < a.size:
+            a[i] += 1
+
+    d = cuda.to_device(np.zeros(N, dtype=np.float32))
+    return lambda: increment[N // 256, 256](d), cuda.synchronize
 
 
-def measure(step, state) -> tuple[float, dict[str, float]]:
-    """(launch calls per step, {variant: seconds per batch, median})."""
-    rows: dict[str, list[float]] = {"bare": [], "activity": [], "kname": []}
-    calls = 0.0
-    for _ in range(ROUNDS):
-        step(state)
-        demo.synchronize()
-        rows["bare"].append(demo.timed_step(step, state, STEPS))
-        activity_records_alone(True)
-        step(state)
-        demo.synchronize()
-        rows["activity"].append(demo.timed_step(step, state, STEPS))
-        activity_records_alone(False)
-        session = ProfileSession()
-        session.start()
-        step(state)  # the session's sites are built here, untimed
-        demo.synchronize()
-        before = session.join.launch_count
-        rows["kname"].append(demo.timed_step(step, state, STEPS))
-        session.stop()
-        calls = (session.join.launch_count - before) / STEPS
-    return calls, {name: statistics.median(times) for name, times in rows.items()}
+def cupy_raw_workload():
+    import cupy as cp
+
+    raw = cp.RawKernel(
+        'extern "C" __global__ void inc(float *a, int n)'
+        "{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) a[i] += 1; }",
+        "inc",
+    )
+    a, n = cp.zeros(N, dtype=cp.float32), np.int32(N)
+    return lambda: raw((N // 256,), (256,), (a, n)), cp.cuda.Device().synchronize
+
+
+def cupy_ufunc_workload():
+    import cupy as cp
+
+    a, out = cp.ones(N, dtype=cp.float32), cp.empty(N, dtype=cp.float32)
+    return lambda: cp.add(a, a, out=out), cp.cuda.Device().synchronize
+
+
+def torch_workload():
+    import torch
+
+    t = torch.zeros(N, device="cuda")
+    return lambda: t.add_(1), torch.cuda.synchronize
+
+
+def triton_workload():
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def increment(x_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + 1, mask=mask)
+
+    x = torch.zeros(N, device="cuda")
+    return lambda: increment[(N // 256,)](x, N, BLOCK=256), torch.cuda.synchronize
+
+
+WORKLOADS: dict[str, tuple[str, Callable]] = {
+    "numba": ("numba-cuda kernel (wrapped)", numba_workload),
+    "cupy-raw": ("CuPy RawKernel (wrapped)", cupy_raw_workload),
+    "triton": ("Triton kernel (wrapped)", triton_workload),
+    "cupy-ufunc": ("CuPy ufunc (at the launch API)", cupy_ufunc_workload),
+    "torch": ("torch in-place add (at the launch API)", torch_workload),
+}
+
+
+class Variants:
+    """Switches CUPTI between the three variants; `flush()` ends a timed batch."""
+
+    def __init__(self) -> None:
+        from cupti import cupti
+
+        self.cupti = cupti
+        self.session: ProfileSession | None = None
+        self.launches = 0  # launch calls the kname sessions saw in timed batches
+
+    def start(self, variant: str) -> None:
+        cupti = self.cupti
+        if variant == "activity":
+            cupti.activity_register_callbacks(lambda: (8 << 20, 0), lambda activities: None)
+            for name in ACTIVITIES:
+                cupti.activity_enable(getattr(cupti.ActivityKind, name))
+        elif variant == "kname":
+            self.session = ProfileSession()
+            if not self.session.start():
+                raise SystemExit("kname profile could not start CUPTI here")
+
+    def stop(self, variant: str) -> None:
+        cupti = self.cupti
+        if variant == "activity":
+            for name in ACTIVITIES:
+                cupti.activity_disable(getattr(cupti.ActivityKind, name))
+            cupti.activity_flush_all(1)
+        elif variant == "kname" and self.session is not None:
+            self.session.stop()
+            self.session = None
+
+    def flush(self, variant: str) -> None:
+        if variant != "bare":
+            self.cupti.activity_flush_all(1)  # the buffers are read now, inside the timing
+
+
+def timed_batch(launch: Callable, synchronize: Callable, batch: int, flush: Callable) -> float:
+    start = time.perf_counter()
+    for _ in range(batch):
+        launch()
+    synchronize()
+    flush()
+    return time.perf_counter() - start
+
+
+def measure(variants: Variants, launch, synchronize, rounds: int, batch: int) -> dict:
+    """{variant: [seconds per launch, one per round]} and the launch calls kname saw per launch."""
+    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    calls = []
+    for round_ in range(rounds):
+        order = VARIANTS[round_ % 3 :] + VARIANTS[: round_ % 3]
+        for variant in order:
+            variants.start(variant)
+            launch()  # untimed: sites built, CUPTI's first launch of this kind made
+            synchronize()
+            variants.flush(variant)
+            before = variants.session.join.launch_count if variants.session else 0
+            seconds = timed_batch(launch, synchronize, batch, lambda v=variant: variants.flush(v))
+            if variants.session is not None:
+                calls.append((variants.session.join.launch_count - before) / batch)
+            variants.stop(variant)
+            times[variant].append(seconds / batch)
+    return {"times": times, "calls": statistics.median(calls) if calls else 0.0}
+
+
+def added_us(samples: list[float], base: list[float]) -> tuple[float, float, float]:
+    """Median, lower and upper quartile of the per-round differences, in µs."""
+    diffs = sorted(1e6 * (a - b) for a, b in zip(samples, base, strict=True))
+    quartiles = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else [diffs[0]] * 3
+    return statistics.median(diffs), quartiles[0], quartiles[2]
+
+
+def report(name: str, label: str, result: dict) -> str:
+    times = result["times"]
+    bare = statistics.median(times["bare"]) * 1e6
+    activity = added_us(times["activity"], times["bare"])
+    profile = added_us(times["kname"], times["bare"])
+    above = added_us(times["kname"], times["activity"])
+    return (
+        f"{name:11} {label:40} bare {bare:6.2f} us/launch; "
+        f"activity alone {activity[0]:+.2f} us [{activity[1]:+.2f}, {activity[2]:+.2f}]; "
+        f"kname profile {profile[0]:+.2f} us [{profile[1]:+.2f}, {profile[2]:+.2f}], "
+        f"{above[0]:+.2f} us above activity; {result['calls']:.0f} launch call(s) per launch"
+    )
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--batch", type=int, default=2000)
+    parser.add_argument("--only", default=",".join(WORKLOADS), help="comma-separated workloads")
+    args = parser.parse_args()
     kname.install()
-    work = demo.Workload()
-    for lib, _setup, step in demo.LIBRARIES:
-        if step is None or lib not in work.states:
+    variants = Variants()
+    print(f"{args.rounds} rounds of {args.batch} launches; added time per launch against bare:")
+    print("median [lower quartile, upper quartile] of the per-round differences")
+    for name in args.only.split(","):
+        label, setup = WORKLOADS[name]
+        try:
+            launch, synchronize = setup()
+            launch()  # compiles
+            synchronize()
+        except ImportError as exc:
+            print(f"{name:11} skipped: {exc}")
             continue
-        calls, medians = measure(step, work.states[lib])
-        added = {
-            name: 1e6 * (seconds - medians["bare"]) / STEPS / max(calls, 1)
-            for name, seconds in medians.items()
-        }
-        print(
-            f"{lib}: {calls:.0f} launch calls per step; per launch call, CUPTI activity records "
-            f"alone {added['activity']:+.2f} us, kname profile {added['kname']:+.2f} us"
-        )
+        result = measure(variants, launch, synchronize, args.rounds, args.batch)
+        print(report(name, label, result), flush=True)
 
 
 if __name__ == "__main__":

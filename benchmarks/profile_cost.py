@@ -1,22 +1,25 @@
 """kname profile's cost per launch, beside CUPTI's own floor, on a GPU: one launch kind at a time.
 
-    PYTHONPATH=. python3 benchmarks/profile_cost.py [--rounds 15] [--batch 2000]
+    PYTHONPATH=. python3 benchmarks/profile_cost.py [--rounds 15] [--batch 2000] [--clock thread]
 
 Each workload is one launch repeated `batch` times: three kname wraps (a numba-cuda kernel, a
 CuPy RawKernel, a Triton kernel) and two it does not (a CuPy ufunc into a preallocated array,
 torch's in-place add), caught at the CUDA launch API. kname is installed throughout (its NVTX
-naming costs the same in every variant), and each timed batch ends with the GPU synchronized and
-CUPTI's buffers flushed, so reading the records is part of the time. The variants, interleaved
-in every round in a rotating order:
+naming costs the same in every variant). The variants, interleaved in every round in a rotating
+order:
 
     bare      no CUPTI at all;
     activity  CUPTI's activity records alone (kernels, copies, sets) handed to a consumer that
               drops them: what any CUPTI-based profiler pays, with this binding's buffers;
     kname     a kname profile session (launch callbacks, the join, the totals).
 
-Prints, per workload, the added time per launch against `bare` (median over rounds, with the
-lower and upper quartiles), and kname's part above `activity`. Needs cupti-python of the
-machine's CUDA release.
+Two costs are timed apart. The launch loop: `batch` launches and a synchronize (by the wall
+clock, or with --clock thread by the launching thread's CPU time). Reading the records: the
+forced flush of CUPTI's buffers after the loop (wall clock), which hands every record of the
+batch over; kname's reading cost per record is its flush time less the activity variant's
+(the flush itself costs the same in both). Prints, per workload, the medians over rounds, with
+the lower and upper quartiles of the per-round differences. Needs cupti-python of the machine's
+CUDA release.
 """
 
 from __future__ import annotations
@@ -141,21 +144,28 @@ class Variants:
 
     def flush(self, variant: str) -> None:
         if variant != "bare":
-            self.cupti.activity_flush_all(1)  # the buffers are read now, inside the timing
+            self.cupti.activity_flush_all(1)  # forced: every buffer is handed over now
 
 
-def timed_batch(launch: Callable, synchronize: Callable, batch: int, flush: Callable) -> float:
-    start = time.perf_counter()
+def timed_loop(launch: Callable, synchronize: Callable, batch: int, clock: Callable) -> float:
+    start = clock()
     for _ in range(batch):
         launch()
     synchronize()
-    flush()
-    return time.perf_counter() - start
+    return clock() - start
 
 
-def measure(variants: Variants, launch, synchronize, rounds: int, batch: int) -> dict:
-    """{variant: [seconds per launch, one per round]} and the launch calls kname saw per launch."""
-    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+def timed_flush(variants: Variants, variant: str) -> float:
+    start = time.perf_counter_ns()
+    variants.flush(variant)
+    return time.perf_counter_ns() - start
+
+
+def measure(variants: Variants, launch, synchronize, rounds: int, batch: int, clock) -> dict:
+    """Per variant, [ns per launch of the loop] and [ns of the flush], one per round; and the
+    launch calls kname saw per launch."""
+    loops: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    flushes: dict[str, list[float]] = {name: [] for name in VARIANTS}
     calls = []
     for round_ in range(rounds):
         order = VARIANTS[round_ % 3 :] + VARIANTS[: round_ % 3]
@@ -165,45 +175,59 @@ def measure(variants: Variants, launch, synchronize, rounds: int, batch: int) ->
             synchronize()
             variants.flush(variant)
             before = variants.session.join.launch_count if variants.session else 0
-            seconds = timed_batch(launch, synchronize, batch, lambda v=variant: variants.flush(v))
+            loops[variant].append(timed_loop(launch, synchronize, batch, clock) / batch)
+            flushes[variant].append(timed_flush(variants, variant))
             if variants.session is not None:
                 calls.append((variants.session.join.launch_count - before) / batch)
             variants.stop(variant)
-            times[variant].append(seconds / batch)
-    return {"times": times, "calls": statistics.median(calls) if calls else 0.0}
+    return {"loops": loops, "flushes": flushes, "calls": statistics.median(calls) if calls else 0}
 
 
-def added_us(samples: list[float], base: list[float]) -> tuple[float, float, float]:
-    """Median, lower and upper quartile of the per-round differences, in µs."""
-    diffs = sorted(1e6 * (a - b) for a, b in zip(samples, base, strict=True))
+def added(samples: list[float], base: list[float], scale: float) -> tuple[float, float, float]:
+    """Median, lower and upper quartile of the per-round differences, times `scale`."""
+    diffs = sorted(scale * (a - b) for a, b in zip(samples, base, strict=True))
     quartiles = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else [diffs[0]] * 3
     return statistics.median(diffs), quartiles[0], quartiles[2]
 
 
-def report(name: str, label: str, result: dict) -> str:
-    times = result["times"]
-    bare = statistics.median(times["bare"]) * 1e6
-    activity = added_us(times["activity"], times["bare"])
-    profile = added_us(times["kname"], times["bare"])
-    above = added_us(times["kname"], times["activity"])
-    return (
-        f"{name:11} {label:40} bare {bare:6.2f} us/launch; "
-        f"activity alone {activity[0]:+.2f} us [{activity[1]:+.2f}, {activity[2]:+.2f}]; "
-        f"kname profile {profile[0]:+.2f} us [{profile[1]:+.2f}, {profile[2]:+.2f}], "
-        f"{above[0]:+.2f} us above activity; {result['calls']:.0f} launch call(s) per launch"
-    )
+def spread(values: tuple[float, float, float]) -> str:
+    return f"{values[0]:+.2f} us [{values[1]:+.2f}, {values[2]:+.2f}]"
+
+
+def report(name: str, label: str, result: dict, batch: int) -> list[str]:
+    loops, flushes = result["loops"], result["flushes"]
+    us = 1e-3  # ns -> us
+    activity = added(loops["activity"], loops["bare"], us)
+    loop = added(loops["kname"], loops["bare"], us)
+    reading = added(flushes["kname"], flushes["activity"], us / batch)
+    flush_ms = {v: statistics.median(flushes[v]) * 1e-6 for v in ("activity", "kname")}
+    return [
+        f"{name} - {label}: bare {statistics.median(loops['bare']) * us:.2f} us per launch, "
+        f"{result['calls']:.0f} launch API call(s) each",
+        f"  launch loop, added: CUPTI activity alone {spread(activity)}; "
+        f"kname profile {spread(loop)}",
+        f"  reading the records, per launch: kname {spread(reading)} beyond the activity "
+        f"variant's flush (median flush: activity {flush_ms['activity']:.1f} ms, "
+        f"kname {flush_ms['kname']:.1f} ms)",
+        f"  kname profile in all, per launch: {loop[0] + reading[0]:+.2f} us",
+    ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--batch", type=int, default=2000)
+    parser.add_argument("--clock", choices=("wall", "thread"), default="wall")
     parser.add_argument("--only", default=",".join(WORKLOADS), help="comma-separated workloads")
     args = parser.parse_args()
+    clock = time.perf_counter_ns if args.clock == "wall" else time.thread_time_ns
     kname.install()
     variants = Variants()
-    print(f"{args.rounds} rounds of {args.batch} launches; added time per launch against bare:")
-    print("median [lower quartile, upper quartile] of the per-round differences")
+    print(
+        f"{args.rounds} rounds of {args.batch} launches; launch loops timed by the "
+        f"{'wall clock' if args.clock == 'wall' else 'launching thread CPU time'}; medians "
+        "[lower, upper quartile] of the per-round differences"
+    )
     for name in args.only.split(","):
         label, setup = WORKLOADS[name]
         try:
@@ -211,10 +235,10 @@ def main() -> None:
             launch()  # compiles
             synchronize()
         except ImportError as exc:
-            print(f"{name:11} skipped: {exc}")
+            print(f"{name}: skipped: {exc}")
             continue
-        result = measure(variants, launch, synchronize, args.rounds, args.batch)
-        print(report(name, label, result), flush=True)
+        result = measure(variants, launch, synchronize, args.rounds, args.batch, clock)
+        print("\n".join(report(name, label, result, args.batch)), flush=True)
 
 
 if __name__ == "__main__":

@@ -3,9 +3,9 @@
  * needs no CUDA or CUPTI headers (the library itself is found at run time, with dlopen).
  *
  * Each is laid out as in CUPTI's own headers (cupti_result.h, cupti_callbacks.h and
- * cupti_activity.h of CUPTI 13): fields in order, enum values, function types. CUPTI's enums are
- * 32-bit (each has a FORCE_INT member of 0x7fffffff and no negative member), so they are passed
- * and stored as uint32_t here. CUPTIAPI is the plain C calling convention on Linux.
+ * cupti_activity.h of CUPTI 13): fields in order, enum values, function types; an activity
+ * record only as far as the fields kname reads. CUPTI's enums are 32-bit (each has a FORCE_INT
+ * member of 0x7fffffff and no negative member), so they are passed and stored as uint32_t here. CUPTIAPI is the plain C calling convention on Linux.
  * tests/test_native_cupti_abi.py compiles these beside the real headers, where both are
  * installed, and checks sizes, offsets, values and function types against them.
  */
@@ -18,6 +18,8 @@
 /* CUptiResult */
 typedef uint32_t kn_CUptiResult;
 #define KN_CUPTI_SUCCESS 0
+#define KN_CUPTI_ERROR_MAX_LIMIT_REACHED 12 /* cuptiActivityGetNextRecord: no more records */
+#define KN_CUPTI_ERROR_INVALID_KIND 21      /* ...: an incomplete or invalid record */
 #define KN_CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED 39
 
 /* CUpti_ApiCallbackSite */
@@ -74,5 +76,99 @@ typedef kn_CUptiResult (*kn_Unsubscribe)(kn_SubscriberHandle subscriber);
 typedef kn_CUptiResult (*kn_EnableCallback)(uint32_t enable, kn_SubscriberHandle subscriber,
                                             kn_CallbackDomain domain, kn_CallbackId cbid);
 typedef kn_CUptiResult (*kn_GetTimestamp)(uint64_t *timestamp);
+
+/* ---- activity records (cupti_activity.h) */
+
+/* CUpti_ActivityKind: the kinds kname reads */
+#define KN_CUPTI_ACTIVITY_KIND_MEMCPY 1
+#define KN_CUPTI_ACTIVITY_KIND_MEMSET 2
+#define KN_CUPTI_ACTIVITY_KIND_KERNEL 3
+#define KN_CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL 10
+#define KN_CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION 39
+
+/* CUpti_ActivityFlag */
+#define KN_CUPTI_ACTIVITY_FLAG_FLUSH_FORCED 1
+
+/* ACTIVITY_RECORD_ALIGNMENT (cupti_common.h): how activity buffers and records are aligned */
+#define KN_CUPTI_ACTIVITY_RECORD_ALIGNMENT 8
+
+/* CUcontext: an opaque pointer, the same tag as CUDA's. */
+typedef struct CUctx_st *kn_CUcontext;
+
+/* CUpti_Activity: what every record begins with. */
+typedef struct {
+    uint32_t kind; /* CUpti_ActivityKind */
+} kn_Activity;
+
+/* The records kname reads, each declared up to the last field it reads, with the fields it does
+ * not read as filler. CUPTI's records are packed (and 8-byte aligned): so are these. The layouts
+ * are those of CUPTI 13.0's CUpti_ActivityKernel10 (KERNEL and CONCURRENT_KERNEL records),
+ * CUpti_ActivityMemcpy6, CUpti_ActivityMemset4 and CUpti_ActivityExternalCorrelation; later
+ * releases' versions of these records begin the same way (the header check compares both). */
+typedef struct __attribute__((packed)) {
+    uint32_t kind;
+    uint8_t filler0[12]; /* cacheConfig .. partitionedGlobalCacheExecuted */
+    uint64_t start;
+    uint64_t end;
+    uint8_t filler1[8]; /* completed */
+    uint32_t deviceId;
+    uint8_t filler2[4]; /* contextId */
+    uint32_t streamId;
+    uint8_t filler3[40]; /* gridX .. localMemoryTotal */
+    uint32_t correlationId;
+    uint8_t filler4[8]; /* gridId */
+    const char *name;   /* CUPTI's: copied before the buffer is given back */
+    uint8_t filler5[44]; /* reserved0 .. shmemLimitConfig */
+    uint32_t graphId;
+} kn_ActivityKernel;
+
+typedef struct __attribute__((packed)) {
+    uint32_t kind;
+    uint8_t copyKind;    /* CUpti_ActivityMemcpyKind */
+    uint8_t filler0[11]; /* srcKind .. bytes */
+    uint64_t start;
+    uint64_t end;
+    uint32_t deviceId;
+    uint8_t filler1[4]; /* contextId */
+    uint32_t streamId;
+    uint32_t correlationId;
+    uint8_t filler2[24]; /* runtimeCorrelationId .. graphNodeId */
+    uint32_t graphId;
+} kn_ActivityMemcpy;
+
+typedef struct __attribute__((packed)) {
+    uint32_t kind;
+    uint8_t filler0[12]; /* value, bytes */
+    uint64_t start;
+    uint64_t end;
+    uint32_t deviceId;
+    uint8_t filler1[4]; /* contextId */
+    uint32_t streamId;
+    uint32_t correlationId;
+    uint8_t filler2[24]; /* flags .. graphNodeId */
+    uint32_t graphId;
+} kn_ActivityMemset;
+
+typedef struct __attribute__((packed)) {
+    uint32_t kind;
+    uint32_t externalKind; /* CUpti_ExternalCorrelationKind */
+    uint64_t externalId;
+    uint32_t correlationId;
+} kn_ActivityExternalCorrelation;
+
+/* CUpti_BuffersCallbackRequestFunc, CUpti_BuffersCallbackCompleteFunc */
+typedef void (*kn_BuffersRequested)(uint8_t **buffer, size_t *size, size_t *maxNumRecords);
+typedef void (*kn_BuffersCompleted)(kn_CUcontext context, uint32_t streamId, uint8_t *buffer,
+                                    size_t size, size_t validSize);
+
+/* cuptiActivityRegisterCallbacks, cuptiActivityGetNextRecord, cuptiActivityGetNumDroppedRecords,
+ * cuptiActivityFlushAll */
+typedef kn_CUptiResult (*kn_ActivityRegisterCallbacks)(kn_BuffersRequested requested,
+                                                       kn_BuffersCompleted completed);
+typedef kn_CUptiResult (*kn_ActivityGetNextRecord)(uint8_t *buffer, size_t validBufferSizeBytes,
+                                                   kn_Activity **record);
+typedef kn_CUptiResult (*kn_ActivityGetNumDroppedRecords)(kn_CUcontext context,
+                                                          uint32_t streamId, size_t *dropped);
+typedef kn_CUptiResult (*kn_ActivityFlushAll)(uint32_t flag);
 
 #endif

@@ -34,9 +34,17 @@
  * Faults never reach CUPTI: the first is kept for take_fault(), the launch is still recorded.
  * At most max_pending records wait for a drain; past that, calls are counted in `dropped`.
  *
+ * Activity buffers: take_activity_buffers() registers CUPTI's buffer callbacks (in place of
+ * cupti-python's). CUPTI asks for a buffer (malloc'd here, aligned as it asks) and hands it back
+ * full, mostly on its own thread: each record of a kind the join reads (kernels, copies, sets,
+ * external correlations) is copied out into a C struct, without the GIL (a kernel's name is
+ * copied once and found again by hash), and the buffer is freed. on_buffer() is then called with
+ * the GIL to take them (drain_activities), after the finished launches. At most max_records
+ * wait; past that, and CUPTI's own drops, are counted (activity_counts()).
+ *
  * CUPTI itself: subscribe(path) dlopens the libcupti that cupti-python loaded (by its absolute
- * path, RTLD_NOLOAD first) and takes the four functions of _cupti_abi.h; no CUDA header is
- * needed to build this file. Linux, CPython 3.11+ with the GIL (a free-threaded build refuses
+ * path, RTLD_NOLOAD first) and takes the functions of _cupti_abi.h; no CUDA header is needed to
+ * build this file. Linux, CPython 3.11+ with the GIL (a free-threaded build refuses
  * to import: kname then uses the Python callback).
  */
 #define PY_SSIZE_T_CLEAN
@@ -61,11 +69,16 @@
 #define RECENT 256       /* entries of each table of recent look-ups, a power of 2 */
 #define FIRST_ROOM 4096  /* records the buffer first makes room for */
 #define MAX_CBID 4096    /* callback ids per domain (CUPTI 13: 877 driver, 567 runtime) */
+#define FIRST_GPU_ROOM 4096 /* GPU records the buffer first makes room for */
+#define COPY_KINDS 32       /* memcpy kinds whose names are kept (CUPTI 13: 0 to 12) */
 
 static const char FINDING[] = "finding the call site of a CUDA launch";
 static const char RECORDING[] = "recording a CUDA launch for kname profile";
+static const char READING[] = "reading CUPTI's activity records";
 
 static PyObject *str_name;
+/* kname.profiling.records' KERNEL, MEMCPY and MEMSET, and the memset's work name (capture.py's) */
+static PyObject *str_kernel, *str_memcpy, *str_memset, *str_memset_name;
 
 /* Set once nothing may touch Python any more: at the end of finalization. */
 static atomic_int python_gone = 0;
@@ -112,22 +125,64 @@ typedef struct {
 static _Thread_local ThreadCalls here;
 static uint64_t next_serial = 1;
 
-/* LaunchRecord's fields, in the order of its constructor's arguments. */
-#define FIELDS 8
-static const char *const field_names[FIELDS] = {
-    "correlation_id", "thread", "site", "api", "start", "end", "graph", "parent",
+/* LaunchRecord's fields, ActivityRecord's and ExternalCorrelation's (kname.profiling.records),
+ * each in the order of its constructor's arguments. */
+#define FIELDS 8 /* the most of any */
+static const char *const launch_fields[] = {
+    "correlation_id", "thread", "site", "api", "start", "end", "graph", "parent", NULL,
 };
+static const char *const activity_fields[] = {
+    "kind", "correlation_id", "name", "start", "end", "stream", "device", "graph_id", NULL,
+};
+static const char *const external_fields[] = {"correlation_id", "external_id", NULL};
 
 /* Where a plain slots class keeps those fields, learned once per class (and again after the
  * class is changed: its version tag moves). Such a class (a slots dataclass without
  * __post_init__ or __setattr__) is made by setting its slots: what its __init__ does, without
  * running Python code for each record. Anything else is called. */
 typedef struct {
+    const char *const *fields; /* NULL-terminated, at most FIELDS */
+    int count;
     PyTypeObject *type; /* strong */
     unsigned int version;
     int fast;
     Py_ssize_t offset[FIELDS];
 } RecordLayout;
+
+/* ------------------------------------------------------------------ GPU records */
+
+/* What the join needs of one activity record, copied out of CUPTI's buffer. */
+enum { GPU_KERNEL = 1, GPU_MEMCPY, GPU_MEMSET, GPU_EXTERNAL };
+
+typedef struct {
+    uint64_t start, end; /* GPU_EXTERNAL: `start` is the external id */
+    uint32_t correlation_id, stream, device, graph_id;
+    uint32_t detail; /* GPU_KERNEL: the name's index in the recorder's names; GPU_MEMCPY: the
+                      * copy kind (CUpti_ActivityMemcpyKind) */
+    uint8_t kind;
+} GpuRecord;
+
+/* Kernel names, each copied once (CUPTI documents its name pointer as shared by the records of a
+ * kernel, not as outliving the buffer), and found again by hash, or by CUPTI's pointer when the
+ * text there is still the same. Bounded in number and bytes; past that, one name for all. */
+#define NAME_NONE 0       /* a kernel record without a name */
+#define NAME_PAST_BOUND 1 /* a name not kept */
+#define FIRST_NAME 2      /* the first of CUPTI's */
+#define MAX_NAMES 100000
+#define MAX_NAME_BYTES ((size_t)64 << 20)
+#define NAME_CACHE 256 /* entries of the table by CUPTI's pointer, a power of 2 */
+
+typedef struct {
+    char **text;    /* by index; the first two are the fixed names above */
+    uint64_t *hash; /* by index */
+    uint32_t *slots; /* open addressing: index + 1 (0: empty); `slot_count` is a power of 2 */
+    size_t count, room, slot_count, bytes;
+    unsigned long long past_bound; /* kernel records whose name was not kept */
+    struct {
+        const char *pointer;
+        uint32_t index;
+    } recent[NAME_CACHE];
+} Names;
 
 /* ------------------------------------------------------------------ recent look-ups */
 
@@ -188,7 +243,24 @@ typedef struct {
      * a callback may read it on another thread while enable() writes another entry. */
     uint16_t apis_of[3][MAX_CBID];
 
-    RecordLayout record_layout;
+    /* GPU records, read from CUPTI's activity buffers (take_activity_buffers), under their own
+     * lock. `lock` may be taken with it held, never the other way round. */
+    pthread_mutex_t activity_lock;
+    GpuRecord *gpu;
+    Py_ssize_t gpu_count, gpu_capacity, max_gpu;
+    unsigned long long gpu_dropped;   /* past max_gpu */
+    unsigned long long cupti_dropped; /* CUPTI's count: no buffer space */
+    Names names;
+    PyObject *on_buffer;     /* called with the GIL after a buffer is read; NULL: none */
+    PyObject **name_objects; /* by name index, made with the GIL */
+    size_t name_objects_room;
+    PyObject *copy_names[COPY_KINDS]; /* by copy kind, from memcpy_name() */
+    kn_ActivityRegisterCallbacks register_callbacks;
+    kn_ActivityGetNextRecord get_next_record;
+    kn_ActivityGetNumDroppedRecords get_num_dropped;
+    kn_ActivityFlushAll flush_all;
+
+    RecordLayout record_layout, activity_layout, external_layout;
     RecentSite recent[RECENT];
     RecentKind recent_kinds[RECENT];
 } Recorder;
@@ -824,39 +896,50 @@ learn_record_layout(RecordLayout *layout, PyTypeObject *type)
     layout->fast = type->tp_new == PyBaseObject_Type.tp_new
                    && type->tp_setattro == PyObject_GenericSetAttr
                    && !PyObject_HasAttrString((PyObject *)type, "__post_init__");
-    for (int i = 0; i < FIELDS; i++)
-        layout->fast = layout->fast && slot_offset(type, field_names[i], &layout->offset[i]);
+    for (int i = 0; i < layout->count; i++)
+        layout->fast = layout->fast && slot_offset(type, layout->fields[i], &layout->offset[i]);
     layout->version = type->tp_version_tag; /* read after the look-ups, which give it one */
     layout->fast = layout->fast && layout->version != 0;
 }
 
-/* make_record(*args) (steals args' references, which must all be there). */
+static void
+init_layout(RecordLayout *layout, const char *const *fields)
+{
+    layout->fields = fields;
+    for (layout->count = 0; fields[layout->count] != NULL; layout->count++)
+        ;
+}
+
+/* make_record(*args), args being layout->count references it steals; NULL (an error set) when
+ * one is NULL (it failed to be made) or the record cannot be made. */
 static PyObject *
 make(RecordLayout *layout, PyObject *make_record, PyObject **args)
 {
+    int count = layout->count;
+    PyObject *record = NULL;
+    for (int i = 0; i < count; i++) {
+        if (args[i] == NULL)
+            goto done;
+    }
     PyTypeObject *type = (PyTypeObject *)make_record;
     if (PyType_Check(make_record)
         && (layout->type != type || layout->version != type->tp_version_tag))
         learn_record_layout(layout, type);
     if (layout->type == type && layout->fast) {
-        PyObject *record = type->tp_alloc(type, 0);
+        record = type->tp_alloc(type, 0);
         if (record != NULL) {
-            for (int i = 0; i < FIELDS; i++)
+            for (int i = 0; i < count; i++)
                 *(PyObject **)((char *)record + layout->offset[i]) = args[i];
             return record;
         }
     }
     else {
-        PyObject *record = PyObject_Vectorcall(make_record, args, FIELDS, NULL);
-        if (record != NULL) {
-            for (int i = 0; i < FIELDS; i++)
-                Py_DECREF(args[i]);
-            return record;
-        }
+        record = PyObject_Vectorcall(make_record, args, (size_t)count, NULL);
     }
-    for (int i = 0; i < FIELDS; i++)
-        Py_DECREF(args[i]);
-    return NULL;
+done:
+    for (int i = 0; i < count; i++)
+        Py_XDECREF(args[i]);
+    return record;
 }
 
 static PyObject *
@@ -872,13 +955,6 @@ record_of(Recorder *r, PyObject *make_record, const Launch *launch)
         Py_NewRef(launch->graph ? Py_True : Py_False),
         PyLong_FromUnsignedLong(launch->parent),
     };
-    for (int i = 0; i < FIELDS; i++) {
-        if (args[i] == NULL) {
-            for (int j = 0; j < FIELDS; j++)
-                Py_XDECREF(args[j]);
-            return NULL;
-        }
-    }
     return make(&r->record_layout, make_record, args);
 }
 
@@ -1064,6 +1140,544 @@ recorder_unsubscribe(Recorder *r, PyObject *unused)
     return PyLong_FromUnsignedLong(status);
 }
 
+/* ------------------------------------------------------------------ activity buffers */
+
+/* CUPTI's buffer callbacks take no userdata: the recorder they feed is `buffers_owner`, held (a
+ * strong reference) from take_activity_buffers() to release_activity_buffers(). The lock is held
+ * while a buffer is read and handed over, which takes the GIL: Python code takes the lock only
+ * with the GIL released. */
+static pthread_mutex_t buffers_lock = PTHREAD_MUTEX_INITIALIZER;
+static Recorder *buffers_owner;
+static atomic_size_t buffer_bytes;
+
+static char name_none[] = "<unnamed kernel>";
+static char name_past_bound[] = "<kname: more kernel names than it keeps>";
+
+/* ---- kernel names: every function here runs under r->activity_lock */
+
+static uint64_t
+text_hash(const char *text, size_t length)
+{
+    uint64_t hash = 0xcbf29ce484222325u; /* FNV-1a */
+    for (size_t i = 0; i < length; i++) {
+        hash ^= (unsigned char)text[i];
+        hash *= 0x100000001b3u;
+    }
+    return hash;
+}
+
+static void
+names_free(Names *n)
+{
+    for (size_t i = FIRST_NAME; i < n->count; i++)
+        free(n->text[i]);
+    free(n->text);
+    free(n->hash);
+    free(n->slots);
+    memset(n, 0, sizeof *n);
+}
+
+/* The table made, with its two fixed names; 0: no memory. */
+static int
+names_init(Names *n)
+{
+    if (n->text != NULL)
+        return 1;
+    n->room = 1024;
+    n->slot_count = 2048;
+    n->text = malloc(n->room * sizeof *n->text);
+    n->hash = malloc(n->room * sizeof *n->hash);
+    n->slots = calloc(n->slot_count, sizeof *n->slots);
+    if (n->text == NULL || n->hash == NULL || n->slots == NULL) {
+        names_free(n);
+        return 0;
+    }
+    n->text[NAME_NONE] = name_none;
+    n->text[NAME_PAST_BOUND] = name_past_bound;
+    n->hash[NAME_NONE] = n->hash[NAME_PAST_BOUND] = 0;
+    n->count = FIRST_NAME; /* the fixed names are never looked up: not in the slots */
+    return 1;
+}
+
+static void
+names_place(Names *n, uint32_t index)
+{
+    size_t mask = n->slot_count - 1;
+    size_t i = n->hash[index] & mask;
+    while (n->slots[i] != 0)
+        i = (i + 1) & mask;
+    n->slots[i] = index + 1;
+}
+
+/* Room for one more name; 0: no memory. */
+static int
+names_grow(Names *n)
+{
+    if (n->count == n->room) {
+        char **text = realloc(n->text, 2 * n->room * sizeof *text);
+        if (text == NULL)
+            return 0;
+        n->text = text;
+        uint64_t *hash = realloc(n->hash, 2 * n->room * sizeof *hash);
+        if (hash == NULL)
+            return 0;
+        n->hash = hash;
+        n->room *= 2;
+    }
+    if ((n->count + 1) * 2 > n->slot_count) { /* kept at most half full */
+        uint32_t *slots = calloc(2 * n->slot_count, sizeof *slots);
+        if (slots == NULL)
+            return 0;
+        free(n->slots);
+        n->slots = slots;
+        n->slot_count *= 2;
+        for (size_t i = FIRST_NAME; i < n->count; i++)
+            names_place(n, (uint32_t)i);
+    }
+    return 1;
+}
+
+/* The index of the kept copy of `name`, a copy made now where it is new. */
+static uint32_t
+intern_name(Names *n, const char *name)
+{
+    if (name == NULL)
+        return NAME_NONE;
+    size_t at = ((uintptr_t)name >> 3) & (NAME_CACHE - 1);
+    if (n->recent[at].pointer == name && strcmp(n->text[n->recent[at].index], name) == 0)
+        return n->recent[at].index;
+    size_t length = strlen(name);
+    uint64_t hash = text_hash(name, length);
+    size_t mask = n->slot_count - 1;
+    uint32_t index = NAME_NONE;
+    for (size_t i = hash & mask; n->slots[i] != 0 && index == NAME_NONE; i = (i + 1) & mask) {
+        uint32_t found = n->slots[i] - 1;
+        if (n->hash[found] == hash && strcmp(n->text[found], name) == 0)
+            index = found;
+    }
+    if (index == NAME_NONE) {
+        char *copy = NULL;
+        if (n->count < FIRST_NAME + MAX_NAMES && n->bytes + length + 1 <= MAX_NAME_BYTES && names_grow(n))
+            copy = malloc(length + 1);
+        if (copy == NULL) {
+            n->past_bound++;
+            return NAME_PAST_BOUND;
+        }
+        memcpy(copy, name, length + 1);
+        index = (uint32_t)n->count++;
+        n->text[index] = copy;
+        n->hash[index] = hash;
+        n->bytes += length + 1;
+        names_place(n, index);
+    }
+    n->recent[at].pointer = name;
+    n->recent[at].index = index;
+    return index;
+}
+
+/* ---- reading a buffer: under r->activity_lock */
+
+static int
+gpu_kind_of(uint32_t cupti_kind)
+{
+    switch (cupti_kind) {
+    case KN_CUPTI_ACTIVITY_KIND_KERNEL:
+    case KN_CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+        return GPU_KERNEL;
+    case KN_CUPTI_ACTIVITY_KIND_MEMCPY:
+        return GPU_MEMCPY;
+    case KN_CUPTI_ACTIVITY_KIND_MEMSET:
+        return GPU_MEMSET;
+    case KN_CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION:
+        return GPU_EXTERNAL;
+    default:
+        return 0;
+    }
+}
+
+/* Room for one more GPU record: 1, or 0 (past max_gpu, or no memory). */
+static int
+gpu_room(Recorder *r)
+{
+    if (r->gpu_count < r->gpu_capacity)
+        return 1;
+    if (r->gpu_count >= r->max_gpu)
+        return 0;
+    Py_ssize_t capacity = r->gpu_capacity ? 2 * r->gpu_capacity : FIRST_GPU_ROOM;
+    if (capacity > r->max_gpu)
+        capacity = r->max_gpu;
+    GpuRecord *grown = realloc(r->gpu, (size_t)capacity * sizeof *grown);
+    if (grown == NULL) {
+        note_c_fault(r, READING, "no memory for another GPU record", 0);
+        return 0;
+    }
+    r->gpu = grown;
+    r->gpu_capacity = capacity;
+    return 1;
+}
+
+/* The fields every kind of GPU work has, under the same names in CUPTI's records of each. */
+#define COPY_WORK(g, work)                                                                     \
+    do {                                                                                       \
+        (g)->start = (work)->start;                                                            \
+        (g)->end = (work)->end;                                                                \
+        (g)->correlation_id = (work)->correlationId;                                           \
+        (g)->stream = (work)->streamId;                                                        \
+        (g)->device = (work)->deviceId;                                                        \
+        (g)->graph_id = (work)->graphId;                                                       \
+    } while (0)
+
+static void
+keep_record(Recorder *r, const kn_Activity *record)
+{
+    int kind = gpu_kind_of(record->kind);
+    if (kind == 0)
+        return; /* a kind kname does not read (an API record, say) */
+    if (!gpu_room(r)) {
+        r->gpu_dropped++;
+        return;
+    }
+    GpuRecord *g = &r->gpu[r->gpu_count++];
+    memset(g, 0, sizeof *g);
+    g->kind = (uint8_t)kind;
+    if (kind == GPU_KERNEL) {
+        const kn_ActivityKernel *k = (const kn_ActivityKernel *)record;
+        COPY_WORK(g, k);
+        g->detail = intern_name(&r->names, k->name);
+    }
+    else if (kind == GPU_MEMCPY) {
+        const kn_ActivityMemcpy *m = (const kn_ActivityMemcpy *)record;
+        COPY_WORK(g, m);
+        g->detail = m->copyKind;
+    }
+    else if (kind == GPU_MEMSET) {
+        const kn_ActivityMemset *m = (const kn_ActivityMemset *)record;
+        COPY_WORK(g, m);
+    }
+    else {
+        const kn_ActivityExternalCorrelation *e = (const kn_ActivityExternalCorrelation *)record;
+        g->correlation_id = e->correlationId;
+        g->start = e->externalId;
+    }
+}
+
+static void
+read_buffer(Recorder *r, uint8_t *buffer, size_t valid)
+{
+    kn_Activity *record = NULL;
+    size_t dropped = 0;
+    pthread_mutex_lock(&r->activity_lock);
+    for (;;) {
+        kn_CUptiResult status = r->get_next_record(buffer, valid, &record);
+        if (status != KN_CUPTI_SUCCESS) {
+            /* The end of the buffer, or (INVALID_KIND) a record CUPTI did not finish. */
+            if (status != KN_CUPTI_ERROR_MAX_LIMIT_REACHED && status != KN_CUPTI_ERROR_INVALID_KIND)
+                note_c_fault(r, READING, "cuptiActivityGetNextRecord failed", (long)status);
+            break;
+        }
+        keep_record(r, record);
+    }
+    if (r->get_num_dropped(NULL, 0, &dropped) == KN_CUPTI_SUCCESS)
+        r->cupti_dropped += dropped;
+    pthread_mutex_unlock(&r->activity_lock);
+}
+
+/* ---- CUPTI's buffer callbacks (any thread; CUPTI's own, mostly) */
+
+static void
+buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
+{
+    size_t bytes = atomic_load(&buffer_bytes);
+    void *memory = NULL;
+    if (bytes == 0 || posix_memalign(&memory, KN_CUPTI_ACTIVITY_RECORD_ALIGNMENT, bytes) != 0)
+        memory = NULL; /* declined: CUPTI counts what it drops */
+    *buffer = memory;
+    *size = memory != NULL ? bytes : 0;
+    *max_records = 0; /* as many as fit */
+}
+
+/* on_buffer() with the GIL: the records read so far go to the join. */
+static void
+hand_over(Recorder *r)
+{
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *pending = take_error();
+    PyObject *result = PyObject_CallNoArgs(r->on_buffer);
+    if (result == NULL)
+        note_fault(r, READING);
+    Py_XDECREF(result);
+    restore_error(pending);
+    PyGILState_Release(gil);
+}
+
+static void
+buffer_completed(kn_CUcontext context, uint32_t stream, uint8_t *buffer, size_t size,
+                 size_t valid)
+{
+    (void)context;
+    (void)stream;
+    (void)size;
+    pthread_mutex_lock(&buffers_lock);
+    Recorder *r = buffers_owner;
+    /* In a child forked from the owner's process, nothing is recorded (CUPTI does not follow). */
+    if (r != NULL && buffer != NULL && atomic_load(&forks) == r->forks) {
+        read_buffer(r, buffer, valid);
+        if (r->on_buffer != NULL && !must_not_touch_python(r))
+            hand_over(r);
+    }
+    pthread_mutex_unlock(&buffers_lock);
+    free(buffer);
+}
+
+/* ---- records as Python objects, with the GIL */
+
+/* The str of kernel name `index` (a new reference), made once. */
+static PyObject *
+kernel_name(Recorder *r, uint32_t index)
+{
+    if (index >= r->name_objects_room) {
+        size_t room = r->name_objects_room ? 2 * r->name_objects_room : 256;
+        while (room <= index)
+            room *= 2;
+        PyObject **grown = realloc(r->name_objects, room * sizeof *grown);
+        if (grown == NULL)
+            return PyErr_NoMemory();
+        memset(grown + r->name_objects_room, 0, (room - r->name_objects_room) * sizeof *grown);
+        r->name_objects = grown;
+        r->name_objects_room = room;
+    }
+    if (r->name_objects[index] == NULL) {
+        pthread_mutex_lock(&r->activity_lock); /* the table may be growing: its text never moves */
+        const char *text = r->names.text[index];
+        pthread_mutex_unlock(&r->activity_lock);
+        r->name_objects[index] = PyUnicode_DecodeUTF8(text, (Py_ssize_t)strlen(text), "replace");
+        if (r->name_objects[index] == NULL)
+            return NULL;
+    }
+    return Py_NewRef(r->name_objects[index]);
+}
+
+/* memcpy_name(copy_kind) (a new reference), asked once per copy kind. */
+static PyObject *
+copy_name(Recorder *r, PyObject *memcpy_name, uint32_t copy_kind)
+{
+    if (copy_kind < COPY_KINDS && r->copy_names[copy_kind] != NULL)
+        return Py_NewRef(r->copy_names[copy_kind]);
+    PyObject *kind = PyLong_FromUnsignedLong(copy_kind);
+    if (kind == NULL)
+        return NULL;
+    PyObject *name = PyObject_CallOneArg(memcpy_name, kind);
+    Py_DECREF(kind);
+    if (name != NULL && !PyUnicode_Check(name)) {
+        PyErr_Format(PyExc_TypeError, "memcpy_name() gave a %.100s, not a str",
+                     Py_TYPE(name)->tp_name);
+        Py_CLEAR(name);
+    }
+    if (name != NULL && copy_kind < COPY_KINDS)
+        r->copy_names[copy_kind] = Py_NewRef(name);
+    return name;
+}
+
+static PyObject *
+gpu_object(Recorder *r, const GpuRecord *g, PyObject *make_activity, PyObject *make_external,
+           PyObject *memcpy_name)
+{
+    if (g->kind == GPU_EXTERNAL) {
+        PyObject *args[FIELDS] = {
+            PyLong_FromUnsignedLong(g->correlation_id),
+            PyLong_FromUnsignedLongLong(g->start),
+        };
+        return make(&r->external_layout, make_external, args);
+    }
+    PyObject *kind, *name;
+    if (g->kind == GPU_KERNEL) {
+        kind = str_kernel;
+        name = kernel_name(r, g->detail);
+    }
+    else if (g->kind == GPU_MEMCPY) {
+        kind = str_memcpy;
+        name = copy_name(r, memcpy_name, g->detail);
+    }
+    else {
+        kind = str_memset;
+        name = Py_NewRef(str_memset_name);
+    }
+    PyObject *args[FIELDS] = {
+        Py_NewRef(kind),
+        PyLong_FromUnsignedLong(g->correlation_id),
+        name,
+        PyLong_FromUnsignedLongLong(g->start),
+        PyLong_FromUnsignedLongLong(g->end),
+        PyLong_FromUnsignedLong(g->stream),
+        PyLong_FromUnsignedLong(g->device),
+        PyLong_FromUnsignedLong(g->graph_id),
+    };
+    return make(&r->activity_layout, make_activity, args);
+}
+
+/* ---- Python methods */
+
+static int
+release_buffers(Recorder *r)
+{
+    int owned = 0;
+    PyObject *callback;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&buffers_lock);
+    if (buffers_owner == r) {
+        buffers_owner = NULL;
+        owned = 1;
+    }
+    callback = r->on_buffer;
+    r->on_buffer = NULL;
+    pthread_mutex_unlock(&buffers_lock);
+    Py_END_ALLOW_THREADS
+    Py_XDECREF(callback);
+    if (owned)
+        Py_DECREF(r);
+    return owned;
+}
+
+/* take_activity_buffers(buffer_bytes, max_records, on_buffer) -> status */
+static PyObject *
+recorder_take_activity_buffers(Recorder *r, PyObject *args)
+{
+    Py_ssize_t bytes, max_records;
+    PyObject *on_buffer;
+    if (!PyArg_ParseTuple(args, "nnO:take_activity_buffers", &bytes, &max_records, &on_buffer))
+        return NULL;
+    if (on_buffer != Py_None && !PyCallable_Check(on_buffer)) {
+        PyErr_SetString(PyExc_TypeError, "take_activity_buffers: on_buffer must be callable");
+        return NULL;
+    }
+    if (bytes < 1024 || max_records < 1) {
+        PyErr_SetString(PyExc_ValueError, "take_activity_buffers: buffer_bytes must be at least "
+                                          "1024 and max_records at least 1");
+        return NULL;
+    }
+    if (r->library == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "take_activity_buffers() before subscribe()");
+        return NULL;
+    }
+    r->register_callbacks =
+        (kn_ActivityRegisterCallbacks)symbol(r, "cuptiActivityRegisterCallbacks");
+    r->get_next_record = (kn_ActivityGetNextRecord)symbol(r, "cuptiActivityGetNextRecord");
+    r->get_num_dropped =
+        (kn_ActivityGetNumDroppedRecords)symbol(r, "cuptiActivityGetNumDroppedRecords");
+    r->flush_all = (kn_ActivityFlushAll)symbol(r, "cuptiActivityFlushAll");
+    if (!r->register_callbacks || !r->get_next_record || !r->get_num_dropped || !r->flush_all)
+        return NULL;
+    pthread_mutex_lock(&r->activity_lock);
+    int ready = names_init(&r->names);
+    r->max_gpu = max_records;
+    pthread_mutex_unlock(&r->activity_lock);
+    if (!ready)
+        return PyErr_NoMemory();
+
+    PyObject *callback = on_buffer == Py_None ? NULL : Py_NewRef(on_buffer);
+    Recorder *previous;
+    kn_CUptiResult status;
+    Py_INCREF(r); /* held as the owner */
+    atomic_store(&buffer_bytes, (size_t)bytes);
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&buffers_lock);
+    previous = buffers_owner;
+    buffers_owner = r;
+    PyObject *replaced = r->on_buffer;
+    r->on_buffer = callback;
+    callback = replaced;
+    pthread_mutex_unlock(&buffers_lock);
+    status = r->register_callbacks(buffer_requested, buffer_completed);
+    Py_END_ALLOW_THREADS
+    Py_XDECREF(callback);
+    Py_XDECREF(previous);
+    if (status != KN_CUPTI_SUCCESS)
+        release_buffers(r);
+    return PyLong_FromUnsignedLong(status);
+}
+
+/* release_activity_buffers() -> bool: later buffers are freed unread; whether this recorder had
+ * them. */
+static PyObject *
+recorder_release_activity_buffers(Recorder *r, PyObject *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(release_buffers(r));
+}
+
+/* flush_activities(flag) -> status: cuptiActivityFlushAll(flag), the GIL released (the buffers
+ * it completes are handed over, on this thread or CUPTI's). */
+static PyObject *
+recorder_flush_activities(Recorder *r, PyObject *args)
+{
+    unsigned int flag;
+    if (!PyArg_ParseTuple(args, "I:flush_activities", &flag))
+        return NULL;
+    if (r->flush_all == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "flush_activities() before take_activity_buffers()");
+        return NULL;
+    }
+    kn_CUptiResult status;
+    Py_BEGIN_ALLOW_THREADS
+    status = r->flush_all(flag);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromUnsignedLong(status);
+}
+
+/* drain_activities(make_activity, make_external, memcpy_name) -> (work, externals) */
+static PyObject *
+recorder_drain_activities(Recorder *r, PyObject *args)
+{
+    PyObject *make_activity, *make_external, *memcpy_name;
+    if (!PyArg_ParseTuple(args, "OOO:drain_activities", &make_activity, &make_external,
+                          &memcpy_name))
+        return NULL;
+    Py_ssize_t count = 0, externals = 0;
+    GpuRecord *taken = NULL;
+    if (atomic_load(&forks) == r->forks) { /* a forked child: its parent reports them */
+        pthread_mutex_lock(&r->activity_lock);
+        taken = r->gpu;
+        count = r->gpu_count;
+        r->gpu = NULL;
+        r->gpu_count = r->gpu_capacity = 0;
+        pthread_mutex_unlock(&r->activity_lock);
+    }
+    for (Py_ssize_t i = 0; i < count; i++)
+        externals += taken[i].kind == GPU_EXTERNAL;
+    PyObject *lists[2] = {PyList_New(count - externals), PyList_New(externals)};
+    Py_ssize_t filled[2] = {0, 0};
+    for (Py_ssize_t i = 0; lists[0] != NULL && lists[1] != NULL && i < count; i++) {
+        PyObject *record = gpu_object(r, &taken[i], make_activity, make_external, memcpy_name);
+        if (record == NULL) {
+            Py_CLEAR(lists[0]);
+            break;
+        }
+        int which = taken[i].kind == GPU_EXTERNAL;
+        PyList_SET_ITEM(lists[which], filled[which]++, record);
+    }
+    free(taken);
+    if (lists[0] == NULL || lists[1] == NULL) {
+        Py_XDECREF(lists[0]);
+        Py_XDECREF(lists[1]);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", lists[0], lists[1]);
+}
+
+static PyObject *
+recorder_activity_counts(Recorder *r, PyObject *unused)
+{
+    (void)unused;
+    pthread_mutex_lock(&r->activity_lock);
+    Py_ssize_t waiting = r->gpu_count;
+    unsigned long long dropped = r->gpu_dropped, cupti_dropped = r->cupti_dropped;
+    unsigned long long past_bound = r->names.past_bound;
+    Py_ssize_t names = r->names.count ? (Py_ssize_t)(r->names.count - FIRST_NAME) : 0;
+    pthread_mutex_unlock(&r->activity_lock);
+    return Py_BuildValue("{snsKsKsnsK}", "waiting", waiting, "dropped", dropped, "cupti_dropped",
+                         cupti_dropped, "names", names, "names_past_bound", past_bound);
+}
+
 static PyMethodDef recorder_methods[] = {
     {"enter", (PyCFunction)recorder_enter, METH_VARARGS,
      "enter(correlation_id, api, timestamp): a launch API call starts on this thread, made by "
@@ -1094,6 +1708,23 @@ static PyMethodDef recorder_methods[] = {
     {"enable", (PyCFunction)recorder_enable, METH_VARARGS,
      "enable(domain, cbid, api) -> status."},
     {"unsubscribe", (PyCFunction)recorder_unsubscribe, METH_NOARGS, "unsubscribe() -> status."},
+    {"take_activity_buffers", (PyCFunction)recorder_take_activity_buffers, METH_VARARGS,
+     "take_activity_buffers(buffer_bytes, max_records, on_buffer) -> status: CUPTI's activity "
+     "buffers come to this recorder (after subscribe()), are read in C and freed; on_buffer() "
+     "(or None) is called with the GIL after each. At most max_records wait for a drain."},
+    {"release_activity_buffers", (PyCFunction)recorder_release_activity_buffers, METH_NOARGS,
+     "release_activity_buffers() -> bool: buffers completed from now on are freed unread."},
+    {"flush_activities", (PyCFunction)recorder_flush_activities, METH_VARARGS,
+     "flush_activities(flag) -> status: cuptiActivityFlushAll(flag), without the GIL."},
+    {"drain_activities", (PyCFunction)recorder_drain_activities, METH_VARARGS,
+     "drain_activities(make_activity, make_external, memcpy_name) -> (work, externals): the GPU "
+     "records read so far, as make_activity(kind, correlation_id, name, start, end, stream, "
+     "device, graph_id) and make_external(correlation_id, external_id); memcpy_name(copy_kind) "
+     "names a copy (asked once per kind)."},
+    {"activity_counts", (PyCFunction)recorder_activity_counts, METH_NOARGS,
+     "activity_counts() -> {'waiting', 'dropped', 'cupti_dropped', 'names', "
+     "'names_past_bound'}: GPU records waiting, not kept past the bound, dropped by CUPTI; kernel "
+     "names kept, and kernel records named past their bound."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1134,6 +1765,10 @@ recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     }
     pthread_mutex_init(&r->lock, NULL);
+    pthread_mutex_init(&r->activity_lock, NULL);
+    init_layout(&r->record_layout, launch_fields);
+    init_layout(&r->activity_layout, activity_fields);
+    init_layout(&r->external_layout, external_fields);
     r->serial = next_serial++;
     r->forks = atomic_load(&forks);
     r->api_names = PyTuple_New(count);
@@ -1185,6 +1820,11 @@ recorder_traverse(Recorder *r, visitproc visit, void *arg)
     Py_VISIT(r->kept);
     Py_VISIT(r->fault);
     Py_VISIT(r->record_layout.type);
+    Py_VISIT(r->activity_layout.type);
+    Py_VISIT(r->external_layout.type);
+    Py_VISIT(r->on_buffer);
+    for (int i = 0; i < COPY_KINDS; i++)
+        Py_VISIT(r->copy_names[i]);
     return 0;
 }
 
@@ -1206,7 +1846,14 @@ recorder_clear(Recorder *r)
     Py_CLEAR(r->kept);
     Py_CLEAR(r->fault);
     Py_CLEAR(r->record_layout.type);
-    r->record_layout.fast = 0;
+    Py_CLEAR(r->activity_layout.type);
+    Py_CLEAR(r->external_layout.type);
+    r->record_layout.fast = r->activity_layout.fast = r->external_layout.fast = 0;
+    Py_CLEAR(r->on_buffer); /* never the owner's: CUPTI's hold keeps the owner reachable */
+    for (int i = 0; i < COPY_KINDS; i++)
+        Py_CLEAR(r->copy_names[i]);
+    for (size_t i = 0; i < r->name_objects_room; i++)
+        Py_CLEAR(r->name_objects[i]);
     return 0;
 }
 
@@ -1218,7 +1865,11 @@ recorder_dealloc(Recorder *r)
     recorder_clear(r);
     free(r->records);
     free(r->graph_of);
+    free(r->gpu);
+    free(r->name_objects);
+    names_free(&r->names);
     pthread_mutex_destroy(&r->lock);
+    pthread_mutex_destroy(&r->activity_lock);
     Py_TYPE(r)->tp_free((PyObject *)r);
 }
 
@@ -1249,6 +1900,8 @@ static void
 in_forked_child(void)
 {
     atomic_fetch_add(&forks, 1);
+    /* CUPTI's thread, which may have held it, is not in the child. */
+    pthread_mutex_init(&buffers_lock, NULL);
 }
 
 static struct PyModuleDef module_def = {
@@ -1270,7 +1923,12 @@ PyInit__native_cupti(void)
     static int once = 0;
     if (!once) {
         str_name = PyUnicode_InternFromString("name");
-        if (str_name == NULL || PyType_Ready(&RecorderType) < 0
+        str_kernel = PyUnicode_InternFromString("kernel");
+        str_memcpy = PyUnicode_InternFromString("memcpy");
+        str_memset = PyUnicode_InternFromString("memset");
+        str_memset_name = PyUnicode_InternFromString("[memset]");
+        if (str_name == NULL || str_kernel == NULL || str_memcpy == NULL || str_memset == NULL
+            || str_memset_name == NULL || PyType_Ready(&RecorderType) < 0
             || PyType_Ready(&SiteCallType) < 0)
             return NULL;
         /* Without these (no room left), finalizing() and the collector's stop still hold. */

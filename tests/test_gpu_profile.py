@@ -56,6 +56,9 @@ def test_every_line_of_the_demo_shows_its_gpu_time(tmp_path, callbacks):
     (collector,) = [line for line in done.stdout.splitlines() if line.startswith("COLLECTOR ")]
     native = collector.startswith("COLLECTOR kname's native CUPTI callback")
     assert native == (callbacks == "native"), collector
+    # The activity buffers go with the callback: read in C by the native one.
+    assert f"ACTIVITY {callbacks}" in done.stdout.splitlines(), output[-6000:]
+    assert "CHECK activity-native-records-whole ok" in output or callbacks == "python"
     document = load(str(tmp_path / "profile.json"))
     assert document["unattributed"]["launches"] == 0
     streams = load_streams(str(tmp_path / "profile_h200.json"))

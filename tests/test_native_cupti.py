@@ -11,12 +11,10 @@ behaviour shared with the Python callback is tested on both in test_profile_capt
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import gc
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -27,6 +25,16 @@ from types import SimpleNamespace
 
 import pytest
 from support import REPO
+from support.cupti_stand_in import (
+    COMPILER,
+    CONCURRENT_KERNEL,
+    CUDA_GRAPH_LAUNCH,
+    CUDA_LAUNCH_KERNEL,
+    DRIVER,
+    StandInBinding,
+    build_fake_cupti,
+    stand_in_library,
+)
 
 from kname import _native_choice, _warnings, callsite, naming
 from kname.config import DEFAULT_FORMAT
@@ -45,7 +53,6 @@ from kname.profiling.launch_callbacks import NativeCallbacks
 from kname.profiling.records import LaunchRecord, StreamLog
 
 native, WHY = _native_choice.cupti_choice({})
-COMPILER = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
 BUILDABLE = (
     platform.python_implementation() == "CPython"
     and sys.version_info >= (3, 11)
@@ -425,24 +432,12 @@ def test_a_wrapped_sites_c_calls_keep_no_reference_per_call(rules):
 def fake_libcupti(tmp_path_factory) -> Path:
     if COMPILER is None:
         pytest.skip("no C compiler")
-    built = tmp_path_factory.mktemp("fake_cupti") / "libcupti.so.99"
-    done = subprocess.run(
-        [COMPILER, "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", f"-I{REPO / 'kname'}",
-         "-o", str(built), str(REPO / "tests" / "support" / "fake_cupti.c")],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return built
+    return build_fake_cupti(tmp_path_factory.mktemp("fake_cupti"))[0]
 
 
 @pytest.fixture
 def cupti_library(fake_libcupti):
-    library = ctypes.CDLL(str(fake_libcupti))  # ctypes calls release the GIL, as torch does
-    library.fake_refuse(0, b"")
-    return library
-
-
-DRIVER, CUDA_LAUNCH_KERNEL, CUDA_GRAPH_LAUNCH = 1, 307, 514
+    return stand_in_library(fake_libcupti)
 
 
 def test_the_cupti_callback_records_enabled_launch_apis(rules, cupti_library, fake_libcupti):
@@ -499,54 +494,10 @@ def test_a_forked_child_records_nothing_from_its_parents_subscriber(
     assert made.unsubscribe() == 0 and list(drained(made)) == [3]
 
 
-class StandInBinding:
-    """cupti-python's activity API, which needs a GPU: buffers handed back at flush."""
-
-    class Result:
-        def __init__(self, status: int) -> None:
-            self.name = {39: "ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"}.get(status, "ERROR")
-
-    Result.ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED = 39
-
-    class cuptiError(Exception):
-        def __init__(self, status: int) -> None:
-            super().__init__(f"CUPTI status {status}")
-            self.status = status
-
-    CallbackDomain = SimpleNamespace(DRIVER_API=1, RUNTIME_API=2)
-    driver_api_trace_cbid = SimpleNamespace(
-        __members__={"cuLaunchKernel": CUDA_LAUNCH_KERNEL, "cuGraphLaunch": CUDA_GRAPH_LAUNCH}
-    )
-    runtime_api_trace_cbid = SimpleNamespace(__members__={})
-    ActivityKind = SimpleNamespace(
-        CONCURRENT_KERNEL=10, KERNEL=3, MEMCPY=1, MEMSET=2, EXTERNAL_CORRELATION=39, DRIVER=4,
-        RUNTIME=5,
-    )  # fmt: skip
-
-    def __init__(self) -> None:
-        self.kernels: list[SimpleNamespace] = []
-
-    def get_timestamp(self) -> int:
-        return 0
-
-    def activity_register_callbacks(self, requested, completed) -> None:
-        self.completed = completed
-
-    def activity_enable(self, kind) -> None:
-        pass
-
-    def activity_disable(self, kind) -> None:
-        pass
-
-    def activity_flush_all(self, flag) -> None:
-        self.completed(self.kernels)
-
-
 def test_the_collector_drains_each_launch_before_the_records_that_name_it(
     rules, cupti_library, fake_libcupti, monkeypatch, capsys
 ):
-    binding = StandInBinding()
-    monkeypatch.setitem(sys.modules, "cupti", SimpleNamespace(cupti=binding))
+    monkeypatch.setitem(sys.modules, "cupti", SimpleNamespace(cupti=StandInBinding()))
     monkeypatch.setattr(launch_callbacks, "libcupti_path", lambda: str(fake_libcupti))
     join, log = Join(), StreamLog()
     collector = CuptiCollector(LaunchCapture(join, log), join, log)
@@ -555,9 +506,8 @@ def test_the_collector_drains_each_launch_before_the_records_that_name_it(
         here = this_line(+1)
         cupti_library.fake_callback(DRIVER, CUDA_LAUNCH_KERNEL, 0, number)
         cupti_library.fake_callback(DRIVER, CUDA_LAUNCH_KERNEL, 1, number)
-        common = {"start": 10, "end": 30, "stream_id": 7, "device_id": 0, "graph_id": 0}
-        binding.kernels.append(SimpleNamespace(kind=10, correlation_id=number, name="k", **common))
-    collector.stop()
+        cupti_library.fake_kernel(CONCURRENT_KERNEL, number, 10, 30, 7, 0, 0, b"k")
+    collector.stop()  # the flush hands the records over, after the launches
     profile = join.profile()
     assert {name: totals.gpu_ns for name, totals in profile.sites.items()} == {here: 40}
     assert profile.unattributed.launches == 0 and [r.correlation_id for r in log.launches] == [1, 2]
@@ -593,6 +543,8 @@ def test_without_libcupti_the_python_callback_is_used_and_says_why(
     join = Join()
     collector = CuptiCollector(LaunchCapture(join), join)
     assert collector.start() and subscribed
+    assert collector.activity_reader == "python" and binding.registered  # cupti-python's buffers
+    assert collector.activity_counts() == {}
     collector.stop()
     (line,) = capsys.readouterr().err.splitlines()
     assert "collecting through CUPTI's Python binding (the native one: libcupti " in line

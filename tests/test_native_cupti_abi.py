@@ -2,23 +2,27 @@
 
 kname._native_cupti is built without CUDA headers, from its own copy of the few CUPTI types and
 functions it uses. Where the real headers are installed (the nvidia-cuda-cupti wheel's include
-folder, cuda.h under CUDA_HOME or /usr/local/cuda) and a C compiler is found, a small C file
-includes both and asserts, at compile time, that sizes, field offsets, enum values and function
-types agree; a copy of the header with one thing changed must fail to compile.
+folder with cuda.h under CUDA_HOME or /usr/local/cuda; the CUDA toolkit's own CUPTI headers
+there) and a C compiler is found, a small C file includes both and asserts, at compile time,
+that sizes, field offsets, enum values and function types agree, against every set of headers
+found; a copy of the header with one thing changed must fail to compile.
+
+Activity records are declared only as far as the fields kname reads: those fields' offsets and
+sizes are checked against the record versions CUPTI 13.0 writes (CUpti_ActivityKernel10,
+CUpti_ActivityMemcpy6, CUpti_ActivityMemset4) and against the newest version each set of
+headers declares (what that release writes).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
+import re
 import subprocess
-from importlib import metadata
 from pathlib import Path
 
 import pytest
 from support import REPO
+from support.cupti_stand_in import COMPILER, cuda_include, header_sets
 
-COMPILER = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
 HEADER = REPO / "kname" / "_cupti_abi.h"
 
 CALLBACK_DATA_FIELDS = (
@@ -32,8 +36,35 @@ SUBSCRIBER_PARAMS_FIELDS = (
     "oldSubscriberName",
     "oldSubscriberSize",
 )
+# kname's record: (CUPTI's record without its version number, the fields kname reads).
+RECORDS = {
+    "kn_ActivityKernel": ("CUpti_ActivityKernel", (
+        "kind", "start", "end", "deviceId", "streamId", "correlationId", "name", "graphId",
+    )),
+    "kn_ActivityMemcpy": ("CUpti_ActivityMemcpy", (
+        "kind", "copyKind", "start", "end", "deviceId", "streamId", "correlationId", "graphId",
+    )),
+    "kn_ActivityMemset": ("CUpti_ActivityMemset", (
+        "kind", "start", "end", "deviceId", "streamId", "correlationId", "graphId",
+    )),
+    "kn_ActivityExternalCorrelation": ("CUpti_ActivityExternalCorrelation", (
+        "kind", "externalKind", "externalId", "correlationId",
+    )),
+}  # fmt: skip
+# The versions CUPTI 13.0 writes (the GPU host's CUPTI).
+CUPTI_13_0_VERSIONS = {"CUpti_ActivityKernel": 10, "CUpti_ActivityMemcpy": 6,
+                       "CUpti_ActivityMemset": 4}  # fmt: skip
 VALUES = {
     "KN_CUPTI_SUCCESS": "CUPTI_SUCCESS",
+    "KN_CUPTI_ERROR_MAX_LIMIT_REACHED": "CUPTI_ERROR_MAX_LIMIT_REACHED",
+    "KN_CUPTI_ERROR_INVALID_KIND": "CUPTI_ERROR_INVALID_KIND",
+    "KN_CUPTI_ACTIVITY_KIND_MEMCPY": "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "KN_CUPTI_ACTIVITY_KIND_MEMSET": "CUPTI_ACTIVITY_KIND_MEMSET",
+    "KN_CUPTI_ACTIVITY_KIND_KERNEL": "CUPTI_ACTIVITY_KIND_KERNEL",
+    "KN_CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL": "CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL",
+    "KN_CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION": "CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION",
+    "KN_CUPTI_ACTIVITY_FLAG_FLUSH_FORCED": "CUPTI_ACTIVITY_FLAG_FLUSH_FORCED",
+    "KN_CUPTI_ACTIVITY_RECORD_ALIGNMENT": "ACTIVITY_RECORD_ALIGNMENT",
     "KN_CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED": (
         "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"
     ),
@@ -62,43 +93,53 @@ SAME_TYPES = {
     "kn_Subscribe_v2": (
         "kn_CUptiResult (*)(kn_SubscriberHandle *, kn_CallbackFunc, void *, kn_SubscriberParams *)"
     ),
+    "kn_CUcontext": "CUcontext",
+    "kn_BuffersRequested": "CUpti_BuffersCallbackRequestFunc",
+    "kn_BuffersCompleted": "CUpti_BuffersCallbackCompleteFunc",
+    "kn_ActivityRegisterCallbacks": "__typeof__(&cuptiActivityRegisterCallbacks)",
+    "kn_ActivityGetNumDroppedRecords": "__typeof__(&cuptiActivityGetNumDroppedRecords)",
+    "kn_ActivityFlushAll": "__typeof__(&cuptiActivityFlushAll)",
+    # cuptiActivityGetNextRecord: the same but for its record type, whose kind is checked above.
+    "kn_CUptiResult (*)(uint8_t *, size_t, CUpti_Activity **)": (
+        "__typeof__(&cuptiActivityGetNextRecord)"
+    ),
+    "kn_ActivityGetNextRecord": "kn_CUptiResult (*)(uint8_t *, size_t, kn_Activity **)",
 }
-
-
-def cupti_include() -> Path | None:
-    """The include folder of an installed nvidia-cuda-cupti wheel, if any."""
-    for distribution in metadata.distributions():
-        name = (distribution.metadata["Name"] or "").lower()
-        if not name.startswith("nvidia-cuda-cupti"):
-            continue
-        for file in distribution.files or ():
-            if file.name == "cupti_callbacks.h":
-                return Path(distribution.locate_file(file)).parent
-    return None
-
-
-def cuda_include() -> Path | None:
-    """The CUDA toolkit's include folder (cuda.h), from CUDA_HOME or /usr/local/cuda."""
-    for root in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
-        if root and (Path(root) / "include" / "cuda.h").exists():
-            return Path(root) / "include"
-    return None
 
 
 def missing() -> str:
     if COMPILER is None:
         return "no C compiler"
-    if cupti_include() is None:
-        return "CUPTI's headers are not installed (the nvidia-cuda-cupti wheel)"
     if cuda_include() is None:
         return "cuda.h is not there (CUDA_HOME or /usr/local/cuda)"
+    if not header_sets():
+        return "CUPTI's headers are not installed (the nvidia-cuda-cupti wheel, or CUDA's own)"
     return ""
 
 
 pytestmark = pytest.mark.skipif(bool(missing()), reason=missing())
+HEADER_SETS = header_sets()
 
 
-def check_source() -> str:
+def record_versions(includes: list[Path]) -> dict[str, list[str]]:
+    """CUPTI's record types to check each of kname's against: the version CUPTI 13.0 writes and
+    the newest these headers declare."""
+    text = "".join(
+        (folder / name).read_text(errors="replace")
+        for folder in includes[:1]
+        for name in ("cupti_activity.h", "cupti_activity_deprecated.h")
+        if (folder / name).exists()
+    )
+    versions = {}
+    for mine, (theirs, _) in RECORDS.items():
+        numbers = {int(n or 0) for n in re.findall(rf"}}\s*{theirs}(\d*)\s*;", text)}
+        if theirs in CUPTI_13_0_VERSIONS:
+            numbers = {CUPTI_13_0_VERSIONS[theirs], max(numbers)}
+        versions[mine] = [f"{theirs}{n or ''}" for n in sorted(numbers)]
+    return versions
+
+
+def check_source(includes: list[Path]) -> str:
     lines = [
         "#include <stddef.h>",
         "#include <cupti_result.h>",
@@ -124,24 +165,44 @@ def check_source() -> str:
         f"SAME_FIELD(kn_SubscriberParams, CUpti_SubscriberParams, {f});"
         for f in SUBSCRIBER_PARAMS_FIELDS
     ]
+    lines.append("SAME_FIELD(kn_Activity, CUpti_Activity, kind);")
+    for mine, types in record_versions(includes).items():
+        for theirs in types:
+            lines += [f"SAME_FIELD({mine}, {theirs}, {f});" for f in RECORDS[mine][1]]
+            lines.append(
+                f"_Static_assert(sizeof({mine}) <= sizeof({theirs}), "
+                f'"longer than CUPTI\'s record: {theirs}");'
+            )
     lines += [f"SAME_VALUE({mine}, {theirs});" for mine, theirs in VALUES.items()]
     lines += [f"SAME_TYPE({mine}, {theirs});" for mine, theirs in SAME_TYPES.items()]
     return "\n".join(lines) + "\n"
 
 
-def compile_check(tmp_path: Path, header: Path) -> subprocess.CompletedProcess:
+def compile_check(
+    tmp_path: Path, header: Path, includes: list[Path]
+) -> subprocess.CompletedProcess:
     source = tmp_path / "check_cupti_abi.c"
-    source.write_text(check_source())
+    source.write_text(check_source(includes))
     return subprocess.run(
         [COMPILER, "-fsyntax-only", "-std=gnu11", "-Wall", "-Werror", f"-I{header.parent}",
-         f"-I{cupti_include()}", f"-I{cuda_include()}", str(source)],
+         *(f"-I{folder}" for folder in includes), str(source)],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
 
 
-def test_the_declarations_agree_with_cuptis_headers(tmp_path):
-    done = compile_check(tmp_path, HEADER)
+@pytest.mark.parametrize("headers", list(HEADER_SETS))
+def test_the_declarations_agree_with_cuptis_headers(tmp_path, headers):
+    done = compile_check(tmp_path, HEADER, HEADER_SETS[headers])
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("headers", list(HEADER_SETS))
+def test_the_records_checked_include_those_cupti_13_0_writes(headers):
+    versions = record_versions(HEADER_SETS[headers])
+    assert {"CUpti_ActivityKernel10", "CUpti_ActivityMemcpy6", "CUpti_ActivityMemset4"} <= {
+        theirs for types in versions.values() for theirs in types
+    }
+    assert versions["kn_ActivityExternalCorrelation"] == ["CUpti_ActivityExternalCorrelation"]
 
 
 @pytest.mark.parametrize(
@@ -155,12 +216,28 @@ def test_the_declarations_agree_with_cuptis_headers(tmp_path):
          "kn_GetTimestamp"),
         ("    size_t oldSubscriberSize;", "    uint32_t oldSubscriberSize;",
          "CUpti_SubscriberParams.oldSubscriberSize"),
+        ("    uint8_t filler3[40]; /* gridX", "    uint8_t filler3[36]; /* gridX",
+         "CUpti_ActivityKernel10.correlationId"),
+        ("    uint8_t filler5[44];", "    uint8_t filler5[48];", "CUpti_ActivityKernel10.graphId"),
+        ("    uint8_t copyKind; ", "    uint16_t copyKind; ", "CUpti_ActivityMemcpy6.copyKind"),
+        ("    uint8_t filler2[24]; /* flags", "    uint8_t filler2[28]; /* flags",
+         "CUpti_ActivityMemset4.graphId"),
+        ("    uint64_t externalId;", "    uint32_t externalId;",
+         "CUpti_ActivityExternalCorrelation.externalId"),
+        ("#define KN_CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL 10",
+         "#define KN_CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL 11",
+         "KN_CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL"),
+        ("(*kn_ActivityFlushAll)(uint32_t flag)", "(*kn_ActivityFlushAll)(uint64_t flag)",
+         "kn_ActivityFlushAll"),
+        ("size_t validBufferSizeBytes,", "uint32_t validBufferSizeBytes,",
+         "kn_ActivityGetNextRecord"),
     ],
 )  # fmt: skip
-def test_a_declaration_that_differs_fails_the_check(tmp_path, original, changed, said):
+@pytest.mark.parametrize("headers", list(HEADER_SETS))
+def test_a_declaration_that_differs_fails_the_check(tmp_path, original, changed, said, headers):
     text = HEADER.read_text()
     assert text.count(original) == 1
     header = tmp_path / "_cupti_abi.h"
     header.write_text(text.replace(original, changed))
-    done = compile_check(tmp_path, header)
+    done = compile_check(tmp_path, header, HEADER_SETS[headers])
     assert done.returncode != 0 and said in done.stderr, done.stderr

@@ -46,6 +46,7 @@ from kname.profiling.records import (
 NO_PYTHON_FRAME = "<no Python frame>"
 MAX_OPEN_CALLS = 8  # launch API calls open at once on one thread; more means an exit was missed
 UNNAMED = "<unnamed: kname error>"
+MEMSET_NAME = "[memset]"  # kname._native_cupti names a memset so too
 GRAPH = "graph"
 # The kernel part of the call-site cache key for sites found at the CUDA API: apart from the
 # keys of kname's launch wrappers (which use id(kernel)), and the same for every API call.
@@ -107,6 +108,11 @@ def copy_kind_label(enum_name: str) -> str:
     return enum_name.lower()
 
 
+def memcpy_work_name(enum_name: str) -> str:
+    """What a copy of CUPTI's memcpy kind `enum_name` is called in a profile: `[memcpy HtoD]`."""
+    return f"[memcpy {copy_kind_label(enum_name)}]"
+
+
 def activity_records(
     activities: Iterable[Any], kinds: ActivityKinds, copy_kind_name: Callable[[int], str]
 ) -> tuple[list[ActivityRecord], list[ExternalCorrelation]]:
@@ -121,10 +127,9 @@ def activity_records(
         if kind in kinds.kernels:
             name, category = activity.name, KERNEL
         elif kind == kinds.memcpy:
-            label = copy_kind_label(copy_kind_name(activity.copy_kind))
-            name, category = f"[memcpy {label}]", MEMCPY
+            name, category = memcpy_work_name(copy_kind_name(activity.copy_kind)), MEMCPY
         elif kind == kinds.memset:
-            name, category = "[memset]", MEMSET
+            name, category = MEMSET_NAME, MEMSET
         elif kind == kinds.external_correlation:
             externals.append(ExternalCorrelation(activity.correlation_id, activity.external_id))
             continue

@@ -1,12 +1,15 @@
-"""The CUPTI collector: launch API callbacks and activity buffers (cupti-python for the latter).
+"""The CUPTI collector: launch API callbacks and activity buffers.
 
 The launch callbacks come from launch_callbacks.py: kname's C callback (kname._native_cupti)
 where it is built, else cupti-python's, the slower fallback (on the H200 with cupti-python
 13.0.1, +20 µs for a CuPy RawKernel launch to +47 µs for a torch add); start() says once which.
-The activity side (buffers, kinds, flush, the messages) is here, the same for both: before each
-activity buffer is read, the native callback's finished calls are drained into the join, so
-every GPU record finds its launch. Everything but the CUPTI calls lives in capture.py and
-join.py.
+The activity buffers go with them: with the C callback they are read in C too (its recorder
+registers CUPTI's buffer callbacks, copies each record out in CUPTI's thread, then calls
+_native_buffer_completed with the GIL), else cupti-python reads them into a Python object per
+record (_buffer_completed). The rest (kinds, flush, the messages) is here, the same for both:
+before each buffer's records go to the join, the native callback's finished calls are drained
+into it, so every GPU record finds its launch. Everything but the CUPTI calls lives in
+capture.py and join.py.
 
 Versions: the binding must match the CUPTI library of the CUDA release in use. cupti-python
 13.0.* with CUPTI 13.0 (nvidia-cuda-cupti 13.0.x) records everything; cupti-python 13.4 against
@@ -24,7 +27,9 @@ The API used (cupti-python 13.0.1, module `cupti.cupti`):
     CallbackData.callback_site (ApiCallbackSite.API_ENTER / API_EXIT), .correlation_id
     activity_register_callbacks(requested() -> (size, max_records), completed(list of records))
         records are ActivityKernel10 / ActivityMemcpy6 / ActivityMemset4 /
-        ActivityExternalCorrelation objects, read inside the callback only
+        ActivityExternalCorrelation objects, read inside the callback only (the Python path;
+        the native recorder calls cuptiActivityRegisterCallbacks and cuptiActivityFlushAll
+        itself, on the same libcupti)
     activity_enable(ActivityKind.CONCURRENT_KERNEL | MEMCPY | MEMSET | EXTERNAL_CORRELATION),
         activity_disable(kind), activity_flush_all(1) (forced), get_timestamp() (ns)
     activity_push_external_correlation_id(ExternalCorrelationKind.CUSTOM0, id) and
@@ -43,13 +48,18 @@ from importlib import metadata
 from typing import Any
 
 from kname._warnings import report_fault, warn_once
-from kname.profiling.capture import ActivityKinds, LaunchCapture, activity_records
+from kname.profiling.capture import (
+    ActivityKinds,
+    LaunchCapture,
+    activity_records,
+    memcpy_work_name,
+)
 from kname.profiling.capture import select_launch_apis as _select
 from kname.profiling.join import Join
 from kname.profiling.launch_callbacks import NativeUnavailable, PythonCallbacks, choose
-from kname.profiling.records import StreamLog
+from kname.profiling.records import ActivityRecord, ExternalCorrelation, StreamLog
 
-BUFFER_BYTES = 8 << 20  # per CUPTI activity buffer; cupti-python allocates and frees them
+BUFFER_BYTES = 8 << 20  # per CUPTI activity buffer; cupti-python or the recorder allocates them
 FLUSH_FORCED = 1  # CUPTI_ACTIVITY_FLAG_FLUSH_FORCED: also hand over incomplete buffers
 ACTIVITY_KINDS = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "EXTERNAL_CORRELATION")
 # CUPTI writes an external correlation record only beside an API activity record
@@ -82,6 +92,7 @@ class CuptiCollector:
         self._callbacks: Any = None  # launch_callbacks.NativeCallbacks or PythonCallbacks
         self._enabled_kinds: list[int] = []
         self._copy_kinds: dict[int, str] = {}
+        self._native_buffers = False  # the native recorder reads CUPTI's buffers
         self._holder: str | None = None
         self.started = False
 
@@ -115,7 +126,7 @@ class CuptiCollector:
             return False
         try:
             # Buffers before kinds: records may be produced as soon as a kind is enabled.
-            cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
+            self._take_buffers(cupti)
             for name in ACTIVITY_KINDS + (API_KINDS if self._external_correlation else ()):
                 cupti.activity_enable(getattr(kinds, name))
                 self._enabled_kinds.append(int(getattr(kinds, name)))
@@ -136,11 +147,15 @@ class CuptiCollector:
             return
         self.started = False
         try:
-            self._cupti.activity_flush_all(FLUSH_FORCED)
+            self._flush()
         except Exception as exc:
             report_fault("flushing CUPTI's activity buffers", exc)
         self._undo()
-        self._callbacks.drain()  # calls that finished after the last buffer (no GPU record)
+        # Calls that finished after the last buffer (no GPU record), and records left over.
+        if self._native_buffers:
+            self._native_buffer_completed()
+        else:
+            self._callbacks.drain()
         if self._join.launch_count and not self._join.record_count:
             versions = ", ".join(f"{k} {v}" for k, v in binding_versions().items())
             warn_once(
@@ -155,6 +170,21 @@ class CuptiCollector:
     def launch_callbacks(self) -> str:
         """Which launch callbacks collect (native or Python, and why), once started."""
         return "" if self._callbacks is None else self._callbacks.describe()
+
+    @property
+    def activity_reader(self) -> str:
+        """Who reads CUPTI's activity buffers, once started: "native" (kname's recorder, in C)
+        or "python" (cupti-python, a Python object per record)."""
+        if self._callbacks is None:
+            return ""
+        return "native" if self._native_buffers else "python"
+
+    def activity_counts(self) -> dict[str, int]:
+        """The native recorder's counts of GPU records (waiting, dropped past its bound,
+        dropped by CUPTI) and kernel names; empty where cupti-python reads the buffers."""
+        if not self._native_buffers:
+            return {}
+        return self._callbacks.recorder.activity_counts()
 
     def external_calls(self) -> tuple[Callable[[int], Any], Callable[[], Any]] | None:
         """push(id) and pop() of a CUPTI external correlation id on this thread (CUSTOM0): the
@@ -177,18 +207,53 @@ class CuptiCollector:
     def _buffer_completed(self, activities: list) -> None:
         self._callbacks.drain()  # first: every record of this buffer then finds its launch
         try:
-            work, externals = activity_records(activities, self._kinds, self._copy_kind_name)
-            if externals:
-                self._join.add_externals(externals)
-            self._join.add_activities(work)
-            if self._log is not None:
-                self._log.add_activities(work)
-                if externals:
-                    self._log.add_externals(externals)
+            self._add(*activity_records(activities, self._kinds, self._copy_kind_name))
         except Exception as exc:
             report_fault("reading CUPTI's activity records", exc)
 
+    def _native_buffer_completed(self) -> None:
+        """The recorder read a buffer (in C): its records, after the launches, to the join."""
+        self._callbacks.drain()  # first, as above
+        try:
+            self._add(*self._callbacks.drain_activities(self._memcpy_name))
+        except Exception as exc:
+            report_fault("reading CUPTI's activity records", exc)
+
+    def _add(self, work: list[ActivityRecord], externals: list[ExternalCorrelation]) -> None:
+        if externals:
+            self._join.add_externals(externals)
+        self._join.add_activities(work)
+        if self._log is not None:
+            self._log.add_activities(work)
+            if externals:
+                self._log.add_externals(externals)
+
     # --- helpers ------------------------------------------------------------------------------
+
+    def _take_buffers(self, cupti: Any) -> None:
+        """CUPTI's activity buffers to the native recorder where it collects, else cupti-python's
+        callbacks; raises the binding's error."""
+        self._native_buffers = self._callbacks.reads_activity_buffers
+        if not self._native_buffers:
+            cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
+            return
+        status = self._callbacks.take_activity_buffers(
+            self._buffer_bytes, self._native_buffer_completed
+        )
+        if status:
+            raise cupti.cuptiError(status)
+
+    def _flush(self) -> None:
+        """Every buffer handed over now, incomplete ones too (their records are complete)."""
+        if not self._native_buffers:
+            self._cupti.activity_flush_all(FLUSH_FORCED)
+            return
+        status = self._callbacks.flush_activities(FLUSH_FORCED)
+        if status:
+            raise self._cupti.cuptiError(status)
+
+    def _memcpy_name(self, copy_kind: int) -> str:
+        return memcpy_work_name(self._copy_kind_name(copy_kind))
 
     def _copy_kind_name(self, copy_kind: int) -> str:
         name = self._copy_kinds.get(copy_kind)
@@ -246,6 +311,8 @@ class CuptiCollector:
             except Exception as exc:
                 report_fault("disabling CUPTI activity collection", exc)
         self._enabled_kinds.clear()
+        if self._native_buffers:
+            self._callbacks.release_activity_buffers()  # after the kinds: no record comes now
         try:
             self._callbacks.unsubscribe()
         except Exception as exc:

@@ -5,17 +5,21 @@ by capture.py's rules; they differ in what runs per launch:
 
     NativeCallbacks   kname._native_cupti's Recorder, CUPTI's callback in C: a cached call site
                       costs a frame look-up; its records reach the capture when drained (before
-                      each activity buffer is read, and at stop).
+                      each activity buffer is read, and at stop). It also reads CUPTI's activity
+                      buffers in C (reads_activity_buffers): each record copied out of the
+                      buffer into a C struct in CUPTI's thread, handed to the collector after.
     PythonCallbacks   cupti-python calls a Python function, which hands the frame to
-                      LaunchCapture.enter and exit: about 20-50 us of CPU time per launch.
+                      LaunchCapture.enter and exit: about 20-50 us of CPU time per launch. The
+                      activity buffers are then cupti-python's (a Python object per record).
 
-_native_choice decides (the extension where built; KNAME_NATIVE=0: Python). The activity side
-(buffers, kinds, flush) is the collector's, the same for both (cupti_collector.py).
+_native_choice decides (the extension where built; KNAME_NATIVE=0: Python). The rest of the
+activity side (kinds, flush, what the records become) is the collector's (cupti_collector.py).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -31,11 +35,12 @@ from kname.profiling.capture import (
     site_of_frame,
 )
 from kname.profiling.join import MAX_PENDING
-from kname.profiling.records import LaunchRecord
+from kname.profiling.records import ActivityRecord, ExternalCorrelation, LaunchRecord
 
 # {CUPTI callback domain: {callback id: (API name, is a graph launch)}}
 Apis = dict[int, dict[int, tuple[str, bool]]]
 SUBSCRIBER_NAME = "kname"
+MAX_WAITING_RECORDS = 1_000_000  # GPU records read in C and not yet handed to the join
 
 
 class NativeUnavailable(Exception):
@@ -52,6 +57,8 @@ def choose(capture: LaunchCapture) -> NativeCallbacks | PythonCallbacks:
 
 class PythonCallbacks:
     """CUPTI's callback through cupti-python: one Python call per launch API enter and exit."""
+
+    reads_activity_buffers = False  # cupti-python's buffers, with the collector's callbacks
 
     def __init__(self, capture: LaunchCapture, why: str) -> None:
         self._capture = capture
@@ -119,6 +126,8 @@ class PythonCallbacks:
 
 class NativeCallbacks:
     """CUPTI's callback in C (kname._native_cupti.Recorder) on the libcupti the binding loaded."""
+
+    reads_activity_buffers = True  # in C: take_activity_buffers, drain_activities
 
     def __init__(self, module: ModuleType, capture: LaunchCapture) -> None:
         self._module = module
@@ -200,6 +209,50 @@ class NativeCallbacks:
                 "records; later ones were not recorded, and the GPU work they caused counts "
                 "as unattributed",
             )
+
+    # --- CUPTI's activity buffers, read in C -------------------------------------------------
+
+    def take_activity_buffers(self, buffer_bytes: int, completed: Callable[[], Any]) -> int:
+        """CUPTI's activity buffers (of `buffer_bytes`) go to the recorder, which reads them in
+        CUPTI's thread and then calls completed() with the GIL; CUPTI's status (0: taken)."""
+        return self.recorder.take_activity_buffers(buffer_bytes, MAX_WAITING_RECORDS, completed)
+
+    def flush_activities(self, flag: int) -> int:
+        """cuptiActivityFlushAll(flag), the GIL released; CUPTI's status."""
+        return self.recorder.flush_activities(flag)
+
+    def release_activity_buffers(self) -> None:
+        """Buffers completed from now on are freed unread."""
+        if self.recorder is not None:
+            self.recorder.release_activity_buffers()
+
+    def drain_activities(
+        self, memcpy_name: Callable[[int], str]
+    ) -> tuple[list[ActivityRecord], list[ExternalCorrelation]]:
+        """The GPU records read so far (memcpy_name(copy kind) names a copy), and what was lost
+        on the way (past the bound, dropped by CUPTI, names past theirs) said once."""
+        recorder = self.recorder
+        records = recorder.drain_activities(ActivityRecord, ExternalCorrelation, memcpy_name)
+        counts = recorder.activity_counts()
+        if counts["dropped"]:
+            warn_once(
+                "profile:native-records",
+                f"profile: more than {MAX_WAITING_RECORDS} GPU records waited to be joined; "
+                "later ones were not kept, and their GPU time is missing from the profile",
+            )
+        if counts["cupti_dropped"]:
+            warn_once(
+                "profile:cupti-dropped",
+                f"profile: CUPTI dropped {counts['cupti_dropped']} GPU records (no activity "
+                "buffer was free); their GPU time is missing from the profile",
+            )
+        if counts["names_past_bound"]:
+            warn_once(
+                "profile:kernel-names",
+                f"profile: more than {counts['names']} distinct kernel names; kernels with "
+                "later names are counted under one name",
+            )
+        return records
 
 
 def libcupti_path() -> str:

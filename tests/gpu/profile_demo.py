@@ -15,6 +15,9 @@ profiling (the baseline), then profiled by kname's CUPTI collector, and prints:
     COLLECTOR <what>                            the launch callbacks: kname's native one
         (kname._native_cupti, built in place: python setup.py build_ext --inplace), or CUPTI's
         Python binding (with KNAME_NATIVE=0, or where the extension is not built), and why;
+    ACTIVITY native | python                    who read CUPTI's activity buffers: kname's
+        recorder in C (with the native callback; CHECK activity-native-records-whole: no
+        record lost on the way) or cupti-python;
     CHECK <name> ok | CHECK <name> FAIL: <why>   every line has GPU time, nothing is
         unattributed, totals agree with the records, graph kernels go to the replay line,
         copies and sets are their own rows, the recorded streams replay to the same totals,
@@ -271,6 +274,7 @@ def kname_phase(args, work: Workload, checks: Checks) -> tuple[dict[int, int], d
     print(f"COLLECTOR {session.collector.launch_callbacks}")
     profiled = timed(work, args.iterations)
     session.stop()
+    check_activity_reader(checks, session.collector)
     document = validate(session.document(), "live")
     print(session.table())
     streams = session.streams(iterations=args.iterations)
@@ -336,6 +340,20 @@ def kname_phase(args, work: Workload, checks: Checks) -> tuple[dict[int, int], d
         f"{1e6 * (profiled - baseline) / max(len(streams.launches), 1):+.1f} us per launch call"
     )
     return per_line, expected
+
+
+def check_activity_reader(checks: Checks, collector) -> None:
+    """With kname's native launch callback the activity buffers are read in C too, and none of
+    their records was lost on the way (past the recorder's bound, or dropped by CUPTI)."""
+    reader = collector.activity_reader
+    print(f"ACTIVITY {reader}")
+    native = collector.launch_callbacks.startswith("kname's native")
+    checks.check("activity-reader", reader == ("native" if native else "python"), reader)
+    if native:
+        counts = collector.activity_counts()
+        lost = counts["waiting"] or counts["dropped"] or counts["cupti_dropped"]
+        ok = not lost and not counts["names_past_bound"] and counts["names"] > 0
+        checks.check("activity-native-records-whole", ok, str(counts))
 
 
 def check_kind(checks: Checks, marker: str, kind: str, site: str, streams, iterations: int):

@@ -1,9 +1,13 @@
 /*
- * A stand-in libcupti for tests without a GPU: the five functions kname._native_cupti takes
- * from the real one (declared as in kname/_cupti_abi.h), and calls that make it call back as
- * CUPTI does at a launch API's enter and exit, on the calling thread, for enabled callbacks only.
+ * A stand-in libcupti for tests without a GPU: the functions kname._native_cupti takes from the
+ * real one (declared as in kname/_cupti_abi.h), and calls that make it call back as CUPTI does:
+ * at a launch API's enter and exit, on the calling thread, for enabled callbacks only; and with
+ * buffers of activity records the tests queued, laid out as CUPTI's own structs (built with
+ * CUPTI's header where there is one, see tests/support.cupti_stand_in.py), at a flush.
  */
+#include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "_cupti_abi.h"
@@ -98,4 +102,179 @@ void
 fake_stale_callback(uint32_t domain, uint32_t cbid, uint32_t site, uint32_t correlation_id)
 {
     call(last_callback, last_userdata, domain, cbid, site, correlation_id);
+}
+
+/* ---- activity buffers: records queued by the tests, handed over as CUPTI hands them over */
+
+/* The records' layout is fake_cupti_records.c's (CUPTI's own structs, where its header is there). */
+size_t fake_record_size(uint32_t kind);
+
+static kn_BuffersRequested requested;
+static kn_BuffersCompleted completed;
+static uint8_t *queue;
+static size_t queued, queue_room;
+static char *names[1 << 16]; /* the kernel names of the queued records, freed after hand-over */
+static size_t name_count;
+static size_t dropped_records;
+static int complete_on_thread, misaligned, handed_over;
+
+/* Room for a record of `kind` at the end of the queue, zeroed but for its kind. */
+void *
+fake_queue_record(uint32_t kind)
+{
+    size_t size = fake_record_size(kind);
+    if (queued + size > queue_room) {
+        queue_room = (queue_room + size) * 2;
+        queue = realloc(queue, queue_room);
+    }
+    void *record = queue + queued;
+    memset(record, 0, size);
+    *(uint32_t *)record = kind;
+    queued += size;
+    return record;
+}
+
+/* A copy of `name` that lives until the record is handed over. */
+const char *
+fake_kernel_name(const char *name)
+{
+    if (name == NULL || name_count == sizeof names / sizeof names[0])
+        return NULL;
+    names[name_count] = strdup(name);
+    return names[name_count++];
+}
+
+kn_CUptiResult
+cuptiActivityRegisterCallbacks(kn_BuffersRequested on_request, kn_BuffersCompleted on_complete)
+{
+    if (on_request == NULL || on_complete == NULL)
+        return 1;
+    requested = on_request;
+    completed = on_complete;
+    return KN_CUPTI_SUCCESS;
+}
+
+kn_CUptiResult
+cuptiActivityGetNextRecord(uint8_t *buffer, size_t valid, kn_Activity **record)
+{
+    uint8_t *next = buffer;
+    if (*record != NULL)
+        next = (uint8_t *)*record + fake_record_size((*record)->kind);
+    if (next >= buffer + valid)
+        return KN_CUPTI_ERROR_MAX_LIMIT_REACHED;
+    *record = (kn_Activity *)next;
+    return KN_CUPTI_SUCCESS;
+}
+
+kn_CUptiResult
+cuptiActivityGetNumDroppedRecords(kn_CUcontext context, uint32_t stream, size_t *dropped)
+{
+    (void)context;
+    (void)stream;
+    *dropped = dropped_records;
+    dropped_records = 0;
+    return KN_CUPTI_SUCCESS;
+}
+
+/* Every queued record handed over, in as many buffers as the client's size takes; the kernel
+ * names then overwritten and freed (CUPTI's are not the client's to keep). */
+static void *
+hand_over_queue(void *unused)
+{
+    (void)unused;
+    size_t at = 0;
+    while (at < queued) {
+        uint8_t *buffer = NULL;
+        size_t size = 0, most = 0;
+        requested(&buffer, &size, &most);
+        if (buffer == NULL) { /* declined: the rest is dropped, and counted */
+            for (; at < queued; at += fake_record_size(*(uint32_t *)(queue + at)))
+                dropped_records++;
+            break;
+        }
+        misaligned |= ((uintptr_t)buffer % KN_CUPTI_ACTIVITY_RECORD_ALIGNMENT) != 0;
+        size_t valid = 0;
+        while (at + valid < queued) {
+            size_t next = fake_record_size(*(uint32_t *)(queue + at + valid));
+            if (valid + next > size)
+                break;
+            valid += next;
+        }
+        memcpy(buffer, queue + at, valid);
+        at += valid;
+        handed_over++;
+        completed(NULL, 0, buffer, size, valid);
+        if (valid == 0)
+            break; /* a record larger than the buffer: as CUPTI, give up */
+    }
+    queued = 0;
+    for (size_t i = 0; i < name_count; i++) {
+        memset(names[i], '?', strlen(names[i]));
+        free(names[i]);
+    }
+    name_count = 0;
+    return NULL;
+}
+
+kn_CUptiResult
+cuptiActivityFlushAll(uint32_t flag)
+{
+    (void)flag;
+    if (completed == NULL)
+        return 1;
+    if (complete_on_thread) { /* CUPTI's own thread delivers; the flush waits for it */
+        pthread_t thread;
+        if (pthread_create(&thread, NULL, hand_over_queue, NULL) != 0)
+            return 999;
+        pthread_join(thread, NULL);
+    }
+    else {
+        hand_over_queue(NULL);
+    }
+    return KN_CUPTI_SUCCESS;
+}
+
+/* ---- for the tests */
+
+/* Nothing queued, dropped or handed over yet; flushes on the caller's thread. */
+void
+fake_reset_activity(void)
+{
+    queued = 0;
+    dropped_records = 0;
+    complete_on_thread = misaligned = handed_over = 0;
+}
+
+/* CUPTI dropped this many records (no buffer space). */
+void
+fake_drop(size_t count)
+{
+    dropped_records += count;
+}
+
+/* Whether a flush hands buffers over on a thread of its own (CUPTI's) or on the caller's. */
+void
+fake_complete_on_thread(int on_thread)
+{
+    complete_on_thread = on_thread;
+}
+
+/* The queued records handed over now, as CUPTI's thread does when a buffer fills. */
+void
+fake_complete(void)
+{
+    cuptiActivityFlushAll(0);
+}
+
+/* Buffers handed over so far, and whether one was not aligned as CUPTI asks. */
+int
+fake_buffers_handed_over(void)
+{
+    return handed_over;
+}
+
+int
+fake_misaligned(void)
+{
+    return misaligned;
 }

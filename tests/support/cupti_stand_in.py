@@ -1,0 +1,142 @@
+"""Stand-ins for CUPTI where no GPU is: the stand-in libcupti (fake_cupti.c, with its records
+laid out by CUPTI's real headers where they are installed) and cupti-python's activity API.
+
+The headers come from the nvidia-cuda-cupti wheel (with cuda.h from CUDA_HOME or
+/usr/local/cuda) or from the CUDA toolkit itself, which ships CUPTI's headers beside cuda.h.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import os
+import shutil
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from types import SimpleNamespace
+
+from support import REPO
+
+COMPILER = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+SUPPORT = REPO / "tests" / "support"
+# CUPTI's numbers the tests use: the driver's domain and two of its callback ids, record kinds.
+DRIVER, CUDA_LAUNCH_KERNEL, CUDA_GRAPH_LAUNCH = 1, 307, 514
+MEMCPY, MEMSET, KERNEL, CONCURRENT_KERNEL, RUNTIME, EXTERNAL_CORRELATION = 1, 2, 3, 10, 5, 39
+
+
+def cupti_include() -> Path | None:
+    """The include folder of an installed nvidia-cuda-cupti wheel, if any."""
+    for distribution in metadata.distributions():
+        name = (distribution.metadata["Name"] or "").lower()
+        if not name.startswith("nvidia-cuda-cupti"):
+            continue
+        for file in distribution.files or ():
+            if file.name == "cupti_callbacks.h":
+                return Path(distribution.locate_file(file)).parent
+    return None
+
+
+def cuda_include() -> Path | None:
+    """The CUDA toolkit's include folder (cuda.h), from CUDA_HOME or /usr/local/cuda."""
+    for root in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if root and (Path(root) / "include" / "cuda.h").exists():
+            return Path(root) / "include"
+    return None
+
+
+def header_sets() -> dict[str, list[Path]]:
+    """Every set of CUPTI headers here, by name: the folders to include, CUPTI's first."""
+    found = {}
+    cuda, wheel = cuda_include(), cupti_include()
+    if cuda is not None and wheel is not None:
+        found["nvidia-cuda-cupti"] = [wheel, cuda]
+    if cuda is not None and (cuda / "cupti_activity.h").exists():
+        found["cuda-toolkit"] = [cuda]
+    return found
+
+
+def build_fake_cupti(out_dir: Path) -> tuple[Path, str]:
+    """tests/support/fake_cupti.c (and its records) built as a libcupti: its path, and the headers
+    its records are laid out by (the CUDA toolkit's where there, else the wheel's, else kname's
+    declarations)."""
+    sets = header_sets()
+    name = next((n for n in ("cuda-toolkit", "nvidia-cuda-cupti") if n in sets), "")
+    flags = ["-DFAKE_CUPTI_HEADERS", *(f"-I{folder}" for folder in sets[name])] if name else []
+    built = out_dir / "libcupti.so.99"
+    done = subprocess.run(
+        [COMPILER, "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", f"-I{REPO / 'kname'}",
+         *flags, "-o", str(built), str(SUPPORT / "fake_cupti.c"),
+         str(SUPPORT / "fake_cupti_records.c"), "-lpthread"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return built, name or "kname's declarations"
+
+
+def stand_in_library(built: Path) -> ctypes.CDLL:
+    """The built stand-in, loaded (once per process: its state is global), made fresh: no
+    refusal, no record queued. ctypes calls release the GIL, as torch does around its launches."""
+    library = ctypes.CDLL(str(built))
+    library.fake_refuse(0, b"")
+    library.fake_reset_activity()
+    for name in ("fake_kernel", "fake_memcpy", "fake_memset"):
+        function = getattr(library, name)
+        function.restype = None
+    u32, u64 = ctypes.c_uint32, ctypes.c_uint64
+    library.fake_kernel.argtypes = [u32, u32, u64, u64, u32, u32, u32, ctypes.c_char_p]
+    library.fake_memcpy.argtypes = [u32, ctypes.c_uint8, u64, u64, u32, u32, u32]
+    library.fake_memset.argtypes = [u32, u64, u64, u32, u32, u32]
+    library.fake_external.argtypes = [u32, u64]
+    library.fake_drop.argtypes = [ctypes.c_size_t]
+    return library
+
+
+class StandInBinding:
+    """cupti-python's activity API, which needs a GPU: buffers handed back at flush (the Python
+    path's; `registered` says whether its buffer callbacks were asked for)."""
+
+    class Result:
+        def __init__(self, status: int) -> None:
+            self.name = {39: "ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"}.get(status, "ERROR")
+
+    Result.ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED = 39
+
+    class cuptiError(Exception):
+        def __init__(self, status: int) -> None:
+            super().__init__(f"CUPTI status {status}")
+            self.status = status
+
+    CallbackDomain = SimpleNamespace(DRIVER_API=1, RUNTIME_API=2)
+    driver_api_trace_cbid = SimpleNamespace(
+        __members__={"cuLaunchKernel": CUDA_LAUNCH_KERNEL, "cuGraphLaunch": CUDA_GRAPH_LAUNCH}
+    )
+    runtime_api_trace_cbid = SimpleNamespace(__members__={})
+    ActivityKind = SimpleNamespace(
+        CONCURRENT_KERNEL=10, KERNEL=3, MEMCPY=1, MEMSET=2, EXTERNAL_CORRELATION=39, DRIVER=4,
+        RUNTIME=5,
+    )  # fmt: skip
+
+    ActivityMemcpyKind = enum.IntEnum(
+        "ActivityMemcpyKind", "UNKNOWN HTOD DTOH HTOA ATOH ATOA ATOD DTOA DTOD HTOH PTOP", start=0
+    )  # cupti.ActivityMemcpyKind: CUpti_ActivityMemcpyKind's values
+
+    def __init__(self) -> None:
+        self.kernels: list[SimpleNamespace] = []
+        self.registered = False
+
+    def get_timestamp(self) -> int:
+        return 0
+
+    def activity_register_callbacks(self, requested, completed) -> None:
+        self.registered = True
+        self.completed = completed
+
+    def activity_enable(self, kind) -> None:
+        pass
+
+    def activity_disable(self, kind) -> None:
+        pass
+
+    def activity_flush_all(self, flag) -> None:
+        self.completed(self.kernels)

@@ -9,17 +9,20 @@ naming costs the same in every variant). The variants, interleaved in every roun
 order:
 
     bare      no CUPTI at all;
-    activity  CUPTI's activity records alone (kernels, copies, sets) handed to a consumer that
-              drops them: what any CUPTI-based profiler pays, with this binding's buffers;
+    activity  CUPTI's activity records alone (kernels, copies, sets), their buffers freed unread
+              in C (kname._native_cupti, with no launch callback): what any CUPTI-based
+              profiler pays, the floor;
+    binding   the same records handed to cupti-python, which makes a Python object of each, to
+              a consumer that drops them (what kname's Python fallback reads through);
     kname     a kname profile session (launch callbacks, the join, the totals).
 
 Two costs are timed apart. The launch loop: `batch` launches and a synchronize (by the wall
 clock, or with --clock thread by the launching thread's CPU time). Reading the records: the
 forced flush of CUPTI's buffers after the loop (wall clock), which hands every record of the
-batch over; kname's reading cost per record is its flush time less the activity variant's
-(the flush itself costs the same in both). Prints, per workload, the medians over rounds, with
-the lower and upper quartiles of the per-round differences. Needs cupti-python of the machine's
-CUDA release.
+batch over; kname's reading cost per launch is its flush time less the activity variant's (the
+flush itself costs the same in both), over the batch. Prints, per workload, the medians over
+rounds, with the lower and upper quartiles of the per-round differences. Needs cupti-python of
+the machine's CUDA release and kname._native_cupti (built in place: setup.py build_ext).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 # numba-cuda 0.30 calls numpy.row_stack, which numpy 2.5 removed: this program aliases it.
 import numpy as np
@@ -41,10 +45,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import kname  # noqa: E402
+from kname import _native_choice  # noqa: E402
+from kname.profiling.capture import LaunchCapture  # noqa: E402
 from kname.profiling.session import ProfileSession  # noqa: E402
 
 ACTIVITIES = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET")
-VARIANTS = ("bare", "activity", "kname")
+VARIANTS = ("bare", "activity", "binding", "kname")
 N = 4096
 
 
@@ -112,39 +118,69 @@ WORKLOADS: dict[str, tuple[str, Callable]] = {
 
 
 class Variants:
-    """Switches CUPTI between the three variants; `flush()` ends a timed batch."""
+    """Switches CUPTI between the variants; `flush()` hands every buffer over."""
 
     def __init__(self) -> None:
         from cupti import cupti
 
         self.cupti = cupti
         self.session: ProfileSession | None = None
-        self.launches = 0  # launch calls the kname sessions saw in timed batches
+        self.floor: Any = None  # the activity variant's recorder (kname._native_cupti)
 
     def start(self, variant: str) -> None:
         cupti = self.cupti
         if variant == "activity":
+            self.floor = floor_recorder(cupti)
+        elif variant == "binding":
             cupti.activity_register_callbacks(lambda: (8 << 20, 0), lambda activities: None)
-            for name in ACTIVITIES:
-                cupti.activity_enable(getattr(cupti.ActivityKind, name))
         elif variant == "kname":
             self.session = ProfileSession()
             if not self.session.start():
                 raise SystemExit("kname profile could not start CUPTI here")
+        if variant in ("activity", "binding"):
+            for name in ACTIVITIES:
+                cupti.activity_enable(getattr(cupti.ActivityKind, name))
 
     def stop(self, variant: str) -> None:
         cupti = self.cupti
-        if variant == "activity":
+        if variant in ("activity", "binding"):
             for name in ACTIVITIES:
                 cupti.activity_disable(getattr(cupti.ActivityKind, name))
-            cupti.activity_flush_all(1)
+            self.flush(variant)
+        if variant == "activity":
+            self.floor.unsubscribe()
+            self.floor = None
         elif variant == "kname" and self.session is not None:
             self.session.stop()
             self.session = None
 
     def flush(self, variant: str) -> None:
-        if variant != "bare":
+        if variant == "activity":
+            self.floor.flush_activities(1)
+        elif variant != "bare":
             self.cupti.activity_flush_all(1)  # forced: every buffer is handed over now
+
+
+def floor_recorder(cupti: Any) -> Any:
+    """A native recorder subscribed with no launch callback, holding CUPTI's activity buffers
+    and freeing them unread: the least any CUPTI-based profiler pays for the same records."""
+    from kname.profiling.join import Join
+    from kname.profiling.launch_callbacks import NativeCallbacks, libcupti_path
+
+    module = _native_choice.cupti_choice()[0]
+    if module is None:
+        raise SystemExit(
+            f"the activity variant needs kname._native_cupti: {_native_choice.cupti_choice()[1]}"
+        )
+    cupti.get_timestamp()  # the binding loads libcupti
+    recorder = NativeCallbacks(module, LaunchCapture(Join())).make_recorder([])
+    status, holder = recorder.subscribe(libcupti_path())
+    if status or recorder.take_activity_buffers(8 << 20, 1, None):
+        raise SystemExit(
+            f"CUPTI refused the activity variant's recorder (status {status}, {holder})"
+        )
+    recorder.release_activity_buffers()
+    return recorder
 
 
 def timed_loop(launch: Callable, synchronize: Callable, batch: int, clock: Callable) -> float:
@@ -168,7 +204,8 @@ def measure(variants: Variants, launch, synchronize, rounds: int, batch: int, cl
     flushes: dict[str, list[float]] = {name: [] for name in VARIANTS}
     calls = []
     for round_ in range(rounds):
-        order = VARIANTS[round_ % 3 :] + VARIANTS[: round_ % 3]
+        shift = round_ % len(VARIANTS)
+        order = VARIANTS[shift:] + VARIANTS[:shift]
         for variant in order:
             variants.start(variant)
             launch()  # untimed: sites built, CUPTI's first launch of this kind made
@@ -197,19 +234,18 @@ def spread(values: tuple[float, float, float]) -> str:
 def report(name: str, label: str, result: dict, batch: int) -> list[str]:
     loops, flushes = result["loops"], result["flushes"]
     us = 1e-3  # ns -> us
-    activity = added(loops["activity"], loops["bare"], us)
+    floor = added(loops["activity"], loops["bare"], us)
     loop = added(loops["kname"], loops["bare"], us)
     reading = added(flushes["kname"], flushes["activity"], us / batch)
-    flush_ms = {v: statistics.median(flushes[v]) * 1e-6 for v in ("activity", "kname")}
+    binding = added(flushes["binding"], flushes["activity"], us / batch)
     return [
         f"{name} - {label}: bare {statistics.median(loops['bare']) * us:.2f} us per launch, "
         f"{result['calls']:.0f} launch API call(s) each",
-        f"  launch loop, added: CUPTI activity alone {spread(activity)}; "
-        f"kname profile {spread(loop)}",
-        f"  reading the records, per launch: kname {spread(reading)} beyond the activity "
-        f"variant's flush (median flush: activity {flush_ms['activity']:.1f} ms, "
-        f"kname {flush_ms['kname']:.1f} ms)",
-        f"  kname profile in all, per launch: {loop[0] + reading[0]:+.2f} us",
+        f"  launch loop, added: CUPTI activity alone {spread(floor)}; kname profile {spread(loop)}",
+        f"  reading the records at the flush, per launch beyond the floor's: "
+        f"kname {spread(reading)}; cupti-python's record objects alone {spread(binding)}",
+        f"  kname profile in all, per launch: {loop[0] + reading[0]:+.2f} us "
+        f"({loop[0] + reading[0] - floor[0]:+.2f} us above CUPTI's activity records alone)",
     ]
 
 

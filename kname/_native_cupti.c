@@ -42,6 +42,10 @@
  * the GIL to take them (drain_activities), after the finished launches. At most max_records
  * wait; past that, and CUPTI's own drops, are counted (activity_counts()).
  *
+ * The join: after join_in_c(), nothing is handed over: the finished launches and then the
+ * buffer's records are joined right there, in C (kname.profiling.join's tables, steps and
+ * bounds, for the path that keeps no stream log), and the totals are read with join_profile().
+ *
  * CUPTI itself: subscribe(path) dlopens the libcupti that cupti-python loaded (by its absolute
  * path, RTLD_NOLOAD first) and takes the functions of _cupti_abi.h; no CUDA header is needed to
  * build this file. Linux, CPython 3.11+ with the GIL (a free-threaded build refuses
@@ -203,6 +207,739 @@ typedef struct {
     int kind;
 } RecentKind;
 
+/* ------------------------------------------------------------------ the join, in C */
+
+/* kname.profiling.join.Join, for the native path where no stream log is kept: launch records
+ * (moved from the recorder's buffer) and GPU records (from CUPTI's buffers) meet here, in
+ * CUPTI's thread, without the GIL and without a Python object per record. join.py is the
+ * specification: every table and every step below is one of its, in the same order, and
+ * tests/test_native_cupti_join.py checks that both give the same Profile for the same streams.
+ * Sites are the recorder's kept names (one object per name: a pointer is a name); <unattributed>
+ * is the kept name given for it. Everything here runs under the recorder's activity_lock. */
+
+/* ---- an insertion-ordered map of correlation ids (one of join.py's dicts) */
+
+typedef struct {
+    uint32_t key;
+    uint32_t live;
+    uint64_t a, b; /* what the map keeps for the key */
+} MapEntry;
+
+typedef struct {
+    MapEntry *entries; /* in insertion order; a removed entry stays, dead, until compacted */
+    size_t head, tail, capacity, live;
+    uint32_t *index;   /* linear probing: an entry's position + 1 (0: empty); live ones only */
+    size_t index_size; /* a power of 2, at least twice `live` */
+} Map;
+
+static inline size_t
+map_home(const Map *m, uint32_t key)
+{
+    return (size_t)(key * 2654435761u) & (m->index_size - 1);
+}
+
+static size_t
+map_slot(const Map *m, uint32_t key)
+{
+    size_t mask = m->index_size - 1, i = map_home(m, key);
+    while (m->index[i] != 0 && m->entries[m->index[i] - 1].key != key)
+        i = (i + 1) & mask;
+    return i;
+}
+
+static MapEntry *
+map_find(const Map *m, uint32_t key)
+{
+    if (m->live == 0)
+        return NULL;
+    uint32_t at = m->index[map_slot(m, key)];
+    return at ? &m->entries[at - 1] : NULL;
+}
+
+static void
+map_reindex(Map *m)
+{
+    memset(m->index, 0, m->index_size * sizeof *m->index);
+    for (size_t p = m->head; p < m->tail; p++) {
+        if (m->entries[p].live)
+            m->index[map_slot(m, m->entries[p].key)] = (uint32_t)p + 1;
+    }
+}
+
+/* The entry of `key`, made at the end when new (its values zero); NULL: no memory. An existing
+ * key keeps its place, as in a dict. */
+static MapEntry *
+map_put(Map *m, uint32_t key)
+{
+    MapEntry *found = map_find(m, key);
+    if (found != NULL)
+        return found;
+    if ((m->live + 1) * 2 > m->index_size) {
+        size_t size = m->index_size ? 2 * m->index_size : 64;
+        uint32_t *index = malloc(size * sizeof *index);
+        if (index == NULL)
+            return NULL;
+        free(m->index);
+        m->index = index;
+        m->index_size = size;
+        map_reindex(m);
+    }
+    if (m->tail == m->capacity) {
+        if (m->capacity && m->live * 2 <= m->capacity) { /* half of it is dead: compacted */
+            size_t to = 0;
+            for (size_t p = m->head; p < m->tail; p++) {
+                if (m->entries[p].live)
+                    m->entries[to++] = m->entries[p];
+            }
+            m->head = 0;
+            m->tail = to;
+            map_reindex(m);
+        }
+        else {
+            size_t capacity = m->capacity ? 2 * m->capacity : 64;
+            MapEntry *grown = realloc(m->entries, capacity * sizeof *grown);
+            if (grown == NULL)
+                return NULL;
+            m->entries = grown;
+            m->capacity = capacity;
+        }
+    }
+    MapEntry *entry = &m->entries[m->tail];
+    *entry = (MapEntry){key, 1, 0, 0};
+    m->index[map_slot(m, key)] = (uint32_t)m->tail + 1;
+    m->tail++;
+    m->live++;
+    return entry;
+}
+
+/* `key`'s entry removed: 1 (its values in *out, when given), or 0 when there is none. */
+static int
+map_remove(Map *m, uint32_t key, MapEntry *out)
+{
+    if (m->live == 0)
+        return 0;
+    size_t mask = m->index_size - 1, i = map_slot(m, key);
+    if (m->index[i] == 0)
+        return 0;
+    MapEntry *entry = &m->entries[m->index[i] - 1];
+    if (out != NULL)
+        *out = *entry;
+    entry->live = 0;
+    m->live--;
+    /* Backward-shift deletion: each later entry of the probe run moves up unless its home
+     * lies cyclically in (i, j], so that no run is broken. */
+    for (size_t j = (i + 1) & mask; m->index[j] != 0; j = (j + 1) & mask) {
+        size_t home = map_home(m, m->entries[m->index[j] - 1].key);
+        if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) {
+            m->index[i] = m->index[j];
+            i = j;
+        }
+    }
+    m->index[i] = 0;
+    while (m->head < m->tail && !m->entries[m->head].live)
+        m->head++;
+    if (m->live == 0)
+        m->head = m->tail = 0;
+    return 1;
+}
+
+/* The oldest entry (NULL when empty). */
+static MapEntry *
+map_oldest(Map *m)
+{
+    return m->live ? &m->entries[m->head] : NULL;
+}
+
+static void
+map_free(Map *m)
+{
+    free(m->entries);
+    free(m->index);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---- an insert-only table of 64-bit keys (sites, and kernels per site) */
+
+typedef struct {
+    uint64_t *keys;
+    uint32_t *values; /* value + 1; 0: empty */
+    size_t size, count;
+} Table;
+
+static inline size_t
+table_home(const Table *t, uint64_t key)
+{
+    key ^= key >> 31;
+    key *= 0xbf58476d1ce4e5b9u;
+    key ^= key >> 29;
+    return (size_t)key & (t->size - 1);
+}
+
+/* The value under `key`, or -1. */
+static int64_t
+table_get(const Table *t, uint64_t key)
+{
+    if (t->count == 0)
+        return -1;
+    for (size_t i = table_home(t, key);; i = (i + 1) & (t->size - 1)) {
+        if (t->values[i] == 0)
+            return -1;
+        if (t->keys[i] == key)
+            return (int64_t)t->values[i] - 1;
+    }
+}
+
+static int
+table_set(Table *t, uint64_t key, uint32_t value)
+{
+    if ((t->count + 1) * 2 > t->size) {
+        Table grown = {NULL, NULL, t->size ? 2 * t->size : 64, 0};
+        grown.keys = malloc(grown.size * sizeof *grown.keys);
+        grown.values = calloc(grown.size, sizeof *grown.values);
+        if (grown.keys == NULL || grown.values == NULL) {
+            free(grown.keys);
+            free(grown.values);
+            return 0;
+        }
+        for (size_t i = 0; i < t->size; i++) {
+            if (t->values[i] != 0)
+                table_set(&grown, t->keys[i], t->values[i] - 1);
+        }
+        free(t->keys);
+        free(t->values);
+        *t = grown;
+    }
+    size_t i = table_home(t, key);
+    while (t->values[i] != 0)
+        i = (i + 1) & (t->size - 1);
+    t->keys[i] = key;
+    t->values[i] = value + 1;
+    t->count++;
+    return 1;
+}
+
+static void
+table_free(Table *t)
+{
+    free(t->keys);
+    free(t->values);
+    memset(t, 0, sizeof *t);
+}
+
+/* ---- the join's state */
+
+/* What a site's totals count a record under: its kernel name's index, or a copy's kind, or the
+ * one name of a memset (as the record's name in join.py). */
+#define WORK_MEMCPY 0x40000000u
+#define WORK_MEMSET 0x80000000u
+
+typedef struct {
+    uint32_t work, next; /* next: the site's next kernel + 1 (0: the last) */
+    uint64_t launches, gpu_ns;
+} KernelTotal;
+
+typedef struct {
+    const void *site;
+    uint64_t launches, gpu_ns;
+    uint32_t first;
+    uint32_t head, tail; /* the site's kernels, in the order first seen (index + 1) */
+} SiteTotal;
+
+/* Lists of correlation ids (children) and of GPU records (orphans), in pools with free lists. */
+typedef struct {
+    uint32_t id, next; /* next node + 1 (0: the last) */
+} IdNode;
+
+typedef struct {
+    GpuRecord record;
+    uint32_t next;
+} RecordNode;
+
+typedef struct {
+    int on;
+    Py_ssize_t max_pending, recent_window;
+    const void *unattributed;
+    /* join.py's tables: pending (a: site, b: parent | graph << 32), children (a, b: the first
+     * and last node + 1), recent (a: site), externals (a: external id), orphans (a, b: the
+     * first and last node + 1), graphs_seen */
+    Map pending, children, recent, externals, orphans, graphs;
+    IdNode *ids;
+    size_t id_count, id_room;
+    uint32_t id_free; /* + 1 */
+    RecordNode *records;
+    size_t record_nodes, record_room;
+    uint32_t record_free; /* + 1 */
+    size_t orphan_count;
+    SiteTotal *sites;
+    size_t site_count, site_room;
+    KernelTotal *kernels;
+    size_t kernel_count, kernel_room;
+    Table site_of, kernel_of; /* site pointer -> site index; site index << 32 | work -> kernel */
+    uint64_t dropped, launch_count, record_count;
+    uint32_t first;
+    int trimmed;   /* launches were dropped at the bound: said at the next report */
+    int no_memory; /* something was not kept for want of memory: said too */
+} Join;
+
+static void
+join_free(Join *j)
+{
+    map_free(&j->pending);
+    map_free(&j->children);
+    map_free(&j->recent);
+    map_free(&j->externals);
+    map_free(&j->orphans);
+    map_free(&j->graphs);
+    table_free(&j->site_of);
+    table_free(&j->kernel_of);
+    free(j->ids);
+    free(j->records);
+    free(j->sites);
+    free(j->kernels);
+    memset(j, 0, sizeof *j);
+}
+
+/* Room for one more of `count` items of `size` in *items; 0: no memory. */
+static int
+grow(void **items, size_t *room, size_t count, size_t size)
+{
+    if (count < *room)
+        return 1;
+    size_t more = *room ? 2 * *room : 64;
+    void *grown = realloc(*items, more * size);
+    if (grown == NULL)
+        return 0;
+    *items = grown;
+    *room = more;
+    return 1;
+}
+
+/* ---- lists */
+
+static int
+append_id(Join *j, MapEntry *list, uint32_t id)
+{
+    uint32_t node;
+    if (j->id_free) {
+        node = j->id_free - 1;
+        j->id_free = j->ids[node].next;
+    }
+    else {
+        if (!grow((void **)&j->ids, &j->id_room, j->id_count, sizeof *j->ids))
+            return 0;
+        node = (uint32_t)j->id_count++;
+    }
+    j->ids[node] = (IdNode){id, 0};
+    if (list->a == 0)
+        list->a = node + 1;
+    else
+        j->ids[list->b - 1].next = node + 1;
+    list->b = node + 1;
+    return 1;
+}
+
+static int
+append_record(Join *j, MapEntry *list, const GpuRecord *record)
+{
+    uint32_t node;
+    if (j->record_free) {
+        node = j->record_free - 1;
+        j->record_free = j->records[node].next;
+    }
+    else {
+        if (!grow((void **)&j->records, &j->record_room, j->record_nodes, sizeof *j->records))
+            return 0;
+        node = (uint32_t)j->record_nodes++;
+    }
+    j->records[node] = (RecordNode){*record, 0};
+    if (list->a == 0)
+        list->a = node + 1;
+    else
+        j->records[list->b - 1].next = node + 1;
+    list->b = node + 1;
+    return 1;
+}
+
+/* ---- totals */
+
+static uint32_t
+work_of(const GpuRecord *g)
+{
+    if (g->kind == GPU_MEMCPY)
+        return WORK_MEMCPY | g->detail;
+    if (g->kind == GPU_MEMSET)
+        return WORK_MEMSET;
+    return g->detail;
+}
+
+static inline uint64_t
+duration_of(const GpuRecord *g)
+{
+    return g->end > g->start ? g->end - g->start : 0;
+}
+
+/* The totals of `site`, made on first use (join.py's _totals); -1: no memory. */
+static int64_t
+site_totals(Join *j, const void *site)
+{
+    int64_t found = table_get(&j->site_of, (uint64_t)(uintptr_t)site);
+    if (found >= 0)
+        return found;
+    if (!grow((void **)&j->sites, &j->site_room, j->site_count, sizeof *j->sites)
+        || !table_set(&j->site_of, (uint64_t)(uintptr_t)site, (uint32_t)j->site_count))
+        return -1;
+    j->sites[j->site_count] = (SiteTotal){site, 0, 0, 0, 0, 0};
+    return (int64_t)j->site_count++;
+}
+
+/* SiteTotals.add: one GPU record counted at `site`. */
+static void
+count_record(Join *j, const void *site, const GpuRecord *g)
+{
+    int64_t s = site_totals(j, site);
+    uint32_t work = work_of(g);
+    uint64_t key = ((uint64_t)s << 32) | work;
+    int64_t k = s < 0 ? -1 : table_get(&j->kernel_of, key);
+    if (s >= 0 && k < 0) {
+        if (grow((void **)&j->kernels, &j->kernel_room, j->kernel_count, sizeof *j->kernels)
+            && table_set(&j->kernel_of, key, (uint32_t)j->kernel_count)) {
+            k = (int64_t)j->kernel_count++;
+            j->kernels[k] = (KernelTotal){work, 0, 0, 0};
+            SiteTotal *t = &j->sites[s];
+            if (t->head == 0)
+                t->head = (uint32_t)k + 1;
+            else
+                j->kernels[t->tail - 1].next = (uint32_t)k + 1;
+            t->tail = (uint32_t)k + 1;
+        }
+    }
+    if (k < 0) {
+        j->no_memory = 1;
+        return;
+    }
+    SiteTotal *t = &j->sites[s];
+    uint64_t duration = duration_of(g);
+    t->launches++;
+    t->gpu_ns += duration;
+    if (!t->first || g->correlation_id < t->first)
+        t->first = g->correlation_id;
+    j->kernels[k].launches++;
+    j->kernels[k].gpu_ns += duration;
+}
+
+/* ---- join.py's steps */
+
+static void
+join_remember(Join *j, uint32_t id, const void *site)
+{
+    MapEntry *entry = map_put(&j->recent, id);
+    if (entry == NULL) {
+        j->no_memory = 1;
+        return;
+    }
+    entry->a = (uint64_t)(uintptr_t)site;
+    if ((Py_ssize_t)j->recent.live > j->recent_window)
+        map_remove(&j->recent, map_oldest(&j->recent)->key, NULL);
+}
+
+static void
+join_retire_one(Join *j, uint32_t id, const void *site)
+{
+    if (map_remove(&j->pending, id, NULL))
+        join_remember(j, id, site);
+}
+
+/* The calls nested in `id` leave the children table; each is retired when `retire` is set. */
+static void
+join_take_children(Join *j, uint32_t id, const void *site, int retire)
+{
+    MapEntry list;
+    if (!map_remove(&j->children, id, &list))
+        return;
+    for (uint32_t node = (uint32_t)list.a; node != 0;) {
+        IdNode child = j->ids[node - 1];
+        j->ids[node - 1].next = j->id_free;
+        j->id_free = node;
+        if (retire)
+            join_retire_one(j, child.id, site);
+        node = child.next;
+    }
+}
+
+/* _retire: joined, the launch and the calls nested around it leave the pending table. */
+static void
+join_retire(Join *j, uint32_t id, uint32_t parent, const void *site)
+{
+    join_retire_one(j, id, site);
+    join_take_children(j, id, site, 1);
+    if (parent) {
+        join_retire_one(j, parent, site);
+        join_take_children(j, parent, site, 1);
+    }
+}
+
+/* _site_of: the site of a record with this correlation id (NULL: not known yet). */
+static const void *
+join_site_of(Join *j, uint32_t id)
+{
+    MapEntry *launch = map_find(&j->pending, id);
+    if (launch != NULL) {
+        const void *site = (const void *)(uintptr_t)launch->a;
+        uint32_t parent = (uint32_t)launch->b;
+        if (launch->b >> 32) {
+            if (map_put(&j->graphs, id) == NULL)
+                j->no_memory = 1;
+        }
+        else
+            join_retire(j, id, parent, site);
+        return site;
+    }
+    MapEntry *recent = map_find(&j->recent, id);
+    if (recent != NULL)
+        return (const void *)(uintptr_t)recent->a;
+    if (map_remove(&j->externals, id, NULL)) { /* no external sites here: kname tags nothing */
+        join_remember(j, id, j->unattributed);
+        return j->unattributed;
+    }
+    return NULL;
+}
+
+/* _adopt: the records parked under `id` go to the site it now has. */
+static void
+join_adopt(Join *j, uint32_t id)
+{
+    MapEntry list;
+    if (!map_remove(&j->orphans, id, &list))
+        return;
+    for (uint32_t node = (uint32_t)list.a; node != 0;) {
+        RecordNode orphan = j->records[node - 1];
+        j->records[node - 1].next = j->record_free;
+        j->record_free = node;
+        j->orphan_count--;
+        const void *site = join_site_of(j, orphan.record.correlation_id);
+        count_record(j, site != NULL ? site : j->unattributed, &orphan.record);
+        node = orphan.next;
+    }
+}
+
+static void
+join_park(Join *j, const GpuRecord *g)
+{
+    if ((Py_ssize_t)j->orphan_count >= j->max_pending) {
+        count_record(j, j->unattributed, g); /* past the bound: counted, not kept */
+        return;
+    }
+    MapEntry *list = map_put(&j->orphans, g->correlation_id);
+    if (list == NULL || !append_record(j, list, g)) {
+        if (list != NULL && list->a == 0)
+            map_remove(&j->orphans, g->correlation_id, NULL);
+        j->no_memory = 1;
+        count_record(j, j->unattributed, g);
+        return;
+    }
+    j->orphan_count++;
+}
+
+/* _trim: past max_pending, the oldest tenth of the pending launches goes at once. */
+static void
+join_trim(Join *j)
+{
+    Py_ssize_t excess = (Py_ssize_t)j->pending.live - j->max_pending;
+    if (excess <= 0)
+        return;
+    Py_ssize_t count = excess > j->max_pending / 10 ? excess : j->max_pending / 10;
+    for (Py_ssize_t i = 0; i < count && j->pending.live; i++) {
+        uint32_t id = map_oldest(&j->pending)->key;
+        map_remove(&j->pending, id, NULL);
+        join_take_children(j, id, NULL, 0);
+    }
+    j->dropped += (uint64_t)count;
+    j->trimmed = 1;
+}
+
+/* add_launch */
+static void
+join_launch(Join *j, const Launch *launch, const void *site)
+{
+    uint32_t id = launch->correlation_id;
+    j->launch_count++;
+    if (!j->first || id < j->first)
+        j->first = id;
+    MapEntry *entry = map_put(&j->pending, id);
+    if (entry == NULL) {
+        j->no_memory = 1;
+        return;
+    }
+    entry->a = (uint64_t)(uintptr_t)site;
+    entry->b = (uint64_t)launch->parent | ((uint64_t)(launch->graph != 0) << 32);
+    if (launch->parent) {
+        MapEntry *list = map_put(&j->children, launch->parent);
+        if (list == NULL || !append_id(j, list, id)) {
+            if (list != NULL && list->a == 0)
+                map_remove(&j->children, launch->parent, NULL);
+            j->no_memory = 1;
+        }
+    }
+    if (j->orphans.live && map_find(&j->orphans, id) != NULL)
+        join_adopt(j, id);
+    if ((Py_ssize_t)j->pending.live > j->max_pending)
+        join_trim(j);
+}
+
+/* add_activities, for one record */
+static void
+join_record(Join *j, const GpuRecord *g)
+{
+    j->record_count++;
+    const void *site = join_site_of(j, g->correlation_id);
+    if (site == NULL)
+        join_park(j, g);
+    else
+        count_record(j, site, g);
+}
+
+/* add_externals, for one link (there are no external sites: nothing was tagged) */
+static void
+join_external(Join *j, uint32_t id, uint64_t external_id)
+{
+    if (map_find(&j->pending, id) != NULL || map_find(&j->recent, id) != NULL)
+        return; /* a launch record names it already */
+    MapEntry *entry = map_put(&j->externals, id);
+    if (entry == NULL) {
+        j->no_memory = 1;
+        return;
+    }
+    entry->a = external_id;
+    if ((Py_ssize_t)j->externals.live > j->recent_window)
+        map_remove(&j->externals, map_oldest(&j->externals)->key, NULL);
+    join_adopt(j, id);
+}
+
+/* One buffer's records, as the collector hands them to the Python join: its external
+ * correlations first, then its work. */
+static void
+join_records(Join *j, const GpuRecord *records, Py_ssize_t count)
+{
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (records[i].kind == GPU_EXTERNAL)
+            join_external(j, records[i].correlation_id, records[i].start);
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (records[i].kind != GPU_EXTERNAL)
+            join_record(j, &records[i]);
+    }
+}
+
+/* ---- a snapshot of the totals (profile()) */
+
+typedef struct {
+    uint32_t work;
+    uint64_t launches, gpu_ns;
+} KernelCount;
+
+typedef struct {
+    const void *site;
+    uint32_t first;
+    size_t start, count; /* its kernels in the snapshot's `kernels` */
+} SiteCount;
+
+typedef struct {
+    SiteCount *sites;
+    size_t site_count;
+    KernelCount *kernels;
+    size_t kernel_count, kernel_room;
+    SiteCount unattributed;
+    uint64_t unmatched, dropped, earlier;
+} Snapshot;
+
+static void
+snapshot_free(Snapshot *s)
+{
+    free(s->sites);
+    free(s->kernels);
+    memset(s, 0, sizeof *s);
+}
+
+/* One more record counted in the snapshot's last site (the unattributed one, at its end). */
+static int
+snapshot_count(Snapshot *s, SiteCount *site, const GpuRecord *g)
+{
+    uint32_t work = work_of(g);
+    KernelCount *kernel = NULL;
+    for (size_t i = site->start; i < site->start + site->count; i++) {
+        if (s->kernels[i].work == work)
+            kernel = &s->kernels[i];
+    }
+    if (kernel == NULL) {
+        if (!grow((void **)&s->kernels, &s->kernel_room, s->kernel_count, sizeof *s->kernels))
+            return 0;
+        kernel = &s->kernels[s->kernel_count++];
+        *kernel = (KernelCount){work, 0, 0};
+        site->count++;
+    }
+    if (!site->first || g->correlation_id < site->first)
+        site->first = g->correlation_id;
+    kernel->launches++;
+    kernel->gpu_ns += duration_of(g);
+    return 1;
+}
+
+static int
+snapshot_site(Snapshot *s, const Join *j, const SiteTotal *t, SiteCount *into)
+{
+    *into = (SiteCount){t->site, t->first, s->kernel_count, 0};
+    for (uint32_t k = t->head; k != 0; k = j->kernels[k - 1].next) {
+        if (!grow((void **)&s->kernels, &s->kernel_room, s->kernel_count, sizeof *s->kernels))
+            return 0;
+        const KernelTotal *kernel = &j->kernels[k - 1];
+        s->kernels[s->kernel_count++] = (KernelCount){kernel->work, kernel->launches,
+                                                      kernel->gpu_ns};
+        into->count++;
+    }
+    return 1;
+}
+
+/* profile(): the sites (but <unattributed>), and <unattributed> with the records still waiting
+ * for their launch, but those older than every launch seen (counted as earlier). 0: no memory. */
+static int
+join_snapshot(const Join *j, Snapshot *s)
+{
+    memset(s, 0, sizeof *s);
+    s->sites = malloc((j->site_count ? j->site_count : 1) * sizeof *s->sites);
+    if (s->sites == NULL)
+        return 0;
+    const SiteTotal *unattributed = NULL;
+    for (size_t i = 0; i < j->site_count; i++) {
+        if (j->sites[i].site == j->unattributed)
+            unattributed = &j->sites[i];
+        else if (!snapshot_site(s, j, &j->sites[i], &s->sites[s->site_count++]))
+            return 0;
+    }
+    s->unattributed = (SiteCount){j->unattributed, 0, s->kernel_count, 0};
+    if (unattributed != NULL && !snapshot_site(s, j, unattributed, &s->unattributed))
+        return 0;
+    for (size_t p = j->orphans.head; p < j->orphans.tail; p++) {
+        const MapEntry *list = &j->orphans.entries[p];
+        for (uint32_t node = list->live ? (uint32_t)list->a : 0; node != 0;
+             node = j->records[node - 1].next) {
+            const GpuRecord *orphan = &j->records[node - 1].record;
+            if (j->first && orphan->correlation_id >= j->first) {
+                if (!snapshot_count(s, &s->unattributed, orphan))
+                    return 0;
+            }
+            else
+                s->earlier++;
+        }
+    }
+    for (size_t p = j->pending.head; p < j->pending.tail; p++) {
+        const MapEntry *launch = &j->pending.entries[p];
+        int graph_seen = (launch->b >> 32) && map_find(&j->graphs, launch->key) != NULL;
+        s->unmatched += launch->live && !graph_seen;
+    }
+    s->dropped = j->dropped;
+    return 1;
+}
+
 /* ------------------------------------------------------------------ Recorder */
 
 typedef struct {
@@ -259,6 +996,8 @@ typedef struct {
     kn_ActivityGetNextRecord get_next_record;
     kn_ActivityGetNumDroppedRecords get_num_dropped;
     kn_ActivityFlushAll flush_all;
+
+    Join join; /* under activity_lock; on: GPU records are joined here, not handed over */
 
     RecordLayout record_layout, activity_layout, external_layout;
     RecentSite recent[RECENT];
@@ -350,6 +1089,22 @@ finish(Recorder *r, const Launch *launch)
     r->records[r->count++] = *launch;
     r->open--;
     pthread_mutex_unlock(&r->lock);
+}
+
+/* The finished calls taken out of the buffer (a copy, *count of them; NULL when none, or, with
+ * *count left above 0, no memory: they stay). Any thread. */
+static Launch *
+take_finished(Recorder *r, Py_ssize_t *count)
+{
+    pthread_mutex_lock(&r->lock);
+    *count = r->count;
+    Launch *taken = *count ? malloc((size_t)*count * sizeof(Launch)) : NULL;
+    if (taken != NULL) {
+        memcpy(taken, r->records, (size_t)*count * sizeof(Launch));
+        r->count = 0;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return taken;
 }
 
 /* ---- the site of a launch, with the GIL held */
@@ -961,14 +1716,8 @@ record_of(Recorder *r, PyObject *make_record, const Launch *launch)
 static PyObject *
 recorder_drain(Recorder *r, PyObject *make_record)
 {
-    pthread_mutex_lock(&r->lock);
-    Py_ssize_t count = r->count;
-    Launch *taken = count ? malloc((size_t)count * sizeof(Launch)) : NULL;
-    if (taken != NULL) {
-        memcpy(taken, r->records, (size_t)count * sizeof(Launch));
-        r->count = 0;
-    }
-    pthread_mutex_unlock(&r->lock);
+    Py_ssize_t count;
+    Launch *taken = take_finished(r, &count);
     if (count && taken == NULL)
         return PyErr_NoMemory(); /* the records stay for the next drain */
     PyObject *list = PyList_New(count);
@@ -1382,6 +2131,28 @@ read_buffer(Recorder *r, uint8_t *buffer, size_t valid)
     pthread_mutex_unlock(&r->activity_lock);
 }
 
+/* With the join in C: the calls finished so far, then the GPU records read, joined (what the
+ * collector does with a buffer on the Python join). Any thread, no GIL. */
+static void
+join_buffer(Recorder *r)
+{
+    pthread_mutex_lock(&r->activity_lock);
+    if (r->join.on) {
+        Py_ssize_t count;
+        Launch *taken = take_finished(r, &count);
+        if (count && taken == NULL)
+            r->join.no_memory = 1; /* they stay for the next buffer */
+        for (Py_ssize_t i = 0; i < count && taken != NULL; i++) {
+            const void *site = taken[i].site != NULL ? taken[i].site : r->no_frame;
+            join_launch(&r->join, &taken[i], site);
+        }
+        free(taken);
+        join_records(&r->join, r->gpu, r->gpu_count);
+        r->gpu_count = 0;
+    }
+    pthread_mutex_unlock(&r->activity_lock);
+}
+
 /* ---- CUPTI's buffer callbacks (any thread; CUPTI's own, mostly) */
 
 static void
@@ -1422,7 +2193,9 @@ buffer_completed(kn_CUcontext context, uint32_t stream, uint8_t *buffer, size_t 
     /* In a child forked from the owner's process, nothing is recorded (CUPTI does not follow). */
     if (r != NULL && buffer != NULL && atomic_load(&forks) == r->forks) {
         read_buffer(r, buffer, valid);
-        if (r->on_buffer != NULL && !must_not_touch_python(r))
+        if (r->join.on)
+            join_buffer(r); /* on is set before the buffers are taken, never unset */
+        else if (r->on_buffer != NULL && !must_not_touch_python(r))
             hand_over(r);
     }
     pthread_mutex_unlock(&buffers_lock);
@@ -1678,6 +2451,123 @@ recorder_activity_counts(Recorder *r, PyObject *unused)
                          cupti_dropped, "names", names, "names_past_bound", past_bound);
 }
 
+/* ---- the join in C, from Python */
+
+/* join_in_c(max_pending, recent_window, unattributed): from now on the GPU records are joined
+ * here (join.py's bounds; `unattributed`, its name for what no launch claims), not handed over;
+ * take_activity_buffers() follows, with no on_buffer. */
+static PyObject *
+recorder_join_in_c(Recorder *r, PyObject *args)
+{
+    Py_ssize_t max_pending, recent_window;
+    PyObject *unattributed;
+    if (!PyArg_ParseTuple(args, "nnU:join_in_c", &max_pending, &recent_window, &unattributed))
+        return NULL;
+    if (max_pending < 1 || recent_window < 1) {
+        PyErr_SetString(PyExc_ValueError, "join_in_c: max_pending and recent_window must be at "
+                                          "least 1");
+        return NULL;
+    }
+    PyObject *kept = keep(r, unattributed);
+    if (kept == NULL)
+        return NULL;
+    pthread_mutex_lock(&r->activity_lock);
+    r->join.max_pending = max_pending;
+    r->join.recent_window = recent_window;
+    r->join.unattributed = kept;
+    r->join.on = 1;
+    pthread_mutex_unlock(&r->activity_lock);
+    Py_RETURN_NONE;
+}
+
+/* join_now(): the calls finished and the GPU records read so far, joined now. */
+static PyObject *
+recorder_join_now(Recorder *r, PyObject *unused)
+{
+    (void)unused;
+    if (atomic_load(&forks) == r->forks) /* a forked child: its parent reports them */
+        join_buffer(r);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+recorder_join_counts(Recorder *r, PyObject *unused)
+{
+    (void)unused;
+    pthread_mutex_lock(&r->activity_lock);
+    const Join *j = &r->join;
+    PyObject *counts = Py_BuildValue(
+        "{sKsKsKsnsnsnsnsnsnsisi}", "launches", j->launch_count, "records", j->record_count,
+        "dropped", j->dropped, "pending", (Py_ssize_t)j->pending.live, "children",
+        (Py_ssize_t)j->children.live, "recent", (Py_ssize_t)j->recent.live, "externals",
+        (Py_ssize_t)j->externals.live, "orphans", (Py_ssize_t)j->orphan_count, "graphs",
+        (Py_ssize_t)j->graphs.live, "trimmed", j->trimmed, "no_memory", j->no_memory);
+    pthread_mutex_unlock(&r->activity_lock);
+    return counts;
+}
+
+static PyObject *
+work_name(Recorder *r, PyObject *memcpy_name, uint32_t work)
+{
+    if (work == WORK_MEMSET)
+        return Py_NewRef(str_memset_name);
+    if (work & WORK_MEMCPY)
+        return copy_name(r, memcpy_name, work & ~WORK_MEMCPY);
+    return kernel_name(r, work);
+}
+
+/* (first, [(kernel name, launches, gpu_ns), ...]) of one site of the snapshot. */
+static PyObject *
+site_object(Recorder *r, PyObject *memcpy_name, const Snapshot *s, const SiteCount *site)
+{
+    PyObject *kernels = PyList_New((Py_ssize_t)site->count);
+    for (size_t i = 0; kernels != NULL && i < site->count; i++) {
+        const KernelCount *k = &s->kernels[site->start + i];
+        PyObject *name = work_name(r, memcpy_name, k->work);
+        PyObject *kernel = name == NULL ? NULL
+                                        : Py_BuildValue("(NKK)", name, k->launches, k->gpu_ns);
+        if (kernel == NULL)
+            Py_CLEAR(kernels);
+        else
+            PyList_SET_ITEM(kernels, (Py_ssize_t)i, kernel);
+    }
+    return kernels == NULL ? NULL : Py_BuildValue("(kN)", (unsigned long)site->first, kernels);
+}
+
+/* join_profile(memcpy_name) -> (sites, unattributed, unmatched, dropped, earlier): the join's
+ * Profile, as plain values: sites [(name, first, kernels)], unattributed (first, kernels). */
+static PyObject *
+recorder_join_profile(Recorder *r, PyObject *memcpy_name)
+{
+    Snapshot s;
+    pthread_mutex_lock(&r->activity_lock);
+    int made = join_snapshot(&r->join, &s);
+    pthread_mutex_unlock(&r->activity_lock);
+    if (!made) {
+        snapshot_free(&s);
+        return PyErr_NoMemory();
+    }
+    PyObject *sites = PyList_New((Py_ssize_t)s.site_count);
+    for (size_t i = 0; sites != NULL && i < s.site_count; i++) {
+        PyObject *site = site_object(r, memcpy_name, &s, &s.sites[i]);
+        PyObject *named = site == NULL ? NULL
+                                       : Py_BuildValue("(ON)", (PyObject *)s.sites[i].site, site);
+        if (named == NULL)
+            Py_CLEAR(sites);
+        else
+            PyList_SET_ITEM(sites, (Py_ssize_t)i, named);
+    }
+    PyObject *unattributed = sites ? site_object(r, memcpy_name, &s, &s.unattributed) : NULL;
+    PyObject *profile = NULL;
+    if (unattributed != NULL)
+        profile = Py_BuildValue("(NNKKK)", sites, unattributed, s.unmatched, s.dropped,
+                                s.earlier);
+    else
+        Py_XDECREF(sites);
+    snapshot_free(&s);
+    return profile;
+}
+
 static PyMethodDef recorder_methods[] = {
     {"enter", (PyCFunction)recorder_enter, METH_VARARGS,
      "enter(correlation_id, api, timestamp): a launch API call starts on this thread, made by "
@@ -1721,6 +2611,18 @@ static PyMethodDef recorder_methods[] = {
      "records read so far, as make_activity(kind, correlation_id, name, start, end, stream, "
      "device, graph_id) and make_external(correlation_id, external_id); memcpy_name(copy_kind) "
      "names a copy (asked once per kind)."},
+    {"join_in_c", (PyCFunction)recorder_join_in_c, METH_VARARGS,
+     "join_in_c(max_pending, recent_window, unattributed): GPU records are joined in C from now "
+     "on (kname.profiling.join's rules and bounds), not handed over."},
+    {"join_now", (PyCFunction)recorder_join_now, METH_NOARGS,
+     "join_now(): the finished calls, then the GPU records read so far, joined now."},
+    {"join_counts", (PyCFunction)recorder_join_counts, METH_NOARGS,
+     "join_counts() -> dict: the join's launches and records seen, launches dropped at the "
+     "bound, the size of each of its tables, and whether it trimmed or lacked memory."},
+    {"join_profile", (PyCFunction)recorder_join_profile, METH_O,
+     "join_profile(memcpy_name) -> (sites, unattributed, unmatched, dropped, earlier): the join's "
+     "totals: sites [(name, first, [(kernel, launches, gpu_ns)])], unattributed (first, "
+     "kernels)."},
     {"activity_counts", (PyCFunction)recorder_activity_counts, METH_NOARGS,
      "activity_counts() -> {'waiting', 'dropped', 'cupti_dropped', 'names', "
      "'names_past_bound'}: GPU records waiting, not kept past the bound, dropped by CUPTI; kernel "
@@ -1868,6 +2770,7 @@ recorder_dealloc(Recorder *r)
     free(r->gpu);
     free(r->name_objects);
     names_free(&r->names);
+    join_free(&r->join);
     pthread_mutex_destroy(&r->lock);
     pthread_mutex_destroy(&r->activity_lock);
     Py_TYPE(r)->tp_free((PyObject *)r);

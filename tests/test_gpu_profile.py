@@ -59,6 +59,8 @@ def test_every_line_of_the_demo_shows_its_gpu_time(tmp_path, callbacks):
     # The activity buffers go with the callback: read in C by the native one.
     assert f"ACTIVITY {callbacks}" in done.stdout.splitlines(), output[-6000:]
     assert "CHECK activity-native-records-whole ok" in output or callbacks == "python"
+    # Without a stream log the native path joins in C; the demo checked every line there too.
+    assert ("JOIN c" if callbacks == "native" else "JOIN python") in done.stdout.splitlines()
     document = load(str(tmp_path / "profile.json"))
     assert document["unattributed"]["launches"] == 0
     streams = load_streams(str(tmp_path / "profile_h200.json"))

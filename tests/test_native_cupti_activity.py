@@ -21,20 +21,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from profile_streams import streams
 from support.cupti_stand_in import (
-    COMPILER,
     CONCURRENT_KERNEL,
     CUDA_LAUNCH_KERNEL,
     DRIVER,
     KERNEL,
     RUNTIME,
     StandInBinding,
-    build_fake_cupti,
+    built_or_skip,
+    memcpy_name,
+    queue_record,
     stand_in_library,
 )
 
 from kname import _native_choice, _warnings
 from kname.profiling import launch_callbacks
-from kname.profiling.capture import MEMSET_NAME, LaunchCapture, memcpy_work_name
+from kname.profiling.capture import MEMSET_NAME, LaunchCapture
 from kname.profiling.cupti_collector import CuptiCollector
 from kname.profiling.join import Join
 from kname.profiling.launch_callbacks import NativeCallbacks
@@ -49,30 +50,21 @@ from kname.profiling.records import (
 )
 from kname.profiling.records import KERNEL as KERNEL_WORK
 
-native, WHY = _native_choice.cupti_choice({})
+native, _ = _native_choice.cupti_choice({})
 APIS = [("cuLaunchKernel", False), ("cudaGraphLaunch", True)]
 COPY_KINDS = {"HTOD": 1, "DTOH": 2}  # CUpti_ActivityMemcpyKind
-NAMED_COPIES = {memcpy_work_name(name): kind for name, kind in COPY_KINDS.items()}
 BUFFER_BYTES = 1024  # a few records a buffer: many buffers
 
 
 @pytest.fixture(scope="module")
 def fake_libcupti(tmp_path_factory):
-    if native is None:
-        pytest.skip(f"no native CUPTI callback here: {WHY}")
-    if COMPILER is None:
-        pytest.skip("no C compiler")
-    return build_fake_cupti(tmp_path_factory.mktemp("fake_cupti"))[0]
+    return built_or_skip(tmp_path_factory.mktemp("fake_cupti"))
 
 
 @pytest.fixture
 def cupti(fake_libcupti, monkeypatch):
     monkeypatch.setattr(_warnings, "_said", set())
     return stand_in_library(fake_libcupti)
-
-
-def memcpy_name(copy_kind: int) -> str:
-    return memcpy_work_name(StandInBinding.ActivityMemcpyKind(copy_kind).name)
 
 
 class Collecting(SimpleNamespace):
@@ -352,23 +344,6 @@ def python_path_join(stream, chunk: int) -> Join:
     return join
 
 
-def queue_records(cupti, records) -> None:
-    for r in records:
-        if r.kind == KERNEL_WORK:
-            name = r.name.encode()
-            cupti.fake_kernel(
-                CONCURRENT_KERNEL, r.correlation_id, r.start, r.end, r.stream, r.device,
-                r.graph_id, name,
-            )  # fmt: skip
-        elif r.kind == MEMCPY:
-            copy_kind = NAMED_COPIES[r.name]
-            cupti.fake_memcpy(
-                r.correlation_id, copy_kind, r.start, r.end, r.stream, r.device, r.graph_id
-            )
-        else:
-            cupti.fake_memset(r.correlation_id, r.start, r.end, r.stream, r.device, r.graph_id)
-
-
 def native_path_join(collecting, stream, early: frozenset[int] = frozenset()) -> Join:
     """The same stream through the native recorder: launch calls made (a nested one inside its
     outer call, each site marked as a wrapped launch marks it), records read from buffers. The
@@ -393,14 +368,17 @@ def native_path_join(collecting, stream, early: frozenset[int] = frozenset()) ->
             recorder.enter(inner.correlation_id, 0, 2)
         if number in early:
             family = {launch.correlation_id, inner.correlation_id if inner else 0}
-            queue_records(collecting.cupti, [r for r in waiting if r.correlation_id in family])
+            for record in waiting:
+                if record.correlation_id in family:
+                    queue_record(collecting.cupti, record)
             waiting = [r for r in waiting if r.correlation_id not in family]
             callbacks.flush_activities(1)
         if inner is not None:
             recorder.exit(inner.correlation_id, 3)
         recorder.exit(launch.correlation_id, 4)
         recorder.unmark()
-    queue_records(collecting.cupti, waiting)
+    for record in waiting:
+        queue_record(collecting.cupti, record)
     callbacks.flush_activities(1)
     callbacks.drain()
     return join

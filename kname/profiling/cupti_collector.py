@@ -6,7 +6,9 @@ where it is built, else cupti-python's, the slower fallback (on the H200 with cu
 The activity buffers go with them: with the C callback they are read in C too (its recorder
 registers CUPTI's buffer callbacks, copies each record out in CUPTI's thread, then calls
 _native_buffer_completed with the GIL), else cupti-python reads them into a Python object per
-record (_buffer_completed). The rest (kinds, flush, the messages) is here, the same for both:
+record (_buffer_completed). With the C callback and no stream log or tagging, the recorder also
+joins the records in C (native_join.py): `totals` is then that join, and no Python code runs per
+record or per buffer. The rest (kinds, flush, the messages) is here, the same for both:
 before each buffer's records go to the join, the native callback's finished calls are drained
 into it, so every GPU record finds its launch. Everything but the CUPTI calls lives in
 capture.py and join.py.
@@ -57,6 +59,7 @@ from kname.profiling.capture import (
 from kname.profiling.capture import select_launch_apis as _select
 from kname.profiling.join import Join
 from kname.profiling.launch_callbacks import NativeUnavailable, PythonCallbacks, choose
+from kname.profiling.native_join import NativeJoin
 from kname.profiling.records import ActivityRecord, ExternalCorrelation, StreamLog
 
 BUFFER_BYTES = 8 << 20  # per CUPTI activity buffer; cupti-python or the recorder allocates them
@@ -93,6 +96,7 @@ class CuptiCollector:
         self._enabled_kinds: list[int] = []
         self._copy_kinds: dict[int, str] = {}
         self._native_buffers = False  # the native recorder reads CUPTI's buffers
+        self._totals: Join | NativeJoin = join  # where the totals are kept: here, or in C
         self._holder: str | None = None
         self.started = False
 
@@ -152,16 +156,19 @@ class CuptiCollector:
             report_fault("flushing CUPTI's activity buffers", exc)
         self._undo()
         # Calls that finished after the last buffer (no GPU record), and records left over.
-        if self._native_buffers:
+        if self._totals is not self._join:
+            self._join_in_c_now()
+        elif self._native_buffers:
             self._native_buffer_completed()
         else:
             self._callbacks.drain()
-        if self._join.launch_count and not self._join.record_count:
+        launches = self._totals.launch_count
+        if launches and not self._totals.record_count:
             versions = ", ".join(f"{k} {v}" for k, v in binding_versions().items())
             warn_once(
                 "profile:no-records",
                 f"profile: CUPTI delivered no GPU records for "
-                f"{self._join.launch_count} launch calls ({versions}): the binding and the "
+                f"{launches} launch calls ({versions}): the binding and the "
                 "CUPTI library must come from the same CUDA release (for CUDA 13.0: "
                 "pip install 'cupti-python==13.0.*' 'nvidia-cuda-cupti==13.0.*')",
             )
@@ -170,6 +177,12 @@ class CuptiCollector:
     def launch_callbacks(self) -> str:
         """Which launch callbacks collect (native or Python, and why), once started."""
         return "" if self._callbacks is None else self._callbacks.describe()
+
+    @property
+    def totals(self) -> Join | NativeJoin:
+        """The join that keeps the totals: the one given, or, with the native recorder and no
+        stream log or tagging, the recorder's own join in C (read as a Join)."""
+        return self._totals
 
     @property
     def activity_reader(self) -> str:
@@ -219,6 +232,13 @@ class CuptiCollector:
         except Exception as exc:
             report_fault("reading CUPTI's activity records", exc)
 
+    def _join_in_c_now(self) -> None:
+        try:
+            self._callbacks.join_now()
+        except Exception as exc:
+            report_fault("joining CUPTI's activity records", exc)
+        self._callbacks.report()
+
     def _add(self, work: list[ActivityRecord], externals: list[ExternalCorrelation]) -> None:
         if externals:
             self._join.add_externals(externals)
@@ -237,9 +257,12 @@ class CuptiCollector:
         if not self._native_buffers:
             cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
             return
-        status = self._callbacks.take_activity_buffers(
-            self._buffer_bytes, self._native_buffer_completed
-        )
+        # With nothing to log or tag, the records need not become Python objects at all.
+        in_c = self._log is None and not self._external_correlation
+        if in_c:
+            self._totals = self._callbacks.join_in_c(self._memcpy_name)
+        completed = None if in_c else self._native_buffer_completed
+        status = self._callbacks.take_activity_buffers(self._buffer_bytes, completed)
         if status:
             raise cupti.cuptiError(status)
 

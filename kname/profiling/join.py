@@ -13,6 +13,9 @@ multi-device launch, a driver call made inside a runtime call). Past MAX_PENDING
 oldest pending ones are dropped, said once. External correlations (CUPTI's link from an API
 call inside a launch kname wraps to that launch's site) are kept only for calls no launch
 record names, and in a window of the same size as the recent ids.
+
+This is also the specification of the join kname._native_cupti keeps in C for the native path
+without a stream log (native_join.py): the same tables and steps, the same Profile.
 """
 
 from __future__ import annotations
@@ -254,12 +257,16 @@ class Join:
                 self._pending.pop(correlation_id, None)
                 self._children.pop(correlation_id, None)
             self._dropped += count
-        warn_once(
-            "profile:pending",
-            f"profile: more than {self.max_pending} launches are waiting for their GPU "
-            "records; the oldest were dropped, and GPU work they still cause counts as "
-            "unattributed",
-        )
+        say_pending_dropped(self.max_pending)
+
+
+def say_pending_dropped(max_pending: int) -> None:
+    """Said once: launches waiting for their GPU records were dropped at the bound."""
+    warn_once(
+        "profile:pending",
+        f"profile: more than {max_pending} launches are waiting for their GPU records; the "
+        "oldest were dropped, and GPU work they still cause counts as unattributed",
+    )
 
 
 def replay(streams: Streams) -> Profile:

@@ -7,7 +7,9 @@ by capture.py's rules; they differ in what runs per launch:
                       costs a frame look-up; its records reach the capture when drained (before
                       each activity buffer is read, and at stop). It also reads CUPTI's activity
                       buffers in C (reads_activity_buffers): each record copied out of the
-                      buffer into a C struct in CUPTI's thread, handed to the collector after.
+                      buffer into a C struct in CUPTI's thread, handed to the collector after;
+                      or, with no stream log, joined to its launch right there, in C
+                      (join_in_c: native_join.py), with no Python object per record.
     PythonCallbacks   cupti-python calls a Python function, which hands the frame to
                       LaunchCapture.enter and exit: about 20-50 us of CPU time per launch. The
                       activity buffers are then cupti-python's (a Python object per record).
@@ -34,7 +36,8 @@ from kname.profiling.capture import (
     say_open_calls_forgotten,
     site_of_frame,
 )
-from kname.profiling.join import MAX_PENDING
+from kname.profiling.join import MAX_PENDING, RECENT_WINDOW, UNATTRIBUTED, say_pending_dropped
+from kname.profiling.native_join import NativeJoin
 from kname.profiling.records import ActivityRecord, ExternalCorrelation, LaunchRecord
 
 # {CUPTI callback domain: {callback id: (API name, is a graph launch)}}
@@ -193,15 +196,35 @@ class NativeCallbacks:
             return
         try:
             self._capture.add(recorder.drain(LaunchRecord))
+        except Exception as exc:
+            report_fault("reading kname's native launch records", exc)
+            return
+        self.report()
+
+    def report(self) -> None:
+        """What the callback had to say (a fault, forgotten calls, calls past the bound), and
+        the join in C (launches dropped at its bound, memory it lacked), said once."""
+        recorder = self.recorder
+        if recorder is None:
+            return
+        try:
             fault = recorder.take_fault()
             if fault is not None:
                 report_fault(*fault)
             if recorder.take_forgotten():
                 say_open_calls_forgotten()
             dropped = recorder.counts()["dropped"]
+            joined = recorder.join_counts()
         except Exception as exc:
             report_fault("reading kname's native launch records", exc)
             return
+        if joined["trimmed"]:
+            say_pending_dropped(MAX_PENDING)
+        if joined["no_memory"]:
+            warn_once(
+                "profile:native-memory",
+                "profile: kname ran out of memory while joining GPU records; some were not counted",
+            )
         if dropped:
             warn_once(
                 "profile:native-pending",
@@ -212,10 +235,21 @@ class NativeCallbacks:
 
     # --- CUPTI's activity buffers, read in C -------------------------------------------------
 
-    def take_activity_buffers(self, buffer_bytes: int, completed: Callable[[], Any]) -> int:
+    def take_activity_buffers(self, buffer_bytes: int, completed: Callable[[], Any] | None) -> int:
         """CUPTI's activity buffers (of `buffer_bytes`) go to the recorder, which reads them in
-        CUPTI's thread and then calls completed() with the GIL; CUPTI's status (0: taken)."""
+        CUPTI's thread and then calls completed() with the GIL (None: nothing is called, the
+        join being in C); CUPTI's status (0: taken)."""
         return self.recorder.take_activity_buffers(buffer_bytes, MAX_WAITING_RECORDS, completed)
+
+    def join_in_c(self, memcpy_name: Callable[[int], str]) -> NativeJoin:
+        """From now on the recorder joins the GPU records itself, in C (join.py's rules and
+        bounds); what it keeps, read as a Join. Before take_activity_buffers()."""
+        self.recorder.join_in_c(MAX_PENDING, RECENT_WINDOW, UNATTRIBUTED)
+        return NativeJoin(self.recorder, memcpy_name)
+
+    def join_now(self) -> None:
+        """The calls finished and the GPU records read so far, joined in C now."""
+        self.recorder.join_now()
 
     def flush_activities(self, flag: int) -> int:
         """cuptiActivityFlushAll(flag), the GIL released; CUPTI's status."""

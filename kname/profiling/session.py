@@ -32,6 +32,7 @@ from kname.census_file import write_atomically
 from kname.profiling.capture import LaunchCapture
 from kname.profiling.document import profile_document, render_json
 from kname.profiling.join import Join
+from kname.profiling.native_join import NativeJoin
 from kname.profiling.page import render_page
 from kname.profiling.records import StreamLog, Streams, streams_to_json
 from kname.profiling.table import render_profile_table
@@ -62,7 +63,7 @@ class ProfileSession:
         keep_streams: bool = False,
         collector: Callable[[LaunchCapture, Join, StreamLog | None], Collector] | None = None,
     ) -> None:
-        self.join = Join()
+        self.join: Join | NativeJoin = Join()
         self.log = StreamLog() if keep_streams else None
         self.capture = LaunchCapture(self.join, self.log)
         if collector is None:
@@ -90,6 +91,8 @@ class ProfileSession:
                 return False
             if not self.collector.start():
                 return False
+            # The collector may keep the totals elsewhere (the native recorder's join, in C).
+            self.join = getattr(self.collector, "totals", self.join)
             _collecting = self
             external_calls = getattr(self.collector, "external_calls", None)
             calls = external_calls() if external_calls is not None else None

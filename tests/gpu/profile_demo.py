@@ -23,6 +23,8 @@ profiling (the baseline), then profiled by kname's CUPTI collector, and prints:
         copies and sets are their own rows, the recorded streams replay to the same totals,
         the trace and the page parse;
     TIME ...                                    CPU time of the profiled loop against the baseline;
+    JOIN c | python / CHECK c-join-...          the work again in a session keeping no streams:
+        with the native callback joined in C (native_join.py), every line there too;
     CHECK external-... / handover-...           the work again with wrapped launches tagged by
         CUPTI external correlation ids: the tags arrive and name the same sites as the
         launch callback did (TIME external-correlation: what tagging costs);
@@ -368,6 +370,45 @@ def check_kind(checks: Checks, marker: str, kind: str, site: str, streams, itera
         checks.check(f"kind-{marker}", ok, f"kinds {sorted({r.kind for r in mine})}")
 
 
+def c_join_phase(args, work: Workload, checks: Checks, expected: dict[str, str]) -> None:
+    """The work again in a session that keeps no streams: with the native callback its records
+    are joined in C (no Python object per record); every line has its GPU time there too."""
+    from kname.profiling.native_join import NativeJoin
+    from kname.profiling.session import ProfileSession
+
+    session = ProfileSession()
+    if not session.start():
+        checks.check("c-join-start", False, "the collector did not start (see the line above)")
+        return
+    timed(work, args.iterations)
+    session.stop()
+    native = session.collector.launch_callbacks.startswith("kname's native")
+    in_c = isinstance(session.join, NativeJoin)
+    print(f"JOIN {'c' if in_c else 'python'}")
+    checks.check("c-join-in-use", in_c == native, type(session.join).__name__)
+    profile = session.join.profile()
+    checks.check(
+        "c-join-nothing-unattributed",
+        profile.unattributed.launches == 0,
+        f"{profile.unattributed.launches} records, {profile.unattributed.gpu_ns} ns",
+    )
+    counted = profile.total_launches + profile.earlier_records
+    checks.check(
+        "c-join-every-record-counted",
+        counted == session.join.record_count,
+        f"{counted} counted of {session.join.record_count} records",
+    )
+    sites = {site["name"]: site for site in session.sites}
+    for marker, name in expected.items():
+        site = sites.get(name)
+        ok = site is not None and site["gpu_ns"] > 0 and site["launches"] >= args.iterations
+        checks.check(f"c-join-line-{marker}", ok, f"{name}: {site}")
+    if in_c:
+        counts = session.join.counts()
+        ok = not counts["trimmed"] and not counts["no_memory"] and not counts["orphans"]
+        checks.check("c-join-within-bounds", ok, str(counts))
+
+
 def external_phase(args, work: Workload, checks: Checks, expected: dict[str, str]) -> None:
     """The work again, with wrapped launches also tagged by CUPTI external correlation ids."""
     import functools
@@ -660,6 +701,7 @@ def main() -> int:
     checks = Checks()
     checks.failed += work.failed
     per_line, expected = kname_phase(args, work, checks)
+    c_join_phase(args, work, checks, expected)
     if not args.no_install:
         external_phase(args, work, checks, expected)
     library_times(args, work)

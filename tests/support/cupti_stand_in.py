@@ -74,6 +74,52 @@ def build_fake_cupti(out_dir: Path) -> tuple[Path, str]:
     return built, name or "kname's declarations"
 
 
+def built_or_skip(out_dir: Path) -> Path:
+    """The stand-in built into `out_dir`, for tests of the native callback (skipped where it is
+    not in use, or no C compiler is found)."""
+    import pytest
+
+    from kname import _native_choice
+
+    native, why = _native_choice.cupti_choice({})
+    if native is None:
+        pytest.skip(f"no native CUPTI callback here: {why}")
+    if COMPILER is None:
+        pytest.skip("no C compiler")
+    return build_fake_cupti(out_dir)[0]
+
+
+def memcpy_name(copy_kind: int) -> str:
+    """A copy of CUPTI's memcpy kind `copy_kind` as the collector names it (`[memcpy HtoD]`)."""
+    from kname.profiling.capture import memcpy_work_name
+
+    return memcpy_work_name(StandInBinding.ActivityMemcpyKind(copy_kind).name)
+
+
+def queue_record(library: ctypes.CDLL, record) -> None:
+    """A kname record (ActivityRecord or ExternalCorrelation) queued in the stand-in as the
+    CUPTI record it was read from (a kernel's as CONCURRENT_KERNEL)."""
+    from kname.profiling.records import KERNEL as KERNEL_WORK
+    from kname.profiling.records import MEMCPY as MEMCPY_WORK
+    from kname.profiling.records import ExternalCorrelation
+
+    r = record
+    if isinstance(r, ExternalCorrelation):
+        library.fake_external(r.correlation_id, r.external_id)
+    elif r.kind == KERNEL_WORK:
+        library.fake_kernel(
+            CONCURRENT_KERNEL, r.correlation_id, r.start, r.end, r.stream, r.device, r.graph_id,
+            r.name.encode(),
+        )  # fmt: skip
+    elif r.kind == MEMCPY_WORK:
+        copy_kinds = {memcpy_name(kind): kind for kind in StandInBinding.ActivityMemcpyKind}
+        library.fake_memcpy(
+            r.correlation_id, copy_kinds[r.name], r.start, r.end, r.stream, r.device, r.graph_id
+        )
+    else:
+        library.fake_memset(r.correlation_id, r.start, r.end, r.stream, r.device, r.graph_id)
+
+
 def stand_in_library(built: Path) -> ctypes.CDLL:
     """The built stand-in, loaded (once per process: its state is global), made fresh: no
     refusal, no record queued. ctypes calls release the GIL, as torch does around its launches."""

@@ -1,0 +1,65 @@
+"""The join kname._native_cupti's recorder keeps in C, read as join.Join is read.
+
+With kname's native CUPTI callback and no stream log (no --trace, no external correlation
+tagging), launch records and GPU records meet in C, in CUPTI's thread, by join.py's rules and
+within its bounds (kname/_native_cupti.c): no Python object is made per record. What the session
+and the collector read of that join is here: its counts, and profile() as Join gives it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kname.profiling.join import KernelTotals, Profile, SiteTotals
+
+
+class NativeJoin:
+    """Join's read side (launch_count, record_count, profile) over the recorder's C join."""
+
+    def __init__(self, recorder: Any, memcpy_name: Callable[[int], str]) -> None:
+        self._recorder = recorder
+        self._memcpy_name = memcpy_name
+
+    @property
+    def launch_count(self) -> int:
+        """Launch records the join has been given."""
+        return self._recorder.join_counts()["launches"]
+
+    @property
+    def record_count(self) -> int:
+        """GPU records the join has been given."""
+        return self._recorder.join_counts()["records"]
+
+    def counts(self) -> dict[str, int]:
+        """Launches and records seen, launches dropped at the bound, each table's size, and
+        whether the join trimmed (`trimmed`) or lacked memory (`no_memory`)."""
+        return self._recorder.join_counts()
+
+    def profile(self) -> Profile:
+        """A snapshot of the totals, as Join.profile() gives them for the same records."""
+        sites, unattributed, unmatched, dropped, earlier = self._recorder.join_profile(
+            self._memcpy_name
+        )
+        return Profile(
+            {name: site_totals(*totals) for name, totals in sites},
+            site_totals(*unattributed),
+            unmatched,
+            dropped,
+            earlier,
+        )
+
+
+def site_totals(first: int, kernels: Iterable[tuple[str, int, int]]) -> SiteTotals:
+    """A site's totals from (kernel name, launches, gpu_ns) counts; counts of the same name
+    are one kernel (two copy kinds that CUPTI's enum does not name are both `unknown`)."""
+    totals = SiteTotals(first=first)
+    for name, launches, gpu_ns in kernels:
+        kernel = totals.kernels.get(name)
+        if kernel is None:
+            kernel = totals.kernels[name] = KernelTotals()
+        kernel.launches += launches
+        kernel.gpu_ns += gpu_ns
+        totals.launches += launches
+        totals.gpu_ns += gpu_ns
+    return totals

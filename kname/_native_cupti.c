@@ -2656,9 +2656,10 @@ recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (pairs == NULL)
         return NULL;
     Py_ssize_t count = PyTuple_GET_SIZE(pairs);
-    if (count < 1 || count > UINT16_MAX) {
+    if (count > UINT16_MAX) { /* none: a recorder of activity buffers alone */
         Py_DECREF(pairs);
-        PyErr_SetString(PyExc_ValueError, "Recorder: apis must be 1 to 65535 (name, graph) pairs");
+        PyErr_SetString(PyExc_ValueError, "Recorder: apis must be at most 65535 (name, graph) "
+                                          "pairs");
         return NULL;
     }
     Recorder *r = (Recorder *)type->tp_alloc(type, 0);
@@ -2674,7 +2675,7 @@ recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     r->serial = next_serial++;
     r->forks = atomic_load(&forks);
     r->api_names = PyTuple_New(count);
-    r->graph_of = calloc((size_t)count, 1);
+    r->graph_of = calloc(count ? (size_t)count : 1, 1);
     r->kept = PyDict_New();
     if (r->api_names == NULL || r->graph_of == NULL || r->kept == NULL)
         goto fail;

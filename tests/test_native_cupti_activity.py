@@ -415,3 +415,20 @@ def totals(profile) -> tuple:
         },
         profile.earlier_records,
     )
+
+
+def test_a_recorder_of_no_launch_api_holds_the_buffers_and_frees_them_unread(cupti, fake_libcupti):
+    """The least a CUPTI-based profiler pays for its records (benchmarks/profile_cost.py's
+    floor): a recorder with no launch API subscribed, its buffers released, read by nobody."""
+    recorder = native.Recorder(
+        apis=[], sites={}, kinds={}, site_of_frame=lambda frame: "s", site_key="k",
+        no_frame="<no frame>", unnamed="<unnamed>", max_pending=10, max_open_calls=8,
+    )  # fmt: skip
+    assert recorder.subscribe(str(fake_libcupti))[0] == 0
+    assert recorder.take_activity_buffers(BUFFER_BYTES, 1, None) == 0
+    assert recorder.release_activity_buffers()
+    with pytest.raises(IndexError):
+        recorder.enable(DRIVER, CUDA_LAUNCH_KERNEL, 0)
+    cupti.fake_kernel(CONCURRENT_KERNEL, 1, 0, 5, 7, 0, 0, b"k")
+    assert recorder.flush_activities(1) == 0 and cupti.fake_buffers_handed_over() == 1
+    assert recorder.activity_counts()["waiting"] == 0 and recorder.unsubscribe() == 0

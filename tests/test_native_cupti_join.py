@@ -13,6 +13,7 @@ every table must be the same.
 
 from __future__ import annotations
 
+import copy
 import random
 import sys
 import tracemalloc
@@ -21,7 +22,7 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from profile_streams import streams
+from profile_streams import profiles, streams
 from support.cupti_stand_in import (
     CONCURRENT_KERNEL,
     CUDA_LAUNCH_KERNEL,
@@ -39,7 +40,7 @@ from kname.profiling import launch_callbacks
 from kname.profiling.capture import LaunchCapture
 from kname.profiling.cupti_collector import CuptiCollector
 from kname.profiling.join import RECENT_WINDOW, UNATTRIBUTED, Join
-from kname.profiling.native_join import NativeJoin, site_totals
+from kname.profiling.native_join import NativeJoin, site_totals, summed
 from kname.profiling.records import (
     KERNEL,
     ActivityRecord,
@@ -243,6 +244,23 @@ def test_a_site_named_unattributed_is_the_unattributed_site(cupti):
     assert (profile.unattributed.launches, profile.unattributed.gpu_ns) == (2, 12)
 
 
+@given(first=profiles(), then=profiles())
+def test_two_runs_summed_count_every_record_of_both_once(first, then):
+    before = copy.deepcopy((first, then))
+    both = summed(first, then)
+    assert (first, then) == before  # the runs' own totals are left as they were
+    assert both.total_gpu_ns == first.total_gpu_ns + then.total_gpu_ns
+    assert both.total_launches == first.total_launches + then.total_launches
+    for name in {*first.sites, *then.sites}:
+        parts = [p.sites[name] for p in (first, then) if name in p.sites]
+        site = both.sites[name]
+        assert site.first == min(part.first for part in parts if part.first)
+        for kernel in {k for part in parts for k in part.kernels}:
+            counted = [part.kernels[kernel] for part in parts if kernel in part.kernels]
+            assert site.kernels[kernel].launches == sum(k.launches for k in counted)
+            assert site.kernels[kernel].gpu_ns == sum(k.gpu_ns for k in counted)
+
+
 def test_copy_kinds_named_alike_are_one_kernel():
     totals = site_totals(3, [("[memcpy unknown]", 1, 5), ("k", 2, 1), ("[memcpy unknown]", 2, 4)])
     assert {k: (v.launches, v.gpu_ns) for k, v in totals.kernels.items()} == {
@@ -376,3 +394,29 @@ def test_what_the_c_join_dropped_at_its_bound_is_said_once_at_stop(cupti, monkey
     assert profile.unmatched_launches <= 5 and join.launch_count == 0  # all of it in C
     lines = capsys.readouterr().err.splitlines()
     assert len([line for line in lines if "more than 5 launches are waiting" in line]) == 1
+
+
+def test_a_collector_started_again_goes_on_from_its_last_runs_totals(cupti, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupti", SimpleNamespace(cupti=StandInBinding()))
+    monkeypatch.setattr(launch_callbacks, "libcupti_path", lambda: cupti.path)
+    cupti.library.fake_reset_activity()
+    join = Join()
+    collector = CuptiCollector(LaunchCapture(join), join)
+    for run, (first, sites) in enumerate([(1, ("a.py:1", "b.py:2")), (10, ("a.py:1",))]):
+        assert collector.start()
+        recorder = collector._callbacks.recorder
+        for number, site in enumerate(sites, first):
+            recorder.mark(site)
+            cupti.library.fake_callback(DRIVER, CUDA_LAUNCH_KERNEL, 0, number)
+            cupti.library.fake_callback(DRIVER, CUDA_LAUNCH_KERNEL, 1, number)
+            recorder.unmark()
+            cupti.library.fake_kernel(CONCURRENT_KERNEL, number, 0, 10 + run, 7, 0, 0, b"k")
+        cupti.library.fake_kernel(CONCURRENT_KERNEL, 99, 0, 1, 7, 0, 0, b"lost")
+        collector.stop()
+    totals = collector.totals
+    profile = totals.profile()
+    assert {name: (s.launches, s.gpu_ns, s.first) for name, s in profile.sites.items()} == {
+        "a.py:1": (2, 10 + 11, 1), "b.py:2": (1, 10, 2),
+    }  # fmt: skip
+    assert (profile.unattributed.launches, profile.unattributed.first) == (2, 99)
+    assert (totals.launch_count, totals.record_count) == (3, 5)

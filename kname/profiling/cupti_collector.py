@@ -260,7 +260,8 @@ class CuptiCollector:
         # With nothing to log or tag, the records need not become Python objects at all.
         in_c = self._log is None and not self._external_correlation
         if in_c:
-            self._totals = self._callbacks.join_in_c(self._memcpy_name)
+            earlier = self._totals if isinstance(self._totals, NativeJoin) else None
+            self._totals = self._callbacks.join_in_c(self._memcpy_name, earlier)
         completed = None if in_c else self._native_buffer_completed
         status = self._callbacks.take_activity_buffers(self._buffer_bytes, completed)
         if status:

@@ -241,11 +241,14 @@ class NativeCallbacks:
         join being in C); CUPTI's status (0: taken)."""
         return self.recorder.take_activity_buffers(buffer_bytes, MAX_WAITING_RECORDS, completed)
 
-    def join_in_c(self, memcpy_name: Callable[[int], str]) -> NativeJoin:
+    def join_in_c(
+        self, memcpy_name: Callable[[int], str], earlier: NativeJoin | None = None
+    ) -> NativeJoin:
         """From now on the recorder joins the GPU records itself, in C (join.py's rules and
-        bounds); what it keeps, read as a Join. Before take_activity_buffers()."""
+        bounds); what it keeps (after `earlier`'s), read as a Join. Before
+        take_activity_buffers()."""
         self.recorder.join_in_c(MAX_PENDING, RECENT_WINDOW, UNATTRIBUTED)
-        return NativeJoin(self.recorder, memcpy_name)
+        return NativeJoin(self.recorder, memcpy_name, earlier)
 
     def join_now(self) -> None:
         """The calls finished and the GPU records read so far, joined in C now."""

@@ -15,21 +15,28 @@ from kname.profiling.join import KernelTotals, Profile, SiteTotals
 
 
 class NativeJoin:
-    """Join's read side (launch_count, record_count, profile) over the recorder's C join."""
+    """Join's read side (launch_count, record_count, profile) over the recorder's C join, and
+    over those of the collector's earlier runs (`earlier`: a collector started again gets a
+    new recorder, whose totals are added to the last run's)."""
 
-    def __init__(self, recorder: Any, memcpy_name: Callable[[int], str]) -> None:
+    def __init__(
+        self, recorder: Any, memcpy_name: Callable[[int], str], earlier: NativeJoin | None = None
+    ) -> None:
         self._recorder = recorder
         self._memcpy_name = memcpy_name
+        self._earlier = earlier
 
     @property
     def launch_count(self) -> int:
         """Launch records the join has been given."""
-        return self._recorder.join_counts()["launches"]
+        earlier = self._earlier.launch_count if self._earlier is not None else 0
+        return earlier + self._recorder.join_counts()["launches"]
 
     @property
     def record_count(self) -> int:
         """GPU records the join has been given."""
-        return self._recorder.join_counts()["records"]
+        earlier = self._earlier.record_count if self._earlier is not None else 0
+        return earlier + self._recorder.join_counts()["records"]
 
     def counts(self) -> dict[str, int]:
         """Launches and records seen, launches dropped at the bound, each table's size, and
@@ -41,13 +48,41 @@ class NativeJoin:
         sites, unattributed, unmatched, dropped, earlier = self._recorder.join_profile(
             self._memcpy_name
         )
-        return Profile(
+        profile = Profile(
             {name: site_totals(*totals) for name, totals in sites},
             site_totals(*unattributed),
             unmatched,
             dropped,
             earlier,
         )
+        return profile if self._earlier is None else summed(self._earlier.profile(), profile)
+
+
+def summed(first: Profile, then: Profile) -> Profile:
+    """The totals of two runs, one after the other (no record of one joins a launch of the
+    other: CUPTI's correlation ids only grow)."""
+    sites = {name: _plus(SiteTotals(), totals) for name, totals in first.sites.items()}
+    for name, totals in then.sites.items():
+        sites[name] = _plus(sites.get(name, SiteTotals()), totals)
+    return Profile(
+        sites,
+        _plus(_plus(SiteTotals(), first.unattributed), then.unattributed),
+        first.unmatched_launches + then.unmatched_launches,
+        first.dropped_launches + then.dropped_launches,
+        first.earlier_records + then.earlier_records,
+    )
+
+
+def _plus(totals: SiteTotals, more: SiteTotals) -> SiteTotals:
+    if more.first and (not totals.first or more.first < totals.first):
+        totals.first = more.first
+    for name, kernel in more.kernels.items():
+        mine = totals.kernels.setdefault(name, KernelTotals())
+        mine.launches += kernel.launches
+        mine.gpu_ns += kernel.gpu_ns
+        totals.launches += kernel.launches
+        totals.gpu_ns += kernel.gpu_ns
+    return totals
 
 
 def site_totals(first: int, kernels: Iterable[tuple[str, int, int]]) -> SiteTotals:

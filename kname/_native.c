@@ -218,7 +218,7 @@ typedef struct {
 static PyTypeObject BaseCallType;
 
 /* A launch's arguments as the wrapper got them: a vectorcall (`self` NULL), or, through the C
- * __call__ slot kname gives its CuPy subclasses (slot_call), the instance, a tuple and a dict.
+ * __call__ slot kname gives its CuPy subclasses (direct_call), the instance, a tuple and a dict.
  * The second form reaches CuPy's own slot with that same tuple and dict: no copy. */
 typedef struct {
     PyObject *const *args;

@@ -420,3 +420,19 @@ def test_a_collector_started_again_goes_on_from_its_last_runs_totals(cupti, monk
     }  # fmt: skip
     assert (profile.unattributed.launches, profile.unattributed.first) == (2, 99)
     assert (totals.launch_count, totals.record_count) == (3, 5)
+
+
+def test_records_cupti_dropped_are_said_once_at_stop_with_the_join_in_c(cupti, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "cupti", SimpleNamespace(cupti=StandInBinding()))
+    monkeypatch.setattr(launch_callbacks, "libcupti_path", lambda: cupti.path)
+    cupti.library.fake_reset_activity()
+    join = Join()
+    collector = CuptiCollector(LaunchCapture(join), join)
+    assert collector.start() and isinstance(collector.totals, NativeJoin)
+    cupti.library.fake_drop(3)  # no buffer was free: CUPTI counts what it lost
+    cupti.library.fake_kernel(CONCURRENT_KERNEL, 1, 0, 5, 7, 0, 0, b"k")
+    cupti.library.fake_complete()
+    collector.stop()
+    lines = capsys.readouterr().err.splitlines()
+    said = [line for line in lines if "CUPTI dropped 3 GPU records" in line]
+    assert len(said) == 1

@@ -202,8 +202,9 @@ class NativeCallbacks:
         self.report()
 
     def report(self) -> None:
-        """What the callback had to say (a fault, forgotten calls, calls past the bound), and
-        the join in C (launches dropped at its bound, memory it lacked), said once."""
+        """What the callback had to say (a fault, forgotten calls, calls past the bound), the
+        join in C (launches dropped at its bound, memory it lacked), and the activity records
+        lost (say_activity_losses), said once."""
         recorder = self.recorder
         if recorder is None:
             return
@@ -215,9 +216,11 @@ class NativeCallbacks:
                 say_open_calls_forgotten()
             dropped = recorder.counts()["dropped"]
             joined = recorder.join_counts()
+            read = recorder.activity_counts()
         except Exception as exc:
             report_fault("reading kname's native launch records", exc)
             return
+        say_activity_losses(read)  # with the join in C, no drain_activities() says them
         if joined["trimmed"]:
             say_pending_dropped(MAX_PENDING)
         if joined["no_memory"]:
@@ -270,26 +273,31 @@ class NativeCallbacks:
         on the way (past the bound, dropped by CUPTI, names past theirs) said once."""
         recorder = self.recorder
         records = recorder.drain_activities(ActivityRecord, ExternalCorrelation, memcpy_name)
-        counts = recorder.activity_counts()
-        if counts["dropped"]:
-            warn_once(
-                "profile:native-records",
-                f"profile: more than {MAX_WAITING_RECORDS} GPU records waited to be joined; "
-                "later ones were not kept, and their GPU time is missing from the profile",
-            )
-        if counts["cupti_dropped"]:
-            warn_once(
-                "profile:cupti-dropped",
-                f"profile: CUPTI dropped {counts['cupti_dropped']} GPU records (no activity "
-                "buffer was free); their GPU time is missing from the profile",
-            )
-        if counts["names_past_bound"]:
-            warn_once(
-                "profile:kernel-names",
-                f"profile: more than {counts['names']} distinct kernel names; kernels with "
-                "later names are counted under one name",
-            )
+        say_activity_losses(recorder.activity_counts())
         return records
+
+
+def say_activity_losses(counts: dict[str, int]) -> None:
+    """What the recorder lost of CUPTI's activity records (past its bound, dropped by CUPTI,
+    kernel names past theirs), each said once."""
+    if counts["dropped"]:
+        warn_once(
+            "profile:native-records",
+            f"profile: more than {MAX_WAITING_RECORDS} GPU records waited to be joined; "
+            "later ones were not kept, and their GPU time is missing from the profile",
+        )
+    if counts["cupti_dropped"]:
+        warn_once(
+            "profile:cupti-dropped",
+            f"profile: CUPTI dropped {counts['cupti_dropped']} GPU records (no activity "
+            "buffer was free); their GPU time is missing from the profile",
+        )
+    if counts["names_past_bound"]:
+        warn_once(
+            "profile:kernel-names",
+            f"profile: more than {counts['names']} distinct kernel names; kernels with "
+            "later names are counted under one name",
+        )
 
 
 def libcupti_path() -> str:

@@ -1267,6 +1267,20 @@ site_of_running_frame(Recorder *r)
     return name;
 }
 
+/* Whether this thread holds the GIL now. Not PyGILState_Check(): once a sub-interpreter has
+ * been made, that says yes on every thread. */
+static int
+gil_held_here(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    PyThreadState *current = PyThreadState_GetUnchecked();
+#else
+    PyThreadState *current = _PyThreadState_UncheckedGet();
+#endif
+    /* 3.11: the thread state holding the GIL, whichever thread's; 3.12+: this thread's. */
+    return current != NULL && current->thread_id == PyThread_get_thread_ident();
+}
+
 /* The site of a launch whose call is not nested and not wrapped (borrowed; NULL: no frame). */
 static PyObject *
 site_here(Recorder *r, ThreadCalls *t)
@@ -1275,7 +1289,7 @@ site_here(Recorder *r, ThreadCalls *t)
         return r->unnamed; /* a launch API called by kname's own naming code: not walked again */
     if (PyGILState_GetThisThreadState() == NULL)
         return NULL; /* a thread Python never ran on (a C++ worker): no frame, no GIL needed */
-    int held = PyGILState_Check();
+    int held = gil_held_here();
     PyGILState_STATE gil = PyGILState_UNLOCKED;
     if (!held)
         gil = PyGILState_Ensure();

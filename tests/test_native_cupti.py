@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import importlib.util
 import os
 import platform
 import subprocess
@@ -254,6 +255,39 @@ def test_a_launch_with_the_gil_released_is_named_after_the_frame_that_made_it(ru
     assert records[1].site == here and records[1].thread == threading.get_ident()
     assert records[2].site == NO_PYTHON_FRAME and records[2].thread != threading.get_ident()
     assert (records[2].start, records[2].end) == (5, 9)
+
+
+SUBINTERPRETERS = next(
+    (name for name in ("_interpreters", "_xxsubinterpreters") if importlib.util.find_spec(name)),
+    None,
+)
+
+
+@pytest.mark.skipif(SUBINTERPRETERS is None, reason="no sub-interpreters")
+def test_a_launch_with_the_gil_released_is_named_once_a_subinterpreter_was_made():
+    # Once one is made, PyGILState_Check() says yes on every thread: the callback must still
+    # take the GIL for a launch made with it released, not read a frame without it.
+    script = textwrap.dedent(f"""
+        import {SUBINTERPRETERS} as interpreters
+        from kname import _native_choice
+        native, _ = _native_choice.cupti_choice({{}})
+        made = native.Recorder(
+            apis=[("cuLaunchKernel", False)], sites={{}}, kinds={{}},
+            site_of_frame=lambda frame: frame.f_code.co_name, site_key="k",
+            no_frame="<no frame>", unnamed="<unnamed>", max_pending=10, max_open_calls=8,
+        )
+        interpreters.destroy(interpreters.create())
+        def launching():
+            made.call_without_gil(1, 0, 5, 9)
+        launching()
+        print([record[2] for record in made.drain(lambda *fields: fields)], made.take_fault())
+    """)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == "['launching'] None"
 
 
 def test_threads_each_name_their_own_launches_and_none_is_lost(rules):

@@ -1529,6 +1529,10 @@ site_call_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObjec
 {
     (void)args;
     SiteCall *call = (SiteCall *)op;
+    if (call->recorder == NULL) { /* cleared by the collector, yet called from a finalizer */
+        PyErr_SetString(PyExc_RuntimeError, "kname site call used after it was cleared");
+        return NULL;
+    }
     if (PyVectorcall_NARGS(nargsf) != 0 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
         PyErr_SetString(PyExc_TypeError, call->is_pop ? "pop() takes no arguments"
                                                       : "push() takes no arguments");

@@ -1,9 +1,11 @@
 """The optional C extensions; the rest is setup.cfg.
 
 kname._native is the per-launch wrapper in C; kname._native_cupti (Linux) is kname profile's
-CUPTI launch callback in C, built without CUDA headers (it finds libcupti at run time). Where one
-cannot be built (no compiler, no Python headers, PyPy, CPython before 3.11, a free-threaded
-build) kname installs without it, with a warning, and uses its pure-Python counterpart.
+CUPTI launch callback in C, built without CUDA headers (it finds libcupti at run time);
+kname._sigterm_guard (Linux) makes sure a SIGTERM that Python never gets to handle still ends the
+process. Where one cannot be built (no compiler, no Python headers, PyPy, CPython before 3.11, a
+free-threaded build) kname installs without it, with a warning, and uses its pure-Python
+counterpart (for the guard: the Python SIGTERM handler alone).
 """
 
 import platform
@@ -44,14 +46,20 @@ class optional_build_ext(build_ext):
         for ext in self.extensions if extensions is None else extensions:
             print(
                 f"WARNING: kname: the C extension {ext.name} was not built ({exc}); kname is "
-                f"installed with {FALLBACKS[ext.name]} (slower per launch, the same behaviour)",
+                f"installed with {FALLBACKS[ext.name]}",
                 file=sys.stderr,
             )
 
 
 FALLBACKS = {
-    "kname._native": "its pure-Python launch path",
-    "kname._native_cupti": "the Python CUPTI callback of kname profile",
+    "kname._native": "its pure-Python launch path (slower per launch, the same behaviour)",
+    "kname._native_cupti": (
+        "the Python CUPTI callback of kname profile (slower per launch, the same behaviour)"
+    ),
+    "kname._sigterm_guard": (
+        "its Python SIGTERM handler alone (a process that SIGTERM finds blocked in C code may "
+        "then not end)"
+    ),
 }
 
 
@@ -66,6 +74,12 @@ def extensions() -> list[Extension]:
                 sources=["kname/_native_cupti.c"],
                 depends=["kname/_cupti_abi.h", "kname/_native_common.h"],
                 libraries=["dl", "pthread"],
+            )
+        )
+        # sigaction chained to CPython's handler, a watchdog pthread, an unnamed semaphore.
+        made.append(
+            Extension(
+                "kname._sigterm_guard", sources=["kname/_sigterm_guard.c"], libraries=["pthread"]
             )
         )
     return made

@@ -29,8 +29,8 @@ HOT_PATHS = {"python": "0", "native": "1"}  # KNAME_NATIVE for each
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Build kname._native and kname._native_cupti into the checkout (tests import kname from
-    it), as `pip install` builds them into a wheel; up to date, this costs a look at file times."""
+    """Build kname's C extensions into the checkout (tests import kname from it), as
+    `pip install` builds them into a wheel; up to date, this costs a look at file times."""
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     common = REPO / "kname" / "_native_common.h"
     sources = {
@@ -38,9 +38,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         REPO / "kname" / f"_native_cupti{suffix}": [
             REPO / "kname" / "_native_cupti.c", REPO / "kname" / "_cupti_abi.h", common,
         ],
+        REPO / "kname" / f"_sigterm_guard{suffix}": [REPO / "kname" / "_sigterm_guard.c"],
     }  # fmt: skip
-    if not sys.platform.startswith("linux"):
-        sources.pop(REPO / "kname" / f"_native_cupti{suffix}")  # built on Linux only
+    if not sys.platform.startswith("linux"):  # these two are built on Linux only
+        sources.pop(REPO / "kname" / f"_native_cupti{suffix}")
+        sources.pop(REPO / "kname" / f"_sigterm_guard{suffix}")
 
     def fresh(built: Path, inputs: list[Path]) -> bool:
         newest = max(p.stat().st_mtime for p in [*inputs, REPO / "setup.py"])

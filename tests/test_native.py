@@ -389,7 +389,7 @@ def test_the_sdist_holds_every_file_the_extensions_are_built_from(tmp_path: Path
     with tarfile.open(sdist) as archive:
         held = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     needed = set()
-    for c_file in ("kname/_native.c", "kname/_native_cupti.c"):
+    for c_file in ("kname/_native.c", "kname/_native_cupti.c", "kname/_sigterm_guard.c"):
         needed.add(c_file)
         text = (REPO / c_file).read_text()
         needed |= {f"kname/{h}" for h in re.findall(r'^#include "([^"]+)"', text, re.M)}

@@ -1,0 +1,227 @@
+/*
+ * kname._sigterm_guard: a SIGTERM that Python never gets to handle still ends the process.
+ *
+ * kname._sigterm handles SIGTERM in Python (write the census, then die of the signal). CPython's
+ * C handler only sets a flag; the Python handler runs when the main thread next runs bytecode.
+ * A signal that lands after CPython's last check and before a blocking call starts (SemLock's
+ * sem_wait in a multiprocessing worker: Pool.terminate() then waits for that worker forever), or
+ * one taken while C code loops without returning to Python, is then never handled, where
+ * SIGTERM's default action would have killed the process at once.
+ *
+ * install(grace) puts a sigaction handler in front of CPython's: it calls CPython's handler (so
+ * the Python one still runs) and wakes a watchdog thread (sem_post is async-signal-safe). The
+ * watchdog waits `grace` seconds; unless kname's Python handler has begun by then (its first
+ * statement sets SIGTERM's default action back, which removes this handler), it puts back the
+ * default action itself and sends SIGTERM again: the process dies of it, as without kname
+ * (without the census: nothing can write it then).
+ *
+ * The watchdog blocks every signal, so it never takes one meant for the main thread. A forked
+ * child inherits the handler but not the thread: after_fork_in_child() starts its own. A program
+ * that sets its own SIGTERM handler, and kname's Python handler setting the default back, replace
+ * this one (CPython calls sigaction): the guard is then gone. The watchdog never touches Python.
+ */
+#include <Python.h>
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct sigaction chained;          /* CPython's handler, called from ours */
+static sem_t wake;                        /* posted once per SIGTERM taken */
+static atomic_llong grace_ns;             /* how long the Python handler has to begin */
+static pid_t watchdog_pid;                /* the process whose watchdog runs (none: 0) */
+
+static void
+on_sigterm(int signum, siginfo_t *info, void *context)
+{
+    int saved = errno; /* the interrupted code may be about to read errno */
+    sem_post(&wake);
+    errno = saved;
+    if (chained.sa_flags & SA_SIGINFO) {
+        chained.sa_sigaction(signum, info, context);
+    }
+    else if (chained.sa_handler != SIG_DFL && chained.sa_handler != SIG_IGN) {
+        chained.sa_handler(signum);
+    }
+}
+
+static int
+is_guard(const struct sigaction *action)
+{
+    return (action->sa_flags & SA_SIGINFO) && action->sa_sigaction == on_sigterm;
+}
+
+static int
+guard_in_place(void)
+{
+    struct sigaction current;
+    return sigaction(SIGTERM, NULL, &current) == 0 && is_guard(&current);
+}
+
+static void
+sleep_grace(void)
+{
+    long long grace = atomic_load(&grace_ns);
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += (time_t)(grace / 1000000000LL);
+    deadline.tv_nsec += (long)(grace % 1000000000LL);
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec += 1;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, NULL) == EINTR) {
+    }
+}
+
+static void *
+watch(void *unused)
+{
+    (void)unused;
+    for (;;) {
+        if (sem_wait(&wake) != 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return NULL; /* a broken semaphore: no guard, as without it */
+        }
+        sleep_grace();
+        /* Replaced: kname's Python handler has begun (it sets the default action first, then
+         * runs the writers and ends the process itself), or the program set its own. */
+        if (!guard_in_place()) {
+            continue;
+        }
+        struct sigaction default_action = {0};
+        default_action.sa_handler = SIG_DFL;
+        sigemptyset(&default_action.sa_mask);
+        sigaction(SIGTERM, &default_action, NULL);
+        kill(getpid(), SIGTERM); /* to the process: this thread blocks it, another takes it */
+    }
+}
+
+static int
+start_watchdog(void)
+{
+    pthread_attr_t attributes;
+    pthread_t thread;
+    sigset_t every, before;
+    int failed = pthread_attr_init(&attributes);
+    if (failed) {
+        return failed;
+    }
+    pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
+    /* Created with every signal blocked, which it keeps: a signal taken on this thread would
+     * not interrupt the main thread's system call, and Python would see it late. */
+    sigfillset(&every);
+    pthread_sigmask(SIG_BLOCK, &every, &before);
+    failed = pthread_create(&thread, &attributes, watch, NULL);
+    pthread_sigmask(SIG_SETMASK, &before, NULL);
+    pthread_attr_destroy(&attributes);
+    if (!failed) {
+        watchdog_pid = getpid();
+    }
+    return failed;
+}
+
+static PyObject *
+install(PyObject *module, PyObject *grace)
+{
+    (void)module;
+    double seconds = PyFloat_AsDouble(grace);
+    if (seconds == -1.0 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (!(seconds >= 0.0 && seconds <= 3600.0)) {
+        PyErr_Format(PyExc_ValueError, "install(grace=%R): accepted is 0 to 3600 seconds", grace);
+        return NULL;
+    }
+    atomic_store(&grace_ns, (long long)(seconds * 1e9));
+    struct sigaction current;
+    if (sigaction(SIGTERM, NULL, &current) != 0) {
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    if (is_guard(&current)) {
+        Py_RETURN_TRUE;
+    }
+    if (!(current.sa_flags & SA_SIGINFO) &&
+        (current.sa_handler == SIG_DFL || current.sa_handler == SIG_IGN)) {
+        Py_RETURN_FALSE; /* no Python handler to guard */
+    }
+    if (watchdog_pid != getpid()) {
+        int failed = start_watchdog();
+        if (failed) {
+            errno = failed;
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+    }
+    /* Written while our handler is not installed: it never reads a half-written copy. */
+    chained = current;
+    struct sigaction guarded = current;
+    guarded.sa_flags |= SA_SIGINFO;
+    guarded.sa_sigaction = on_sigterm;
+    if (sigaction(SIGTERM, &guarded, NULL) != 0) {
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+after_fork_in_child(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    /* The parent's wake-ups, copied with its memory, are not this process's signals. */
+    while (sem_trywait(&wake) == 0) {
+    }
+    if (!guard_in_place() || watchdog_pid == getpid()) {
+        Py_RETURN_NONE;
+    }
+    if (start_watchdog() != 0) {
+        sigaction(SIGTERM, &chained, NULL); /* no watchdog: CPython's handler alone, as before */
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+installed(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyBool_FromLong(guard_in_place());
+}
+
+static PyMethodDef methods[] = {
+    {"install", install, METH_O,
+     "install(grace): guard the SIGTERM handler CPython has in place; False where there is none "
+     "(OSError where the watchdog thread cannot start)."},
+    {"after_fork_in_child", after_fork_in_child, METH_NOARGS,
+     "after_fork_in_child(): a forked child that inherited the guard gets its own watchdog."},
+    {"installed", installed, METH_NOARGS,
+     "installed(): whether SIGTERM's handler is this guard now."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "kname._sigterm_guard",
+    .m_doc = "A SIGTERM Python never gets to handle still ends the process "
+             "(see kname/_sigterm_guard.c).",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC
+PyInit__sigterm_guard(void)
+{
+    static int initialised = 0;
+    if (!initialised) {
+        if (sem_init(&wake, 0, 0) != 0) {
+            return PyErr_SetFromErrno(PyExc_ImportError);
+        }
+        initialised = 1;
+    }
+    return PyModule_Create(&module_def);
+}

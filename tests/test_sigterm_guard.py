@@ -1,0 +1,206 @@
+"""kname._sigterm_guard: a SIGTERM that Python never gets to handle still ends the process.
+
+The lost wake-up, made deterministic: the program calls a tiny C library, built here, that
+loops on pause(); each signal returns from pause() but control never reaches Python, so
+kname's Python handler never runs (as in a Pool worker that took SIGTERM just before blocking in
+sem_wait). In real subprocesses: the signal, the handlers and the exit status are the point.
+The normal path (writers, then death by SIGTERM) is tests/test_sigterm.py's and the census
+tests' (every multiprocessing method and ending).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support import REPO
+
+from kname import _sigterm
+
+COMPILER = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="kname._sigterm_guard is built on Linux only"
+)
+HANG = 30  # seconds: far past the grace; a process alive then would have hung
+
+BLOCKING_C = r"""
+#include <unistd.h>
+
+/* Says it is ready, from C: from here on, no signal is handled by Python. */
+void block_in_c(void)
+{
+    if (write(1, "ready\n", 6) != 6) {
+        return;
+    }
+    for (;;) {
+        pause();
+    }
+}
+"""
+
+PROGRAM = """
+import ctypes, os, sys
+
+library, guard, where = sys.argv[1:]
+if guard == "no-guard":  # as where the extension is not built
+    sys.modules["kname._sigterm_guard"] = None
+from kname._sigterm import write_on_sigterm
+
+write_on_sigterm(lambda: print("written", flush=True))
+if where == "forked-child":
+    child = os.fork()
+    if child:
+        print(f"child {child}", flush=True)
+        _, status = os.waitpid(child, 0)
+        print(f"child ended by signal {os.WTERMSIG(status)}", flush=True)
+        sys.exit(0)
+ctypes.CDLL(library).block_in_c()
+"""
+
+
+@pytest.fixture(scope="module")
+def blocking_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if COMPILER is None:
+        pytest.skip("no C compiler to build the blocking library")
+    folder = tmp_path_factory.mktemp("blocking")
+    (folder / "block.c").write_text(BLOCKING_C)
+    library = folder / "libblock.so"
+    subprocess.run(
+        [COMPILER, "-shared", "-fPIC", "-o", str(library), str(folder / "block.c")], check=True
+    )
+    return library
+
+
+@contextlib.contextmanager
+def started(*args: str) -> Iterator[subprocess.Popen]:
+    """The program running; killed at the end if it still runs (a test that failed by a hang
+    must not hang the suite)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    with subprocess.Popen(
+        [sys.executable, "-c", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    ) as program:  # fmt: skip
+        try:
+            yield program
+        finally:
+            if program.poll() is None:
+                program.kill()
+
+
+def run(program: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=HANG
+    )
+
+
+def test_a_sigterm_taken_in_c_code_that_never_returns_to_python_still_ends_the_process(
+    blocking_library: Path,
+) -> None:
+    with started(PROGRAM, str(blocking_library), "guard", "owner") as program:
+        assert program.stdout.readline() == "ready\n"
+        program.send_signal(signal.SIGTERM)
+        stdout, stderr = program.communicate(timeout=HANG)
+    assert program.returncode == -signal.SIGTERM, stderr
+    assert stdout == ""  # the price: Python never ran, so neither did the writers
+    assert stderr == ""
+
+
+def test_without_the_guard_that_sigterm_is_lost_and_the_process_hangs(
+    blocking_library: Path,
+) -> None:
+    """The bug itself: what the test above would see without kname._sigterm_guard."""
+    with started(PROGRAM, str(blocking_library), "no-guard", "owner") as program:
+        assert program.stdout.readline() == "ready\n"
+        program.send_signal(signal.SIGTERM)
+        with pytest.raises(subprocess.TimeoutExpired):
+            program.wait(timeout=2 * _sigterm.GRACE_SECONDS + 1)
+
+
+def test_a_forked_child_has_a_watchdog_of_its_own(blocking_library: Path) -> None:
+    with started(PROGRAM, str(blocking_library), "guard", "forked-child") as program:
+        lines = [program.stdout.readline(), program.stdout.readline()]  # in either order
+        assert "ready\n" in lines
+        (child,) = [int(line.split()[1]) for line in lines if line.startswith("child ")]
+        try:
+            os.kill(child, signal.SIGTERM)
+            stdout, stderr = program.communicate(timeout=HANG)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)  # a child left hanging, past the test
+    assert program.returncode == 0, stderr
+    assert stdout == f"child ended by signal {int(signal.SIGTERM)}\n"
+
+
+SLOW_WRITER = """
+import os, signal, time
+from kname import _sigterm, _sigterm_guard
+
+_sigterm.GRACE_SECONDS = 0.2
+
+
+def slow_writer():
+    time.sleep(1.0)  # five times the grace: the watchdog must leave a running handler be
+    print("written; guard still in place:", _sigterm_guard.installed(), flush=True)
+
+
+_sigterm.write_on_sigterm(slow_writer)
+assert _sigterm_guard.installed()
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(30)
+"""
+
+
+def test_a_python_handler_that_runs_past_the_grace_is_left_to_finish() -> None:
+    done = run(SLOW_WRITER)
+    assert done.returncode == -signal.SIGTERM, done.stderr
+    assert done.stdout == "written; guard still in place: False\n"  # SIG_DFL replaced it
+    assert done.stderr == ""
+
+
+PLACES = """
+import signal, sys
+from kname import _sigterm, _sigterm_guard
+
+if sys.argv[1] == "own-handler-first":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))
+_sigterm.write_on_sigterm(lambda: None)
+print("after kname:", _sigterm_guard.installed())
+if sys.argv[1] == "own-handler-later":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))
+    print("after the program's handler:", _sigterm_guard.installed())
+"""
+
+
+@pytest.mark.parametrize(
+    ("order", "expected"),
+    [
+        ("own-handler-first", "after kname: False\n"),
+        ("own-handler-later", "after kname: True\nafter the program's handler: False\n"),
+    ],
+)
+def test_the_guard_is_only_where_kname_handles_sigterm(order: str, expected: str) -> None:
+    done = run(PLACES.replace("sys.argv[1]", repr(order)))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == expected
+
+
+@pytest.mark.skipif(COMPILER is None, reason="no C compiler")
+def test_the_c_file_compiles_without_warnings(tmp_path: Path) -> None:
+    include = sysconfig.get_paths()["include"]
+    flags = sysconfig.get_config_var("CFLAGS") or ""
+    # Compiled for real (-fsyntax-only says nothing of functions left unused), optimised.
+    done = subprocess.run(
+        [COMPILER, "-c", "-fPIC", *flags.split(), "-Wall", "-Wextra", "-Werror", f"-I{include}",
+         str(REPO / "kname" / "_sigterm_guard.c"), "-o", str(tmp_path / "guard.o")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr

@@ -263,6 +263,7 @@ SUBINTERPRETERS = next(
 )
 
 
+@pytest.mark.skipif(native is None, reason=f"no native CUPTI callback here: {WHY}")
 @pytest.mark.skipif(SUBINTERPRETERS is None, reason="no sub-interpreters")
 def test_a_launch_with_the_gil_released_is_named_once_a_subinterpreter_was_made():
     # Once one is made, PyGILState_Check() says yes on every thread: the callback must still

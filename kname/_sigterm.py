@@ -7,9 +7,11 @@ signal again, so the exit status is the one the program would have had without k
 program's own SIGTERM handler is never replaced: its exit runs atexit, where the writers are too.
 
 A Python handler runs only when the main thread next runs bytecode: a SIGTERM taken just before
-a blocking call starts (a Pool worker's queue lock), or while C code never returns to Python,
-would wait forever. Where the C extension kname._sigterm_guard is built, a watchdog then ends the
-process with SIGTERM's default action after GRACE_SECONDS, without the writers.
+a blocking call starts (`time.sleep`, a Pool worker's queue lock), or while C code never returns
+to Python, would wait forever. Where the C extension kname._sigterm_guard is built, a watchdog
+then interrupts the main thread's blocking call (which lets CPython run the handler), and where
+that does not bring Python back, ends the process with SIGTERM's default action after
+GRACE_SECONDS, without the writers.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ import contextlib
 import importlib
 import os
 from collections.abc import Callable
+from types import ModuleType
 
 GRACE_SECONDS = 2.0  # how long a SIGTERM waits for the main thread to get back to Python
 
 _writers: list[Callable[[], None]] = []
+_guard: ModuleType | None = None  # kname._sigterm_guard, once it guards the handler
 _fork_hook_registered = False
 
 
@@ -41,12 +45,13 @@ def write_on_sigterm(writer: Callable[[], None]) -> None:
 
 def _guard_the_handler() -> None:
     """Put kname._sigterm_guard in front of the handler just installed, where it is built."""
-    global _fork_hook_registered
+    global _guard, _fork_hook_registered
     try:
         guard = importlib.import_module("kname._sigterm_guard")
         guard.install(GRACE_SECONDS)
     except (ImportError, OSError):  # not built, or no thread to spare: the handler alone
         return
+    _guard = guard
     if not _fork_hook_registered:
         # A forked child (a multiprocessing worker) inherits the guard but not its thread.
         os.register_at_fork(after_in_child=guard.after_fork_in_child)
@@ -56,8 +61,10 @@ def _guard_the_handler() -> None:
 def _on_sigterm(signum: int, frame: object) -> None:
     import signal
 
-    # First: a second SIGTERM kills at once, and kname._sigterm_guard's watchdog, whose handler
-    # this replaces, leaves the writers to finish.
+    # First: kname._sigterm_guard's watchdog leaves the writers to finish (and stops nudging
+    # this thread before the default action is back); a second SIGTERM kills at once.
+    if _guard is not None:
+        _guard.stand_down()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         for writer in list(_writers):

@@ -9,11 +9,19 @@
  * SIGTERM's default action would have killed the process at once.
  *
  * install(grace) puts a sigaction handler in front of CPython's: it calls CPython's handler (so
- * the Python one still runs) and wakes a watchdog thread (sem_post is async-signal-safe). The
- * watchdog waits `grace` seconds; unless kname's Python handler has begun by then (its first
- * statement sets SIGTERM's default action back, which removes this handler), it puts back the
- * default action itself and sends SIGTERM again: the process dies of it, as without kname
- * (without the census: nothing can write it then).
+ * the Python one still runs) and wakes a watchdog thread (sem_post is async-signal-safe). Until
+ * kname's Python handler has begun (it calls stand_down() first), the watchdog nudges the main
+ * thread every NUDGE_NS with a SIGTERM of its own (pthread_kill): a blocking call that CPython
+ * retries after checking for signals (time.sleep, a lock, select) returns with EINTR, and the
+ * Python handler runs, census and all. The nudge is recognised in the handler and goes no
+ * further. After `grace` seconds without the Python handler, the watchdog puts back the default
+ * action and sends SIGTERM again: the process dies of it, as without kname (without the census:
+ * nothing can write it then).
+ *
+ * stand_down() and the watchdog's look-and-nudge share a mutex, so no nudge is sent after it;
+ * one sent before it is still pending on the main thread, and stand_down() takes it (any return
+ * from the kernel delivers it) while this handler is still in place: a nudge never meets the
+ * default action that the Python handler puts back next.
  *
  * The watchdog blocks every signal, so it never takes one meant for the main thread. A forked
  * child inherits the handler but not the thread: after_fork_in_child() starts its own. A program
@@ -24,6 +32,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -33,10 +42,34 @@ static struct sigaction chained;          /* CPython's handler, called from ours
 static sem_t wake;                        /* posted once per SIGTERM taken */
 static atomic_llong grace_ns;             /* how long the Python handler has to begin */
 static pid_t watchdog_pid;                /* the process whose watchdog runs (none: 0) */
+static pthread_t main_thread;             /* where CPython runs Python's signal handlers */
+
+#define NUDGE_NS 100000000LL /* 0.1 s: a Python handler that runs at all has begun by then */
+
+/* Guards `stood_down` and the watchdog's look-then-nudge (see stand_down). */
+static pthread_mutex_t standing = PTHREAD_MUTEX_INITIALIZER;
+static int stood_down;                    /* kname's Python handler has begun */
+static atomic_int nudges_sent, nudges_taken;
+
+/* The watchdog's own SIGTERM to the main thread: a thread-directed signal of this process, while
+ * one it sent is still untaken. (A program's own signal.pthread_kill(main, SIGTERM) taken in that
+ * instant would be taken for one: the SIGTERM being handled is already there for it.) */
+static int
+is_nudge(const siginfo_t *info)
+{
+    return info != NULL && info->si_code == SI_TKILL && info->si_pid == getpid()
+           && atomic_load(&nudges_taken) < atomic_load(&nudges_sent);
+}
 
 static void
 on_sigterm(int signum, siginfo_t *info, void *context)
 {
+    if (is_nudge(info)) {
+        /* Its work is done: the system call it interrupted returns EINTR. CPython's flag is
+         * already set by the SIGTERM that woke the watchdog. */
+        atomic_fetch_add(&nudges_taken, 1);
+        return;
+    }
     int saved = errno; /* the interrupted code may be about to read errno */
     sem_post(&wake);
     errno = saved;
@@ -61,20 +94,45 @@ guard_in_place(void)
     return sigaction(SIGTERM, NULL, &current) == 0 && is_guard(&current);
 }
 
-static void
-sleep_grace(void)
+static long long
+now_ns(void)
 {
-    long long grace = atomic_load(&grace_ns);
-    struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += (time_t)(grace / 1000000000LL);
-    deadline.tv_nsec += (long)(grace % 1000000000LL);
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec += 1;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (long long)now.tv_sec * 1000000000LL + now.tv_nsec;
+}
+
+static void
+sleep_until(long long when_ns)
+{
+    struct timespec deadline = {(time_t)(when_ns / 1000000000LL), (long)(when_ns % 1000000000LL)};
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, NULL) == EINTR) {
     }
+}
+
+/* One SIGTERM: nudge the main thread until kname's Python handler begins, or end the process
+ * once the grace is over. Called with `standing` held; 1 when the SIGTERM is dealt with. */
+static int
+look_and_nudge(long long deadline_ns)
+{
+    /* Replaced: kname's Python handler has begun (it ends the process itself), or the program
+     * set its own handler. */
+    if (stood_down || !guard_in_place()) {
+        return 1;
+    }
+    if (now_ns() < deadline_ns) {
+        atomic_fetch_add(&nudges_sent, 1);
+        if (pthread_kill(main_thread, SIGTERM) != 0) {
+            atomic_fetch_sub(&nudges_sent, 1);
+        }
+        return 0;
+    }
+    struct sigaction default_action = {0};
+    default_action.sa_handler = SIG_DFL;
+    sigemptyset(&default_action.sa_mask);
+    sigaction(SIGTERM, &default_action, NULL);
+    kill(getpid(), SIGTERM); /* to the process: this thread blocks it, another takes it */
+    return 1;
 }
 
 static void *
@@ -88,17 +146,15 @@ watch(void *unused)
             }
             return NULL; /* a broken semaphore: no guard, as without it */
         }
-        sleep_grace();
-        /* Replaced: kname's Python handler has begun (it sets the default action first, then
-         * runs the writers and ends the process itself), or the program set its own. */
-        if (!guard_in_place()) {
-            continue;
+        long long deadline = now_ns() + atomic_load(&grace_ns);
+        int done = 0;
+        while (!done) {
+            long long next = now_ns() + NUDGE_NS;
+            sleep_until(next < deadline ? next : deadline);
+            pthread_mutex_lock(&standing);
+            done = look_and_nudge(deadline);
+            pthread_mutex_unlock(&standing);
         }
-        struct sigaction default_action = {0};
-        default_action.sa_handler = SIG_DFL;
-        sigemptyset(&default_action.sa_mask);
-        sigaction(SIGTERM, &default_action, NULL);
-        kill(getpid(), SIGTERM); /* to the process: this thread blocks it, another takes it */
     }
 }
 
@@ -150,6 +206,7 @@ install(PyObject *module, PyObject *grace)
         (current.sa_handler == SIG_DFL || current.sa_handler == SIG_IGN)) {
         Py_RETURN_FALSE; /* no Python handler to guard */
     }
+    main_thread = pthread_self(); /* signal.signal() just succeeded here: the main thread */
     if (watchdog_pid != getpid()) {
         int failed = start_watchdog();
         if (failed) {
@@ -173,14 +230,36 @@ after_fork_in_child(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    /* The parent's wake-ups, copied with its memory, are not this process's signals. */
+    /* The parent's wake-ups and nudges, copied with its memory, are not this process's signals;
+     * its mutex may have been copied held by a watchdog that is not here. */
     while (sem_trywait(&wake) == 0) {
     }
+    pthread_mutex_init(&standing, NULL);
+    stood_down = 0;
+    atomic_store(&nudges_sent, 0);
+    atomic_store(&nudges_taken, 0);
+    main_thread = pthread_self(); /* the forking thread, now this process's main thread */
     if (!guard_in_place() || watchdog_pid == getpid()) {
         Py_RETURN_NONE;
     }
     if (start_watchdog() != 0) {
         sigaction(SIGTERM, &chained, NULL); /* no watchdog: CPython's handler alone, as before */
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+stand_down(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    pthread_mutex_lock(&standing);
+    stood_down = 1;
+    pthread_mutex_unlock(&standing);
+    /* A nudge sent before is pending on this thread, the main one: the next return from the
+     * kernel delivers it. Bounded, in case something blocks SIGTERM here. */
+    for (int i = 0; i < 10000 && atomic_load(&nudges_taken) < atomic_load(&nudges_sent); i++) {
+        sched_yield();
     }
     Py_RETURN_NONE;
 }
@@ -199,6 +278,8 @@ static PyMethodDef methods[] = {
      "(OSError where the watchdog thread cannot start)."},
     {"after_fork_in_child", after_fork_in_child, METH_NOARGS,
      "after_fork_in_child(): a forked child that inherited the guard gets its own watchdog."},
+    {"stand_down", stand_down, METH_NOARGS,
+     "stand_down(): kname's Python handler has begun; the watchdog leaves this SIGTERM to it."},
     {"installed", installed, METH_NOARGS,
      "installed(): whether SIGTERM's handler is this guard now."},
     {NULL, NULL, 0, NULL},

@@ -71,17 +71,32 @@ ctypes.CDLL(library).block_in_c()
 """
 
 
-@pytest.fixture(scope="module")
-def blocking_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def shared_library(factory: pytest.TempPathFactory, name: str, source: str) -> Path:
+    """`source` built as lib<name>.so (with Python's headers at hand), for ctypes to load."""
     if COMPILER is None:
-        pytest.skip("no C compiler to build the blocking library")
-    folder = tmp_path_factory.mktemp("blocking")
-    (folder / "block.c").write_text(BLOCKING_C)
-    library = folder / "libblock.so"
+        pytest.skip(f"no C compiler to build the {name} library")
+    folder = factory.mktemp(name)
+    (folder / f"{name}.c").write_text(source)
+    library = folder / f"lib{name}.so"
+    include = sysconfig.get_paths()["include"]
     subprocess.run(
-        [COMPILER, "-shared", "-fPIC", "-o", str(library), str(folder / "block.c")], check=True
+        [
+            COMPILER,
+            "-shared",
+            "-fPIC",
+            f"-I{include}",
+            "-o",
+            str(library),
+            str(folder / f"{name}.c"),
+        ],
+        check=True,
     )
     return library
+
+
+@pytest.fixture(scope="module")
+def blocking_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return shared_library(tmp_path_factory, "block", BLOCKING_C)
 
 
 @contextlib.contextmanager
@@ -145,6 +160,65 @@ def test_a_forked_child_has_a_watchdog_of_its_own(blocking_library: Path) -> Non
                 os.kill(child, signal.SIGKILL)  # a child left hanging, past the test
     assert program.returncode == 0, stderr
     assert stdout == f"child ended by signal {int(signal.SIGTERM)}\n"
+
+
+TRIP_THEN_CALL_C = r"""
+#include <Python.h>
+#include <signal.h>
+
+/* SIGTERM taken (CPython's C handler sets its flag), then a blocking call made before Python
+ * checks that flag again: a signal landing just after CPython's last check and before
+ * time.sleep's system call, made certain. */
+PyObject *trip_then_call(PyObject *callable, PyObject *argument)
+{
+    raise(SIGTERM);
+    return PyObject_CallOneArg(callable, argument);
+}
+"""
+
+TRIP_THEN_SLEEP = """
+import ctypes, sys, time
+
+library, guard = sys.argv[1:]
+if guard == "no-guard":  # as where the extension is not built
+    sys.modules["kname._sigterm_guard"] = None
+from kname._sigterm import write_on_sigterm
+
+write_on_sigterm(lambda: print("written", flush=True))
+trip_then_call = ctypes.PyDLL(library).trip_then_call
+trip_then_call.restype = ctypes.py_object
+trip_then_call.argtypes = [ctypes.py_object, ctypes.py_object]
+print("ready", flush=True)
+trip_then_call(time.sleep, 60)
+print("slept through", flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def tripping_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return shared_library(tmp_path_factory, "trip", TRIP_THEN_CALL_C)
+
+
+@NEEDS_GUARD
+def test_a_sigterm_taken_just_before_a_sleep_starts_still_runs_the_writers(
+    tripping_library: Path,
+) -> None:
+    """The watchdog's nudge interrupts the sleep, and CPython runs kname's handler at once."""
+    with started(TRIP_THEN_SLEEP, str(tripping_library), "guard") as program:
+        stdout, stderr = program.communicate(timeout=HANG)
+    assert program.returncode == -signal.SIGTERM, stderr
+    assert stdout == "ready\nwritten\n"
+    assert stderr == ""
+
+
+def test_without_the_guard_a_sigterm_taken_just_before_a_sleep_waits_for_the_sleep(
+    tripping_library: Path,
+) -> None:
+    """The race itself: what the test above would see without kname._sigterm_guard."""
+    with started(TRIP_THEN_SLEEP, str(tripping_library), "no-guard") as program:
+        assert program.stdout.readline() == "ready\n"
+        with pytest.raises(subprocess.TimeoutExpired):
+            program.wait(timeout=2 * _sigterm.GRACE_SECONDS + 1)
 
 
 SLOW_WRITER = """

@@ -195,7 +195,10 @@ def make_loops(directory: Path, name: str, launch: str, names: dict):
     return module
 
 
-VARIANTS = ("bare", "kname", "kname_python", "kname_disabled", "push_pop")
+VARIANTS = (
+    "bare", "kname", "kname_python", "kname_disabled", "push_pop", "bare_again",
+    "uninstalled_kname_object",
+)  # fmt: skip
 
 
 def launch_variants(loops, targets: list[str], bare_names: dict | None = None, settle=None):
@@ -207,9 +210,14 @@ def launch_variants(loops, targets: list[str], bare_names: dict | None = None, s
       (the C extension where it is built);
     - kname_python: the same with KNAME_NATIVE=0, the pure-Python wrapper (read at install);
     - kname_disabled: installed, then kname.disable()d;
-    - push_pop: uninstalled, a prebuilt static NVTX range around the bare launch.
+    - push_pop: uninstalled, a prebuilt static NVTX range around the bare launch;
+    - bare_again: the bare launch once more, an A/A control: what it adds is the method's own
+      noise and bias on this row, the floor under which no difference means anything;
+    - uninstalled_kname_object (only with `bare_names`): uninstalled, launching the object made
+      while kname was installed (a CuPy kernel of kname's subclass): what that object costs
+      the library's own code, apart from kname's wrapper.
 
-    `bare_names` are globals of `loops` for the two uninstalled variants (a kernel object made
+    `bare_names` are globals of `loops` for the uninstalled variants (a kernel object made
     without kname, say); the kname variants get back the values `loops` has now.
     """
     import kname
@@ -217,9 +225,12 @@ def launch_variants(loops, targets: list[str], bare_names: dict | None = None, s
     bare_names = bare_names or {}
     kname_names = {name: vars(loops)[name] for name in bare_names}
 
-    def uninstalled():
-        kname.uninstall()
-        vars(loops).update(bare_names)
+    def uninstalled(names: dict = bare_names):
+        def prepare():
+            kname.uninstall()
+            vars(loops).update(names)
+
+        return prepare
 
     def installed(enabled: bool, native: bool = True):
         def prepare():
@@ -242,13 +253,20 @@ def launch_variants(loops, targets: list[str], bare_names: dict | None = None, s
 
         return prepare
 
-    return [
-        Variant("bare", loops.launch_loop, uninstalled, settle),
+    variants = [
+        Variant("bare", loops.launch_loop, uninstalled(), settle),
         Variant("kname", loops.launch_loop, installed(True), settle),
         Variant("kname_python", loops.launch_loop, installed(True, native=False), settle),
         Variant("kname_disabled", loops.launch_loop, installed(False), settle),
-        Variant("push_pop", loops.push_pop_loop, uninstalled, settle),
+        Variant("push_pop", loops.push_pop_loop, uninstalled(), settle),
+        Variant("bare_again", loops.launch_loop, uninstalled(), settle),
     ]
+    if bare_names:
+        object_variant = Variant(
+            "uninstalled_kname_object", loops.launch_loop, uninstalled(kname_names), settle
+        )
+        variants.append(object_variant)
+    return variants
 
 
 def launch_record(loops_samples: dict, rounds: int, batch: int) -> dict:

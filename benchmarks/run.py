@@ -55,6 +55,8 @@ VARIANT_TEXT = {
     "kname_python": "the same, pure-Python wrapper (KNAME_NATIVE=0)",
     "kname_disabled": "kname installed, kname.disable()d",
     "push_pop": "static NVTX range, prebuilt push_range/pop_range",
+    "bare_again": "bare launch again (A/A control: the method's noise)",
+    "uninstalled_kname_object": "kname uninstalled, the kernel object made under kname",
 }
 WORKLOAD_TEXT = {
     "noop": "no-op target (CPU)",
@@ -316,7 +318,7 @@ def render_launches(title: str, runs: list[dict]) -> list[str]:
             why = run.get("skipped") or f"error: {one_line(run['error'])}"
             lines.append(f"| {label} | {tool} | {why} | | | |")
             continue
-        for name in VARIANTS:
+        for name in [n for n in VARIANTS if n in run["variants"]]:
             v = run["variants"][name]
             added = "—" if name == "bare" else added_range(v, num)
             lines.append(

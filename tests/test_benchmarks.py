@@ -20,6 +20,7 @@ VARIANTS = (
     "the same, pure-Python wrapper (KNAME_NATIVE=0)",
     "kname installed, kname.disable()d",
     "static NVTX range, prebuilt push_range/pop_range",
+    "bare launch again (A/A control: the method's noise)",
 )
 
 

@@ -7,9 +7,9 @@
  *   2. the kernel: `original` itself (kernel None), args[i] or getattr(args[i], attribute)
  *      (kernel a tuple (i, attribute or None): no Python call; None when args is shorter), or
  *      kernel(args) (a callable); None means "not a launch";
- *   3. the caller's frame (PyEval_GetFrame: a C call pushes no frame of its own) and the key
- *      (id(code), f_lasti, id(kernel)), looked up in `sites` (kname.callsite.sites, shared
- *      with the Python path). Where the caller is library code, the first user frame above it is
+ *   3. the caller's frame (a C call pushes no frame of its own; read without making a frame
+ *      object, see _native_common.h) and the key (id(code), f_lasti, id(kernel)), looked up in
+ *      `sites` (kname.callsite.sites, shared with the Python path). Where the caller is library code, the first user frame above it is
  *      found with `kinds` (kname.callsite._kinds, id(code) -> USER 0 / LIBRARY 1) and its key
  *      looked up too, as callsite.resolve would; a miss calls resolve(frame, kernel) (Python);
  *   4. next(site.counter); site.launch (rename mode) in place of the original when not None;
@@ -20,8 +20,9 @@
  *
  * Nesting: the Python wrapper's frame on the stack marks a launch in progress (callsite's walk
  * stops at it). This wrapper has no frame, so each thread keeps the caller frame of the innermost
- * launch it is running (launch_caller(), read by callsite's walk): a walk that reaches that frame
- * before any user frame is beneath a launch, as one reaching the Python wrapper's frame is.
+ * launch it is running (is_launch_caller(frame), asked by callsite's walk): a walk that reaches
+ * that frame before any user frame is beneath a launch, as one reaching the Python wrapper's
+ * frame is.
  *
  * SkipBeneath(hook, kinds) guards a library's launch hooks (Triton's): beneath a LaunchWrapper's
  * launch, with only library code between, the hook is not called. SubscriptLaunch(launch, ...)
@@ -52,7 +53,7 @@ static const char CLOSING[] = "closing a launch's NVTX range";
 
 /* The caller frame of the innermost launch a LaunchWrapper is running on this thread (borrowed:
  * that frame is suspended in the call, so it lives until the call returns). */
-static _Thread_local PyFrameObject *launch_caller = NULL;
+static _Thread_local Frame *launch_caller = NULL;
 
 static PyObject *str_on, *str_counter, *str_launch, *str_push, *str_pop;
 static PyObject *str_finding, *str_opening, *str_closing;
@@ -278,14 +279,12 @@ kernel_of(LaunchWrapper *w, const Args *a)
 }
 
 static PyObject *
-site_key(PyFrameObject *frame, PyObject *kernel_key)
+site_key(PyCodeObject *code, int code_lasti, PyObject *kernel_key)
 {
-    PyCodeObject *code = PyFrame_GetCode(frame);
-    PyObject *code_id = PyLong_FromVoidPtr(code);
-    Py_DECREF(code); /* the site keeps the code object, so its id, alive */
+    PyObject *code_id = PyLong_FromVoidPtr(code); /* the site keeps the code, so its id, alive */
     if (code_id == NULL)
         return NULL;
-    PyObject *lasti = PyLong_FromLong(PyFrame_GetLasti(frame));
+    PyObject *lasti = PyLong_FromLong(code_lasti);
     if (lasti == NULL) {
         Py_DECREF(code_id);
         return NULL;
@@ -305,11 +304,10 @@ site_key(PyFrameObject *frame, PyObject *kernel_key)
 /* sites[(id(code), f_lasti, id(kernel))] of `frame` as a new reference; NULL: a miss (no error)
  * or an error. `kernel_id`: id(kernel), made here when needed. */
 static PyObject *
-lookup(LaunchWrapper *w, PyFrameObject *frame, PyObject *kernel, PyObject **kernel_id)
+lookup(LaunchWrapper *w, Frame *frame, PyObject *kernel, PyObject **kernel_id)
 {
-    PyCodeObject *code = PyFrame_GetCode(frame);
-    int lasti = PyFrame_GetLasti(frame);
-    Py_DECREF(code); /* the frame keeps it */
+    PyCodeObject *code = frame_code(frame);
+    int lasti = frame_lasti(frame);
     uint64_t generation = generation_of(w->sites);
     Recent *entry = recent_slot(code, lasti, kernel);
     if (w->remember && entry->sites == w->sites && entry->code == (void *)code
@@ -318,7 +316,7 @@ lookup(LaunchWrapper *w, PyFrameObject *frame, PyObject *kernel, PyObject **kern
         return Py_XNewRef(entry->site); /* NULL, no error: a known miss */
     if (*kernel_id == NULL && (*kernel_id = PyLong_FromVoidPtr(kernel)) == NULL)
         return NULL;
-    PyObject *key = site_key(frame, *kernel_id);
+    PyObject *key = site_key(code, lasti, *kernel_id);
     if (key == NULL)
         return NULL;
     PyObject *site = Py_XNewRef(PyDict_GetItemWithError(w->sites, key));
@@ -331,10 +329,9 @@ lookup(LaunchWrapper *w, PyFrameObject *frame, PyObject *kernel, PyObject **kern
 /* The kind kname.callsite decided for `frame`'s code: USER, LIBRARY, PLUMBING, or -1 when it
  * has not decided (or decided something else): -2 on error. */
 static int
-kind_of(PyObject *kinds, int remember, PyFrameObject *frame)
+kind_of(PyObject *kinds, int remember, Frame *frame)
 {
-    PyCodeObject *code = PyFrame_GetCode(frame);
-    Py_DECREF(code); /* the frame keeps it */
+    PyCodeObject *code = frame_code(frame);
     uint64_t generation = generation_of(kinds);
     RecentKind *entry = recent_kind_slot(code);
     if (remember && entry->kinds == kinds && entry->code == (void *)code
@@ -365,48 +362,38 @@ kind_of(PyObject *kinds, int remember, PyFrameObject *frame)
  * launch beneath another kname launch; NULL without an error when resolve() must decide, NULL
  * with one on error. */
 static PyObject *
-walked_site(LaunchWrapper *w, PyFrameObject *frame, PyObject *kernel, PyObject **kernel_id)
+walked_site(LaunchWrapper *w, Frame *frame, PyObject *kernel, PyObject **kernel_id)
 {
-    PyFrameObject *f = (PyFrameObject *)Py_NewRef(frame);
-    PyObject *site = NULL;
-    for (int depth = 0; depth < MAX_WALK; depth++) {
-        if (f == launch_caller) {
-            site = Py_NewRef(Py_None);
-            break;
-        }
+    Frame *f = frame;
+    for (int depth = 0; depth < MAX_WALK && f != NULL; depth++) {
+        if (f == launch_caller)
+            return Py_NewRef(Py_None);
         int kind = kind_of(w->kinds, w->remember, f);
-        if (kind == KIND_USER) {
-            site = lookup(w, f, kernel, kernel_id);
-            break;
-        }
+        if (kind == KIND_USER)
+            return lookup(w, f, kernel, kernel_id);
         if (!PASSED_OVER(kind)) /* not decided yet, or an error */
-            break;
-        PyFrameObject *back = PyFrame_GetBack(f);
-        Py_SETREF(f, back);
-        if (f == NULL)
             return NULL;
+        f = frame_back(f);
     }
-    Py_XDECREF(f);
-    return site;
+    return NULL;
 }
 
-/* The site for a launch of `kernel` called from `frame`: new reference, Py_None when unnamed
- * (nested), NULL on error. */
+/* The site for a launch of `kernel` called from `caller`, the running frame: new reference,
+ * Py_None when unnamed (nested), NULL on error. */
 static PyObject *
-find_site(LaunchWrapper *w, PyFrameObject *frame, PyObject *kernel)
+find_site(LaunchWrapper *w, Frame *caller, PyObject *kernel)
 {
     PyObject *kernel_id = NULL;
-    PyObject *site = lookup(w, frame, kernel, &kernel_id);
+    PyObject *site = lookup(w, caller, kernel, &kernel_id);
     if (site == NULL && !PyErr_Occurred()) {
         /* A miss. Called from library code, the site may be cached under a user frame above. */
-        int kind = kind_of(w->kinds, w->remember, frame);
-        PyFrameObject *back = PASSED_OVER(kind) ? PyFrame_GetBack(frame) : NULL;
-        if (back != NULL) {
+        int kind = kind_of(w->kinds, w->remember, caller);
+        Frame *back = PASSED_OVER(kind) ? frame_back(caller) : NULL;
+        if (back != NULL)
             site = walked_site(w, back, kernel, &kernel_id);
-            Py_DECREF(back);
-        }
         if (site == NULL && kind != -2 && !PyErr_Occurred()) {
-            PyObject *resolve_args[2] = {(PyObject *)frame, kernel};
+            /* Python decides, from the caller's frame object (made now, if it was not yet). */
+            PyObject *resolve_args[2] = {(PyObject *)PyEval_GetFrame(), kernel};
             site = PyObject_Vectorcall(w->resolve, resolve_args, 2, NULL);
         }
     }
@@ -415,16 +402,16 @@ find_site(LaunchWrapper *w, PyFrameObject *frame, PyObject *kernel)
 }
 
 /* After kname's own error (set): hand it to fault(frame, kernel, site, exc, where), which says it
- * once and makes the line launch as if kname were off (callsite.pass_through). 0: the launch is
- * to go on; -1: the error is not an Exception (KeyboardInterrupt, SystemExit), still set, and
- * propagates as from the Python wrapper. */
+ * once and makes the line launch as if kname were off (callsite.pass_through); `frame` is the
+ * caller's, the running one. 0: the launch is to go on; -1: the error is not an Exception
+ * (KeyboardInterrupt, SystemExit), still set, and propagates as from the Python wrapper. */
 static int
-handle_fault(LaunchWrapper *w, PyObject *where, PyFrameObject *frame, PyObject *kernel,
-             PyObject *site)
+handle_fault(LaunchWrapper *w, PyObject *where, PyObject *kernel, PyObject *site)
 {
     if (!PyErr_ExceptionMatches(PyExc_Exception))
         return -1;
     PyObject *exc = take_error();
+    PyFrameObject *frame = PyEval_GetFrame(); /* made now, if it was not yet */
     PyObject *fault_args[5] = {frame ? (PyObject *)frame : Py_None, kernel ? kernel : Py_None,
                                site ? site : Py_None, exc ? exc : Py_None, where};
     PyObject *r = PyObject_Vectorcall(w->fault, fault_args, 5, NULL);
@@ -461,12 +448,12 @@ call_slot_form(PyObject *run, const Args *a)
     return result;
 }
 
-/* The launch, marked on this thread as in progress from `frame`. */
+/* The launch, marked on this thread as in progress from `caller`. */
 static inline PyObject *
-run_launch(PyObject *run, PyFrameObject *frame, const Args *a)
+run_launch(PyObject *run, Frame *caller, const Args *a)
 {
-    PyFrameObject *outer = launch_caller;
-    launch_caller = frame;
+    Frame *outer = launch_caller;
+    launch_caller = caller;
     PyObject *result = a->self == NULL ? PyObject_Vectorcall(run, a->args, a->nargsf, a->kwnames)
                                        : call_slot_form(run, a);
     launch_caller = outer;
@@ -478,12 +465,11 @@ run_launch(PyObject *run, PyFrameObject *frame, const Args *a)
  * not an Exception: that replaces it, with the error it replaced as its context, as a `finally:`
  * that raises does. */
 static PyObject *
-pop_after(LaunchWrapper *w, PyObject *pop, PyObject *result, PyFrameObject *frame,
-          PyObject *kernel, PyObject *site)
+pop_after(LaunchWrapper *w, PyObject *pop, PyObject *result, PyObject *kernel, PyObject *site)
 {
     PyObject *pending = result == NULL ? take_error() : NULL;
     PyObject *r = PyObject_CallNoArgs(pop);
-    if (r == NULL && handle_fault(w, str_closing, frame, kernel, site) < 0) {
+    if (r == NULL && handle_fault(w, str_closing, kernel, site) < 0) {
         Py_XDECREF(result);
         if (pending != NULL) {
             PyObject *raised = take_error();
@@ -509,9 +495,9 @@ launch(LaunchWrapper *w, const Args *a)
     int on = switch_is_on(w);
     if (on < 0)
         return NULL;
-    PyFrameObject *frame = PyEval_GetFrame(); /* borrowed: the caller's */
+    Frame *caller = frame_current();
     if (!on) /* still a launch in progress, as the Python wrapper's frame says: nothing below names */
-        return run_launch(w->original, frame, a);
+        return run_launch(w->original, caller, a);
 
     /* Finding the site and counting the launch: a fault here runs the original, unnamed. */
     kernel = kernel_of(w, a);
@@ -519,9 +505,9 @@ launch(LaunchWrapper *w, const Args *a)
         goto finding_fault;
     /* Not a launch; no Python caller; or called straight from the caller of a launch in progress
      * (from C inside that launch, where the Python wrapper's caller would be its own frame). */
-    if (kernel == Py_None || frame == NULL || frame == launch_caller)
+    if (kernel == Py_None || caller == NULL || caller == launch_caller)
         goto unnamed;
-    site = find_site(w, frame, kernel);
+    site = find_site(w, caller, kernel);
     if (site == NULL)
         goto finding_fault;
     if (site == Py_None) /* beneath another kname launch: that one names it */
@@ -554,18 +540,18 @@ launch(LaunchWrapper *w, const Args *a)
         goto done;
     }
     if (push == Py_None) {
-        result = run_launch(run, frame, a);
+        result = run_launch(run, caller, a);
     }
     else {
         PyObject *r = PyObject_CallNoArgs(push);
-        if (r == NULL && handle_fault(w, str_opening, frame, kernel, site) == 0)
+        if (r == NULL && handle_fault(w, str_opening, kernel, site) == 0)
             r = Py_NewRef(Py_None); /* said once; the launch runs, its range still closed */
         if (r != NULL) {
             Py_DECREF(r);
-            result = run_launch(run, frame, a);
+            result = run_launch(run, caller, a);
         }
         /* A KeyboardInterrupt in push: no launch, the range closed all the same. */
-        result = pop_after(w, pop, result, frame, kernel, site);
+        result = pop_after(w, pop, result, kernel, site);
     }
     Py_DECREF(push);
     Py_DECREF(pop);
@@ -573,10 +559,10 @@ launch(LaunchWrapper *w, const Args *a)
     goto done;
 
 finding_fault:
-    if (handle_fault(w, str_finding, frame, kernel, site) < 0)
+    if (handle_fault(w, str_finding, kernel, site) < 0)
         goto done;
 unnamed:
-    result = run_launch(w->original, frame, a);
+    result = run_launch(w->original, caller, a);
 done:
     Py_XDECREF(kernel);
     Py_XDECREF(site);
@@ -748,39 +734,38 @@ static PyTypeObject LaunchWrapperType = {
 /* ------------------------------------------------------------------ the launch in progress */
 
 static PyObject *
-get_launch_caller(PyObject *module, PyObject *unused)
+is_launch_caller(PyObject *module, PyObject *frame)
 {
     (void)module;
-    (void)unused;
-    return Py_NewRef(launch_caller ? (PyObject *)launch_caller : Py_None);
+    if (!PyFrame_Check(frame)) {
+        PyErr_Format(PyExc_TypeError, "is_launch_caller() takes a frame, not %s",
+                     Py_TYPE(frame)->tp_name);
+        return NULL;
+    }
+    return PyBool_FromLong(launch_caller != NULL
+                           && frame_of((PyFrameObject *)frame) == launch_caller);
 }
 
 /* Whether `frame` runs inside the launch of a LaunchWrapper with no user frame between: a walk up
  * from it reaches launch_caller first, through frames `kinds` says are passed over. 1, 0 (also
  * when unsure: a frame not classified yet), -1 on error. */
 static int
-is_beneath_launch(PyObject *kinds, int remember, PyFrameObject *frame)
+is_beneath_launch(PyObject *kinds, int remember, Frame *frame)
 {
-    if (launch_caller == NULL || frame == NULL)
+    if (launch_caller == NULL)
         return 0;
-    PyFrameObject *f = (PyFrameObject *)Py_NewRef(frame);
-    int beneath = 0;
+    Frame *f = frame;
     for (int depth = 0; depth < MAX_WALK && f != NULL; depth++) {
-        if (f == launch_caller) {
-            beneath = 1;
-            break;
-        }
+        if (f == launch_caller)
+            return 1;
         int kind = kind_of(kinds, remember, f);
-        if (kind == -2) {
-            beneath = -1;
-            break;
-        }
+        if (kind == -2)
+            return -1;
         if (!PASSED_OVER(kind))
-            break;
-        Py_SETREF(f, PyFrame_GetBack(f));
+            return 0;
+        f = frame_back(f);
     }
-    Py_XDECREF(f);
-    return beneath;
+    return 0;
 }
 
 /* ------------------------------------------------------------------ SkipBeneath */
@@ -803,7 +788,7 @@ skip_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kw
         PyErr_SetString(PyExc_RuntimeError, "kname hook guard called after it was cleared");
         return NULL;
     }
-    int beneath = is_beneath_launch(g->kinds, g->remember, PyEval_GetFrame());
+    int beneath = is_beneath_launch(g->kinds, g->remember, frame_current());
     if (beneath > 0)
         Py_RETURN_NONE;
     if (beneath < 0)
@@ -1326,8 +1311,8 @@ has_direct_call(PyObject *module, PyObject *cls)
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef module_methods[] = {
-    {"launch_caller", get_launch_caller, METH_NOARGS,
-     "The frame that called the innermost LaunchWrapper launch running on this thread, or None."},
+    {"is_launch_caller", is_launch_caller, METH_O,
+     "Whether `frame` called the innermost LaunchWrapper launch running on this thread."},
     {"use_direct_call", use_direct_call, METH_O,
      "use_direct_call(cls): instances of cls call its own __call__, a LaunchWrapper, from a C slot "
      "(no argument copies); setting or deleting cls.__call__ later gives CPython's slot back."},

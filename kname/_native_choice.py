@@ -63,13 +63,14 @@ def _refused(environ: Mapping[str, str] | None) -> str:
     return f"KNAME_NATIVE={environ.get('KNAME_NATIVE', '').strip()}"
 
 
-def launch_caller() -> FrameType | None:
-    """The frame that called the innermost native launch running on this thread, or None."""
+def launch_caller_check() -> Callable[[FrameType], bool] | None:
+    """`is_launch_caller(frame)`: whether `frame` called the innermost native launch running on
+    this thread; None where no native launch can be running."""
     # Never imports: a launch must import nothing (a fork meanwhile would inherit the import
     # lock), and without the extension imported no native launch can be running.
     imported = _imported
     module = None if imported is None else imported[0]
-    return None if module is None else module.launch_caller()
+    return None if module is None else module.is_launch_caller
 
 
 def skip_beneath_launch(hook: Callable[..., Any], kinds: dict[int, int]) -> Callable[..., Any]:

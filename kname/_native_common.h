@@ -2,7 +2,8 @@
  * What kname's two C extensions share (included by kname/_native.c and kname/_native_cupti.c):
  * callsite's kinds of code, errors taken and put back on every supported CPython, and the
  * generation of the dicts they look up (kname.callsite's `sites` and `kinds`), which tells a
- * table of recent look-ups when an entry may no longer answer.
+ * table of recent look-ups when an entry may no longer answer; and the caller's frame, read
+ * without making a frame object.
  */
 #ifndef KNAME_NATIVE_COMMON_H
 #define KNAME_NATIVE_COMMON_H
@@ -127,6 +128,110 @@ follow_changes(PyObject *dict)
 static void
 watch_dicts(void)
 {
+}
+#endif
+
+/* ------------------------------------------------------------------ frames */
+
+/* PyEval_GetFrame() makes the running function's frame object the first time it is asked: a
+ * launch from a function called once per launch (a training step's) would pay an allocation,
+ * and CPython's copy of the frame into it as the function returns, at every launch. On CPython
+ * 3.11 to 3.13 the hot paths read the interpreter's own frames instead, as PyEval_GetFrame,
+ * PyFrame_GetBack, PyFrame_GetCode and PyFrame_GetLasti see them (incomplete frames skipped),
+ * and a frame object is made only where Python is handed one (a new call site, a fault).
+ * Elsewhere a Frame is the frame object itself. Frames are borrowed: a frame on the running
+ * thread's stack outlives the C call that reads it. */
+#if PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED)
+#define Py_BUILD_CORE 1
+#include "internal/pycore_frame.h"
+#undef Py_BUILD_CORE
+
+typedef _PyInterpreterFrame Frame;
+
+static inline Frame *
+complete_frame(Frame *frame)
+{
+    while (frame != NULL && _PyFrame_IsIncomplete(frame))
+        frame = frame->previous;
+    return frame;
+}
+
+/* The running Python frame, as PyEval_GetFrame() finds it (NULL: none). */
+static inline Frame *
+frame_current(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return complete_frame(PyThreadState_GET()->current_frame);
+#else
+    return complete_frame(PyThreadState_GET()->cframe->current_frame);
+#endif
+}
+
+static inline Frame *
+frame_back(Frame *frame)
+{
+    return complete_frame(frame->previous);
+}
+
+static inline PyCodeObject *
+frame_code(Frame *frame)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return _PyFrame_GetCode(frame);
+#else
+    return frame->f_code;
+#endif
+}
+
+/* As PyFrame_GetLasti: the offset in bytes of the last instruction started, -1 before any. */
+static inline int
+frame_lasti(Frame *frame)
+{
+    int lasti = _PyInterpreterFrame_LASTI(frame);
+    return lasti < 0 ? -1 : lasti * (int)sizeof(_Py_CODEUNIT);
+}
+
+/* The Frame of a frame object whose function is running. */
+static inline Frame *
+frame_of(PyFrameObject *frame)
+{
+    return frame->f_frame;
+}
+#else
+typedef PyFrameObject Frame;
+
+static inline Frame *
+frame_current(void)
+{
+    return PyEval_GetFrame();
+}
+
+static inline Frame *
+frame_back(Frame *frame)
+{
+    Frame *back = PyFrame_GetBack(frame);
+    Py_XDECREF(back); /* its running frame keeps the frame object PyFrame_GetBack made */
+    return back;
+}
+
+static inline PyCodeObject *
+frame_code(Frame *frame)
+{
+    PyCodeObject *code = PyFrame_GetCode(frame);
+    Py_DECREF(code); /* the frame keeps it */
+    return code;
+}
+
+static inline int
+frame_lasti(Frame *frame)
+{
+    return PyFrame_GetLasti(frame);
+}
+
+static inline Frame *
+frame_of(PyFrameObject *frame)
+{
+    return frame;
 }
 #endif
 

@@ -1143,11 +1143,10 @@ recent_kind_slot(Recorder *r, void *code)
 /* The name of sites[(id(code), f_lasti, site_key)] of `frame` (borrowed, kept); NULL without an
  * error: no such site; NULL with one: an error. */
 static PyObject *
-lookup(Recorder *r, PyFrameObject *frame)
+lookup(Recorder *r, Frame *frame)
 {
-    PyCodeObject *code = PyFrame_GetCode(frame);
-    int lasti = PyFrame_GetLasti(frame);
-    Py_DECREF(code); /* the frame keeps it */
+    PyCodeObject *code = frame_code(frame);
+    int lasti = frame_lasti(frame);
     uint64_t generation = generation_of(r->sites);
     RecentSite *entry = recent_slot(r, code, lasti);
     if (r->remember && entry->code == (void *)code && entry->lasti == lasti
@@ -1179,10 +1178,9 @@ lookup(Recorder *r, PyFrameObject *frame)
 /* The kind kname.callsite decided for `frame`'s code: USER, LIBRARY, PLUMBING, or -1 when it has
  * not decided (or decided something else, as for kname's own wrapper); -2 on error. */
 static int
-kind_of(Recorder *r, PyFrameObject *frame)
+kind_of(Recorder *r, Frame *frame)
 {
-    PyCodeObject *code = PyFrame_GetCode(frame);
-    Py_DECREF(code); /* the frame keeps it */
+    PyCodeObject *code = frame_code(frame);
     uint64_t generation = generation_of(r->kinds);
     RecentKind *entry = recent_kind_slot(r, code);
     if (r->remember && entry->code == (void *)code && entry->generation == generation)
@@ -1211,7 +1209,7 @@ kind_of(Recorder *r, PyFrameObject *frame)
  * frame's own key, or, from library code, the first user frame's above. Borrowed name; NULL
  * without an error when Python must decide. */
 static PyObject *
-cached_site(Recorder *r, PyFrameObject *frame)
+cached_site(Recorder *r, Frame *frame)
 {
     PyObject *name = lookup(r, frame);
     if (name != NULL || PyErr_Occurred())
@@ -1219,19 +1217,16 @@ cached_site(Recorder *r, PyFrameObject *frame)
     int kind = kind_of(r, frame);
     if (!PASSED_OVER(kind))
         return NULL; /* a user frame with no site yet, undecided, or an error */
-    PyFrameObject *f = PyFrame_GetBack(frame);
+    Frame *f = frame_back(frame);
     for (int depth = 0; f != NULL && depth < MAX_WALK; depth++) {
         kind = kind_of(r, f);
-        if (kind == KIND_USER) {
-            name = lookup(r, f);
-            break;
-        }
+        if (kind == KIND_USER)
+            return lookup(r, f);
         if (!PASSED_OVER(kind))
-            break;
-        Py_SETREF(f, PyFrame_GetBack(f));
+            return NULL;
+        f = frame_back(f);
     }
-    Py_XDECREF(f);
-    return name;
+    return NULL;
 }
 
 /* The site of a launch made now on this thread, which holds the GIL (borrowed; NULL: no Python
@@ -1239,7 +1234,7 @@ cached_site(Recorder *r, PyFrameObject *frame)
 static PyObject *
 site_of_running_frame(Recorder *r)
 {
-    PyFrameObject *frame = PyEval_GetFrame();
+    Frame *frame = frame_current(); /* no frame object made: see _native_common.h */
     if (frame == NULL)
         return NULL;
     PyObject *pending = take_error(); /* a CUDA call made while an exception is being handled */
@@ -1247,8 +1242,9 @@ site_of_running_frame(Recorder *r)
     if (name == NULL && PyErr_Occurred())
         note_fault(r, FINDING);
     if (name == NULL) {
-        /* The slow path, once per call site: kname's own rules, in Python. */
-        PyObject *found = PyObject_CallOneArg(r->site_of_frame, (PyObject *)frame);
+        /* The slow path, once per call site: kname's own rules, in Python, which takes the
+         * frame object (made now, if it was not yet). */
+        PyObject *found = PyObject_CallOneArg(r->site_of_frame, (PyObject *)PyEval_GetFrame());
         if (found != NULL) {
             name = keep(r, found);
             Py_DECREF(found);

@@ -287,10 +287,16 @@ def _walk(
     library_frame = None
     # A native launch wrapper has no frame: the caller of the one running marks where it is, and
     # reaching it from below is reaching that wrapper (a walk that starts there starts above it).
-    native_caller, start = _native_choice.launch_caller(), frame
+    is_native_caller, start = _native_choice.launch_caller_check(), frame
     while frame is not None and len(user_frames) < depth:
         code = frame.f_code
-        if frame is native_caller and frame is not start and stop_at_wrapper and not user_frames:
+        if (
+            is_native_caller is not None
+            and frame is not start
+            and stop_at_wrapper
+            and not user_frames
+            and is_native_caller(frame)
+        ):
             return None, None  # inside a native kname launch: the outer one names it
         if id(code) in _wrapper_code_ids:
             if stop_at_wrapper and not user_frames:

@@ -327,6 +327,56 @@ def test_a_class_changed_during_its_launch_finishes_that_launch() -> None:
     assert sum(site.launches() for site in callsite.sites.values()) == 1
 
 
+# --------------------------------------------------------------------------
+# The caller's frame, read without making a frame object
+# --------------------------------------------------------------------------
+
+INTERPRETER_FRAMES = pytest.mark.skipif(
+    _native_choice.choice({})[0] is None or not (3, 11) <= sys.version_info < (3, 14),
+    reason="the C wrapper reads the interpreter's frames on CPython 3.11 to 3.13",
+)
+
+
+@INTERPRETER_FRAMES
+def test_a_cached_launch_from_a_function_makes_no_frame_object() -> None:
+    """PyEval_GetFrame() would make the calling function's frame object at every call of that
+    function (an allocation, and a copy as it returns): a step() called once per launch."""
+    wrapper = wrap(noop)
+    assert type(wrapper).__module__ == "kname._native"
+
+    def step(launch) -> int:
+        before = sys.getallocatedblocks()
+        launch()
+        return sys.getallocatedblocks() - before  # `before` itself is a block
+
+    step(wrapper)  # a new site: Python's resolve() is handed the frame object
+    unwrapped = [step(noop) for _ in range(5)]
+    assert [step(wrapper) for _ in range(5)] == unwrapped
+    assert sum(site.launches() for site in callsite.sites.values()) == 6
+
+
+@NATIVE
+def test_the_caller_of_the_running_native_launch_is_known_by_its_frame() -> None:
+    is_launch_caller = _native_choice.launch_caller_check()
+    seen = []
+
+    def original() -> None:  # called from C: the frame above is the wrapper's caller's
+        here = sys._getframe()
+        seen.append((is_launch_caller(here.f_back), is_launch_caller(here)))
+
+    wrapper = wrap(original)
+
+    def caller():
+        wrapper()
+        return sys._getframe()
+
+    frame = caller()
+    assert seen == [(True, False)]
+    assert is_launch_caller(frame) is False  # that launch has ended
+    with pytest.raises(TypeError, match="takes a frame, not int"):
+        is_launch_caller(1)
+
+
 @BOTH
 def test_a_guarded_hook_runs_except_inside_a_native_launch(hot_path) -> None:
     """Triton's launch hooks are guarded so: a launch kname's C wrapper names costs them nothing

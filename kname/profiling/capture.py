@@ -315,9 +315,9 @@ def site_of_frame(frame: FrameType | None) -> str:
 
 def _caller_of_wrapper(frame: FrameType | None) -> FrameType | None:
     wrappers = callsite._wrapper_code_ids  # read-only use of kname's own registry
-    native_caller = _native_choice.launch_caller()  # the C wrapper has no frame: its caller's
+    is_native_caller = _native_choice.launch_caller_check()  # the C wrapper has no frame
     while frame is not None and id(frame.f_code) not in wrappers:
-        if frame is native_caller:
-            return frame
+        if is_native_caller is not None and is_native_caller(frame):
+            return frame  # the caller of a C wrapper's launch
         frame = frame.f_back
     return None if frame is None else frame.f_back

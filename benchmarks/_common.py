@@ -277,8 +277,9 @@ def launch_variants(loops, targets: list[str], bare_names: dict | None = None, s
     return [Variant(name, loop, prepare, settle, warm_up=True) for name, loop, prepare in made]
 
 
-def launch_record(loops_samples: dict, rounds: int, batch: int) -> dict:
-    """What a launch worker reports: the summary, and proof that kname named the launches."""
+def launch_record(loops_samples: dict, rounds: int, batch: int, site_file: str = "") -> dict:
+    """What a launch worker reports: the summary, and proof that kname named the launches (the
+    names of sites in `site_file`, where given)."""
     import kname
     from kname import _native_choice, ranges
 
@@ -290,7 +291,11 @@ def launch_record(loops_samples: dict, rounds: int, batch: int) -> dict:
         "load_average": load_average(),
         "tool_attached": ranges.tool_attached(),
         "variants": summarize(loops_samples),
-        "site_names": {name: count for name, count in kname.names().items() if count},
+        "site_names": {
+            name: count
+            for name, count in kname.names().items()
+            if count and f"{site_file}:" in name
+        },
     }
 
 

@@ -2,8 +2,10 @@
 
 Run by run.py in a fresh interpreter per setting (NVTX reads NVTX_INJECTION64_PATH once, at the
 process's first NVTX call). The launch is a function that returns at once, configured as a
-kname target (bench_noop_target.py), so what is measured is kname alone. Also measured: the first
-launch from many new call sites (the cache miss).
+kname target (bench_noop_target.py), so what is measured is kname alone. Twice: launched from a
+loop (the loop's frame is the call site), and from a function the loop calls once per launch, as
+a training step is (a new frame at every launch). Also measured: the first launch from many new
+call sites (the cache miss).
 """
 
 from __future__ import annotations
@@ -48,11 +50,23 @@ def main() -> None:
         workdir, "bench_loops_noop", "target.launch(arg)", {"target": target, "arg": 1}
     )
     samples = interleave(launch_variants(loops, TARGETS), args.rounds, args.batch)
-    result = launch_record(samples, args.rounds, args.batch)
+    result = launch_record(samples, args.rounds, args.batch, "bench_loops_noop.py")
+    step = write_module(workdir, "bench_step_noop", STEP_SOURCE)
+    step.target = target
+    step_loops = make_loops(
+        workdir, "bench_loops_noop_step", "step(arg)", {"step": step.step, "arg": 1}
+    )
+    samples = interleave(launch_variants(step_loops, TARGETS), args.rounds, args.batch)
+    result["step"] = launch_record(samples, args.rounds, args.batch, "bench_step_noop.py")
     kname.install(targets=TARGETS)
     result["miss"] = cache_miss(args.miss_sites, workdir, target)
     write_json(args.json, result)
 
+
+STEP_SOURCE = """
+def step(arg):
+    target.launch(arg)
+"""
 
 SITE_TEMPLATE = """
 def site_{i:05d}():

@@ -40,16 +40,23 @@ def test_quick_launch_suite_runs_to_the_end_and_prints_its_table(tmp_path):
     assert "## Per launch (CPU)" in table
     assert "## First launch from a new call site (cache miss)" in table
     results = json.loads((tmp_path / "results.json").read_text())
-    tools = [run["tool"] for run in results["launch"]]
+    tools = list(dict.fromkeys(run["tool"] for run in results["launch"]))
     # The null tool is built as the tests build theirs; where it cannot be, a note says so.
     unavailable = [n for n in results["notes"] if n.startswith("NVTX null tool unavailable")]
     assert results["notes"] == unavailable  # no worker error, warning or unnamed launch
     assert tools == (["none"] if unavailable else ["none", "null"])
+    assert [(run["workload"], run["tool"]) for run in results["launch"]] == [
+        (workload, tool) for tool in tools for workload in ("noop", "noop_step")
+    ]
     for run in results["launch"]:
+        label = {"noop": "no-op target (CPU)"}.get(
+            run["workload"], "no-op target, from a function called per launch (CPU)"
+        )
         for variant in VARIANTS:
-            assert f"| no-op target (CPU) | {run['tool']} | {variant} |" in table
+            assert f"| {label} | {run['tool']} | {variant} |" in table
         assert run["tool_attached"] is (run["tool"] == "null")
-        # kname's variant named its launches: every count is of the one generated loop line.
-        assert run["site_names"] and all("bench_loops_noop.py" in n for n in run["site_names"])
+        # kname's variant named its launches: every count is of the one launching line.
+        where = {"noop": "bench_loops_noop.py", "noop_step": "bench_step_noop.py"}[run["workload"]]
+        assert run["site_names"] and all(where in n for n in run["site_names"])
     assert [m["new_sites"] for m in results["miss"]] == [m["pairs"] for m in results["miss"]]
     assert (tmp_path / "results.md").read_text().strip() == table.strip()

@@ -9,9 +9,10 @@
  *      kernel(args) (a callable); None means "not a launch";
  *   3. the caller's frame (a C call pushes no frame of its own; read without making a frame
  *      object, see _native_common.h) and the key (id(code), f_lasti, id(kernel)), looked up in
- *      `sites` (kname.callsite.sites, shared with the Python path). Where the caller is library code, the first user frame above it is
- *      found with `kinds` (kname.callsite._kinds, id(code) -> USER 0 / LIBRARY 1) and its key
- *      looked up too, as callsite.resolve would; a miss calls resolve(frame, kernel) (Python);
+ *      `sites` (kname.callsite.sites, shared with the Python path). Where the caller is library
+ *      code, the first user frame above it is found with `kinds` (kname.callsite._kinds,
+ *      id(code) -> USER 0 / LIBRARY 1) and its key looked up too, as callsite.resolve would; a
+ *      miss calls resolve(frame, kernel) (Python);
  *   4. next(site.counter); site.launch (rename mode) in place of the original when not None;
  *      site.push() when not None; the call; site.pop() on every way out.
  * kname's own Exceptions (steps 2-4, not the launch's) go to fault(where, exc, frame, args) and

@@ -63,7 +63,9 @@ write_on_sigterm(lambda: print("written", flush=True))
 if where == "forked-child":
     child = os.fork()
     if child:
-        print(f"child {child}", flush=True)
+        # One write(2): the child writes `ready` to the same pipe meanwhile (a print may be two
+        # writes, the text and its newline, where PYTHONUNBUFFERED is set).
+        os.write(1, f"child {child}\\n".encode())
         _, status = os.waitpid(child, 0)
         print(f"child ended by signal {os.WTERMSIG(status)}", flush=True)
         sys.exit(0)

@@ -168,6 +168,76 @@ recent_kind_slot(void *code)
     return &recent_kinds[(h ^ (h >> 8)) & (RECENT - 1)];
 }
 
+/* ------------------------------------------------------------------ Counter */
+
+/* Counter(): the launches under one name, counted as itertools.count() counts them (next() gives
+ * 0, 1, 2, ...; its repr shows the next value), with `value` to read. The wrapper adds one in
+ * place, without making the int next() would return. Made by kname.callsite once this
+ * extension is imported; read and advanced with the GIL held, so no count is lost. (A Py_ssize_t
+ * does not run out: 2**63 launches at one a nanosecond take 292 years.) */
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t next;
+} Counter;
+
+static PyObject *
+counter_next(Counter *c)
+{
+    return PyLong_FromSsize_t(c->next++);
+}
+
+static PyObject *
+counter_repr(Counter *c)
+{
+    return PyUnicode_FromFormat("count(%zd)", c->next);
+}
+
+static PyObject *
+counter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *no_names[] = {NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, ":Counter", no_names))
+        return NULL;
+    return type->tp_alloc(type, 0); /* zeroed: counts from 0 */
+}
+
+static PyMemberDef counter_members[] = {
+    {"value", MEMBER_SSIZE, offsetof(Counter, next), MEMBER_READONLY, "launches counted so far"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject CounterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kname._native.Counter",
+    .tp_doc = "Counts launches as itertools.count() does; the C wrapper adds one in place.",
+    .tp_basicsize = sizeof(Counter),
+    .tp_repr = (reprfunc)counter_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)counter_next,
+    .tp_members = counter_members,
+    .tp_new = counter_new,
+};
+
+/* next(counter) with the result dropped: 0, or -1 with an error (StopIteration where the
+ * iterator ended, as next() raises). */
+static int
+advance(PyObject *counter)
+{
+    if (Py_IS_TYPE(counter, &CounterType)) {
+        ((Counter *)counter)->next++;
+        return 0;
+    }
+    PyObject *count = PyIter_Next(counter);
+    if (count == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetNone(PyExc_StopIteration);
+        return -1;
+    }
+    Py_DECREF(count);
+    return 0;
+}
+
 /* ------------------------------------------------------------------ LaunchWrapper */
 
 enum { KERNEL_ORIGINAL, KERNEL_ARG, KERNEL_CALL };
@@ -517,13 +587,10 @@ launch(LaunchWrapper *w, const Args *a)
         learn_layout(&w->site_layout, Py_TYPE(site), site_names, 4);
     {
         PyObject *counter = read_field(&w->site_layout, site, site_names, F_COUNTER);
-        PyObject *count = counter == NULL ? NULL : PyIter_Next(counter);
-        if (count == NULL && counter != NULL && !PyErr_Occurred())
-            PyErr_SetNone(PyExc_StopIteration); /* as next() raises */
+        int counted = counter == NULL ? -1 : advance(counter);
         Py_XDECREF(counter);
-        if (count == NULL)
+        if (counted < 0)
             goto finding_fault;
-        Py_DECREF(count);
     }
 
     /* The site's launch (rename mode) and its range, read together (another thread's give-up
@@ -1367,7 +1434,8 @@ PyInit__native(void)
 #else
     if (intern_all() < 0 || PyType_Ready(&LaunchWrapperType) < 0
         || PyType_Ready(&SkipBeneathType) < 0 || PyType_Ready(&SubscriptLaunchType) < 0
-        || PyType_Ready(&BoundLaunchType) < 0 || PyType_Ready(&BaseCallType) < 0)
+        || PyType_Ready(&BoundLaunchType) < 0 || PyType_Ready(&BaseCallType) < 0
+        || PyType_Ready(&CounterType) < 0)
         return NULL;
     watch_dicts();
     PyObject *m = PyModule_Create(&module_def);
@@ -1377,6 +1445,7 @@ PyInit__native(void)
         || PyModule_AddObjectRef(m, "SkipBeneath", (PyObject *)&SkipBeneathType) < 0
         || PyModule_AddObjectRef(m, "SubscriptLaunch", (PyObject *)&SubscriptLaunchType) < 0
         || PyModule_AddObjectRef(m, "BaseCall", (PyObject *)&BaseCallType) < 0
+        || PyModule_AddObjectRef(m, "Counter", (PyObject *)&CounterType) < 0
         || PyModule_AddIntConstant(m, "USER", KIND_USER) < 0
         || PyModule_AddIntConstant(m, "LIBRARY", KIND_LIBRARY) < 0) {
         Py_DECREF(m);

@@ -63,13 +63,20 @@ def _refused(environ: Mapping[str, str] | None) -> str:
     return f"KNAME_NATIVE={environ.get('KNAME_NATIVE', '').strip()}"
 
 
+def imported_native() -> ModuleType | None:
+    """kname._native if it has been imported (by an install that made its wrappers), else None.
+
+    Never imports: a launch must import nothing (a fork meanwhile would inherit the import
+    lock), and without the extension imported no native launch can be running.
+    """
+    imported = _imported
+    return None if imported is None else imported[0]
+
+
 def launch_caller_check() -> Callable[[FrameType], bool] | None:
     """`is_launch_caller(frame)`: whether `frame` called the innermost native launch running on
     this thread; None where no native launch can be running."""
-    # Never imports: a launch must import nothing (a fork meanwhile would inherit the import
-    # lock), and without the extension imported no native launch can be running.
-    imported = _imported
-    module = None if imported is None else imported[0]
+    module = imported_native()
     return None if module is None else module.is_launch_caller
 
 

@@ -100,7 +100,7 @@ class Site:
 sites: dict[tuple, Site] = {}
 # Launches per (name, kernel, library), in first-seen order. Kept apart from the sites so that
 # nothing is lost when a site leaves the cache: evicted, its kernel freed, or the rules changed.
-launch_counts: dict[tuple[str, str, str], itertools.count] = {}
+launch_counts: dict[tuple[str, str, str], Any] = {}  # of counters (_new_counter)
 # Launches that ran unnamed at the recursion limit, counted apart: counting one takes no call.
 _at_recursion_limit = itertools.count()
 
@@ -234,7 +234,7 @@ def pass_through(
     try:
         if isinstance(exc, RecursionError):
             # Counted here and at once: at the limit there may be no room for another call.
-            if site is None or type(site.counter) is not itertools.count:
+            if site is None or not _is_counter(site.counter):
                 next(_at_recursion_limit)
             _say_recursion_limit()
         else:
@@ -424,23 +424,39 @@ def _renamed_launch(rename: Any, kernel: Any, site: Site) -> Any:
         return None
 
 
-def _counter(name: str, kernel: str, lib: str) -> itertools.count:
+def _counter(name: str, kernel: str, lib: str) -> Any:
     """The counter of launches under (name, kernel, lib), made on first use (under _lock)."""
     key = (name, kernel, lib)
     counter = launch_counts.get(key)
-    if type(counter) is not itertools.count:
+    if not _is_counter(counter):
         if counter is None and len(launch_counts) >= MAX_COUNTED:
             key = (ranges.OVERFLOW_NAME, "", "")  # past the bound: counted together, never lost
             counter = launch_counts.get(key)
             if counter is not None:
                 return counter
-        counter = launch_counts[key] = itertools.count()
+        counter = launch_counts[key] = _new_counter()
     return counter
 
 
+def _new_counter() -> Any:
+    """A launch counter: itertools.count(), or, once kname's C extension is imported, its
+    Counter, which counts the same and which the C wrapper advances without making an int."""
+    native = _native_choice.imported_native()  # never imports: a launch may call this
+    return itertools.count() if native is None else native.Counter()
+
+
+def _is_counter(counter: Any) -> bool:
+    """Whether `counter` is one of kname's own launch counters (next() on one cannot fail)."""
+    if type(counter) is itertools.count:
+        return True
+    native = _native_choice.imported_native()
+    return native is not None and type(counter) is native.Counter
+
+
 def _value(counter: Any) -> int:
-    # itertools.count shows its next value only in its repr.
-    return int(repr(counter)[6:-1])
+    if type(counter) is itertools.count:
+        return int(repr(counter)[6:-1])  # itertools.count shows its next value only in its repr
+    return counter.value
 
 
 # --------------------------------------------------------------------------
@@ -540,7 +556,7 @@ def _give_up(frame: FrameType, kernel: Any, site: Site | None) -> None:
                 return  # nested in another kname launch, which counts it
             counted = False
         else:
-            counted = type(site.counter) is itertools.count  # next() on one cannot fail
+            counted = _is_counter(site.counter)  # next() on one cannot fail
             if not counted:
                 site.counter = _counter(site.name, site.kernel, site.lib)
         site.push = site.pop = site.launch = None
@@ -579,7 +595,7 @@ def _counts_from_zero() -> None:
     """A forked child counts its own launches: the parent reports those made before the fork."""
     global _at_recursion_limit
     _at_recursion_limit = itertools.count()
-    renewed = {counter: itertools.count() for counter in launch_counts.values()}
+    renewed = {counter: _new_counter() for counter in launch_counts.values()}
     for key, counter in list(launch_counts.items()):
         launch_counts[key] = renewed[counter]
     for site in list(sites.values()):

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import functools
 import gc
+import itertools
 import os
 import platform
 import shutil
 import subprocess
 import sys
 import sysconfig
+import textwrap
 import zipfile
 from pathlib import Path
 
@@ -325,6 +327,59 @@ def test_a_class_changed_during_its_launch_finishes_that_launch() -> None:
 
     assert launcher(take_call_away)(1, 2) == (1, 2)
     assert sum(site.launches() for site in callsite.sites.values()) == 1
+
+
+# --------------------------------------------------------------------------
+# Launch counters
+# --------------------------------------------------------------------------
+
+
+@NATIVE
+def test_the_c_counter_counts_as_itertools_count_does() -> None:
+    counter, reference = _native_choice.native_module().Counter(), itertools.count()
+    assert [next(counter) for _ in range(3)] == [next(reference) for _ in range(3)] == [0, 1, 2]
+    assert repr(counter) == repr(reference) == "count(3)"
+    assert counter.value == 3 and iter(counter) is counter
+    with pytest.raises(TypeError):
+        type(counter)(5)  # always from 0
+
+
+@BOTH
+def test_a_site_counts_with_the_c_counter_once_the_extension_is_imported(hot_path) -> None:
+    wrapper = wrap(noop)
+    for _ in range(4):
+        wrapper()  # one line: one site
+    (site,) = callsite.sites.values()
+    native = _native_choice.imported_native()
+    expected = itertools.count if native is None else native.Counter
+    assert type(site.counter) is expected  # either path advances either kind
+    assert site.launches() == 4 and sum(callsite.counts().values()) == 4
+
+
+def test_with_kname_native_0_nothing_of_the_extension_is_imported(tmp_path: Path) -> None:
+    """The pure-Python path is pure: its counters are itertools.count, and kname._native stays
+    unimported, in a process that asked for that path from the start."""
+    program = textwrap.dedent(
+        """
+        import sys
+        import kname
+        from kname import callsite
+        kname.install(targets=["kname_probe:launch"])
+        import kname_probe
+        for _ in range(3):
+            kname_probe.launch()
+        (site,) = callsite.sites.values()
+        print(type(site.counter).__name__, site.launches(), "kname._native" in sys.modules)
+        """
+    )
+    (tmp_path / "kname_probe.py").write_text("def launch():\n    return None\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KNAME")}
+    env.update(KNAME_NATIVE="0", PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "count 3 False\n"
 
 
 # --------------------------------------------------------------------------

@@ -294,7 +294,7 @@ def launch_record(loops_samples: dict, rounds: int, batch: int, site_file: str =
         "site_names": {
             name: count
             for name, count in kname.names().items()
-            if count and f"{site_file}:" in name
+            if count and (not site_file or f"{site_file}:" in name)
         },
     }
 

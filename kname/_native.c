@@ -503,9 +503,13 @@ handle_fault(LaunchWrapper *w, PyObject *where, PyObject *kernel, PyObject *site
 static PyObject *
 call_slot_form(PyObject *run, const Args *a)
 {
-    if (Py_IS_TYPE(run, &BaseCallType) && ((BaseCall *)run)->base != NULL
-        && PyObject_TypeCheck(a->self, ((BaseCall *)run)->base))
-        return ((BaseCall *)run)->base->tp_call(a->self, a->tuple, a->kwargs);
+    if (Py_IS_TYPE(run, &BaseCallType) && ((BaseCall *)run)->base != NULL) {
+        PyTypeObject *base = ((BaseCall *)run)->base;
+        /* kname's subclass derives from `base` straight: its tp_base says so without the walk
+         * of the MRO that PyObject_TypeCheck makes for an instance of a subclass. */
+        if (Py_TYPE(a->self)->tp_base == base || PyObject_TypeCheck(a->self, base))
+            return base->tp_call(a->self, a->tuple, a->kwargs);
+    }
     Py_ssize_t n = args_count(a);
     PyObject *small[SMALL_STACK];
     PyObject **stack = n <= SMALL_STACK ? small : PyMem_New(PyObject *, n);
@@ -519,15 +523,17 @@ call_slot_form(PyObject *run, const Args *a)
     return result;
 }
 
-/* The launch, marked on this thread as in progress from `caller`. */
+/* The launch, marked on this thread as in progress from `caller`. `in_progress` is
+ * &launch_caller, taken once per launch: in a shared library each thread-local access can cost a
+ * call into the dynamic linker. */
 static inline PyObject *
-run_launch(PyObject *run, Frame *caller, const Args *a)
+run_launch(PyObject *run, Frame *caller, const Args *a, Frame **in_progress)
 {
-    Frame *outer = launch_caller;
-    launch_caller = caller;
+    Frame *outer = *in_progress;
+    *in_progress = caller;
     PyObject *result = a->self == NULL ? PyObject_Vectorcall(run, a->args, a->nargsf, a->kwnames)
                                        : call_slot_form(run, a);
-    launch_caller = outer;
+    *in_progress = outer;
     return result;
 }
 
@@ -567,8 +573,13 @@ launch(LaunchWrapper *w, const Args *a)
     if (on < 0)
         return NULL;
     Frame *caller = frame_current();
+    Frame **in_progress = &launch_caller;
+#if defined(__GNUC__)
+    /* Keep that address: left to itself the compiler takes it again at each use, a call each. */
+    __asm__("" : "+r"(in_progress));
+#endif
     if (!on) /* still a launch in progress, as the Python wrapper's frame says: nothing below names */
-        return run_launch(w->original, caller, a);
+        return run_launch(w->original, caller, a, in_progress);
 
     /* Finding the site and counting the launch: a fault here runs the original, unnamed. */
     kernel = kernel_of(w, a);
@@ -576,7 +587,7 @@ launch(LaunchWrapper *w, const Args *a)
         goto finding_fault;
     /* Not a launch; no Python caller; or called straight from the caller of a launch in progress
      * (from C inside that launch, where the Python wrapper's caller would be its own frame). */
-    if (kernel == Py_None || caller == NULL || caller == launch_caller)
+    if (kernel == Py_None || caller == NULL || caller == *in_progress)
         goto unnamed;
     site = find_site(w, caller, kernel);
     if (site == NULL)
@@ -608,7 +619,7 @@ launch(LaunchWrapper *w, const Args *a)
         goto done;
     }
     if (push == Py_None) {
-        result = run_launch(run, caller, a);
+        result = run_launch(run, caller, a, in_progress);
     }
     else {
         PyObject *r = PyObject_CallNoArgs(push);
@@ -616,7 +627,7 @@ launch(LaunchWrapper *w, const Args *a)
             r = Py_NewRef(Py_None); /* said once; the launch runs, its range still closed */
         if (r != NULL) {
             Py_DECREF(r);
-            result = run_launch(run, caller, a);
+            result = run_launch(run, caller, a, in_progress);
         }
         /* A KeyboardInterrupt in push: no launch, the range closed all the same. */
         result = pop_after(w, pop, result, kernel, site);
@@ -630,7 +641,7 @@ finding_fault:
     if (handle_fault(w, str_finding, kernel, site) < 0)
         goto done;
 unnamed:
-    result = run_launch(w->original, caller, a);
+    result = run_launch(w->original, caller, a, in_progress);
 done:
     Py_XDECREF(kernel);
     Py_XDECREF(site);
@@ -1327,7 +1338,25 @@ static PyObject *str_dunder_call;
 static PyObject *
 direct_call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *call = _PyType_Lookup(Py_TYPE(self), str_dunder_call); /* borrowed, no error */
+    /* The class's __call__ as last looked up, good while the class keeps its version tag: CPython
+     * gives it a new one whenever its attributes change, and never reuses a tag. */
+    static struct {
+        PyTypeObject *type;
+        unsigned int version;
+        PyObject *call; /* borrowed: the unchanged class holds it */
+    } last = {NULL, 0, NULL};
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject *call;
+    if (type == last.type && type->tp_version_tag == last.version && last.version != 0) {
+        call = last.call;
+    }
+    else {
+        call = _PyType_Lookup(type, str_dunder_call); /* borrowed, no error */
+        /* Read after the look-up, which gives the class a version tag where it has none. */
+        last.type = type;
+        last.version = type->tp_version_tag;
+        last.call = call;
+    }
     if (call == NULL)
         return PyErr_Format(PyExc_TypeError, "'%.200s' object is not callable",
                             Py_TYPE(self)->tp_name);

@@ -8,6 +8,9 @@ free-threaded build) kname installs without it, with a warning, and uses its pur
 counterpart (for the guard: the Python SIGTERM handler alone).
 """
 
+import glob
+import importlib.util
+import os
 import platform
 import sys
 import sysconfig
@@ -63,10 +66,46 @@ FALLBACKS = {
 }
 
 
+def nvtx_include_dir() -> str | None:
+    """The directory holding nvtx3/nvToolsExt.h: the nvidia-nvtx wheel's (a build requirement on
+    Linux), else the CUDA toolkit's; None where neither is found."""
+    roots = []
+    spec = importlib.util.find_spec("nvidia")
+    if spec is not None and spec.submodule_search_locations:
+        for location in spec.submodule_search_locations:
+            roots += sorted(glob.glob(os.path.join(location, "*", "include")), reverse=True)
+    toolkit = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    roots.append(os.path.join(toolkit, "include"))
+    for root in roots:
+        if os.path.isfile(os.path.join(root, "nvtx3", "nvToolsExt.h")):
+            return root
+    return None
+
+
+def native_extension() -> Extension:
+    """kname._native, calling NVTX's C API itself where the NVTX headers are found (Linux)."""
+    sources = dict(sources=["kname/_native.c"])
+    depends = ["kname/_native_common.h", "kname/_native_nvtx.h"]
+    include = nvtx_include_dir() if sys.platform.startswith("linux") else None
+    if include is None:
+        print(
+            "kname: NVTX headers not found (pip install nvidia-nvtx, or set CUDA_HOME): "
+            "kname._native's ranges go through the nvtx package",
+            file=sys.stderr,
+        )
+        return Extension("kname._native", **sources, depends=depends)
+    return Extension(
+        "kname._native",
+        **sources,
+        depends=depends,
+        include_dirs=[include],
+        define_macros=[("KNAME_NVTX", "1")],
+        libraries=["dl"],  # NVTX loads its tool with dlopen
+    )
+
+
 def extensions() -> list[Extension]:
-    made = [
-        Extension("kname._native", sources=["kname/_native.c"], depends=["kname/_native_common.h"])
-    ]
+    made = [native_extension()]
     if sys.platform.startswith("linux"):  # dlopen, pthreads, and CUPTI's plain calling convention
         made.append(
             Extension(

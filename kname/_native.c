@@ -46,6 +46,7 @@
 #endif
 
 #include "_native_common.h"
+#include "_native_nvtx.h"
 
 /* As kname.launch's wrapper says them to callsite.pass_through. */
 static const char FINDING[] = "finding a launch's name";
@@ -545,7 +546,7 @@ static PyObject *
 pop_after(LaunchWrapper *w, PyObject *pop, PyObject *result, PyObject *kernel, PyObject *site)
 {
     PyObject *pending = result == NULL ? take_error() : NULL;
-    PyObject *r = PyObject_CallNoArgs(pop);
+    PyObject *r = call_range(pop);
     if (r == NULL && handle_fault(w, str_closing, kernel, site) < 0) {
         Py_XDECREF(result);
         if (pending != NULL) {
@@ -622,7 +623,7 @@ launch(LaunchWrapper *w, const Args *a)
         result = run_launch(run, caller, a, in_progress);
     }
     else {
-        PyObject *r = PyObject_CallNoArgs(push);
+        PyObject *r = call_range(push);
         if (r == NULL && handle_fault(w, str_opening, kernel, site) == 0)
             r = Py_NewRef(Py_None); /* said once; the launch runs, its range still closed */
         if (r != NULL) {
@@ -1415,6 +1416,7 @@ static PyMethodDef module_methods[] = {
      "(no argument copies); setting or deleting cls.__call__ later gives CPython's slot back."},
     {"has_direct_call", has_direct_call, METH_O,
      "has_direct_call(cls): whether instances of cls are called through use_direct_call's slot."},
+    NVTX_METHODS
     {NULL, NULL, 0, NULL},
 };
 
@@ -1476,7 +1478,7 @@ PyInit__native(void)
         || PyModule_AddObjectRef(m, "BaseCall", (PyObject *)&BaseCallType) < 0
         || PyModule_AddObjectRef(m, "Counter", (PyObject *)&CounterType) < 0
         || PyModule_AddIntConstant(m, "USER", KIND_USER) < 0
-        || PyModule_AddIntConstant(m, "LIBRARY", KIND_LIBRARY) < 0) {
+        || PyModule_AddIntConstant(m, "LIBRARY", KIND_LIBRARY) < 0 || nvtx_ready(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

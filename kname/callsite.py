@@ -71,19 +71,16 @@ class Site:
     """Everything a launch from one call site needs, built once."""
 
     __slots__ = (
-        "attributes", "code", "counter", "identifier", "kernel", "launch", "lib", "name", "pop",
-        "push",
+        "code", "counter", "identifier", "kernel", "launch", "lib", "name", "pop", "push",
     )  # fmt: skip
 
-    def __init__(self, name, identifier, kernel, lib, attributes, code, counter):
+    def __init__(self, name, identifier, kernel, lib, calls, code, counter):
         self.name = name  # the display name, as the profiler shows it
         self.identifier = identifier  # identifier-safe form, for renamed kernels
         self.kernel = kernel  # the kernel's name (never the kernel: a site must not keep it)
         self.lib = lib
-        self.attributes = attributes  # prebuilt NVTX attributes, None when none are emitted
-        self.push = self.pop = None  # bound NVTX calls, None when no range is emitted
-        if attributes is not None:
-            self.push, self.pop = ranges.range_calls(attributes)
+        # The range's prebuilt NVTX push and pop (ranges.range_for), None when none is emitted.
+        self.push, self.pop = (None, None) if calls is None else calls
         self.code = code  # keeps the keyed code objects (and so their ids) alive
         # Shared by every site of this name (launch_counts): next() is atomic, so no count is
         # lost across threads, nor when the site leaves the cache while a launch still holds it.
@@ -381,19 +378,19 @@ def _build(
 ) -> Site:
     try:
         name, identifier = _names(frames, kernel_name, lib)
-        attributes = ranges.attributes_for(name, kernel_name, lib) if _emit_nvtx else None
+        calls = ranges.range_for(name, kernel_name, lib) if _emit_nvtx else None
     except RecursionError:
         raise  # no room on the stack to name it here: not a fault, and not cached
     except Exception as exc:
         # The site still launches, counted but without a range, and the fault is said once.
         report_fault("naming a call site", exc)
-        name, identifier, attributes = f"{kernel_name} {UNNAMED}", "", None
+        name, identifier, calls = f"{kernel_name} {UNNAMED}", "", None
     codes = tuple(f.f_code for f in frames)
     with _lock:
         site = sites.get(key)
         if site is None:
             counter = _counter(name, kernel_name, lib)
-            site = Site(name, identifier, kernel_name, lib, attributes, codes, counter)
+            site = Site(name, identifier, kernel_name, lib, calls, codes, counter)
             if rename is not None and identifier:
                 site.launch = _renamed_launch(rename, kernel, site)
             _store(key, site, kernel, kernel_key)

@@ -158,9 +158,19 @@ def _check_hot_path() -> list[tuple[str, str]]:
     from kname._native_choice import choice
 
     native, why = choice()
-    if native is not None:
-        return [(OK, f"hot path: native, the C extension ({native.__file__})")]
-    return [(NOTE, f"hot path: pure Python ({why}): the same names, more time per launch")]
+    if native is None:
+        return [(NOTE, f"hot path: pure Python ({why}): the same names, more time per launch")]
+    lines = [(OK, f"hot path: native, the C extension ({native.__file__})")]
+    if hasattr(native, "nvtx_range"):
+        lines.append((OK, "NVTX ranges: pushed and popped through the NVTX C API, from C"))
+    else:
+        lines.append((
+            NOTE,
+            "NVTX ranges: through the nvtx package (kname._native was built without the NVTX "
+            "headers: pip install nvidia-nvtx, then reinstall kname); a little more time per "
+            "launch under a profiler",
+        ))  # fmt: skip
+    return lines
 
 
 def _check_targets(config: Config) -> list[tuple[str, str]]:

@@ -1,7 +1,10 @@
-"""kname's NVTX domain, its registered strings and prebuilt event attributes.
+"""kname's NVTX domain and its ranges: one prebuilt push and pop per distinct range name.
 
-One `EventAttributes` per distinct name, built once and never mutated. With no NVTX tool attached
-the `nvtx` package hands back a dummy domain; then there are no attributes and no ranges.
+Each name's attributes (a registered string, a colour, the library as category) are built once
+and never mutated. Where kname._native was built with the NVTX headers, push and pop are its C
+objects, which call the NVTX C API (and which its launch wrapper calls without a Python call);
+otherwise, and with KNAME_NATIVE=0, the nvtx package's calls. With no NVTX tool attached the
+`nvtx` package hands back a dummy domain; then there are no ranges.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
+from kname import _native_choice
 from kname._locks import new_lock
 from kname.config import DEFAULT_DOMAIN
 
@@ -27,7 +31,8 @@ _lock = new_lock()
 _domain_name = DEFAULT_DOMAIN
 _domain: Any = None
 _range_functions: Any = None  # nvtx's module-level Cython (push_range, pop_range), if it has them
-_attributes: dict[tuple[str, int, str], Any] = {}
+Calls = tuple[Callable[[], None], Callable[[], None]]  # a range's push and pop
+_ranges: dict[tuple[str, int, str, bool], Calls] = {}  # (name, colour, library, C?) -> calls
 
 
 def configure(domain_name: str | None = None) -> None:
@@ -42,7 +47,7 @@ def configure(domain_name: str | None = None) -> None:
         name = DEFAULT_DOMAIN if domain_name is None else domain_name
         if name != _domain_name:
             _domain_name, _domain = name, None
-            _attributes.clear()
+            _ranges.clear()
     if domain_name is not None:
         domain()
 
@@ -61,7 +66,16 @@ def domain() -> Any:
         except (ImportError, AttributeError):  # another nvtx release: its public methods
             _range_functions = None
         _domain = nvtx.get_domain(_domain_name)
+        native = _native_nvtx()
+        if native is not None:
+            native.nvtx_domain(_domain_name)  # its own NVTX table loads the tool now, too
     return _domain
+
+
+def _native_nvtx() -> Any:
+    """kname._native when it calls NVTX itself (built with the headers, and in use), else None."""
+    native = _native_choice.native_module()
+    return native if native is not None and hasattr(native, "nvtx_range") else None
 
 
 def tool_attached() -> bool:
@@ -74,35 +88,43 @@ def colour_of(kernel: str) -> int:
     return PALETTE[zlib.crc32(kernel.encode("utf-8", "replace")) % len(PALETTE)]
 
 
-def attributes_for(name: str, kernel: str, lib: str) -> Any:
-    """Prebuilt attributes for a range called `name`, or None when no tool is attached."""
+def range_for(name: str, kernel: str, lib: str) -> Calls | None:
+    """Zero-argument push and pop of a range called `name`, or None when no tool is attached."""
     if not tool_attached():
         return None
-    key = (name, colour_of(kernel), lib)
-    attributes = _attributes.get(key)
-    if attributes is not None:
-        return attributes
+    native = _native_nvtx()
+    # Keyed by the implementation too: KNAME_NATIVE=0 then gets the nvtx package's calls even
+    # for a name an earlier install() gave C calls.
+    key = (name, colour_of(kernel), lib, native is not None)
+    calls = _ranges.get(key)
+    if calls is not None:
+        return calls
     with _lock:
-        if len(_attributes) >= MAX_NAMES:
+        if len(_ranges) >= MAX_NAMES:
             # NVTX strings cannot be unregistered: past the bound every new site shares one name.
-            key = (OVERFLOW_NAME, PALETTE[0], lib)
-        attributes = _attributes.get(key)
-        if attributes is None:
-            d = domain()
-            attributes = d.get_event_attributes(message=key[0], color=key[1], category=lib)
-            _attributes[key] = attributes
-    return attributes
+            key = (OVERFLOW_NAME, PALETTE[0], lib, native is not None)
+        calls = _ranges.get(key)
+        if calls is None:
+            calls = _range_calls(native, *key[:3])
+            _ranges[key] = calls
+    return calls
 
 
-def range_calls(attributes: Any) -> tuple[Callable[[], None], Callable[[], None]]:
-    """Zero-argument push and pop of a range with `attributes`, the cheapest the nvtx package has.
+def _range_calls(native: Any, message: str, colour: int, lib: str) -> Calls:
+    """push and pop of one range, the cheapest there are.
 
-    Its module-level Cython `push_range(attributes, handle)` (what nvtx.annotate uses) skips the
-    keyword handling of `Domain.push_range`: 150-220 ns less per launch under a profiler. Both are
-    C functions bound to arguments of the types they take: no bytecode runs inside them, so once
-    push() is called the range is open, async exceptions or not (kname.launch relies on it).
+    kname._native's C calls where it has them (`native`). Else the nvtx package's module-level
+    Cython `push_range(attributes, handle)` (what nvtx.annotate uses), which skips the keyword
+    handling of `Domain.push_range`: 150-220 ns less per launch under a profiler. Either way the
+    calls are C functions bound to their arguments: no bytecode runs inside them, so once push()
+    is called the range is open, async exceptions or not (kname.launch relies on it).
     """
+    if native is not None:
+        calls = native.nvtx_range(_domain_name, message, colour, lib)
+        if calls is not None:
+            return calls
     d = domain()
+    attributes = d.get_event_attributes(message=message, color=colour, category=lib)
     handle = getattr(d, "handle", None)
     if _range_functions is not None and handle is not None:
         push_range, pop_range = _range_functions
@@ -113,5 +135,6 @@ def range_calls(attributes: Any) -> tuple[Callable[[], None], Callable[[], None]
 
 
 def registered_names() -> int:
-    """How many distinct range names kname has registered with NVTX."""
-    return len(_attributes)
+    """How many range names kname has registered with NVTX (a name registered through both
+    kname._native's calls and the nvtx package's counts twice)."""
+    return len(_ranges)

@@ -34,7 +34,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     common = REPO / "kname" / "_native_common.h"
     sources = {
-        REPO / "kname" / f"_native{suffix}": [REPO / "kname" / "_native.c", common],
+        REPO / "kname" / f"_native{suffix}": [
+            REPO / "kname" / "_native.c", REPO / "kname" / "_native_nvtx.h", common,
+        ],
         REPO / "kname" / f"_native_cupti{suffix}": [
             REPO / "kname" / "_native_cupti.c", REPO / "kname" / "_cupti_abi.h", common,
         ],

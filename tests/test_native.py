@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from support import REPO, build_wheel_of, make_venv
+from support.nvtx_capture import nvtx_include_dir
 
 from kname import _native_choice, callsite, launch
 
@@ -449,11 +450,18 @@ def test_a_guarded_hook_runs_except_inside_a_native_launch(hot_path) -> None:
 
 
 @pytest.mark.skipif(COMPILER is None, reason="no C compiler")
-def test_the_c_file_compiles_without_warnings(tmp_path: Path) -> None:
+@pytest.mark.parametrize("with_nvtx", [False, True], ids=["nvtx package", "NVTX C API"])
+def test_the_c_file_compiles_without_warnings(tmp_path: Path, with_nvtx: bool) -> None:
     include = sysconfig.get_paths()["include"]
+    nvtx = []
+    if with_nvtx:
+        headers = nvtx_include_dir()
+        if headers is None:
+            pytest.skip("no NVTX headers here (nvidia-nvtx is a test requirement)")
+        nvtx = ["-DKNAME_NVTX=1", f"-I{headers}"]
     # Compiled for real (-fsyntax-only says nothing of functions left unused), optimised.
     done = subprocess.run(
-        [COMPILER, "-c", "-O2", "-fPIC", "-Wall", "-Wextra", "-Werror", f"-I{include}",
+        [COMPILER, "-c", "-O2", "-fPIC", "-Wall", "-Wextra", "-Werror", f"-I{include}", *nvtx,
          str(REPO / "kname" / "_native.c"), "-o", str(tmp_path / "native.o")],
         capture_output=True, text=True, check=False,
     )  # fmt: skip

@@ -58,7 +58,7 @@ memory = []
 for k in range(functions):
     namespace[f"f_{k}"](noop.launch)
     most["sites"] = max(most["sites"], len(callsite.sites))
-    most["names"] = max(most["names"], len(ranges._attributes))
+    most["names"] = max(most["names"], len(ranges._ranges))
     most["codes"] = max(most["codes"], len(callsite._kinds))
     if k % (functions // 10) == functions // 10 - 1:
         memory.append(rss())

@@ -44,7 +44,7 @@ GPU_LIBRARIES = ("numba", "cupy", "triton")
 # (rounds, launches per batch), quick and full.
 SETTINGS = {
     "launch": {"quick": (30, 500), "full": (200, 500)},
-    "gpu": {"quick": (40, 50), "full": (150, 100)},
+    "gpu": {"quick": (40, 50), "full": (400, 100)},
     "miss_pairs": {"quick": 300, "full": 2000},
     "memory_sites": {"quick": 20_000, "full": 120_000},
 }

@@ -92,7 +92,7 @@ slot_offset(PyTypeObject *type, PyObject *name)
     return offset;
 }
 
-static void
+static COLD void
 learn_layout(Layout *layout, PyTypeObject *type, PyObject *const *names, int count)
 {
     Py_INCREF(type);
@@ -326,6 +326,21 @@ args_tuple(PyObject *const *args, Py_ssize_t nargs)
     return tuple;
 }
 
+/* kernel(args) for a callable `kernel`: new reference, or NULL with an error. */
+static COLD PyObject *
+kernel_from_call(LaunchWrapper *w, const Args *a)
+{
+    Py_ssize_t nargs = args_count(a);
+    PyObject *tuple = PyTuple_New(nargs);
+    if (tuple == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        PyTuple_SET_ITEM(tuple, i, Py_NewRef(args_item(a, i)));
+    PyObject *kernel = PyObject_CallOneArg(w->kernel, tuple);
+    Py_DECREF(tuple);
+    return kernel;
+}
+
 /* The launched kernel (new reference; Py_None: not a launch), or NULL with an error. */
 static PyObject *
 kernel_of(LaunchWrapper *w, const Args *a)
@@ -340,14 +355,7 @@ kernel_of(LaunchWrapper *w, const Args *a)
             return Py_NewRef(args_item(a, w->index));
         return PyObject_GetAttr(args_item(a, w->index), w->attribute);
     }
-    PyObject *tuple = PyTuple_New(nargs);
-    if (tuple == NULL)
-        return NULL;
-    for (Py_ssize_t i = 0; i < nargs; i++)
-        PyTuple_SET_ITEM(tuple, i, Py_NewRef(args_item(a, i)));
-    PyObject *kernel = PyObject_CallOneArg(w->kernel, tuple);
-    Py_DECREF(tuple);
-    return kernel;
+    return kernel_from_call(w, a);
 }
 
 static PyObject *
@@ -373,19 +381,11 @@ site_key(PyCodeObject *code, int code_lasti, PyObject *kernel_key)
     return key;
 }
 
-/* sites[(id(code), f_lasti, id(kernel))] of `frame` as a new reference; NULL: a miss (no error)
- * or an error. `kernel_id`: id(kernel), made here when needed. */
-static PyObject *
-lookup(LaunchWrapper *w, Frame *frame, PyObject *kernel, PyObject **kernel_id)
+/* lookup() past the recent table: the dict itself, the answer remembered in `entry`. */
+static COLD PyObject *
+lookup_in_dict(LaunchWrapper *w, PyCodeObject *code, int lasti, PyObject *kernel,
+               PyObject **kernel_id, Recent *entry, uint64_t generation)
 {
-    PyCodeObject *code = frame_code(frame);
-    int lasti = frame_lasti(frame);
-    uint64_t generation = generation_of(w->sites);
-    Recent *entry = recent_slot(code, lasti, kernel);
-    if (w->remember && entry->sites == w->sites && entry->code == (void *)code
-        && entry->kernel == (void *)kernel && entry->lasti == lasti
-        && entry->generation == generation)
-        return Py_XNewRef(entry->site); /* NULL, no error: a known miss */
     if (*kernel_id == NULL && (*kernel_id = PyLong_FromVoidPtr(kernel)) == NULL)
         return NULL;
     PyObject *key = site_key(code, lasti, *kernel_id);
@@ -396,6 +396,22 @@ lookup(LaunchWrapper *w, Frame *frame, PyObject *kernel, PyObject **kernel_id)
     if (w->remember && (site != NULL || !PyErr_Occurred()))
         *entry = (Recent){w->sites, code, kernel, lasti, generation, site};
     return site;
+}
+
+/* sites[(id(code), f_lasti, id(kernel))] of `frame` as a new reference; NULL: a miss (no error)
+ * or an error. `kernel_id`: id(kernel), made here when needed. */
+static inline PyObject *
+lookup(LaunchWrapper *w, Frame *frame, PyObject *kernel, PyObject **kernel_id)
+{
+    PyCodeObject *code = frame_code(frame);
+    int lasti = frame_lasti(frame);
+    uint64_t generation = generation_of(w->sites);
+    Recent *entry = recent_slot(code, lasti, kernel);
+    if (w->remember && entry->sites == w->sites && entry->code == (void *)code
+        && entry->kernel == (void *)kernel && entry->lasti == lasti
+        && entry->generation == generation)
+        return Py_XNewRef(entry->site); /* NULL, no error: a known miss */
+    return lookup_in_dict(w, code, lasti, kernel, kernel_id, entry, generation);
 }
 
 /* The kind kname.callsite decided for `frame`'s code: USER, LIBRARY, PLUMBING, or -1 when it
@@ -452,23 +468,30 @@ walked_site(LaunchWrapper *w, Frame *frame, PyObject *kernel, PyObject **kernel_
 
 /* The site for a launch of `kernel` called from `caller`, the running frame: new reference,
  * Py_None when unnamed (nested), NULL on error. */
-static PyObject *
+static COLD PyObject *
+find_missed_site(LaunchWrapper *w, Frame *caller, PyObject *kernel, PyObject **kernel_id)
+{
+    /* Called from library code, the site may be cached under a user frame above. */
+    PyObject *site = NULL;
+    int kind = kind_of(w->kinds, w->remember, caller);
+    Frame *back = PASSED_OVER(kind) ? frame_back(caller) : NULL;
+    if (back != NULL)
+        site = walked_site(w, back, kernel, kernel_id);
+    if (site == NULL && kind != -2 && !PyErr_Occurred()) {
+        /* Python decides, from the caller's frame object (made now, if it was not yet). */
+        PyObject *resolve_args[2] = {(PyObject *)PyEval_GetFrame(), kernel};
+        site = PyObject_Vectorcall(w->resolve, resolve_args, 2, NULL);
+    }
+    return site;
+}
+
+static inline PyObject *
 find_site(LaunchWrapper *w, Frame *caller, PyObject *kernel)
 {
     PyObject *kernel_id = NULL;
     PyObject *site = lookup(w, caller, kernel, &kernel_id);
-    if (site == NULL && !PyErr_Occurred()) {
-        /* A miss. Called from library code, the site may be cached under a user frame above. */
-        int kind = kind_of(w->kinds, w->remember, caller);
-        Frame *back = PASSED_OVER(kind) ? frame_back(caller) : NULL;
-        if (back != NULL)
-            site = walked_site(w, back, kernel, &kernel_id);
-        if (site == NULL && kind != -2 && !PyErr_Occurred()) {
-            /* Python decides, from the caller's frame object (made now, if it was not yet). */
-            PyObject *resolve_args[2] = {(PyObject *)PyEval_GetFrame(), kernel};
-            site = PyObject_Vectorcall(w->resolve, resolve_args, 2, NULL);
-        }
-    }
+    if (site == NULL && !PyErr_Occurred())
+        site = find_missed_site(w, caller, kernel, &kernel_id);
     Py_XDECREF(kernel_id);
     return site;
 }
@@ -477,7 +500,7 @@ find_site(LaunchWrapper *w, Frame *caller, PyObject *kernel)
  * once and makes the line launch as if kname were off (callsite.pass_through); `frame` is the
  * caller's, the running one. 0: the launch is to go on; -1: the error is not an Exception
  * (KeyboardInterrupt, SystemExit), still set, and propagates as from the Python wrapper. */
-static int
+static COLD int
 handle_fault(LaunchWrapper *w, PyObject *where, PyObject *kernel, PyObject *site)
 {
     if (!PyErr_ExceptionMatches(PyExc_Exception))
@@ -499,6 +522,23 @@ handle_fault(LaunchWrapper *w, PyObject *where, PyObject *kernel, PyObject *site
 
 #define SMALL_STACK 8
 
+/* run(self, *tuple, **kwargs) through vectorcall (a rename-mode launch, say). */
+static COLD PyObject *
+call_with_dict(PyObject *run, const Args *a)
+{
+    Py_ssize_t n = args_count(a);
+    PyObject *small[SMALL_STACK];
+    PyObject **stack = n <= SMALL_STACK ? small : PyMem_New(PyObject *, n);
+    if (stack == NULL)
+        return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++)
+        stack[i] = args_item(a, i); /* borrowed: the caller holds self, tuple and dict */
+    PyObject *result = PyObject_VectorcallDict(run, stack, n, a->kwargs);
+    if (stack != small)
+        PyMem_Free(stack);
+    return result;
+}
+
 /* run(self, *tuple, **kwargs) for the slot form; CuPy's own slot straight when `run` is a
  * BaseCall (the launch wrapper's original, not a rename-mode launch). */
 static PyObject *
@@ -511,17 +551,7 @@ call_slot_form(PyObject *run, const Args *a)
         if (Py_TYPE(a->self)->tp_base == base || PyObject_TypeCheck(a->self, base))
             return base->tp_call(a->self, a->tuple, a->kwargs);
     }
-    Py_ssize_t n = args_count(a);
-    PyObject *small[SMALL_STACK];
-    PyObject **stack = n <= SMALL_STACK ? small : PyMem_New(PyObject *, n);
-    if (stack == NULL)
-        return PyErr_NoMemory();
-    for (Py_ssize_t i = 0; i < n; i++)
-        stack[i] = args_item(a, i); /* borrowed: the caller holds self, tuple and dict */
-    PyObject *result = PyObject_VectorcallDict(run, stack, n, a->kwargs);
-    if (stack != small)
-        PyMem_Free(stack);
-    return result;
+    return call_with_dict(run, a);
 }
 
 /* The launch, marked on this thread as in progress from `caller`. `in_progress` is

@@ -12,6 +12,9 @@ order:
     activity  CUPTI's activity records alone (kernels, copies, sets), their buffers freed unread
               in C (kname._native_cupti, with no launch callback): what any CUPTI-based
               profiler pays, the floor;
+    callbacks the same records, plus a callback that returns at once on the launch APIs kname
+              profile subscribes to (benchmarks/cupti_callback_floor.c, built here): the floor
+              of any profiler that sees each launch at its API, before its own work;
     binding   the same records handed to cupti-python, which makes a Python object of each, to
               a consumer that drops them (what kname's Python fallback reads through);
     kname     a kname profile session (launch callbacks, the join, the totals).
@@ -22,14 +25,17 @@ forced flush of CUPTI's buffers after the loop (wall clock), which hands every r
 batch over; kname's reading cost per launch is its flush time less the activity variant's (the
 flush itself costs the same in both), over the batch. Prints, per workload, the medians over
 rounds, with the lower and upper quartiles of the per-round differences. Needs cupti-python of
-the machine's CUDA release and kname._native_cupti (built in place: setup.py build_ext).
+the machine's CUDA release, kname._native_cupti (built in place: setup.py build_ext) and a C
+compiler.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -50,7 +56,7 @@ from kname.profiling.capture import LaunchCapture  # noqa: E402
 from kname.profiling.session import ProfileSession  # noqa: E402
 
 ACTIVITIES = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET")
-VARIANTS = ("bare", "activity", "binding", "kname")
+VARIANTS = ("bare", "activity", "callbacks", "binding", "kname")
 N = 4096
 
 
@@ -126,30 +132,35 @@ class Variants:
         self.cupti = cupti
         self.session: ProfileSession | None = None
         self.floor: Any = None  # the activity variant's recorder (kname._native_cupti)
+        self.callback_floor = CallbackFloor()
 
     def start(self, variant: str) -> None:
         cupti = self.cupti
         if variant == "activity":
             self.floor = floor_recorder(cupti)
+        elif variant == "callbacks":
+            self.callback_floor.start(cupti)
         elif variant == "binding":
             cupti.activity_register_callbacks(lambda: (8 << 20, 0), lambda activities: None)
         elif variant == "kname":
             self.session = ProfileSession()
             if not self.session.start():
                 raise SystemExit("kname profile could not start CUPTI here")
-        if variant in ("activity", "binding"):
+        if variant in ("activity", "callbacks", "binding"):
             for name in ACTIVITIES:
                 cupti.activity_enable(getattr(cupti.ActivityKind, name))
 
     def stop(self, variant: str) -> None:
         cupti = self.cupti
-        if variant in ("activity", "binding"):
+        if variant in ("activity", "callbacks", "binding"):
             for name in ACTIVITIES:
                 cupti.activity_disable(getattr(cupti.ActivityKind, name))
             self.flush(variant)
         if variant == "activity":
             self.floor.unsubscribe()
             self.floor = None
+        elif variant == "callbacks":
+            self.callback_floor.stop()
         elif variant == "kname" and self.session is not None:
             self.session.stop()
             self.session = None
@@ -159,6 +170,53 @@ class Variants:
             self.floor.flush_activities(1)
         elif variant != "bare":
             self.cupti.activity_flush_all(1)  # forced: every buffer is handed over now
+
+
+class CallbackFloor:
+    """benchmarks/cupti_callback_floor.c, compiled on first use: an empty launch callback on
+    kname profile's launch APIs, and activity buffers freed unread."""
+
+    def __init__(self) -> None:
+        self.library: Any = None
+
+    def start(self, cupti: Any) -> None:
+        from kname.profiling.capture import select_launch_apis
+        from kname.profiling.launch_callbacks import libcupti_path
+
+        if self.library is None:
+            self.library = self._build()
+        cupti.get_timestamp()  # the binding loads libcupti
+        pairs = [
+            (int(domain), cbid)
+            for domain, members in (
+                (cupti.CallbackDomain.DRIVER_API, cupti.driver_api_trace_cbid.__members__),
+                (cupti.CallbackDomain.RUNTIME_API, cupti.runtime_api_trace_cbid.__members__),
+            )
+            for cbid in select_launch_apis(members)
+        ]
+        domains = (ctypes.c_uint32 * len(pairs))(*(domain for domain, _ in pairs))
+        cbids = (ctypes.c_uint32 * len(pairs))(*(cbid for _, cbid in pairs))
+        status = self.library.floor_start(libcupti_path().encode(), domains, cbids, len(pairs))
+        if status:
+            raise SystemExit(f"CUPTI refused the callbacks variant's subscriber (status {status})")
+
+    def stop(self) -> None:
+        self.library.floor_stop()
+
+    @staticmethod
+    def _build() -> Any:
+        sys.path.insert(0, str(REPO / "tests"))
+        from support.nvtx_capture import compile_c
+
+        out = Path(tempfile.mkdtemp(prefix="kname-cupti-floor-")) / "libcupti_floor.so"
+        source = Path(__file__).resolve().parent / "cupti_callback_floor.c"
+        built = compile_c(source, out, "-shared", "-fPIC", f"-I{REPO}", "-ldl")
+        library = ctypes.CDLL(str(built))
+        library.floor_start.argtypes = [
+            ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32),
+            ctypes.c_int,
+        ]  # fmt: skip
+        return library
 
 
 def floor_recorder(cupti: Any) -> Any:
@@ -235,17 +293,20 @@ def report(name: str, label: str, result: dict, batch: int) -> list[str]:
     loops, flushes = result["loops"], result["flushes"]
     us = 1e-3  # ns -> us
     floor = added(loops["activity"], loops["bare"], us)
+    callbacks = added(loops["callbacks"], loops["bare"], us)
     loop = added(loops["kname"], loops["bare"], us)
     reading = added(flushes["kname"], flushes["activity"], us / batch)
     binding = added(flushes["binding"], flushes["activity"], us / batch)
     return [
         f"{name} - {label}: bare {statistics.median(loops['bare']) * us:.2f} us per launch, "
         f"{result['calls']:.0f} launch API call(s) each",
-        f"  launch loop, added: CUPTI activity alone {spread(floor)}; kname profile {spread(loop)}",
+        f"  launch loop, added: CUPTI activity alone {spread(floor)}; with an empty launch "
+        f"callback {spread(callbacks)}; kname profile {spread(loop)}",
         f"  reading the records at the flush, per launch beyond the floor's: "
         f"kname {spread(reading)}; cupti-python's record objects alone {spread(binding)}",
         f"  kname profile in all, per launch: {loop[0] + reading[0]:+.2f} us "
-        f"({loop[0] + reading[0] - floor[0]:+.2f} us above CUPTI's activity records alone)",
+        f"({loop[0] + reading[0] - floor[0]:+.2f} us above CUPTI's activity records alone, "
+        f"{loop[0] + reading[0] - callbacks[0]:+.2f} us above them with an empty callback)",
     ]
 
 

@@ -1,0 +1,79 @@
+/*
+ * The floor of a CUPTI launch callback, for benchmarks/profile_cost.py: a subscriber whose
+ * callback returns at once, enabled on the launch APIs kname profile subscribes to, and
+ * activity buffers handed back and freed unread. What any profiler that sees each launch at its
+ * API and reads kernel records pays, before it does any work of its own.
+ *
+ *   int floor_start(const char *libcupti, const uint32_t *domains, const uint32_t *cbids, int n)
+ *   int floor_stop(void)
+ * return CUPTI's status (0: success; -1: libcupti or one of its functions not found).
+ * The activity kinds are enabled by the caller (cupti-python), as for the other variants.
+ *
+ * Build: cc -shared -fPIC -O2 -I<repo> cupti_callback_floor.c -o libcupti_floor.so -ldl
+ */
+#include <dlfcn.h>
+#include <stdlib.h>
+
+#include "kname/_cupti_abi.h"
+
+static kn_SubscriberHandle subscriber;
+static kn_Unsubscribe unsubscribe;
+
+static void
+empty_callback(void *userdata, kn_CallbackDomain domain, kn_CallbackId cbid, const void *data)
+{
+    (void)userdata;
+    (void)domain;
+    (void)cbid;
+    (void)data;
+}
+
+static void
+buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
+{
+    *size = 8 << 20;
+    *buffer = aligned_alloc(KN_CUPTI_ACTIVITY_RECORD_ALIGNMENT, *size);
+    *max_records = 0;
+}
+
+static void
+buffer_completed(kn_CUcontext context, uint32_t stream, uint8_t *buffer, size_t size,
+                 size_t valid)
+{
+    (void)context;
+    (void)stream;
+    (void)size;
+    (void)valid;
+    free(buffer);
+}
+
+int
+floor_start(const char *libcupti, const uint32_t *domains, const uint32_t *cbids, int n)
+{
+    void *library = dlopen(libcupti, RTLD_NOW | RTLD_NOLOAD);
+    if (library == NULL)
+        library = dlopen(libcupti, RTLD_NOW);
+    if (library == NULL)
+        return -1;
+    kn_Subscribe subscribe = (kn_Subscribe)dlsym(library, "cuptiSubscribe");
+    kn_EnableCallback enable = (kn_EnableCallback)dlsym(library, "cuptiEnableCallback");
+    kn_ActivityRegisterCallbacks register_buffers =
+        (kn_ActivityRegisterCallbacks)dlsym(library, "cuptiActivityRegisterCallbacks");
+    unsubscribe = (kn_Unsubscribe)dlsym(library, "cuptiUnsubscribe");
+    if (subscribe == NULL || enable == NULL || register_buffers == NULL || unsubscribe == NULL)
+        return -1;
+    kn_CUptiResult status = register_buffers(buffer_requested, buffer_completed);
+    if (status == KN_CUPTI_SUCCESS)
+        status = subscribe(&subscriber, empty_callback, NULL);
+    for (int i = 0; status == KN_CUPTI_SUCCESS && i < n; i++)
+        status = enable(1, subscriber, domains[i], cbids[i]);
+    return (int)status;
+}
+
+int
+floor_stop(void)
+{
+    kn_CUptiResult status = unsubscribe == NULL ? 0 : unsubscribe(subscriber);
+    subscriber = NULL;
+    return (int)status;
+}

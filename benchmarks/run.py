@@ -74,6 +74,14 @@ def main() -> None:
     parser.add_argument("--only", default="", help=f"comma list of suites among {SUITES}")
     parser.add_argument("--out", default=str(BENCH_DIR / "results"), help="output directory")
     parser.add_argument(
+        "--libraries",
+        default=",".join(GPU_LIBRARIES),
+        help=f"gpu suite: comma list among {', '.join(GPU_LIBRARIES)}",
+    )
+    parser.add_argument(
+        "--gpu-rounds", type=int, help="gpu suite: rounds (more read finer; default 400)"
+    )
+    parser.add_argument(
         "--clock",
         choices=sorted(CLOCKS),
         default="wall",
@@ -88,6 +96,9 @@ def main() -> None:
         if unknown:
             parser.error(f"unknown suites {sorted(unknown)}; choose among {', '.join(SUITES)}")
         suites = [s for s in SUITES if s in wanted]
+    libraries = [lib.strip() for lib in args.libraries.split(",") if lib.strip()]
+    if not libraries or set(libraries) - set(GPU_LIBRARIES):
+        parser.error(f"--libraries: choose among {', '.join(GPU_LIBRARIES)}")
     mode = "quick" if args.quick else "full"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -129,7 +140,7 @@ def main() -> None:
             results["gpu_skipped"] = missing
             say(f"gpu: skipped, {missing}")
         else:
-            results["gpu"] = gpu_suite(mode, tools, tool_lib)
+            results["gpu"] = gpu_suite(mode, tools, tool_lib, libraries, args.gpu_rounds)
 
     results["notes"] += sanity_notes(results)
     results["load_average_after"] = load_average()
@@ -177,10 +188,13 @@ def no_gpu() -> str | None:
     return None if count.value > 0 else "no CUDA device"
 
 
-def gpu_suite(mode: str, tools: list[str], tool_lib) -> list:
-    rounds, batch = SETTINGS["gpu"][mode]
+def gpu_suite(
+    mode: str, tools: list[str], tool_lib, libraries: list[str], rounds: int | None = None
+) -> list:
+    default_rounds, batch = SETTINGS["gpu"][mode]
+    rounds = rounds or default_rounds
     runs = []
-    for lib in GPU_LIBRARIES:
+    for lib in libraries:
         for tool in tools:
             say(f"gpu: {lib}, tool {tool!r}")
             argv = ["--lib", lib, "--rounds", str(rounds), "--batch", str(batch)]

@@ -155,3 +155,35 @@ def test_doctor_says_how_the_ranges_are_made() -> None:
         assert "through the NVTX C API" in line
     else:
         assert "built without the NVTX headers" in line
+
+
+@needs_native
+def test_launches_under_a_tool_leave_every_reference_count_as_it_was(
+    inject_lib: Path, tmp_path: Path
+) -> None:
+    """The C wrapper's NVTX calls take and give back references exactly (None too, which is
+    counted before CPython 3.12)."""
+    app = APP.replace(
+        "for _ in range(3):\n    step()\n",
+        "step()\n"
+        "import sys\n"
+        "(site,) = {s for s in callsite.sites.values() if s.name.endswith(':'\n"
+        "           + str(step.__code__.co_firstlineno + 1))}\n"
+        "def counts():\n"
+        "    return [sys.getrefcount(x) for x in (None, site, site.push, site.pop)]\n"
+        "before = counts()\n"
+        "for _ in range(20000):\n"
+        "    step()\n"
+        "after = counts()\n"
+        "print(json.dumps([before, after]))\n",
+    )
+    (tmp_path / "gpulib.py").write_text(GPULIB)
+    (tmp_path / "app.py").write_text(app)
+    done, capture = run_captured(
+        [sys.executable, "app.py"], inject_lib, tmp_path, cwd=tmp_path, timeout=120,
+        env={"KNAME_NATIVE": "1", "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    before, after = json.loads(done.stdout.splitlines()[0])
+    assert [a - b for a, b in zip(after, before, strict=True)] == [0, 0, 0, 0]
+    assert len(capture.of("push")) == 2 * 20001 and capture.balanced()

@@ -331,6 +331,47 @@ def test_a_class_changed_during_its_launch_finishes_that_launch() -> None:
 
 
 # --------------------------------------------------------------------------
+# Fields read in place are read as getattr reads them, also after their class changed
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("changed", ["Site", "Switch"])
+def test_a_class_changed_after_its_fields_were_learned_is_read_through_its_new_attributes(
+    monkeypatch, changed: str
+) -> None:
+    """The C wrapper learns where a site's and a switch's fields live once; a change to their
+    class afterwards (a slot replaced by a property) must be seen at the next launch."""
+    if _native_choice.native_module() is None:
+        pytest.skip(f"no native hot path here: {_native_choice.choice()[1]}")
+    wrapper = wrap(noop)
+
+    def launch_once() -> None:
+        wrapper(1)  # one call site
+
+    def launches() -> int:
+        (site,) = callsite.sites.values()
+        return site.launches()
+
+    for _ in range(3):
+        launch_once()  # cached, its layouts learned
+    calls: list[str] = []
+    if changed == "Site":
+        for field in ("push", "pop"):
+            call = functools.partial(calls.append, field)
+            monkeypatch.setattr(callsite.Site, field, property(lambda _site, c=call: c))
+        launch_once()
+        assert calls == ["push", "pop"] and launches() == 4
+    else:
+        monkeypatch.setattr(launch.Switch, "on", property(lambda _switch: False))
+        launch_once()
+        assert launches() == 3  # switched off by the property: not counted
+    monkeypatch.undo()  # the slots back: read in place again
+    calls.clear()
+    launch_once()
+    assert calls == [] and launches() == (5 if changed == "Site" else 4)
+
+
+# --------------------------------------------------------------------------
 # Launch counters
 # --------------------------------------------------------------------------
 

@@ -84,19 +84,21 @@ def nvtx_include_dir() -> str | None:
 
 def native_extension() -> Extension:
     """kname._native, calling NVTX's C API itself where the NVTX headers are found (Linux)."""
-    sources = dict(sources=["kname/_native.c"])
+    sources = ["kname/_native.c"]
     depends = ["kname/_native_common.h", "kname/_native_nvtx.h"]
-    include = nvtx_include_dir() if sys.platform.startswith("linux") else None
+    if not sys.platform.startswith("linux"):
+        return Extension("kname._native", sources=sources, depends=depends)
+    include = nvtx_include_dir()
     if include is None:
         print(
             "kname: NVTX headers not found (pip install nvidia-nvtx, or set CUDA_HOME): "
             "kname._native's ranges go through the nvtx package",
             file=sys.stderr,
         )
-        return Extension("kname._native", **sources, depends=depends)
+        return Extension("kname._native", sources=sources, depends=depends)
     return Extension(
         "kname._native",
-        **sources,
+        sources=sources,
         depends=depends,
         include_dirs=[include],
         define_macros=[("KNAME_NVTX", "1")],

@@ -466,8 +466,8 @@ walked_site(LaunchWrapper *w, Frame *frame, PyObject *kernel, PyObject **kernel_
     return NULL;
 }
 
-/* The site for a launch of `kernel` called from `caller`, the running frame: new reference,
- * Py_None when unnamed (nested), NULL on error. */
+/* find_site() past a miss of the caller's own key: new reference, or NULL (with an error, or
+ * none when resolve() was not asked). */
 static COLD PyObject *
 find_missed_site(LaunchWrapper *w, Frame *caller, PyObject *kernel, PyObject **kernel_id)
 {
@@ -485,6 +485,8 @@ find_missed_site(LaunchWrapper *w, Frame *caller, PyObject *kernel, PyObject **k
     return site;
 }
 
+/* The site for a launch of `kernel` called from `caller`, the running frame: new reference,
+ * Py_None when unnamed (nested), NULL on error. */
 static inline PyObject *
 find_site(LaunchWrapper *w, Frame *caller, PyObject *kernel)
 {

@@ -35,7 +35,7 @@ typedef struct {
 
 static PyTypeObject NvtxCallType;
 
-/* Domain name -> its handle (as an int); (domain name, category) -> category id. Under the GIL. */
+/* Domain name -> its handle (as an int); domain name -> {category: id}. Under the GIL. */
 static PyObject *nvtx_domains, *nvtx_categories;
 
 /* The range's NVTX call, made now. NVTX's own calls report nothing: there is no error to pass. */
@@ -128,29 +128,26 @@ open_domain(PyObject *name, int *failed)
 static uint32_t
 category_id(nvtxDomainHandle_t domain, PyObject *domain_name, PyObject *category)
 {
-    PyObject *key = PyTuple_Pack(2, domain_name, category);
-    if (key == NULL)
+    PyObject *ids = PyDict_GetItemWithError(nvtx_categories, domain_name); /* borrowed */
+    if (ids == NULL) {
+        if (PyErr_Occurred() || (ids = PyDict_New()) == NULL)
+            return 0;
+        int set = PyDict_SetItem(nvtx_categories, domain_name, ids);
+        Py_DECREF(ids); /* nvtx_categories holds it */
+        if (set < 0)
+            return 0;
+    }
+    PyObject *known = PyDict_GetItemWithError(ids, category); /* borrowed */
+    if (known != NULL)
+        return (uint32_t)PyLong_AsUnsignedLong(known);
+    const char *text = PyErr_Occurred() ? NULL : PyUnicode_AsUTF8(category);
+    uint32_t id = (uint32_t)PyDict_GET_SIZE(ids) + 1; /* from 1 per domain, in first-use order */
+    PyObject *value = text == NULL ? NULL : PyLong_FromUnsignedLong(id);
+    int stored = value != NULL && PyDict_SetItem(ids, category, value) == 0;
+    Py_XDECREF(value);
+    if (!stored)
         return 0;
-    PyObject *known = PyDict_GetItemWithError(nvtx_categories, key); /* borrowed */
-    uint32_t id = 0;
-    if (known != NULL) {
-        id = (uint32_t)PyLong_AsUnsignedLong(known);
-    }
-    else if (!PyErr_Occurred()) {
-        /* Ids from 1 per domain, in first-use order. */
-        Py_ssize_t used = 0, pos = 0;
-        PyObject *k, *v;
-        while (PyDict_Next(nvtx_categories, &pos, &k, &v))
-            used += PyObject_RichCompareBool(PyTuple_GET_ITEM(k, 0), domain_name, Py_EQ) == 1;
-        const char *text = PyUnicode_AsUTF8(category);
-        PyObject *value = text == NULL ? NULL : PyLong_FromSsize_t(used + 1);
-        if (value != NULL && PyDict_SetItem(nvtx_categories, key, value) == 0) {
-            id = (uint32_t)(used + 1);
-            nvtxDomainNameCategoryA(domain, id, text);
-        }
-        Py_XDECREF(value);
-    }
-    Py_DECREF(key);
+    nvtxDomainNameCategoryA(domain, id, text);
     return id;
 }
 

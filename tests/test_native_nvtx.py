@@ -112,6 +112,9 @@ def test_push_and_pop_take_no_arguments_and_say_what_they_are(
         "    except TypeError as exc:\n"
         "        print(exc)\n"
         "push(); push(); pop(); pop()\n"
+        "for domain, category in (('other', 'lib2'), ('mine', 'lib2'), ('mine', 'lib')):\n"
+        "    push, pop = n.nvtx_range(domain, 'b', 1, category)\n"
+        "    push(); pop()\n"
     )
     done, capture = run_captured(
         [sys.executable, "-c", program], inject_lib, tmp_path, cwd=REPO, timeout=60
@@ -122,9 +125,11 @@ def test_push_and_pop_take_no_arguments_and_say_what_they_are(
         "push() takes no arguments",
         "pop() takes no arguments",
     ]
-    assert capture.ranges("mine") == ["a range", "a range"]
-    assert capture.categories("mine") == {1: "lib"}
-    assert {e.color for e in capture.of("push")} == {0x112233 | 0xFF000000}
+    assert capture.ranges("mine") == ["a range", "a range", "b", "b"]
+    # Category ids count from 1 in each domain, in first-use order.
+    assert capture.categories("mine") == {1: "lib", 2: "lib2"}
+    assert capture.categories("other") == {1: "lib2"}
+    assert {e.color for e in capture.of("push") if e.message == "a range"} == {0xFF112233}
     assert capture.balanced() and capture.max_depth("mine") == 2
 
 

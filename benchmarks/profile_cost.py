@@ -49,6 +49,9 @@ if not hasattr(np, "row_stack"):
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import use_test_support  # noqa: E402
 
 import kname  # noqa: E402
 from kname import _native_choice  # noqa: E402
@@ -180,20 +183,13 @@ class CallbackFloor:
         self.library: Any = None
 
     def start(self, cupti: Any) -> None:
-        from kname.profiling.capture import select_launch_apis
+        from kname.profiling.cupti_collector import launch_apis
         from kname.profiling.launch_callbacks import libcupti_path
 
         if self.library is None:
             self.library = self._build()
         cupti.get_timestamp()  # the binding loads libcupti
-        pairs = [
-            (int(domain), cbid)
-            for domain, members in (
-                (cupti.CallbackDomain.DRIVER_API, cupti.driver_api_trace_cbid.__members__),
-                (cupti.CallbackDomain.RUNTIME_API, cupti.runtime_api_trace_cbid.__members__),
-            )
-            for cbid in select_launch_apis(members)
-        ]
+        pairs = [(domain, cbid) for domain, chosen in launch_apis(cupti).items() for cbid in chosen]
         domains = (ctypes.c_uint32 * len(pairs))(*(domain for domain, _ in pairs))
         cbids = (ctypes.c_uint32 * len(pairs))(*(cbid for _, cbid in pairs))
         status = self.library.floor_start(libcupti_path().encode(), domains, cbids, len(pairs))
@@ -205,7 +201,7 @@ class CallbackFloor:
 
     @staticmethod
     def _build() -> Any:
-        sys.path.insert(0, str(REPO / "tests"))
+        use_test_support()
         from support.nvtx_capture import compile_c
 
         out = Path(tempfile.mkdtemp(prefix="kname-cupti-floor-")) / "libcupti_floor.so"

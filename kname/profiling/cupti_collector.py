@@ -58,7 +58,7 @@ from kname.profiling.capture import (
 )
 from kname.profiling.capture import select_launch_apis as _select
 from kname.profiling.join import Join
-from kname.profiling.launch_callbacks import NativeUnavailable, PythonCallbacks, choose
+from kname.profiling.launch_callbacks import Apis, NativeUnavailable, PythonCallbacks, choose
 from kname.profiling.native_join import NativeJoin
 from kname.profiling.records import ActivityRecord, ExternalCorrelation, StreamLog
 
@@ -113,12 +113,7 @@ class CuptiCollector:
             )
             return False
         self._cupti = cupti
-        apis = {
-            int(cupti.CallbackDomain.DRIVER_API): _select(cupti.driver_api_trace_cbid.__members__),
-            int(cupti.CallbackDomain.RUNTIME_API): _select(
-                cupti.runtime_api_trace_cbid.__members__
-            ),
-        }
+        apis = launch_apis(cupti)
         kinds = cupti.ActivityKind
         self._kinds = ActivityKinds(
             frozenset({int(kinds.CONCURRENT_KERNEL), int(kinds.KERNEL)}),
@@ -341,6 +336,15 @@ class CuptiCollector:
             self._callbacks.unsubscribe()
         except Exception as exc:
             report_fault("unsubscribing from CUPTI", exc)
+
+
+def launch_apis(cupti: Any) -> Apis:
+    """The driver and runtime launch APIs kname profile subscribes to, as the binding numbers
+    them: {callback domain: {callback id: (API name, is a graph launch)}}."""
+    return {
+        int(cupti.CallbackDomain.DRIVER_API): _select(cupti.driver_api_trace_cbid.__members__),
+        int(cupti.CallbackDomain.RUNTIME_API): _select(cupti.runtime_api_trace_cbid.__members__),
+    }
 
 
 def binding_versions() -> dict[str, str]:

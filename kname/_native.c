@@ -15,6 +15,9 @@
  *      miss calls resolve(frame, kernel) (Python);
  *   4. next(site.counter); site.launch (rename mode) in place of the original when not None;
  *      site.push() when not None; the call; site.pop() on every way out.
+ * The common launch (is_cached: the switch on, the site a recent hit, no rename, its range NVTX's
+ * own calls or none) is known from reads alone and takes these steps with no reference taken and
+ * no error possible; launch_in_full takes every step for any other.
  * kname's own Exceptions (steps 2-4, not the launch's) go to fault(where, exc, frame, args) and
  * the launch runs unnamed; BaseExceptions that are not Exceptions (KeyboardInterrupt) propagate,
  * as from the Python wrapper. The launch's own result and exceptions pass through unchanged.
@@ -71,7 +74,8 @@ typedef struct {
     PyTypeObject *type; /* strong: its address cannot be reused while learned */
     unsigned int version;
     int fast;
-    Py_ssize_t offset[MAX_FIELDS];
+    int offset[MAX_FIELDS]; /* 32 bytes in all: a learned layout and the fields it reads share
+                             * cache lines with the wrapper's other hot fields */
 } Layout;
 
 static Py_ssize_t
@@ -99,7 +103,8 @@ learn_layout(Layout *layout, PyTypeObject *type, PyObject *const *names, int cou
     Py_XSETREF(layout->type, type);
     layout->fast = type->tp_getattro == PyObject_GenericGetAttr;
     for (int i = 0; i < count; i++) {
-        layout->offset[i] = slot_offset(type, names[i]);
+        Py_ssize_t offset = slot_offset(type, names[i]);
+        layout->offset[i] = offset < 0 || offset > INT_MAX ? -1 : (int)offset;
         if (layout->offset[i] < 0)
             layout->fast = 0;
     }
@@ -137,7 +142,7 @@ read_field(Layout *layout, PyObject *obj, PyObject *const *names, int i)
 #define RECENT 256 /* a power of 2 */
 
 typedef struct {
-    PyObject *sites; /* compared only */
+    _Alignas(64) PyObject *sites; /* compared only; an entry is one cache line */
     void *code, *kernel;
     int lasti;
     uint64_t generation;
@@ -244,23 +249,26 @@ advance(PyObject *counter)
 enum { KERNEL_ORIGINAL, KERNEL_ARG, KERNEL_CALL };
 enum { F_COUNTER, F_LAUNCH, F_PUSH, F_POP };
 
+/* The fields a cached launch reads come first, together, so that they span as few cache lines as
+ * they can: inside a library's launch they are fetched anew each time. */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *original;
-    PyObject *kernel;    /* as given: None, (index, attribute) or a callable */
-    PyObject *attribute; /* KERNEL_ARG: str or NULL */
     PyObject *switch_;
     PyObject *sites;     /* dict, shared with the Python path */
+    PyObject *attribute; /* KERNEL_ARG: str or NULL */
+    int index;           /* KERNEL_ARG */
+    short kernel_mode;
+    short remember; /* look-ups of `sites` may go in the recent table */
+    Layout switch_layout, site_layout;
+    /* Read off the cached launch only. */
+    PyObject *kernel; /* as given: None, (index, attribute) or a callable */
     PyObject *resolve;
     PyObject *fault;
-    PyObject *kinds;     /* dict */
+    PyObject *kinds; /* dict */
     PyObject *dict;
     PyObject *weakrefs;
-    Py_ssize_t index;
-    int kernel_mode;
-    int remember; /* look-ups of `sites` may go in the recent table */
-    Layout switch_layout, site_layout;
 } LaunchWrapper;
 
 static PyObject *switch_names[1];
@@ -298,6 +306,9 @@ typedef struct {
     size_t nargsf;
     PyObject *kwnames;
     PyObject *self, *tuple, *kwargs;
+    /* The slot form only: CuPy's own __call__ slot, where direct_call knows that the wrapper's
+     * original is a BaseCall of a class `self` derives from (NULL: not known). */
+    ternaryfunc base_slot;
 } Args;
 
 static inline Py_ssize_t
@@ -593,8 +604,10 @@ pop_after(LaunchWrapper *w, PyObject *pop, PyObject *result, PyObject *kernel, P
     return result;
 }
 
-static PyObject *
-launch(LaunchWrapper *w, const Args *a)
+/* A launch with every step taken as the Python wrapper takes it: the switch read through getattr
+ * where need be, the kernel found by any means, the site found or made, faults handed over. */
+static NOINLINE PyObject *
+launch_in_full(LaunchWrapper *w, const Args *a, Frame *caller, Frame **in_progress)
 {
     PyObject *kernel = NULL, *site = NULL, *result = NULL;
 
@@ -605,12 +618,6 @@ launch(LaunchWrapper *w, const Args *a)
     int on = switch_is_on(w);
     if (on < 0)
         return NULL;
-    Frame *caller = frame_current();
-    Frame **in_progress = &launch_caller;
-#if defined(__GNUC__)
-    /* Keep that address: left to itself the compiler takes it again at each use, a call each. */
-    __asm__("" : "+r"(in_progress));
-#endif
     if (!on) /* still a launch in progress, as the Python wrapper's frame says: nothing below names */
         return run_launch(w->original, caller, a, in_progress);
 
@@ -681,10 +688,119 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ the cached launch */
+
+/* What a cached launch needs, borrowed from objects that no Python code runs to change between
+ * the reads and their use, except `pop_domain`, a copy: the launch itself may run Python, and
+ * another thread's give-up may free the site's pop meanwhile. */
+typedef struct {
+    Counter *counter;
+    void *push; /* the site's NvtxCall push, NULL when its range is None */
+    void *pop_domain;
+} Cached;
+
+/* Whether this launch is the common one, found from reads alone: the switch on; the kernel the
+ * original or a positional argument; the caller's key a recent hit; the site's counter kname's
+ * own, its launch the original (no rename) and its range NVTX's own calls (or none). Such a
+ * launch meets no error of kname's: it runs with no references taken and no fault handling
+ * (run_cached). Anything else is left to launch_in_full, which takes every step. */
+static inline int
+is_cached(LaunchWrapper *w, const Args *a, Frame *caller, Frame *in_progress, Cached *c)
+{
+    if (w->original == NULL || caller == NULL || caller == in_progress
+        || !layout_fits(&w->switch_layout, w->switch_))
+        return 0;
+    if (*(PyObject **)((char *)w->switch_ + w->switch_layout.offset[0]) != Py_True)
+        return 0;
+    PyObject *kernel;
+    if (w->kernel_mode == KERNEL_ORIGINAL)
+        kernel = w->original;
+    else if (w->kernel_mode == KERNEL_ARG && w->attribute == NULL && w->index < args_count(a))
+        kernel = args_item(a, w->index);
+    else
+        return 0;
+    PyCodeObject *code = frame_code(caller);
+    int lasti = frame_lasti(caller);
+    Recent *entry = recent_slot(code, lasti, kernel);
+    if (!w->remember || entry->sites != w->sites || entry->code != (void *)code
+        || entry->kernel != (void *)kernel || entry->lasti != lasti
+        || entry->generation != generation_of(w->sites) || entry->site == NULL)
+        return 0;
+    PyObject *site = entry->site;
+    if (!layout_fits(&w->site_layout, site))
+        return 0;
+    int *offset = w->site_layout.offset;
+#define SITE_FIELD(i) (*(PyObject **)((char *)site + offset[i]))
+    PyObject *counter = SITE_FIELD(F_COUNTER), *push = SITE_FIELD(F_PUSH), *pop = SITE_FIELD(F_POP);
+    if (counter == NULL || !Py_IS_TYPE(counter, &CounterType) || SITE_FIELD(F_LAUNCH) != Py_None)
+        return 0;
+#undef SITE_FIELD
+    c->counter = (Counter *)counter;
+    if (push == Py_None && pop == Py_None) {
+        c->push = NULL;
+        return 1;
+    }
+#ifdef KNAME_NVTX
+    if (push != NULL && pop != NULL && Py_IS_TYPE(push, &NvtxCallType)
+        && Py_IS_TYPE(pop, &NvtxCallType) && !((NvtxCall *)push)->is_pop
+        && ((NvtxCall *)pop)->is_pop) {
+        c->push = push;
+        c->pop_domain = ((NvtxCall *)pop)->domain;
+        return 1;
+    }
+#endif
+    return 0;
+}
+
+/* The wrapper's original, as run_launch runs it; CuPy's slot straight where direct_call found it,
+ * without reading the BaseCall and the classes again. */
+static inline PyObject *
+run_original(LaunchWrapper *w, Frame *caller, const Args *a, Frame **in_progress)
+{
+    if (a->base_slot == NULL)
+        return run_launch(w->original, caller, a, in_progress);
+    Frame *outer = *in_progress;
+    *in_progress = caller;
+    PyObject *result = a->base_slot(a->self, a->tuple, a->kwargs);
+    *in_progress = outer;
+    return result;
+}
+
+static inline PyObject *
+run_cached(LaunchWrapper *w, const Args *a, Frame *caller, Frame **in_progress, Cached *c)
+{
+    c->counter->next++;
+#ifdef KNAME_NVTX
+    if (c->push != NULL) {
+        NvtxCall *push = (NvtxCall *)c->push;
+        nvtxDomainRangePushEx(push->domain, &push->attributes);
+        PyObject *result = run_original(w, caller, a, in_progress);
+        nvtxDomainRangePop((nvtxDomainHandle_t)c->pop_domain);
+        return result;
+    }
+#endif
+    return run_original(w, caller, a, in_progress);
+}
+
+static PyObject *
+launch(LaunchWrapper *w, const Args *a)
+{
+    Frame *caller = frame_current();
+    Frame **in_progress = &launch_caller;
+#if defined(__GNUC__)
+    /* Keep that address: left to itself the compiler takes it again at each use, a call each. */
+    __asm__("" : "+r"(in_progress));
+#endif
+    Cached c;
+    if (is_cached(w, a, caller, *in_progress, &c))
+        return run_cached(w, a, caller, in_progress, &c);
+    return launch_in_full(w, a, caller, in_progress);
+}
+
 static PyObject *
 launch_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    Args a = {args, nargsf, kwnames, NULL, NULL, NULL};
+    Args a = {args, nargsf, kwnames, NULL, NULL, NULL, NULL};
     return launch((LaunchWrapper *)op, &a);
 }
 
@@ -715,9 +831,10 @@ launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                  || PyUnicode_CheckExact(PyTuple_GET_ITEM(kernel, 1)))) {
         mode = KERNEL_ARG;
         index = PyLong_AsSsize_t(PyTuple_GET_ITEM(kernel, 0));
-        if (index < 0) {
+        if (index < 0 || index > INT_MAX) {
             if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_ValueError, "LaunchWrapper: the index must be >= 0");
+                PyErr_SetString(PyExc_ValueError,
+                                "LaunchWrapper: the index must be from 0 to 2**31 - 1");
             return NULL;
         }
         if (PyTuple_GET_ITEM(kernel, 1) != Py_None)
@@ -746,7 +863,7 @@ launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     w->resolve = Py_NewRef(resolve);
     w->fault = Py_NewRef(fault);
     w->kinds = Py_NewRef(kinds);
-    w->index = index;
+    w->index = (int)index;
     w->kernel_mode = mode;
     w->remember = follow_changes(sites) && follow_changes(kinds);
     return (PyObject *)w;
@@ -1368,35 +1485,49 @@ static PyTypeObject BaseCallType = {
  * the look-up and calls the wrapper with the tuple and dict it got (see Args). */
 static PyObject *str_dunder_call;
 
+/* CuPy's own slot, where `call` is a launch wrapper of BaseCall(base) and `type` derives from
+ * base: run_original then calls it straight. NULL otherwise. */
+static ternaryfunc
+base_slot_of(PyTypeObject *type, PyObject *call)
+{
+    if (call == NULL || !Py_IS_TYPE(call, &LaunchWrapperType))
+        return NULL;
+    PyObject *original = ((LaunchWrapper *)call)->original;
+    if (original == NULL || !Py_IS_TYPE(original, &BaseCallType))
+        return NULL;
+    PyTypeObject *base = ((BaseCall *)original)->base;
+    return base != NULL && PyType_IsSubtype(type, base) ? base->tp_call : NULL;
+}
+
 static PyObject *
 direct_call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     /* The class's __call__ as last looked up, good while the class keeps its version tag: CPython
-     * gives it a new one whenever its attributes change, and never reuses a tag. */
+     * gives it a new one whenever its attributes or its bases change (a base's too), and never
+     * reuses a tag. So is the base's slot found for it: a wrapper's original never changes. */
     static struct {
         PyTypeObject *type;
         unsigned int version;
         PyObject *call; /* borrowed: the unchanged class holds it */
-    } last = {NULL, 0, NULL};
+        ternaryfunc base_slot;
+    } last = {NULL, 0, NULL, NULL};
     PyTypeObject *type = Py_TYPE(self);
-    PyObject *call;
-    if (type == last.type && type->tp_version_tag == last.version && last.version != 0) {
-        call = last.call;
-    }
-    else {
-        call = _PyType_Lookup(type, str_dunder_call); /* borrowed, no error */
+    if (type != last.type || type->tp_version_tag != last.version || last.version == 0) {
+        PyObject *found = _PyType_Lookup(type, str_dunder_call); /* borrowed, no error */
         /* Read after the look-up, which gives the class a version tag where it has none. */
         last.type = type;
         last.version = type->tp_version_tag;
-        last.call = call;
+        last.call = found;
+        last.base_slot = base_slot_of(type, found);
     }
+    PyObject *call = last.call;
     if (call == NULL)
         return PyErr_Format(PyExc_TypeError, "'%.200s' object is not callable",
                             Py_TYPE(self)->tp_name);
     Py_INCREF(call); /* the class may be changed during the launch */
     PyObject *result;
     if (Py_IS_TYPE(call, &LaunchWrapperType) && ((LaunchWrapper *)call)->original != NULL) {
-        Args a = {NULL, 0, NULL, self, args, kwargs};
+        Args a = {NULL, 0, NULL, self, args, kwargs, last.base_slot};
         result = launch((LaunchWrapper *)call, &a);
     }
     else { /* something else is the class's __call__ now: call it as CPython's slot would */

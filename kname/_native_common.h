@@ -36,8 +36,10 @@
  * cache lines it spans, the less it costs there. */
 #if defined(__GNUC__)
 #define COLD __attribute__((cold, noinline))
+#define NOINLINE __attribute__((noinline))
 #else
 #define COLD
+#define NOINLINE
 #endif
 
 /* ------------------------------------------------------------------ errors across versions */

@@ -317,6 +317,31 @@ def test_setting_or_deleting_call_gives_cpythons_slot_back() -> None:
 
 
 @NATIVE
+def test_the_c_call_slot_sees_its_class_take_new_bases() -> None:
+    """New bases give the class CPython's slot back, as setting __call__ does, so the slot kname's
+    C slot remembered for it (its base's own, called straight) is not called again: the call
+    fails as CPython's would, and launches again once the base is back."""
+    native = _native_choice.choice({})[0]
+    base = type("Base", (staticmethod,), {})  # a C __call__ slot: calls what it holds
+    other = type("Other", (staticmethod,), {})
+
+    class Launcher(base):
+        pass
+
+    Launcher.__call__ = wrap(native.BaseCall(base), launch.KernelArg(0))
+    native.use_direct_call(Launcher)
+    kernel = Launcher(noop)
+    assert [kernel(i) for i in range(3)] == [(i,) for i in range(3)]
+    Launcher.__bases__ = (other,)  # its __call__ is still the wrapper of Base's own
+    assert not native.has_direct_call(Launcher)
+    with pytest.raises(TypeError, match="requires a 'Base' object"):
+        kernel(3)
+    Launcher.__bases__ = (base,)
+    assert kernel(4) == (4,)
+    assert sum(site.launches() for site in callsite.sites.values()) == 5
+
+
+@NATIVE
 def test_a_class_changed_during_its_launch_finishes_that_launch() -> None:
     """The slot holds the wrapper it looked up: the launch may take __call__ away meanwhile."""
     launcher = launcher_class()

@@ -49,13 +49,15 @@ print(json.dumps(calls))
 """
 
 
-def captured_run(tmp_path: Path, inject_lib: Path, native: str) -> tuple[list[str], Capture]:
+def captured_run(
+    tmp_path: Path, inject_lib: Path, native: str, lib: str = GPULIB, app: str = APP
+) -> tuple[list[str], Capture]:
     """The app run under the capturing NVTX tool with KNAME_NATIVE=`native`: the types of its
     sites' push calls, and what the tool saw."""
     work = tmp_path / f"native-{native}"
     work.mkdir()
-    (work / "gpulib.py").write_text(GPULIB)
-    (work / "app.py").write_text(APP)
+    (work / "gpulib.py").write_text(lib)
+    (work / "app.py").write_text(app)
     done, capture = run_captured(
         [sys.executable, "app.py"], inject_lib, tmp_path, cwd=work, timeout=120,
         env={"KNAME_NATIVE": native, "PYTHONPATH": str(REPO)},
@@ -192,3 +194,53 @@ def test_launches_under_a_tool_leave_every_reference_count_as_it_was(
     before, after = json.loads(done.stdout.splitlines()[0])
     assert [a - b for a, b in zip(after, before, strict=True)] == [0, 0, 0, 0]
     assert len(capture.of("push")) == 2 * 20001 and capture.balanced()
+
+
+GIVES_UP_LIB = """
+def launch(kernel, then=None):
+    if then is not None:
+        then()
+    return kernel
+"""
+
+GIVES_UP = """
+import gc
+import json
+
+import kname
+
+kname.install(targets=["gpulib:launch"])
+import gpulib
+from kname import callsite, ranges
+
+
+def give_up_meanwhile():
+    # As another thread's give-up does while this launch runs; the range calls freed.
+    for site in list(callsite.sites.values()):
+        site.push = site.pop = None
+    ranges._ranges.clear()
+    gc.collect()
+
+
+def step(then):
+    gpulib.launch("axpy", then)
+
+
+for then in (None, None, give_up_meanwhile, None):
+    step(then)
+print(json.dumps(sorted({type(site.push).__name__ for site in callsite.sites.values()})))
+"""
+
+
+@pytest.mark.parametrize("native", ["0", "1"])
+def test_a_range_given_up_during_its_launch_is_still_closed(
+    inject_lib: Path, tmp_path: Path, native: str
+) -> None:
+    """The launch in progress closes the range it opened, though its site's push and pop are
+    cleared and freed meanwhile; the next launch opens none."""
+    if native == "1" and NATIVE is None:
+        pytest.skip(f"no native hot path here: {WHY_NOT}")
+    calls, capture = captured_run(tmp_path, inject_lib, native, GIVES_UP_LIB, GIVES_UP)
+    assert calls == ["NoneType"]
+    assert len(capture.of("push")) == 3 and len(capture.of("pop")) == 3
+    assert capture.balanced(), capture.stack_errors()

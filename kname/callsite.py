@@ -14,6 +14,7 @@ sites out of the cache when it is freed, before its id can be reused.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import itertools
 import os
@@ -53,9 +54,17 @@ CORE_LIBRARY_MODULES = (
 )  # fmt: skip
 
 _KNAME_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_STDLIB_DIRS = tuple(
-    {os.path.dirname(os.__file__) + os.sep, sysconfig.get_paths()["stdlib"] + os.sep}
-)
+
+
+def _stdlib_dirs() -> tuple[str, ...]:
+    dirs = {os.path.dirname(os.__file__) + os.sep}
+    # An interpreter without its _sysconfigdata module (seen under ncu) still names launches.
+    with contextlib.suppress(Exception):
+        dirs.add(sysconfig.get_paths()["stdlib"] + os.sep)
+    return tuple(dirs)
+
+
+_STDLIB_DIRS = _stdlib_dirs()
 
 # How a code object's frames count in the walk. USER: a call site. LIBRARY: passed over, but
 # names a launch that has no user frame at all (a library's own code). PLUMBING: passed over,

@@ -20,6 +20,9 @@ def _start_kname() -> None:
         import kname._startup  # noqa: F401  (importing it starts kname, once per process)
     except ImportError:
         print("kname: switched on, but kname is not installed for this Python", file=sys.stderr)
+    except Exception as exc:  # a broken install or interpreter: one line, never a traceback
+        print(f"kname: could not start ({type(exc).__name__}: {exc}); the program runs without "
+              "kname", file=sys.stderr)  # fmt: skip
 
 
 def _entries_after(here) -> list:

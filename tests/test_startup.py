@@ -113,6 +113,24 @@ def test_a_misspelled_variable_is_one_line_at_start_up(kname_venv: Venv) -> None
     )
 
 
+def test_a_kname_that_fails_to_import_is_one_line_at_start_up(
+    kname_venv: Venv, tmp_path: Path
+) -> None:
+    """Whatever breaks `import kname` itself at start-up (a broken install; an interpreter missing
+    part of its standard library, as ncu's helper processes are), the program runs, and stderr
+    has one line in place of site's traceback under `Error processing line 1 of kname.pth`."""
+    broken = tmp_path / "kname"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("raise RuntimeError('broken on purpose')\n")
+    result = kname_venv.python_run(
+        "-c", "print('ran')", env={"KNAME": "1", "PYTHONPATH": str(tmp_path)}
+    )
+    assert result.returncode == 0 and result.stdout.split() == ["ran"], result.stderr
+    assert result.stderr.splitlines() == [
+        "kname: could not start (RuntimeError: broken on purpose); the program runs without kname"
+    ]
+
+
 def test_pip_uninstall_removes_kname_pth(tmp_path: Path, kname_wheel: Path) -> None:
     venv = make_venv(tmp_path / "env")
     venv.install(str(kname_wheel))

@@ -27,6 +27,11 @@ def _start_kname():
             f"kname: kname run: this Python ({sys.executable}) cannot import kname, so nothing "
             "is named; install kname for it, or run the program with a Python that has kname\n"
         )
+    except Exception as exc:  # a broken install or interpreter: one line, never a traceback
+        sys.stderr.write(
+            f"kname: could not start ({type(exc).__name__}: {exc}); the program runs "
+            "without kname\n"
+        )
 
 
 def _is_kname_bootstrap(entry):

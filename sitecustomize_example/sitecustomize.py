@@ -16,6 +16,8 @@ def _switch_may_be_on() -> bool:
 
 
 def _start_kname() -> None:
+    if getattr(sys, "_kname_started", False):
+        return  # kname.pth, read before any sitecustomize, started kname (or said why not)
     try:
         import kname._startup  # noqa: F401  (importing it starts kname, once per process)
     except ImportError:

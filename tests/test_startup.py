@@ -113,24 +113,6 @@ def test_a_misspelled_variable_is_one_line_at_start_up(kname_venv: Venv) -> None
     )
 
 
-def test_a_kname_that_fails_to_import_is_one_line_at_start_up(
-    kname_venv: Venv, tmp_path: Path
-) -> None:
-    """Whatever breaks `import kname` itself at start-up (a broken install; an interpreter missing
-    part of its standard library, as ncu's helper processes are), the program runs, and stderr
-    has one line in place of site's traceback under `Error processing line 1 of kname.pth`."""
-    broken = tmp_path / "kname"
-    broken.mkdir()
-    (broken / "__init__.py").write_text("raise RuntimeError('broken on purpose')\n")
-    result = kname_venv.python_run(
-        "-c", "print('ran')", env={"KNAME": "1", "PYTHONPATH": str(tmp_path)}
-    )
-    assert result.returncode == 0 and result.stdout.split() == ["ran"], result.stderr
-    assert result.stderr.splitlines() == [
-        "kname: could not start (RuntimeError: broken on purpose); the program runs without kname"
-    ]
-
-
 def test_pip_uninstall_removes_kname_pth(tmp_path: Path, kname_wheel: Path) -> None:
     venv = make_venv(tmp_path / "env")
     venv.install(str(kname_wheel))
@@ -193,6 +175,45 @@ def test_kname_strict_does_not_stop_the_kname_command_itself(kname_venv: Venv) -
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("kname ")
     assert result.stderr.count("KNAME_MODE='loud'") == 1
+
+
+COULD_NOT_START = (
+    "kname: could not start (RuntimeError: broken on purpose); the program runs without kname"
+)
+
+
+def broken_kname(tmp_path: Path) -> Path:
+    """A folder holding a kname package whose import fails, to put first on PYTHONPATH."""
+    package = tmp_path / "broken" / "kname"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise RuntimeError('broken on purpose')\n")
+    return package.parent
+
+
+def test_a_kname_that_fails_to_import_is_one_line_at_start_up(
+    kname_venv: Venv, tmp_path: Path
+) -> None:
+    """Whatever breaks `import kname` itself at start-up (a broken install; an interpreter missing
+    part of its standard library, as ncu's helper processes are), the program runs, and stderr
+    has one line in place of site's traceback under `Error processing line 1 of kname.pth`; the
+    sitecustomize example behind kname.pth does not say it again."""
+    broken = broken_kname(tmp_path)
+    for path in (f"{broken}", f"{SITECUSTOMIZE_DIR}:{broken}"):
+        result = kname_venv.python_run("-c", "print('ran')", env={"KNAME": "1", "PYTHONPATH": path})
+        assert result.returncode == 0 and result.stdout.split() == ["ran"], result.stderr
+        assert result.stderr.splitlines() == [COULD_NOT_START], path
+
+
+def test_the_sitecustomize_gates_say_a_failed_import_in_one_line(
+    venv_without_pth: Venv, tmp_path: Path
+) -> None:
+    """The same from the sitecustomize example, and from the one `kname run` puts on the path."""
+    broken = broken_kname(tmp_path)
+    for gate in (SITECUSTOMIZE_DIR, venv_without_pth.site_packages / "kname" / "_bootstrap"):
+        env = {"KNAME": "1", "PYTHONPATH": f"{gate}:{broken}"}
+        result = venv_without_pth.python_run("-c", "print('ran')", env=env)
+        assert result.returncode == 0 and result.stdout.split() == ["ran"], result.stderr
+        assert result.stderr.splitlines() == [COULD_NOT_START], gate
 
 
 def cheap_off_values(source: str) -> tuple[str, ...]:

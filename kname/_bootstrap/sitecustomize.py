@@ -19,7 +19,7 @@ def _switch_may_be_on():
 
 def _start_kname():
     if getattr(sys, "_kname_started", False):
-        return  # kname.pth, read before any sitecustomize, started it already
+        return  # kname.pth, read before any sitecustomize, started kname (or said why not)
     try:
         import kname._startup  # noqa: F401  (importing it starts kname, once per process)
     except ImportError:

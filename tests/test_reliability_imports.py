@@ -11,7 +11,7 @@ import types
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from support import PARENT_PTH, Venv, cleaned, line_of, make_venv
 from test_reliability import NOOP_TARGET, count_ranges, kname_lines, run_program
@@ -331,6 +331,7 @@ def in_process(monkeypatch: pytest.MonkeyPatch):
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(env=st.dictionaries(st.sampled_from(VARIABLES[1:]), ANY_TEXT, min_size=1))
+@example(env={"KNAME_MODE": "PROFILE"})  # found by CI: a valid mode, without a GPU there
 def test_install_under_any_environment_never_raises_and_launches_still_run(
     in_process, monkeypatch, capsys, env
 ) -> None:
@@ -352,7 +353,10 @@ def test_install_under_any_environment_never_raises_and_launches_still_run(
         kname.uninstall()
         callsite.clear()  # uninstall() keeps the counts; the next example starts from none
     err = capsys.readouterr().err
+    profiling = (env.get("KNAME_MODE") or "").strip().lower() == "profile"
     for line in err.splitlines():
+        if profiling and line.startswith("kname: profile: "):
+            continue  # a valid mode, whose CUPTI may not start here (no GPU): one line says so
         assert line.startswith("kname: KNAME_"), line  # one variable named; no internal error
         assert any(line.startswith(f"kname: {v}") for v in env), line
     assert module.launch(4) == 9

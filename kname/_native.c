@@ -121,12 +121,19 @@ layout_fits(Layout *layout, PyObject *obj)
            && layout->type->tp_version_tag == layout->version;
 }
 
+/* Slot i of `obj`, which layout_fits: borrowed, NULL when the slot is empty. */
+static inline PyObject *
+slot_value(const Layout *layout, PyObject *obj, int i)
+{
+    return *(PyObject **)((char *)obj + layout->offset[i]);
+}
+
 /* obj.<names[i]> as a new reference, NULL with AttributeError when the slot is empty. */
 static PyObject *
 read_field(Layout *layout, PyObject *obj, PyObject *const *names, int i)
 {
     if (layout_fits(layout, obj)) {
-        PyObject *value = *(PyObject **)((char *)obj + layout->offset[i]);
+        PyObject *value = slot_value(layout, obj, i);
         if (value != NULL)
             return Py_NewRef(value);
     }
@@ -159,6 +166,15 @@ typedef struct {
 
 static Recent recent[RECENT];
 static RecentKind recent_kinds[RECENT];
+
+/* Whether `entry` answers for this key: remembered from this wrapper's `sites`, unchanged since. */
+static inline int
+recent_answers(const Recent *entry, PyObject *sites, int remember, void *code, int lasti,
+               void *kernel)
+{
+    return remember && entry->sites == sites && entry->code == code && entry->kernel == kernel
+           && entry->lasti == lasti && entry->generation == generation_of(sites);
+}
 
 static inline Recent *
 recent_slot(void *code, int lasti, void *kernel)
@@ -289,15 +305,6 @@ switch_is_on(LaunchWrapper *w)
     return result;
 }
 
-/* BaseCall (below): the original of the launch wrapper on kname's subclasses of CuPy's kernels. */
-typedef struct {
-    PyObject_HEAD
-    vectorcallfunc vectorcall;
-    PyTypeObject *base;
-} BaseCall;
-
-static PyTypeObject BaseCallType;
-
 /* A launch's arguments as the wrapper got them: a vectorcall (`self` NULL), or, through the C
  * __call__ slot kname gives its CuPy subclasses (direct_call), the instance, a tuple and a dict.
  * The second form reaches CuPy's own slot with that same tuple and dict: no copy. */
@@ -306,8 +313,9 @@ typedef struct {
     size_t nargsf;
     PyObject *kwnames;
     PyObject *self, *tuple, *kwargs;
-    /* The slot form only: CuPy's own __call__ slot, where direct_call knows that the wrapper's
-     * original is a BaseCall of a class `self` derives from (NULL: not known). */
+    /* The slot form only: CuPy's own __call__ slot, where direct_call knows that `slot_owner`
+     * (the wrapper's original) is a BaseCall of a class `self` derives from (NULL: not known). */
+    PyObject *slot_owner;
     ternaryfunc base_slot;
 } Args;
 
@@ -416,13 +424,10 @@ lookup(LaunchWrapper *w, Frame *frame, PyObject *kernel, PyObject **kernel_id)
 {
     PyCodeObject *code = frame_code(frame);
     int lasti = frame_lasti(frame);
-    uint64_t generation = generation_of(w->sites);
     Recent *entry = recent_slot(code, lasti, kernel);
-    if (w->remember && entry->sites == w->sites && entry->code == (void *)code
-        && entry->kernel == (void *)kernel && entry->lasti == lasti
-        && entry->generation == generation)
+    if (recent_answers(entry, w->sites, w->remember, code, lasti, kernel))
         return Py_XNewRef(entry->site); /* NULL, no error: a known miss */
-    return lookup_in_dict(w, code, lasti, kernel, kernel_id, entry, generation);
+    return lookup_in_dict(w, code, lasti, kernel, kernel_id, entry, generation_of(w->sites));
 }
 
 /* The kind kname.callsite decided for `frame`'s code: USER, LIBRARY, PLUMBING, or -1 when it
@@ -552,18 +557,14 @@ call_with_dict(PyObject *run, const Args *a)
     return result;
 }
 
-/* run(self, *tuple, **kwargs) for the slot form; CuPy's own slot straight when `run` is a
- * BaseCall (the launch wrapper's original, not a rename-mode launch). */
-static PyObject *
+/* run(self, *tuple, **kwargs) for the slot form; CuPy's own slot straight when `run` is the
+ * BaseCall whose slot direct_call found (the launch wrapper's original, not a rename-mode
+ * launch). Any other BaseCall checks `self` and raises as CPython's slot wrapper does. */
+static inline PyObject *
 call_slot_form(PyObject *run, const Args *a)
 {
-    if (Py_IS_TYPE(run, &BaseCallType) && ((BaseCall *)run)->base != NULL) {
-        PyTypeObject *base = ((BaseCall *)run)->base;
-        /* kname's subclass derives from `base` straight: its tp_base says so without the walk
-         * of the MRO that PyObject_TypeCheck makes for an instance of a subclass. */
-        if (Py_TYPE(a->self)->tp_base == base || PyObject_TypeCheck(a->self, base))
-            return base->tp_call(a->self, a->tuple, a->kwargs);
-    }
+    if (a->base_slot != NULL && run == a->slot_owner)
+        return a->base_slot(a->self, a->tuple, a->kwargs);
     return call_with_dict(run, a);
 }
 
@@ -710,7 +711,7 @@ is_cached(LaunchWrapper *w, const Args *a, Frame *caller, Frame *in_progress, Ca
     if (w->original == NULL || caller == NULL || caller == in_progress
         || !layout_fits(&w->switch_layout, w->switch_))
         return 0;
-    if (*(PyObject **)((char *)w->switch_ + w->switch_layout.offset[0]) != Py_True)
+    if (slot_value(&w->switch_layout, w->switch_, 0) != Py_True)
         return 0;
     PyObject *kernel;
     if (w->kernel_mode == KERNEL_ORIGINAL)
@@ -722,19 +723,17 @@ is_cached(LaunchWrapper *w, const Args *a, Frame *caller, Frame *in_progress, Ca
     PyCodeObject *code = frame_code(caller);
     int lasti = frame_lasti(caller);
     Recent *entry = recent_slot(code, lasti, kernel);
-    if (!w->remember || entry->sites != w->sites || entry->code != (void *)code
-        || entry->kernel != (void *)kernel || entry->lasti != lasti
-        || entry->generation != generation_of(w->sites) || entry->site == NULL)
+    if (!recent_answers(entry, w->sites, w->remember, code, lasti, kernel) || entry->site == NULL)
         return 0;
     PyObject *site = entry->site;
     if (!layout_fits(&w->site_layout, site))
         return 0;
-    int *offset = w->site_layout.offset;
-#define SITE_FIELD(i) (*(PyObject **)((char *)site + offset[i]))
-    PyObject *counter = SITE_FIELD(F_COUNTER), *push = SITE_FIELD(F_PUSH), *pop = SITE_FIELD(F_POP);
-    if (counter == NULL || !Py_IS_TYPE(counter, &CounterType) || SITE_FIELD(F_LAUNCH) != Py_None)
+    const Layout *fields = &w->site_layout;
+    PyObject *counter = slot_value(fields, site, F_COUNTER);
+    PyObject *push = slot_value(fields, site, F_PUSH), *pop = slot_value(fields, site, F_POP);
+    if (counter == NULL || !Py_IS_TYPE(counter, &CounterType)
+        || slot_value(fields, site, F_LAUNCH) != Py_None)
         return 0;
-#undef SITE_FIELD
     c->counter = (Counter *)counter;
     if (push == Py_None && pop == Py_None) {
         c->push = NULL;
@@ -752,20 +751,6 @@ is_cached(LaunchWrapper *w, const Args *a, Frame *caller, Frame *in_progress, Ca
     return 0;
 }
 
-/* The wrapper's original, as run_launch runs it; CuPy's slot straight where direct_call found it,
- * without reading the BaseCall and the classes again. */
-static inline PyObject *
-run_original(LaunchWrapper *w, Frame *caller, const Args *a, Frame **in_progress)
-{
-    if (a->base_slot == NULL)
-        return run_launch(w->original, caller, a, in_progress);
-    Frame *outer = *in_progress;
-    *in_progress = caller;
-    PyObject *result = a->base_slot(a->self, a->tuple, a->kwargs);
-    *in_progress = outer;
-    return result;
-}
-
 static inline PyObject *
 run_cached(LaunchWrapper *w, const Args *a, Frame *caller, Frame **in_progress, Cached *c)
 {
@@ -774,12 +759,12 @@ run_cached(LaunchWrapper *w, const Args *a, Frame *caller, Frame **in_progress, 
     if (c->push != NULL) {
         NvtxCall *push = (NvtxCall *)c->push;
         nvtxDomainRangePushEx(push->domain, &push->attributes);
-        PyObject *result = run_original(w, caller, a, in_progress);
+        PyObject *result = run_launch(w->original, caller, a, in_progress);
         nvtxDomainRangePop((nvtxDomainHandle_t)c->pop_domain);
         return result;
     }
 #endif
-    return run_original(w, caller, a, in_progress);
+    return run_launch(w->original, caller, a, in_progress);
 }
 
 static PyObject *
@@ -800,7 +785,7 @@ launch(LaunchWrapper *w, const Args *a)
 static PyObject *
 launch_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    Args a = {args, nargsf, kwnames, NULL, NULL, NULL, NULL};
+    Args a = {args, nargsf, kwnames, NULL, NULL, NULL, NULL, NULL};
     return launch((LaunchWrapper *)op, &a);
 }
 
@@ -1368,6 +1353,13 @@ static PyTypeObject BoundLaunchType = {
 
 /* ------------------------------------------------------------------ BaseCall */
 
+/* A BaseCall holds the class whose own __call__ slot it calls. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyTypeObject *base;
+} BaseCall;
+
 /* BaseCall(base): base.__call__(self, *args, **kwargs) for a class whose __call__ is a C slot
  * (CuPy's Cython kernels), without the slot wrapper's two argument tuples: the original of the
  * launch wrapper that kname's Python subclass of such a class has as its __call__. */
@@ -1486,7 +1478,7 @@ static PyTypeObject BaseCallType = {
 static PyObject *str_dunder_call;
 
 /* CuPy's own slot, where `call` is a launch wrapper of BaseCall(base) and `type` derives from
- * base: run_original then calls it straight. NULL otherwise. */
+ * base: call_slot_form then calls it straight. NULL otherwise. */
 static ternaryfunc
 base_slot_of(PyTypeObject *type, PyObject *call)
 {
@@ -1527,7 +1519,8 @@ direct_call(PyObject *self, PyObject *args, PyObject *kwargs)
     Py_INCREF(call); /* the class may be changed during the launch */
     PyObject *result;
     if (Py_IS_TYPE(call, &LaunchWrapperType) && ((LaunchWrapper *)call)->original != NULL) {
-        Args a = {NULL, 0, NULL, self, args, kwargs, last.base_slot};
+        PyObject *original = ((LaunchWrapper *)call)->original;
+        Args a = {NULL, 0, NULL, self, args, kwargs, original, last.base_slot};
         result = launch((LaunchWrapper *)call, &a);
     }
     else { /* something else is the class's __call__ now: call it as CPython's slot would */

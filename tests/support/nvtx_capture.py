@@ -8,6 +8,7 @@ almost nothing (see :func:`null_env`).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import re
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("nvtx_inject.c")
+SETUP_PY = Path(__file__).resolve().parents[2] / "setup.py"
 LIB_NAME = "libkname_nvtx_inject.so"
 GLOBAL_DOMAIN = "<global>"
 CFLAGS = ("-O2", "-Wall", "-Wextra")
@@ -117,23 +119,15 @@ class Capture:
         return deepest
 
 
+@functools.cache
 def nvtx_include_dir() -> Path | None:
-    """The directory holding ``nvtx3/``: the installed nvidia-nvtx wheel's, else the CUDA
-    toolkit's ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda), else None."""
-    spec = importlib.util.find_spec("nvidia")
-    roots = (spec.submodule_search_locations or []) if spec else []
-    found = sorted(
-        header.parent.parent
-        for root in roots
-        for header in Path(root).glob("*/include/nvtx3/nvToolsExt.h")
-    )
-    if found:
-        return found[-1]
-    toolkits = (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda")
-    for toolkit in filter(None, toolkits):
-        if (Path(toolkit) / "include" / "nvtx3" / "nvToolsExt.h").is_file():
-            return Path(toolkit) / "include"
-    return None
+    """The directory holding ``nvtx3/`` as kname's build finds it (setup.py's own search: the
+    installed nvidia-nvtx wheel's, else the CUDA toolkit's), else None."""
+    spec = importlib.util.spec_from_file_location("kname_setup", SETUP_PY)
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)  # not as __main__: setup() is not run
+    found = build.nvtx_include_dir()
+    return None if found is None else Path(found)
 
 
 def _compiler() -> list[str] | None:

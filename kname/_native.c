@@ -57,8 +57,17 @@ static const char OPENING[] = "opening a launch's NVTX range";
 static const char CLOSING[] = "closing a launch's NVTX range";
 
 /* The caller frame of the innermost launch a LaunchWrapper is running on this thread (borrowed:
- * that frame is suspended in the call, so it lives until the call returns). */
-static _Thread_local Frame *launch_caller = NULL;
+ * that frame is suspended in the call, so it lives until the call returns). Initial-exec: read at
+ * a fixed offset from the thread pointer, where a shared library's thread-locals are otherwise
+ * found through a call into the dynamic linker at each launch. Its 8 bytes come from the static
+ * TLS space glibc keeps for libraries loaded later; were it used up, the import fails and kname
+ * takes its Python path (kname doctor says why). */
+#if defined(__GNUC__)
+#define INITIAL_EXEC __attribute__((tls_model("initial-exec")))
+#else
+#define INITIAL_EXEC
+#endif
+static _Thread_local Frame *launch_caller INITIAL_EXEC = NULL;
 
 static PyObject *str_on, *str_counter, *str_launch, *str_push, *str_pop;
 static PyObject *str_finding, *str_opening, *str_closing;
@@ -66,14 +75,14 @@ static PyObject *str_finding, *str_opening, *str_closing;
 /* ------------------------------------------------------------------ slots read in place */
 
 /* Where a type keeps some __slots__ members, learned once per type (and again after the type is
- * changed: its version tag moves). Reading the slot is what getattr does for a plain slot of a
- * type with generic attribute access: data descriptors come first in that look-up. */
+ * changed: its stamp moves, see _native_common.h). Reading the slot is what getattr does for a
+ * plain slot of a type with generic attribute access: data descriptors come first in that
+ * look-up. */
 #define MAX_FIELDS 4
 
 typedef struct {
     PyTypeObject *type; /* strong: its address cannot be reused while learned */
-    unsigned int version;
-    int fast;
+    uint64_t stamp;     /* NO_STAMP: the slots are read through getattr */
     int offset[MAX_FIELDS]; /* 32 bytes in all: a learned layout and the fields it reads share
                              * cache lines with the wrapper's other hot fields */
 } Layout;
@@ -101,24 +110,20 @@ learn_layout(Layout *layout, PyTypeObject *type, PyObject *const *names, int cou
 {
     Py_INCREF(type);
     Py_XSETREF(layout->type, type);
-    layout->fast = type->tp_getattro == PyObject_GenericGetAttr;
+    int fast = type->tp_getattro == PyObject_GenericGetAttr;
     for (int i = 0; i < count; i++) {
         Py_ssize_t offset = slot_offset(type, names[i]);
         layout->offset[i] = offset < 0 || offset > INT_MAX ? -1 : (int)offset;
         if (layout->offset[i] < 0)
-            layout->fast = 0;
+            fast = 0;
     }
-    /* Read after the look-ups, which give the type a version tag where it has none. */
-    layout->version = type->tp_version_tag;
-    if (layout->version == 0)
-        layout->fast = 0;
+    layout->stamp = fast ? follow_type(type) : NO_STAMP; /* after the look-ups: see follow_type */
 }
 
 static inline int
 layout_fits(Layout *layout, PyObject *obj)
 {
-    return layout->fast && Py_TYPE(obj) == layout->type
-           && layout->type->tp_version_tag == layout->version;
+    return Py_TYPE(obj) == layout->type && layout->stamp == type_stamp(layout->type);
 }
 
 /* Slot i of `obj`, which layout_fits: borrowed, NULL when the slot is empty. */
@@ -569,8 +574,7 @@ call_slot_form(PyObject *run, const Args *a)
 }
 
 /* The launch, marked on this thread as in progress from `caller`. `in_progress` is
- * &launch_caller, taken once per launch: in a shared library each thread-local access can cost a
- * call into the dynamic linker. */
+ * &launch_caller, taken once per launch. */
 static inline PyObject *
 run_launch(PyObject *run, Frame *caller, const Args *a, Frame **in_progress)
 {
@@ -693,7 +697,7 @@ done:
 
 /* What a cached launch needs, borrowed from objects that no Python code runs to change between
  * the reads and their use, except `pop_domain`, a copy: the launch itself may run Python, and
- * another thread's give-up may free the site's pop meanwhile. */
+ * another thread's give-up may free the site's range meanwhile. */
 typedef struct {
     Counter *counter;
     void *push; /* the site's NvtxCall push, NULL when its range is None */
@@ -740,11 +744,11 @@ is_cached(LaunchWrapper *w, const Args *a, Frame *caller, Frame *in_progress, Ca
         return 1;
     }
 #ifdef KNAME_NVTX
-    if (push != NULL && pop != NULL && Py_IS_TYPE(push, &NvtxCallType)
-        && Py_IS_TYPE(pop, &NvtxCallType) && !((NvtxCall *)push)->is_pop
-        && ((NvtxCall *)pop)->is_pop) {
+    /* A push's own pop closes the push's domain: the pop is known without being read. */
+    if (push != NULL && Py_IS_TYPE(push, &NvtxCallType) && ((NvtxCall *)push)->pop != NULL
+        && pop == ((NvtxCall *)push)->pop) {
         c->push = push;
-        c->pop_domain = ((NvtxCall *)pop)->domain;
+        c->pop_domain = ((NvtxCall *)push)->domain;
         return 1;
     }
 #endif
@@ -773,7 +777,7 @@ launch(LaunchWrapper *w, const Args *a)
     Frame *caller = frame_current();
     Frame **in_progress = &launch_caller;
 #if defined(__GNUC__)
-    /* Keep that address: left to itself the compiler takes it again at each use, a call each. */
+    /* Keep that address: left to itself the compiler works it out again at each use. */
     __asm__("" : "+r"(in_progress));
 #endif
     Cached c;
@@ -886,7 +890,7 @@ launch_clear(LaunchWrapper *w)
     Py_CLEAR(w->dict);
     Py_CLEAR(w->switch_layout.type);
     Py_CLEAR(w->site_layout.type);
-    w->switch_layout.fast = w->site_layout.fast = 0;
+    w->switch_layout.stamp = w->site_layout.stamp = NO_STAMP;
     return 0;
 }
 
@@ -1491,45 +1495,48 @@ base_slot_of(PyTypeObject *type, PyObject *call)
     return base != NULL && PyType_IsSubtype(type, base) ? base->tp_call : NULL;
 }
 
+/* Looks up `type`'s __call__ for direct_call and remembers it in `hot`. Runs no Python code: the
+ * class remembered before comes back, for the caller to release once it no longer reads `hot`. */
+static COLD PyTypeObject *
+remember_call(PyTypeObject *type)
+{
+    PyTypeObject *before = hot.call_type;
+    PyObject *found = _PyType_Lookup(type, str_dunder_call); /* borrowed, no error */
+    hot.call_type = (PyTypeObject *)Py_NewRef(type);
+    hot.call_stamp = follow_type(type); /* after the look-up: see follow_type */
+    hot.call = found;
+    hot.call_base_slot = base_slot_of(type, found);
+    return before;
+}
+
 static PyObject *
 direct_call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    /* The class's __call__ as last looked up, good while the class keeps its version tag: CPython
-     * gives it a new one whenever its attributes or its bases change (a base's too), and never
-     * reuses a tag. So is the base's slot found for it: a wrapper's original never changes. */
-    static struct {
-        PyTypeObject *type;
-        unsigned int version;
-        PyObject *call; /* borrowed: the unchanged class holds it */
-        ternaryfunc base_slot;
-    } last = {NULL, 0, NULL, NULL};
-    PyTypeObject *type = Py_TYPE(self);
-    if (type != last.type || type->tp_version_tag != last.version || last.version == 0) {
-        PyObject *found = _PyType_Lookup(type, str_dunder_call); /* borrowed, no error */
-        /* Read after the look-up, which gives the class a version tag where it has none. */
-        last.type = type;
-        last.version = type->tp_version_tag;
-        last.call = found;
-        last.base_slot = base_slot_of(type, found);
-    }
-    PyObject *call = last.call;
-    if (call == NULL)
-        return PyErr_Format(PyExc_TypeError, "'%.200s' object is not callable",
-                            Py_TYPE(self)->tp_name);
-    Py_INCREF(call); /* the class may be changed during the launch */
+    /* The class's __call__ as last looked up (`hot`, see _native_common.h), good while the class
+     * keeps its stamp: it moves whenever the class's attributes or bases change (a base's too).
+     * So is the base's slot found for it: a wrapper's original never changes. */
+    PyTypeObject *type = Py_TYPE(self), *released = NULL;
+    if (type != hot.call_type || type_stamp(type) != hot.call_stamp)
+        released = remember_call(type);
+    PyObject *call = Py_XNewRef(hot.call); /* the class may be changed during the launch */
+    ternaryfunc base_slot = hot.call_base_slot;
     PyObject *result;
-    if (Py_IS_TYPE(call, &LaunchWrapperType) && ((LaunchWrapper *)call)->original != NULL) {
+    if (call == NULL) {
+        result = PyErr_Format(PyExc_TypeError, "'%.200s' object is not callable", type->tp_name);
+    }
+    else if (Py_IS_TYPE(call, &LaunchWrapperType) && ((LaunchWrapper *)call)->original != NULL) {
         PyObject *original = ((LaunchWrapper *)call)->original;
-        Args a = {NULL, 0, NULL, self, args, kwargs, original, last.base_slot};
+        Args a = {NULL, 0, NULL, self, args, kwargs, original, base_slot};
         result = launch((LaunchWrapper *)call, &a);
     }
     else { /* something else is the class's __call__ now: call it as CPython's slot would */
         descrgetfunc get = Py_TYPE(call)->tp_descr_get;
-        PyObject *bound = get == NULL ? Py_NewRef(call) : get(call, self, (PyObject *)Py_TYPE(self));
+        PyObject *bound = get == NULL ? Py_NewRef(call) : get(call, self, (PyObject *)type);
         result = bound == NULL ? NULL : PyObject_Call(bound, args, kwargs);
         Py_XDECREF(bound);
     }
-    Py_DECREF(call);
+    Py_XDECREF(call);
+    Py_XDECREF(released);
     return result;
 }
 
@@ -1625,6 +1632,7 @@ PyInit__native(void)
         || PyType_Ready(&CounterType) < 0)
         return NULL;
     watch_dicts();
+    watch_types();
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL)
         return NULL;

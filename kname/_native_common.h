@@ -82,20 +82,55 @@ restore_error(PyObject *exc)
 }
 #endif
 
-/* ------------------------------------------------------------------ dict generations */
+/* ------------------------------------------------------------------ watched changes */
+
+/* kname remembers look-ups of a few dicts (the call-site caches) and types (the classes whose
+ * __slots__ it reads in place, the classes it calls through a C slot) for as long as they are
+ * unchanged. A stamp tells: remembered with one stamp, an answer holds while the stamp reads the
+ * same. On 3.12+, watchers count changes to the watched dicts and types: the stamps are those
+ * counts, which live in one cache line with the other globals a cached launch reads (`hot`), so
+ * the check reads no dict or type. On 3.11, the stamps are the objects' own version tags. */
+typedef struct {
+    _Alignas(64) uint64_t dict_changes; /* 3.12+: changes to a watched dict */
+    uint64_t type_changes;              /* 3.12+: changes to a watched type (or to a base) */
+    /* kname._native's C __call__ slot (direct_call): the class it last called through, with its
+     * stamp, its __call__ (borrowed: the unchanged class holds it) and its base class's slot. */
+    PyTypeObject *call_type; /* strong: its address cannot be reused while remembered */
+    uint64_t call_stamp;
+    PyObject *call;
+    ternaryfunc call_base_slot;
+} Hot;
+
+#if defined(__GNUC__)
+#define MAYBE_UNUSED __attribute__((unused))
+#else
+#define MAYBE_UNUSED
+#endif
+
+static Hot hot MAYBE_UNUSED = {1, 1, NULL, 0, NULL, NULL}; /* on 3.11, _native_cupti.c reads none */
+
+/* A stamp no type has: a type that cannot be followed is never remembered. */
+#define NO_STAMP UINT64_MAX
 
 #if PY_VERSION_HEX >= 0x030C0000
-static int dict_watcher = -1;
-static uint64_t watched_generation = 1;
+static int dict_watcher = -1, type_watcher = -1;
 
 static int
-bump_generation(PyDict_WatchEvent event, PyObject *dict, PyObject *key, PyObject *new_value)
+count_dict_change(PyDict_WatchEvent event, PyObject *dict, PyObject *key, PyObject *new_value)
 {
     (void)event;
     (void)dict;
     (void)key;
     (void)new_value;
-    watched_generation++;
+    hot.dict_changes++;
+    return 0;
+}
+
+static inline int
+count_type_change(PyTypeObject *type)
+{
+    (void)type;
+    hot.type_changes++;
     return 0;
 }
 
@@ -103,7 +138,14 @@ static inline uint64_t
 generation_of(PyObject *dict)
 {
     (void)dict;
-    return watched_generation;
+    return hot.dict_changes;
+}
+
+static inline uint64_t
+type_stamp(PyTypeObject *type)
+{
+    (void)type;
+    return hot.type_changes;
 }
 
 /* Whether look-ups of `dict` may be remembered: it must be watched. */
@@ -117,11 +159,31 @@ follow_changes(PyObject *dict)
     return 1;
 }
 
-/* At the module's import, once: no watcher id left means every look-up goes to the dict. */
+/* `type`'s stamp, to remember a look-up on it by, or NO_STAMP when its changes cannot be
+ * followed. Taken after the look-up, which gives the type a version tag where it has none:
+ * CPython tells a type's watchers of a change only while the type has one. */
+static inline uint64_t
+follow_type(PyTypeObject *type)
+{
+    if (type_watcher < 0 || type->tp_version_tag == 0 || PyType_Watch(type_watcher, (PyObject *)type) < 0) {
+        PyErr_Clear();
+        return NO_STAMP;
+    }
+    return hot.type_changes;
+}
+
+/* At the module's import, once each: no watcher id left means every look-up is made anew. */
 static void
 watch_dicts(void)
 {
-    if (dict_watcher < 0 && (dict_watcher = PyDict_AddWatcher(bump_generation)) < 0)
+    if (dict_watcher < 0 && (dict_watcher = PyDict_AddWatcher(count_dict_change)) < 0)
+        PyErr_Clear();
+}
+
+static inline void
+watch_types(void)
+{
+    if (type_watcher < 0 && (type_watcher = PyType_AddWatcher(count_type_change)) < 0)
         PyErr_Clear();
 }
 #else
@@ -132,6 +194,14 @@ generation_of(PyObject *dict)
     return ((PyDictObject *)dict)->ma_version_tag;
 }
 
+static inline uint64_t
+type_stamp(PyTypeObject *type)
+{
+    /* 3.11: a type's version tag is never reused, and is cleared (0) at any change to it or to
+     * a base. */
+    return type->tp_version_tag;
+}
+
 static int
 follow_changes(PyObject *dict)
 {
@@ -139,8 +209,19 @@ follow_changes(PyObject *dict)
     return 1;
 }
 
+static inline uint64_t
+follow_type(PyTypeObject *type)
+{
+    return type->tp_version_tag == 0 ? NO_STAMP : type->tp_version_tag;
+}
+
 static void
 watch_dicts(void)
+{
+}
+
+static inline void
+watch_types(void)
 {
 }
 #endif

@@ -24,13 +24,15 @@
 #ifdef KNAME_NVTX
 #include <nvtx3/nvToolsExt.h>
 
+/* What a launch reads comes first: a push is known, and its range opened and closed, from the
+ * object's first 40 bytes. */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     nvtxDomainHandle_t domain;
-    nvtxEventAttributes_t attributes; /* push only */
+    PyObject *pop; /* a push: the pop made with it (same domain); a pop: NULL */
     PyObject *message;                /* for repr */
-    int is_pop;
+    nvtxEventAttributes_t attributes; /* push only */
 } NvtxCall;
 
 static PyTypeObject NvtxCallType;
@@ -42,7 +44,7 @@ static PyObject *nvtx_domains, *nvtx_categories;
 static inline void
 nvtx_call_now(NvtxCall *call)
 {
-    if (call->is_pop)
+    if (call->pop == NULL)
         nvtxDomainRangePop(call->domain);
     else
         nvtxDomainRangePushEx(call->domain, &call->attributes);
@@ -65,7 +67,7 @@ nvtx_call_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObjec
     (void)args;
     NvtxCall *call = (NvtxCall *)op;
     if (PyVectorcall_NARGS(nargsf) != 0 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
-        PyErr_Format(PyExc_TypeError, "%s() takes no arguments", call->is_pop ? "pop" : "push");
+        PyErr_Format(PyExc_TypeError, "%s() takes no arguments", call->pop ? "push" : "pop");
         return NULL;
     }
     nvtx_call_now(call);
@@ -75,7 +77,7 @@ nvtx_call_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObjec
 static PyObject *
 nvtx_call_repr(NvtxCall *call)
 {
-    if (call->is_pop)
+    if (call->pop == NULL)
         return PyUnicode_FromString("<kname NVTX pop>");
     return PyUnicode_FromFormat("<kname NVTX push %R>", call->message);
 }
@@ -84,6 +86,7 @@ static void
 nvtx_call_dealloc(NvtxCall *call)
 {
     Py_XDECREF(call->message);
+    Py_XDECREF(call->pop);
     Py_TYPE(call)->tp_free((PyObject *)call);
 }
 
@@ -151,8 +154,9 @@ category_id(nvtxDomainHandle_t domain, PyObject *domain_name, PyObject *category
     return id;
 }
 
+/* A pop (`pop` NULL), or a push that closes its range with `pop`. */
 static NvtxCall *
-new_nvtx_call(nvtxDomainHandle_t domain, PyObject *message, int is_pop)
+new_nvtx_call(nvtxDomainHandle_t domain, PyObject *message, NvtxCall *pop)
 {
     NvtxCall *call = PyObject_New(NvtxCall, &NvtxCallType);
     if (call == NULL)
@@ -161,7 +165,7 @@ new_nvtx_call(nvtxDomainHandle_t domain, PyObject *message, int is_pop)
     call->domain = domain;
     memset(&call->attributes, 0, sizeof call->attributes);
     call->message = Py_XNewRef(message);
-    call->is_pop = is_pop;
+    call->pop = Py_XNewRef((PyObject *)pop);
     return call;
 }
 
@@ -199,9 +203,14 @@ nvtx_range(PyObject *module, PyObject *args)
     uint32_t category_number = category_id(domain, domain_name, category);
     if (category_number == 0)
         return NULL;
-    NvtxCall *push = new_nvtx_call(domain, message, 0);
-    if (push == NULL)
+    NvtxCall *pop = new_nvtx_call(domain, NULL, NULL);
+    if (pop == NULL)
         return NULL;
+    NvtxCall *push = new_nvtx_call(domain, message, pop);
+    if (push == NULL) {
+        Py_DECREF(pop);
+        return NULL;
+    }
     push->attributes.version = NVTX_VERSION;
     push->attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
     push->attributes.category = category_number;
@@ -209,11 +218,6 @@ nvtx_range(PyObject *module, PyObject *args)
     push->attributes.color = argb;
     push->attributes.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
     push->attributes.message.registered = nvtxDomainRegisterStringA(domain, text);
-    NvtxCall *pop = new_nvtx_call(domain, NULL, 1);
-    if (pop == NULL) {
-        Py_DECREF(push);
-        return NULL;
-    }
     return Py_BuildValue("(NN)", push, pop);
 }
 

@@ -244,3 +244,44 @@ def test_a_range_given_up_during_its_launch_is_still_closed(
     assert calls == ["NoneType"]
     assert len(capture.of("push")) == 3 and len(capture.of("pop")) == 3
     assert capture.balanced(), capture.stack_errors()
+
+
+SWAPS_POP = """
+import json
+
+import kname
+
+kname.install(targets=["gpulib:launch"])
+import gpulib
+from kname import _native, callsite
+
+
+def step():
+    gpulib.launch("axpy")
+
+
+for _ in range(3):
+    step()
+# Each site's range now closes with another range's pop, in another domain.
+_, other_pop = _native.nvtx_range("other", "another range", 1, "lib")
+for site in callsite.sites.values():
+    site.pop = other_pop
+for _ in range(2):
+    step()
+print(json.dumps(sorted({type(site.push).__name__ for site in callsite.sites.values()})))
+"""
+
+
+@needs_native
+def test_a_range_is_closed_by_its_sites_pop_whatever_its_push(
+    inject_lib: Path, tmp_path: Path
+) -> None:
+    """The cached launch closes a push's range with that push's own pop only while the site's
+    pop is it; a site given another pop closes with that one."""
+    if not hasattr(NATIVE, "nvtx_range"):
+        pytest.skip("kname._native was built without the NVTX headers")
+    calls, capture = captured_run(tmp_path, inject_lib, "1", GIVES_UP_LIB, SWAPS_POP)
+    assert calls == ["NvtxCall"]
+    assert len(capture.of("push", "kname")) == 5
+    assert len(capture.of("pop", "kname")) == 3
+    assert len(capture.of("pop", "other")) == 2

@@ -13,11 +13,12 @@ import importlib.util
 import json
 import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -84,20 +85,30 @@ class Variant:
         return elapsed / n
 
 
-def interleave(variants: Sequence[Variant], rounds: int, batch: int, warmup: int = 2):
-    """Run the variants in turn (A B C, B C A, C A B, ...) for `rounds` rounds.
+def round_orders(items: Sequence, rounds: int, seed: int = 0) -> Iterator[list]:
+    """The items in a new order for each of `rounds` rounds.
 
-    Returns {variant name: [ns per call of each round]}. Rotating the order keeps any one variant
-    from always following the same neighbour (caches, frequency steps).
+    A fixed order, rotated or not, has each item follow the same neighbour round after round,
+    whose traces (caches, frequency steps) then bias that item alone; shuffled, each follows
+    every other about equally often. The orders come from `seed`: a run is repeatable.
+    """
+    order, shuffle = list(items), random.Random(seed).shuffle
+    for _ in range(rounds):
+        shuffle(order)
+        yield list(order)
+
+
+def interleave(variants: Sequence[Variant], rounds: int, batch: int, warmup: int = 2):
+    """Run the variants in a new order each round (round_orders) for `rounds` rounds.
+
+    Returns {variant name: [ns per call of each round]}.
     """
     for _ in range(warmup):
         for variant in variants:
             variant.batch(batch)
     samples: dict[str, list[float]] = {v.name: [] for v in variants}
-    count = len(variants)
-    for r in range(rounds):
-        for i in range(count):
-            variant = variants[(r + i) % count]
+    for order in round_orders(variants, rounds):
+        for variant in order:
             samples[variant.name].append(variant.batch(batch))
     return samples
 

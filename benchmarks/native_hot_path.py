@@ -3,7 +3,8 @@
     python benchmarks/native_hot_path.py [--tool] [--rounds N] [--batch N]
 
 Each variant stands in turn in place of a no-op launch function, called from the same line of a
-loop (the same call site, so both wrappers share its Site), in one process, A B C / B C A ...:
+loop (the same call site, so both wrappers share its Site), in one process, in a new order each
+round:
   bare             the no-op function itself
   python, native   kname.launch.make_launch_wrapper with KNAME_NATIVE=0, and with the extension
   *_off            the same wrappers with their Switch off (a wrapper kept after disable())
@@ -27,6 +28,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _common import round_orders
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -136,9 +139,8 @@ def main() -> None:
     samples: dict[str, list[float]] = {name: [] for name in names}
     for name in names * 2:  # warm-up: sites built, caches filled
         variants[name](args.batch)
-    for r in range(args.rounds):
-        for i in range(len(names)):
-            name = names[(r + i) % len(names)]
+    for order in round_orders(names, args.rounds):
+        for name in order:
             samples[name].append(variants[name](args.batch))
 
     misses = []

@@ -5,8 +5,7 @@
 Each workload is one launch repeated `batch` times: three kname wraps (a numba-cuda kernel, a
 CuPy RawKernel, a Triton kernel) and two it does not (a CuPy ufunc into a preallocated array,
 torch's in-place add), caught at the CUDA launch API. kname is installed throughout (its NVTX
-naming costs the same in every variant). The variants, interleaved in every round in a rotating
-order:
+naming costs the same in every variant). The variants, interleaved in a new order every round:
 
     bare      no CUPTI at all;
     activity  CUPTI's activity records alone (kernels, copies, sets), their buffers freed unread
@@ -51,7 +50,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import use_test_support  # noqa: E402
+from _common import round_orders, use_test_support  # noqa: E402
 
 import kname  # noqa: E402
 from kname import _native_choice  # noqa: E402
@@ -257,9 +256,7 @@ def measure(variants: Variants, launch, synchronize, rounds: int, batch: int, cl
     loops: dict[str, list[float]] = {name: [] for name in VARIANTS}
     flushes: dict[str, list[float]] = {name: [] for name in VARIANTS}
     calls = []
-    for round_ in range(rounds):
-        shift = round_ % len(VARIANTS)
-        order = VARIANTS[shift:] + VARIANTS[:shift]
+    for order in round_orders(VARIANTS, rounds):
         for variant in order:
             variants.start(variant)
             launch()  # untimed: sites built, CUPTI's first launch of this kind made

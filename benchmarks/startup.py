@@ -24,7 +24,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import Variant, clean_env, interleave, quantile, summarize, use_test_support
+from _common import (
+    Variant,
+    clean_env,
+    interleave,
+    quantile,
+    round_orders,
+    summarize,
+    use_test_support,
+)
 
 IMPORT_SCRIPT = """\
 import sys, time
@@ -204,9 +212,7 @@ def _finder(plain: Path, installed: Path, work: Path, quick: bool, count: int = 
         )
     samples: dict[str, list[float]] = {name: [] for name in cases}
     runs = 8 if quick else 20
-    for r in range(runs):
-        names = list(cases)
-        names = names[r % 3 :] + names[: r % 3]
+    for names in round_orders(cases, runs):
         for name in names:
             python, env = cases[name]
             out = subprocess.run(

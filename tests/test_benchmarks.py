@@ -6,14 +6,31 @@ its table has every row, and that kname's variant named its launches.
 
 from __future__ import annotations
 
+import importlib.util
+import itertools
 import json
 import os
 import subprocess
 import sys
 
+from hypothesis import given
+from hypothesis import strategies as st
 from support import REPO
 
 RUN = REPO / "benchmarks" / "run.py"
+
+
+def load_common():
+    """benchmarks/_common.py (standard library only at import), as the workers import it."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_common", REPO / "benchmarks" / "_common.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+COMMON = load_common()
 VARIANTS = (
     "bare launch (kname uninstalled)",
     "kname on, cached call site",
@@ -60,3 +77,21 @@ def test_quick_launch_suite_runs_to_the_end_and_prints_its_table(tmp_path):
         assert run["site_names"] and all(where in n for n in run["site_names"])
     assert [m["new_sites"] for m in results["miss"]] == [m["pairs"] for m in results["miss"]]
     assert (tmp_path / "results.md").read_text().strip() == table.strip()
+
+
+@given(items=st.lists(st.integers(), unique=True, max_size=8), rounds=st.integers(0, 30))
+def test_each_round_times_every_variant_once(items, rounds):
+    orders = list(COMMON.round_orders(items, rounds, seed=rounds))
+    assert len(orders) == rounds
+    assert all(sorted(order) == sorted(items) for order in orders)
+    assert orders == list(COMMON.round_orders(items, rounds, seed=rounds))  # repeatable
+
+
+def test_no_variant_always_follows_the_same_one():
+    """Over a run's rounds each variant is timed right after every other one, not only after its
+    neighbour in a fixed (or rotated) order."""
+    variants = ["bare", "kname", "python", "disabled", "static", "again", "object"]
+    followed = set()
+    for order in COMMON.round_orders(variants, 200):
+        followed.update(itertools.pairwise(order))
+    assert followed == set(itertools.permutations(variants, 2))

@@ -165,7 +165,8 @@ follow_changes(PyObject *dict)
 static inline uint64_t
 follow_type(PyTypeObject *type)
 {
-    if (type_watcher < 0 || type->tp_version_tag == 0 || PyType_Watch(type_watcher, (PyObject *)type) < 0) {
+    if (type_watcher < 0 || type->tp_version_tag == 0
+        || PyType_Watch(type_watcher, (PyObject *)type) < 0) {
         PyErr_Clear();
         return NO_STAMP;
     }

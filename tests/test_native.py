@@ -334,6 +334,24 @@ def test_the_c_call_slot_calls_each_class_through_its_own_base() -> None:
 
 
 @NATIVE
+def test_the_c_call_slot_calls_the_call_its_class_has_now() -> None:
+    """disable() then enable() take a CuPy class's __call__ away and set a new one, and give the
+    class kname's slot again: the slot calls the new wrapper, not the one it remembered."""
+    native = _native_choice.choice({})[0]
+    launcher = launcher_class()
+    held = launcher(noop)
+    assert held(1) == (1,)  # the slot remembers the class's wrapper
+    del launcher.__call__
+    off = launch.Switch()
+    off.on = False
+    launcher.__call__ = wrap(native.BaseCall(staticmethod), switch=off)
+    native.use_direct_call(launcher)
+    gc.collect()  # the wrapper remembered before is freed
+    assert held(2) == (2,)
+    assert sum(callsite.counts().values()) == 1  # the new wrapper, switched off, counted none
+
+
+@NATIVE
 def test_a_class_changed_during_its_launch_finishes_that_launch() -> None:
     """The slot holds the wrapper it looked up: the launch may take __call__ away meanwhile."""
     launcher = launcher_class()

@@ -89,7 +89,8 @@ restore_error(PyObject *exc)
  * unchanged. A stamp tells: remembered with one stamp, an answer holds while the stamp reads the
  * same. On 3.12+, watchers count changes to the watched dicts and types: the stamps are those
  * counts, which live in one cache line with the other globals a cached launch reads (`hot`), so
- * the check reads no dict or type. On 3.11, the stamps are the objects' own version tags. */
+ * the check reads no dict or type. On 3.11, the stamps are the objects' own version tags (a
+ * type's while valid: valid_version_tag). */
 typedef struct {
     _Alignas(64) uint64_t dict_changes; /* 3.12+: changes to a watched dict */
     uint64_t type_changes;              /* 3.12+: changes to a watched type (or to a base) */
@@ -111,6 +112,19 @@ static Hot hot MAYBE_UNUSED = {1, 1, NULL, 0, NULL, NULL}; /* on 3.11, _native_c
 
 /* A stamp no type has: a type that cannot be followed is never remembered. */
 #define NO_STAMP UINT64_MAX
+
+/* `type`'s version tag while it is valid, else 0. CPython never reuses a tag, and a change to the
+ * type or to a base invalidates it: 3.12+ sets it to 0; 3.11 clears Py_TPFLAGS_VALID_VERSION_TAG
+ * (and, in the releases read here, sets it to 0 too: the flag is what 3.11 itself trusts). */
+static inline unsigned int
+valid_version_tag(PyTypeObject *type)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return type->tp_version_tag;
+#else
+    return (type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) ? type->tp_version_tag : 0;
+#endif
+}
 
 #if PY_VERSION_HEX >= 0x030C0000
 static int dict_watcher = -1, type_watcher = -1;
@@ -165,7 +179,7 @@ follow_changes(PyObject *dict)
 static inline uint64_t
 follow_type(PyTypeObject *type)
 {
-    if (type_watcher < 0 || type->tp_version_tag == 0
+    if (type_watcher < 0 || valid_version_tag(type) == 0
         || PyType_Watch(type_watcher, (PyObject *)type) < 0) {
         PyErr_Clear();
         return NO_STAMP;
@@ -198,9 +212,7 @@ generation_of(PyObject *dict)
 static inline uint64_t
 type_stamp(PyTypeObject *type)
 {
-    /* 3.11: a type's version tag is never reused, and is cleared (0) at any change to it or to
-     * a base. */
-    return type->tp_version_tag;
+    return valid_version_tag(type); /* 3.11: the tag itself, 0 once the type changes */
 }
 
 static int
@@ -213,7 +225,8 @@ follow_changes(PyObject *dict)
 static inline uint64_t
 follow_type(PyTypeObject *type)
 {
-    return type->tp_version_tag == 0 ? NO_STAMP : type->tp_version_tag;
+    unsigned int tag = valid_version_tag(type);
+    return tag == 0 ? NO_STAMP : tag;
 }
 
 static void

@@ -1667,7 +1667,7 @@ learn_record_layout(RecordLayout *layout, PyTypeObject *type)
                    && !PyObject_HasAttrString((PyObject *)type, "__post_init__");
     for (int i = 0; i < layout->count; i++)
         layout->fast = layout->fast && slot_offset(type, layout->fields[i], &layout->offset[i]);
-    layout->version = type->tp_version_tag; /* read after the look-ups, which give it one */
+    layout->version = valid_version_tag(type); /* after the look-ups, which give it one */
     layout->fast = layout->fast && layout->version != 0;
 }
 
@@ -1692,7 +1692,7 @@ make(RecordLayout *layout, PyObject *make_record, PyObject **args)
     }
     PyTypeObject *type = (PyTypeObject *)make_record;
     if (PyType_Check(make_record)
-        && (layout->type != type || layout->version != type->tp_version_tag))
+        && (layout->type != type || layout->version != valid_version_tag(type)))
         learn_record_layout(layout, type);
     if (layout->type == type && layout->fast) {
         record = type->tp_alloc(type, 0);

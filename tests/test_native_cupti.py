@@ -246,6 +246,30 @@ def test_a_wrapped_launch_gives_its_site_and_no_frame_is_read(rules):
     assert records[3].site == here
 
 
+def test_a_record_class_changed_after_its_slots_were_learned_is_called_as_a_class(rules):
+    """drain() fills a plain slots class's records in place, where it learned the slots; once
+    the class has changed (here its __setattr__) it builds them by calling the class again."""
+
+    class Record(LaunchRecord):
+        __slots__ = ()
+
+    made = recorder()
+    made.enter(1, KERNEL, 0)
+    made.exit(1, 0)
+    assert [type(r) for r in made.drain(Record)] == [Record]  # its slots learned, filled in place
+    seen = []
+
+    def __setattr__(self, name, value):
+        seen.append(name)
+        object.__setattr__(self, name, value)
+
+    Record.__setattr__ = __setattr__
+    made.enter(2, KERNEL, 0)
+    made.exit(2, 0)
+    (record,) = made.drain(Record)
+    assert record.correlation_id == 2 and "correlation_id" in seen
+
+
 def test_a_launch_with_the_gil_released_is_named_after_the_frame_that_made_it(rules):
     made = recorder()
     here = this_line(+1)

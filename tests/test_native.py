@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import gc
 import itertools
+import json
 import os
 import platform
 import shutil
@@ -404,6 +405,72 @@ def test_a_class_changed_after_its_fields_were_learned_is_read_through_its_new_a
     calls.clear()
     launch_once()
     assert calls == [] and launches() == (5 if changed == "Site" else 4)
+
+
+NO_WATCHERS = """
+import ctypes
+import json
+
+# Every dict and type watcher id taken before kname._native is imported.
+dict_callback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, *[ctypes.c_void_p] * 3)
+type_callback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+held = []
+for add, make in ((ctypes.pythonapi.PyDict_AddWatcher, dict_callback),
+                  (ctypes.pythonapi.PyType_AddWatcher, type_callback)):
+    add.argtypes, add.restype = [make], ctypes.c_int
+    while True:
+        held.append(make(lambda *args: 0))
+        try:
+            add(held[-1])
+        except RuntimeError:  # no id left
+            break
+
+from kname import _native_choice, callsite, launch
+
+native = _native_choice.native_module()
+callsite.configure()
+spec = launch.LaunchSpec("test", lambda _kernel: "kernel", launch.KernelArg(0))
+wrapper = launch.make_launch_wrapper(lambda *args: args, spec, launch.Switch())
+
+
+class Launcher(staticmethod):
+    pass
+
+
+Launcher.__call__ = launch.make_launch_wrapper(native.BaseCall(staticmethod), spec, launch.Switch())
+native.use_direct_call(Launcher)
+held_kernel = Launcher(lambda *args: args)
+
+
+def launches():
+    wrapper(1)
+    held_kernel(2)
+    return sum(callsite.counts().values())
+
+
+counts = [launches() for _ in range(3)]
+member = launch.Switch.__dict__["on"]
+launch.Switch.on = property(lambda _switch: False)  # the class changed: switched off
+counts.append(launches())
+launch.Switch.on = member
+counts.append(launches())
+print(json.dumps(counts))
+"""
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="dict and type watchers are 3.12+")
+@NATIVE
+def test_with_no_watcher_left_every_launch_is_read_afresh(tmp_path: Path) -> None:
+    """Where another extension took every dict and type watcher id, kname remembers no look-up
+    and reads each launch's fields and class anew: the same counts, a class change still seen."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KNAME", "NVTX_"))}
+    env["PYTHONPATH"] = str(REPO)
+    done = subprocess.run(
+        [sys.executable, "-c", NO_WATCHERS], env=env, cwd=tmp_path, capture_output=True,
+        text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [2, 4, 6, 6, 8]
 
 
 # --------------------------------------------------------------------------

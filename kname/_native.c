@@ -696,12 +696,12 @@ done:
 /* ------------------------------------------------------------------ the cached launch */
 
 /* What a cached launch needs, borrowed from objects that no Python code runs to change between
- * the reads and their use, except `pop_domain`, a copy: the launch itself may run Python, and
- * another thread's give-up may free the site's range meanwhile. */
+ * the reads and their use, except `domain`, a copy: the launch itself may run Python, and
+ * another thread's give-up may free the site's range meanwhile, before its pop. */
 typedef struct {
     Counter *counter;
-    void *push; /* the site's NvtxCall push, NULL when its range is None */
-    void *pop_domain;
+    void *push;   /* the site's NvtxCall push, NULL when its range is None */
+    void *domain; /* its NVTX domain, which its own pop closes too */
 } Cached;
 
 /* Whether this launch is the common one, found from reads alone: the switch on; the kernel the
@@ -748,7 +748,7 @@ is_cached(LaunchWrapper *w, const Args *a, Frame *caller, Frame *in_progress, Ca
     if (push != NULL && Py_IS_TYPE(push, &NvtxCallType) && ((NvtxCall *)push)->pop != NULL
         && pop == ((NvtxCall *)push)->pop) {
         c->push = push;
-        c->pop_domain = ((NvtxCall *)push)->domain;
+        c->domain = ((NvtxCall *)push)->domain;
         return 1;
     }
 #endif
@@ -761,10 +761,9 @@ run_cached(LaunchWrapper *w, const Args *a, Frame *caller, Frame **in_progress, 
     c->counter->next++;
 #ifdef KNAME_NVTX
     if (c->push != NULL) {
-        NvtxCall *push = (NvtxCall *)c->push;
-        nvtxDomainRangePushEx(push->domain, &push->attributes);
+        nvtxDomainRangePushEx((nvtxDomainHandle_t)c->domain, &((NvtxCall *)c->push)->attributes);
         PyObject *result = run_launch(w->original, caller, a, in_progress);
-        nvtxDomainRangePop((nvtxDomainHandle_t)c->pop_domain);
+        nvtxDomainRangePop((nvtxDomainHandle_t)c->domain);
         return result;
     }
 #endif

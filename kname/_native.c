@@ -15,9 +15,10 @@
  *      miss calls resolve(frame, kernel) (Python);
  *   4. next(site.counter); site.launch (rename mode) in place of the original when not None;
  *      site.push() when not None; the call; site.pop() on every way out.
- * The common launch (is_cached: the switch on, the site a recent hit, no rename, its range NVTX's
- * own calls or none) is known from reads alone and takes these steps with no reference taken and
- * no error possible; launch_in_full takes every step for any other.
+ * The common launch (the switch on, the site a recent hit, no rename, its range NVTX's own calls
+ * or none) is known from one entry of the recent table, which remembers all it reads (see
+ * Recent), and takes these steps with no reference taken and no error possible; launch_in_full
+ * takes every step for any other.
  * kname's own Exceptions (steps 2-4, not the launch's) go to fault(where, exc, frame, args) and
  * the launch runs unnamed; BaseExceptions that are not Exceptions (KeyboardInterrupt) propagate,
  * as from the Python wrapper. The launch's own result and exceptions pass through unchanged.
@@ -145,56 +146,6 @@ read_field(Layout *layout, PyObject *obj, PyObject *const *names, int i)
     return PyObject_GetAttr(obj, names[i]);
 }
 
-/* ------------------------------------------------------------------ recent look-ups */
-
-/* A direct-mapped table of recent hits in a `sites` dict, so that the cached path builds no key
- * tuple and hashes nothing. An entry answers only while that dict is unchanged since the hit
- * (a dict watcher's generation on 3.12+, the dict's version tag on 3.11): the dict would then
- * give the same site for the same ids. The site is borrowed: the unchanged dict still holds it. */
-#define RECENT 256 /* a power of 2 */
-
-typedef struct {
-    _Alignas(64) PyObject *sites; /* compared only; an entry is one cache line */
-    void *code, *kernel;
-    int lasti;
-    uint64_t generation;
-    PyObject *site; /* NULL: the dict has no such key */
-} Recent;
-
-/* The kind callsite decided for a code object, as recent look-ups of `kinds`. */
-typedef struct {
-    PyObject *kinds;
-    void *code;
-    uint64_t generation;
-    int kind;
-} RecentKind;
-
-static Recent recent[RECENT];
-static RecentKind recent_kinds[RECENT];
-
-/* Whether `entry` answers for this key: remembered from this wrapper's `sites`, unchanged since. */
-static inline int
-recent_answers(const Recent *entry, PyObject *sites, int remember, void *code, int lasti,
-               void *kernel)
-{
-    return remember && entry->sites == sites && entry->code == code && entry->kernel == kernel
-           && entry->lasti == lasti && entry->generation == generation_of(sites);
-}
-
-static inline Recent *
-recent_slot(void *code, int lasti, void *kernel)
-{
-    uintptr_t h = ((uintptr_t)code >> 4) * 31u ^ ((uintptr_t)kernel >> 4) ^ (uintptr_t)lasti;
-    return &recent[(h ^ (h >> 9)) & (RECENT - 1)];
-}
-
-static inline RecentKind *
-recent_kind_slot(void *code)
-{
-    uintptr_t h = (uintptr_t)code >> 4;
-    return &recent_kinds[(h ^ (h >> 8)) & (RECENT - 1)];
-}
-
 /* ------------------------------------------------------------------ Counter */
 
 /* Counter(): the launches under one name, counted as itertools.count() counts them (next() gives
@@ -263,6 +214,86 @@ advance(PyObject *counter)
     }
     Py_DECREF(count);
     return 0;
+}
+
+/* ------------------------------------------------------------------ recent look-ups */
+
+/* A direct-mapped table of recent hits in a wrapper's `sites` dict, so that a launch builds no
+ * key tuple and hashes nothing. An entry answers for (wrapper, caller's position, kernel) while
+ * the dict is unchanged since the hit (a dict watcher's count on 3.12+, the dict's version tag on
+ * 3.11): the dict would then give the same site. The site is borrowed: the unchanged dict holds
+ * it, and it holds its code object, so no other code can be at that position meanwhile. (A known
+ * miss may outlive its code: a code object made since in that memory has keys that the unchanged
+ * dict, last changed while the memory was the old code's, does not have either.)
+ *
+ * An entry also remembers what a cached launch reads (remember_launch): that the switch was on,
+ * and the site's counter and NVTX range. Sites and switches tell of every change to them or to
+ * their classes (kname._watched calls forget_launches, below), which makes every entry stale; so
+ * does a wrapper's clearing or freeing. One entry is one cache line. */
+#define RECENT 256 /* a power of 2 */
+
+typedef struct {
+    _Alignas(64) void *wrapper; /* compared only */
+    const void *position;       /* frame_position() of the caller */
+    void *kernel;
+    uint64_t generation; /* generation_of(wrapper->sites) at the hit */
+    PyObject *site;      /* NULL: the dict has no such key */
+    /* The cached launch: NULL when a launch from here must take every step. */
+    Counter *counter;
+    const void *attributes; /* the NVTX range's event attributes; NULL: no range */
+    void *domain;           /* its NVTX domain */
+} Recent;
+
+/* The kind callsite decided for a code object, as recent look-ups of `kinds`. */
+typedef struct {
+    PyObject *kinds;
+    void *code;
+    uint64_t generation;
+    int kind;
+} RecentKind;
+
+static Recent recent[RECENT];
+static RecentKind recent_kinds[RECENT];
+
+/* Whether `entry` answers for this key: remembered by this wrapper (only one that may remember
+ * does), its `sites` unchanged since. */
+static inline int
+recent_answers(const Recent *entry, void *wrapper, PyObject *sites, const void *position,
+               void *kernel)
+{
+    return entry->wrapper == wrapper && entry->position == position && entry->kernel == kernel
+           && entry->generation == generation_of(sites);
+}
+
+static inline Recent *
+recent_slot(const void *position, void *kernel)
+{
+    uintptr_t h = ((uintptr_t)position >> 1) * 31u ^ ((uintptr_t)kernel >> 4);
+    return &recent[(h ^ (h >> 9)) & (RECENT - 1)];
+}
+
+/* Every entry stale at once: their generations no longer read the same (see generation_of). */
+static PyObject *
+forget_launches(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    forget_all();
+    Py_RETURN_NONE;
+}
+
+/* Every entry emptied: a wrapper freed may leave its address to a new one. */
+static void
+empty_recent(void)
+{
+    memset(recent, 0, sizeof recent);
+}
+
+static inline RecentKind *
+recent_kind_slot(void *code)
+{
+    uintptr_t h = (uintptr_t)code >> 4;
+    return &recent_kinds[(h ^ (h >> 8)) & (RECENT - 1)];
 }
 
 /* ------------------------------------------------------------------ LaunchWrapper */
@@ -405,20 +436,86 @@ site_key(PyCodeObject *code, int code_lasti, PyObject *kernel_key)
     return key;
 }
 
+/* The classes whose instances, and which themselves, tell of every change (kname._watched's
+ * Watched, given by watch_changes_of): a cached launch may remember what it reads of them. */
+static PyTypeObject *watched_class;
+
+static int
+tells_of_changes(PyObject *obj)
+{
+    return watched_class != NULL && PyObject_TypeCheck(obj, watched_class);
+}
+
+/* The switch's `on` read in place (no Python code runs): 1 on, 0 off or not readable so. */
+static int
+switch_reads_on(LaunchWrapper *w)
+{
+    PyObject *switch_ = w->switch_;
+    if (!layout_fits(&w->switch_layout, switch_))
+        learn_layout(&w->switch_layout, Py_TYPE(switch_), switch_names, 1);
+    return layout_fits(&w->switch_layout, switch_)
+           && slot_value(&w->switch_layout, switch_, 0) == Py_True;
+}
+
+/* What a launch of `w` that finds `site` in `entry` will read, remembered there where that launch
+ * is the common one: the switch on; the kernel the original or a positional argument; the site's
+ * counter kname's own, its launch the original (no rename) and its range NVTX's own calls (or
+ * none); all read in place, from a switch and a site that tell of their changes. Anything else
+ * leaves the entry's counter NULL: that launch takes every step (launch_in_full). */
+static void
+remember_launch(LaunchWrapper *w, PyObject *site, Recent *entry)
+{
+    entry->counter = NULL;
+    if (site == NULL || w->original == NULL || !tells_of_changes(site)
+        || !tells_of_changes(w->switch_) || !switch_reads_on(w))
+        return;
+    int plain_kernel = w->kernel_mode == KERNEL_ORIGINAL
+                       || (w->kernel_mode == KERNEL_ARG && w->attribute == NULL);
+    if (!plain_kernel)
+        return;
+    if (!layout_fits(&w->site_layout, site))
+        learn_layout(&w->site_layout, Py_TYPE(site), site_names, 4);
+    if (!layout_fits(&w->site_layout, site))
+        return;
+    const Layout *fields = &w->site_layout;
+    PyObject *counter = slot_value(fields, site, F_COUNTER);
+    PyObject *push = slot_value(fields, site, F_PUSH), *pop = slot_value(fields, site, F_POP);
+    if (counter == NULL || !Py_IS_TYPE(counter, &CounterType)
+        || slot_value(fields, site, F_LAUNCH) != Py_None)
+        return;
+    if (push == Py_None && pop == Py_None) {
+        entry->attributes = entry->domain = NULL;
+        entry->counter = (Counter *)counter;
+        return;
+    }
+#ifdef KNAME_NVTX
+    /* A push's own pop closes the push's domain: the pop is known without being read. */
+    if (push != NULL && Py_IS_TYPE(push, &NvtxCallType) && ((NvtxCall *)push)->pop != NULL
+        && pop == ((NvtxCall *)push)->pop) {
+        entry->attributes = &((NvtxCall *)push)->attributes;
+        entry->domain = ((NvtxCall *)push)->domain;
+        entry->counter = (Counter *)counter;
+    }
+#endif
+}
+
 /* lookup() past the recent table: the dict itself, the answer remembered in `entry`. */
 static COLD PyObject *
-lookup_in_dict(LaunchWrapper *w, PyCodeObject *code, int lasti, PyObject *kernel,
-               PyObject **kernel_id, Recent *entry, uint64_t generation)
+lookup_in_dict(LaunchWrapper *w, Frame *frame, PyObject *kernel, PyObject **kernel_id,
+               Recent *entry)
 {
+    uint64_t generation = generation_of(w->sites); /* before the look-up, which may change it */
     if (*kernel_id == NULL && (*kernel_id = PyLong_FromVoidPtr(kernel)) == NULL)
         return NULL;
-    PyObject *key = site_key(code, lasti, *kernel_id);
+    PyObject *key = site_key(frame_code(frame), frame_lasti(frame), *kernel_id);
     if (key == NULL)
         return NULL;
     PyObject *site = Py_XNewRef(PyDict_GetItemWithError(w->sites, key));
     Py_DECREF(key);
-    if (w->remember && (site != NULL || !PyErr_Occurred()))
-        *entry = (Recent){w->sites, code, kernel, lasti, generation, site};
+    if (w->remember && (site != NULL || !PyErr_Occurred())) {
+        *entry = (Recent){w, frame_position(frame), kernel, generation, site, NULL, NULL, NULL};
+        remember_launch(w, site, entry);
+    }
     return site;
 }
 
@@ -427,12 +524,10 @@ lookup_in_dict(LaunchWrapper *w, PyCodeObject *code, int lasti, PyObject *kernel
 static inline PyObject *
 lookup(LaunchWrapper *w, Frame *frame, PyObject *kernel, PyObject **kernel_id)
 {
-    PyCodeObject *code = frame_code(frame);
-    int lasti = frame_lasti(frame);
-    Recent *entry = recent_slot(code, lasti, kernel);
-    if (recent_answers(entry, w->sites, w->remember, code, lasti, kernel))
+    Recent *entry = recent_slot(frame_position(frame), kernel);
+    if (recent_answers(entry, w, w->sites, frame_position(frame), kernel))
         return Py_XNewRef(entry->site); /* NULL, no error: a known miss */
-    return lookup_in_dict(w, code, lasti, kernel, kernel_id, entry, generation_of(w->sites));
+    return lookup_in_dict(w, frame, kernel, kernel_id, entry);
 }
 
 /* The kind kname.callsite decided for `frame`'s code: USER, LIBRARY, PLUMBING, or -1 when it
@@ -695,82 +790,40 @@ done:
 
 /* ------------------------------------------------------------------ the cached launch */
 
-/* What a cached launch needs, borrowed from objects that no Python code runs to change between
- * the reads and their use, except `domain`, a copy: the launch itself may run Python, and
- * another thread's give-up may free the site's range meanwhile, before its pop. */
-typedef struct {
-    Counter *counter;
-    void *push;   /* the site's NvtxCall push, NULL when its range is None */
-    void *domain; /* its NVTX domain, which its own pop closes too */
-} Cached;
-
-/* Whether this launch is the common one, found from reads alone: the switch on; the kernel the
- * original or a positional argument; the caller's key a recent hit; the site's counter kname's
- * own, its launch the original (no rename) and its range NVTX's own calls (or none). Such a
- * launch meets no error of kname's: it runs with no references taken and no fault handling
- * (run_cached). Anything else is left to launch_in_full, which takes every step. */
-static inline int
-is_cached(LaunchWrapper *w, const Args *a, Frame *caller, Frame *in_progress, Cached *c)
+/* The kernel of a launch that may be a cached one (the original or a positional argument, as
+ * remember_launch allows), read in place; NULL: any other. */
+static inline PyObject *
+cached_kernel(LaunchWrapper *w, const Args *a)
 {
-    if (w->original == NULL || caller == NULL || caller == in_progress
-        || !layout_fits(&w->switch_layout, w->switch_))
-        return 0;
-    if (slot_value(&w->switch_layout, w->switch_, 0) != Py_True)
-        return 0;
-    PyObject *kernel;
     if (w->kernel_mode == KERNEL_ORIGINAL)
-        kernel = w->original;
-    else if (w->kernel_mode == KERNEL_ARG && w->attribute == NULL && w->index < args_count(a))
-        kernel = args_item(a, w->index);
-    else
-        return 0;
-    PyCodeObject *code = frame_code(caller);
-    int lasti = frame_lasti(caller);
-    Recent *entry = recent_slot(code, lasti, kernel);
-    if (!recent_answers(entry, w->sites, w->remember, code, lasti, kernel) || entry->site == NULL)
-        return 0;
-    PyObject *site = entry->site;
-    if (!layout_fits(&w->site_layout, site))
-        return 0;
-    const Layout *fields = &w->site_layout;
-    PyObject *counter = slot_value(fields, site, F_COUNTER);
-    PyObject *push = slot_value(fields, site, F_PUSH), *pop = slot_value(fields, site, F_POP);
-    if (counter == NULL || !Py_IS_TYPE(counter, &CounterType)
-        || slot_value(fields, site, F_LAUNCH) != Py_None)
-        return 0;
-    c->counter = (Counter *)counter;
-    if (push == Py_None && pop == Py_None) {
-        c->push = NULL;
-        return 1;
-    }
-#ifdef KNAME_NVTX
-    /* A push's own pop closes the push's domain: the pop is known without being read. */
-    if (push != NULL && Py_IS_TYPE(push, &NvtxCallType) && ((NvtxCall *)push)->pop != NULL
-        && pop == ((NvtxCall *)push)->pop) {
-        c->push = push;
-        c->domain = ((NvtxCall *)push)->domain;
-        return 1;
-    }
-#endif
-    return 0;
+        return w->original;
+    if (w->kernel_mode == KERNEL_ARG && w->attribute == NULL && w->index < args_count(a))
+        return args_item(a, w->index);
+    return NULL;
 }
 
+/* The common launch, as its recent entry remembers it: no reference taken, no error of kname's
+ * possible. The entry's fields are copied first: the launch itself may run Python code, which
+ * may change the site (another thread's give-up frees its range) and so the entry. */
 static inline PyObject *
-run_cached(LaunchWrapper *w, const Args *a, Frame *caller, Frame **in_progress, Cached *c)
+run_cached(LaunchWrapper *w, const Args *a, Frame *caller, Frame **in_progress,
+           const Recent *entry)
 {
-    c->counter->next++;
+    entry->counter->next++;
 #ifdef KNAME_NVTX
-    if (c->push != NULL) {
-        nvtxDomainRangePushEx((nvtxDomainHandle_t)c->domain, &((NvtxCall *)c->push)->attributes);
+    const void *attributes = entry->attributes;
+    if (attributes != NULL) {
+        nvtxDomainHandle_t domain = (nvtxDomainHandle_t)entry->domain;
+        nvtxDomainRangePushEx(domain, (const nvtxEventAttributes_t *)attributes);
         PyObject *result = run_launch(w->original, caller, a, in_progress);
-        nvtxDomainRangePop((nvtxDomainHandle_t)c->domain);
+        nvtxDomainRangePop(domain);
         return result;
     }
 #endif
     return run_launch(w->original, caller, a, in_progress);
 }
 
-static PyObject *
+static inline PyObject *
 launch(LaunchWrapper *w, const Args *a)
 {
     Frame *caller = frame_current();
@@ -779,9 +832,16 @@ launch(LaunchWrapper *w, const Args *a)
     /* Keep that address: left to itself the compiler works it out again at each use. */
     __asm__("" : "+r"(in_progress));
 #endif
-    Cached c;
-    if (is_cached(w, a, caller, *in_progress, &c))
-        return run_cached(w, a, caller, in_progress, &c);
+    /* Nested (called from C inside a launch from the same caller) or with no Python caller: the
+     * full path decides. */
+    if (caller != NULL && caller != *in_progress) {
+        PyObject *kernel = cached_kernel(w, a);
+        const void *position = frame_position(caller);
+        const Recent *entry = recent_slot(position, kernel);
+        if (kernel != NULL && entry->counter != NULL
+            && recent_answers(entry, w, w->sites, position, kernel))
+            return run_cached(w, a, caller, in_progress, entry);
+    }
     return launch_in_full(w, a, caller, in_progress);
 }
 
@@ -890,6 +950,7 @@ launch_clear(LaunchWrapper *w)
     Py_CLEAR(w->switch_layout.type);
     Py_CLEAR(w->site_layout.type);
     w->switch_layout.stamp = w->site_layout.stamp = NO_STAMP;
+    empty_recent(); /* no entry may answer for this wrapper, nor for one made at its address */
     return 0;
 }
 
@@ -1570,7 +1631,23 @@ has_direct_call(PyObject *module, PyObject *cls)
 
 /* ------------------------------------------------------------------ module */
 
+static PyObject *
+watch_changes_of(PyObject *module, PyObject *cls)
+{
+    (void)module;
+    if (!PyType_Check(cls))
+        return PyErr_Format(PyExc_TypeError, "watch_changes_of: a class, not %R", cls);
+    Py_XSETREF(watched_class, (PyTypeObject *)Py_NewRef(cls));
+    forget_all();
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
+    {"forget_launches", forget_launches, METH_NOARGS,
+     "Forget what every cached launch remembers: a site or a switch, or its class, changed."},
+    {"watch_changes_of", watch_changes_of, METH_O,
+     "watch_changes_of(cls): instances of cls, and cls, call forget_launches() at every change; "
+     "cached launches may remember what they read of them."},
     {"is_launch_caller", is_launch_caller, METH_O,
      "Whether `frame` called the innermost LaunchWrapper launch running on this thread."},
     {"use_direct_call", use_direct_call, METH_O,

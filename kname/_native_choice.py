@@ -15,11 +15,11 @@ from collections.abc import Callable, Mapping
 from types import FrameType, ModuleType
 from typing import Any
 
+from kname._watched import HOT_PATH, Watched
 from kname.config import native_requested
 
 _imported: tuple[ModuleType | None, str] | None = None  # (the extension, why not), tried once
 _imported_cupti: tuple[ModuleType | None, str] | None = None  # the same for kname._native_cupti
-HOT_PATH = "kname._native"
 CUPTI_CALLBACK = "kname._native_cupti"
 PYTHON_CALLBACK_COST = "about 20-50 us of CPU time per launch"
 
@@ -107,8 +107,11 @@ def _import_extension(name: str = HOT_PATH) -> tuple[ModuleType | None, str]:
     if name == CUPTI_CALLBACK and not sys.platform.startswith("linux"):
         return None, f"{sys.platform} (the extension {name} is built on Linux)"
     try:
-        return importlib.import_module(name), ""
+        module = importlib.import_module(name)
     except ModuleNotFoundError:
         return None, f"the extension {name} was not built (no C compiler at install?)"
     except ImportError as exc:
         return None, f"the extension {name} did not import ({exc})"
+    if name == HOT_PATH:
+        module.watch_changes_of(Watched)  # sites and switches say when they change
+    return module, ""

@@ -90,9 +90,9 @@ restore_error(PyObject *exc)
  * same. On 3.12+, watchers count changes to the watched dicts and types: the stamps are those
  * counts, which live in one cache line with the other globals a cached launch reads (`hot`), so
  * the check reads no dict or type. On 3.11, the stamps are the objects' own version tags (a
- * type's while valid: valid_version_tag). */
+ * type's while valid: valid_version_tag). forget_all() makes every dict stamp read anew. */
 typedef struct {
-    _Alignas(64) uint64_t dict_changes; /* 3.12+: changes to a watched dict */
+    _Alignas(64) uint64_t dict_changes; /* changes to a watched dict (3.12+), and forget_all()s */
     uint64_t type_changes;              /* 3.12+: changes to a watched type (or to a base) */
     /* kname._native's C __call__ slot (direct_call): the class it last called through, with its
      * stamp, its __call__ (borrowed: the unchanged class holds it) and its base class's slot. */
@@ -108,7 +108,7 @@ typedef struct {
 #define MAYBE_UNUSED
 #endif
 
-static Hot hot MAYBE_UNUSED = {1, 1, NULL, 0, NULL, NULL}; /* on 3.11, _native_cupti.c reads none */
+static Hot hot MAYBE_UNUSED = {1, 1, NULL, 0, NULL, NULL}; /* one per extension */
 
 /* A stamp no type has: a type that cannot be followed is never remembered. */
 #define NO_STAMP UINT64_MAX
@@ -153,6 +153,13 @@ generation_of(PyObject *dict)
 {
     (void)dict;
     return hot.dict_changes;
+}
+
+/* Every look-up of a dict remembered so far stale, as if each dict had changed. */
+static inline void
+forget_all(void)
+{
+    hot.dict_changes++;
 }
 
 static inline uint64_t
@@ -205,8 +212,15 @@ watch_types(void)
 static inline uint64_t
 generation_of(PyObject *dict)
 {
-    /* 3.11: a new value from one global sequence at every change of the dict (PEP 509). */
-    return ((PyDictObject *)dict)->ma_version_tag;
+    /* 3.11: a new value from one global sequence at every change of the dict (PEP 509), plus
+     * the forget_all()s: the sum moves when either does, as both only grow. */
+    return ((PyDictObject *)dict)->ma_version_tag + hot.dict_changes;
+}
+
+static inline void
+forget_all(void)
+{
+    hot.dict_changes++;
 }
 
 static inline uint64_t
@@ -300,6 +314,18 @@ frame_lasti(Frame *frame)
     return lasti < 0 ? -1 : lasti * (int)sizeof(_Py_CODEUNIT);
 }
 
+/* Where `frame` is in its code, as one address: its current instruction, which lies inside its
+ * code object (CPython 3.11+ keeps the bytecode there), so no other live code object has it. */
+static inline const void *
+frame_position(Frame *frame)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return frame->instr_ptr;
+#else
+    return frame->prev_instr;
+#endif
+}
+
 /* The Frame of a frame object whose function is running. */
 static inline Frame *
 frame_of(PyFrameObject *frame)
@@ -335,6 +361,13 @@ static inline int
 frame_lasti(Frame *frame)
 {
     return PyFrame_GetLasti(frame);
+}
+
+static inline const void *
+frame_position(Frame *frame)
+{
+    /* Inside the code object, as above: the bytecode follows a header longer than 2 bytes. */
+    return (const char *)frame_code(frame) + frame_lasti(frame) + 2;
 }
 
 static inline Frame *

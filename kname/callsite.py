@@ -29,6 +29,7 @@ from typing import Any
 from kname import _native_choice, naming, ranges
 from kname._locks import new_lock, reset_in_child
 from kname._warnings import report_fault, warn_once
+from kname._watched import Watched
 from kname.config import DEFAULT_FORMAT
 
 MAX_SITES = 100_000
@@ -76,25 +77,34 @@ _LIBRARY_SITE = "library frame"
 _KERNEL_SITE = "no user frame"
 
 
-class Site:
-    """Everything a launch from one call site needs, built once."""
+class Site(Watched):
+    """Everything a launch from one call site needs, built once.
+
+    A Watched object: every change is told to the C wrapper, which remembers a cached launch's
+    counter and range.
+    """
 
     __slots__ = (
         "code", "counter", "identifier", "kernel", "launch", "lib", "name", "pop", "push",
     )  # fmt: skip
 
     def __init__(self, name, identifier, kernel, lib, calls, code, counter):
-        self.name = name  # the display name, as the profiler shows it
-        self.identifier = identifier  # identifier-safe form, for renamed kernels
-        self.kernel = kernel  # the kernel's name (never the kernel: a site must not keep it)
-        self.lib = lib
+        # Set as plain slots, without telling (Watched): no launch has remembered a new site.
+        init = object.__setattr__
+        init(self, "name", name)  # the display name, as the profiler shows it
+        init(self, "identifier", identifier)  # identifier-safe form, for renamed kernels
+        # The kernel's name (never the kernel: a site must not keep it).
+        init(self, "kernel", kernel)
+        init(self, "lib", lib)
         # The range's prebuilt NVTX push and pop (ranges.range_for), None when none is emitted.
-        self.push, self.pop = (None, None) if calls is None else calls
-        self.code = code  # keeps the keyed code objects (and so their ids) alive
+        push, pop = (None, None) if calls is None else calls
+        init(self, "push", push)
+        init(self, "pop", pop)
+        init(self, "code", code)  # keeps the keyed code objects (and so their ids) alive
         # Shared by every site of this name (launch_counts): next() is atomic, so no count is
         # lost across threads, nor when the site leaves the cache while a launch still holds it.
-        self.counter = counter
-        self.launch = None  # KNAME_MODE=rename: launches the site's renamed kernel instead
+        init(self, "counter", counter)
+        init(self, "launch", None)  # KNAME_MODE=rename: launches the site's renamed kernel instead
         if _site_calls is not None:  # kname profile: the launch also hands its site over
             self.push, self.pop = _site_calls(self)
 

@@ -26,11 +26,15 @@ from types import FrameType
 from typing import Any
 
 from kname import _native_choice, callsite
+from kname._watched import Watched
 from kname.patching import mark_wrapper
 
 
-class Switch:
-    """Whether the wrappers of one install() name launches; read by every wrapper, every launch."""
+class Switch(Watched):
+    """Whether the wrappers of one install() name launches; read by every wrapper, every launch.
+
+    A Watched object: every change is told to the C wrapper, which remembers that it is on.
+    """
 
     __slots__ = ("on",)
 

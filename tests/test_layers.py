@@ -39,6 +39,7 @@ LAYERS = [
         "kname._warnings",
         "kname._version",
         "kname._native_choice",
+        "kname._watched",
     },
 ]
 HOT_PATH = {

@@ -235,6 +235,75 @@ def test_a_site_changed_in_place_is_read_afresh_at_each_launch(hot_path) -> None
 
 
 @BOTH
+@pytest.mark.parametrize("through", ["vectorcall", "C call slot"])
+def test_a_cached_launch_counts_on_the_counter_its_site_has_now(hot_path, through: str) -> None:
+    """The C wrapper remembers a cached launch's counter; a site given another one (as a fork's
+    child renews them) counts on that one from its next launch."""
+    if through == "vectorcall":
+        launcher = wrap(noop, launch.KernelArg(0))
+    else:
+        if hot_path != "native":
+            pytest.skip("the C call slot is the extension's")
+        launcher = launcher_class(launch.KernelArg(0))(noop)
+    counters = []
+    for _ in range(4):
+        for _ in range(3):
+            launcher(1)  # one line, one kernel: one site, its launch cached after the first
+        (site,) = callsite.sites.values()
+        counters.append(site.counter)
+        site.counter = callsite._new_counter()
+    assert [callsite._value(counter) for counter in counters] == [3, 3, 3, 3]
+
+
+@BOTH
+def test_a_cached_launch_follows_its_switch(hot_path) -> None:
+    """The C wrapper remembers that a cached launch's switch was on; switched off, a launch from
+    the same line is not counted, and switched on again it is."""
+    switch = launch.Switch()
+    wrapper = wrap(noop, launch.KernelArg(0), switch)
+    counted = []
+    for on in [True, False, True, False]:
+        switch.on = on
+        for _ in range(3):
+            wrapper(1)  # one line, one kernel: cached after the first launch
+        counted.append(sum(callsite.counts().values()))
+    assert counted == [3, 3, 6, 6]
+
+
+@NATIVE
+def test_a_wrapper_made_where_a_freed_one_was_remembers_nothing_of_it() -> None:
+    """Recent entries name their wrapper by its address: freeing one forgets them, so a new
+    wrapper at that address, whose switch is off, does not launch from the same line as the
+    freed one did."""
+    callsite.configure()
+    native = _native_choice.choice({})[0]
+
+    def resolve_site(frame, kernel):
+        return callsite.resolve(frame, kernel, id(kernel), "kernel", "test", None)
+
+    def make(switch):  # allocates nothing else of its size between a free and this
+        return native.LaunchWrapper(
+            noop, (0, None), switch, callsite.sites, resolve_site, callsite.pass_through,
+            callsite._kinds,
+        )  # fmt: skip
+
+    def launch_from_one_line(wrapper) -> None:
+        wrapper(noop)
+
+    on, off = launch.Switch(), launch.Switch(on=False)
+    wrapper = make(on)
+    for _ in range(3):
+        launch_from_one_line(wrapper)  # cached
+    address = id(wrapper)
+    del wrapper
+    again = make(off)
+    assert id(again) == address  # the freed wrapper's memory, the first of its size to be taken
+    counted = sum(callsite.counts().values())
+    launch_from_one_line(again)
+    assert sum(callsite.counts().values()) == counted  # switched off: not counted
+
+
+@BOTH
 def test_a_launch_inside_a_switched_off_wrapper_is_left_to_it(hot_path) -> None:
     """A wrapper whose switch is off (one kept after its install was undone) still marks its
     launch as in progress, on both paths: a live wrapper called from inside it, with only

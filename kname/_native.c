@@ -127,6 +127,16 @@ layout_fits(Layout *layout, PyObject *obj)
     return Py_TYPE(obj) == layout->type && layout->stamp == type_stamp(layout->type);
 }
 
+/* `layout` made `obj`'s class's, learned again where it is another's: whether obj's fields can
+ * now be read in place (else read_field reads them through getattr). */
+static int
+fit_layout(Layout *layout, PyObject *obj, PyObject *const *names, int count)
+{
+    if (!layout_fits(layout, obj))
+        learn_layout(layout, Py_TYPE(obj), names, count);
+    return layout_fits(layout, obj);
+}
+
 /* Slot i of `obj`, which layout_fits: borrowed, NULL when the slot is empty. */
 static inline PyObject *
 slot_value(const Layout *layout, PyObject *obj, int i)
@@ -307,14 +317,14 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *original;
-    PyObject *switch_;
     PyObject *sites;     /* dict, shared with the Python path */
     PyObject *attribute; /* KERNEL_ARG: str or NULL */
     int index;           /* KERNEL_ARG */
     short kernel_mode;
     short remember; /* look-ups of `sites` may go in the recent table */
+    /* Read off the cached launch only (its recent entry remembers the switch on). */
+    PyObject *switch_;
     Layout switch_layout, site_layout;
-    /* Read off the cached launch only. */
     PyObject *kernel; /* as given: None, (index, attribute) or a callable */
     PyObject *resolve;
     PyObject *fault;
@@ -330,10 +340,8 @@ static PyObject *site_names[4];
 static int
 switch_is_on(LaunchWrapper *w)
 {
-    PyObject *on;
-    if (!layout_fits(&w->switch_layout, w->switch_))
-        learn_layout(&w->switch_layout, Py_TYPE(w->switch_), switch_names, 1);
-    on = read_field(&w->switch_layout, w->switch_, switch_names, 0);
+    fit_layout(&w->switch_layout, w->switch_, switch_names, 1);
+    PyObject *on = read_field(&w->switch_layout, w->switch_, switch_names, 0);
     if (on == NULL)
         return -1;
     int result = on == Py_True ? 1 : on == Py_False ? 0 : PyObject_IsTrue(on);
@@ -450,18 +458,15 @@ tells_of_changes(PyObject *obj)
 static int
 switch_reads_on(LaunchWrapper *w)
 {
-    PyObject *switch_ = w->switch_;
-    if (!layout_fits(&w->switch_layout, switch_))
-        learn_layout(&w->switch_layout, Py_TYPE(switch_), switch_names, 1);
-    return layout_fits(&w->switch_layout, switch_)
-           && slot_value(&w->switch_layout, switch_, 0) == Py_True;
+    return fit_layout(&w->switch_layout, w->switch_, switch_names, 1)
+           && slot_value(&w->switch_layout, w->switch_, 0) == Py_True;
 }
 
 /* What a launch of `w` that finds `site` in `entry` will read, remembered there where that launch
- * is the common one: the switch on; the kernel the original or a positional argument; the site's
- * counter kname's own, its launch the original (no rename) and its range NVTX's own calls (or
- * none); all read in place, from a switch and a site that tell of their changes. Anything else
- * leaves the entry's counter NULL: that launch takes every step (launch_in_full). */
+ * is the common one: the switch on; the site's counter kname's own, its launch the original (no
+ * rename) and its range NVTX's own calls (or none); all read in place, from a switch and a site
+ * that tell of their changes. Anything else leaves the entry's counter NULL: that launch takes
+ * every step (launch_in_full), as does one whose kernel is not read in place (cached_kernel). */
 static void
 remember_launch(LaunchWrapper *w, PyObject *site, Recent *entry)
 {
@@ -469,13 +474,7 @@ remember_launch(LaunchWrapper *w, PyObject *site, Recent *entry)
     if (site == NULL || w->original == NULL || !tells_of_changes(site)
         || !tells_of_changes(w->switch_) || !switch_reads_on(w))
         return;
-    int plain_kernel = w->kernel_mode == KERNEL_ORIGINAL
-                       || (w->kernel_mode == KERNEL_ARG && w->attribute == NULL);
-    if (!plain_kernel)
-        return;
-    if (!layout_fits(&w->site_layout, site))
-        learn_layout(&w->site_layout, Py_TYPE(site), site_names, 4);
-    if (!layout_fits(&w->site_layout, site))
+    if (!fit_layout(&w->site_layout, site, site_names, 4))
         return;
     const Layout *fields = &w->site_layout;
     PyObject *counter = slot_value(fields, site, F_COUNTER);
@@ -524,8 +523,9 @@ lookup_in_dict(LaunchWrapper *w, Frame *frame, PyObject *kernel, PyObject **kern
 static inline PyObject *
 lookup(LaunchWrapper *w, Frame *frame, PyObject *kernel, PyObject **kernel_id)
 {
-    Recent *entry = recent_slot(frame_position(frame), kernel);
-    if (recent_answers(entry, w, w->sites, frame_position(frame), kernel))
+    const void *position = frame_position(frame);
+    Recent *entry = recent_slot(position, kernel);
+    if (recent_answers(entry, w, w->sites, position, kernel))
         return Py_XNewRef(entry->site); /* NULL, no error: a known miss */
     return lookup_in_dict(w, frame, kernel, kernel_id, entry);
 }
@@ -734,8 +734,7 @@ launch_in_full(LaunchWrapper *w, const Args *a, Frame *caller, Frame **in_progre
         goto finding_fault;
     if (site == Py_None) /* beneath another kname launch: that one names it */
         goto unnamed;
-    if (!layout_fits(&w->site_layout, site))
-        learn_layout(&w->site_layout, Py_TYPE(site), site_names, 4);
+    fit_layout(&w->site_layout, site, site_names, 4);
     {
         PyObject *counter = read_field(&w->site_layout, site, site_names, F_COUNTER);
         int counted = counter == NULL ? -1 : advance(counter);

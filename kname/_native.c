@@ -18,7 +18,8 @@
  * The common launch (the switch on, the site a recent hit, no rename, its range NVTX's own calls
  * or none) is known from one entry of the recent table, which remembers all it reads (see
  * Recent), and takes these steps with no reference taken and no error possible; launch_in_full
- * takes every step for any other.
+ * takes every step for any other. Through kname's C slot on CuPy's kernels (direct_call), the
+ * common launch is shorter still: it reads no field of the wrapper.
  * kname's own Exceptions (steps 2-4, not the launch's) go to fault(where, exc, frame, args) and
  * the launch runs unnamed; BaseExceptions that are not Exceptions (KeyboardInterrupt) propagate,
  * as from the Python wrapper. The launch's own result and exceptions pass through unchanged.
@@ -471,6 +472,8 @@ static void
 remember_launch(LaunchWrapper *w, PyObject *site, Recent *entry)
 {
     entry->counter = NULL;
+    /* A wrapper the collector has cleared remembers nothing: its clearing emptied the table, and
+     * direct_call's short path trusts an entry of it to mean it is whole. */
     if (site == NULL || w->original == NULL || !tells_of_changes(site)
         || !tells_of_changes(w->switch_) || !switch_reads_on(w))
         return;
@@ -801,25 +804,48 @@ cached_kernel(LaunchWrapper *w, const Args *a)
     return NULL;
 }
 
-/* The common launch, as its recent entry remembers it: no reference taken, no error of kname's
- * possible. The entry's fields are copied first: the launch itself may run Python code, which
- * may change the site (another thread's give-up frees its range) and so the entry. */
+/* A cached launch's range, copied from its recent entry before the launch: the launch itself may
+ * run Python code, which may change the site (another thread's give-up frees its range) and so
+ * the entry. */
+typedef struct {
+    const void *attributes; /* NULL: no range */
+    void *domain;
+} CachedRange;
+
+/* The common launch's steps before the call, as its recent entry remembers them: no reference
+ * taken, no error of kname's possible. */
+static inline CachedRange
+open_cached(const Recent *entry)
+{
+    entry->counter->next++;
+    CachedRange range = {entry->attributes, entry->domain};
+#ifdef KNAME_NVTX
+    if (range.attributes != NULL)
+        nvtxDomainRangePushEx((nvtxDomainHandle_t)range.domain,
+                              (const nvtxEventAttributes_t *)range.attributes);
+#endif
+    return range;
+}
+
+static inline void
+close_cached(CachedRange range)
+{
+#ifdef KNAME_NVTX
+    if (range.attributes != NULL)
+        nvtxDomainRangePop((nvtxDomainHandle_t)range.domain);
+#else
+    (void)range;
+#endif
+}
+
 static inline PyObject *
 run_cached(LaunchWrapper *w, const Args *a, Frame *caller, Frame **in_progress,
            const Recent *entry)
 {
-    entry->counter->next++;
-#ifdef KNAME_NVTX
-    const void *attributes = entry->attributes;
-    if (attributes != NULL) {
-        nvtxDomainHandle_t domain = (nvtxDomainHandle_t)entry->domain;
-        nvtxDomainRangePushEx(domain, (const nvtxEventAttributes_t *)attributes);
-        PyObject *result = run_launch(w->original, caller, a, in_progress);
-        nvtxDomainRangePop(domain);
-        return result;
-    }
-#endif
-    return run_launch(w->original, caller, a, in_progress);
+    CachedRange range = open_cached(entry);
+    PyObject *result = run_launch(w->original, caller, a, in_progress);
+    close_cached(range);
+    return result;
 }
 
 static inline PyObject *
@@ -937,6 +963,10 @@ launch_traverse(LaunchWrapper *w, visitproc visit, void *arg)
 static int
 launch_clear(LaunchWrapper *w)
 {
+    /* First: no entry may answer for this wrapper, nor for one made at its address. The clearing
+     * below may run Python code that launches through it (a finalizer), which must then take
+     * every step (w->original is NULL), not read fields cleared already. */
+    empty_recent();
     Py_CLEAR(w->original);
     Py_CLEAR(w->kernel);
     Py_CLEAR(w->attribute);
@@ -949,7 +979,6 @@ launch_clear(LaunchWrapper *w)
     Py_CLEAR(w->switch_layout.type);
     Py_CLEAR(w->site_layout.type);
     w->switch_layout.stamp = w->site_layout.stamp = NO_STAMP;
-    empty_recent(); /* no entry may answer for this wrapper, nor for one made at its address */
     return 0;
 }
 
@@ -1554,6 +1583,14 @@ base_slot_of(PyTypeObject *type, PyObject *call)
     return base != NULL && PyType_IsSubtype(type, base) ? base->tp_call : NULL;
 }
 
+/* Whether a launch of `w` through the slot launches the instance it is called on (CuPy's
+ * kernels): its recent entries are then keyed by that instance. */
+static int
+kernel_is_self(LaunchWrapper *w)
+{
+    return w->kernel_mode == KERNEL_ARG && w->attribute == NULL && w->index == 0;
+}
+
 /* Looks up `type`'s __call__ for direct_call and remembers it in `hot`. Runs no Python code: the
  * class remembered before comes back, for the caller to release once it no longer reads `hot`. */
 static COLD PyTypeObject *
@@ -1565,11 +1602,15 @@ remember_call(PyTypeObject *type)
     hot.call_stamp = follow_type(type); /* after the look-up: see follow_type */
     hot.call = found;
     hot.call_base_slot = base_slot_of(type, found);
+    hot.call_short = hot.call_base_slot != NULL && kernel_is_self((LaunchWrapper *)found)
+                         ? found : NULL;
     return before;
 }
 
-static PyObject *
-direct_call(PyObject *self, PyObject *args, PyObject *kwargs)
+/* Any launch through the slot: the class's __call__ looked up anew where the class has changed,
+ * whatever it is now called. */
+static NOINLINE PyObject *
+direct_call_in_full(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     /* The class's __call__ as last looked up (`hot`, see _native_common.h), good while the class
      * keeps its stamp: it moves whenever the class's attributes or bases change (a base's too).
@@ -1597,6 +1638,37 @@ direct_call(PyObject *self, PyObject *args, PyObject *kwargs)
     Py_XDECREF(call);
     Py_XDECREF(released);
     return result;
+}
+
+/* The slot. A cached launch of a CuPy kernel takes a short path: the class's remembered
+ * __call__ and the recent entry are all it reads, and the launch itself is CuPy's slot, called
+ * straight with the caller's tuple and dict. The wrapper needs no reference: nothing of it is
+ * read once CuPy is called. The same steps as launch()'s cached launch, in fewer instructions,
+ * because a launch inside CuPy fetches them anew each time. */
+static PyObject *
+direct_call(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    LaunchWrapper *w = (LaunchWrapper *)hot.call_short;
+    if (w != NULL && type == hot.call_type && type_stamp(type) == hot.call_stamp) {
+        Frame *caller = frame_current();
+        Frame **in_progress = &launch_caller;
+        if (caller != NULL && caller != *in_progress) {
+            const void *position = frame_position(caller);
+            const Recent *entry = recent_slot(position, self);
+            if (entry->counter != NULL && recent_answers(entry, w, w->sites, position, self)) {
+                ternaryfunc base_slot = hot.call_base_slot;
+                CachedRange range = open_cached(entry);
+                Frame *outer = *in_progress;
+                *in_progress = caller;
+                PyObject *result = base_slot(self, args, kwargs);
+                *in_progress = outer;
+                close_cached(range);
+                return result;
+            }
+        }
+    }
+    return direct_call_in_full(self, args, kwargs);
 }
 
 static PyObject *

@@ -100,6 +100,7 @@ typedef struct {
     uint64_t call_stamp;
     PyObject *call;
     ternaryfunc call_base_slot;
+    void *call_short; /* `call` where its cached launches may take the slot's short path */
 } Hot;
 
 #if defined(__GNUC__)
@@ -108,7 +109,7 @@ typedef struct {
 #define MAYBE_UNUSED
 #endif
 
-static Hot hot MAYBE_UNUSED = {1, 1, NULL, 0, NULL, NULL}; /* one per extension */
+static Hot hot MAYBE_UNUSED = {1, 1, NULL, 0, NULL, NULL, NULL}; /* one per extension */
 
 /* A stamp no type has: a type that cannot be followed is never remembered. */
 #define NO_STAMP UINT64_MAX

@@ -234,21 +234,34 @@ def test_a_site_changed_in_place_is_read_afresh_at_each_launch(hot_path) -> None
     assert calls == ["push", "pop", "again", "pop"]
 
 
+THROUGH = pytest.mark.parametrize("through", ["vectorcall", "C call slot"])
+
+
+def launcher_through(through: str, hot_path: str, original=noop, switch=None):
+    """A launcher of `original` whose kernel is its first argument: a launch wrapper called
+    through vectorcall, or an instance of a class with kname's C slot (its kernel the instance,
+    as for CuPy's kernels), whose cached launches take the slot's short path."""
+    if through == "vectorcall":
+        return wrap(original, launch.KernelArg(0), switch)
+    if hot_path != "native":
+        pytest.skip("the C call slot is the extension's")
+    return launcher_class(launch.KernelArg(0), switch)(original)
+
+
+def launch_from_one_line(launcher, *args):
+    return launcher(*args)  # one line, one kernel: one site, its launch cached after the first
+
+
 @BOTH
-@pytest.mark.parametrize("through", ["vectorcall", "C call slot"])
+@THROUGH
 def test_a_cached_launch_counts_on_the_counter_its_site_has_now(hot_path, through: str) -> None:
     """The C wrapper remembers a cached launch's counter; a site given another one (as a fork's
     child renews them) counts on that one from its next launch."""
-    if through == "vectorcall":
-        launcher = wrap(noop, launch.KernelArg(0))
-    else:
-        if hot_path != "native":
-            pytest.skip("the C call slot is the extension's")
-        launcher = launcher_class(launch.KernelArg(0))(noop)
+    launcher = launcher_through(through, hot_path)
     counters = []
     for _ in range(4):
         for _ in range(3):
-            launcher(1)  # one line, one kernel: one site, its launch cached after the first
+            launch_from_one_line(launcher, 1)
         (site,) = callsite.sites.values()
         counters.append(site.counter)
         site.counter = callsite._new_counter()
@@ -256,18 +269,77 @@ def test_a_cached_launch_counts_on_the_counter_its_site_has_now(hot_path, throug
 
 
 @BOTH
-def test_a_cached_launch_follows_its_switch(hot_path) -> None:
+@THROUGH
+def test_a_cached_launch_follows_its_switch(hot_path, through: str) -> None:
     """The C wrapper remembers that a cached launch's switch was on; switched off, a launch from
     the same line is not counted, and switched on again it is."""
     switch = launch.Switch()
-    wrapper = wrap(noop, launch.KernelArg(0), switch)
+    launcher = launcher_through(through, hot_path, switch=switch)
     counted = []
     for on in [True, False, True, False]:
         switch.on = on
         for _ in range(3):
-            wrapper(1)  # one line, one kernel: cached after the first launch
+            launch_from_one_line(launcher, 1)
         counted.append(sum(callsite.counts().values()))
     assert counted == [3, 3, 6, 6]
+
+
+@BOTH
+@THROUGH
+def test_a_site_whose_range_is_python_code_runs_it_at_every_launch(hot_path, through) -> None:
+    """A cached launch is one whose range is NVTX's own (or none): one whose push and pop are
+    Python callables takes every step at every launch, from the same line as often as not."""
+    calls = []
+    launcher = launcher_through(through, hot_path)
+    launch_from_one_line(launcher, 1)  # the site made
+    (site,) = callsite.sites.values()
+    site.push, site.pop = (lambda: calls.append("push")), (lambda: calls.append("pop"))
+    for _ in range(4):
+        launch_from_one_line(launcher, 1)
+    assert calls == ["push", "pop"] * 4
+    assert site.launches() == 5
+
+
+@BOTH
+@THROUGH
+def test_a_launch_inside_a_cached_one_from_the_same_line_is_not_named(hot_path, through) -> None:
+    """A launcher launched from a line, then again from C inside another launch from that line
+    (no Python frame between): only the outer launch is named, though the inner one's launch from
+    that line is a cached one."""
+    if through == "vectorcall":
+        inner = launcher_through(through, hot_path)
+        outer = launcher_through(through, hot_path, original=functools.partial(inner))
+    else:  # instances of one class, as CuPy's kernels are: the slot remembers that class
+        if hot_path != "native":
+            pytest.skip("the C call slot is the extension's")
+        launcher = launcher_class(launch.KernelArg(0))
+        inner = launcher(noop)
+        outer = launcher(functools.partial(inner))
+    for _ in range(3):
+        for launcher in (inner, outer):
+            launch_from_one_line(launcher, 1)
+    assert sum(callsite.counts().values()) == 6  # three of each, none of those nested
+
+
+@BOTH
+@THROUGH
+def test_a_cached_launch_keeps_no_reference(hot_path, through: str) -> None:
+    """The leak scenarios above change their sites before each launch; here nothing changes,
+    so all but the first launch are cached ones (the slot's short path, through the slot)."""
+    argument = object()
+    launcher = launcher_through(through, hot_path)
+    for _ in range(50):
+        launch_from_one_line(launcher, argument)
+    (site,) = callsite.sites.values()
+    watched = [launcher, argument, site, noop, type(launcher)]
+    gc.collect()
+    before, blocks = [sys.getrefcount(o) for o in watched], sys.getallocatedblocks()
+    for _ in range(20_000):
+        launch_from_one_line(launcher, argument)
+    gc.collect()
+    assert [sys.getrefcount(o) for o in watched] == before
+    assert sys.getallocatedblocks() - blocks < 50
+    assert site.launches() == 20_050
 
 
 @NATIVE
@@ -422,17 +494,41 @@ def test_the_c_call_slot_calls_the_call_its_class_has_now() -> None:
 
 
 @NATIVE
-def test_a_class_changed_during_its_launch_finishes_that_launch() -> None:
-    """The slot holds the wrapper it looked up: the launch may take __call__ away meanwhile."""
-    launcher = launcher_class()
+def test_a_cached_launch_through_the_slot_calls_the_call_its_class_has_now() -> None:
+    """A launch from the same line after the class was given another __call__ is not the
+    cached launch of the one before, which lives on (held elsewhere) with its switch on."""
+    native = _native_choice.choice({})[0]
+    launcher = launcher_class(launch.KernelArg(0))
+    before = vars(launcher)["__call__"]
+    # Made first: a new switch, like any change to a switch, makes every recent entry stale.
+    replacement = wrap(native.BaseCall(staticmethod), launch.KernelArg(0), launch.Switch(False))
+    held = launcher(noop)
+    for _ in range(3):
+        launch_from_one_line(held, 1)  # the slot's short path from the second
+    launcher.__call__ = replacement
+    native.use_direct_call(launcher)
+    assert launch_from_one_line(held, 2) == (2,)
+    assert sum(callsite.counts().values()) == 3  # the new wrapper, switched off, counted none
+    assert before(held, 3) == (3,) and sum(callsite.counts().values()) == 4  # it lives on
 
-    def take_call_away(*args):
-        del launcher.__call__
-        gc.collect()
+
+@NATIVE
+def test_a_class_changed_during_its_launch_finishes_that_launch() -> None:
+    """The slot needs nothing of the wrapper once CuPy's slot is called: the launch may take
+    __call__ away meanwhile and free it, on the slot's full path and on its short one."""
+    launcher = launcher_class(launch.KernelArg(0))
+    calls = []
+
+    def take_call_away_at_the_third_launch(*args):
+        calls.append(args)
+        if len(calls) == 3:
+            del launcher.__call__
+            gc.collect()
         return args
 
-    assert launcher(take_call_away)(1, 2) == (1, 2)
-    assert sum(site.launches() for site in callsite.sites.values()) == 1
+    held = launcher(take_call_away_at_the_third_launch)
+    assert [launch_from_one_line(held, 1) for _ in range(4)] == [(1,)] * 4
+    assert sum(site.launches() for site in callsite.sites.values()) == 3  # not the fourth
 
 
 # --------------------------------------------------------------------------

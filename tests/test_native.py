@@ -312,9 +312,9 @@ def test_a_launch_inside_a_cached_one_from_the_same_line_is_not_named(hot_path, 
     else:  # instances of one class, as CuPy's kernels are: the slot remembers that class
         if hot_path != "native":
             pytest.skip("the C call slot is the extension's")
-        launcher = launcher_class(launch.KernelArg(0))
-        inner = launcher(noop)
-        outer = launcher(functools.partial(inner))
+        kernel_class = launcher_class(launch.KernelArg(0))
+        inner = kernel_class(noop)
+        outer = kernel_class(functools.partial(inner))
     for _ in range(3):
         for launcher in (inner, outer):
             launch_from_one_line(launcher, 1)
@@ -513,22 +513,24 @@ def test_a_cached_launch_through_the_slot_calls_the_call_its_class_has_now() -> 
 
 
 @NATIVE
-def test_a_class_changed_during_its_launch_finishes_that_launch() -> None:
+@pytest.mark.parametrize("at", [1, 3], ids=["a first launch", "a cached launch"])
+def test_a_class_changed_during_its_launch_finishes_that_launch(at: int) -> None:
     """The slot needs nothing of the wrapper once CuPy's slot is called: the launch may take
-    __call__ away meanwhile and free it, on the slot's full path and on its short one."""
+    __call__ away meanwhile and free it, on the slot's full path (a first launch from a line)
+    and on its short one (a cached launch)."""
     launcher = launcher_class(launch.KernelArg(0))
     calls = []
 
-    def take_call_away_at_the_third_launch(*args):
+    def take_call_away(*args):
         calls.append(args)
-        if len(calls) == 3:
+        if len(calls) == at:
             del launcher.__call__
             gc.collect()
         return args
 
-    held = launcher(take_call_away_at_the_third_launch)
+    held = launcher(take_call_away)
     assert [launch_from_one_line(held, 1) for _ in range(4)] == [(1,)] * 4
-    assert sum(site.launches() for site in callsite.sites.values()) == 3  # not the fourth
+    assert sum(site.launches() for site in callsite.sites.values()) == at  # none after
 
 
 # --------------------------------------------------------------------------

@@ -804,6 +804,21 @@ cached_kernel(LaunchWrapper *w, const Args *a)
     return NULL;
 }
 
+/* The recent entry of a cached launch of `w` with `kernel` from `caller`, NULL where the full
+ * path decides: nested (called from C inside a launch from the same caller), no Python caller,
+ * a kernel not read in place, or no entry that remembers this launch as a cached one. */
+static inline const Recent *
+cached_entry(LaunchWrapper *w, Frame *caller, Frame *in_progress, PyObject *kernel)
+{
+    if (caller == NULL || caller == in_progress || kernel == NULL)
+        return NULL;
+    const void *position = frame_position(caller);
+    const Recent *entry = recent_slot(position, kernel);
+    if (entry->counter == NULL || !recent_answers(entry, w, w->sites, position, kernel))
+        return NULL;
+    return entry;
+}
+
 /* A cached launch's range, copied from its recent entry before the launch: the launch itself may
  * run Python code, which may change the site (another thread's give-up frees its range) and so
  * the entry. */
@@ -857,16 +872,9 @@ launch(LaunchWrapper *w, const Args *a)
     /* Keep that address: left to itself the compiler works it out again at each use. */
     __asm__("" : "+r"(in_progress));
 #endif
-    /* Nested (called from C inside a launch from the same caller) or with no Python caller: the
-     * full path decides. */
-    if (caller != NULL && caller != *in_progress) {
-        PyObject *kernel = cached_kernel(w, a);
-        const void *position = frame_position(caller);
-        const Recent *entry = recent_slot(position, kernel);
-        if (kernel != NULL && entry->counter != NULL
-            && recent_answers(entry, w, w->sites, position, kernel))
-            return run_cached(w, a, caller, in_progress, entry);
-    }
+    const Recent *entry = cached_entry(w, caller, *in_progress, cached_kernel(w, a));
+    if (entry != NULL)
+        return run_cached(w, a, caller, in_progress, entry);
     return launch_in_full(w, a, caller, in_progress);
 }
 
@@ -1653,19 +1661,16 @@ direct_call(PyObject *self, PyObject *args, PyObject *kwargs)
     if (w != NULL && type == hot.call_type && type_stamp(type) == hot.call_stamp) {
         Frame *caller = frame_current();
         Frame **in_progress = &launch_caller;
-        if (caller != NULL && caller != *in_progress) {
-            const void *position = frame_position(caller);
-            const Recent *entry = recent_slot(position, self);
-            if (entry->counter != NULL && recent_answers(entry, w, w->sites, position, self)) {
-                ternaryfunc base_slot = hot.call_base_slot;
-                CachedRange range = open_cached(entry);
-                Frame *outer = *in_progress;
-                *in_progress = caller;
-                PyObject *result = base_slot(self, args, kwargs);
-                *in_progress = outer;
-                close_cached(range);
-                return result;
-            }
+        const Recent *entry = cached_entry(w, caller, *in_progress, self);
+        if (entry != NULL) {
+            ternaryfunc base_slot = hot.call_base_slot;
+            CachedRange range = open_cached(entry);
+            Frame *outer = *in_progress;
+            *in_progress = caller;
+            PyObject *result = base_slot(self, args, kwargs);
+            *in_progress = outer;
+            close_cached(range);
+            return result;
         }
     }
     return direct_call_in_full(self, args, kwargs);

@@ -111,6 +111,14 @@ typedef struct {
 
 static Hot hot MAYBE_UNUSED = {1, 1, NULL, 0, NULL, NULL, NULL}; /* one per extension */
 
+/* Every look-up of a dict remembered so far stale, as if each dict had changed (generation_of
+ * reads hot.dict_changes on every version). */
+static inline void
+forget_all(void)
+{
+    hot.dict_changes++;
+}
+
 /* A stamp no type has: a type that cannot be followed is never remembered. */
 #define NO_STAMP UINT64_MAX
 
@@ -154,13 +162,6 @@ generation_of(PyObject *dict)
 {
     (void)dict;
     return hot.dict_changes;
-}
-
-/* Every look-up of a dict remembered so far stale, as if each dict had changed. */
-static inline void
-forget_all(void)
-{
-    hot.dict_changes++;
 }
 
 static inline uint64_t
@@ -216,12 +217,6 @@ generation_of(PyObject *dict)
     /* 3.11: a new value from one global sequence at every change of the dict (PEP 509), plus
      * the forget_all()s: the sum moves when either does, as both only grow. */
     return ((PyDictObject *)dict)->ma_version_tag + hot.dict_changes;
-}
-
-static inline void
-forget_all(void)
-{
-    hot.dict_changes++;
 }
 
 static inline uint64_t

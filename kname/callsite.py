@@ -106,7 +106,9 @@ class Site(Watched):
         init(self, "counter", counter)
         init(self, "launch", None)  # KNAME_MODE=rename: launches the site's renamed kernel instead
         if _site_calls is not None:  # kname profile: the launch also hands its site over
-            self.push, self.pop = _site_calls(self)
+            push, pop = _site_calls(self)
+            init(self, "push", push)
+            init(self, "pop", pop)
 
     def launches(self) -> int:
         """How many launches were counted under this site's name (by any site of that name)."""

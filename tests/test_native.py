@@ -41,9 +41,9 @@ def noop(*args, **kwargs):
     return args
 
 
-def wrap(original, kernel_of=None, switch=None):
+def wrap(original, kernel_of=None, switch=None, kernel_name=lambda _kernel: "kernel"):
     callsite.configure()
-    spec = launch.LaunchSpec("test", lambda _kernel: "kernel", kernel_of)
+    spec = launch.LaunchSpec("test", kernel_name, kernel_of)
     return launch.make_launch_wrapper(original, spec, switch or launch.Switch())
 
 
@@ -159,7 +159,7 @@ SCENARIOS = [
 NATIVE = pytest.mark.skipif(_native_choice.choice({})[0] is None, reason="no native hot path")
 
 
-def launcher_class(kernel_of=None, switch=None) -> type:
+def launcher_class(kernel_of=None, switch=None, kernel_name=lambda _kernel: "kernel") -> type:
     """A Python subclass of a C class with a __call__ slot (staticmethod: calls what it holds),
     whose __call__ is a launch wrapper of the C class's own slot, called from kname's C slot:
     what kname makes of CuPy's kernel classes."""
@@ -168,7 +168,7 @@ def launcher_class(kernel_of=None, switch=None) -> type:
     class Launcher(staticmethod):
         pass
 
-    Launcher.__call__ = wrap(native.BaseCall(staticmethod), kernel_of, switch)
+    Launcher.__call__ = wrap(native.BaseCall(staticmethod), kernel_of, switch, kernel_name)
     native.use_direct_call(Launcher)
     assert native.has_direct_call(Launcher)
     return Launcher
@@ -510,6 +510,25 @@ def test_a_cached_launch_through_the_slot_calls_the_call_its_class_has_now() -> 
     assert launch_from_one_line(held, 2) == (2,)
     assert sum(callsite.counts().values()) == 3  # the new wrapper, switched off, counted none
     assert before(held, 3) == (3,) and sum(callsite.counts().values()) == 4  # it lives on
+
+
+@NATIVE
+def test_a_slot_launch_whose_kernel_is_an_argument_is_keyed_by_that_argument() -> None:
+    """The slot's short path keys a launch by the instance it is called on, which is the kernel
+    of CuPy's classes only. A class whose kernel is another argument takes the general path:
+    two kernels launched in turn from one line through one instance are each counted as
+    themselves."""
+
+    def kernel_name(kernel) -> str:
+        return "instance" if isinstance(kernel, staticmethod) else "argument"
+
+    launcher = launcher_class(launch.KernelArg(1), kernel_name=kernel_name)  # (self, first, ...)
+    held, other = launcher(noop), object()
+    for _ in range(3):
+        for kernel in (held, other):
+            launch_from_one_line(held, kernel)
+    counted = {key[1]: launches for key, launches in callsite.counts().items()}
+    assert counted == {"instance": 3, "argument": 3}
 
 
 @NATIVE

@@ -41,6 +41,7 @@ LAYERS = [
         "kname._native_choice",
         "kname._watched",
         "kname.ranks",
+        "kname.rank_paths",
     },
 ]
 HOT_PATH = {

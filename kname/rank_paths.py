@@ -7,7 +7,8 @@ An output path (KNAME_REPORT, --json, --trace) may hold placeholders: `{rank}`, 
     prof.json -> prof.rank3.json    out/prof -> out/prof.rank3    a.b/p.tar.gz -> a.b/p.rank3.tar.gz
 
 The stem ends at the file name's first dot after any leading ones (`.kname.json` ->
-`.kname.rank3.json`); the directory part is never changed, dots in it included.
+`.kname.rank3.json`); the directory part is never changed, dots in it included. Keep `{rank}`
+apart from `{pid}` and digits: `{rank}{pid}` gives rank 1 of pid 23 and rank 12 of pid 3 one path.
 """
 
 from __future__ import annotations

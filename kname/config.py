@@ -23,12 +23,16 @@ MAX_DEPTH = 16
 DEFAULT_TOP = 20  # call sites in the table `kname profile` prints at exit
 # KNAME_MODE=profile's outputs besides KNAME_REPORT (its JSON) -> the Config field each sets.
 PROFILE_OUTPUTS = {"KNAME_PROFILE_TRACE": "trace", "KNAME_PROFILE_HTML": "html"}
+# KNAME_MODE=profile's other settings, read only in that mode (KNAME_PROFILE_FLUSH: seconds).
+PROFILE_SETTINGS = ("KNAME_PROFILE_TOP", "KNAME_PROFILE_FLUSH")
+# KNAME_RANKS: ranks are whole numbers of at most 9 digits (int() refuses over 4300 digits).
+MAX_RANK = 999_999_999
 # Longer call-site names are cut to this many characters, ending in a digest of the whole name.
 MAX_NAME_LENGTH = 1024
 KNOWN_VARIABLES = (
     "KNAME", "KNAME_TARGETS", "KNAME_SKIP", "KNAME_FORMAT", "KNAME_DEPTH", "KNAME_MODE",
-    "KNAME_REPORT", "KNAME_DOMAIN", "KNAME_STRICT", *PROFILE_OUTPUTS, "KNAME_PROFILE_TOP",
-    "KNAME_NATIVE",
+    "KNAME_REPORT", "KNAME_DOMAIN", "KNAME_STRICT", *PROFILE_OUTPUTS, *PROFILE_SETTINGS,
+    "KNAME_NATIVE", "KNAME_RANKS",
 )  # fmt: skip
 # How alike (difflib's ratio) a name must be to a known one to be taken for a misspelling of it:
 # at start-up, a near miss (KNAME_MDOE) is a problem; `kname doctor` shows any likeness.
@@ -38,6 +42,10 @@ LIKENESS = 0.6
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 _USER_TARGET = re.compile(rf"^({_DOTTED}):({_DOTTED})$")
 _MODULE_PREFIX = re.compile(rf"^{_DOTTED}$")
+
+
+# KNAME_RANKS as sorted, disjoint, non-adjacent (first, last) spans, both ends included.
+RankSpans = tuple[tuple[int, int], ...]
 
 
 class ConfigError(ValueError):
@@ -58,6 +66,8 @@ class Config:
     trace: str | None = None  # KNAME_MODE=profile: Chrome trace-event file written at exit
     html: str | None = None  # KNAME_MODE=profile: HTML page written at exit
     top: int = DEFAULT_TOP  # KNAME_MODE=profile: call sites in the table printed at exit
+    flush: float | None = None  # KNAME_MODE=profile: seconds between rewrites (None: at exit)
+    ranks: RankSpans | None = None  # KNAME_RANKS: the ranks that profile (None: every rank)
     strict: bool = False
     native: bool = True  # KNAME_NATIVE: the C hot path where built (False: the pure-Python one)
     problems: tuple[str, ...] = field(default=(), compare=False)
@@ -144,7 +154,8 @@ def read_config(
         mode=mode,
         report=(env.get("KNAME_REPORT") or "").strip() or None,
         domain=_read_domain(env.get("KNAME_DOMAIN"), problems),
-        **_read_profile_outputs(env, mode, problems),
+        **_read_profile_settings(env, mode, problems),
+        ranks=_read_ranks(env.get("KNAME_RANKS"), problems),
         strict=strict,
         native=_read_native(env.get("KNAME_NATIVE"), problems),
         problems=tuple(problems + _misspellings(env)),
@@ -271,32 +282,89 @@ def _read_mode(value: str | None, problems: list[str]) -> str:
     return "nvtx"
 
 
-def _read_profile_outputs(
+def _read_profile_settings(
     env: Mapping[str, str], mode: str, problems: list[str]
-) -> dict[str, str | int | None]:
-    """KNAME_PROFILE_TRACE, KNAME_PROFILE_HTML and KNAME_PROFILE_TOP (KNAME_MODE=profile only)."""
-    outputs: dict[str, str | int | None] = {}
-    given = {v: (env.get(v) or "").strip() for v in (*PROFILE_OUTPUTS, "KNAME_PROFILE_TOP")}
+) -> dict[str, str | int | float | None]:
+    """KNAME_PROFILE_TRACE, _HTML, _TOP and _FLUSH (read with KNAME_MODE=profile only)."""
+    settings: dict[str, str | int | float | None] = {}
+    given = {v: (env.get(v) or "").strip() for v in (*PROFILE_OUTPUTS, *PROFILE_SETTINGS)}
     for variable in [v for v, text in given.items() if text and mode != "profile"]:
         problems.append(
             f"{variable}={env[variable]!r} is only read with KNAME_MODE=profile "
             f"(KNAME_MODE is {mode}); ignoring it"
         )
     if mode != "profile":
-        return outputs
+        return settings
     for variable, attribute in PROFILE_OUTPUTS.items():
-        outputs[attribute] = given[variable] or None
+        settings[attribute] = given[variable] or None
     top = given["KNAME_PROFILE_TOP"]
     if top:
         # The length check first: int() refuses strings of over 4300 digits.
         if top.isascii() and top.isdigit() and len(top) <= 9 and int(top) >= 1:
-            outputs["top"] = int(top)
+            settings["top"] = int(top)
         else:
             problems.append(
                 f"KNAME_PROFILE_TOP={env['KNAME_PROFILE_TOP']!r} is not a whole number of 1 or "
                 f"more (call sites in the table); using {DEFAULT_TOP}"
             )
-    return outputs
+    flush = given["KNAME_PROFILE_FLUSH"]
+    if flush:
+        settings["flush"] = _read_seconds(flush)
+        if settings["flush"] is None:
+            problems.append(
+                f"KNAME_PROFILE_FLUSH={env['KNAME_PROFILE_FLUSH']!r} is not a number of seconds "
+                "above 0 (such as 30 or 0.5); using none: the profile is written at exit only"
+            )
+    return settings
+
+
+def _read_seconds(text: str) -> float | None:
+    """A positive number of seconds written as digits with at most one point ('30', '0.5')."""
+    # Digits only: float() would also take 'nan', 'inf', '1e400' and '١'.
+    if not re.fullmatch(r"[0-9]{1,9}(\.[0-9]{0,9})?|\.[0-9]{1,9}", text):
+        return None
+    seconds = float(text)
+    return seconds if seconds > 0 else None
+
+
+def _read_ranks(value: str | None, problems: list[str]) -> RankSpans | None:
+    spans = []
+    for entry in _comma_list(value):
+        span = _rank_span(entry)
+        if span is None:
+            problems.append(
+                f"KNAME_RANKS entry {entry!r} is neither a rank (3) nor a range of ranks (0-7) "
+                f"of whole numbers from 0 to {MAX_RANK}; ignoring it"
+            )
+        else:
+            spans.append(span)
+    return merge_rank_spans(spans) or None  # nothing usable left: the default, every rank
+
+
+def _rank_span(entry: str) -> tuple[int, int] | None:
+    """(first, last) of `entry`, '3' or '0-7', or None if it is neither."""
+    match = re.fullmatch(r"([0-9]{1,9})(?:\s*-\s*([0-9]{1,9}))?", entry)
+    if match is None:
+        return None
+    first = int(match[1])
+    last = first if match[2] is None else int(match[2])
+    return (first, last) if first <= last else None
+
+
+def merge_rank_spans(spans: list[tuple[int, int]]) -> RankSpans:
+    """`spans` sorted, with overlapping and adjacent spans joined: KNAME_RANKS's one form."""
+    merged: list[tuple[int, int]] = []
+    for first, last in sorted(spans):
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], last))
+        else:
+            merged.append((first, last))
+    return tuple(merged)
+
+
+def format_ranks(ranks: RankSpans) -> str:
+    """KNAME_RANKS's text for `ranks` ('0,2-5'); read back, it gives `ranks` again."""
+    return ",".join(str(first) if first == last else f"{first}-{last}" for first, last in ranks)
 
 
 def _read_domain(value: str | None, problems: list[str]) -> str:

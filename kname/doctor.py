@@ -20,6 +20,7 @@ from kname.config import (
     KNOWN_VARIABLES,
     Config,
     ConfigError,
+    format_ranks,
     read_config,
     switch_problem,
     switch_state,
@@ -405,6 +406,8 @@ def _check_configuration() -> tuple[Config, list[tuple[str, str]]]:
         "KNAME_DOMAIN": config.domain,
         "KNAME_STRICT": "on" if config.strict or strict else "off",
         "KNAME_NATIVE": "on (where built)" if config.native else "off (pure Python)",
+        "KNAME_RANKS": "every rank" if config.ranks is None else format_ranks(config.ranks),
+        "KNAME_PROFILE_FLUSH": f"every {config.flush:g} s" if config.flush else "at exit only",
     }
     lines.extend(("", f"    {variable:<14} {value}") for variable, value in settings.items())
     return config, lines

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,10 +14,14 @@ from kname.config import (
     FORMAT_FIELDS,
     KNOWN_VARIABLES,
     MAX_DEPTH,
+    MAX_RANK,
     MODES,
     PROFILE_OUTPUTS,
+    PROFILE_SETTINGS,
     Config,
     ConfigError,
+    format_ranks,
+    merge_rank_spans,
     read_config,
     unknown_variables,
 )
@@ -31,6 +37,7 @@ VARIABLES = (
     "KNAME_DOMAIN",
     "KNAME_STRICT",
     "KNAME_NATIVE",
+    "KNAME_RANKS",
 )
 DEFAULTS = Config()
 
@@ -61,6 +68,8 @@ def test_an_empty_environment_gives_every_default_and_no_problem() -> None:
     assert cfg.domain == DEFAULT_DOMAIN == "kname"
     assert cfg.strict is False
     assert cfg.native is True  # the C hot path, where it is built
+    assert cfg.ranks is None  # every rank profiles
+    assert cfg.flush is None  # a profile is written at exit only
     assert cfg.problems == ()
 
 
@@ -170,6 +179,7 @@ def test_kname_strict_accepts_switch_values(value: str, expected: bool) -> None:
 # --------------------------------------------------------------------------
 
 ACCEPTED_FIELDS = " ".join("{" + name + "}" for name in FORMAT_FIELDS)
+RANKS_ACCEPTED = ["a rank (3)", "a range of ranks (0-7)", f"from 0 to {MAX_RANK}"]
 
 
 @pytest.mark.parametrize(
@@ -192,6 +202,15 @@ ACCEPTED_FIELDS = " ".join("{" + name + "}" for name in FORMAT_FIELDS)
         ("KNAME_MODE", "loud", ["nvtx", "rename", "census"], "mode"),
         ("KNAME_STRICT", "maybe", ["1/true/yes/on", "0/false/no/off"], "strict"),
         ("KNAME_NATIVE", "maybe", ["1/true/yes/on", "0/false/no/off", "default"], "native"),
+        ("KNAME_RANKS", "x", RANKS_ACCEPTED, "ranks"),
+        ("KNAME_RANKS", "5-2", RANKS_ACCEPTED, "ranks"),
+        ("KNAME_RANKS", "-1", RANKS_ACCEPTED, "ranks"),
+        ("KNAME_RANKS", "1.5", RANKS_ACCEPTED, "ranks"),
+        ("KNAME_RANKS", "0-", RANKS_ACCEPTED, "ranks"),
+        ("KNAME_RANKS", "0-3-5", RANKS_ACCEPTED, "ranks"),
+        ("KNAME_RANKS", "٣", RANKS_ACCEPTED, "ranks"),  # a non-ASCII digit
+        ("KNAME_RANKS", "0-1000000000", RANKS_ACCEPTED, "ranks"),  # past MAX_RANK
+        ("KNAME_RANKS", "1" * 5000, RANKS_ACCEPTED, "ranks"),  # past int()'s digit limit
     ],
 )
 def test_a_bad_value_gives_one_problem_naming_it_and_the_default_is_used(
@@ -247,6 +266,7 @@ def test_several_bad_variables_give_one_problem_each() -> None:
         ("KNAME_FORMAT", "{"),
         ("KNAME_TARGETS", "x y"),
         ("KNAME_SKIP", "a/b"),
+        ("KNAME_RANKS", "0-x"),
     ],
 )
 def test_kname_strict_turns_a_bad_value_into_config_error(variable: str, value: str) -> None:
@@ -350,7 +370,7 @@ def test_read_config_never_raises_and_every_problem_line_names_its_variable(env)
 def test_one_variable_gives_problems_naming_only_that_variable(variable: str, value: str) -> None:
     cfg = read_config({variable: value}, BUILTINS)
     assert all(p.startswith(variable) for p in cfg.problems), cfg.problems
-    if variable not in ("KNAME_TARGETS", "KNAME_SKIP"):  # lists: one problem per bad entry
+    if variable not in ("KNAME_TARGETS", "KNAME_SKIP", "KNAME_RANKS"):  # one per bad entry
         assert len(cfg.problems) <= 1
     if cfg.problems:
         with pytest.raises(ConfigError, match=variable):
@@ -400,6 +420,127 @@ def test_unknown_variables_lists_every_kname_name_that_is_not_one_with_its_neare
 
 
 def test_every_variable_read_config_reads_is_known() -> None:
-    profile = {*PROFILE_OUTPUTS, "KNAME_PROFILE_TOP"}
+    profile = {*PROFILE_OUTPUTS, *PROFILE_SETTINGS}
     assert set(VARIABLES) | {"KNAME"} | profile == set(KNOWN_VARIABLES)
     assert unknown_variables(dict.fromkeys(KNOWN_VARIABLES, "")) == []
+
+
+# --------------------------------------------------------------------------
+# KNAME_RANKS (issue 30): which ranks profile
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("0,3", ((0, 0), (3, 3))),
+        ("0-7", ((0, 7),)),
+        ("0,2-5", ((0, 0), (2, 5))),
+        (" 5 , 1 - 2 ", ((1, 2), (5, 5))),
+        ("3,1-4", ((1, 4),)),  # overlapping spans are joined
+        ("0,1,2,4", ((0, 2), (4, 4))),  # adjacent ranks too
+        ("7,7", ((7, 7),)),
+        (",,2,,", ((2, 2),)),
+        (f"0-{MAX_RANK}", ((0, MAX_RANK),)),
+    ],
+)
+def test_kname_ranks_accepts_ranks_and_ranges_in_any_order(value: str, expected: tuple) -> None:
+    cfg = config(ranks=value)
+    assert cfg.ranks == expected
+    assert cfg.problems == ()
+
+
+def test_a_bad_ranks_entry_is_dropped_and_the_good_ones_kept() -> None:
+    cfg = config(ranks="0, x ,2-3,7-5")
+    assert cfg.ranks == ((0, 0), (2, 3))
+    assert len(cfg.problems) == 2
+    assert all(p.startswith("KNAME_RANKS entry") for p in cfg.problems)
+    assert "'x'" in cfg.problems[0] and "'7-5'" in cfg.problems[1]
+
+
+def test_kname_ranks_is_read_in_every_mode() -> None:
+    # Not a profile-only setting: the census may count only some ranks too.
+    for mode in MODES:
+        assert config(mode=mode, ranks="1").ranks == ((1, 1),)
+
+
+@pytest.mark.parametrize(("spans", "text"), [(((0, 0), (2, 5)), "0,2-5"), (((4, 4),), "4")])
+def test_format_ranks_writes_single_ranks_bare_and_spans_with_a_dash(spans, text) -> None:
+    assert format_ranks(spans) == text
+
+
+rank_numbers = st.integers(0, MAX_RANK) | st.integers(0, 40)  # small ones meet and overlap
+rank_spans = st.lists(st.tuples(rank_numbers, rank_numbers).map(sorted).map(tuple), max_size=8)
+
+
+def written(span: tuple[int, int], spaced: bool) -> str:
+    first, last = span
+    if first == last and not spaced:
+        return str(first)
+    return f" {first} - {last} " if spaced else f"{first}-{last}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(rank_spans, st.randoms(use_true_random=False), st.booleans())
+def test_kname_ranks_holds_exactly_the_ranks_written_whatever_the_order_or_spacing(
+    spans, random, spaced
+) -> None:
+    random.shuffle(spans)
+    cfg = config(ranks=",".join(written(span, spaced) for span in spans))
+    assert cfg.problems == ()
+    if not spans:
+        assert cfg.ranks is None
+        return
+    assert cfg.ranks == merge_rank_spans(spans)
+    ends = {n + d for first, last in spans for n in (first, last) for d in (-1, 0, 1)}
+    for rank in ends - {-1}:
+        written_in = any(first <= rank <= last for first, last in spans)
+        assert written_in == any(first <= rank <= last for first, last in cfg.ranks)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rank_spans.filter(bool))
+def test_the_canonical_form_of_kname_ranks_reads_back_as_itself(spans) -> None:
+    canonical = merge_rank_spans(spans)
+    text = format_ranks(canonical)
+    assert config(ranks=text).ranks == canonical
+    assert format_ranks(config(ranks=text).ranks) == text
+    # Canonical: sorted, and no two spans touch.
+    assert all(a[1] + 1 < b[0] for a, b in itertools.pairwise(canonical))
+
+
+# --------------------------------------------------------------------------
+# KNAME_PROFILE_FLUSH (issue 30): seconds between rewrites of a profile
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"), [("30", 30.0), (" 0.5 ", 0.5), (".25", 0.25), ("2.", 2.0), ("600", 600.0)]
+)
+def test_kname_profile_flush_accepts_a_positive_number_of_seconds(value, seconds) -> None:
+    cfg = config(mode="profile", profile_flush=value)
+    assert cfg.flush == seconds
+    assert cfg.problems == ()
+
+
+@pytest.mark.parametrize(
+    "value", ["0", "0.0", "-1", "ten", "nan", "inf", "1e3", "1,5", "٣", "1" * 5000, "30s"]
+)
+def test_a_bad_flush_is_one_line_naming_it_and_the_profile_is_written_at_exit_only(value) -> None:
+    cfg = config(mode="profile", profile_flush=value)
+    problem = the_problem(cfg)
+    assert problem.startswith(f"KNAME_PROFILE_FLUSH={value!r}")
+    assert "a number of seconds above 0" in problem and "at exit only" in problem
+    assert len(problem.splitlines()) == 1
+    assert cfg.flush is None
+
+
+def test_kname_profile_flush_outside_profile_mode_is_one_line_and_ignored() -> None:
+    cfg = config(mode="census", profile_flush="30")
+    assert the_problem(cfg) == (
+        "KNAME_PROFILE_FLUSH='30' is only read with KNAME_MODE=profile (KNAME_MODE is census); "
+        "ignoring it"
+    )
+    assert cfg.flush is None
+    with pytest.raises(ConfigError, match="KNAME_PROFILE_FLUSH"):
+        config(mode="census", profile_flush="30", strict="1")

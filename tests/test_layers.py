@@ -40,6 +40,8 @@ LAYERS = [
         "kname._version",
         "kname._native_choice",
         "kname._watched",
+        "kname.ranks",
+        "kname.rank_paths",
     },
 ]
 HOT_PATH = {

@@ -1,0 +1,418 @@
+"""Tests for kname.ranks and kname.rank_paths: who a process is in a job, found in its launcher's
+environment, and each rank's own output path (issue 30).
+
+The environments are the variables each launcher sets, as its source or documentation gives them
+(see kname.ranks.LAUNCHERS); no launcher runs here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import socket
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kname.config import format_ranks, read_config
+from kname.rank_paths import (
+    ACCEPTED,
+    PLACEHOLDERS,
+    PathTemplateError,
+    expand,
+    template_problem,
+)
+from kname.ranks import LAUNCHERS, LONE, Rank, find_rank, meta, selected
+
+# What each launcher gives one process: rank 5 of 8, the second on its node.
+TORCHRUN = {
+    "LOCAL_RANK": "1", "RANK": "5", "GROUP_RANK": "2", "ROLE_RANK": "5", "ROLE_NAME": "default",
+    "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "8", "GROUP_WORLD_SIZE": "4", "ROLE_WORLD_SIZE": "8",
+    "MASTER_ADDR": "node0", "MASTER_PORT": "29500", "TORCHELASTIC_RESTART_COUNT": "0",
+    "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": "none",
+}  # fmt: skip
+OPEN_MPI = {
+    "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+    "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_UNIVERSE_SIZE": "8", "OMPI_COMM_WORLD_NODE_RANK": "1",
+}  # fmt: skip
+HYDRA = {
+    "PMI_RANK": "5", "PMI_SIZE": "8", "PMI_FD": "7", "MPI_LOCALNRANKS": "2",
+    "MPI_LOCALRANKID": "1", "PMI_HOSTNAME": "node2",
+}  # fmt: skip
+SRUN = {
+    "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_PROCID": "5", "SLURM_LOCALID": "1",
+    "SLURM_NODEID": "2", "SLURM_STEP_NUM_TASKS": "8", "SLURM_NTASKS": "8", "SLURM_NPROCS": "8",
+    "SLURM_STEP_NUM_NODES": "4", "SLURM_NNODES": "4",
+}  # fmt: skip
+# An sbatch script (the batch step): one process, though Slurm gives it task 0 and the job's
+# task count.
+SBATCH_SCRIPT = {
+    "SLURM_JOB_ID": "4242", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
+    "SLURM_NTASKS": "8", "SLURM_NPROCS": "8", "SLURM_NNODES": "4", "ENVIRONMENT": "BATCH",
+}  # fmt: skip
+ENVIRONMENTS = {"torchrun": TORCHRUN, "openmpi": OPEN_MPI, "pmi": HYDRA, "slurm": SRUN}
+
+
+def the_problem(rank: Rank) -> str:
+    assert len(rank.problems) == 1, rank.problems
+    return rank.problems[0]
+
+
+# --------------------------------------------------------------------------
+# Each launcher
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("launcher", sorted(ENVIRONMENTS))
+def test_each_launchers_environment_gives_its_rank_local_rank_and_world_size(launcher) -> None:
+    found = find_rank(ENVIRONMENTS[launcher])
+    assert found == Rank(rank=5, local_rank=1, world_size=8, launcher=launcher)
+    assert found.problems == ()
+
+
+def test_no_launcher_is_a_lone_process_rank_0_of_1() -> None:
+    assert find_rank({"PATH": "/usr/bin", "HOME": "/home/me"}) == LONE
+    assert Rank(rank=0, local_rank=0, world_size=1, launcher=None) == LONE
+
+
+def test_an_sbatch_script_is_a_lone_process_though_slurm_gives_it_task_0_of_the_job() -> None:
+    # SLURM_NTASKS is the job's; only srun's steps set SLURM_STEP_NUM_TASKS.
+    found = find_rank(SBATCH_SCRIPT)
+    assert found == LONE
+    assert found.problems == ()
+
+
+def test_find_rank_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    for launcher in LAUNCHERS:
+        for variable in launcher[1:]:
+            monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "2")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "4")
+    assert find_rank() == Rank(rank=2, local_rank=None, world_size=4, launcher="openmpi")
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS, ids=lambda launcher: launcher.name)
+def test_a_launcher_counts_only_with_both_its_rank_and_its_world_size(launcher) -> None:
+    # RANK alone is a common name for other things: without WORLD_SIZE it says nothing.
+    assert find_rank({launcher.rank: "1"}) == LONE
+    assert find_rank({launcher.world_size: "4", launcher.local_rank: "1"}) == LONE
+    assert find_rank({launcher.rank: " ", launcher.world_size: "4"}).problems == ()
+
+
+def test_a_launcher_without_a_local_rank_leaves_it_unknown() -> None:
+    found = find_rank({"PMI_RANK": "3", "PMI_SIZE": "4"})  # Hydra with another PMI setup
+    assert found == Rank(rank=3, local_rank=None, world_size=4, launcher="pmi")
+    assert found.problems == ()
+
+
+def test_values_may_have_spaces_and_leading_zeros() -> None:
+    found = find_rank({"RANK": " 03 ", "WORLD_SIZE": "04\n", "LOCAL_RANK": "0"})
+    assert (found.rank, found.world_size, found.local_rank) == (3, 4, 0)
+
+
+# --------------------------------------------------------------------------
+# Precedence: the launcher that started this very process wins
+# --------------------------------------------------------------------------
+
+
+def test_torchrun_under_srun_is_torchruns_worker_not_slurms_task() -> None:
+    # srun starts one torchrun per node (task 1 of 2); torchrun starts the workers.
+    node_task = {"SLURM_PROCID": "1", "SLURM_LOCALID": "0", "SLURM_STEP_NUM_TASKS": "2"}
+    found = find_rank({**node_task, "RANK": "6", "LOCAL_RANK": "2", "WORLD_SIZE": "8"})
+    assert found == Rank(rank=6, local_rank=2, world_size=8, launcher="torchrun")
+
+
+def test_mpirun_inside_an_sbatch_job_is_mpis_rank() -> None:
+    found = find_rank({**SBATCH_SCRIPT, **OPEN_MPI, "OMPI_COMM_WORLD_RANK": "7"})
+    assert (found.rank, found.launcher) == (7, "openmpi")
+
+
+@pytest.mark.parametrize(
+    ("inner", "outer"),
+    list(itertools.combinations([launcher.name for launcher in LAUNCHERS], 2)),
+)
+def test_of_two_launchers_the_inner_one_wins(inner: str, outer: str) -> None:
+    outer_env = {k: str(int(v) - 1) for k, v in ENVIRONMENTS[outer].items() if v.isdigit()}
+    found = find_rank({**outer_env, **ENVIRONMENTS[inner]})
+    assert found == Rank(rank=5, local_rank=1, world_size=8, launcher=inner)
+
+
+def test_the_order_of_launchers_is_torchrun_open_mpi_pmi_slurm() -> None:
+    assert [launcher.name for launcher in LAUNCHERS] == ["torchrun", "openmpi", "pmi", "slurm"]
+
+
+# --------------------------------------------------------------------------
+# Malformed values: one line each, naming the variable and what is accepted; never raised
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS, ids=lambda launcher: launcher.name)
+@pytest.mark.parametrize("value", ["x", "-1", "1.5", "+2", "٣", "4", "9", "1" * 5000])
+def test_a_rank_that_is_not_one_of_the_world_is_one_line_and_the_launcher_is_not_used(
+    launcher, value
+) -> None:
+    found = find_rank({launcher.rank: value, launcher.world_size: "4"})
+    assert found == LONE
+    problem = the_problem(found)
+    assert problem.startswith(f"{launcher.rank}={value!r} is not a rank of {launcher.world_size}=4")
+    assert "accepted is a whole number from 0 to 3" in problem
+    assert f"{launcher.name}'s rank is not used" in problem
+    assert len(problem.splitlines()) == 1
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS, ids=lambda launcher: launcher.name)
+@pytest.mark.parametrize("value", ["0", "x", "-2", "2.0", "1" * 5000])
+def test_a_world_size_that_is_not_one_is_one_line_and_the_launcher_is_not_used(
+    launcher, value
+) -> None:
+    found = find_rank({launcher.rank: "0", launcher.world_size: value})
+    assert found == LONE
+    problem = the_problem(found)
+    assert problem.startswith(f"{launcher.world_size}={value!r} is not a world size")
+    assert "accepted is a whole number of 1 or more" in problem
+    assert len(problem.splitlines()) == 1
+
+
+def test_a_malformed_launcher_gives_way_to_the_next_one() -> None:
+    found = find_rank({"RANK": "eight", "WORLD_SIZE": "8", **SRUN})
+    assert found == Rank(rank=5, local_rank=1, world_size=8, launcher="slurm")
+    assert the_problem(found).startswith("RANK='eight'")
+
+
+@pytest.mark.parametrize("value", ["x", "-1", "8", "1" * 5000])
+def test_a_bad_local_rank_is_one_line_and_left_unknown_and_the_rank_kept(value: str) -> None:
+    found = find_rank({**OPEN_MPI, "OMPI_COMM_WORLD_LOCAL_RANK": value})
+    assert found == Rank(rank=5, local_rank=None, world_size=8, launcher="openmpi")
+    problem = the_problem(found)
+    assert problem.startswith(f"OMPI_COMM_WORLD_LOCAL_RANK={value!r} is not a local rank")
+    assert "accepted is a whole number from 0 to 7" in problem
+
+
+LAUNCHER_VARIABLES = sorted({v for launcher in LAUNCHERS for v in launcher[1:]})
+launcher_values = st.one_of(
+    st.integers(-3, 12).map(str),
+    st.text(max_size=12),
+    st.sampled_from(["", " ", "0", "1", "4", "١", "1e3", "0x3", "1" * 5000]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.sampled_from(LAUNCHER_VARIABLES), launcher_values, max_size=12))
+def test_find_rank_never_raises_and_always_gives_a_rank_of_its_world(env) -> None:
+    found = find_rank(env)
+    assert 0 <= found.rank < found.world_size
+    assert found.local_rank is None or 0 <= found.local_rank < found.world_size
+    assert found.launcher in (None, *(launcher.name for launcher in LAUNCHERS))
+    for problem in found.problems:
+        assert len(problem.splitlines()) == 1, problem
+        named = problem.split("=", 1)[0]
+        assert named in env and env[named].strip(), problem
+
+
+def test_a_rank_is_frozen_and_its_problems_are_not_part_of_its_value() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        LONE.rank = 3  # type: ignore[misc]
+    assert Rank(problems=("something",)) == LONE
+
+
+# --------------------------------------------------------------------------
+# selected: KNAME_RANKS
+# --------------------------------------------------------------------------
+
+
+def ranks(text: str):
+    return read_config({"KNAME_RANKS": text}).ranks
+
+
+@pytest.mark.parametrize(
+    ("rank", "text", "chosen"),
+    [(0, "0,3", True), (3, "0,3", True), (2, "0,3", False), (7, "0-7", True), (8, "0-7", False),
+     (4, "0,2-5", True), (1, "0,2-5", False)],
+)  # fmt: skip
+def test_a_rank_profiles_when_kname_ranks_names_it(rank: int, text: str, chosen: bool) -> None:
+    assert selected(Rank(rank=rank, world_size=16, launcher="torchrun"), ranks(text)) is chosen
+
+
+def test_every_rank_profiles_without_kname_ranks() -> None:
+    assert selected(Rank(rank=9, world_size=16, launcher="slurm"), None)
+
+
+def test_a_process_no_launcher_named_always_profiles() -> None:
+    assert selected(LONE, ranks("3-5"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sets(st.integers(0, 63), min_size=1), st.integers(0, 63))
+def test_selected_is_membership_in_the_ranks_written(chosen: set[int], rank: int) -> None:
+    text = ",".join(str(r) for r in sorted(chosen))
+    spans = ranks(text)
+    assert format_ranks(spans) == format_ranks(ranks(format_ranks(spans)))
+    assert selected(Rank(rank=rank, world_size=64, launcher="pmi"), spans) is (rank in chosen)
+
+
+# --------------------------------------------------------------------------
+# meta: who wrote a saved document
+# --------------------------------------------------------------------------
+
+
+def test_meta_records_rank_local_rank_world_size_launcher_host_pid_and_a_device_slot() -> None:
+    record = meta(find_rank(TORCHRUN))
+    assert record == {
+        "rank": 5, "local_rank": 1, "world_size": 8, "launcher": "torchrun",
+        "host": socket.gethostname(), "pid": os.getpid(), "device": None,
+    }  # fmt: skip
+    assert json.loads(json.dumps(record)) == record
+
+
+def test_meta_takes_the_device_from_the_profiler_and_host_and_pid_when_given() -> None:
+    record = meta(LONE, device="NVIDIA H200 (0)", host="node7", pid=12)
+    assert (record["device"], record["host"], record["pid"]) == ("NVIDIA H200 (0)", "node7", 12)
+    assert (record["rank"], record["world_size"], record["launcher"]) == (0, 1, None)
+
+
+# --------------------------------------------------------------------------
+# Output paths: placeholders and the automatic .rank<N>
+# --------------------------------------------------------------------------
+
+RANK3 = Rank(rank=3, local_rank=1, world_size=8, launcher="torchrun")
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("prof.json", "prof.rank3.json"),
+        ("out/prof", "out/prof.rank3"),
+        ("a.b/prof.tar.gz", "a.b/prof.rank3.tar.gz"),  # every suffix kept after the rank
+        ("/abs/dir.d/census.v2.json", "/abs/dir.d/census.rank3.v2.json"),
+        (".kname.json", ".kname.rank3.json"),  # a leading dot is not a suffix
+        ("..hidden", "..hidden.rank3"),
+        ("out/", "out/.rank3"),  # a directory's path: a file in it, the directory kept
+        ("prof.{rank}.json", "prof.3.json"),
+        ("r{rank}/prof.json", "r3/prof.json"),
+        ("{host}-{pid}.json", "node1-77.rank3.json"),  # {host} and {pid} may repeat across ranks
+        ("out/{host}/prof.json", "out/node1/prof.rank3.json"),
+        ("{{rank}}.json", "{rank}.rank3.json"),  # a literal brace is no placeholder
+        ("{{{rank}}}.json", "{3}.json"),
+    ],
+)
+def test_each_rank_gets_its_own_path(path: str, expected: str) -> None:
+    assert expand(path, RANK3, host="node1", pid=77) == expected
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [("prof.json", "prof.json"), ("p.{rank}.{host}.{pid}", "p.0.node1.77"), ("{{x}}", "{x}")],
+)
+def test_a_lone_process_keeps_its_path_but_for_its_placeholders(path: str, expected: str) -> None:
+    assert expand(path, LONE, host="node1", pid=77) == expected
+
+
+def test_host_and_pid_default_to_this_machine_and_this_process() -> None:
+    expected = f"{socket.gethostname().replace(os.sep, '_')}.{os.getpid()}.json"
+    assert expand("{host}.{pid}.json", LONE) == expected
+
+
+def test_a_host_name_cannot_add_a_directory() -> None:
+    assert expand("out/{host}.json", LONE, host="a/b") == "out/a_b.json"
+
+
+@pytest.mark.parametrize(
+    ("path", "what"),
+    [
+        ("prof.{rnak}.json", "an unknown placeholder '{rnak}'"),
+        ("prof.{}.json", "an unknown placeholder '{}'"),
+        ("prof.{rank:03}.json", "an unknown placeholder '{rank:03}'"),
+        ("prof.{RANK}.json", "an unknown placeholder '{RANK}'"),
+        ("prof{.json", "a lone '{'"),
+        ("prof}.json", "a lone '}'"),
+        ("{rank}}", "a lone '}'"),
+    ],
+)
+def test_an_unknown_placeholder_is_one_line_naming_the_variable_and_the_accepted_ones(
+    path: str, what: str
+) -> None:
+    problem = template_problem("KNAME_REPORT", path)
+    assert problem == f"KNAME_REPORT={path!r} has {what}; accepted: {ACCEPTED}"
+    assert "{rank} {host} {pid}" in problem and "{{ and }}" in problem
+    with pytest.raises(PathTemplateError) as raised:
+        expand(path, RANK3, variable="KNAME_REPORT")
+    assert str(raised.value) == problem
+    assert isinstance(raised.value, ValueError)
+
+
+def test_a_placeholder_with_a_newline_is_still_one_line() -> None:
+    problem = template_problem("--json", "p.{a\nb}.json")
+    assert problem is not None and len(problem.splitlines()) == 1
+    assert problem.startswith("--json=")
+
+
+# Paths from the domain: directories with dots, names with several suffixes, placeholders,
+# literal braces, and any text at all.
+NAME_PARTS = ["prof", "a", "out", "census", ".", "..", "json", "tar", "gz", "-", "_", "7", "rank3"]
+PLACEHOLDER_PARTS = [f"{{{name}}}" for name in PLACEHOLDERS] + ["{{", "}}"]
+domain_paths = st.lists(st.sampled_from([*NAME_PARTS, "/"]), max_size=12).map("".join)
+plain_paths = domain_paths | st.text(st.characters(blacklist_characters="{}"), max_size=20)
+template_parts = st.sampled_from([*NAME_PARTS, "/", *PLACEHOLDER_PARTS])
+templates = st.lists(template_parts, max_size=12).map("".join)
+hosts = st.from_regex(r"[a-z][a-z0-9-]{0,8}(\.[a-z0-9-]{1,6}){0,2}", fullmatch=True)
+pids = st.integers(1, 4_194_304)
+world_ranks = st.integers(2, 4096).flatmap(
+    lambda size: st.tuples(st.just(size), st.integers(0, size - 1), st.integers(0, size - 1))
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(templates, world_ranks, hosts, pids)
+def test_two_ranks_on_one_host_never_get_the_same_path(path, world, host, pid) -> None:
+    size, a, b = world
+    first = expand(path, Rank(rank=a, world_size=size, launcher="slurm"), host=host, pid=pid)
+    second = expand(path, Rank(rank=b, world_size=size, launcher="slurm"), host=host, pid=pid)
+    assert (first == second) is (a == b)
+
+
+@settings(max_examples=500, deadline=None)
+@given(plain_paths, world_ranks, hosts, hosts, pids, pids)
+def test_two_ranks_never_get_the_same_path_without_placeholders_wherever_they_run(
+    path, world, host_a, host_b, pid_a, pid_b
+) -> None:
+    size, a, b = world
+    first = expand(path, Rank(rank=a, world_size=size, launcher="pmi"), host=host_a, pid=pid_a)
+    second = expand(path, Rank(rank=b, world_size=size, launcher="pmi"), host=host_b, pid=pid_b)
+    assert (first == second) is (a == b)
+
+
+@settings(max_examples=500, deadline=None)
+@given(plain_paths, hosts, pids)
+def test_a_path_without_placeholders_in_a_world_of_one_is_unchanged(path, host, pid) -> None:
+    assert expand(path, LONE, host=host, pid=pid) == path
+    assert expand(path, Rank(launcher="torchrun"), host=host, pid=pid) == path
+
+
+@settings(max_examples=500, deadline=None)
+@given(plain_paths, world_ranks)
+def test_expansion_never_changes_the_directory_of_a_path_without_placeholders(path, world) -> None:
+    size, rank, _ = world
+    expanded = expand(path, Rank(rank=rank, world_size=size, launcher="slurm"))
+    assert os.path.dirname(expanded) == os.path.dirname(path)
+    # The file name only gains .rank<N>, somewhere in it.
+    name, tag = os.path.basename(path), f".rank{rank}"
+    inserted = {name[:i] + tag + name[i:] for i in range(len(name) + 1)}
+    assert os.path.basename(expanded) in inserted
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(max_size=20) | templates, world_ranks)
+def test_expand_raises_exactly_when_template_problem_says_why(path, world) -> None:
+    size, rank, _ = world
+    problem = template_problem("KNAME_REPORT", path)
+    try:
+        expand(path, Rank(rank=rank, world_size=size, launcher="slurm"), variable="KNAME_REPORT")
+    except PathTemplateError as raised:
+        assert str(raised) == problem
+    else:
+        assert problem is None
+    if problem is not None:
+        assert problem.startswith("KNAME_REPORT=") and len(problem.splitlines()) == 1

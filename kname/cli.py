@@ -253,10 +253,9 @@ def _run_showing_ranges(executable: str, program: list[str], environ: dict[str, 
             "--show-ranges out under a profiler"
         )
     try:
-        library = show_ranges.build()
-    except show_ranges.ViewerUnavailable as exc:
+        return show_ranges.main(executable, program, environ)
+    except show_ranges.ViewerUnavailable as exc:  # said before the program runs
         return _usage_error(f"kname run --show-ranges: {exc}")
-    return show_ranges.run(executable, program, environ, library)
 
 
 def _with_bootstrap(pythonpath: str) -> str:

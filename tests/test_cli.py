@@ -157,10 +157,34 @@ def test_a_mistyped_command_is_refused_not_run_as_a_script(kname_venv, tmp_path,
     for result in runs:
         assert (result.returncode, result.stdout) == (2, ""), result.stderr
         assert result.stderr == (
-            f"kname: unknown command {typo!r} (did you mean {meant}?); commands: run, profile, "
-            "doctor, report; a script of that name runs when it exists "
-            f"(python -m kname ./{typo})\n"
+            f"kname: unknown command {typo!r}; did you mean {meant!r}? (commands: run, profile, "
+            "doctor, report)\n"
         )
+
+
+@pytest.mark.parametrize(
+    ("command", "meant"),
+    [
+        (["run", "app.py"], "kname run python app.py"),  # a script, not executable
+        (["run", "--", "./app.py", "5"], "kname run python ./app.py"),
+        (["run", "new.py"], "kname run python new.py"),  # not written yet: still a script
+        (["run", "notes"], "kname run python notes"),  # a file that is not executable
+        (["run", "tool"], "kname run ./tool"),  # executable, but not on PATH
+        (["profile", "app.py"], "kname profile python app.py"),
+    ],
+)
+def test_a_command_not_found_says_the_command_line_likely_meant(kname_venv, tmp_path, command,
+                                                                 meant) -> None:  # fmt: skip
+    (tmp_path / "app.py").write_text(APP)
+    (tmp_path / "notes").write_text("import sys\n")
+    (tmp_path / "tool").write_text("#!/bin/sh\nexit 3\n")
+    (tmp_path / "tool").chmod(0o755)
+    result = run_kname(kname_venv, *command, cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (2, "")
+    word = command[-2] if command[-1] == "5" else command[-1]
+    assert result.stderr == (
+        f"kname {command[0]}: command not found: {word}; did you mean `{meant}`?\n"
+    )
 
 
 def test_a_script_named_like_a_command_still_runs(kname_venv: Venv, tmp_path: Path) -> None:

@@ -77,16 +77,20 @@ def viewer(cache: Path | None = None) -> Iterator[Path]:
     try:
         scratch = tempfile.TemporaryDirectory(prefix="kname-show-ranges-")
     except OSError as exc:
-        raise ViewerUnavailable(
-            f"cannot make a folder to build its NVTX viewer in ({exc.strerror}): set TMPDIR to "
-            "a writable folder"
-        ) from None
+        raise _no_temporary_file("a folder to build its NVTX viewer in", exc) from None
     with scratch as folder:
         built = _compile(compiler, Path(folder) / library.name)
         if not _keep(built, library):
             yield built
             return
     yield library
+
+
+def _no_temporary_file(what: str, exc: OSError) -> ViewerUnavailable:
+    # Python tries TMPDIR, then /tmp and others: this is where none of them could be written.
+    return ViewerUnavailable(
+        f"cannot make {what} ({exc.strerror}): set TMPDIR to a writable folder"
+    )
 
 
 def _compile(compiler: list[str], out: Path) -> Path:
@@ -178,9 +182,13 @@ def _build_digest(compiler: list[str]) -> str:
 def run(executable: str, program: list[str], environ: dict[str, str], library: Path) -> int:
     """Run `program` with the viewer `library` attached, then print its ranges on stderr.
 
-    Returns the program's exit status (negative: the signal that killed it).
+    Returns the program's exit status (negative: the signal that killed it). Raises
+    ViewerUnavailable, before the program runs, where no log file can be made.
     """
-    descriptor, log = tempfile.mkstemp(prefix="kname-ranges-", suffix=".log")
+    try:
+        descriptor, log = tempfile.mkstemp(prefix="kname-ranges-", suffix=".log")
+    except OSError as exc:
+        raise _no_temporary_file("its log file", exc) from None
     os.close(descriptor)
     try:
         environ = {**environ, INJECTION_VARIABLE: str(library), LOG_VARIABLE: log}

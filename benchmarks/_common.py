@@ -42,6 +42,20 @@ def use_test_support() -> None:
         sys.path.insert(0, str(REPO / "tests"))
 
 
+def build_checkout_extensions() -> str:
+    """Build kname's C extensions into this checkout, as the tests do: the benchmarks import
+    kname from it, and an installed kname's extensions are in site-packages, not here. Returns
+    a note on what went wrong, or ""."""
+    use_test_support()
+    from support import build_extensions_in_place
+
+    problem = build_extensions_in_place(REPO)
+    if not problem:
+        return ""
+    said = " / ".join(problem.splitlines())
+    return f"kname's C extensions, built into this checkout (the kname benchmarked): {said}"
+
+
 # ---------------------------------------------------------------- timing
 
 

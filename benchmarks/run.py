@@ -25,6 +25,7 @@ from _common import (
     CLOCKS,
     TOOLS,
     VARIANTS,
+    build_checkout_extensions,
     build_null_tool,
     clean_env,
     load_average,
@@ -118,6 +119,11 @@ def main() -> None:
         tool_lib = None
         results["notes"].append(f"NVTX null tool unavailable ({exc}); null-tool rows skipped")
     tools = [t for t in TOOLS if t == "none" or tool_lib is not None]
+    if set(suites) - {"startup"}:  # the suites that import kname from this checkout
+        note = build_checkout_extensions()
+        if note:
+            results["notes"].append(note)
+            say(note)
 
     if "launch" in suites:
         results["launch"], results["miss"] = launch_suite(mode, tools, tool_lib)
@@ -127,13 +133,18 @@ def main() -> None:
         argv = ["--sites", str(SETTINGS["memory_sites"][mode])]
         results["memory"] = run_worker("memory.py", argv, worker_env(tool, tool_lib), 600)
     if "startup" in suites:
-        say("startup: building the wheel and two venvs")
         import startup
 
-        try:
-            results["startup"] = startup.run(mode == "quick", log=say)
-        except Exception as exc:  # one suite failing must not lose the others
-            results["startup"] = {"error": f"{type(exc).__name__}: {exc}"}
+        missing = startup.missing_for_the_wheel()
+        if missing:
+            results["startup"] = {"skipped": missing}
+            say(f"startup: skipped, {missing}")
+        else:
+            say("startup: building the wheel and two venvs")
+            try:
+                results["startup"] = startup.run(mode == "quick", log=say)
+            except Exception as exc:  # one suite failing must not lose the others
+                results["startup"] = {"error": f"{type(exc).__name__}: {exc}"}
     if "gpu" in suites:
         missing = no_gpu()
         if missing:
@@ -301,7 +312,9 @@ def render(results: dict) -> str:
     if results.get("startup"):
         lines += ["", "## Start-up", ""]
         startup = results["startup"]
-        if "error" in startup:
+        if "skipped" in startup:
+            lines.append(f"skipped: {startup['skipped']}")
+        elif "error" in startup:
             lines.append(f"error: {one_line(startup['error'])}")
         else:
             lines += render_startup(startup)

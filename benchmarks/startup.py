@@ -15,7 +15,11 @@ packages through a .pth; kname comes from the wheel only.
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import os
+import re
+import shlex
 import site
 import statistics
 import subprocess
@@ -58,6 +62,27 @@ for _ in range(n):
     find_spec("kname_bench_unrelated_module", None)
 print((time.perf_counter_ns() - t0) / n, sys.meta_path.index(finder), type(finder).__qualname__)
 """
+
+
+def missing_for_the_wheel() -> str:
+    """What this Python lacks to build kname's wheel as the tests do (pip wheel without build
+    isolation, so pyproject.toml's build requirements must be installed), in one line; "" when
+    nothing. setuptools before 70.1 builds wheels only with the wheel package."""
+    if importlib.util.find_spec("setuptools") is None:
+        needed = "setuptools>=64 wheel"
+    else:
+        version = importlib.metadata.version("setuptools")
+        major, minor = (int(part) for part in re.match(r"(\d+)\.(\d+)", version).groups())
+        if major < 64:
+            needed = "setuptools>=64"
+        elif (major, minor) < (70, 1) and importlib.util.find_spec("wheel") is None:
+            needed = "wheel"
+        else:
+            return ""
+    return (
+        f"building kname's wheel (pip wheel --no-build-isolation, as the tests do) needs "
+        f"{needed} in this Python: {sys.executable} -m pip install {shlex.join(needed.split())}"
+    )
 
 
 def run(quick: bool, log=print) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import sys
 from typing import NoReturn
@@ -78,9 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         meant = _command_meant(args[0])
         if meant:
             return _usage_error(
-                f"kname: unknown command {args[0]!r} (did you mean {meant}?); commands: "
-                f"{', '.join(COMMANDS)}; a script of that name runs when it exists "
-                f"(python -m kname ./{args[0]})"
+                f"kname: unknown command {args[0]!r}; did you mean {meant!r}? (commands: "
+                f"{', '.join(COMMANDS)})"
             )
         # `python -m kname app.py ...`: run a script with the current interpreter.
         args = ["run", "--", sys.executable, *args]
@@ -225,7 +225,7 @@ def _run(options: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return _usage_error("kname run: needs a command, e.g. kname run -- python app.py")
     executable = shutil.which(program[0])
     if executable is None:
-        return _usage_error(f"kname run: command not found: {program[0]}")
+        return _usage_error(_not_found(options.command, program[0]))
     environ = dict(os.environ, KNAME="1")
     for option, variable in RUN_OPTIONS.items():
         value = getattr(options, option)
@@ -253,10 +253,22 @@ def _run_showing_ranges(executable: str, program: list[str], environ: dict[str, 
             "--show-ranges out under a profiler"
         )
     try:
-        library = show_ranges.build()
-    except show_ranges.ViewerUnavailable as exc:
+        return show_ranges.main(executable, program, environ)
+    except show_ranges.ViewerUnavailable as exc:  # said before the program runs
         return _usage_error(f"kname run --show-ranges: {exc}")
-    return show_ranges.run(executable, program, environ, library)
+
+
+def _not_found(command: str, word: str) -> str:
+    """`kname run: command not found: WORD`, with what was likely meant: a Python script run
+    without `python`, or a program in this folder without `./`."""
+    quoted = shlex.quote(word)
+    if word.endswith(".py") or (os.path.isfile(word) and not os.access(word, os.X_OK)):
+        meant = f"kname {command} python {quoted}"
+    elif os.path.isfile(word) and os.sep not in word:
+        meant = f"kname {command} ./{quoted}"  # executable, but not on PATH
+    else:
+        return f"kname {command}: command not found: {word}"
+    return f"kname {command}: command not found: {word}; did you mean `{meant}`?"
 
 
 def _with_bootstrap(pythonpath: str) -> str:
@@ -325,7 +337,7 @@ def _profile(options: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     if not program:
         return _usage_error("kname profile: needs a command, e.g. kname profile -- python app.py")
     if shutil.which(program[0]) is None:
-        return _usage_error(f"kname profile: command not found: {program[0]}")
+        return _usage_error(_not_found("profile", program[0]))
     for option, variable in PROFILE_OPTIONS.items():
         value = getattr(options, option)
         if value is not None:

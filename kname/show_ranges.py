@@ -6,13 +6,16 @@ NVTX loads it at the program's first NVTX call when NVTX_INJECTION64_PATH names 
 appends a line per range event to a log. NVTX loads a tool only as a shared library, by path,
 so there is no pure-Python way: the C file ships in the package and is compiled on first use
 with the machine's C compiler ($CC, else cc, gcc or clang; no NVTX headers needed) into a cache
-folder ($XDG_CACHE_HOME/kname, else ~/.cache/kname), then reused.
+folder ($XDG_CACHE_HOME/kname, else ~/.cache/kname), then reused. The file's name carries a digest
+of the source, its headers and the compile command, and a checksum file beside it vouches for its
+bytes: anything else found there (an empty or foreign file, a folder) is never loaded.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -20,12 +23,15 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("show_ranges.c")
 LOG_VARIABLE = "_KNAME_RANGES_LOG"
 INJECTION_VARIABLE = "NVTX_INJECTION64_PATH"
+FLAGS = ("-shared", "-fPIC", "-O2")
 SHOWN = 20  # rows of the table; the rest are summed up in one line
 
 
@@ -42,23 +48,53 @@ class Ranges:
     open_ranges: Counter = field(default_factory=Counter)  # domain -> ranges never closed
 
 
-def build(cache: Path | None = None) -> Path:
-    """The viewer's shared library, compiled now unless the cache already holds this build."""
+def main(executable: str, program: list[str], environ: dict[str, str]) -> int:
+    """Run `program` under the viewer (built first where the cache holds no verified build),
+    then print its ranges on stderr.
+
+    Returns the program's exit status; a program killed by a signal kills this process with it.
+    Raises ViewerUnavailable, before the program runs, where the viewer cannot be built.
+    """
+    with viewer() as library:
+        status = run(executable, program, environ, library)
+    if status < 0:  # die of the same signal, as `kname run` without --show-ranges would
+        signal.signal(-status, signal.SIG_DFL)
+        os.kill(os.getpid(), -status)
+    return status
+
+
+@contextmanager
+def viewer(cache: Path | None = None) -> Iterator[Path]:
+    """The viewer's shared library: the cache's build where its checksum vouches for it, else
+    one compiled now and kept in the cache; where the cache cannot keep it, a build for this
+    run only, removed afterwards (one line says so)."""
     compiler = _compiler()
-    source = SOURCE.read_bytes()
-    digest = hashlib.sha256(source + " ".join(compiler).encode()).hexdigest()[:16]
     cache = cache or _cache_folder()
-    library = cache / f"libkname_show_ranges-{digest}.so"
-    if library.is_file():
-        return library
+    library = cache / f"libkname_show_ranges-{_build_digest(compiler)}.so"
+    if _verified(library):
+        yield library
+        return
     try:
-        cache.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        cache = Path(tempfile.mkdtemp(prefix="kname-"))
-        library = cache / library.name
-    # Built under a name of its own, then renamed: two runs never load half a file.
-    partial = cache / f".{library.name}.{os.getpid()}.tmp"
-    command = [*compiler, "-shared", "-fPIC", "-O2", str(SOURCE), "-o", str(partial)]
+        scratch = tempfile.TemporaryDirectory(prefix="kname-show-ranges-")
+    except OSError as exc:
+        raise _no_temporary_file("a folder to build its NVTX viewer in", exc) from None
+    with scratch as folder:
+        built = _compile(compiler, Path(folder) / library.name)
+        if not _keep(built, library):
+            yield built
+            return
+    yield library
+
+
+def _no_temporary_file(what: str, exc: OSError) -> ViewerUnavailable:
+    # Python tries TMPDIR, then /tmp and others: this is where none of them could be written.
+    return ViewerUnavailable(
+        f"cannot make {what} ({exc.strerror}): set TMPDIR to a writable folder"
+    )
+
+
+def _compile(compiler: list[str], out: Path) -> Path:
+    command = [*compiler, *FLAGS, str(SOURCE), "-o", str(out)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, check=False)
     except OSError as exc:
@@ -66,20 +102,93 @@ def build(cache: Path | None = None) -> Path:
             f"cannot run the C compiler {compiler[0]!r} ({exc.strerror}): install cc, gcc or "
             "clang, or set CC"
         ) from None
-    if done.returncode != 0:
-        partial.unlink(missing_ok=True)
+    if done.returncode != 0 or not out.is_file():
         first = next((line for line in done.stderr.splitlines() if line.strip()), "no output")
         raise ViewerUnavailable(f"compiling its NVTX viewer failed: {shlex.join(command)}: {first}")
-    partial.replace(library)
-    return library
+    return out
+
+
+def _keep(built: Path, library: Path) -> bool:
+    """Copy a new build into the cache, its checksum beside it; False (and one line) where the
+    cache cannot take them."""
+    try:
+        data = built.read_bytes()
+        library.parent.mkdir(parents=True, exist_ok=True)
+        _write_whole(library, data)
+        _write_whole(_checksum_file(library), hashlib.sha256(data).hexdigest().encode())
+    except OSError as exc:
+        where = exc.filename2 or exc.filename or library.parent
+        sys.stderr.write(
+            f"kname run --show-ranges: cannot keep its NVTX viewer in {library.parent} "
+            f"({exc.strerror}: {where}), so it is built at every run: set XDG_CACHE_HOME to a "
+            "writable folder\n"
+        )
+        return False
+    return True
+
+
+def _write_whole(path: Path, data: bytes) -> None:
+    """Write `path` under a name of its own, then rename it: a concurrent run sees the old file
+    or the new one, never half of one."""
+    descriptor, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(data)
+        os.chmod(partial, 0o644)
+        os.replace(partial, path)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(partial)
+        raise
+
+
+def _verified(library: Path) -> bool:
+    """Whether `library` is the build its checksum file was written for: not a file of another
+    origin (empty, foreign, damaged), and not a folder."""
+    checksum_file = _checksum_file(library)
+    try:
+        if not (library.is_file() and checksum_file.is_file()):
+            return False
+        expected = checksum_file.read_text(encoding="ascii").strip()
+        return expected == hashlib.sha256(library.read_bytes()).hexdigest()
+    except (OSError, ValueError):  # unreadable, or not ASCII
+        return False
+
+
+def _checksum_file(library: Path) -> Path:
+    return library.with_name(library.name + ".sha256")
+
+
+_LOCAL_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)
+
+
+def _build_digest(compiler: list[str]) -> str:
+    """What a build is made of: show_ranges.c, the headers it includes from beside it, and the
+    compile command; any change gives a new file name in the cache."""
+    digest = hashlib.sha256("\0".join([*compiler, *FLAGS]).encode())
+    seen: set[Path] = set()
+    todo = [SOURCE]
+    while todo:
+        path = todo.pop()
+        if path in seen or not path.is_file():
+            continue  # a missing header is the compiler's to report
+        seen.add(path)
+        text = path.read_bytes()
+        digest.update(b"\0" + path.name.encode() + b"\0" + text)
+        todo += [SOURCE.parent / name.decode() for name in _LOCAL_INCLUDE.findall(text)]
+    return digest.hexdigest()[:16]
 
 
 def run(executable: str, program: list[str], environ: dict[str, str], library: Path) -> int:
-    """Run `program` with the viewer attached, then print its ranges on stderr.
+    """Run `program` with the viewer `library` attached, then print its ranges on stderr.
 
-    Returns the program's exit status; a program killed by a signal kills this process with it.
+    Returns the program's exit status (negative: the signal that killed it). Raises
+    ViewerUnavailable, before the program runs, where no log file can be made.
     """
-    descriptor, log = tempfile.mkstemp(prefix="kname-ranges-", suffix=".log")
+    try:
+        descriptor, log = tempfile.mkstemp(prefix="kname-ranges-", suffix=".log")
+    except OSError as exc:
+        raise _no_temporary_file("its log file", exc) from None
     os.close(descriptor)
     try:
         environ = {**environ, INJECTION_VARIABLE: str(library), LOG_VARIABLE: log}
@@ -93,9 +202,6 @@ def run(executable: str, program: list[str], environ: dict[str, str], library: P
         sys.stderr.flush()
     finally:
         os.unlink(log)
-    if status < 0:  # die of the same signal, as `kname run` without --show-ranges would
-        signal.signal(-status, signal.SIG_DFL)
-        os.kill(os.getpid(), -status)
     return status
 
 
@@ -168,8 +274,16 @@ def render(ranges: Ranges, environ: dict[str, str]) -> str:
 
 
 def _compiler() -> list[str]:
-    if os.environ.get("CC"):
-        return shlex.split(os.environ["CC"])
+    command = os.environ.get("CC", "")
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:  # unbalanced quotes
+        raise ViewerUnavailable(
+            f"CC={command!r} is not a command line ({exc}): set CC to a C compiler, e.g. "
+            "CC=gcc, or unset it"
+        ) from None
+    if words:
+        return words
     for name in ("cc", "gcc", "clang"):
         path = shutil.which(name)
         if path:

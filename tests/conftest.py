@@ -4,13 +4,11 @@ kname's wheel, and a venv with it installed (built once per session)."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
-from support import HOT_PATH_VARIABLE, REPO, Venv, build_wheel, make_venv
+from support import HOT_PATH_VARIABLE, Venv, build_extensions_in_place, build_wheel, make_venv
 from support.nvtx_capture import InjectionUnavailable, build_injection_library
 
 import kname
@@ -30,36 +28,10 @@ HOT_PATHS = {"python": "0", "native": "1"}  # KNAME_NATIVE for each
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Build kname's C extensions into the checkout (tests import kname from it), as
-    `pip install` builds them into a wheel; up to date, this costs a look at file times."""
-    suffix = sysconfig.get_config_var("EXT_SUFFIX")
-    common = REPO / "kname" / "_native_common.h"
-    sources = {
-        REPO / "kname" / f"_native{suffix}": [
-            REPO / "kname" / "_native.c", REPO / "kname" / "_native_nvtx.h", common,
-        ],
-        REPO / "kname" / f"_native_cupti{suffix}": [
-            REPO / "kname" / "_native_cupti.c", REPO / "kname" / "_cupti_abi.h", common,
-        ],
-        REPO / "kname" / f"_sigterm_guard{suffix}": [REPO / "kname" / "_sigterm_guard.c"],
-    }  # fmt: skip
-    if not sys.platform.startswith("linux"):  # these two are built on Linux only
-        sources.pop(REPO / "kname" / f"_native_cupti{suffix}")
-        sources.pop(REPO / "kname" / f"_sigterm_guard{suffix}")
-
-    def fresh(built: Path, inputs: list[Path]) -> bool:
-        newest = max(p.stat().st_mtime for p in [*inputs, REPO / "setup.py"])
-        return built.exists() and newest <= built.stat().st_mtime
-
-    if all(fresh(built, inputs) for built, inputs in sources.items()):
-        return
-    # A failed build leaves no extension (as at install, with a warning): the native half of
-    # the tests then skips, and test_native says why the extension is not in use.
-    done = subprocess.run(
-        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=REPO,
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if done.returncode != 0 or "WARNING: kname" in done.stderr:
-        print(f"kname's extensions were not built:\n{done.stdout}{done.stderr}", file=sys.stderr)
+    `pip install` builds them into a wheel."""
+    problem = build_extensions_in_place()
+    if problem:
+        print(f"kname's extensions, built for the tests:\n{problem}", file=sys.stderr)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -10,12 +10,15 @@ import importlib.util
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from support import REPO
+from support import REPO, make_venv
 
 RUN = REPO / "benchmarks" / "run.py"
 
@@ -77,6 +80,49 @@ def test_quick_launch_suite_runs_to_the_end_and_prints_its_table(tmp_path):
         assert run["site_names"] and all(where in n for n in run["site_names"])
     assert [m["new_sites"] for m in results["miss"]] == [m["pairs"] for m in results["miss"]]
     assert (tmp_path / "results.md").read_text().strip() == table.strip()
+
+
+# A venv as the README's first command makes (`pip install ".[auto]"`): no wheel package, or,
+# on Python 3.12+, not even setuptools. (make_venv's venv sees the test environment's packages:
+# a .pth hides the ones such a venv lacks.)
+MISSING = {
+    "wheel": "needs wheel in this Python: {python} -m pip install wheel",
+    "setuptools": "needs setuptools>=64 wheel in this Python: {python} -m pip install "
+    "'setuptools>=64' wheel",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lacking", list(MISSING))
+def test_a_fresh_checkout_benchmarks_its_c_hot_path_or_says_in_one_line_what_is_missing(
+    tmp_path: Path, lacking: str
+) -> None:
+    checkout = tmp_path / "checkout"  # as cloned: no extension built in it
+    ignored = shutil.ignore_patterns(".git", ".venv", "build", "dist", "results", "*.so", "*cache*")
+    shutil.copytree(REPO, checkout, ignore=ignored)
+    venv = make_venv(tmp_path / "venv")
+    (venv.site_packages / "zz_lacking.pth").write_text(
+        f"import sys; sys.modules[{lacking!r}] = None\n"
+    )
+    done = venv.python_run(
+        str(checkout / "benchmarks" / "run.py"), "--quick", "--only", "launch,startup",
+        "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    skipped = results["startup"]["skipped"]
+    assert skipped.endswith(MISSING[lacking].format(python=venv.python)), skipped
+    assert f"[bench] startup: skipped, {skipped}\n" in done.stderr
+    notes = [n for n in results["notes"] if not n.startswith("NVTX null tool unavailable")]
+    hot_paths = {run["hot_path"] for run in results["launch"]}
+    if lacking == "wheel":  # setuptools builds the extensions into the checkout, as tests do
+        assert (notes, hot_paths) == ([], {"C extension"})
+    else:
+        assert notes == [
+            "kname's C extensions, built into this checkout (the kname benchmarked): setuptools "
+            f"is not installed for {venv.python}: pip install setuptools"
+        ]
+        assert all(path.startswith("pure Python") for path in hot_paths)
 
 
 @given(items=st.lists(st.integers(), unique=True, max_size=8), rounds=st.integers(0, 30))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -156,10 +157,34 @@ def test_a_mistyped_command_is_refused_not_run_as_a_script(kname_venv, tmp_path,
     for result in runs:
         assert (result.returncode, result.stdout) == (2, ""), result.stderr
         assert result.stderr == (
-            f"kname: unknown command {typo!r} (did you mean {meant}?); commands: run, profile, "
-            "doctor, report; a script of that name runs when it exists "
-            f"(python -m kname ./{typo})\n"
+            f"kname: unknown command {typo!r}; did you mean {meant!r}? (commands: run, profile, "
+            "doctor, report)\n"
         )
+
+
+@pytest.mark.parametrize(
+    ("command", "meant"),
+    [
+        (["run", "app.py"], "kname run python app.py"),  # a script, not executable
+        (["run", "--", "./app.py", "5"], "kname run python ./app.py"),
+        (["run", "new.py"], "kname run python new.py"),  # not written yet: still a script
+        (["run", "notes"], "kname run python notes"),  # a file that is not executable
+        (["run", "tool"], "kname run ./tool"),  # executable, but not on PATH
+        (["profile", "app.py"], "kname profile python app.py"),
+    ],
+)
+def test_a_command_not_found_says_the_command_line_likely_meant(kname_venv, tmp_path, command,
+                                                                 meant) -> None:  # fmt: skip
+    (tmp_path / "app.py").write_text(APP)
+    (tmp_path / "notes").write_text("import sys\n")
+    (tmp_path / "tool").write_text("#!/bin/sh\nexit 3\n")
+    (tmp_path / "tool").chmod(0o755)
+    result = run_kname(kname_venv, *command, cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (2, "")
+    word = command[-2] if command[-1] == "5" else command[-1]
+    assert result.stderr == (
+        f"kname {command[0]}: command not found: {word}; did you mean `{meant}`?\n"
+    )
 
 
 def test_a_script_named_like_a_command_still_runs(kname_venv: Venv, tmp_path: Path) -> None:
@@ -250,6 +275,14 @@ def editable_venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
     made = make_venv(root / "env")
     made.install(str(next((root / "dist").glob("*.editable-*.whl"))))
     assert not (made.site_packages / "kname.pth").exists()
+    # The test environment's packages, which this venv sees, may hold an installed kname (CI
+    # installs one), found before the editable finder (a class), which setuptools puts last.
+    (made.site_packages / "zz_editable_first.pth").write_text(
+        "import sys; sys.meta_path.sort(key=lambda f: getattr(f, '__name__', '') != "
+        "'_EditableFinder')\n"
+    )
+    where = made.python_run("-c", "import kname; print(kname.__file__)").stdout
+    assert where.startswith(str(root / "source")), where
     return made
 
 
@@ -281,6 +314,45 @@ def test_run_keeps_the_programs_own_sitecustomize(venv_without_pth: Venv, tmp_pa
     result = run_kname(venv_without_pth, "run", "--", "python", "-c", probe,
                        env={"PYTHONPATH": str(tmp_path / "own")})  # fmt: skip
     assert result.stdout.split() == ["True", "True"], result.stderr
+
+
+OWN_SITECUSTOMIZE = "import sys\nOWN = 42\nsys.own_ran = getattr(sys, 'own_ran', 0) + 1\n"
+
+
+@pytest.mark.parametrize("install", ["editable_venv", "venv_without_pth", "kname_venv"])
+def test_run_gives_the_programs_import_sitecustomize_its_own_module(
+    request, install, tmp_path
+) -> None:
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "sitecustomize.py").write_text(OWN_SITECUSTOMIZE)
+    probe = "import sys, kname, sitecustomize as s; print(s.OWN, sys.own_ran, kname.is_installed())"
+    result = run_kname(request.getfixturevalue(install), "run", "--", "python", "-c", probe,
+                       env={"PYTHONPATH": str(tmp_path / "own")})  # fmt: skip
+    assert (result.stdout.split(), result.stderr) == (["42", "1", "True"], "")
+
+
+def old_python(version: str) -> str:
+    """A Python `version`, older than kname supports, from PATH or pyenv; else the test skips."""
+    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    found = [shutil.which(f"python{version}")]
+    found += sorted(glob.glob(os.path.join(root, "versions", f"{version}.*", "bin", "python")))
+    for python in filter(None, found):
+        if subprocess.run([python, "-c", "pass"], capture_output=True).returncode == 0:
+            return python  # pyenv's shim for a version not selected fails
+    pytest.skip(f"no Python {version} here")
+
+
+@pytest.mark.parametrize("version", ["2.7", "3.6"])
+def test_run_leaves_a_python_older_than_kname_supports_alone(kname_venv, tmp_path, version):
+    # The program (kname's Python) starts a tool in an old Python: kname's start-up gate is on
+    # its PYTHONPATH too, and must neither fail there nor hide the tool's own sitecustomize.
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "sitecustomize.py").write_text(OWN_SITECUSTOMIZE)
+    tool = "import sys, sitecustomize as s; sys.stdout.write('%s %s' % (s.OWN, sys.own_ran))"
+    program = f"import subprocess; subprocess.run([{old_python(version)!r}, '-c', {tool!r}])"
+    result = run_kname(kname_venv, "run", "--", "python", "-c", program,
+                       env={"PYTHONPATH": str(tmp_path / "own")})  # fmt: skip
+    assert (result.returncode, result.stdout, result.stderr) == (0, "42 1", "")
 
 
 def test_run_with_a_second_copy_of_kname_on_the_path_runs_each_sitecustomize_once(

@@ -7,7 +7,9 @@ the viewer prints is checked against the test suite's own NVTX capture of the sa
 from __future__ import annotations
 
 import json
+import threading
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -135,18 +137,90 @@ def test_it_says_when_nvtx_was_never_called(kname_venv: Venv, app: Path) -> None
     )
 
 
+def cached(app: Path) -> Path:
+    """The viewer's one build in the app's cache folder."""
+    (library,) = (app / "cache" / "kname").glob("*.so")
+    return library
+
+
 def test_the_viewer_is_built_once_and_reused(kname_venv: Venv, app: Path) -> None:
     show(kname_venv, app)
-    (built,) = (app / "cache" / "kname").glob("*.so")
-    inode = built.stat().st_ino
+    files = sorted((app / "cache" / "kname").iterdir())
+    assert [p.name for p in files] == [cached(app).name, f"{cached(app).name}.sha256"]
+    inodes = [p.stat().st_ino for p in files]
     assert table(show(kname_venv, app).stderr) == {("kname", STEP): 3, ("kname", MAIN): 1}
-    assert [p.stat().st_ino for p in (app / "cache" / "kname").iterdir()] == [inode]
+    assert [p.stat().st_ino for p in sorted((app / "cache" / "kname").iterdir())] == inodes
+
+
+@pytest.mark.parametrize("found", ["an empty file", "other bytes", "another NVTX tool"])
+def test_a_cached_viewer_its_checksum_does_not_vouch_for_is_built_again(
+    kname_venv: Venv, app: Path, inject_lib: Path, found: str
+) -> None:
+    show(kname_venv, app)
+    library = cached(app)
+    planted = {"an empty file": b"", "other bytes": bytes(range(256)) * 64,
+               "another NVTX tool": inject_lib.read_bytes()}[found]  # fmt: skip
+    library.write_bytes(planted)
+    result = show(kname_venv, app)
+    assert table(result.stderr) == {("kname", STEP): 3, ("kname", MAIN): 1}
+    assert library.read_bytes() not in (planted, b"")  # built again, in its place
+
+
+def folder_at_the_viewers_path(app: Path, kname_venv: Venv) -> tuple[Path, str]:
+    show(kname_venv, app)
+    library = cached(app)
+    library.unlink()
+    library.mkdir()
+    (library / "mine").write_text("kept")
+    return library / "mine", f"Is a directory: {library})"
+
+
+def file_at_the_cache_folders_path(app: Path, kname_venv: Venv) -> tuple[Path, str]:
+    (app / "cache" / "kname").write_text("kept")
+    return app / "cache" / "kname", f"File exists: {app / 'cache' / 'kname'})"
+
+
+@pytest.mark.parametrize("in_the_way", [folder_at_the_viewers_path, file_at_the_cache_folders_path])
+def test_a_cache_that_cannot_keep_the_viewer_costs_one_line_and_leaves_nothing_behind(
+    kname_venv: Venv, app: Path, tmp_path: Path, in_the_way
+) -> None:
+    kept, reason = in_the_way(app, kname_venv)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    result = show(kname_venv, app, env={"TMPDIR": str(scratch)})
+    said, rest = result.stderr.split("\n", 1)
+    assert said == (
+        f"kname run --show-ranges: cannot keep its NVTX viewer in {app / 'cache' / 'kname'} "
+        f"({reason}, so it is built at every run: set XDG_CACHE_HOME to a writable folder"
+    )
+    assert table(rest) == {("kname", STEP): 3, ("kname", MAIN): 1}
+    assert result.returncode == 4
+    assert kept.read_text() == "kept"  # what was in the way is the user's: left as it was
+    assert list(scratch.iterdir()) == []  # the build for this run went with it
+
+
+def test_concurrent_first_runs_each_get_a_whole_viewer(tmp_path: Path) -> None:
+    cache, runs = tmp_path / "cache", 6
+    start = threading.Barrier(runs)
+
+    def first_run(_: int) -> bytes:
+        start.wait()
+        with show_ranges.viewer(cache) as library:
+            return library.read_bytes()
+
+    with ThreadPoolExecutor(runs) as pool:
+        seen = list(pool.map(first_run, range(runs)))
+    (library,) = cache.glob("*.so")
+    assert sorted(p.name for p in cache.iterdir()) == [library.name, f"{library.name}.sha256"]
+    assert all(b.startswith(b"\x7fELF") and len(b) == library.stat().st_size for b in seen)
 
 
 @pytest.mark.parametrize(
     ("env", "message"),
     [
         ({"CC": "/no/such/cc"}, "kname run --show-ranges: cannot run the C compiler '/no/such/cc'"),
+        ({"CC": 'gcc "-DX'}, "kname run --show-ranges: CC='gcc \"-DX' is not a command line "
+         "(No closing quotation): set CC to a C compiler"),
         ({"NVTX_INJECTION64_PATH": "/opt/nsight/libToolsInjection64.so"},
          "kname run --show-ranges: NVTX_INJECTION64_PATH is already set"),
     ],

@@ -79,13 +79,15 @@ def environment(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def run_cells(tmp_path: Path, *cells: str) -> list[dict]:
-    """Run `cells` one after another in one fresh IPython shell; what each cell showed."""
+def run_cells(tmp_path: Path, *cells: str, env: dict[str, str] | None = None) -> list[dict]:
+    """Run `cells` one after another in one fresh IPython shell (in `env`, else environment());
+    what each cell showed."""
     (tmp_path / "cells.json").write_text(json.dumps(cells))
     (tmp_path / "shell.py").write_text(SHELL)
     done = subprocess.run(
         [sys.executable, str(tmp_path / "shell.py"), str(tmp_path / "cells.json")],
-        env=environment(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env=environment(tmp_path) if env is None else env, cwd=tmp_path, capture_output=True,
+        text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])

@@ -3,12 +3,16 @@
 An editable install (`pip install -e .`) has no kname.pth, and the program's Python may have no
 kname at all. `kname run` puts this folder first on the program's PYTHONPATH, so every Python
 it starts (and their children) imports this module at start-up: it starts kname unless kname.pth
-already did, says so in one line when this Python cannot import kname, then runs the
-sitecustomize.py it shadows, if any. Syntax of Python 3.6: the program's Python may be old.
+already did, says so in one line when this Python cannot import kname, then loads the
+sitecustomize.py it shadows, if any, as `sitecustomize`: the program's `import sitecustomize`
+then gives that module. A Python older than kname supports (a Python 2 tool the program starts,
+say) is left alone, silently. Syntax of Python 2.7: every Python must be able to read this file.
 """
 
 import os
 import sys
+
+OLDEST_PYTHON = (3, 10)  # setup.cfg's python_requires
 
 
 def _switch_may_be_on():
@@ -24,14 +28,16 @@ def _start_kname():
         import kname._startup  # noqa: F401  (importing it starts kname, once per process)
     except ImportError:
         sys.stderr.write(
-            f"kname: kname run: this Python ({sys.executable}) cannot import kname, so nothing "
-            "is named; install kname for it, or run the program with a Python that has kname\n"
+            "kname: kname run: this Python (" + sys.executable + ") cannot import kname, so "
+            "nothing is named; install kname for it, or run the program with a Python that has "
+            "kname\n"
         )
     except Exception as exc:  # a broken install or interpreter: one line, never a traceback
-        sys.stderr.write(
-            f"kname: could not start ({type(exc).__name__}: {exc}); the program runs "
-            "without kname\n"
-        )
+        sys.stderr.write(_could_not_start(exc) + "; the program runs without kname\n")
+
+
+def _could_not_start(exc):
+    return "kname: could not start (" + type(exc).__name__ + ": " + str(exc) + ")"
 
 
 def _is_kname_bootstrap(entry):
@@ -50,25 +56,54 @@ def _entries_after(here):
     return sys.path[folders.index(here) + 1 :]
 
 
-def _run_next_sitecustomize():
-    """Find the sitecustomize.py that this one shadows and run it under its own name."""
+def _shadowed_path():
+    """Where the sitecustomize.py this one shadows can be: every kname bootstrap folder is left
+    out, not only this one (a checkout on PYTHONPATH beside an installed kname gives two, and
+    each running the other would never end)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return [entry for entry in _entries_after(here) if not _is_kname_bootstrap(entry)]
+
+
+def _load_shadowed_sitecustomize():
+    """Run the sitecustomize.py this one shadows as `sitecustomize`. The import statement that
+    is running this file returns what sys.modules holds under its name when it ends: the
+    program's own module, attributes and all."""
     import importlib.machinery
     import importlib.util
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    # Every kname bootstrap folder is left out, not only this one: a checkout on PYTHONPATH
-    # beside an installed kname gives two, and each running the other would never end.
-    path = [p for p in _entries_after(here) if not _is_kname_bootstrap(p)]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", _shadowed_path())
     if spec is None or spec.loader is None:
         return
     module = importlib.util.module_from_spec(spec)
+    sys.modules["sitecustomize"] = module
     spec.loader.exec_module(module)
 
 
-try:
-    if _switch_may_be_on():
-        _start_kname()
-except Exception as exc:  # never break the program's start-up
-    sys.stderr.write(f"kname: could not start ({type(exc).__name__}: {exc})\n")
-_run_next_sitecustomize()
+def _load_shadowed_sitecustomize_with_imp():
+    """The same for Python 2 and 3 before 3.5, which have no importlib.util.module_from_spec."""
+    import imp
+
+    try:
+        found = imp.find_module("sitecustomize", _shadowed_path())
+    except ImportError:
+        return
+    del sys.modules["sitecustomize"]  # else load_module would run it inside this module
+    try:
+        imp.load_module("sitecustomize", *found)
+    finally:
+        if found[0] is not None:
+            found[0].close()
+
+
+# Read by every Python: ruff, which assumes 3.10+, would drop this test (UP036).
+if sys.version_info < (3, 5):  # noqa: UP036
+    _load_shadowed_sitecustomize_with_imp()
+elif sys.version_info < OLDEST_PYTHON:
+    _load_shadowed_sitecustomize()
+else:
+    try:
+        if _switch_may_be_on():
+            _start_kname()
+    except Exception as exc:  # never break the program's start-up
+        sys.stderr.write(_could_not_start(exc) + "\n")
+    _load_shadowed_sitecustomize()

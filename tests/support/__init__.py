@@ -71,6 +71,36 @@ def build_wheel_of(source: Path, out_dir: Path) -> Path:
     return built[-1]
 
 
+def build_extensions_in_place(root: Path = REPO) -> str:
+    """Build kname's C extensions into the checkout `root`, which the tests and benchmarks
+    import kname from (`pip install` builds them into site-packages, not there); up to date,
+    this costs a look at file times. Returns what went wrong, in words ("" when nothing)."""
+    import importlib.util
+
+    package, suffix = root / "kname", sysconfig.get_config_var("EXT_SUFFIX")
+    names = ["_native", "_native_cupti", "_sigterm_guard"]  # the last two on Linux only
+    built = [package / f"{name}{suffix}" for name in names[: 3 if sys.platform == "linux" else 1]]
+    # Every C file and header of the package: a new header needs no list kept here.
+    inputs = [*package.glob("*.[ch]"), root / "setup.py"]
+    newest = max(path.stat().st_mtime for path in inputs)
+    if all(path.exists() and newest <= path.stat().st_mtime for path in built):
+        return ""
+    if importlib.util.find_spec("setuptools") is None:
+        return f"setuptools is not installed for {sys.executable}: pip install setuptools"
+    # A failed build leaves no extension (as at install, with a warning): the native half of
+    # the tests then skips, and test_native says why the extension is not in use.
+    done = subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=root,
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    said = [
+        line for line in done.stderr.splitlines() if line.startswith(("WARNING: kname", "kname:"))
+    ]
+    if done.returncode != 0:
+        return "\n".join([*said, *(done.stdout + done.stderr).strip().splitlines()[-1:]])
+    return "\n".join(said)
+
+
 @dataclass(frozen=True)
 class Venv:
     """A fresh virtual environment."""

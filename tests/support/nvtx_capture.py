@@ -125,7 +125,10 @@ def nvtx_include_dir() -> Path | None:
     installed nvidia-nvtx wheel's, else the CUDA toolkit's), else None."""
     spec = importlib.util.spec_from_file_location("kname_setup", SETUP_PY)
     build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)  # not as __main__: setup() is not run
+    try:
+        spec.loader.exec_module(build)  # not as __main__: setup() is not run
+    except ImportError as exc:  # setup.py imports setuptools (Python 3.12+ venvs lack it)
+        raise InjectionUnavailable(f"{exc.name} is not installed: pip install {exc.name}") from None
     found = build.nvtx_include_dir()
     return None if found is None else Path(found)
 

@@ -14,7 +14,7 @@ import pytest
 from support import REPO, Venv, line_of, make_venv, run
 
 import kname
-from kname.census_file import OWNER_VARIABLE
+from kname.documents.owner import OWNER_VARIABLE
 
 pytestmark = pytest.mark.slow
 

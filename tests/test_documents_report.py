@@ -199,3 +199,12 @@ def test_durations_have_units(text, ns):
 def test_a_bad_duration_says_what_is_accepted(text):
     with pytest.raises(ValueError, match=r"--min-time .*: expected a duration such as 50us"):
         parse_duration(text)
+
+
+# --- what is given ---------------------------------------------------------------------------
+
+
+def test_no_file_is_one_line_saying_what_report_takes(files, capsys) -> None:
+    code, out, err = run(capsys)
+    assert (code, out) == (2, "")
+    assert err == "kname report: needs a saved census or profile, e.g. kname report census.json\n"

@@ -80,7 +80,7 @@ def add_command(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     report.add_argument(
-        "files", nargs="+", metavar="FILE.json",
+        "files", nargs="*", metavar="FILE.json",
         help="a saved census or profile; several files of one kind (one per rank or process) "
         "are summed",
     )  # fmt: skip
@@ -114,6 +114,8 @@ def run(options: argparse.Namespace) -> int:
     for option in NEEDS_DIFF:
         if getattr(options, option) not in (None, False) and options.diff is None:
             return _usage_error(f"--{option.replace('_', '-')} needs --diff OTHER.json")
+    if not options.files:
+        return _usage_error("needs a saved census or profile, e.g. kname report census.json")
     files = options.files
     try:
         documents = [load(path) for path in files]

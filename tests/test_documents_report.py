@@ -201,10 +201,54 @@ def test_a_bad_duration_says_what_is_accepted(text):
         parse_duration(text)
 
 
-# --- what is given ---------------------------------------------------------------------------
+# --- what is given: nothing, a file twice, a pattern that matched nothing -------------------
 
 
 def test_no_file_is_one_line_saying_what_report_takes(files, capsys) -> None:
     code, out, err = run(capsys)
     assert (code, out) == (2, "")
     assert err == "kname report: needs a saved census or profile, e.g. kname report census.json\n"
+
+
+def test_a_file_given_twice_is_counted_once_and_said(files, capsys) -> None:
+    files(c=census(step_app_py__12=3))
+    for twice in (["c.json", "c.json"], ["c.json", "./c.json"]):
+        code, out, err = run(capsys, *twice)
+        assert code == 0
+        assert out.startswith("kname census (c.json, written by kname 0.1.0): 3 launches ")
+        assert err == (f"kname report: {twice[1]} is given more than once; it is counted once\n")
+
+
+def test_a_pattern_that_matched_no_file_is_left_out_in_one_line(files, capsys) -> None:
+    files(c=census(step_app_py__12=3), d=census(step_app_py__12=4))
+    code, out, err = run(capsys, "c.json", "c.pid*.json")
+    assert code == 0
+    assert out.startswith("kname census (c.json, written by kname 0.1.0): 3 launches ")
+    assert err == "kname report: c.pid*.json: a pattern that matched no file; left out\n"
+    code, out, err = run(capsys, "c.json", "c.pid*.json", "--diff", "d.json")
+    assert code == 0 and out.startswith("kname census diff: c.json (3 launches) -> d.json")
+    assert err == "kname report: c.pid*.json: a pattern that matched no file; left out\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["c.pid*.json"], "c.pid*.json: a pattern that matched no file, and no file was given"),
+        (["c.json", "--diff", "d?.json"], "d?.json: a pattern that matched no file"),
+    ],
+)
+def test_a_pattern_that_leaves_nothing_to_read_is_one_line_and_exit_2(
+    files, capsys, args, message
+) -> None:
+    files(c=census(step_app_py__12=3))
+    code, out, err = run(capsys, *args)
+    assert (code, out) == (2, "")
+    assert err == f"kname report: {message}\n"
+
+
+def test_a_file_named_like_a_pattern_is_read(files, tmp_path, capsys) -> None:
+    files(c=census(step_app_py__12=3))
+    (tmp_path / "c.json").rename(tmp_path / "c[1].json")
+    code, out, err = run(capsys, "c[1].json")
+    assert (code, err) == (0, "")
+    assert out.startswith("kname census (c[1].json, written by kname 0.1.0): 3 launches ")

@@ -7,13 +7,15 @@
                                                     GPU time and launches per site; exit 1 if
                                                     a site (or the total) got slower
 
-Several files of one kind are summed. Every error is one line on stderr and exit 2.
+Files of one kind are read, each once, and summed; a shell pattern that matched no file (passed
+on as it was) is left out, with a line saying so. Every error is one line on stderr and exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import sys
 from collections.abc import Mapping
@@ -116,10 +118,10 @@ def run(options: argparse.Namespace) -> int:
             return _usage_error(f"--{option.replace('_', '-')} needs --diff OTHER.json")
     if not options.files:
         return _usage_error("needs a saved census or profile, e.g. kname report census.json")
-    files = options.files
     try:
-        documents = [load(path) for path in files]
-        after = None if options.diff is None else load(options.diff)
+        files = _files_to_read(options.files)
+        documents = [_load(path) for path in files]
+        after = None if options.diff is None else _load(options.diff)
     except DocumentError as exc:
         return _usage_error(printable(exc))
     schemas = {d["schema"] for d in [*documents, *([after] if after else [])]}
@@ -163,6 +165,35 @@ def parse_duration(text: str) -> int:
     if match is None or (match.group(2) is None and float(match.group(1)) != 0):
         raise ValueError(f"--min-time {text!r}: expected a duration such as 50us, 2ms, 1s or 0")
     return round(float(match.group(1)) * _UNITS[match.group(2) or "ns"])
+
+
+def _files_to_read(paths: list[str]) -> list[str]:
+    """`paths` each once, without the shell patterns that matched nothing; both said on stderr."""
+    patterns = [path for path in paths if _is_unmatched_pattern(path)]
+    files: list[str] = []
+    seen: set[str] = set()
+    for path in (path for path in paths if path not in patterns):
+        if os.path.realpath(path) in seen:
+            _say(f"{printable(path)} is given more than once; it is counted once")
+            continue
+        files.append(path)
+        seen.add(os.path.realpath(path))
+    if not files:
+        raise DocumentError(f"{patterns[0]}: a pattern that matched no file, and no file was given")
+    for pattern in patterns:
+        _say(f"{printable(pattern)}: a pattern that matched no file; left out")
+    return files
+
+
+def _load(path: str) -> dict[str, Any]:
+    if _is_unmatched_pattern(path):
+        raise DocumentError(f"{path}: a pattern that matched no file")
+    return load(path)
+
+
+def _is_unmatched_pattern(path: str) -> bool:
+    """A shell pattern that matched nothing: the shell passes it on as it was written."""
+    return any(c in path for c in "*?[") and not os.path.lexists(path)
 
 
 def _profile_diff(

@@ -21,10 +21,10 @@ def test_beside_puts_the_pid_before_the_suffix() -> None:
 
 @pytest.mark.parametrize("inherited", [None, "", "12x", "²"])
 def test_the_first_process_to_ask_owns_the_files_and_marks_itself(monkeypatch, inherited) -> None:
+    # Set first, so that monkeypatch puts back what was there (or nothing) after owner_pid()'s mark.
+    monkeypatch.setenv(OWNER_VARIABLE, inherited or "")
     if inherited is None:
-        monkeypatch.delenv(OWNER_VARIABLE, raising=False)
-    else:
-        monkeypatch.setenv(OWNER_VARIABLE, inherited)
+        monkeypatch.delenv(OWNER_VARIABLE)
     assert owner_pid() == os.getpid()
     assert os.environ[OWNER_VARIABLE] == str(os.getpid())
 

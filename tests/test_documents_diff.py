@@ -25,10 +25,12 @@ from profile_streams import (
 from kname.documents.build import profile_document
 from kname.documents.diff import (
     TOTAL,
+    Change,
     compare,
     compare_gpu,
     compare_total,
     is_slower,
+    kinds_of,
     launch_counts,
     render_count_changes,
     render_gpu_diff,
@@ -94,6 +96,18 @@ def test_ignoring_lines_masks_every_line_of_a_deep_name_but_keeps_the_file() -> 
         ("added", "step <cell 4>:*"),
         ("removed", "step <cell 3>:*"),
     ]
+
+
+@given(st.lists(st.sampled_from(["added", "removed", "changed"]), max_size=20))
+def test_the_summary_counts_every_change_once_and_names_only_kinds_that_occur(kinds) -> None:
+    changes = [Change(kind, f"s{i}", "k", 0, 1) for i, kind in enumerate(kinds)]
+    summary = kinds_of(changes, ("added", "removed", "changed"))
+    counted = {}
+    for part in summary.split(", ") if summary else []:
+        number, kind = part.split(" ")
+        counted[kind] = int(number)
+    assert counted == {kind: kinds.count(kind) for kind in set(kinds)}
+    assert list(counted) == [k for k in ("added", "removed", "changed") if k in kinds]
 
 
 CENSUS = census_of({("main app.py:22", "axpy"): 3, ("main app.py:23", "scale"): 1})

@@ -1,9 +1,9 @@
 """The live launch census of this process: launches per call site, and its report at exit.
 
-The document's layout (schema 1), its table and diff, and saved files are kname.census_file.
+The document's layout (schema 1), its table and diff, and saved files are kname.documents.
 A process started beneath the one that owns KNAME_REPORT (a subprocess, a multiprocessing
 worker) reports only if it launched anything, and to a file of its own beside the owner's
-(`census.pid4242.json`), so it cannot overwrite it.
+(`census.pid4242.json`, documents/owner.py), so it cannot overwrite it.
 """
 
 from __future__ import annotations
@@ -18,14 +18,13 @@ from kname import callsite
 from kname._locks import reset_in_child
 from kname._sigterm import write_on_sigterm
 from kname._warnings import warn_once
-from kname.census_file import (
-    FORMATS,
-    OWNER_VARIABLE,
-    document_of,
-    render_json,
-    render_table,
-    write_atomically,
-)
+from kname.documents.build import census_document
+from kname.documents.files import write_atomically
+from kname.documents.owner import beside, owner_pid
+from kname.documents.schema import render_json
+from kname.documents.tables import render_census_table
+
+FORMATS = ("table", "json")
 
 
 def names() -> dict[str, int]:
@@ -37,8 +36,8 @@ def names() -> dict[str, int]:
 
 
 def census() -> dict[str, Any]:
-    """The census so far, as the JSON document of schema 1 (see kname.census_file)."""
-    return document_of(_rows())
+    """The census so far, as the JSON document of schema 1 (see kname.documents.schema)."""
+    return census_document(_rows())
 
 
 def _rows() -> dict[tuple[str, str, str], int]:
@@ -54,7 +53,7 @@ def report(file: IO[str] | str | os.PathLike | None = None, format: str = "table
     if format not in FORMATS:
         raise ValueError(f"report(format={format!r}): accepted formats are 'table' and 'json'")
     document = census()
-    text = render_json(document) if format == "json" else render_table(document)
+    text = render_json(document) if format == "json" else render_census_table(document)
     if file is None or hasattr(file, "write"):
         stream = sys.stdout if file is None else file
         stream.write(text)
@@ -79,9 +78,7 @@ def write_at_exit(destination: str, strict: bool = False) -> None:
     # A relative path means relative to where the program started, even if it changes directory.
     _exit_destination = destination if destination == "-" else os.path.abspath(destination)
     if _owner_pid is None:
-        inherited = os.environ.get(OWNER_VARIABLE)
-        _owner_pid = int(inherited) if (inherited or "").isdigit() else os.getpid()
-        os.environ[OWNER_VARIABLE] = str(_owner_pid)
+        _owner_pid = owner_pid()
     if not _exit_registered:
         import atexit
 
@@ -108,9 +105,10 @@ def _write_now() -> None:
         if os.getpid() != _owner_pid:
             if not document["total_launches"]:
                 return
-            destination = _beside(destination)
+            # Its own file beside the owner's; a table on stderr stays on stderr.
+            destination = destination if destination == "-" else beside(destination)
         if destination == "-":
-            sys.stderr.write(render_table(document))
+            sys.stderr.write(render_census_table(document))
             sys.stderr.flush()
         else:
             write_atomically(destination, render_json(document))
@@ -153,11 +151,3 @@ def _finalize_with(write: Callable[[], None]) -> None:
 
     # The lowest priority: after multiprocessing's own, and after the child's children are joined.
     util.Finalize(None, write, exitpriority=-(2**31))
-
-
-def _beside(destination: str) -> str:
-    """Where a process beneath the owner writes: its own file, or stderr."""
-    if destination == "-":
-        return destination
-    stem, suffix = os.path.splitext(destination)
-    return f"{stem}.pid{os.getpid()}{suffix or '.json'}"

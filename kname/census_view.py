@@ -1,7 +1,7 @@
 """A census document to look at and ask about: text in a terminal, an HTML table in Jupyter.
 
-`render_text` and `render_html` take any census document of schema 1 (`kname.census_file` module
-docstring). A site that carries `gpu_ns` (GPU nanoseconds, from a profiler) gets a "GPU time"
+`render_text` and `render_html` take any census document of schema 1 (`kname.documents.schema`
+module docstring). A site that carries `gpu_ns` (GPU nanoseconds, from a profiler) gets a "GPU time"
 column; without it the column is left out.
 """
 
@@ -11,7 +11,7 @@ import html
 from collections.abc import Mapping
 from typing import Any
 
-from kname.census_file import columns, count_of
+from kname.documents.text import columns, count_of, format_duration
 
 HEADER = ("call site", "kernel", "library", "launches", "share")
 RIGHT_ALIGNED = (3, 4, 5)
@@ -100,15 +100,6 @@ def render_html(document: Mapping[str, Any], title: str = "kname census") -> str
         f'<div class="kname-census"><p><strong>{html.escape(_heading(document, title))}'
         f"</strong></p>{table}</div>"
     )
-
-
-def format_duration(nanoseconds: int) -> str:
-    """A GPU time for a table: `812 ns`, `12.4 µs`, `3.1 ms`, `250 ms`."""
-    for unit, size in (("s", 10**9), ("ms", 10**6), ("µs", 10**3)):
-        if nanoseconds >= size:
-            value = nanoseconds / size
-            return f"{value:.3g} {unit}" if value < 100 else f"{value:.0f} {unit}"
-    return f"{nanoseconds} ns"
 
 
 def _picks(site: Mapping[str, Any], name: str | None, kernel: str | None) -> bool:

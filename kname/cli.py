@@ -11,7 +11,7 @@ from typing import NoReturn
 
 from kname import doctor
 from kname._version import __version__
-from kname.profiling import command as profile_report
+from kname.documents import report as report_command
 
 EXAMPLES = """\
 examples:
@@ -26,22 +26,6 @@ examples:
   kname report old.json --diff new.json   launches per call site that changed
 """
 
-
-REPORT_EXAMPLES = """\
-examples:
-  kname run --report census.json -- python app.py    save a census (or KNAME_REPORT=census.json)
-  kname report census.json                           print it as a table
-  kname report before.json --diff after.json         launches per call site: added, removed,
-                                                     changed (with the difference)
-  kname report before.json --diff after.json --fail-on-change
-                                                     ... and exit 1 if anything changed (CI)
-  kname report before.json --diff after.json --fail-on-change --ignore-lines
-                                                     ... per function, file and kernel: code
-                                                     that only moved is no change
-  kname report census.json census.pid*.json          a program and its children, merged
-
-Errors (a missing file, bad JSON, not a census of schema 1 or 2) are one line on stderr and exit 2.
-"""
 
 COMMANDS = ("run", "profile", "doctor", "report")
 
@@ -132,31 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     doctor_command.set_defaults(
         handler=lambda options, parser: doctor.main(profile_check=options.profile_check)
     )
-    report = commands.add_parser(
-        "report",
-        help="print a saved launch census, or compare two",
-        description="Print a launch census saved as JSON (KNAME_REPORT=FILE.json or "
-        "kname run --report FILE.json), or compare it with another.",
-        epilog=REPORT_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    report.add_argument("file", metavar="FILE.json", help="a saved census")
-    report.add_argument(
-        "--diff", metavar="OTHER.json", help="compare FILE.json (before) with OTHER.json (after)"
-    )
-    report.add_argument(
-        "--fail-on-change",
-        action="store_true",
-        help="with --diff: exit 1 if any call site's launch count changed",
-    )
-    report.add_argument(
-        "--ignore-lines",
-        action="store_true",
-        help="with --diff of launch censuses: compare per function, file and kernel, ignoring "
-        "line numbers (the number after each ':' in a name), so code that only moved is no change",
-    )
-    report.set_defaults(handler=_report)
-    profile_report.add_report_options(report)
+    report_command.add_command(commands)
     return parser
 
 
@@ -344,30 +304,6 @@ def _profile(options: argparse.Namespace, parser: argparse.ArgumentParser) -> in
             os.environ[variable] = value
     options.mode, options.report = "profile", options.json
     return _run(options, parser)
-
-
-def _report(options: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from kname.census_file import CensusError, compare, load, printable, render_diff, render_table
-
-    if options.ignore_lines and options.diff is None:
-        return _usage_error("kname report: --ignore-lines needs --diff OTHER.json")
-    handled = profile_report.report(options)  # GPU profiles, and several files at once
-    if handled is not None:
-        return handled
-    if options.fail_on_change and options.diff is None:
-        return _usage_error("kname report: --fail-on-change needs --diff OTHER.json")
-    try:
-        before = load(options.file)
-        after = None if options.diff is None else load(options.diff)
-    except CensusError as exc:
-        return _usage_error(f"kname report: {printable(exc)}")
-    if after is None:
-        sys.stdout.write(render_table(before, source=options.file))
-        return 0
-    labels = (options.file, options.diff)
-    sys.stdout.write(render_diff(before, after, labels, options.ignore_lines))
-    changed = compare(before, after, options.ignore_lines)
-    return 1 if options.fail_on_change and changed else 0
 
 
 def _usage_error(message: str) -> int:

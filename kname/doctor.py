@@ -305,8 +305,8 @@ def _check_profile_records() -> list[tuple[str, str]]:
     if launch is None:
         return [(NOTE, f"profile check: {why_not}: skipped")]
     try:
-        from kname.census_file import count_of
-        from kname.profiling.kernel_names import display_name
+        from kname.documents.kernel_names import display_name
+        from kname.documents.text import count_of
         from kname.profiling.session import ProfileSession
 
         session = ProfileSession()

@@ -24,8 +24,8 @@ from IPython.display import display
 from kname import cells, lifecycle, stretch
 from kname._version import __version__
 from kname.census import census
-from kname.census_file import count_of
 from kname.census_view import Census
+from kname.documents.text import count_of
 
 COMMANDS = ("on", "off", "status", "report")
 

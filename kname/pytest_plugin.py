@@ -23,14 +23,10 @@ import pytest
 import kname
 from kname import stretch
 from kname._version import __version__
-from kname.census_file import (
-    CensusError,
-    compare,
-    count_of,
-    render_diff,
-    validate,
-    write_atomically,
-)
+from kname.documents.diff import compare, kinds_of, render_diff
+from kname.documents.files import write_atomically
+from kname.documents.schema import CENSUS_SCHEMA, DocumentError, validate
+from kname.documents.text import count_of
 
 REPORT_SCHEMA = 1
 _CENSUS = pytest.StashKey[dict]()
@@ -205,11 +201,7 @@ def baseline_change(saved: dict[str, Any] | None, counted: dict[str, Any]) -> st
     changes = compare(before, after)
     if not changes:
         return ""
-    kinds = ", ".join(
-        f"{sum(c.kind == kind for c in changes)} {kind}"
-        for kind in ("added", "removed", "changed")
-        if any(c.kind == kind for c in changes)
-    )
+    kinds = kinds_of(changes, ("added", "removed", "changed"))
     rows = render_diff(before, after, ("baseline", "this run")).split("\n", 1)[1]
     return (
         "kname: this test's launches per call site differ from the baseline "
@@ -265,8 +257,8 @@ def load_report(path: str, option: str) -> dict[str, Any]:
     tests = document["tests"]
     for nodeid, test in tests.items():
         try:
-            validate({"schema": 1, **test}, f"{path}: {nodeid}")
-        except CensusError as exc:
+            validate({"schema": 1, **test}, f"{path}: {nodeid}", (CENSUS_SCHEMA,))
+        except DocumentError as exc:
             raise pytest.UsageError(f"{option} {exc}") from None
     return document
 

@@ -238,7 +238,7 @@ def read_log(path: str) -> Ranges:
 
 def render(ranges: Ranges, environ: dict[str, str]) -> str:
     """The report: a heading, a table of ranges per domain and name, and what was left open."""
-    from kname.census_file import printable
+    from kname.documents.text import printable
 
     total = sum(ranges.counts.values())
     processes = len(ranges.processes)

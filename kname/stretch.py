@@ -11,8 +11,8 @@ from typing import Any
 
 from kname._version import __version__
 from kname.census import census
-from kname.census_file import SCHEMA
 from kname.census_view import Census
+from kname.documents.schema import CENSUS_SCHEMA
 
 Key = tuple[str, str, str]  # (call-site name, kernel, library)
 # Fields of a site that add up over time, so a stretch has its own share of them. gpu_ns is
@@ -57,7 +57,7 @@ def difference(
         }
         for order, ((name, kernel, lib), added) in enumerate(grown, 1)
     ]
-    return {"kname": __version__, "schema": SCHEMA, "sites": sites, "total_launches": total}
+    return {"kname": __version__, "schema": CENSUS_SCHEMA, "sites": sites, "total_launches": total}
 
 
 class Stretch:

@@ -1,4 +1,5 @@
-"""Hypothesis strategies for `kname profile`: launch and activity streams, profiles, documents.
+"""Hypothesis strategies for `kname profile` and saved documents: launch and activity streams,
+profiles, documents of schema 2, and launch censuses (schema 1).
 
 Streams are built the way CUPTI produces them: correlation ids that only grow, one GPU record per
 kernel launch (sometimes none: a launch during graph capture), several per graph launch, nested
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from kname.profiling.document import profile_document
+from kname.documents.build import profile_document
 from kname.profiling.join import UNATTRIBUTED, KernelTotals, Profile, SiteTotals
 from kname.profiling.records import (
     KERNEL,
@@ -149,6 +150,40 @@ def _totals(draw, first: int, kernel_names) -> SiteTotals:
 
 
 documents = profiles().map(profile_document)
+
+
+def profile_of(sites: dict[str, tuple[str, int, int]]) -> Profile:
+    """A join's result, built by hand, of {name: (kernel, launches, gpu_ns)}, ranked in order."""
+    built = {}
+    for rank, (name, (kernel, launches, gpu_ns)) in enumerate(sites.items(), 1):
+        built[name] = SiteTotals(launches, gpu_ns, rank, {kernel: KernelTotals(launches, gpu_ns)})
+    return Profile(built, SiteTotals())
+
+
+call_site_names = st.builds(
+    "{} {}.py:{}".format,
+    st.sampled_from(["<module>", "step", "main", "Solver.run"]),
+    st.sampled_from(["app", "solver", "pkg/ops", "naïve/ünïcode"]),
+    st.integers(1, 5000),
+)
+# {(call site, kernel): launches}: what census_of makes a census of.
+site_counts = st.dictionaries(
+    st.tuples(call_site_names, st.sampled_from(["axpy", "scale", "reduce", ""])),
+    st.integers(1, 10**9),
+    max_size=12,
+)
+
+
+def census_of(counts: dict[tuple[str, str], int]) -> dict:
+    """A census of schema 1, built by hand (not by kname), of {(name, kernel): launches}."""
+    total = sum(counts.values())
+    sites = [
+        {"name": name, "kernel": kernel, "lib": "numba", "launches": launches,
+         "share": round(launches / total, 6), "order": order}
+        for order, ((name, kernel), launches) in enumerate(counts.items(), 1)
+    ]  # fmt: skip
+    return {"kname": "0.1.0", "schema": 1, "sites": sites, "total_launches": total}
+
 
 # What a terminal must never get raw: NUL, ESC (ANSI sequences), line breaks and other C0 and C1
 # controls, Unicode's line separators, a BOM, and lone surrogates (a file name decoded with

@@ -1,8 +1,8 @@
 """The launch census: kname.report() as a table and as JSON, and KNAME_REPORT at exit.
 
 Counting runs for real: numba kernels on the CUDA simulator, in a subprocess of a venv with
-kname's wheel installed. Rendering, validation and comparison are also checked in-process, on
-censuses built by hypothesis.
+kname's wheel installed. The document's rendering, validation, comparison and writing are
+checked in-process in the test_documents_*.py modules.
 """
 
 from __future__ import annotations
@@ -13,24 +13,13 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 from support import Venv, cleaned, line_of
 from support.nvtx_capture import run_captured
 
 import kname
-from kname.census_file import (
-    OWNER_VARIABLE,
-    CensusError,
-    compare,
-    load,
-    render_diff,
-    render_json,
-    render_table,
-    validate,
-    write_atomically,
-)
-from kname.profiling.document import merge_documents
+from kname.documents.build import merge_documents
+from kname.documents.files import load
+from kname.documents.owner import OWNER_VARIABLE
 
 APP = """\
 import os
@@ -232,163 +221,7 @@ def test_a_process_beneath_the_owner_writes_a_census_of_its_own(kname_venv: Venv
     assert json.loads(child.read_text())["sites"] == expected_sites()
 
 
-# --- rendering, validation, comparison ----------------------------------------------------
-
-call_site_names = st.builds(
-    "{} {}.py:{}".format,
-    st.sampled_from(["<module>", "step", "main", "Solver.run"]),
-    st.sampled_from(["app", "solver", "pkg/ops", "naïve/ünïcode"]),
-    st.integers(1, 5000),
-)
-site_counts = st.dictionaries(
-    st.tuples(call_site_names, st.sampled_from(["axpy", "scale", "reduce", ""])),
-    st.integers(1, 10**9),
-    max_size=12,
-)
-
-
-def census_of(counts: dict[tuple[str, str], int]) -> dict:
-    total = sum(counts.values())
-    sites = [
-        {"name": name, "kernel": kernel, "lib": "numba", "launches": launches,
-         "share": round(launches / total, 6), "order": order}
-        for order, ((name, kernel), launches) in enumerate(counts.items(), 1)
-    ]  # fmt: skip
-    return {"kname": kname.__version__, "schema": 1, "sites": sites, "total_launches": total}
-
-
-@given(site_counts)
-def test_render_json_reads_back_as_the_same_valid_census(counts) -> None:
-    document = census_of(counts)
-    text = render_json(document)
-    assert text.endswith("}\n")
-    assert json.loads(text) == document
-    assert validate(json.loads(text), "x.json") == document
-
-
-@given(site_counts, site_counts)
-def test_diff_deltas_add_up_to_the_change_in_total_launches(before, after) -> None:
-    old, new = census_of(before), census_of(after)
-    changes = compare(old, new)
-    assert sum(c.after - c.before for c in changes) == new["total_launches"] - old["total_launches"]
-    assert all(c.before != c.after for c in changes)
-    assert {(c.name, c.kernel) for c in changes if c.kind == "added"} == set(after) - set(before)
-    assert {(c.name, c.kernel) for c in changes if c.kind == "removed"} == set(before) - set(after)
-    assert compare(old, old) == []
-
-
-GOOD = census_of({("step app.py:3", "axpy"): 2})
-
-
-def shifted(counts: dict[tuple[str, str], int], by: int) -> dict[tuple[str, str], int]:
-    """The same census after every line of every file moved down by `by`."""
-    moved = {}
-    for (name, kernel), launches in counts.items():
-        where, line = name.rsplit(":", 1)
-        key = (f"{where}:{int(line) + by}", kernel)
-        moved[key] = moved.get(key, 0) + launches
-    return moved
-
-
-@given(site_counts, st.integers(1, 50))
-def test_a_line_shift_is_no_change_when_lines_are_ignored(counts, by) -> None:
-    before, after = census_of(counts), census_of(shifted(counts, by))
-    assert compare(before, after, ignore_lines=True) == []
-    assert (compare(before, after) == []) == (not counts)
-
-
-@given(site_counts, site_counts)
-def test_ignoring_lines_compares_launches_per_function_file_and_kernel(before, after) -> None:
-    def per_function(counts):
-        summed = {}
-        for (name, kernel), launches in counts.items():
-            key = (name.rsplit(":", 1)[0] + ":*", kernel)
-            summed[key] = summed.get(key, 0) + launches
-        return summed
-
-    changes = compare(census_of(before), census_of(after), ignore_lines=True)
-    old, new = per_function(before), per_function(after)
-    assert {(c.name, c.kernel): (c.before, c.after) for c in changes} == {
-        key: (old.get(key, 0), new.get(key, 0))
-        for key in {*old, *new}
-        if old.get(key, 0) != new.get(key, 0)
-    }
-
-
-def test_ignoring_lines_masks_every_line_of_a_deep_name_but_keeps_the_file() -> None:
-    before = census_of({("step a.py:12 < main b.py:40", "k"): 1, ("step <cell 3>:5", "k"): 2})
-    after = census_of({("step a.py:13 < main b.py:41", "k"): 1, ("step <cell 4>:5", "k"): 2})
-    assert [(c.kind, c.name) for c in compare(before, after, ignore_lines=True)] == [
-        ("added", "step <cell 4>:*"),
-        ("removed", "step <cell 3>:*"),
-    ]
-
-
-@pytest.mark.parametrize(
-    ("document", "fault"),
-    [
-        ([], "not a kname census"),
-        ({"schema": 1}, "not a kname census"),
-        ({**GOOD, "schema": 2}, "census schema 2 is not supported"),
-        ({**GOOD, "sites": {}}, "'sites' must be a list"),
-        ({**GOOD, "sites": [{"name": "x"}]}, "sites[0] has no 'kernel'"),
-        ({**GOOD, "sites": [{**GOOD["sites"][0], "launches": -1}]}, "sites[0].launches"),
-        ({**GOOD, "sites": [{**GOOD["sites"][0], "launches": True}]}, "sites[0].launches"),
-        ({**GOOD, "sites": [{**GOOD["sites"][0], "share": 1.5}]}, "sites[0].share"),
-        ({**GOOD, "total_launches": "2"}, "'total_launches' must be a whole number"),
-    ],
-)
-def test_validate_names_the_file_and_the_fault_on_one_line(document, fault) -> None:
-    with pytest.raises(CensusError) as raised:
-        validate(document, "census.json")
-    message = str(raised.value)
-    assert message.startswith("census.json: ") and fault in message
-    assert "\n" not in message
-
-
-def test_load_says_what_is_wrong_with_the_file(tmp_path: Path) -> None:
-    (tmp_path / "bad.json").write_text('{"schema": 1,')
-    (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00")
-    messages = {}
-    for name in ("missing.json", "bad.json", "binary.json"):
-        with pytest.raises(CensusError) as raised:
-            load(str(tmp_path / name))
-        messages[name] = str(raised.value)
-    assert messages["missing.json"].endswith("missing.json: no such file")
-    assert "bad.json: not valid JSON (Expecting" in messages["bad.json"]
-    assert "line 1, column 14" in messages["bad.json"]
-    assert "binary.json: cannot be read" in messages["binary.json"]
-
-
-@pytest.mark.parametrize(
-    ("text", "fault"),
-    [
-        (
-            '{"schema": 1, "sites": [], "total_launches": ' + "7" * 5000 + "}",
-            "a number has more than 4300 digits",
-        ),
-        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
-        ('{"schema": 1, "sites": [{"name": ' * 50_000, "nested too deeply"),
-    ],
-)
-def test_load_of_a_hostile_file_is_one_census_error(tmp_path: Path, text, fault) -> None:
-    (tmp_path / "hostile.json").write_text(text)
-    with pytest.raises(CensusError) as raised:
-        load(str(tmp_path / "hostile.json"))
-    message = str(raised.value)
-    assert message.startswith(f"{tmp_path / 'hostile.json'}: not valid JSON (")
-    assert fault in message and "\n" not in message
-
-
-def test_tables_and_diffs_escape_what_a_terminal_would_obey() -> None:
-    hostile = census_of({("step \x1b[2J a.py:1", "ax\x00py"): 2, ("ok \ud800 b.py:2", "k"): 1})
-    table = render_table(hostile, source="evil\x1b[31m.json")
-    diff = render_diff(GOOD, hostile, ("a\x07.json", "b.json"))
-    for text in (table, diff):
-        assert all(line.isprintable() for line in text.splitlines()), text
-    assert "step \\x1b[2J a.py:1" in table and "ax\\x00py" in table and "\\ud800" in table
-    assert "evil\\x1b[31m.json" in table
-    assert "step \\x1b[2J a.py:1 [ax\\x00py]" in diff and "a\\x07.json" in diff
+# --- kname.report() -----------------------------------------------------------------------
 
 
 def test_report_accepts_only_table_and_json() -> None:
@@ -407,115 +240,7 @@ def test_report_writes_a_path_atomically_and_a_stream_as_is(tmp_path: Path) -> N
     assert (tmp_path / "census.txt").read_text().startswith("kname census: ")
 
 
-def test_write_atomically_leaves_no_temporary_file_when_it_fails(tmp_path: Path) -> None:
-    (tmp_path / "taken").mkdir()
-    with pytest.raises(OSError):
-        write_atomically(str(tmp_path / "taken"), "{}")
-    assert os.listdir(tmp_path) == ["taken"]
-
-
 # --- where a census may be written (item 1: never replace a device, a FIFO or a link) ---------
-
-
-def make_char_device(path: Path, minor: int) -> Path:
-    """A private copy of /dev/null (minor 3) or /dev/full (minor 7); needs root."""
-    import stat
-
-    try:
-        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, minor))
-    except (PermissionError, AttributeError):
-        pytest.skip("creating a character device needs root")
-    return path
-
-
-def test_write_atomically_follows_a_symlink_and_keeps_it(tmp_path: Path) -> None:
-    (tmp_path / "real.json").write_text("stale")
-    (tmp_path / "real.json").chmod(0o640)
-    (tmp_path / "latest.json").symlink_to("real.json")
-    write_atomically(str(tmp_path / "latest.json"), "{}\n")
-    assert (tmp_path / "latest.json").is_symlink()
-    assert os.readlink(tmp_path / "latest.json") == "real.json"
-    assert (tmp_path / "real.json").read_text() == "{}\n"
-    assert (tmp_path / "real.json").stat().st_mode & 0o777 == 0o640  # its mode is kept
-    assert sorted(os.listdir(tmp_path)) == ["latest.json", "real.json"]
-
-
-def test_write_atomically_through_a_dangling_symlink_creates_its_target(tmp_path: Path) -> None:
-    (tmp_path / "sub").mkdir()
-    (tmp_path / "latest.json").symlink_to("sub/new.json")
-    write_atomically(str(tmp_path / "latest.json"), "{}\n")
-    assert (tmp_path / "latest.json").is_symlink()
-    assert (tmp_path / "sub" / "new.json").read_text() == "{}\n"
-
-
-def test_write_atomically_writes_a_character_device_in_place(tmp_path: Path) -> None:
-    import stat
-
-    null = make_char_device(tmp_path / "null", 3)
-    write_atomically(str(null), "{}\n")
-    assert stat.S_ISCHR(null.lstat().st_mode)
-    assert os.listdir(tmp_path) == ["null"]
-
-
-def test_write_atomically_to_a_full_device_fails_and_keeps_it(tmp_path: Path) -> None:
-    import stat
-
-    full = make_char_device(tmp_path / "full", 7)
-    with pytest.raises(OSError, match="No space left"):
-        write_atomically(str(full), "{}\n")
-    assert stat.S_ISCHR(full.lstat().st_mode)
-    assert os.listdir(tmp_path) == ["full"]
-
-
-def test_write_atomically_writes_a_fifo_in_place_for_its_reader(tmp_path: Path) -> None:
-    import stat
-
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader is waiting
-    try:
-        write_atomically(str(fifo), '{"x": 1}\n')
-        assert os.read(reader, 1000) == b'{"x": 1}\n'
-    finally:
-        os.close(reader)
-    assert stat.S_ISFIFO(fifo.lstat().st_mode)
-    assert os.listdir(tmp_path) == ["fifo"]
-
-
-def test_write_atomically_to_a_fifo_without_reader_fails_at_once(tmp_path: Path) -> None:
-    import stat
-
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    with pytest.raises(OSError) as raised:  # not a hang, waiting for a reader that never comes
-        write_atomically(str(fifo), "{}\n")
-    assert "no reader" in str(raised.value)
-    assert stat.S_ISFIFO(fifo.lstat().st_mode)
-
-
-def test_write_atomically_appends_to_a_file_reached_through_proc(tmp_path: Path) -> None:
-    # /dev/stdout when stdout is a file: the program's output must not be replaced or cut.
-    out = tmp_path / "out.txt"
-    with open(out, "w") as stream:
-        stream.write("program output\n")
-        stream.flush()
-        write_atomically(f"/proc/self/fd/{stream.fileno()}", "{}\n")
-    assert out.read_text() == "program output\n{}\n"
-    assert os.listdir(tmp_path) == ["out.txt"]
-
-
-def test_write_atomically_refuses_a_socket(tmp_path: Path) -> None:
-    import socket
-
-    path = tmp_path / "sock"
-    server = socket.socket(socket.AF_UNIX)
-    try:
-        server.bind(str(path))
-        with pytest.raises(OSError, match="a socket"):
-            write_atomically(str(path), "{}\n")
-    finally:
-        server.close()
-    assert path.is_socket()
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ import pytest
 from support import REPO, Venv, line_of, make_venv, run
 
 import kname
-from kname.census_file import OWNER_VARIABLE
+from kname.documents.owner import OWNER_VARIABLE
 
 pytestmark = pytest.mark.slow
 
@@ -134,7 +134,7 @@ def test_kname_without_a_command_prints_help(kname_venv: Venv) -> None:
     [
         (["run"], "kname run: needs a command"),
         (["run", "--", "no-such-command-here"], "kname run: command not found: no-such-command"),
-        (["report"], "the following arguments are required: FILE.json"),
+        (["report"], "kname report: needs a saved census or profile, e.g. kname report"),
         (["report", "x.json", "--fail-on-change"], "--fail-on-change needs --diff"),
         (["--no-such-option"], "unrecognized arguments: --no-such-option"),
     ],

@@ -21,7 +21,7 @@ import pytest
 from support import REPO
 
 from kname import _native_choice
-from kname.profiling.document import load
+from kname.documents.files import load
 from kname.profiling.records import load_streams
 
 DEMO = REPO / "tests" / "gpu" / "profile_demo.py"

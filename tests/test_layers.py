@@ -24,11 +24,11 @@ LAYERS = [
     {
         "kname.importhooks",
         "kname.census",
-        "kname.census_file",
         "kname.rename",
         "kname.stretch",
         "kname.census_view",
     },
+    {"kname.documents"},  # and every kname.documents.* module: saved censuses and profiles
     {"kname.launch"},
     {"kname.callsite", "kname.naming", "kname.paths", "kname.ranges", "kname.cells"},
     {

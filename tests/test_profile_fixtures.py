@@ -17,7 +17,8 @@ import pytest
 from hypothesis import given
 from profile_streams import streams
 
-from kname.profiling.document import profile_document, validate
+from kname.documents.build import profile_document
+from kname.documents.schema import validate
 from kname.profiling.join import replay
 from kname.profiling.page import render_page
 from kname.profiling.records import StreamsError, load_streams, streams_from_json, streams_to_json

@@ -23,9 +23,9 @@ from support import REPO, cleaned, ended_by_sigterm, line_of
 
 import kname
 from kname import _warnings
-from kname.census_file import OWNER_VARIABLE
 from kname.config import DEFAULT_TOP, MODES, read_config
-from kname.profiling import document as profile_document
+from kname.documents.files import load
+from kname.documents.owner import OWNER_VARIABLE
 from kname.profiling import mode
 
 NOT_COLLECTED = "GPU times are not collected in this run; launches are still named"
@@ -217,7 +217,7 @@ def test_profile_mode_prints_the_table_and_writes_every_output_at_exit(
     wrapped = f"<module> app.py:{app_line('L:wrapped')}"
     direct = f"<module> app.py:{app_line('L:direct')}"
     assert "kname profile: 15.0 us of GPU time in 4 launches from 2 call sites" in done.stderr
-    saved = profile_document.load(str(tmp_path / "p.json"))
+    saved = load(str(tmp_path / "p.json"))
     assert [(s["name"], s["launches"], s["gpu_ns"]) for s in saved["sites"]] == [
         (direct, 1, 9_000),
         (wrapped, 3, 6_000),
@@ -238,7 +238,7 @@ def test_a_profile_run_ended_by_sigterm_writes_its_outputs_and_dies_of_it(tmp_pa
     code, stderr = ended_by_sigterm([sys.executable, "app.py"], tmp_path, environ)
     assert code == -signal.SIGTERM, stderr
     assert "kname profile: 15.0 us of GPU time in 4 launches from 2 call sites" in stderr
-    saved = profile_document.load(str(tmp_path / "p.json"))
+    saved = load(str(tmp_path / "p.json"))
     assert saved["total_gpu_ns"] == 15_000 and saved["total_launches"] == 4
     assert (tmp_path / "p.html").read_text().startswith("<!DOCTYPE html>")
 
@@ -262,15 +262,9 @@ def test_a_process_beneath_the_owner_writes_files_of_its_own_and_no_table(tmp_pa
     done = run_program(tmp_path, {"KNAME_REPORT": "p.json", OWNER_VARIABLE: "1"})
     assert done.returncode == 0, done.stderr
     (written,) = tmp_path.glob("p.pid*.json")
-    assert profile_document.load(str(written))["total_gpu_ns"] == 15_000
+    assert load(str(written))["total_gpu_ns"] == 15_000
     assert not (tmp_path / "p.json").exists()
     assert "kname profile:" not in done.stderr
-
-
-def test_beside_puts_the_pid_before_the_suffix() -> None:
-    pid = os.getpid()
-    assert mode.beside("out/p.json") == f"out/p.pid{pid}.json"
-    assert mode.beside("trace") == f"trace.pid{pid}.json"
 
 
 # --- kname.profile() ------------------------------------------------------------------------
@@ -301,7 +295,7 @@ def test_kname_profile_profiles_a_block_and_installs_kname(scripted, tmp_path) -
     assert [(s["name"], s["launches"], s["gpu_ns"]) for s in profile.sites] == [(here, 1, 2_000)]
     assert profile.table().startswith("kname profile: 2.00 us of GPU time in 1 launch from 1 ")
     profile.save(tmp_path / "p.json")
-    assert profile_document.load(str(tmp_path / "p.json")) == profile.document()
+    assert load(str(tmp_path / "p.json")) == profile.document()
 
 
 def test_one_session_collects_at_a_time(scripted, capsys, monkeypatch) -> None:

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from profile_streams import documents
 
-from kname.profiling.document import profile_document
+from kname.documents.build import profile_document
 from kname.profiling.join import KernelTotals, Profile, SiteTotals, replay
 from kname.profiling.page import BAR_WIDTH, BARS_SHOWN, render_page
 from kname.profiling.records import load_streams

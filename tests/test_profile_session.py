@@ -21,7 +21,7 @@ from support import REPO, ended_by_sigterm
 
 from kname import callsite, naming
 from kname.config import DEFAULT_FORMAT
-from kname.profiling import document as profile_document
+from kname.documents.files import load
 from kname.profiling.records import ActivityRecord, load_streams
 from kname.profiling.session import ProfileSession
 
@@ -114,7 +114,7 @@ def test_the_outputs_are_written_and_read_back(session, tmp_path):
     session.save_trace(tmp_path / "t.json")
     session.save_html(tmp_path / "p.html")
     session.save_streams(tmp_path / "s.json", device="none")
-    assert profile_document.load(str(tmp_path / "p.json")) == session.document()
+    assert load(str(tmp_path / "p.json")) == session.document()
     trace = json.loads((tmp_path / "t.json").read_text())
     assert [e["name"] for e in trace["traceEvents"] if e["ph"] == "X"] == [
         "cuLaunchKernel",
@@ -200,7 +200,7 @@ def test_at_exit_the_table_and_files_are_written_however_the_program_ends(tmp_pa
     line = next(n for n, text in enumerate(lines, 1) if "# the launch line" in text)
     assert f"<module> app.py:{line}" in done.stderr
     assert "kname profile: 2.00 us of GPU time in 1 launch from 1 call site" in done.stderr
-    saved = profile_document.load(str(tmp_path / "out" / "p.json"))
+    saved = load(str(tmp_path / "out" / "p.json"))
     assert saved["sites"][0]["name"] == f"<module> app.py:{line}"
     assert json.loads((tmp_path / "out" / "t.json").read_text())["traceEvents"]
     assert (tmp_path / "out" / "p.html").read_text().startswith("<!DOCTYPE html>")
@@ -230,7 +230,7 @@ def test_a_program_ended_by_sigterm_still_writes_its_outputs(tmp_path, handler):
     assert code == (-signal.SIGTERM if handler == "default" else 7), stderr
     line = next(n for n, text in enumerate(program.splitlines(), 1) if "# the launch line" in text)
     assert "kname profile: 2.00 us of GPU time in 1 launch from 1 call site" in stderr
-    saved = profile_document.load(str(tmp_path / "out" / "p.json"))
+    saved = load(str(tmp_path / "out" / "p.json"))
     assert [(s["name"], s["launches"]) for s in saved["sites"]] == [(f"<module> app.py:{line}", 1)]
     assert json.loads((tmp_path / "out" / "t.json").read_text())["traceEvents"]
     assert (tmp_path / "out" / "p.html").read_text().startswith("<!DOCTYPE html>")

@@ -8,10 +8,6 @@ sets) that carry the same correlation id and their device start and end times. T
 
     records.py          launch and activity records; the recorded streams as JSON fixtures
     join.py             correlation id -> site, the per-site and per-kernel totals
-    document.py         the census document of schema 2; validation, loading, merging
-    diff.py             GPU time differences between two documents (--fail-on-slower)
-    table.py            the ranked table (call site, GPU time, share, launches, mean, kernels)
-    kernel_names.py     readable kernel names (demangled, without parameter lists)
     trace.py            Chrome trace-event JSON (Perfetto, chrome://tracing)
     page.py             one self-contained HTML page: a bar chart and the table
     capture.py          launch API callbacks -> launch records; CUPTI objects -> records
@@ -20,6 +16,9 @@ sets) that carry the same correlation id and their device start and end times. T
     launch_callbacks.py its launch API callbacks: in C (kname._native_cupti) or through cupti-python
     session.py          a profiling session: start, stop, outputs (what kname.profile() returns)
     mode.py             KNAME_MODE=profile: the process's session and its outputs at exit
+
+The document a profile is saved as (schema 2), its table, its diff and `kname report` are
+kname.documents, shared with the launch census.
 
 Nothing here is imported by `import kname`: install() in profile mode and kname.profile() import
 what they use.

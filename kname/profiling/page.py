@@ -11,9 +11,8 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
-from kname.census_file import count_of
-from kname.profiling.kernel_names import display_name
-from kname.profiling.table import format_duration
+from kname.documents.kernel_names import display_name
+from kname.documents.text import count_of, format_duration
 
 BARS_SHOWN = 40
 BAR_WIDTH = 600  # px, the longest bar

@@ -28,14 +28,15 @@ from kname import callsite
 from kname._locks import new_lock, reset_in_child
 from kname._sigterm import write_on_sigterm
 from kname._warnings import warn_once
-from kname.census_file import write_atomically
+from kname.documents.build import profile_document
+from kname.documents.files import write_atomically
+from kname.documents.schema import render_json
+from kname.documents.tables import render_profile_table
 from kname.profiling.capture import LaunchCapture
-from kname.profiling.document import profile_document, render_json
 from kname.profiling.join import Join
 from kname.profiling.native_join import NativeJoin
 from kname.profiling.page import render_page
 from kname.profiling.records import StreamLog, Streams, streams_to_json
-from kname.profiling.table import render_profile_table
 from kname.profiling.trace import trace_json
 
 Collector = Any  # start() -> bool, stop(), started: bool (CuptiCollector or a stand-in)
@@ -126,7 +127,7 @@ class ProfileSession:
         return bool(self.collector.started)
 
     def document(self) -> dict[str, Any]:
-        """The census document of schema 2 (see kname.profiling.document)."""
+        """The census document of schema 2 (see kname.documents.schema)."""
         return profile_document(self.join.profile())
 
     @property

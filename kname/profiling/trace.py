@@ -12,8 +12,8 @@ import json
 from typing import Any
 
 from kname._version import __version__
+from kname.documents.kernel_names import display_name
 from kname.profiling.join import UNATTRIBUTED, replay_join
-from kname.profiling.kernel_names import display_name
 from kname.profiling.records import ActivityRecord, LaunchRecord, Streams
 
 GPU_PID_BASE = 1 << 30  # GPU device d is trace process GPU_PID_BASE + d

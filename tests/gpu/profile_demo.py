@@ -260,8 +260,9 @@ class Checks:
 def kname_phase(args, work: Workload, checks: Checks) -> tuple[dict[int, int], dict[str, str]]:
     """Profile the work with kname; check and write everything; {line: gpu_ns} per marked line
     and {marker: site name}."""
+    from kname.documents.build import profile_document
+    from kname.documents.schema import render_json, validate
     from kname.profiling.cupti_collector import binding_versions
-    from kname.profiling.document import profile_document, render_json, validate
     from kname.profiling.join import replay
     from kname.profiling.page import render_page
     from kname.profiling.records import streams_from_json, streams_to_json
@@ -504,7 +505,7 @@ def cli_phase(args, work: Workload, checks: Checks) -> None:
     print("CLI " + "\nCLI ".join(table[:40]))
     checks.check("cli-ran", done.returncode == 0, done.stderr[-2000:])
     checks.check("cli-table", any(line.startswith("kname profile: ") for line in table), "")
-    from kname.profiling.document import load
+    from kname.documents.files import load
 
     try:
         document = load(str(files["json"]))

@@ -1,34 +1,125 @@
-"""GPU time differences between two profiles, and the `--fail-on-slower` rule.
+"""Two documents compared: launches per call site and kernel (censuses, `--fail-on-change`,
+`--ignore-lines`), and GPU time per call site with the `--fail-on-slower` rule (profiles).
 
 A site is slower when its GPU time grew by more than the threshold and by at least the minimum
-time; faster is the mirror image. Properties over generated documents state the rule's laws; the
-parsers of the command-line values and the rendered text have examples.
+time; faster is the mirror image. Properties over generated documents state the rules' laws; the
+rendered text has examples.
 """
 
 from __future__ import annotations
 
 import copy
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from profile_streams import documents, hostile_documents, hostile_names, terminal_safe
+from profile_streams import (
+    census_of,
+    documents,
+    hostile_documents,
+    hostile_names,
+    profile_of,
+    site_counts,
+    terminal_safe,
+)
 
-from kname.census_file import printable
-from kname.profiling.diff import (
+from kname.documents.build import profile_document
+from kname.documents.diff import (
     TOTAL,
+    Change,
+    compare,
     compare_gpu,
     compare_total,
     is_slower,
-    parse_duration,
-    parse_threshold,
+    kinds_of,
+    launch_counts,
     render_count_changes,
     render_gpu_diff,
     slower,
 )
-from kname.profiling.document import profile_document
+from kname.documents.kernel_names import display_name
+from kname.documents.text import printable
 from kname.profiling.join import KernelTotals, Profile, SiteTotals
-from kname.profiling.kernel_names import display_name
+
+# --- launches per call site and kernel ------------------------------------------------------
+
+
+@given(site_counts, site_counts)
+def test_diff_deltas_add_up_to_the_change_in_total_launches(before, after) -> None:
+    old, new = census_of(before), census_of(after)
+    changes = compare(old, new)
+    assert sum(c.after - c.before for c in changes) == new["total_launches"] - old["total_launches"]
+    assert all(c.before != c.after for c in changes)
+    assert {(c.name, c.kernel) for c in changes if c.kind == "added"} == set(after) - set(before)
+    assert {(c.name, c.kernel) for c in changes if c.kind == "removed"} == set(before) - set(after)
+    assert compare(old, old) == []
+
+
+def shifted(counts: dict[tuple[str, str], int], by: int) -> dict[tuple[str, str], int]:
+    """The same census after every line of every file moved down by `by`."""
+    moved = {}
+    for (name, kernel), launches in counts.items():
+        where, line = name.rsplit(":", 1)
+        key = (f"{where}:{int(line) + by}", kernel)
+        moved[key] = moved.get(key, 0) + launches
+    return moved
+
+
+@given(site_counts, st.integers(1, 50))
+def test_a_line_shift_is_no_change_when_lines_are_ignored(counts, by) -> None:
+    before, after = census_of(counts), census_of(shifted(counts, by))
+    assert compare(before, after, ignore_lines=True) == []
+    assert (compare(before, after) == []) == (not counts)
+
+
+@given(site_counts, site_counts)
+def test_ignoring_lines_compares_launches_per_function_file_and_kernel(before, after) -> None:
+    def per_function(counts):
+        summed = {}
+        for (name, kernel), launches in counts.items():
+            key = (name.rsplit(":", 1)[0] + ":*", kernel)
+            summed[key] = summed.get(key, 0) + launches
+        return summed
+
+    changes = compare(census_of(before), census_of(after), ignore_lines=True)
+    old, new = per_function(before), per_function(after)
+    assert {(c.name, c.kernel): (c.before, c.after) for c in changes} == {
+        key: (old.get(key, 0), new.get(key, 0))
+        for key in {*old, *new}
+        if old.get(key, 0) != new.get(key, 0)
+    }
+
+
+def test_ignoring_lines_masks_every_line_of_a_deep_name_but_keeps_the_file() -> None:
+    before = census_of({("step a.py:12 < main b.py:40", "k"): 1, ("step <cell 3>:5", "k"): 2})
+    after = census_of({("step a.py:13 < main b.py:41", "k"): 1, ("step <cell 4>:5", "k"): 2})
+    assert [(c.kind, c.name) for c in compare(before, after, ignore_lines=True)] == [
+        ("added", "step <cell 4>:*"),
+        ("removed", "step <cell 3>:*"),
+    ]
+
+
+@given(st.lists(st.sampled_from(["added", "removed", "changed"]), max_size=20))
+def test_the_summary_counts_every_change_once_and_names_only_kinds_that_occur(kinds) -> None:
+    changes = [Change(kind, f"s{i}", "k", 0, 1) for i, kind in enumerate(kinds)]
+    summary = kinds_of(changes, ("added", "removed", "changed"))
+    counted = {}
+    for part in summary.split(", ") if summary else []:
+        number, kind = part.split(" ")
+        counted[kind] = int(number)
+    assert counted == {kind: kinds.count(kind) for kind in set(kinds)}
+    assert list(counted) == [k for k in ("added", "removed", "changed") if k in kinds]
+
+
+CENSUS = census_of({("main app.py:22", "axpy"): 3, ("main app.py:23", "scale"): 1})
+
+
+def test_launch_counts_read_both_schemas():
+    profile = profile_document(profile_of({"main app.py:22": ("axpy", 3, 30)}))
+    assert launch_counts(CENSUS) == {("main app.py:22", "axpy"): 3, ("main app.py:23", "scale"): 1}
+    assert launch_counts(profile) == {("main app.py:22", "axpy"): 3}
+
+
+# --- GPU time per call site -----------------------------------------------------------------
 
 thresholds = st.sampled_from([0.0, 0.05, 0.1, 0.5, 1.0])
 min_times = st.sampled_from([0, 1_000, 50_000, 10**6])
@@ -169,34 +260,6 @@ def test_a_diff_of_hostile_names_reaches_the_terminal_escaped(document, old, new
         for site in document["sites"]:
             for kernel in site["kernels"]:
                 assert f"{printable(site['name'])} [{printable(display_name(kernel))}]" in counts
-
-
-@pytest.mark.parametrize(
-    ("text", "value"), [("10%", 0.1), ("10", 0.1), (" 2.5 % ", 0.025), ("0", 0.0), ("0%", 0.0)]
-)
-def test_thresholds_are_percentages(text, value):
-    assert parse_threshold(text) == pytest.approx(value)
-
-
-@pytest.mark.parametrize("text", ["", "ten", "-5%", "nan", "inf%", "10%%"])
-def test_a_bad_threshold_says_what_is_accepted(text):
-    with pytest.raises(ValueError, match=r"--fail-on-slower .*: expected a percentage"):
-        parse_threshold(text)
-
-
-@pytest.mark.parametrize(
-    ("text", "ns"),
-    [("50us", 50_000), ("50 µs", 50_000), ("2ms", 2_000_000), ("1.5s", 1_500_000_000),
-     ("200ns", 200), ("0", 0), (".5ms", 500_000)],
-)  # fmt: skip
-def test_durations_have_units(text, ns):
-    assert parse_duration(text) == ns
-
-
-@pytest.mark.parametrize("text", ["50", "5x", "-1ms", "ms", ""])
-def test_a_bad_duration_says_what_is_accepted(text):
-    with pytest.raises(ValueError, match=r"--min-time .*: expected a duration such as 50us"):
-        parse_duration(text)
 
 
 def _document(sites: dict[str, int]) -> dict:

@@ -1,36 +1,32 @@
-"""The ranked table of a profile, the durations in it, and readable kernel names.
-
-Kernel names are demangled by the C++ runtime's real `__cxa_demangle` (libstdc++ is on every
-machine these tests run on).
+"""A document as a table: a profile ranked by GPU time, a census by launches, both safe for a
+terminal whatever the names in them.
 """
 
 from __future__ import annotations
 
 import re
 
-import pytest
 from hypothesis import given
-from hypothesis import strategies as st
-from profile_streams import documents, hostile_documents, hostile_names, terminal_safe
+from profile_streams import (
+    census_of,
+    documents,
+    hostile_documents,
+    hostile_names,
+    terminal_safe,
+)
 
-from kname.census_file import count_of, printable
-from kname.census_file import render_table as render_census_table
-from kname.profiling.document import profile_document
-from kname.profiling.join import KernelTotals, Profile, SiteTotals
-from kname.profiling.kernel_names import demangle, display_name
-from kname.profiling.table import (
+from kname.documents.build import profile_document
+from kname.documents.diff import render_diff
+from kname.documents.kernel_names import display_name
+from kname.documents.tables import (
     KERNELS_SHOWN,
-    format_duration,
     kernels_cell,
-    render_document,
+    render_census_table,
     render_profile_table,
+    render_table,
 )
-
-NUMBA_AXPY = "_ZN6cudapy8__main__4axpyB2v1E5ArrayIfLi1E1C7mutable7alignedEf"
-TORCH_ADD = (
-    "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_15CUDAFunctor_addIfEESt5arrayIPcLm3EEEE"
-    "viT0_T1_"
-)
+from kname.documents.text import printable
+from kname.profiling.join import KernelTotals, Profile, SiteTotals
 
 
 def document_of(sites: dict[str, dict[str, tuple[int, int]]], lost: int = 0) -> dict:
@@ -44,28 +40,6 @@ def document_of(sites: dict[str, dict[str, tuple[int, int]]], lost: int = 0) -> 
         built[name] = totals
     unattributed = SiteTotals(lost, lost * 1000, 0, {"lost": KernelTotals(lost, lost * 1000)})
     return profile_document(Profile(built, unattributed if lost else SiteTotals()))
-
-
-@pytest.mark.parametrize(
-    ("ns", "text"),
-    [(0, "0 ns"), (812, "812 ns"), (1_000, "1.00 us"), (12_345, "12.3 us"), (405_000, "405 us"),
-     (4_560_000, "4.56 ms"), (1_234_000_000, "1.23 s"), (999.6, "1.00 us"), (999_600, "1.00 ms"),
-     (999.4, "999 ns"), (2_500.5, "2.50 us")],
-)  # fmt: skip
-def test_durations_have_three_significant_digits(ns, text):
-    assert format_duration(ns) == text
-
-
-@given(st.floats(0, 999e9))  # past 999 s, seconds have no larger unit to go to
-def test_a_duration_never_shows_four_digits_before_its_unit(ns):
-    number = format_duration(ns).split()[0]
-    assert len(number.replace(".", "").lstrip("0")) <= 3, number
-
-
-def test_nouns_count():
-    assert [count_of(n, "launch") for n in (0, 1, 2)] == ["0 launches", "1 launch", "2 launches"]
-    assert count_of(3, "call site") == "3 call sites"
-    assert count_of(2, "process") == "2 processes"
 
 
 def test_the_table_ranks_sites_by_gpu_time_with_share_mean_and_kernels():
@@ -164,22 +138,20 @@ def test_either_schema_renders():
                    "share": 1.0, "order": 1}],
         "total_launches": 3,
     }  # fmt: skip
-    assert render_document(census, source="c.json") == render_census_table(census, source="c.json")
+    assert render_table(census, source="c.json") == render_census_table(census, source="c.json")
     profile = document_of({"step app.py:1": {"k": (1, 5000)}})
-    assert render_document(profile) == render_profile_table(profile)
+    assert render_table(profile) == render_profile_table(profile)
 
 
-def test_mangled_names_are_demangled_and_shortened():
-    assert demangle("_Z9scale_rawPfi") == "scale_raw(float*, int)"
-    assert display_name("_Z9scale_rawPfi") == "scale_raw"
-    assert demangle(NUMBA_AXPY).startswith("cudapy::__main__::axpy[abi:v1](Array<float, 1")
-    assert display_name(NUMBA_AXPY) == "cudapy::__main__::axpy"
-    assert display_name(TORCH_ADD) == "at::native::vectorized_elementwise_kernel<...>"
+GOOD = census_of({("step app.py:3", "axpy"): 2})
 
 
-@pytest.mark.parametrize(
-    "name", ["scale_raw", "triton_poi_fused_add_0", "_Zbad", "[memcpy HtoD]", ""]
-)
-def test_names_that_are_not_mangled_stay_as_they_are(name):
-    assert display_name(name) == name
-    assert demangle(name) == name
+def test_tables_and_diffs_escape_what_a_terminal_would_obey() -> None:
+    hostile = census_of({("step \x1b[2J a.py:1", "ax\x00py"): 2, ("ok \ud800 b.py:2", "k"): 1})
+    table = render_census_table(hostile, source="evil\x1b[31m.json")
+    diff = render_diff(GOOD, hostile, ("a\x07.json", "b.json"))
+    for text in (table, diff):
+        assert all(line.isprintable() for line in text.splitlines()), text
+    assert "step \\x1b[2J a.py:1" in table and "ax\\x00py" in table and "\\ud800" in table
+    assert "evil\\x1b[31m.json" in table
+    assert "step \\x1b[2J a.py:1 [ax\\x00py]" in diff and "a\\x07.json" in diff

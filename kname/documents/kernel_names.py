@@ -9,8 +9,6 @@ names are shown as they are.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import functools
 import re
 
@@ -28,6 +26,8 @@ def demangle(name: str) -> str:
     if runtime is None:
         return name
     demangler, free = runtime
+    import ctypes  # already loaded by _cxx_runtime()
+
     status = ctypes.c_int(0)
     result = demangler(name.encode("utf-8", "replace"), None, None, ctypes.byref(status))
     if not result:
@@ -86,6 +86,10 @@ def _without_template_arguments(text: str) -> str:
 @functools.cache
 def _cxx_runtime():
     """(__cxa_demangle, free) from the C++ runtime, or None where there is none."""
+    # Imported here: `import kname` reaches this module (the census table) and never demangles.
+    import ctypes
+    import ctypes.util
+
     for candidate in (ctypes.util.find_library("stdc++"), "libstdc++.so.6", "libc++.so.1"):
         if not candidate:
             continue

@@ -1,17 +1,19 @@
-"""`kname report` on GPU profiles and on several files: tables, merges, diffs and exit codes.
+"""`kname report` on censuses, GPU profiles and several files: tables, merges, diffs, exit codes,
+and the values of its options.
 
 The command is run in-process (kname.cli.main) on files written by kname's own writers; the
-merge and diff rules themselves are tested over generated documents in test_profile_document.py
-and test_profile_diff.py.
+merge and diff rules themselves are tested over generated documents in test_documents_build.py
+and test_documents_diff.py, and the installed `kname report` command in test_cli.py.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from kname.census_file import render_json as render_census
 from kname.cli import main
-from kname.profiling.document import profile_document, render_json
+from kname.documents.build import profile_document
+from kname.documents.report import parse_duration, parse_threshold
+from kname.documents.schema import render_json
 from kname.profiling.join import KernelTotals, Profile, SiteTotals
 
 
@@ -42,8 +44,7 @@ def files(tmp_path, monkeypatch):
 
     def write(**documents: dict) -> list[str]:
         for name, document in documents.items():
-            render = render_json if document["schema"] == 2 else render_census
-            (tmp_path / f"{name}.json").write_text(render(document))
+            (tmp_path / f"{name}.json").write_text(render_json(document))
         return [f"{name}.json" for name in documents]
 
     return write
@@ -167,3 +168,87 @@ def test_hostile_files_are_one_line_too(files, capsys, tmp_path, text) -> None:
     code, out, err = run(capsys, "p.json", "bad.json")
     assert (code, out) == (2, "")
     assert err.startswith("kname report: bad.json: ") and err.count("\n") == 1, err[:300]
+
+
+# --- the values of its options --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "value"), [("10%", 0.1), ("10", 0.1), (" 2.5 % ", 0.025), ("0", 0.0), ("0%", 0.0)]
+)
+def test_thresholds_are_percentages(text, value):
+    assert parse_threshold(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["", "ten", "-5%", "nan", "inf%", "10%%"])
+def test_a_bad_threshold_says_what_is_accepted(text):
+    with pytest.raises(ValueError, match=r"--fail-on-slower .*: expected a percentage"):
+        parse_threshold(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "ns"),
+    [("50us", 50_000), ("50 µs", 50_000), ("2ms", 2_000_000), ("1.5s", 1_500_000_000),
+     ("200ns", 200), ("0", 0), (".5ms", 500_000)],
+)  # fmt: skip
+def test_durations_have_units(text, ns):
+    assert parse_duration(text) == ns
+
+
+@pytest.mark.parametrize("text", ["50", "5x", "-1ms", "ms", ""])
+def test_a_bad_duration_says_what_is_accepted(text):
+    with pytest.raises(ValueError, match=r"--min-time .*: expected a duration such as 50us"):
+        parse_duration(text)
+
+
+# --- what is given: nothing, a file twice, a pattern that matched nothing -------------------
+
+
+def test_no_file_is_one_line_saying_what_report_takes(files, capsys) -> None:
+    code, out, err = run(capsys)
+    assert (code, out) == (2, "")
+    assert err == "kname report: needs a saved census or profile, e.g. kname report census.json\n"
+
+
+def test_a_file_given_twice_is_counted_once_and_said(files, capsys) -> None:
+    files(c=census(step_app_py__12=3))
+    for twice in (["c.json", "c.json"], ["c.json", "./c.json"]):
+        code, out, err = run(capsys, *twice)
+        assert code == 0
+        assert out.startswith("kname census (c.json, written by kname 0.1.0): 3 launches ")
+        assert err == (f"kname report: {twice[1]} is given more than once; it is counted once\n")
+
+
+def test_a_pattern_that_matched_no_file_is_left_out_in_one_line(files, capsys) -> None:
+    files(c=census(step_app_py__12=3), d=census(step_app_py__12=4))
+    code, out, err = run(capsys, "c.json", "c.pid*.json")
+    assert code == 0
+    assert out.startswith("kname census (c.json, written by kname 0.1.0): 3 launches ")
+    assert err == "kname report: c.pid*.json: a pattern that matched no file; left out\n"
+    code, out, err = run(capsys, "c.json", "c.pid*.json", "--diff", "d.json")
+    assert code == 0 and out.startswith("kname census diff: c.json (3 launches) -> d.json")
+    assert err == "kname report: c.pid*.json: a pattern that matched no file; left out\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["c.pid*.json"], "c.pid*.json: a pattern that matched no file, and no file was given"),
+        (["c.json", "--diff", "d?.json"], "d?.json: a pattern that matched no file"),
+    ],
+)
+def test_a_pattern_that_leaves_nothing_to_read_is_one_line_and_exit_2(
+    files, capsys, args, message
+) -> None:
+    files(c=census(step_app_py__12=3))
+    code, out, err = run(capsys, *args)
+    assert (code, out) == (2, "")
+    assert err == f"kname report: {message}\n"
+
+
+def test_a_file_named_like_a_pattern_is_read(files, tmp_path, capsys) -> None:
+    files(c=census(step_app_py__12=3))
+    (tmp_path / "c.json").rename(tmp_path / "c[1].json")
+    code, out, err = run(capsys, "c[1].json")
+    assert (code, err) == (0, "")
+    assert out.startswith("kname census (c[1].json, written by kname 0.1.0): 3 launches ")

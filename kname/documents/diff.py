@@ -1,33 +1,112 @@
-"""GPU time per call site, before and after: which sites got slower (`--fail-on-slower 10%`).
+"""Two documents compared: launches per call site and kernel (censuses, and `--fail-on-change`),
+and GPU time per call site (profiles, `--fail-on-slower 10%`).
 
 A site counts as slower when its GPU time grew by more than the threshold (a fraction of its old
-time) AND by at least `min_time_ns` (default 50 µs). The second condition keeps run-to-run noise
-on tiny kernels (a few µs each, jittering by a µs) from failing a CI job. Faster is the mirror
+time) AND by at least `min_time_ns` (default 50 us). The second condition keeps run-to-run noise
+on tiny kernels (a few us each, jittering by a us) from failing a CI job. Faster is the mirror
 image: slower with before and after swapped. The total GPU time is judged by the same rule, so a
 regression still shows when lines moved and every site was renamed (added and removed sites are
 listed, never counted as slower themselves). Names and labels are printed through
-census_file.printable, as in the table.
+text.printable, as in the tables.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from kname.census_file import columns, count_of, printable
-from kname.profiling.document import launch_counts
-from kname.profiling.kernel_names import display_name
-from kname.profiling.table import format_duration
+from kname.documents.kernel_names import display_name
+from kname.documents.schema import PROFILE_SCHEMA
+from kname.documents.text import columns, count_of, format_duration, printable
 
 DEFAULT_MIN_TIME_NS = 50_000
 DEFAULT_THRESHOLD = 0.10  # what a diff calls slower or faster when --fail-on-slower is not given
 TOTAL = "<total GPU time>"
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|µs|ms|s)?\s*$")
-_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+# A line number: digits after a colon, ending the name or followed by a non-word character.
+_LINE = re.compile(r"(?<=:)[0-9]+\b")
+
+
+class Change(NamedTuple):
+    """How one call site's launch count differs between two documents."""
+
+    kind: str  # "added", "removed" or "changed"
+    name: str
+    kernel: str
+    before: int
+    after: int
+
+
+def launch_counts(
+    document: Mapping[str, Any], ignore_lines: bool = False
+) -> dict[tuple[str, str], int]:
+    """{(call site, kernel): launches} of a document of either schema.
+
+    With `ignore_lines`, the number after each `:` in a name (the line of `{path}:{line}`) is
+    `*`, so the launches of one function, file and kernel add up whatever their lines.
+    """
+    counts: dict[tuple[str, str], int] = {}
+    for site in document["sites"]:
+        if document.get("schema") == PROFILE_SCHEMA:
+            pairs = [(k, v["launches"]) for k, v in site["kernels"].items()]
+        else:
+            pairs = [(site["kernel"], site["launches"])]
+        name = _LINE.sub("*", site["name"]) if ignore_lines else site["name"]
+        for kernel, launches in pairs:
+            counts[name, kernel] = counts.get((name, kernel), 0) + launches
+    return counts
+
+
+def compare(
+    before: Mapping[str, Any], after: Mapping[str, Any], ignore_lines: bool = False
+) -> list[Change]:
+    """Launch counts per call site (name and kernel) that differ: added, removed, changed.
+
+    With `ignore_lines`, launches are compared per function, file and kernel (launch_counts),
+    so a moved line is no change.
+    """
+    old, new = launch_counts(before, ignore_lines), launch_counts(after, ignore_lines)
+    changes = [Change("added", *key, 0, new[key]) for key in new if key not in old]
+    changes += [Change("removed", *key, old[key], 0) for key in old if key not in new]
+    changes += [
+        Change("changed", *key, old[key], new[key])
+        for key in new
+        if key in old and old[key] != new[key]
+    ]
+    return changes
+
+
+def render_diff(
+    before: Mapping[str, Any],
+    after: Mapping[str, Any],
+    labels: tuple[str, str],
+    ignore_lines: bool = False,
+) -> str:
+    """`compare` as text: a summary line, then one aligned line per changed call site."""
+    changes = compare(before, after, ignore_lines)
+    totals = " -> ".join(
+        f"{printable(label)} ({count_of(document['total_launches'], 'launch')})"
+        for label, document in zip(labels, (before, after), strict=True)
+    )
+    if not changes:
+        ignored = " (lines ignored)" if ignore_lines else ""
+        return f"kname census diff: {totals}: no change in launches per call site{ignored}\n"
+    kinds = kinds_of(changes, ("added", "removed", "changed"))
+    rows = [
+        (c.kind, f"{printable(c.name)} [{printable(c.kernel or '?')}]", str(c.before), "->",
+         str(c.after), f"({c.after - c.before:+d})")
+        for c in changes
+    ]  # fmt: skip
+    return f"kname census diff: {totals}: {kinds}\n" + columns(rows, right_aligned=(2, 4, 5))
+
+
+def kinds_of(changes: Sequence[Change | GpuChange], kinds: tuple[str, ...]) -> str:
+    """`2 added, 1 changed`: how many changes of each of `kinds` there are, those with none
+    left out."""
+    counted = [sum(c.kind == kind for c in changes) for kind in kinds]
+    return ", ".join(f"{n} {kind}" for n, kind in zip(counted, kinds, strict=True) if n)
 
 
 @dataclass(frozen=True)
@@ -104,11 +183,7 @@ def render_gpu_diff(
     changes = compare_gpu(before, after, threshold, min_time_ns)
     total = compare_total(before, after, threshold, min_time_ns)
     shown = [c for c in changes if c.kind != "same"]
-    kinds = ", ".join(
-        f"{sum(c.kind == kind for c in shown)} {kind}"
-        for kind in ("slower", "faster", "added", "removed")
-        if any(c.kind == kind for c in shown)
-    )
+    kinds = kinds_of(shown, ("slower", "faster", "added", "removed"))
     rule = f"threshold {100 * threshold:g}% and {format_duration(min_time_ns)}"
     heading = (
         f"kname profile diff: {printable(labels[0])} ({format_duration(total.before_ns)}) -> "
@@ -149,28 +224,6 @@ def render_count_changes(
 def slower(changes: list[GpuChange]) -> list[GpuChange]:
     """The changes that fail `--fail-on-slower`."""
     return [c for c in changes if c.kind == "slower"]
-
-
-def parse_threshold(text: str) -> float:
-    """`10%` or `10` -> 0.10: the --fail-on-slower argument; ValueError says what is accepted."""
-    value = text.strip().removesuffix("%").strip()
-    try:
-        number = float(value)
-    except ValueError:
-        number = -1.0
-    if not (math.isfinite(number) and number >= 0):
-        raise ValueError(
-            f"--fail-on-slower {text!r}: expected a percentage such as 10% (or 10), 0 or more"
-        )
-    return number / 100
-
-
-def parse_duration(text: str) -> int:
-    """`50us`, `2ms`, `0` -> ns: the --min-time argument; ValueError says what is accepted."""
-    match = _DURATION.match(text)
-    if match is None or (match.group(2) is None and float(match.group(1)) != 0):
-        raise ValueError(f"--min-time {text!r}: expected a duration such as 50us, 2ms, 1s or 0")
-    return round(float(match.group(1)) * _UNITS[match.group(2) or "ns"])
 
 
 def _judged(change: GpuChange, threshold: float, min_time_ns: int) -> GpuChange:

@@ -1,0 +1,48 @@
+"""Plain text for a terminal: names made safe to print, counted nouns, durations, columns.
+
+Every table, diff and page of a saved document writes names and file labels through `printable`,
+and every GPU time through `format_duration`, so all of them read the same.
+"""
+
+from __future__ import annotations
+
+_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us"))
+
+
+def printable(text: object) -> str:
+    """`text` safe for a terminal: control characters (ANSI escapes, NUL, newlines) and other
+    unprintable ones (lone surrogates) written as Python escapes, e.g. \\x1b."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def count_of(number: int, noun: str) -> str:
+    """`1 launch`, `3 launches`, `0 call sites`, `2 processes`."""
+    plural = noun + ("es" if noun.endswith(("h", "s")) else "s")
+    return f"{number} {noun if number == 1 else plural}"
+
+
+def format_duration(ns: float) -> str:
+    """`812 ns`, `12.3 us`, `4.56 ms`, `1.23 s`: three significant digits, ASCII units."""
+    for scale, unit in _UNITS:
+        if ns >= scale * 0.9995:  # what rounds to 1000 of the unit below is 1.00 of this one
+            value = ns / scale
+            digits = 2 if value < 10 else 1 if value < 100 else 0
+            return f"{value:.{digits}f} {unit}"
+    return f"{ns:.0f} ns"
+
+
+def columns(rows: list[tuple[str, ...]], right_aligned: tuple[int, ...]) -> str:
+    """`rows` of cells as a plain-text table: columns two spaces apart, those whose index is in
+    `right_aligned` aligned right."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [
+            cell.rjust(width) if i in right_aligned else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,181 @@
+"""Saved documents on disk: reading one (a fault of any kind is one line naming the file), and
+writing one atomically (never half-written; a device, a FIFO or a link kept what it is)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from profile_streams import census_of, profile_of
+
+from kname.documents.build import profile_document
+from kname.documents.files import load, write_atomically
+from kname.documents.schema import PROFILE_SCHEMA, DocumentError, render_json
+
+
+def test_load_says_what_is_wrong_with_the_file(tmp_path: Path) -> None:
+    (tmp_path / "bad.json").write_text('{"schema": 1,')
+    (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00")
+    messages = {}
+    for name in ("missing.json", "bad.json", "binary.json"):
+        with pytest.raises(DocumentError) as raised:
+            load(str(tmp_path / name))
+        messages[name] = str(raised.value)
+    assert messages["missing.json"].endswith("missing.json: no such file")
+    assert "bad.json: not valid JSON (Expecting" in messages["bad.json"]
+    assert "line 1, column 14" in messages["bad.json"]
+    assert "binary.json: cannot be read" in messages["binary.json"]
+
+
+@pytest.mark.parametrize(
+    ("text", "fault"),
+    [
+        (
+            '{"schema": 1, "sites": [], "total_launches": ' + "7" * 5000 + "}",
+            "a number has more than 4300 digits",
+        ),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"schema": 1, "sites": [{"name": ' * 50_000, "nested too deeply"),
+    ],
+)
+def test_load_of_a_hostile_file_is_one_census_error(tmp_path: Path, text, fault) -> None:
+    (tmp_path / "hostile.json").write_text(text)
+    with pytest.raises(DocumentError) as raised:
+        load(str(tmp_path / "hostile.json"))
+    message = str(raised.value)
+    assert message.startswith(f"{tmp_path / 'hostile.json'}: not valid JSON (")
+    assert fault in message and "\n" not in message
+
+
+def test_load_reads_either_schema(tmp_path):
+    census_path = tmp_path / "census.json"
+    census = census_of({("main app.py:22", "axpy"): 3})
+    census_path.write_text(render_json(census))
+    profile_path = tmp_path / "profile.json"
+    document = profile_document(profile_of({"main app.py:22": ("axpy", 3, 30)}))
+    profile_path.write_text(render_json(document))
+    assert load(str(census_path))["schema"] == 1
+    assert load(str(profile_path)) == document
+
+
+def test_files_that_are_not_documents_are_one_line(tmp_path):
+    (tmp_path / "text.json").write_text("{not json")
+    for name, message in [("missing.json", "no such file"), ("text.json", "not valid JSON")]:
+        with pytest.raises(DocumentError, match=message):
+            load(str(tmp_path / name))
+    (tmp_path / "list.json").write_text("[]")
+    with pytest.raises(DocumentError, match="not a kname census"):
+        load(str(tmp_path / "list.json"))
+    assert PROFILE_SCHEMA == 2
+
+
+def test_write_atomically_leaves_no_temporary_file_when_it_fails(tmp_path: Path) -> None:
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(OSError):
+        write_atomically(str(tmp_path / "taken"), "{}")
+    assert os.listdir(tmp_path) == ["taken"]
+
+
+# --- where a census may be written (item 1: never replace a device, a FIFO or a link) ---------
+
+
+def make_char_device(path: Path, minor: int) -> Path:
+    """A private copy of /dev/null (minor 3) or /dev/full (minor 7); needs root."""
+    import stat
+
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, minor))
+    except (PermissionError, AttributeError):
+        pytest.skip("creating a character device needs root")
+    return path
+
+
+def test_write_atomically_follows_a_symlink_and_keeps_it(tmp_path: Path) -> None:
+    (tmp_path / "real.json").write_text("stale")
+    (tmp_path / "real.json").chmod(0o640)
+    (tmp_path / "latest.json").symlink_to("real.json")
+    write_atomically(str(tmp_path / "latest.json"), "{}\n")
+    assert (tmp_path / "latest.json").is_symlink()
+    assert os.readlink(tmp_path / "latest.json") == "real.json"
+    assert (tmp_path / "real.json").read_text() == "{}\n"
+    assert (tmp_path / "real.json").stat().st_mode & 0o777 == 0o640  # its mode is kept
+    assert sorted(os.listdir(tmp_path)) == ["latest.json", "real.json"]
+
+
+def test_write_atomically_through_a_dangling_symlink_creates_its_target(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "latest.json").symlink_to("sub/new.json")
+    write_atomically(str(tmp_path / "latest.json"), "{}\n")
+    assert (tmp_path / "latest.json").is_symlink()
+    assert (tmp_path / "sub" / "new.json").read_text() == "{}\n"
+
+
+def test_write_atomically_writes_a_character_device_in_place(tmp_path: Path) -> None:
+    import stat
+
+    null = make_char_device(tmp_path / "null", 3)
+    write_atomically(str(null), "{}\n")
+    assert stat.S_ISCHR(null.lstat().st_mode)
+    assert os.listdir(tmp_path) == ["null"]
+
+
+def test_write_atomically_to_a_full_device_fails_and_keeps_it(tmp_path: Path) -> None:
+    import stat
+
+    full = make_char_device(tmp_path / "full", 7)
+    with pytest.raises(OSError, match="No space left"):
+        write_atomically(str(full), "{}\n")
+    assert stat.S_ISCHR(full.lstat().st_mode)
+    assert os.listdir(tmp_path) == ["full"]
+
+
+def test_write_atomically_writes_a_fifo_in_place_for_its_reader(tmp_path: Path) -> None:
+    import stat
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader is waiting
+    try:
+        write_atomically(str(fifo), '{"x": 1}\n')
+        assert os.read(reader, 1000) == b'{"x": 1}\n'
+    finally:
+        os.close(reader)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert os.listdir(tmp_path) == ["fifo"]
+
+
+def test_write_atomically_to_a_fifo_without_reader_fails_at_once(tmp_path: Path) -> None:
+    import stat
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError) as raised:  # not a hang, waiting for a reader that never comes
+        write_atomically(str(fifo), "{}\n")
+    assert "no reader" in str(raised.value)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_write_atomically_appends_to_a_file_reached_through_proc(tmp_path: Path) -> None:
+    # /dev/stdout when stdout is a file: the program's output must not be replaced or cut.
+    out = tmp_path / "out.txt"
+    with open(out, "w") as stream:
+        stream.write("program output\n")
+        stream.flush()
+        write_atomically(f"/proc/self/fd/{stream.fileno()}", "{}\n")
+    assert out.read_text() == "program output\n{}\n"
+    assert os.listdir(tmp_path) == ["out.txt"]
+
+
+def test_write_atomically_refuses_a_socket(tmp_path: Path) -> None:
+    import socket
+
+    path = tmp_path / "sock"
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        server.bind(str(path))
+        with pytest.raises(OSError, match="a socket"):
+            write_atomically(str(path), "{}\n")
+    finally:
+        server.close()
+    assert path.is_socket()

@@ -53,7 +53,8 @@ class _State:
     enabled: bool = True  # survives uninstall(): install() after disable() stays disabled
     watches: list[Watch] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
-    source: str = "KNAME_TARGETS"  # where this install's targets were given, for messages
+    # Where each module:qualname target was given (KNAME_TARGETS or install()), for messages.
+    given: dict[str, str] = field(default_factory=dict)
 
 
 _state = _State()
@@ -64,11 +65,14 @@ def install(targets: Iterable[str] | str | None = None) -> None:
     """Name the launches of `targets` (default: KNAME_TARGETS, else every built-in target).
 
     `targets` is a list of names or one comma-separated string, as in KNAME_TARGETS. Targets
-    whose modules are already imported are wrapped at once. Idempotent: a second install() does
-    nothing (uninstall() first to change targets). Raises ConfigError only with KNAME_STRICT=1.
+    whose modules are already imported are wrapped at once. Installed already (KNAME=1 started
+    kname, say), targets not yet named are added to the running install; without targets, or
+    with none new, it does nothing. Raises ConfigError only with KNAME_STRICT=1.
     """
     with _lock:
         if _state.config is not None:
+            if targets is not None:
+                _add_targets(targets)
             return
         config = read_config(builtin_targets=BUILTIN)
         for problem in config.problems:
@@ -79,22 +83,14 @@ def install(targets: Iterable[str] | str | None = None) -> None:
             config.skip, config.format, config.depth, config.mode != "census", library_packages()
         )
         ranges.configure(config.domain)
-        _state.source = "KNAME_TARGETS" if targets is None else _ARGUMENT
-        chosen = _chosen_targets(config.targets, _state.source)
-        options = Options(
-            switch=Switch(_state.enabled),
-            renaming=config.mode == "rename",
-            chosen=frozenset(t.name for t in chosen if t.name in BUILTIN),
-            nesting=_can_nest(chosen),
-        )
-        _state.config, _state.switch = config, options.switch
+        source = "KNAME_TARGETS" if targets is None else _ARGUMENT
+        _state.given = dict.fromkeys(config.targets or (), source)
+        _state.config = config
         if config.mode == "profile":
             _start_profiling(config)  # KNAME_REPORT is then the profile's JSON
         elif config.report:
             write_at_exit(config.report, strict=config.strict)
-        for module, module_targets in _by_module(chosen).items():
-            hook = functools.partial(_on_import, module_targets, options)
-            _state.watches.append(watch(module, hook))
+        _watch_targets(Switch(_state.enabled))
 
 
 def uninstall() -> None:
@@ -111,7 +107,7 @@ def uninstall() -> None:
         _state.switch.on = False
         _state.switch = Switch(False)
         _state.config = None
-        _state.watches, _state.changes = [], []
+        _state.watches, _state.changes, _state.given = [], [], {}
         callsite.configure()
         ranges.configure()
 
@@ -191,14 +187,51 @@ def _with_targets(config: Config, targets: Iterable[str] | str) -> Config:
     return replace(config, targets=parsed.targets or ())
 
 
-def _chosen_targets(names: tuple[str, ...] | None, source: str) -> list[Target]:
-    """The Targets of `names` (default: every built-in one); `source` is where they were given."""
+def _add_targets(targets: Iterable[str] | str) -> None:
+    """Add `targets` to the running install: every change is made anew, with the same switch.
+
+    Anew, not only the new targets': a launcher among them changes how the other targets wrap
+    (Options.nesting). A wrapper the program holds keeps naming: its switch is unchanged.
+    """
+    config = _state.config
+    assert config is not None
+    named = BUILTIN if config.targets is None else config.targets
+    added = [t for t in _with_targets(config, targets).targets or () if t not in named]
+    if not added:
+        return
+    for change in reversed(_state.changes):
+        _restore(change)
+    unwatch(_state.watches)
+    _state.watches, _state.changes = [], []
+    _state.config = replace(config, targets=(*named, *added))
+    _state.given.update(dict.fromkeys(added, _ARGUMENT))
+    _watch_targets(_state.switch)
+
+
+def _watch_targets(switch: Switch) -> None:
+    """Watch the modules of the install's targets; their wrappers read `switch`."""
+    assert _state.config is not None
+    chosen = _chosen_targets(_state.config.targets)
+    options = Options(
+        switch=switch,
+        renaming=_state.config.mode == "rename",
+        chosen=frozenset(t.name for t in chosen if t.name in BUILTIN),
+        nesting=_can_nest(chosen),
+    )
+    _state.switch = switch  # first: a hook that fires at once checks it
+    for module, module_targets in _by_module(chosen).items():
+        hook = functools.partial(_on_import, module_targets, options)
+        _state.watches.append(watch(module, hook))
+
+
+def _chosen_targets(names: tuple[str, ...] | None) -> list[Target]:
+    """The Targets of `names` (default: every built-in one)."""
     chosen: list[Target] = []
     for name in BUILTIN if names is None else names:
         try:
             chosen.extend(library(name).targets if name in BUILTIN else [user_target(name)])
         except TargetProblem as exc:
-            warn_once(f"target:{name}", f"{source} entry {name!r} {exc}")
+            warn_once(f"target:{name}", f"{_entry(name)} {exc}")
         except Exception as exc:  # a broken unit must not stop the others
             warn_once(f"target:{name}", f"target {name!r} could not be loaded ({exc}); skipped")
     return chosen
@@ -268,4 +301,9 @@ def _origin(target: Target) -> str:
     """Which target a message is about: `KNAME_TARGETS entry 'fakegpu:launch'`, say."""
     if target.name in BUILTIN:
         return f"built-in target {target.name!r}: {target.module}:{target.what}"
-    return f"{_state.source} entry {target.name!r}"
+    return _entry(target.name)
+
+
+def _entry(name: str) -> str:
+    """`KNAME_TARGETS entry 'fakegpu:launch'`, or `install(targets=...) entry ...`."""
+    return f"{_state.given.get(name, 'KNAME_TARGETS')} entry {name!r}"

@@ -19,7 +19,7 @@ from support.nvtx_capture import run_captured
 from wrapt import importer
 
 import kname
-from kname import census, importhooks, patching
+from kname import census, importhooks, lifecycle, patching
 
 
 @pytest.fixture
@@ -462,3 +462,58 @@ def test_a_wrapper_kept_after_uninstall_pushes_no_range(gpu, inject_lib, tmp_pat
     assert done.returncode == 0, done.stderr
     assert capture.ranges("kname") == ["<module> kept.py:4", "<module> kept.py:10"]
     assert done.stdout.strip() == "2"
+
+
+# --------------------------------------------------------------------------
+# install(targets) in a program kname has already started (KNAME=1)
+# --------------------------------------------------------------------------
+
+
+def test_install_with_targets_adds_them_to_the_running_install(gpu, monkeypatch) -> None:
+    module = fakegpu()
+    monkeypatch.setenv("KNAME_TARGETS", "fakegpu:launch_a")
+    kname.install()  # as the start-up gate does with KNAME=1
+    kept = module.launch_a  # a wrapper the program already holds
+    kname.install(targets=["fakegpu:launch_b"])  # was ignored, without a word
+    assert is_wrapper(module.launch_a) and is_wrapper(module.launch_b)
+    assert lifecycle.current_config().targets == ("fakegpu:launch_a", "fakegpu:launch_b")
+    module.launch_a()
+    module.launch_b()
+    kept()  # still named: the install's switch is the same
+    assert sum(kname.names().values()) == 3, kname.names()
+    kname.uninstall()
+    assert not is_wrapper(module.launch_a) and not is_wrapper(module.launch_b)
+
+
+def test_targets_added_while_disabled_are_wrapped_at_enable(gpu) -> None:
+    module = fakegpu()
+    kname.install(targets=["fakegpu:launch_a"])
+    kname.disable()
+    kname.install(targets=["fakegpu:launch_b"])
+    assert not is_wrapper(module.launch_a) and not is_wrapper(module.launch_b)
+    kname.enable()
+    assert is_wrapper(module.launch_a) and is_wrapper(module.launch_b)
+
+
+def test_a_target_added_later_says_its_problem_as_given_to_install(gpu, capsys, monkeypatch):
+    monkeypatch.setenv("KNAME_TARGETS", "fakegpu:launch_a")
+    fakegpu()
+    kname.install()
+    kname.install(targets=["fakegpu:nope"])
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("kname: install(targets=...) entry 'fakegpu:nope' was not found"), line
+
+
+def test_install_with_targets_after_the_start_up_gate_names_them(gpu, kname_venv) -> None:
+    (gpu / "prog.py").write_text(
+        "import kname\n"
+        "kname.install('fakegpu:launch')\n"
+        "import fakegpu\n"
+        "fakegpu.launch()\n"
+        "print(kname.is_installed(), kname.names())\n"
+    )
+    env = {"KNAME": "1", "PYTHONPATH": str(gpu)}
+    done = kname_venv.python_run("prog.py", env=env, cwd=gpu)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert done.stdout.strip() == "True {'<module> prog.py:4': 1}"

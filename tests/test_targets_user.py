@@ -140,6 +140,23 @@ def test_the_outermost_of_two_nested_user_launchers_names_the_launch(inject_lib,
     ]
 
 
+def test_a_launcher_added_to_a_running_install_names_the_kernels_inside_it(inject_lib, tmp_path):
+    # numba's wrappers were made before the launcher was a target: they are made again, so a
+    # kernel inside the launcher is not a second range, counted twice.
+    source, capture = run_nesting_app(
+        """
+        kname.install(targets=["mypkg.gpu:launch"])  # numba is named already (KNAME_TARGETS)
+        import mypkg.gpu
+        mypkg.gpu.launch(out, x)  # outer-line
+        assert sum(kname.names().values()) == 1, kname.names()
+        """,
+        inject_lib,
+        tmp_path,
+        targets="numba",
+    )
+    assert capture.ranges("kname") == [f"launch|<module>|app.py:{line_of(source, 'outer-line')}"]
+
+
 def test_a_launcher_referenced_before_install_leaves_the_kernel_its_own_range(inject_lib, tmp_path):
     source, capture = run_nesting_app(
         """

@@ -40,6 +40,7 @@ LAYERS = [
         "kname._version",
         "kname._native_choice",
         "kname._watched",
+        "kname.importable",
     },
 ]
 HOT_PATH = {

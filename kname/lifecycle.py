@@ -5,21 +5,25 @@ the NVTX domain to kname.ranges, and to each target an Options record with this 
 switch. It watches each target module; when one is imported (at once if it already is) the
 target's changes are applied and recorded. disable() restores every recorded change and enable()
 applies them again; uninstall() restores them for good, forgets the hooks and the rules, and
-switches off the wrappers of this install that someone may still hold.
+switches off the wrappers of this install that someone may still hold. At exit, a target's
+module that never came and a KNAME_SKIP prefix that matched none are said where no module of
+that name can be imported (a misspelling).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from kname import callsite, ranges
+from kname import callsite, importable, ranges
 from kname._locks import new_lock
-from kname._warnings import warn_once
+from kname._warnings import exit_at_once, warn_once
 from kname.census import write_at_exit
 from kname.config import Config, read_config
 from kname.importhooks import Watch, unwatch, watch
@@ -59,6 +63,8 @@ class _State:
 
 _state = _State()
 _ARGUMENT = "install(targets=...)"  # where targets come from, in messages, when not KNAME_TARGETS
+_exit_check_registered = False
+_exit_check_cancelled = False
 
 
 def install(targets: Iterable[str] | str | None = None) -> None:
@@ -86,6 +92,7 @@ def install(targets: Iterable[str] | str | None = None) -> None:
         source = "KNAME_TARGETS" if targets is None else _ARGUMENT
         _state.given = dict.fromkeys(config.targets or (), source)
         _state.config = config
+        _check_at_exit()  # before the census's: atexit runs it after, so strict's exit loses none
         if config.mode == "profile":
             _start_profiling(config)  # KNAME_REPORT is then the profile's JSON
         elif config.report:
@@ -185,6 +192,73 @@ def _with_targets(config: Config, targets: Iterable[str] | str) -> Config:
     for problem in parsed.problems:
         warn_once(problem, problem.replace("KNAME_TARGETS", _ARGUMENT))
     return replace(config, targets=parsed.targets or ())
+
+
+def cancel_exit_check() -> None:
+    """Check nothing at exit (the `kname` command itself runs no program of the user's)."""
+    global _exit_check_cancelled
+    _exit_check_cancelled = True
+
+
+def _check_at_exit() -> None:
+    global _exit_check_registered
+    if not _exit_check_registered:
+        atexit.register(_say_unmet_at_exit)
+        _exit_check_registered = True
+
+
+def _say_unmet_at_exit() -> None:
+    """Say which KNAME_TARGETS modules never came and which KNAME_SKIP prefixes matched no module,
+    where none of that name can be imported either (a misspelling, most likely); KNAME_STRICT=1
+    makes the exit status 2. One that can be imported but was not is this run's choice."""
+    with _lock:
+        config, watches, given = _state.config, list(_state.watches), dict(_state.given)
+    if config is None or _exit_check_cancelled:
+        return
+    ran = {watched.module for watched in watches if watched.seen is not None}
+    try:
+        targets = _unmet_targets([entry for entry in given if ":" in entry], ran)
+        problems = targets + _unmet_skips(config.skip)
+    except Exception:  # a finder that fails: never a traceback at exit, for a message
+        return
+    strict = " (KNAME_STRICT is on: exit status 2)" if config.strict else ""
+    for problem in problems:
+        warn_once(problem, problem + strict)
+    if problems and config.strict:
+        exit_at_once(2)
+
+
+def _unmet_targets(entries: list[str], ran: set[str]) -> list[str]:
+    """A line for each module:qualname entry whose module was never imported, nor can be."""
+    problems = []
+    for entry in entries:
+        module, qualname = entry.split(":", 1)
+        if module in ran or module in sys.modules or importable.find(module) is not None:
+            continue
+        meant = importable.nearest(module)
+        hint = f" (did you mean {meant}:{qualname}?)" if meant else ""
+        problems.append(
+            f"{_entry(entry)} named nothing: module {module!r} was never imported, and no module "
+            f"of that name can be imported here{hint}"
+        )
+    return problems
+
+
+def _unmet_skips(prefixes: tuple[str, ...]) -> list[str]:
+    """A line for each KNAME_SKIP prefix that no module imported had, nor any importable one."""
+    imported = list(sys.modules)
+    problems = []
+    for prefix in prefixes:
+        if any(m == prefix or m.startswith(prefix + ".") for m in imported):
+            continue
+        if importable.find(prefix) is not None:
+            continue
+        meant = importable.nearest(prefix)
+        problems.append(
+            f"KNAME_SKIP entry {prefix!r} matched no module: none of that name was imported, "
+            f"nor can one be imported here{f' (did you mean {meant!r}?)' if meant else ''}"
+        )
+    return problems
 
 
 def _add_targets(targets: Iterable[str] | str) -> None:

@@ -15,6 +15,7 @@ import sys
 import warnings
 from collections.abc import Callable
 
+from kname import importable
 from kname._version import __version__
 from kname.config import (
     KNOWN_VARIABLES,
@@ -175,26 +176,13 @@ def _check_hot_path() -> list[tuple[str, str]]:
 
 def _check_targets(config: Config) -> list[tuple[str, str]]:
     chosen = BUILTIN if config.targets is None else config.targets
-    lines, importable = [], 0
+    lines = []
     for name in chosen:
         try:
-            packages = _packages_of(name)
+            lines.append(_check_builtin(name) if name in BUILTIN else _check_user_target(name))
         except Exception as exc:
             lines.append((PROBLEM, f"target {name}: its definition failed to load ({exc})"))
-            continue
-        missing = [p for p in packages if _find_origin(p) is None]
-        if missing:
-            if name in BUILTIN:
-                note = f"target {name}: {', '.join(missing)} not installed (nothing to name)"
-                lines.append((NOTE, note))
-            else:
-                problem = f"target {name} (KNAME_TARGETS): {missing[0]!r} is not importable here"
-                lines.append((PROBLEM, problem))
-            continue
-        importable += 1
-        versions = [f"{d} {_version(d)}" for d in _distributions_of(name, packages)]
-        lines.append((OK, f"target {name}: {', '.join(versions) or ', '.join(packages)}"))
-    if not importable:
+    if not any(mark == OK for mark, _ in lines):
         problem = (
             "no target's library is importable, so there is nothing to name: install one "
             '(pip install "kname[auto]" brings numba-cuda) or set KNAME_TARGETS=module:function '
@@ -202,6 +190,48 @@ def _check_targets(config: Config) -> list[tuple[str, str]]:
         )
         lines.append((PROBLEM, problem))
     return lines
+
+
+def _check_builtin(name: str) -> tuple[str, str]:
+    packages = library(name).packages[:1]  # the first: the one it wraps
+    missing = [p for p in packages if _find_origin(p) is None]
+    if missing:
+        return NOTE, f"target {name}: {', '.join(missing)} not installed (nothing to name)"
+    versions = [f"{d} {_version(d)}" for d in _distributions_of(name, packages)]
+    return OK, f"target {name}: {', '.join(versions) or ', '.join(packages)}"
+
+
+def _check_user_target(name: str) -> tuple[str, str]:
+    """Whether a module:qualname target's module can be imported, looked for as a program
+    started here would: the current directory first (`python app.py` run here puts the app's
+    directory first; the `kname` command's own sys.path starts with its bin directory)."""
+    module, qualname = name.split(":", 1)
+    here = os.getcwd()
+    spec = importable.find(module, first=[here])
+    if spec is None:
+        meant = importable.nearest(module, first=[here])
+        hint = f" (did you mean {meant}:{qualname}?)" if meant else ""
+        problem = (
+            f"no module {module!r} can be imported from the current directory ({here}) or this "
+            f"Python's sys.path{hint}"
+        )
+        return PROBLEM, f"target {name} (KNAME_TARGETS): {problem}"
+    origin = spec.origin or next(iter(spec.submodule_search_locations or []), "")
+    if _inside(origin, here) and importable.find(module) is None:
+        where = f"found in the current directory ({origin}), as a program started here imports it"
+        return OK, f"target {name}: {module}, {where}"
+    packages = (module.split(".", 1)[0],)
+    versions = [f"{d} {_version(d)}" for d in _distributions_of(name, packages)]
+    return OK, f"target {name}: {', '.join(versions) or packages[0]}"
+
+
+def _inside(path: str, directory: str) -> bool:
+    try:
+        return os.path.commonpath([os.path.realpath(path), os.path.realpath(directory)]) == (
+            os.path.realpath(directory)
+        )
+    except ValueError:  # another drive, or a relative path with an absolute one
+        return False
 
 
 def _check_nvtx_tool(config: Config) -> list[tuple[str, str]]:
@@ -451,14 +481,6 @@ def _find_origin(module: str) -> str | None:
     if spec is None:
         return None
     return spec.origin or next(iter(spec.submodule_search_locations or []), None) or module
-
-
-def _packages_of(target: str) -> tuple[str, ...]:
-    """The top-level packages a target needs: its unit's (first: the one it wraps), or a user
-    target's module's."""
-    if target in BUILTIN:
-        return library(target).packages[:1]
-    return (target.split(":", 1)[0].split(".", 1)[0],)
 
 
 def _distributions_of(target: str, packages: tuple[str, ...]) -> list[str]:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import re
+import subprocess
 import sys
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support import cleaned
 
 from kname import doctor
 from kname.config import KNOWN_VARIABLES
@@ -179,3 +183,71 @@ def test_kname_doctor_profile_check_without_a_gpu_exits_0(kname_venv, inject_lib
     assert done.stderr == ""
     checked = [line for line in done.stdout.splitlines() if "profile check" in line]
     assert checked == ["– profile check: no CUDA driver here, so no GPU: skipped"]
+
+
+# --- user targets: looked for where the program would look --------------------------------
+
+
+@pytest.fixture
+def app_directory(tmp_path, monkeypatch) -> Path:
+    """An app's directory with a package of its own, `physics`, as the working directory; this
+    process's sys.path without it (as the `kname` console script's is)."""
+    (tmp_path / "physics").mkdir()
+    (tmp_path / "physics" / "__init__.py").write_text(
+        "raise RuntimeError('physics was imported')\n"
+    )
+    (tmp_path / "physics" / "launch.py").write_text("def launch_1d():\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    here = {"", ".", str(tmp_path)}
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in here])
+    return tmp_path
+
+
+def target_lines(lines: list[str]) -> list[str]:
+    return [line for line in lines if line[2:].startswith("target ")]
+
+
+def test_a_project_local_target_is_found_in_the_current_directory(app_directory, monkeypatch,
+                                                                  capsys) -> None:  # fmt: skip
+    monkeypatch.setenv("KNAME_TARGETS", "physics.launch:launch_1d")
+    _, lines = doctor_lines(capsys)
+    assert target_lines(lines) == [
+        f"✓ target physics.launch:launch_1d: physics.launch, found in the current directory "
+        f"({app_directory / 'physics' / 'launch.py'}), as a program started here imports it"
+    ]
+    assert "physics" not in sys.modules
+
+
+@pytest.mark.parametrize(
+    ("entry", "hint"),
+    [
+        ("physic.launch:launch_1d", " (did you mean physics.launch:launch_1d?)"),
+        ("physics.lanch:launch_1d", " (did you mean physics.launch:launch_1d?)"),
+        ("nosuchmod:f", ""),
+    ],
+)
+def test_a_target_that_cannot_be_imported_says_where_it_was_looked_for(
+    app_directory, monkeypatch, capsys, entry, hint
+) -> None:
+    monkeypatch.setenv("KNAME_TARGETS", entry)
+    code, lines = doctor_lines(capsys)
+    module = entry.split(":")[0]
+    assert code == 1
+    assert target_lines(lines) == [
+        f"✗ target {entry} (KNAME_TARGETS): no module {module!r} can be imported from the current "
+        f"directory ({app_directory}) or this Python's sys.path{hint}"
+    ]
+    assert "physics" not in sys.modules
+
+
+def test_the_kname_command_run_in_an_app_directory_finds_its_package(kname_venv, tmp_path):
+    # The console script's sys.path starts with the venv's bin directory, not the working one.
+    (tmp_path / "physics").mkdir()
+    (tmp_path / "physics" / "__init__.py").write_text("")
+    (tmp_path / "physics" / "launch.py").write_text("def launch_1d():\n    pass\n")
+    environ = {k: v for k, v in os.environ.items() if not cleaned(k) and k != "PYTHONPATH"}
+    environ["KNAME_TARGETS"] = "physics.launch:launch_1d"
+    done = subprocess.run([str(kname_venv.root / "bin" / "kname"), "doctor"], capture_output=True,
+                          text=True, env=environ, cwd=tmp_path, check=False)  # fmt: skip
+    (line,) = target_lines(done.stdout.splitlines())
+    assert line.startswith("✓ target physics.launch:launch_1d: physics.launch, found in"), line

@@ -32,6 +32,11 @@ OK, PROBLEM, NOTE = "✓", "✗", "–"
 NVTX_INJECTION_VARIABLES = ("NVTX_INJECTION64_PATH", "NVTX_INJECTION32_PATH")
 DEPENDENCIES = (("wrapt", "wrapt"), ("nvtx", "nvtx"))  # (import name, distribution)
 CUPTI_BINDING, CUPTI_LIBRARY = "cupti-python", "nvidia-cuda-cupti"  # distributions
+# The CUDA releases for which cupti-python is published, within kname[profile]'s range (13.x),
+# each with nvidia-cuda-cupti of that release: the only ones doctor's advice names (a test
+# installs each pair, dry run, from the package index). cupti-python 13.4 asks for
+# nvidia-cuda-cupti~=13.4, which gives 13.5 with no binding of its own: a pair that differs.
+CUPTI_RELEASES = ((13, 0), (13, 2), (13, 3), (13, 4))
 DRIVER_LIBRARIES = ("libcuda.so.1", "nvcuda.dll")
 
 EXAMPLES = """\
@@ -280,8 +285,9 @@ def _check_profiling(config: Config) -> list[tuple[str, str]]:
         from cupti import cupti
     except Exception as exc:  # ImportError, or OSError loading libcupti
         if binding is None:
-            advice = f"kname profile needs it: pip install 'kname[profile]' ({CUPTI_BINDING})"
-            return [(gap, f"profiling: the CUPTI binding is not installed; {advice}")]
+            advice = _cupti_advice(binding, library, _driver_version())
+            problem = f"the CUPTI binding is not installed; kname profile needs it: {advice}"
+            return [(gap, f"profiling: {problem}")]
         problem = f"profiling: {CUPTI_BINDING} {binding} does not import ({_reason(exc)})"
         return [(gap, problem)]
     lines = [(OK, f"profiling: CUPTI binding {CUPTI_BINDING} {binding or '(version unknown)'}")]
@@ -299,15 +305,44 @@ def _check_profiling(config: Config) -> list[tuple[str, str]]:
     else:
         lines.append((NOTE, f"profiling: CUDA driver for CUDA {driver}"))
     if binding and library and releases_differ(binding, library):
-        release = ".".join(map(str, _release(library) or ()))
         problem = (
             f"profiling: {CUPTI_BINDING} {binding} and {CUPTI_LIBRARY} {library} are of different "
             "CUDA releases, and such a pair may record no GPU time without any error "
             f"({CUPTI_BINDING} 13.4 with CUPTI 13.0 records no kernels): install one release's "
-            f"pair, e.g. pip install '{CUPTI_BINDING}=={release}.*' '{CUPTI_LIBRARY}=={release}.*'"
+            f"pair: {_cupti_advice(binding, library, driver)}"
         )
         lines.append((gap, problem))
     return lines
+
+
+def cupti_release(
+    binding: tuple[int, int] | None,
+    library: tuple[int, int] | None,
+    driver: tuple[int, int] | None,
+    published: tuple[tuple[int, int], ...] = CUPTI_RELEASES,
+) -> tuple[int, int]:
+    """The CUDA release whose CUPTI binding and library to install together: the installed
+    library's, else the binding's, where cupti-python is `published` for it and the driver (when
+    known) runs it; else the newest such."""
+    runnable = [r for r in published if driver is None or r <= driver] or list(published)
+    for installed in (library, binding):
+        if installed in runnable:
+            return installed
+    return max(runnable)
+
+
+def _cupti_advice(binding: str | None, library: str | None, driver: str | None) -> str:
+    """`pip install` of a CUPTI binding and library of one published CUDA release."""
+    driver_release = _release(driver) if driver else None
+    release = cupti_release(
+        _release(binding) if binding else None, _release(library) if library else None,
+        driver_release,
+    )  # fmt: skip
+    text = ".".join(map(str, release))
+    advice = f"pip install '{CUPTI_BINDING}=={text}.*' '{CUPTI_LIBRARY}=={text}.*'"
+    if driver_release is not None and driver_release < release:
+        advice += f" (and a CUDA driver for CUDA {text} or newer: this one is for CUDA {driver})"
+    return advice
 
 
 def _driver_version() -> str | None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ctypes
+import functools
+import json
 import os
 import re
 import subprocess
@@ -158,6 +160,110 @@ def test_two_versions_differ_exactly_when_their_major_minor_do(a, b, patch_a, pa
     first, second = f"{a[0]}.{a[1]}{patch_a}", f"{b[0]}.{b[1]}{patch_b}"
     assert doctor.releases_differ(first, second) is (a != b)
     assert doctor.releases_differ(second, first) is (a != b)
+
+
+# --- CUPTI advice: only pairs that can be installed -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("binding", "library", "driver", "advised"),
+    [
+        (
+            "13.4.0",
+            "13.5.25",
+            None,
+            "13.4",
+        ),  # what pip gives for cupti-python 13.4: no 13.5 binding
+        ("13.4.0", "13.5.25", "13.0", "13.0"),  # the driver runs CUDA 13.0 at most
+        ("13.4.0", "13.0.85", None, "13.0"),  # the library's release has a binding
+        ("13.4.0", "13.0.85", "13.4", "13.0"),
+    ],
+)
+def test_the_mismatch_advice_names_a_pair_that_is_published(
+    installed_cupti, monkeypatch, capsys, binding, library, driver, advised
+) -> None:
+    installed_cupti.update({"cupti-python": binding, "nvidia-cuda-cupti": library})
+    monkeypatch.setattr(doctor, "_driver_version", lambda: driver)  # the machine's, not kname's
+    _, lines = doctor_lines(capsys)
+    (mismatch,) = [line for line in lines if "are of different CUDA releases" in line]
+    assert mismatch.endswith(
+        f"pip install 'cupti-python=={advised}.*' 'nvidia-cuda-cupti=={advised}.*'"
+    ), mismatch
+
+
+def test_the_advice_for_a_missing_binding_is_a_published_pair(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(doctor, "_version_or_none", lambda d: "13.5.25" if "cuda" in d else None)
+    monkeypatch.setitem(sys.modules, "cupti", None)  # no binding: ImportError
+    monkeypatch.setattr(doctor, "_driver_version", lambda: None)
+    _, lines = doctor_lines(capsys)
+    assert profiling_lines(lines) == [
+        "– profiling: the CUPTI binding is not installed; kname profile needs it: pip install "
+        "'cupti-python==13.4.*' 'nvidia-cuda-cupti==13.4.*'"
+    ]
+
+
+cuda_releases = st.tuples(st.integers(11, 14), st.integers(0, 9))
+published_releases = st.lists(cuda_releases, min_size=1, max_size=6, unique=True).map(tuple)
+maybe = st.none() | cuda_releases
+
+
+@given(maybe, maybe, maybe, published_releases)
+def test_the_release_advised_is_always_a_published_one(binding, library, driver, published):
+    assert doctor.cupti_release(binding, library, driver, published) in published
+
+
+@given(maybe, maybe, cuda_releases, published_releases)
+def test_the_release_advised_is_one_the_driver_runs_where_one_is(
+    binding, library, driver, published
+) -> None:
+    advised = doctor.cupti_release(binding, library, driver, published)
+    assert advised <= driver or all(release > driver for release in published)
+
+
+@given(maybe, maybe, maybe, published_releases)
+def test_the_installed_library_release_is_kept_else_the_binding_release(
+    binding, library, driver, published
+) -> None:
+    advised = doctor.cupti_release(binding, library, driver, published)
+    runnable = [r for r in published if driver is None or r <= driver] or list(published)
+    if library in runnable:
+        assert advised == library
+    elif binding in runnable:
+        assert advised == binding
+    else:
+        assert advised == max(runnable)
+
+
+@functools.cache
+def index_reachable() -> bool:
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", "cupti-python"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    return done.returncode == 0 and "Available versions" in done.stdout
+
+
+@pytest.mark.parametrize("release", doctor.CUPTI_RELEASES, ids=lambda r: f"{r[0]}.{r[1]}")
+def test_every_cupti_pair_doctor_advises_installs_from_the_index(release, tmp_path) -> None:
+    if not index_reachable():
+        pytest.skip("the package index cannot be reached from here")
+    text = f"{release[0]}.{release[1]}"
+    advice = doctor._cupti_advice(None, f"{text}.0", None)
+    requirements = re.findall(r"'([^']+)'", advice)
+    assert requirements == [f"cupti-python=={text}.*", f"nvidia-cuda-cupti=={text}.*"], advice
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+         "--report", str(report), *requirements],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    chosen = {
+        i["metadata"]["name"]: i["metadata"]["version"]
+        for i in json.loads(report.read_text())["install"]
+    }
+    for distribution in ("cupti-python", "nvidia-cuda-cupti"):
+        assert chosen[distribution].startswith(f"{text}."), chosen
 
 
 # --- --profile-check ------------------------------------------------------------------------

@@ -71,9 +71,14 @@ def _find_part(name: str, parent: ModuleSpec | None, first: Sequence[str]) -> Mo
         return getattr(imported, "__spec__", None) or ModuleSpec(name, None)
     try:
         if parent is None:
-            found = importlib.machinery.PathFinder.find_spec(name, list(first)) if first else None
-            # A top-level name: the finders run nothing (find_spec imports parents only).
-            return found or importlib.util.find_spec(name)
+            # A top-level name: the finders run nothing (find_spec imports parents only). The
+            # directories `first` come first, as sys.path[0]; a namespace package found there
+            # yields, as in an import, to a module of that name elsewhere.
+            paths = [*first, *sys.path]
+            found = importlib.machinery.PathFinder.find_spec(name, paths) if first else None
+            if found is not None and found.origin is not None:
+                return found
+            return importlib.util.find_spec(name) or found
         locations = _locations(parent)
         if locations is None:
             return None  # a module, not a package: nothing beneath it

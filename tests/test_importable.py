@@ -107,3 +107,9 @@ def test_a_module_is_not_a_package() -> None:
     assert importable.find("json.decoder") is not None
     assert importable.find("json.decoder.x") is None
     assert importable.find("no_such_module_here") is None
+
+
+def test_a_namespace_directory_given_first_yields_to_a_package_on_sys_path(tmp_path, package):
+    (tmp_path / "app" / "loud").mkdir(parents=True)  # no __init__.py: a namespace portion
+    spec = importable.find("loud", first=[str(tmp_path / "app")])
+    assert spec is not None and spec.origin == str(package / "loud" / "__init__.py")

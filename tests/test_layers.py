@@ -42,6 +42,7 @@ LAYERS = [
         "kname._watched",
         "kname.ranks",
         "kname.rank_paths",
+        "kname.importable",
     },
 ]
 HOT_PATH = {

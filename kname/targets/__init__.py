@@ -216,11 +216,7 @@ def user_target(entry: str) -> Target:
             if not _is_function(function):
                 # A function standing in for a class, a kernel object or a constant changes
                 # the program.
-                raise TargetProblem(
-                    f"is not a function or method ({type(function).__name__}); it is left as it "
-                    f"is, not named (name a launch function or method, such as "
-                    f"{entry}.__call__)"
-                )
+                raise TargetProblem(_not_a_function(module, qualname, function))
             if not options.nesting:
                 return options.wrapper(function, spec)
             # __wrapped__ and the names stay the user's function's, not the marker's.
@@ -229,6 +225,35 @@ def user_target(entry: str) -> Target:
         return wrap_attribute(module, qualname, make_wrapper)
 
     return Target(name=entry, module=module_name, what=qualname, changes=changes)
+
+
+def _not_a_function(module: ModuleType, qualname: str, found: Any) -> str:
+    """Why `found` (at `qualname` in `module`) is left alone, and what to name instead."""
+    owner, attribute = resolve(module, qualname)
+    where = ".".join([module.__name__, *qualname.split(".")[:-1]])
+    if isinstance(owner, type) and not any(attribute in vars(c) for c in owner.__mro__):
+        # Found on the metaclass (after `del Runner.__call__`, type.__call__, which makes
+        # instances): nothing of the class's own launches there.
+        problem = f"class {where} has no {attribute} of its own (it is {type(owner).__name__}'s)"
+        return f"is not a function or method: {problem}; it is left as it is, not named"
+    suggestion = _call_method(found)
+    such_as = f", such as {suggestion}" if suggestion else ""
+    return (
+        f"is not a function or method ({type(found).__name__}); it is left as it is, not named "
+        f"(name a launch function or method{such_as})"
+    )
+
+
+def _call_method(found: Any) -> str | None:
+    """The `module:Class.__call__` target that calling `found` (a class's instances, or an
+    instance) runs, where its class has one of its own and is reachable by name."""
+    cls = found if isinstance(found, type) else type(found)
+    if not any("__call__" in vars(c) for c in cls.__mro__[:-1]):  # [:-1]: not object's
+        return None
+    module_name, qualname = getattr(cls, "__module__", None), getattr(cls, "__qualname__", "")
+    if not isinstance(module_name, str) or "<" in qualname or runs_on(module_name):
+        return None
+    return f"{module_name}:{qualname}.__call__"
 
 
 def _is_function(candidate: Any) -> bool:

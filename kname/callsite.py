@@ -26,7 +26,7 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
 
-from kname import _native_choice, naming, ranges
+from kname import hotpath, naming, ranges
 from kname._locks import new_lock, reset_in_child
 from kname._warnings import report_fault, warn_once
 from kname._watched import Watched
@@ -305,7 +305,7 @@ def _walk(
     library_frame = None
     # A native launch wrapper has no frame: the caller of the one running marks where it is, and
     # reaching it from below is reaching that wrapper (a walk that starts there starts above it).
-    is_native_caller, start = _native_choice.launch_caller_check(), frame
+    is_native_caller, start = hotpath.current().is_launch_caller, frame
     while frame is not None and len(user_frames) < depth:
         code = frame.f_code
         if (
@@ -327,12 +327,6 @@ def _walk(
                 library_frame = frame
         frame = frame.f_back
     return user_frames, library_frame
-
-
-def skip_beneath_native_launch(hook: Callable[..., Any]) -> Callable[..., Any]:
-    """`hook` (a library's launch hook), skipped at once inside a native launch wrapper's launch
-    with only library code between, where resolve() would give None (decided in C)."""
-    return _native_choice.skip_beneath_launch(hook, _kinds)
 
 
 def _library_path_pattern(modules: tuple[str, ...]) -> re.Pattern[str]:
@@ -457,18 +451,14 @@ def _counter(name: str, kernel: str, lib: str) -> Any:
 
 
 def _new_counter() -> Any:
-    """A launch counter: itertools.count(), or, once kname's C extension is imported, its
-    Counter, which counts the same and which the C wrapper advances without making an int."""
-    native = _native_choice.imported_native()  # never imports: a launch may call this
-    return itertools.count() if native is None else native.Counter()
+    """A launch counter of the hot path in effect (on the C one its Counter, which counts as
+    itertools.count does and which the C wrapper advances without making an int)."""
+    return hotpath.current().counter()
 
 
 def _is_counter(counter: Any) -> bool:
     """Whether `counter` is one of kname's own launch counters (next() on one cannot fail)."""
-    if type(counter) is itertools.count:
-        return True
-    native = _native_choice.imported_native()
-    return native is not None and type(counter) is native.Counter
+    return hotpath.is_counter(counter)
 
 
 def _value(counter: Any) -> int:

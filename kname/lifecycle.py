@@ -1,11 +1,12 @@
 """install() / uninstall() / enable() / disable() / paused() / profile(): kname in one process.
 
-install() reads the configuration once and hands it down: the naming rules to kname.callsite,
-the NVTX domain to kname.ranges, and to each target an Options record with this install's
-switch. It watches each target module; when one is imported (at once if it already is) the
-target's changes are applied and recorded. disable() restores every recorded change and enable()
-applies them again; uninstall() restores them for good, forgets the hooks and the rules, and
-switches off the wrappers of this install that someone may still hold.
+install() reads the configuration once and hands it down: the hot path to kname.hotpath, the
+naming rules to kname.callsite, the NVTX domain to kname.ranges, and to each target an Options
+record with this install's switch and hot path. It watches each target module; when one is
+imported (at once if it already is) the target's changes are applied and recorded. disable()
+restores every recorded change and enable() applies them again; uninstall() restores them for
+good, forgets the hooks, the rules and the hot path, and switches off the wrappers of this
+install that someone may still hold.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from kname import callsite, ranges
+from kname import callsite, hotpath, ranges
 from kname._locks import new_lock
 from kname._warnings import warn_once
 from kname.census import write_at_exit
@@ -75,6 +76,8 @@ def install(targets: Iterable[str] | str | None = None) -> None:
             warn_once(problem, problem)
         if targets is not None:
             config = _with_targets(config, targets)
+        # Decided once for this install, before anything makes a wrapper or a range.
+        hot_path = hotpath.use(config.native)
         callsite.configure(
             config.skip, config.format, config.depth, config.mode != "census", library_packages()
         )
@@ -86,6 +89,7 @@ def install(targets: Iterable[str] | str | None = None) -> None:
             renaming=config.mode == "rename",
             chosen=frozenset(t.name for t in chosen if t.name in BUILTIN),
             nesting=_can_nest(chosen),
+            hot_path=hot_path,
         )
         _state.config, _state.switch = config, options.switch
         if config.mode == "profile":
@@ -114,6 +118,7 @@ def uninstall() -> None:
         _state.watches, _state.changes = [], []
         callsite.configure()
         ranges.configure()
+        hotpath.reset()  # the next install() chooses again, from its own configuration
 
 
 def enable() -> None:

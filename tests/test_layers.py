@@ -30,7 +30,14 @@ LAYERS = [
         "kname.census_view",
     },
     {"kname.launch"},
-    {"kname.callsite", "kname.naming", "kname.paths", "kname.ranges", "kname.cells"},
+    {
+        "kname.callsite",
+        "kname.naming",
+        "kname.paths",
+        "kname.ranges",
+        "kname.cells",
+    },
+    {"kname.hotpath", "kname.pyhotpath"},
     {
         "kname.config",
         "kname.patching",
@@ -38,7 +45,6 @@ LAYERS = [
         "kname._sigterm",
         "kname._warnings",
         "kname._version",
-        "kname._native_choice",
         "kname._watched",
     },
 ]
@@ -49,6 +55,8 @@ HOT_PATH = {
     "kname.paths",
     "kname.ranges",
     "kname.cells",
+    "kname.hotpath",
+    "kname.pyhotpath",
 }
 
 

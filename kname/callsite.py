@@ -16,7 +16,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
-import itertools
 import os
 import re
 import sys
@@ -26,7 +25,7 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
 
-from kname import hotpath, naming, ranges
+from kname import counters, hotpath, naming, ranges
 from kname._locks import new_lock, reset_in_child
 from kname._warnings import report_fault, warn_once
 from kname._watched import Watched
@@ -34,9 +33,6 @@ from kname.config import DEFAULT_FORMAT
 
 MAX_SITES = 100_000
 MAX_CODES = 200_000
-# Launch counts are kept per name (see launch_counts), the names of evicted sites' too; past this
-# many names, new names are counted together under ranges.OVERFLOW_NAME.
-MAX_COUNTED = 2 * MAX_SITES
 # A kernel that cannot be weakly referenced (CuPy's Cython kernel classes) is kept alive while it
 # has cached sites, so that its id cannot be reused under them: at most this many such kernels.
 MAX_HELD_KERNELS = 1000
@@ -44,7 +40,6 @@ MAX_HELD_KERNELS = 1000
 QUEUE_SLACK = 64
 
 UNNAMED = "<unnamed: kname error>"
-AT_RECURSION_LIMIT = "kname: recursion limit reached"
 
 # Frames of these modules are never the call site: kname and wrapt, and the stdlib helpers that
 # sit between a user's line and a launch. install() adds the GPU libraries' packages (each
@@ -101,7 +96,7 @@ class Site(Watched):
         init(self, "push", push)
         init(self, "pop", pop)
         init(self, "code", code)  # keeps the keyed code objects (and so their ids) alive
-        # Shared by every site of this name (launch_counts): next() is atomic, so no count is
+        # Shared by every site of this name (kname.counters): next() is atomic, so no count is
         # lost across threads, nor when the site leaves the cache while a launch still holds it.
         init(self, "counter", counter)
         init(self, "launch", None)  # KNAME_MODE=rename: launches the site's renamed kernel instead
@@ -112,15 +107,10 @@ class Site(Watched):
 
     def launches(self) -> int:
         """How many launches were counted under this site's name (by any site of that name)."""
-        return _value(self.counter)
+        return counters.value(self.counter)
 
 
 sites: dict[tuple, Site] = {}
-# Launches per (name, kernel, library), in first-seen order. Kept apart from the sites so that
-# nothing is lost when a site leaves the cache: evicted, its kernel freed, or the rules changed.
-launch_counts: dict[tuple[str, str, str], Any] = {}  # of counters (_new_counter)
-# Launches that ran unnamed at the recursion limit, counted apart: counting one takes no call.
-_at_recursion_limit = itertools.count()
 
 _lock = new_lock()
 _kinds: dict[int, int] = {}
@@ -188,21 +178,11 @@ def use_site_calls(factory: Callable[[Site], tuple[Any, Any]] | None = None) -> 
 
 def clear() -> None:
     """Forget cached code classifications and call sites, and their counts."""
-    global _at_recursion_limit
     with _lock:
-        _at_recursion_limit = itertools.count()
         _kinds.clear()
         _codes.clear()
         _forget_sites()
-        launch_counts.clear()
-
-
-def counts() -> dict[tuple[str, str, str], int]:
-    """Launches per (name, kernel, library) so far, in first-seen order; none left out."""
-    # list() copies in one step under the GIL while other threads may add names.
-    rows = {key: _value(counter) for key, counter in list(launch_counts.items())}
-    rows[(AT_RECURSION_LIMIT, "", "")] = _value(_at_recursion_limit)
-    return {key: launches for key, launches in rows.items() if launches}
+        counters.clear()
 
 
 def register_wrapper_code(code: CodeType) -> None:
@@ -252,8 +232,8 @@ def pass_through(
     try:
         if isinstance(exc, RecursionError):
             # Counted here and at once: at the limit there may be no room for another call.
-            if site is None or not _is_counter(site.counter):
-                next(_at_recursion_limit)
+            if site is None or not hotpath.is_counter(site.counter):
+                next(counters.at_recursion_limit)
             _say_recursion_limit()
         else:
             report_fault(where, exc)
@@ -404,7 +384,7 @@ def _build(
     with _lock:
         site = sites.get(key)
         if site is None:
-            counter = _counter(name, kernel_name, lib)
+            counter = counters.counter_for(name, kernel_name, lib)
             site = Site(name, identifier, kernel_name, lib, calls, codes, counter)
             if rename is not None and identifier:
                 site.launch = _renamed_launch(rename, kernel, site)
@@ -434,37 +414,6 @@ def _renamed_launch(rename: Any, kernel: Any, site: Site) -> Any:
             f"({type(exc).__name__}: {exc}); such launches keep the kernel's own name",
         )
         return None
-
-
-def _counter(name: str, kernel: str, lib: str) -> Any:
-    """The counter of launches under (name, kernel, lib), made on first use (under _lock)."""
-    key = (name, kernel, lib)
-    counter = launch_counts.get(key)
-    if not _is_counter(counter):
-        if counter is None and len(launch_counts) >= MAX_COUNTED:
-            key = (ranges.OVERFLOW_NAME, "", "")  # past the bound: counted together, never lost
-            counter = launch_counts.get(key)
-            if counter is not None:
-                return counter
-        counter = launch_counts[key] = _new_counter()
-    return counter
-
-
-def _new_counter() -> Any:
-    """A launch counter of the hot path in effect (on the C one its Counter, which counts as
-    itertools.count does and which the C wrapper advances without making an int)."""
-    return hotpath.current().counter()
-
-
-def _is_counter(counter: Any) -> bool:
-    """Whether `counter` is one of kname's own launch counters (next() on one cannot fail)."""
-    return hotpath.is_counter(counter)
-
-
-def _value(counter: Any) -> int:
-    if type(counter) is itertools.count:
-        return int(repr(counter)[6:-1])  # itertools.count shows its next value only in its repr
-    return counter.value
 
 
 # --------------------------------------------------------------------------
@@ -564,9 +513,9 @@ def _give_up(frame: FrameType, kernel: Any, site: Site | None) -> None:
                 return  # nested in another kname launch, which counts it
             counted = False
         else:
-            counted = _is_counter(site.counter)  # next() on one cannot fail
+            counted = hotpath.is_counter(site.counter)  # next() on one cannot fail
             if not counted:
-                site.counter = _counter(site.name, site.kernel, site.lib)
+                site.counter = counters.counter_for(site.name, site.kernel, site.lib)
         site.push = site.pop = site.launch = None
         if not counted:
             next(site.counter)
@@ -582,7 +531,7 @@ def _fault_site(frame: FrameType, kernel: Any) -> Site | None:
     site = sites.get(key)
     if site is None:
         codes = tuple(f.f_code for f in frames)
-        site = Site(UNNAMED, "", "", "", None, codes, _counter(UNNAMED, "", ""))
+        site = Site(UNNAMED, "", "", "", None, codes, counters.counter_for(UNNAMED, "", ""))
         _store(key, site, kernel, id(kernel))
     return site
 
@@ -595,19 +544,16 @@ def _say_recursion_limit() -> None:
     warn_once(
         "recursion-limit",
         f"a launch made near the recursion limit ran unnamed (no room on the stack to find its "
-        f"call site); such launches are counted as {AT_RECURSION_LIMIT!r}",
+        f"call site); such launches are counted as {counters.AT_RECURSION_LIMIT!r}",
     )
 
 
 def _counts_from_zero() -> None:
     """A forked child counts its own launches: the parent reports those made before the fork."""
-    global _at_recursion_limit
-    _at_recursion_limit = itertools.count()
-    renewed = {counter: _new_counter() for counter in launch_counts.values()}
-    for key, counter in list(launch_counts.items()):
-        launch_counts[key] = renewed[counter]
+    renewed = counters.start_from_zero()
     for site in list(sites.values()):
-        site.counter = renewed.get(site.counter) or _counter(site.name, site.kernel, site.lib)
+        counter = renewed.get(site.counter)
+        site.counter = counter or counters.counter_for(site.name, site.kernel, site.lib)
 
 
 reset_in_child(_counts_from_zero)

@@ -32,6 +32,7 @@ LAYERS = [
     {"kname.launch"},
     {
         "kname.callsite",
+        "kname.counters",
         "kname.naming",
         "kname.paths",
         "kname.ranges",
@@ -51,6 +52,7 @@ LAYERS = [
 HOT_PATH = {
     "kname.launch",
     "kname.callsite",
+    "kname.counters",
     "kname.naming",
     "kname.paths",
     "kname.ranges",

@@ -25,7 +25,7 @@ import pytest
 from support import REPO, build_wheel_of, make_venv
 from support.nvtx_capture import nvtx_include_dir
 
-from kname import callsite, hotpath, launch
+from kname import callsite, counters, hotpath, launch
 
 WHY_NOT_NATIVE = hotpath.choose(True).why_python  # "" where the C hot path is in use
 EXTENSION = None if WHY_NOT_NATIVE else sys.modules[hotpath.NATIVE]
@@ -232,8 +232,8 @@ def test_a_cached_launch_counts_on_the_counter_its_site_has_now(hot_path, throug
             launch_from_one_line(launcher, 1)
         (site,) = callsite.sites.values()
         made.append(site.counter)
-        site.counter = callsite._new_counter()
-    assert [callsite._value(counter) for counter in made] == [3, 3, 3, 3]
+        site.counter = counters.new_counter()
+    assert [counters.value(counter) for counter in made] == [3, 3, 3, 3]
 
 
 @BOTH
@@ -248,7 +248,7 @@ def test_a_cached_launch_follows_its_switch(hot_path, through: str) -> None:
         switch.on = on
         for _ in range(3):
             launch_from_one_line(launcher, 1)
-        counted.append(sum(callsite.counts().values()))
+        counted.append(sum(counters.counts().values()))
     assert counted == [3, 3, 6, 6]
 
 
@@ -286,7 +286,7 @@ def test_a_launch_inside_a_cached_one_from_the_same_line_is_not_named(hot_path, 
     for _ in range(3):
         for launcher in (inner, outer):
             launch_from_one_line(launcher, 1)
-    assert sum(callsite.counts().values()) == 6  # three of each, none of those nested
+    assert sum(counters.counts().values()) == 6  # three of each, none of those nested
 
 
 @BOTH
@@ -338,9 +338,9 @@ def test_a_wrapper_made_where_a_freed_one_was_remembers_nothing_of_it() -> None:
     del wrapper
     again = make(off)
     assert id(again) == address  # the freed wrapper's memory, the first of its size to be taken
-    counted = sum(callsite.counts().values())
+    counted = sum(counters.counts().values())
     launch_from_one_line(again)
-    assert sum(callsite.counts().values()) == counted  # switched off: not counted
+    assert sum(counters.counts().values()) == counted  # switched off: not counted
 
 
 @BOTH
@@ -356,7 +356,7 @@ def test_a_launch_inside_a_switched_off_wrapper_is_left_to_it(hot_path) -> None:
     outer = wrap(functools.partial(inner), switch=off)  # C calls `inner`: no frame between
     outer()
     assert calls == ["inner"]
-    assert sum(count for count in callsite.counts().values()) == 0
+    assert sum(count for count in counters.counts().values()) == 0
 
 
 @pytest.mark.skipif(EXTENSION is None, reason="no native hot path here")
@@ -440,7 +440,7 @@ def test_the_c_call_slot_calls_each_class_through_its_own_base() -> None:
     held, bound = launcher_class()(noop), Partial(noop, "bound")
     calls = [held, bound, held, bound]
     assert [kernel(1) for kernel in calls] == [(1,), ("bound", 1), (1,), ("bound", 1)]
-    assert sum(callsite.counts().values()) == len(calls)
+    assert sum(counters.counts().values()) == len(calls)
 
 
 @NATIVE
@@ -458,7 +458,7 @@ def test_the_c_call_slot_calls_the_call_its_class_has_now() -> None:
     native.use_direct_call(launcher)
     gc.collect()  # the wrapper remembered before is freed
     assert held(2) == (2,)
-    assert sum(callsite.counts().values()) == 1  # the new wrapper, switched off, counted none
+    assert sum(counters.counts().values()) == 1  # the new wrapper, switched off, counted none
 
 
 @NATIVE
@@ -476,8 +476,8 @@ def test_a_cached_launch_through_the_slot_calls_the_call_its_class_has_now() -> 
     launcher.__call__ = replacement
     native.use_direct_call(launcher)
     assert launch_from_one_line(held, 2) == (2,)
-    assert sum(callsite.counts().values()) == 3  # the new wrapper, switched off, counted none
-    assert before(held, 3) == (3,) and sum(callsite.counts().values()) == 4  # it lives on
+    assert sum(counters.counts().values()) == 3  # the new wrapper, switched off, counted none
+    assert before(held, 3) == (3,) and sum(counters.counts().values()) == 4  # it lives on
 
 
 @NATIVE
@@ -495,7 +495,7 @@ def test_a_slot_launch_whose_kernel_is_an_argument_is_keyed_by_that_argument() -
     for _ in range(3):
         for kernel in (held, other):
             launch_from_one_line(held, kernel)
-    counted = {key[1]: launches for key, launches in callsite.counts().items()}
+    counted = {key[1]: launches for key, launches in counters.counts().items()}
     assert counted == {"instance": 3, "argument": 3}
 
 
@@ -579,7 +579,7 @@ for add, make in ((ctypes.pythonapi.PyDict_AddWatcher, dict_callback),
         except RuntimeError:  # no id left
             break
 
-from kname import callsite, hotpath, launch
+from kname import callsite, counters, hotpath, launch
 
 hot_path = hotpath.current()  # imports kname._native now, with no watcher id left
 callsite.configure()
@@ -601,7 +601,7 @@ held_kernel = Launcher(lambda *args: args)
 def launches():
     wrapper(1)
     held_kernel(2)
-    return sum(callsite.counts().values())
+    return sum(counters.counts().values())
 
 
 counts = [launches() for _ in range(3)]
@@ -652,7 +652,7 @@ def test_a_site_counts_with_the_counter_of_its_hot_path(hot_path) -> None:
     (site,) = callsite.sites.values()
     expected = itertools.count if hot_path == "python" else EXTENSION.Counter
     assert type(site.counter) is expected  # either path advances either kind
-    assert site.launches() == 4 and sum(callsite.counts().values()) == 4
+    assert site.launches() == 4 and sum(counters.counts().values()) == 4
 
 
 def test_with_kname_native_0_nothing_of_the_extension_is_imported(tmp_path: Path) -> None:

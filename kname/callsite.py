@@ -22,6 +22,7 @@ import sys
 import sysconfig
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from types import CodeType, FrameType
 from typing import Any
 
@@ -100,8 +101,9 @@ class Site(Watched):
         # lost across threads, nor when the site leaves the cache while a launch still holds it.
         init(self, "counter", counter)
         init(self, "launch", None)  # KNAME_MODE=rename: launches the site's renamed kernel instead
-        if _site_calls is not None:  # kname profile: the launch also hands its site over
-            push, pop = _site_calls(self)
+        site_calls = _rules.site_calls
+        if site_calls is not None:  # kname profile: the launch also hands its site over
+            push, pop = site_calls(self)
             init(self, "push", push)
             init(self, "pop", pop)
 
@@ -110,9 +112,34 @@ class Site(Watched):
         return counters.value(self.counter)
 
 
+@dataclass(frozen=True)
+class Rules:
+    """The naming rules of the moment: install() sets them (configure), kname profile hands
+    sites over (use_site_calls); replaced whole, so a walk reads one set of them."""
+
+    skip: tuple[str, ...] = ()  # KNAME_SKIP: modules passed over as library code
+    template: str = DEFAULT_FORMAT  # KNAME_FORMAT
+    depth: int = 1  # KNAME_DEPTH: user frames in a name
+    emit_nvtx: bool = True  # False in census mode: sites get no range
+    library_modules: tuple[str, ...] = CORE_LIBRARY_MODULES  # never a call site
+    # Sites take their push and pop from site_calls(site) (None: NVTX's alone).
+    site_calls: Callable[[Site], tuple[Any, Any]] | None = None
+    # The library modules' files, for code run with no module name.
+    library_path: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "library_path", _library_path_pattern(self.library_modules))
+
+
+def _library_path_pattern(modules: tuple[str, ...]) -> re.Pattern[str]:
+    names = "|".join(re.escape(m) for m in modules)
+    return re.compile(r"[/\\](?:site|dist)-packages[/\\](?:" + names + r")(?:[/\\]|\.py)")
+
+
 sites: dict[tuple, Site] = {}
 
 _lock = new_lock()
+_rules = Rules()
 _kinds: dict[int, int] = {}
 _codes: dict[int, CodeType] = {}
 _wrapper_code_ids: set[int] = set()
@@ -122,12 +149,6 @@ _queue: collections.deque[tuple[tuple, Site]] = collections.deque()
 _kernels: dict[int, _KernelSites] = {}  # id(kernel) -> its cached sites
 # ids of the kernels kept alive (no weak references), oldest first
 _held: collections.OrderedDict[int, None] = collections.OrderedDict()
-_skip: tuple[str, ...] = ()
-_library_modules = CORE_LIBRARY_MODULES
-_template = DEFAULT_FORMAT
-_depth = 1
-_emit_nvtx = True
-_site_calls: Callable[[Site], tuple[Any, Any]] | None = None
 
 
 class _KernelSites:
@@ -152,12 +173,12 @@ def configure(
     library_modules: tuple[str, ...] = (),
 ) -> None:
     """Set the rules (no arguments: the defaults); forget every decision and site made under the
-    old ones, but keep their launch counts."""
-    global _skip, _library_modules, _library_path, _template, _depth, _emit_nvtx
+    old ones, but keep their launch counts. Sites keep being handed over (use_site_calls)."""
+    global _rules
     with _lock:
-        _skip, _template, _depth, _emit_nvtx = tuple(skip), template, depth, emit_nvtx
-        _library_modules = (*CORE_LIBRARY_MODULES, *library_modules)
-        _library_path = _library_path_pattern(_library_modules)
+        library = (*CORE_LIBRARY_MODULES, *library_modules)
+        site_calls = _rules.site_calls
+        _rules = Rules(tuple(skip), template, depth, emit_nvtx, library, site_calls)
         _kinds.clear()
         _codes.clear()
         _forget_sites()
@@ -170,9 +191,9 @@ def use_site_calls(factory: Callable[[Site], tuple[Any, Any]] | None = None) -> 
     launch when it is not profiling. Cached sites are dropped, so every site is built anew; their
     launch counts are kept. `factory` must not raise.
     """
-    global _site_calls
+    global _rules
     with _lock:
-        _site_calls = factory
+        _rules = replace(_rules, site_calls=factory)
         _forget_sites()
 
 
@@ -206,15 +227,16 @@ def resolve(
     `kernel_name` may be a function of the kernel: it is then asked only when a site is built.
     `kernel_key` is `id(kernel)` (the site then lives only as long as the kernel) or a value.
     """
-    user_frames, library_frame = _walk(frame, _depth)
+    rules = _rules
+    user_frames, library_frame = _walk(frame, rules.depth)
     if user_frames is None:
         return None
-    key, site_frames = _site_key(user_frames, library_frame, kernel_key)
+    key, site_frames = _site_key(user_frames, library_frame, kernel_key, rules.depth)
     site = sites.get(key)
     if site is None:
         if callable(kernel_name):
             kernel_name = kernel_name(kernel)
-        site = _build(key, site_frames, kernel, kernel_key, kernel_name, lib, rename)
+        site = _build(key, site_frames, kernel, kernel_key, kernel_name, lib, rules, rename)
     return site
 
 
@@ -267,11 +289,12 @@ def site_name(depth: int = 1, kernel: Any = "") -> str:
     """
     frame = sys._getframe(1)
     label = naming.kernel_label(kernel)
-    user_frames, library_frame = _walk(frame, max(1, int(depth)), stop_at_wrapper=False)
-    key, site_frames = _site_key(user_frames or [], library_frame, ("site_name", label))
+    depth, rules = max(1, int(depth)), _rules
+    user_frames, library_frame = _walk(frame, depth, stop_at_wrapper=False)
+    key, site_frames = _site_key(user_frames or [], library_frame, ("site_name", label), depth)
     site = sites.get(key)
     if site is None:
-        site = _build(key, site_frames, None, None, label, "python")
+        site = _build(key, site_frames, None, None, label, "python", rules)
     return site.name
 
 
@@ -309,23 +332,17 @@ def _walk(
     return user_frames, library_frame
 
 
-def _library_path_pattern(modules: tuple[str, ...]) -> re.Pattern[str]:
-    names = "|".join(re.escape(m) for m in modules)
-    return re.compile(r"[/\\](?:site|dist)-packages[/\\](?:" + names + r")(?:[/\\]|\.py)")
-
-
-_library_path = _library_path_pattern(_library_modules)
-
-
 def _judge(filename: str, module: object) -> int:
+    rules = _rules
     if isinstance(module, str):
         if _matches(module, CORE_LIBRARY_MODULES) or _is_stdlib(module, filename):
             return PLUMBING
-        return LIBRARY if _matches(module, _library_modules) or _matches(module, _skip) else USER
+        library = _matches(module, rules.library_modules) or _matches(module, rules.skip)
+        return LIBRARY if library else USER
     # No module name (code run by exec with bare globals): judge by where the file lives.
     if filename.startswith(_KNAME_DIR):
         return PLUMBING
-    return LIBRARY if _library_path.search(filename) else USER
+    return LIBRARY if rules.library_path.search(filename) else USER
 
 
 def _is_stdlib(module: str, filename: str) -> bool:
@@ -340,20 +357,20 @@ def _matches(module: str, prefixes: tuple[str, ...]) -> bool:
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
-def _key(frames: list[FrameType], kernel_key: Any) -> tuple:
+def _key(frames: list[FrameType], kernel_key: Any, depth: int) -> tuple:
     # The flat form is the launch wrapper's fast-path key: with KNAME_DEPTH > 1 a site that
     # found one user frame (no caller) must not answer it for a launch that has callers.
-    if len(frames) == 1 and _depth == 1:
+    if len(frames) == 1 and depth == 1:
         return (id(frames[0].f_code), frames[0].f_lasti, kernel_key)
     return (*((id(f.f_code), f.f_lasti) for f in frames), kernel_key)
 
 
 def _site_key(
-    user_frames: list[FrameType], library_frame: FrameType | None, kernel_key: Any
+    user_frames: list[FrameType], library_frame: FrameType | None, kernel_key: Any, depth: int
 ) -> tuple[tuple, list[FrameType]]:
     """The cache key of a site, and the frames that name it (none: named by the kernel)."""
     if user_frames:
-        return _key(user_frames, kernel_key), user_frames
+        return _key(user_frames, kernel_key, depth), user_frames
     # Keyed apart from the fast path: the same library line called from a user's line is
     # named after that line.
     if library_frame is not None:
@@ -369,11 +386,12 @@ def _build(
     kernel_key: Any,
     kernel_name: str,
     lib: str,
+    rules: Rules,
     rename: Any = None,
 ) -> Site:
     try:
-        name, identifier = _names(frames, kernel_name, lib)
-        calls = ranges.range_for(name, kernel_name, lib) if _emit_nvtx else None
+        name, identifier = _names(frames, kernel_name, lib, rules.template)
+        calls = ranges.range_for(name, kernel_name, lib) if rules.emit_nvtx else None
     except RecursionError:
         raise  # no room on the stack to name it here: not a fault, and not cached
     except Exception as exc:
@@ -392,12 +410,12 @@ def _build(
     return site
 
 
-def _names(frames: list[FrameType], kernel_name: str, lib: str) -> tuple[str, str]:
+def _names(frames: list[FrameType], kernel_name: str, lib: str, template: str) -> tuple[str, str]:
     """The display name and the identifier (none when named by the kernel alone)."""
     if not frames:
         return naming.kernel_only_name(kernel_name), ""
     facts = [naming.frame_facts(f) for f in frames]
-    name = naming.display_name(_template, kernel_name, lib, facts)
+    name = naming.display_name(template, kernel_name, lib, facts)
     return name, naming.identifier_name(kernel_name, facts[0])
 
 
@@ -524,10 +542,11 @@ def _give_up(frame: FrameType, kernel: Any, site: Site | None) -> None:
 def _fault_site(frame: FrameType, kernel: Any) -> Site | None:
     """The site a launch from `frame` belongs to, found with the decisions made before the fault
     (a frame not yet judged counts as the user's); a pass-through one if none is cached."""
-    user_frames, library_frame = _walk(frame, _depth, judge=_known_kind)
+    depth = _rules.depth
+    user_frames, library_frame = _walk(frame, depth, judge=_known_kind)
     if user_frames is None:
         return None
-    key, frames = _site_key(user_frames, library_frame, id(kernel))
+    key, frames = _site_key(user_frames, library_frame, id(kernel), depth)
     site = sites.get(key)
     if site is None:
         codes = tuple(f.f_code for f in frames)

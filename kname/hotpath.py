@@ -111,7 +111,7 @@ class HotPath:
 
 _current: HotPath | None = None
 _imports: dict[str, Extension] = {}  # each extension, tried once per process
-_counter_types: set[type] = {pyhotpath.Counter}  # of every hot path chosen so far
+_counter_types: set[type] = {pyhotpath.Counter}  # and the C Counter, once it is imported
 
 
 def use(native: bool) -> HotPath:
@@ -123,7 +123,7 @@ def use(native: bool) -> HotPath:
 
 def current() -> HotPath:
     """The hot path of this install; uninstalled, the one KNAME_NATIVE asks for (decided at the
-    first ask after reset(), by kname.config)."""
+    first ask after reset(), by kname.config; two threads asking at once decide alike)."""
     hot_path = _current
     return use(native_requested()) if hot_path is None else hot_path
 
@@ -145,7 +145,8 @@ def choose(native: bool) -> HotPath:
 
 
 def is_counter(counter: Any) -> TypeGuard[Counter]:
-    """Whether `counter` is a launch counter of a hot path chosen so far (next() cannot fail)."""
+    """Whether `counter` is a launch counter of either hot path (next() on one cannot fail): a
+    name keeps its counter across installs, whichever hot path each chose."""
     return type(counter) in _counter_types
 
 

@@ -11,18 +11,25 @@ nothing to forget.
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Callable
 from typing import Any
 
-HOT_PATH = "kname._native"
+# The C extension's forget_launches, given by kname.hotpath once it has imported the extension:
+# before that no launch of it has remembered anything.
+_forget_launches: Callable[[], None] | None = None
+
+
+def forget_with(forget_launches: Callable[[], None]) -> None:
+    """From now on every change calls `forget_launches()` (the C extension's)."""
+    global _forget_launches
+    _forget_launches = forget_launches
 
 
 def forget() -> None:
-    """Make the C wrapper forget what its cached launches remember (nothing to do before the
-    extension is imported: no launch of it has remembered anything)."""
-    native = sys.modules.get(HOT_PATH)  # never imports: a change must not import
-    if native is not None:
-        native.forget_launches()
+    """Make the C wrapper forget what its cached launches remember."""
+    forget_launches = _forget_launches
+    if forget_launches is not None:
+        forget_launches()
 
 
 class WatchedClass(type):

@@ -62,7 +62,7 @@ def main(profile_check: bool = False) -> int:
         *_check_gate(),
         *_check_switch(),
         *_check_dependencies(),
-        *_check_hot_path(),
+        *_check_hot_path(config),
         *_check_targets(config),
         *_check_nvtx_tool(config),
         *_check_profiling(config),
@@ -161,14 +161,15 @@ def _check_dependencies() -> list[tuple[str, str]]:
     return lines
 
 
-def _check_hot_path() -> list[tuple[str, str]]:
-    from kname._native_choice import choice
+def _check_hot_path(config: Config) -> list[tuple[str, str]]:
+    from kname import hotpath
 
-    native, why = choice()
-    if native is None:
+    hot_path = hotpath.choose(config.native)
+    if hot_path.why_python:
+        why = hot_path.why_python
         return [(NOTE, f"hot path: pure Python ({why}): the same names, more time per launch")]
-    lines = [(OK, f"hot path: native, the C extension ({native.__file__})")]
-    if hasattr(native, "nvtx_range"):
+    lines = [(OK, f"hot path: native, the C extension ({hot_path.extension_file})")]
+    if hot_path.nvtx_range is not None:
         lines.append((OK, "NVTX ranges: pushed and popped through the NVTX C API, from C"))
     else:
         lines.append((

@@ -1,13 +1,13 @@
 """install() / uninstall() / enable() / disable() / paused() / profile(): kname in one process.
 
-install() reads the configuration once and hands it down: the naming rules to kname.callsite,
-the NVTX domain to kname.ranges, and to each target an Options record with this install's
-switch. It watches each target module; when one is imported (at once if it already is) the
-target's changes are applied and recorded. disable() restores every recorded change and enable()
-applies them again; uninstall() restores them for good, forgets the hooks and the rules, and
-switches off the wrappers of this install that someone may still hold. At exit, a target's
-module that never came and a KNAME_SKIP prefix that matched none are said where no module of
-that name can be imported (a misspelling).
+install() reads the configuration once and hands it down: the hot path to kname.hotpath, the
+naming rules to kname.callsite, the NVTX domain to kname.ranges, and to each target an Options
+record with this install's switch and hot path. It watches each target module; when one is
+imported (at once if it already is) the target's changes are applied and recorded. disable()
+restores every recorded change and enable() applies them again; uninstall() restores them for
+good, forgets the hooks, the rules and the hot path, and switches off the wrappers of this
+install that someone may still hold. At exit, a target's module that never came and a KNAME_SKIP
+prefix that matched none are said where no module of that name can be imported (a misspelling).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from kname import callsite, importable, ranges
+from kname import callsite, hotpath, importable, ranges
 from kname._locks import new_lock
 from kname._warnings import exit_at_once, warn_once
 from kname.census import write_at_exit
@@ -85,6 +85,8 @@ def install(targets: Iterable[str] | str | None = None) -> None:
             warn_once(problem, problem)
         if targets is not None:
             config = _with_targets(config, targets)
+        # Decided once for this install, before anything makes a wrapper or a range.
+        hotpath.use(config.native)
         callsite.configure(
             config.skip, config.format, config.depth, config.mode != "census", library_packages()
         )
@@ -117,6 +119,7 @@ def uninstall() -> None:
         _state.watches, _state.changes, _state.given = [], [], {}
         callsite.configure()
         ranges.configure()
+        hotpath.reset()  # the next install() chooses again, from its own configuration
 
 
 def enable() -> None:
@@ -291,6 +294,7 @@ def _watch_targets(switch: Switch) -> None:
         renaming=_state.config.mode == "rename",
         chosen=frozenset(t.name for t in chosen if t.name in BUILTIN),
         nesting=_can_nest(chosen),
+        hot_path=hotpath.current(),
     )
     _state.switch = switch  # first: a hook that fires at once checks it
     for module, module_targets in _by_module(chosen).items():

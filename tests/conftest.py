@@ -12,7 +12,7 @@ from support import HOT_PATH_VARIABLE, Venv, build_extensions_in_place, build_wh
 from support.nvtx_capture import InjectionUnavailable, build_injection_library
 
 import kname
-from kname import _native_choice, _warnings, callsite, naming
+from kname import _warnings, callsite, hotpath, naming
 
 # Test modules whose every test runs twice: on the pure-Python per-launch wrapper and on the C one.
 BOTH_HOT_PATHS = {
@@ -64,8 +64,9 @@ def hot_path(request: pytest.FixtureRequest, fresh_kname, monkeypatch: pytest.Mo
     if path is None:
         yield None
         return
-    if path == "native" and _native_choice.choice({})[0] is None:
-        pytest.skip(f"no native hot path here: {_native_choice.choice({})[1]}")
+    why_not_native = hotpath.choose(True).why_python
+    if path == "native" and why_not_native:
+        pytest.skip(f"no native hot path here: {why_not_native}")
     monkeypatch.setenv(HOT_PATH_VARIABLE, HOT_PATHS[path])
     yield path
     # A test that cleaned its environment must have kept the variable (support.cleaned).

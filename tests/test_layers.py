@@ -30,7 +30,15 @@ LAYERS = [
     },
     {"kname.documents"},  # and every kname.documents.* module: saved censuses and profiles
     {"kname.launch"},
-    {"kname.callsite", "kname.naming", "kname.paths", "kname.ranges", "kname.cells"},
+    {
+        "kname.callsite",
+        "kname.counters",
+        "kname.naming",
+        "kname.paths",
+        "kname.ranges",
+        "kname.cells",
+    },
+    {"kname.hotpath", "kname.pyhotpath"},
     {
         "kname.config",
         "kname.patching",
@@ -38,7 +46,6 @@ LAYERS = [
         "kname._sigterm",
         "kname._warnings",
         "kname._version",
-        "kname._native_choice",
         "kname._watched",
         "kname.ranks",
         "kname.rank_paths",
@@ -48,10 +55,13 @@ LAYERS = [
 HOT_PATH = {
     "kname.launch",
     "kname.callsite",
+    "kname.counters",
     "kname.naming",
     "kname.paths",
     "kname.ranges",
     "kname.cells",
+    "kname.hotpath",
+    "kname.pyhotpath",
 }
 
 

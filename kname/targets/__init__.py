@@ -20,10 +20,11 @@ import sys
 import threading
 import types
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
 
+from kname import hotpath
 from kname.launch import LaunchSpec, Switch, make_launch_wrapper
 from kname.patching import (
     Change,
@@ -66,6 +67,9 @@ class Options:
     # launcher's range then names it, as the user asked by naming the launcher: a kernel inside
     # it is not a launch of its own (no range, not counted), as one under a library's frames.
     nesting: bool = False
+    # The hot path of this install(): its launch wrappers, and the C types or their Python twins
+    # a unit may use (Triton's SkipBeneath and SubscriptLaunch, CuPy's BaseCall).
+    hot_path: hotpath.HotPath = field(default_factory=hotpath.current)
 
     def wrapper(self, original: Callable[..., Any], spec: LaunchSpec) -> Callable[..., Any]:
         """A launch wrapper of `original` (renaming per site only in rename mode)."""
@@ -75,7 +79,7 @@ class Options:
             # Decided per launch, not per call site: one line (a helper) can launch both inside
             # a launcher and outside, and a site's cached name must not answer for the other.
             spec = replace(spec, kernel_of=_outside_launchers(spec.kernel_of, original))
-        return make_launch_wrapper(original, spec, self.switch)
+        return make_launch_wrapper(original, spec, self.switch, self.hot_path)
 
 
 def _outside_launchers(

@@ -113,8 +113,11 @@ def _execute(shell: Any, cell: str, number: int | None) -> Any:
     """Run the cell's code as IPython runs a cell: its transforms, its namespace, its last
     expression's value returned (for the Out prompt), tracebacks pointing into the cell."""
     # A leading blank line makes line N of the code line N of the cell as shown, whose line 1
-    # is `%%kname`: `<cell 5>:3` is the third line on screen.
-    source = "\n" + shell.transform_cell(cell)
+    # is `%%kname`: `<cell 5>:3` is the third line on screen. IPython's transforms drop the blank
+    # lines a cell starts with: they are kept from them, and counted.
+    lines = cell.splitlines(keepends=True)
+    blank = next((n for n, line in enumerate(lines) if line.strip()), len(lines))
+    source = "\n" * (1 + blank) + shell.transform_cell("".join(lines[blank:]))
     filename = shell.compile.cache(source, number or 0, raw_code="\n" + cell)
     tree = shell.transform_ast(shell.compile.ast_parse(source, filename=filename))
     last = None

@@ -16,8 +16,8 @@ import sys
 from dataclasses import dataclass
 from types import CodeType, FrameType
 
+from kname import cells
 from kname._warnings import warn_once
-from kname.cells import cell_path
 from kname.config import MAX_NAME_LENGTH
 from kname.paths import short_path
 
@@ -52,16 +52,19 @@ class FrameFacts:
 
 def frame_facts(frame: FrameType) -> FrameFacts:
     """Read the name-relevant facts of a live frame."""
-    code = frame.f_code
-    # A notebook or IPython cell is named by its execution number (`<cell 3>`), else its file.
-    path = cell_path(code.co_filename) or _short_path(code.co_filename, path_roots())
+    # Notebook and IPython cell code is named by its cell (`<cell 3>`) and line there, else by
+    # its file and line.
+    place = cells.cell_place(frame)
+    if place is None:
+        place = _short_path(frame.f_code.co_filename, path_roots()), frame.f_lineno or 0
+    path, line = place
     module = frame.f_globals.get("__name__")
     return FrameFacts(
         function=function_name(frame),
         path=path,
         module=module if isinstance(module, str) else "?",
         file=path.rsplit("/", 1)[-1],
-        line=frame.f_lineno or 0,
+        line=line,
     )
 
 
@@ -72,11 +75,11 @@ def function_name(frame: FrameType) -> str:
     list, set or dict comprehension is named after the code it is written in, which 3.12+ runs it
     in (PEP 709); a generator expression keeps its own name (`Solver.step.<locals>.<genexpr>`) on
     every version. On 3.10, which has no `co_qualname`, the name is read from the code that
-    creates the function (once per file).
+    creates the function (once per file). Code timed by `%timeit` is named as code in a cell.
     """
     code = frame.f_code
     qualname = getattr(code, "co_qualname", None) or _created_name(code, frame.f_globals)
-    return fold_comprehensions(qualname)
+    return fold_comprehensions(cells.untimed_name(code.co_filename, qualname))
 
 
 def fold_comprehensions(qualname: str) -> str:

@@ -189,6 +189,31 @@ def test_a_failing_kname_cell_shows_its_census_and_its_own_traceback(tmp_path: P
     assert re.search(r"-+> 3 1 / 0  # fails-here", shown), shown
 
 
+def test_launches_timed_by_time_and_timeit_are_named_by_their_cell_and_line(tmp_path) -> None:
+    launch = "axpy[1, 8](out, 1.0, x)"
+    timed = [
+        f"out, x = np.zeros(8), np.arange(8.0)\n%time {launch}\n",  # cell 3, its line 2
+        f"%%time\nstep(out, x)\n{launch}\n",  # cell 4: the body starts at line 2
+        f"%timeit -n1 -r1 {launch}\n",  # cell 5
+        f"%%timeit -n1 -r1 pass\n{launch}\n(lambda: {launch})()\n",  # cell 6
+        f"%time {launch}\n",  # cell 7: cell 3's line again, in another cell
+        f"%%kname\n\n%time {launch}\n",  # cell 8: a %%kname cell's lines are as shown
+    ]
+    names = "import json, kname; print(json.dumps(kname.names()))"
+    results = run_cells(tmp_path, "%load_ext kname", KERNELS, *timed, names)
+    assert [r["error"] for r in results] == [None] * len(results)
+    assert json.loads(results[-1]["stdout"]) == {
+        "<module> <cell 3>:2": 1,
+        f"step <cell 2>:{STEP_LINE}": 1,
+        "<module> <cell 4>:3": 1,
+        "<module> <cell 5>:1": 1,
+        "<module> <cell 6>:2": 1,
+        "<lambda> <cell 6>:3": 1,
+        "<module> <cell 7>:1": 1,
+        "<module> <cell 8>:3": 1,
+    }
+
+
 def test_unloading_the_extension_uninstalls_what_it_installed(tmp_path: Path) -> None:
     check = "import kname; print('installed:', kname.is_installed())"
     results = run_cells(tmp_path, "%load_ext kname", check, "%unload_ext kname", check)

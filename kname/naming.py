@@ -13,6 +13,7 @@ import linecache
 import os
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import CodeType, FrameType
 
@@ -37,6 +38,7 @@ _INLINED = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>"})
 # Python 3.10 only (no co_qualname): per file, the qualified names its code is created under.
 _MAX_FILES = 64
 _created_names: dict[str, tuple[list[str], dict[tuple[str, int], list]]] = {}
+_LOAD_CONST, _STORE_NAME = dis.opmap["LOAD_CONST"], dis.opmap["STORE_NAME"]
 
 
 @dataclass(frozen=True)
@@ -188,7 +190,9 @@ def _created_names_in(filename: str, module_globals: dict) -> dict[tuple[str, in
     try:
         module = compile("".join(lines), filename, "exec", dont_inherit=True)
         _collect_created_names(module, module.co_name, names)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    except RecursionError:
+        return names  # named near the recursion limit: bare names, this time only
+    except (SyntaxError, ValueError, MemoryError):
         pass  # the file changed since it was run, or is not Python: bare names
     if lines:
         if len(_created_names) >= _MAX_FILES:
@@ -204,22 +208,33 @@ def _collect_created_names(
     # Python 3.10 creates a function as LOAD_CONST <code>, LOAD_CONST <qualified name>,
     # MAKE_FUNCTION: the name is the compiler's own. A class body is created under the bare
     # class name, and stores its qualified name first thing: LOAD_CONST, STORE_NAME __qualname__.
-    created: dict[int, str] = {}
-    stored = None
-    for first, second in itertools.pairwise(dis.get_instructions(code)):
-        if first.opname != "LOAD_CONST":
-            continue
-        if isinstance(first.argval, CodeType) and second.opname == "LOAD_CONST":
-            created.setdefault(id(first.argval), second.argval)
-        elif stored is None and second.opname == "STORE_NAME" and second.argval == "__qualname__":
-            stored = first.argval  # the compiler's store comes before any of the user's
+    consts, created, stored = code.co_consts, {}, None
+    if any(isinstance(c, CodeType) for c in consts) or "__qualname__" in code.co_names:
+        for (first, a), (second, b) in itertools.pairwise(_instructions(code)):
+            if first != _LOAD_CONST:
+                continue
+            if second == _LOAD_CONST and isinstance(consts[a], CodeType):
+                created.setdefault(id(consts[a]), consts[b])
+            elif second == _STORE_NAME and code.co_names[b] == "__qualname__" and stored is None:
+                stored = consts[a]  # the compiler's store comes before any of the user's
     if code.co_name != "<module>" and isinstance(stored, str):
         qualname = stored
     if isinstance(qualname, str):
         names.setdefault((code.co_name, code.co_firstlineno), []).append((code, qualname))
-    for constant in code.co_consts:
+    for constant in consts:
         if isinstance(constant, CodeType):
             _collect_created_names(constant, created.get(id(constant), constant.co_name), names)
+
+
+def _instructions(code: CodeType) -> Iterator[tuple[int, int]]:
+    """(opcode, argument) of each instruction of Python 3.10's bytecode: two bytes each, a large
+    argument spread over EXTENDED_ARG prefixes. Much cheaper than dis.get_instructions."""
+    raw, extended = code.co_code, 0
+    for at in range(0, len(raw), 2):
+        operation, argument = raw[at], raw[at + 1] | extended
+        extended = argument << 8 if operation == dis.EXTENDED_ARG else 0
+        if operation != dis.EXTENDED_ARG:
+            yield operation, argument
 
 
 @functools.lru_cache(maxsize=4096)

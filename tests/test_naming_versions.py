@@ -335,3 +335,19 @@ def test_every_python_names_generated_programs_alike(chains, tmp_path_factory) -
     assert len(here) == len(chains)
     for python, there in zip(pythons[1:], others, strict=True):
         assert there == here, python
+
+
+def test_every_python_names_functions_past_the_256th_constant_alike(tmp_path: Path) -> None:
+    pythons = [p for p in map(interpreter, VERSIONS) if p is not None]
+    if len(pythons) < 2:
+        pytest.skip("no Python other than this one is installed here")
+    # Past 256 constants, an instruction's argument takes an EXTENDED_ARG prefix (3.10 reads
+    # the names from the bytecode).
+    methods = [f"    def m{n}(self):\n        {LEAF_NAMED}" for n in range(300)]
+    calls = "for n in range(300):\n    getattr(Big(), f'm{n}')()\n"
+    program = tmp_path / "big.py"
+    program.write_text(PRELUDE + "class Big:\n" + "\n".join(methods) + "\n" + calls)
+    here, *others = names_under(pythons, program)
+    assert [name.split()[0] for name, _ in here] == [f"Big.m{n}" for n in range(300)]
+    for python, there in zip(pythons[1:], others, strict=True):
+        assert there == here, python

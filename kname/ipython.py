@@ -92,7 +92,9 @@ def run_counted(shell: Any, cell: str) -> Any:
     try:
         return _execute(shell, cell, number)
     except BaseException as error:
-        _show_from_cell_code(shell, error)
+        # Shown whole where that cannot be arranged (an exception class that refuses it).
+        with contextlib.suppress(Exception):
+            _show_from_cell_code(shell, error)
         raise
     finally:
         title = f"kname census of cell {number}" if number is not None else "kname census"
@@ -173,9 +175,7 @@ def _show_from_cell_code(shell: Any, error: BaseException) -> None:
         vars(error).pop("_render_traceback_", None)  # raised again elsewhere, it is shown whole
         return shell.InteractiveTB.structured_traceback(type(error), error, start, tb_offset=0)
 
-    # An exception class that refuses attributes is shown whole.
-    with contextlib.suppress(Exception):
-        error._render_traceback_ = render  # type: ignore[attr-defined]
+    error._render_traceback_ = render  # type: ignore[attr-defined]
 
 
 def _current_cell_number(shell: Any) -> int | None:

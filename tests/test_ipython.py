@@ -276,6 +276,17 @@ def test_a_kname_cells_traceback_starts_at_the_cells_code_as_a_plain_cells_does(
     ]
 
 
+def test_an_exception_that_refuses_attributes_reaches_the_cell_unchanged(tmp_path) -> None:
+    stubborn = (
+        "class Stubborn(Exception):\n"
+        "    def __setattr__(self, name, value):\n"
+        "        raise TypeError('no attributes here')\n"
+    )
+    results = run_cells(tmp_path, "%load_ext kname", stubborn, "%%kname\nraise Stubborn()\n")
+    assert results[2]["error"] == "Stubborn"
+    assert "no attributes here" not in results[2]["stdout"]
+
+
 def test_unloading_the_extension_uninstalls_what_it_installed(tmp_path: Path) -> None:
     check = "import kname; print('installed:', kname.is_installed())"
     results = run_cells(tmp_path, "%load_ext kname", check, "%unload_ext kname", check)

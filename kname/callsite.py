@@ -326,6 +326,9 @@ def _walk(
             kind = judge(code, frame.f_globals.get("__name__"))
             if kind == USER:
                 user_frames.append(frame)
+                # The frames it is written in are one frame with it on 3.12+ (PEP 709).
+                while naming.is_inlined_comprehension(frame.f_code) and frame.f_back is not None:
+                    frame = frame.f_back
             elif kind == LIBRARY and not user_frames:
                 library_frame = frame
         frame = frame.f_back

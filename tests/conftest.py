@@ -19,6 +19,7 @@ BOTH_HOT_PATHS = {
     "test_callsite", "test_callsite_bounds", "test_callsite_faults", "test_census", "test_ipython",
     "test_launch", "test_lifecycle", "test_profile_capture", "test_profile_mode",
     "test_profile_session", "test_reliability_async", "test_targets_user",
+    "test_launch_function_names",
     "test_reliability", "test_reliability_concurrency", "test_reliability_imports",
     "test_reliability_resources", "test_rename", "test_rename_libraries", "test_targets_cuda_core",
     "test_targets_cupy", "test_targets_pycuda", "test_targets_triton",

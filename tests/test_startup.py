@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
-from support import REPO, Venv, make_venv
+from support import REPO, Venv, line_of, make_venv
+from test_reliability import run_program
 
 from kname.config import SWITCH_OFF
 
@@ -235,3 +237,84 @@ def test_the_cheap_gates_test_the_same_off_values_as_kname_config(gate: str) -> 
     """The switch is parsed once, in kname.config; the gates' cheap test must agree with it, or a
     value kname calls off would import kname (or one it calls on would not start it)."""
     assert cheap_off_values((REPO / gate).read_text()) == SWITCH_OFF
+
+
+# --------------------------------------------------------------------------
+# What a switched-on start-up imports
+# --------------------------------------------------------------------------
+
+# Modules kname's start-up must not import on the C hot path: the nvtx package and numpy (which
+# it imports) cost about 110 ms, and the extension calls NVTX itself.
+NOT_AT_START_UP = ("numpy", "nvtx")
+
+IMPORTED = "import json, sys; print(json.dumps(sorted(sys.modules)))"
+
+# A user target launched once, under an NVTX tool: the modules there were at the program's
+# first line and at its end, and which hot path ran.
+LAUNCHES = """\
+import json
+import sys
+
+at_start = sorted(sys.modules)
+import noop
+from kname import hotpath
+
+noop.launch(1)  # launch-line
+print(json.dumps({
+    "at_start": at_start,
+    "at_end": sorted(sys.modules),
+    "c_ranges": hotpath.current().nvtx_range is not None,
+}))
+"""
+
+
+def imported_at_start_up(venv: Venv, env: dict[str, str]) -> set[str]:
+    """The modules in sys.modules at a `-c` program's first line."""
+    done = venv.python_run("-c", IMPORTED, env=env)
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(done.stdout))
+
+
+def why_no_c_ranges(venv: Venv) -> str:
+    """Why the venv's kname makes no NVTX ranges in C ("" where it does)."""
+    probe = (
+        "from kname import hotpath; h = hotpath.choose(True); "
+        "print(h.why_python or ('' if h.nvtx_range else 'built without the NVTX headers'))"
+    )
+    done = venv.python_run("-c", probe)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_switched_on_start_up_on_the_c_hot_path_imports_neither_numpy_nor_nvtx(
+    kname_venv: Venv,
+) -> None:
+    why_not = why_no_c_ranges(kname_venv)
+    if why_not:
+        pytest.skip(f"kname's C hot path makes no NVTX ranges here: {why_not}")
+    off = imported_at_start_up(kname_venv, {"KNAME_NATIVE": "1"})
+    on = imported_at_start_up(kname_venv, {"KNAME": "1", "KNAME_NATIVE": "1"})
+    assert "kname._startup" in on
+    assert sorted(set(NOT_AT_START_UP) & (on - off)) == []
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_switched_on_program_has_its_ranges_and_nvtx_only_on_the_python_path(
+    kname_venv: Venv, inject_lib: Path, tmp_path: Path, native: str
+) -> None:
+    """Under an NVTX tool, started by KNAME=1, each hot path names the launch; the C one calls
+    NVTX itself and never imports the nvtx package, the Python one imports it at start-up."""
+    why_not = why_no_c_ranges(kname_venv)
+    if native == "1" and why_not:
+        pytest.skip(f"kname's C hot path makes no NVTX ranges here: {why_not}")
+    env = {"KNAME": "1", "KNAME_TARGETS": "noop:launch", "KNAME_NATIVE": native}
+    done, capture = run_program(kname_venv, inject_lib, tmp_path, LAUNCHES, env=env)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["c_ranges"] is (native == "1")
+    if native == "1":
+        assert sorted(set(NOT_AT_START_UP) & set(seen["at_end"])) == []
+    else:
+        assert "nvtx" in seen["at_start"]
+    assert capture.ranges("kname") == [f"<module> prog.py:{line_of(LAUNCHES, 'launch-line')}"]
+    assert capture.balanced(), capture.stack_errors()

@@ -1,20 +1,22 @@
 """Run a callback when a module is imported (at once if it already is), and again on reload.
 
-Built on wrapt's post-import hooks: a registry of callbacks by module name, and a sys.meta_path
-finder that gives each watched module a loader that calls them once the module has run. Every
-use of wrapt's private registry is in this module.
+kname's own post-import hooks, after wrapt.importer's design: a registry of callbacks by module
+name, and a sys.meta_path finder that gives each watched module a loader that calls them once
+the module has run. Not wrapt's own: `import wrapt.importer` runs wrapt's package, which imports
+asyncio and importlib.metadata, about 20 ms of every KNAME=1 start-up.
 
-kname puts its own finder (wrapt's, behind a small front) on sys.meta_path and keeps it first:
-a finder inserted ahead of it that claims a watched module itself (as pytest's assertion
-rewriter claims test modules) would otherwise import it unseen. A module that got past it all
-the same is caught up with at the next import kname's finder sees, and said once; one never
-caught up with is said at exit. A module still being imported when watch() is called (on
-another thread, or by the code that called it) gets its callback when its import has finished.
+kname's finder is kept first on sys.meta_path: a finder inserted ahead of it that claims a
+watched module itself (as pytest's assertion rewriter claims test modules) would otherwise
+import it unseen. A module that got past it all the same is caught up with at the next import
+kname's finder sees, and said once; one never caught up with is said at exit. A module still
+being imported when watch() is called (on another thread, or by the code that called it) gets
+its callback when its import has finished.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.machinery
 import sys
 import threading
@@ -22,11 +24,17 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from kname._locks import reset_in_child
+from kname._locks import new_lock
 from kname._warnings import warn_once
 
+# Guards the registry and kname's place on sys.meta_path. Hooks are called outside it: a hook
+# may import, or start a thread that watches.
+_lock = new_lock()
 _watches: list[Watch] = []  # every active Watch, in the order watched
-_front: _FrontFinder | None = None  # kname's finder, on sys.meta_path while anything is watched
+# The names of the modules watched, rebound whole under the lock: the finder reads it, lock-free,
+# at every import the program makes.
+_watched_names: frozenset[str] = frozenset()
+_finder: _HookFinder | None = None  # kname's finder, on sys.meta_path while anything is watched
 _overtaken_by: str | None = None  # the finder found ahead of kname's, for messages
 _exit_check_registered = False
 
@@ -44,92 +52,155 @@ class Watch:
         if not self.active:
             return
         self.seen = module  # first: a callback that imports cannot make the catch-up re-run it
-        try:
-            self.callback(module)
-        finally:
-            _rearm(self)
+        self.callback(module)
 
 
 def watch(module: str, callback: Callable[[ModuleType], None]) -> Watch:
     """Call `callback(module)` when `module` is imported or reloaded; now if it is imported."""
-    from wrapt import importer  # deferred: wrapt costs tens of ms to import
-
     hook = Watch(module, callback)
-    with importer._post_import_hooks_lock:
-        _put_front_finder(importer)
+    with _lock:
+        _put_finder()
         # Registered even when the module is imported already: reload() and a retried import
-        # go through the finder, which acts only for names that have hooks.
-        importer._post_import_hooks.setdefault(module, []).append(hook)
+        # go through the finder.
         _watches.append(hook)
+        _renew_names()
         existing = sys.modules.get(module)
-    # Called outside wrapt's lock, as wrapt calls hooks: a callback may import, or start a
-    # thread that registers hooks.
     if existing is not None and not _fire_when_run(existing, hook):
         hook(existing)
     return hook
 
 
 def unwatch(hooks: list[Watch]) -> None:
-    """Take `hooks` out of wrapt's registry (and kname's finder, once nothing is watched)."""
-    global _front, _overtaken_by
+    """Take `hooks` out of the registry (and kname's finder off sys.meta_path, once nothing is
+    watched)."""
+    global _finder, _overtaken_by
     for hook in hooks:
         hook.active = False
     if not hooks:
         return
-    from wrapt import importer
-
-    with importer._post_import_hooks_lock:
-        for hook in hooks:
-            registered = importer._post_import_hooks.get(hook.module, [])
-            remaining = [h for h in registered if h is not hook]
-            if remaining:
-                importer._post_import_hooks[hook.module] = remaining
-            else:
-                importer._post_import_hooks.pop(hook.module, None)
+    with _lock:
         _watches[:] = [w for w in _watches if w.active]
-        if not _watches and _front is not None:
-            sys.meta_path[:] = [f for f in sys.meta_path if f is not _front]
-            _front, _overtaken_by = None, None
+        _renew_names()
+        if not _watches and _finder is not None:
+            sys.meta_path[:] = [f for f in sys.meta_path if f is not _finder]
+            _finder, _overtaken_by = None, None
+
+
+def _renew_names() -> None:
+    """The finder's set of watched names, from the registry (called under the lock)."""
+    global _watched_names
+    _watched_names = frozenset(w.module for w in _watches)
+
+
+def _call_hooks(name: str, module: ModuleType, hooks: list[Watch] | None = None) -> None:
+    """Call `hooks` (default: every active one watching `name`) with the module just run."""
+    if hooks is None:
+        hooks = [w for w in list(_watches) if w.module == name]
+    for hook in hooks:
+        try:
+            hook(module)
+        except Exception as exc:  # must not fail the import that has just succeeded
+            warn_once(f"hook:{name}", f"could not wrap {name!r} ({exc})")
 
 
 def is_kname_finder(finder: object) -> bool:
     """Whether `finder` (an entry of sys.meta_path) is kname's."""
-    return isinstance(finder, _FrontFinder)
+    return isinstance(finder, _HookFinder)
 
 
-class _FrontFinder:
-    """wrapt's post-import finder, kept first on sys.meta_path, catching up on what got past.
+class _HookFinder:
+    """kname's finder, kept first on sys.meta_path, catching up on what got past.
 
-    Being first costs the finders behind nothing: for a watched module wrapt's finder asks the
-    whole sys.meta_path again (them included) and only wraps the loader of the spec it gets; it
-    answers None for every other module.
+    For a watched module it asks the finders behind it for the module's spec and gives the spec
+    a loader that calls the hooks once the module has run; it answers None for every other
+    module, so being first costs the finders behind nothing.
     """
 
-    def __init__(self, hook_finder: Any) -> None:
-        self.hook_finder = hook_finder
+    def __init__(self) -> None:
+        # The names this thread is finding: a finder behind that asks the whole import system
+        # again (wrapt's does) must not get a second hooked loader for the same import.
+        self._finding = threading.local()
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         _keep_first(self)
         _catch_up()
-        return self.hook_finder.find_spec(fullname, path, target)
+        if fullname not in _watched_names:
+            return None
+        finding: set[str] = self._finding.__dict__.setdefault("names", set())
+        if fullname in finding:
+            return None
+        finding.add(fullname)
+        try:
+            spec = _spec_behind(self, fullname, path, target)
+        finally:
+            finding.discard(fullname)
+        loader = getattr(spec, "loader", None)
+        # A loader of the old protocol (load_module only) is left alone: the catch-up wraps its
+        # module at the next import.
+        hookable = hasattr(loader, "exec_module") and hasattr(loader, "create_module")
+        if hookable and not isinstance(loader, _HookedLoader):
+            spec.loader = _HookedLoader(loader, fullname)
+        return spec
 
     def invalidate_caches(self) -> None:
         pass
 
 
-def _put_front_finder(importer: Any) -> None:
-    """kname's finder on sys.meta_path, first (called under wrapt's lock)."""
-    global _front, _exit_check_registered
-    if _front is None:
-        _front = _FrontFinder(importer.ImportHookFinder())
-        sys.meta_path.insert(0, _front)
-    _keep_first(_front)
+def _spec_behind(finder: _HookFinder, fullname: str, path: Any, target: Any) -> Any:
+    """The spec the other finders on sys.meta_path give, in their order (None: not found)."""
+    for other in list(sys.meta_path):
+        find_spec = getattr(other, "find_spec", None)
+        if other is finder or find_spec is None:
+            continue
+        spec = find_spec(fullname, path, target)
+        if spec is not None:
+            return spec
+    return None
+
+
+class _HookedLoader:
+    """A watched module's loader: its own loader runs it, then its hooks are called.
+
+    Only the import system sees this one: before the module runs, its `__loader__` and
+    `__spec__.loader` are its own loader again, as with wrapt's loader.
+    """
+
+    def __init__(self, loader: Any, name: str) -> None:
+        self.loader = loader
+        self.name = name
+
+    def __getattr__(self, attribute: str) -> Any:  # whatever else is asked of a loader
+        if attribute == "loader":  # not set yet (a copy being made): no endless recursion
+            raise AttributeError(attribute)
+        return getattr(self.loader, attribute)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        if getattr(module, "__loader__", None) is self:
+            with contextlib.suppress(AttributeError):  # a module type that refuses attributes
+                module.__loader__ = self.loader
+        spec = getattr(module, "__spec__", None)
+        if getattr(spec, "loader", None) is self:
+            spec.loader = self.loader
+        self.loader.exec_module(module)
+        _call_hooks(self.name, module)
+
+
+def _put_finder() -> None:
+    """kname's finder on sys.meta_path, first (called under the lock)."""
+    global _finder, _exit_check_registered
+    if _finder is None:
+        _finder = _HookFinder()
+        sys.meta_path.insert(0, _finder)
+    _keep_first(_finder)
     if not _exit_check_registered:
         atexit.register(_say_missed_at_exit)
         _exit_check_registered = True
 
 
-def _keep_first(finder: _FrontFinder) -> None:
+def _keep_first(finder: _HookFinder) -> None:
     """Move kname's finder back to the front if another was put ahead of it.
 
     Safe while the import system iterates sys.meta_path: the finders that were ahead have been
@@ -165,7 +236,7 @@ def _catch_up() -> None:
 
 def _say_missed_at_exit() -> None:
     """Say which watched modules an import hook ahead of kname's imported for good unseen."""
-    ahead = _front is not None and bool(sys.meta_path) and sys.meta_path[0] is not _front
+    ahead = _finder is not None and bool(sys.meta_path) and sys.meta_path[0] is not _finder
     for hook in list(_watches):
         module = sys.modules.get(hook.module)
         if module is None or module is hook.seen or not hook.active:
@@ -194,7 +265,7 @@ class _RunningSpec(importlib.machinery.ModuleSpec):
 
     importlib sets `spec._initializing` True while the module runs and False when it has run
     (in a finally, so also when it failed); that is the moment its waiting hooks are called,
-    on the importing thread, as wrapt's loader calls them. Then the spec is a ModuleSpec again.
+    on the importing thread, as kname's loader calls them. Then the spec is a ModuleSpec again.
     """
 
     @property
@@ -205,7 +276,7 @@ class _RunningSpec(importlib.machinery.ModuleSpec):
     def _initializing(self, value: bool) -> None:
         if not value:
             # Still marked as running while the hooks run: another thread importing the module
-            # meanwhile waits for them, as for wrapt's loader.
+            # meanwhile waits for them, as for kname's loader.
             self._call_waiting_hooks()
             self.__class__ = importlib.machinery.ModuleSpec
         self.__dict__["_initializing"] = value
@@ -215,11 +286,7 @@ class _RunningSpec(importlib.machinery.ModuleSpec):
         module = sys.modules.get(self.name)
         if module is None or getattr(module, "__spec__", None) is not self:
             return  # the import failed: the hooks stay registered for the next attempt
-        for hook in hooks:
-            try:
-                hook(module)
-            except Exception as exc:  # must not fail the import that has just succeeded
-                warn_once(f"hook:{self.name}", f"could not wrap {self.name!r} ({exc})")
+        _call_hooks(self.name, module, hooks)
 
 
 def _running(module: ModuleType) -> bool:
@@ -251,32 +318,3 @@ def _describe(finder: object) -> str:
 def _loader_of(module: ModuleType) -> str:
     loader = getattr(getattr(module, "__spec__", None), "loader", None)
     return f"its loader: {_describe(loader)}" if loader is not None else "no loader"
-
-
-def _rearm(hook: Watch) -> None:
-    """Leave the hook registered after it fired, so importlib.reload() wraps the new module.
-
-    wrapt drops a module's hooks once they have run; reload() consults the meta_path finders
-    again, and wrapt's finder only intervenes for module names that still have hooks.
-    """
-    from wrapt import importer
-
-    # Checked under wrapt's lock, which unwatch() takes after clearing `active`: a hook firing
-    # while it is unwatched is either removed by unwatch() or never put back.
-    with importer._post_import_hooks_lock:
-        if not hook.active:
-            return
-        hooks = importer._post_import_hooks.setdefault(hook.module, [])
-        if hook not in hooks:
-            hooks.append(hook)
-
-
-def _renew_wrapt_lock() -> None:
-    # wrapt's finder takes this lock on every import a forked child makes; another thread of the
-    # parent may have held it at the fork.
-    importer = sys.modules.get("wrapt.importer")
-    if importer is not None and _front is not None:
-        importer._post_import_hooks_lock = threading.RLock()
-
-
-reset_in_child(_renew_wrapt_lock)

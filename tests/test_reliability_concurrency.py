@@ -250,19 +250,16 @@ import sys
 import threading
 import warnings
 
-from wrapt import importer
-
 import kname
 import noop
-from kname import _warnings, callsite, counters, lifecycle, ranges
+from kname import _warnings, callsite, counters, importhooks, lifecycle, ranges
 
 # Python 3.12+ warns at a fork with threads alive: forking so is this test's very point.
 warnings.filterwarnings("ignore", r"This process .* is multi-threaded", DeprecationWarning)
 noop.launch(1)  # parent-line
 locks = {
     "callsite": callsite._lock, "counters": counters._lock, "ranges": ranges._lock,
-    "lifecycle": lifecycle._lock, "warnings": _warnings._lock,
-    "wrapt": importer._post_import_hooks_lock,
+    "lifecycle": lifecycle._lock, "warnings": _warnings._lock, "importhooks": importhooks._lock,
 }
 locks = list(locks.values()) if sys.argv[1] == "all" else [locks[sys.argv[1]]]
 held, release = threading.Event(), threading.Event()
@@ -285,7 +282,7 @@ if pid == 0:
     signal.alarm(10)  # a deadlock kills the child, so the test fails instead of hanging
     first = noop.launch(10)  # child-line: a new call site and a new NVTX name
     _warnings.warn_once("child", "the forked child can still warn")
-    import late  # a module kname hooks: wrapt's finder, then kname's hook, wrap it
+    import late  # a module kname hooks: kname's finder, then its hook, wrap it
 
     second = late.launch(20)  # late-line
     census = kname.names()
@@ -304,13 +301,13 @@ LATE = "def launch(x):\n    return x + 1\n"
 
 
 @pytest.mark.parametrize(
-    "held", ["all", "callsite", "counters", "ranges", "lifecycle", "warnings", "wrapt"]
+    "held", ["all", "callsite", "counters", "ranges", "lifecycle", "warnings", "importhooks"]
 )
 def test_a_forked_child_does_not_inherit_a_held_lock(
     kname_venv, inject_lib, tmp_path, held
 ) -> None:
-    """Another thread holds kname's locks (and the lock of wrapt's import finder, which kname
-    put in front of every import) across os.fork(); the child names, warns, imports, installs."""
+    """Another thread holds kname's locks (the import hooks' too: kname's finder is in front of
+    every import) across os.fork(); the child names, warns, imports, installs."""
     done, capture = run_program(
         kname_venv, inject_lib, tmp_path, FORK_WITH_HELD_LOCKS, held,
         env={"KNAME": "1", "KNAME_TARGETS": "noop:launch,late:launch"}, files={"late.py": LATE},

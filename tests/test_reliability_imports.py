@@ -83,8 +83,6 @@ INSTALL_100 = """\
 import json
 import sys
 
-from wrapt import importer
-
 import kname
 import noop
 from kname import callsite, importhooks
@@ -104,10 +102,9 @@ kname.uninstall()
 print(json.dumps({
     "identity": all(identity) and noop.launch is original,
     "meta_path": [type(f).__name__ for f in sys.meta_path] == [
-        type(f).__name__ for f in meta_path
-        if not isinstance(f, importer.ImportHookFinder) and not importhooks.is_kname_finder(f)
+        type(f).__name__ for f in meta_path if not importhooks.is_kname_finder(f)
     ],
-    "hooks": sorted(importer._post_import_hooks),
+    "hooks": sorted(importhooks._watched_names),
     "sites": len(callsite.sites),
     "wrapper_codes": len(callsite._wrapper_code_ids),
     "census": kname.names(),

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from kname import callsite, hotpath, importable, ranges
+from kname import callsite, hotpath, ranges
 from kname._locks import new_lock
 from kname._warnings import exit_at_once, warn_once
 from kname.census import write_at_exit
@@ -233,6 +233,8 @@ def _say_unmet_at_exit() -> None:
 
 def _unmet_targets(entries: list[str], ran: set[str]) -> list[str]:
     """A line for each module:qualname entry whose module was never imported, nor can be."""
+    from kname import importable  # at exit only: difflib and pkgutil are no start-up's cost
+
     problems = []
     for entry in entries:
         module, qualname = entry.split(":", 1)
@@ -249,6 +251,8 @@ def _unmet_targets(entries: list[str], ran: set[str]) -> list[str]:
 
 def _unmet_skips(prefixes: tuple[str, ...]) -> list[str]:
     """A line for each KNAME_SKIP prefix that no module imported had, nor any importable one."""
+    from kname import importable
+
     imported = list(sys.modules)
     problems = []
     for prefix in prefixes:

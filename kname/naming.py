@@ -141,7 +141,7 @@ def identifier_name(kernel: str, frame: FrameFacts) -> str:
         name = "k" + name
     if len(name) > MAX_IDENTIFIER:
         # A stable digest of the whole name keeps two long names apart after the cut.
-        digest = _sha1(name)[:10]
+        digest = sha1_hex(name)[:10]
         name = f"{name[: MAX_IDENTIFIER - 11]}_{digest}"
     return name
 
@@ -262,15 +262,16 @@ def _cut(name: str) -> str:
         f"a call-site name was longer than {MAX_NAME_LENGTH} characters (see KNAME_FORMAT and "
         f"KNAME_DEPTH); such names are cut to {MAX_NAME_LENGTH}, ending in a digest of the whole",
     )
-    digest = _sha1(name)[:_DIGEST]
+    digest = sha1_hex(name)[:_DIGEST]
     return f"{name[:_CUT_HEAD]} ...{digest}"
 
 
-def _sha1(text: str) -> str:
-    """The hex SHA-1 of `text` in UTF-8."""
+def sha1_hex(text: str) -> str:
+    """The hex SHA-1 of `text` in UTF-8 (a lone surrogate, from an undecodable file name, as
+    its escape)."""
     import hashlib  # deferred: about 2 ms of every KNAME=1 start-up, for rare long names
 
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+    return hashlib.sha1(text.encode("utf-8", "backslashreplace")).hexdigest()
 
 
 def _attribute(thing: object, attribute: str) -> object:

@@ -8,7 +8,12 @@ and test_documents_diff.py, and the installed `kname report` command in test_cli
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
+from support import REPO
 
 from kname.cli import main
 from kname.documents.build import profile_document
@@ -252,3 +257,27 @@ def test_a_file_named_like_a_pattern_is_read(files, tmp_path, capsys) -> None:
     code, out, err = run(capsys, "c[1].json")
     assert (code, err) == (0, "")
     assert out.startswith("kname census (c[1].json, written by kname 0.1.0): 3 launches ")
+
+
+# --- what is read: saved files only ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+def test_anything_but_a_regular_file_is_one_line_and_never_waits(tmp_path, kind) -> None:
+    """A FIFO nobody writes used to hang `kname report`; each special file is one line, exit 2.
+
+    In a subprocess with a time limit: a read that waits is a failure, not a stuck suite.
+    """
+    paths = {"fifo": tmp_path / "census.json", "directory": tmp_path, "device": "/dev/null"}
+    if kind == "fifo":
+        os.mkfifo(paths["fifo"])
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = subprocess.run(
+        [sys.executable, "-m", "kname", "report", str(paths[kind])],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    what = {"fifo": "a FIFO", "directory": "a directory", "device": "a character device"}[kind]
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert done.stderr == (
+        f"kname report: {paths[kind]}: it is {what}, not a saved file kname can read\n"
+    )

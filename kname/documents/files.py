@@ -1,6 +1,7 @@
 """Saved documents on disk: read one (every failure one line), write one atomically.
 
-A regular file is replaced whole, never left half-written; a device, a FIFO or /dev/stdout is
+Only a regular file is read: a FIFO, a device or a directory is one line, never waited on. A
+regular file is replaced whole, never left half-written; a device, a FIFO or /dev/stdout is
 written in place. Which file a process writes (its own, or the owner's) is documents/owner.py.
 """
 
@@ -25,10 +26,10 @@ def load(path: str, schemas: tuple[int, ...] = SCHEMAS) -> dict[str, Any]:
 
 def read_json(path: str) -> Any:
     """The JSON value saved in `path`, not yet validated; a file that cannot be read or parsed,
-    hostile ones included, is a one-line DocumentError."""
+    hostile ones included, is a one-line DocumentError. Only a regular file is read: a FIFO, a
+    device or a directory is refused at once, never waited on."""
     try:
-        with open(path, encoding="utf-8") as file:
-            text = file.read()
+        text = _read_regular_file(path).decode("utf-8")
     except FileNotFoundError:
         raise DocumentError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -43,6 +44,21 @@ def read_json(path: str) -> Any:
     except ValueError:  # int() refuses numbers of over 4300 digits (sys.get_int_max_str_digits)
         fault = f"a number has more than {sys.get_int_max_str_digits()} digits"
     raise DocumentError(f"{path}: not valid JSON ({fault})")
+
+
+def _read_regular_file(path: str) -> bytes:
+    """The bytes of `path` (symlinks followed); DocumentError if it is not a regular file."""
+    _refuse_unless_regular(path, os.stat(path).st_mode)  # a device is never even opened
+    # Non-blocking, in case it became a FIFO since: opening one with no writer would wait.
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(descriptor, "rb") as file:
+        _refuse_unless_regular(path, os.fstat(descriptor).st_mode)
+        return file.read()
+
+
+def _refuse_unless_regular(path: str, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        raise DocumentError(f"{path}: it is {_kind_of(mode)}, not a saved file kname can read")
 
 
 def write_atomically(path: str, text: str) -> None:
@@ -120,5 +136,6 @@ def _write_in_place(path: str, text: str) -> None:
 
 def _kind_of(mode: int) -> str:
     kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISBLK, "a block device"),
-             (stat.S_ISSOCK, "a socket"))  # fmt: skip
+             (stat.S_ISSOCK, "a socket"), (stat.S_ISFIFO, "a FIFO"),
+             (stat.S_ISCHR, "a character device"))  # fmt: skip
     return next((kind for test, kind in kinds if test(mode)), "a special file")

@@ -20,6 +20,7 @@ from kname.documents.build import profile_document
 from kname.documents.report import parse_duration, parse_threshold
 from kname.documents.schema import render_json
 from kname.profiling.join import KernelTotals, Profile, SiteTotals
+from kname.pytest_plugin import write_report
 
 
 def profile(**sites: tuple[str, int, int]) -> dict:
@@ -280,4 +281,45 @@ def test_anything_but_a_regular_file_is_one_line_and_never_waits(tmp_path, kind)
     assert (done.returncode, done.stdout) == (2, ""), done.stderr
     assert done.stderr == (
         f"kname report: {paths[kind]}: it is {what}, not a saved file kname can read\n"
+    )
+
+
+# --- the pytest plugin's report (pytest --kname-report) ----------------------------------------
+
+
+def suite_report(path, **tests: dict) -> str:
+    """Write a report as `pytest --kname-report` does, of {test name: its census}."""
+    entries = {f"test_app.py::{name}": {"outcome": "passed", **c} for name, c in tests.items()}
+    write_report(str(path), entries)
+    return path.name
+
+
+def test_a_pytest_report_is_one_census_of_every_tests_sites_summed(files, tmp_path, capsys):
+    name = suite_report(
+        tmp_path / "tests.json",
+        test_a=census(step_app_py__12=3, main_app_py__30=1),
+        test_b=census(step_app_py__12=4),
+        test_quiet=census(),
+    )
+    code, out, err = run(capsys, name)
+    assert (code, err) == (0, "")
+    files(expected=census(step_app_py__12=7, main_app_py__30=1))
+    assert out == run(capsys, "expected.json")[1].replace("expected.json", name)
+    # Two runs of a suite compare as two censuses; a census and a suite's report merge.
+    later = suite_report(tmp_path / "later.json", test_a=census(step_app_py__12=5))
+    code, out, err = run(capsys, name, "--diff", later)
+    assert (code, err) == (0, "")
+    assert out.startswith(f"kname census diff: {name} (8 launches) -> {later} (5 launches): ")
+    code, out, err = run(capsys, name, later)
+    assert (code, err) == (0, "")
+    assert "13 launches from 2 call sites" in out.splitlines()[0]
+
+
+def test_a_broken_pytest_report_is_one_line(files, tmp_path, capsys) -> None:
+    (tmp_path / "tests.json").write_text('{"report": "pytest", "schema": 1, "tests": {"t": 3}}')
+    code, out, err = run(capsys, "tests.json")
+    assert (code, out) == (2, "")
+    assert err == (
+        "kname report: tests.json: test 't' must be an object with 'sites' and "
+        "'total_launches', not a number\n"
     )

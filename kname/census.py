@@ -16,7 +16,7 @@ from typing import IO, Any
 
 from kname import callsite
 from kname._locks import reset_in_child
-from kname._sigterm import write_on_sigterm
+from kname._sigterm import at_exit
 from kname._warnings import warn_once
 from kname.documents.build import census_document
 from kname.documents.files import write_atomically
@@ -64,6 +64,7 @@ def report(file: IO[str] | str | os.PathLike | None = None, format: str = "table
 
 _exit_destination: str | None = None
 _exit_registered = False
+_exit_writer: Callable[[], None] | None = None  # _write_now, run once as the process ends
 _owner_pid: int | None = None
 _strict = False
 
@@ -73,19 +74,16 @@ def write_at_exit(destination: str, strict: bool = False) -> None:
 
     With `strict` (KNAME_STRICT=1), a census that cannot be written makes the exit status 2.
     """
-    global _exit_destination, _exit_registered, _owner_pid, _strict
+    global _exit_destination, _exit_registered, _exit_writer, _owner_pid, _strict
     _strict = strict
     # A relative path means relative to where the program started, even if it changes directory.
     _exit_destination = destination if destination == "-" else os.path.abspath(destination)
     if _owner_pid is None:
         _owner_pid = owner_pid()
     if not _exit_registered:
-        import atexit
-
-        # Registered once, however often install() runs; the latest destination wins.
-        atexit.register(_write_now)
-        # Also when SIGTERM ends the process (a Pool's terminate(), a job's time limit).
-        write_on_sigterm(_write_now)
+        # Registered once, however often install() runs; the latest destination wins. Also
+        # when SIGTERM ends the process (a Pool's terminate(), a job's time limit).
+        _exit_writer = at_exit(_write_now)
         reset_in_child(_write_at_multiprocessing_exit)
         _exit_registered = True
 
@@ -141,8 +139,8 @@ def _write_at_multiprocessing_exit() -> None:
     global _multiprocessing_armed
     util = sys.modules.get("multiprocessing.util")
     # Armed once: grandchildren inherit the after-fork callback along with the flag.
-    if util is not None and not _multiprocessing_armed:
-        util.register_after_fork(_write_now, _finalize_with)
+    if util is not None and not _multiprocessing_armed and _exit_writer is not None:
+        util.register_after_fork(_exit_writer, _finalize_with)
         _multiprocessing_armed = True
 
 

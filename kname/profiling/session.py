@@ -26,7 +26,7 @@ from typing import IO, Any
 
 from kname import callsite
 from kname._locks import new_lock, reset_in_child
-from kname._sigterm import write_on_sigterm
+from kname._sigterm import at_exit
 from kname._warnings import warn_once
 from kname.documents.build import profile_document
 from kname.documents.files import write_atomically
@@ -177,8 +177,6 @@ class ProfileSession:
 
         Paths are made absolute now: the program may change directory before it exits.
         """
-        import atexit
-
         first = not self._exit_outputs
         self._exit_outputs = {
             "json": json and os.path.abspath(json),
@@ -191,8 +189,7 @@ class ProfileSession:
         if first:
             # atexit runs after an uncaught exception's traceback and after sys.exit(); a
             # SIGTERM left at its default action skips atexit, so the writers run there too.
-            atexit.register(self._at_exit)
-            write_on_sigterm(self._at_exit)
+            at_exit(self._at_exit)
 
     def cancel_exit_outputs(self) -> None:
         """Nothing at exit after all: no table, no file (write_at_exit undone)."""

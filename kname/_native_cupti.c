@@ -1185,22 +1185,8 @@ kind_of(Recorder *r, Frame *frame)
     RecentKind *entry = recent_kind_slot(r, code);
     if (r->remember && entry->code == (void *)code && entry->generation == generation)
         return entry->kind;
-    PyObject *code_id = PyLong_FromVoidPtr(code);
-    if (code_id == NULL)
-        return -2;
-    PyObject *found = PyDict_GetItemWithError(r->kinds, code_id); /* borrowed */
-    Py_DECREF(code_id);
-    if (found == NULL && PyErr_Occurred())
-        return -2;
-    int kind = -1;
-    if (found != NULL && PyLong_CheckExact(found)) {
-        long value = PyLong_AsLong(found);
-        if (value == -1 && PyErr_Occurred())
-            return -2;
-        if (value == KIND_USER || PASSED_OVER(value))
-            kind = (int)value;
-    }
-    if (r->remember)
+    int kind = decided_kind(r->kinds, code);
+    if (r->remember && kind != -2)
         *entry = (RecentKind){code, generation, kind};
     return kind;
 }

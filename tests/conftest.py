@@ -10,7 +10,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from support import HOT_PATH_VARIABLE, REPO, Venv, build_wheel, make_venv
+from support import HOT_PATH_VARIABLE, REPO, Venv, build_wheel, extension_inputs, make_venv
 from support.nvtx_capture import InjectionUnavailable, build_injection_library
 
 import kname
@@ -32,19 +32,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Build kname's C extensions into the checkout (tests import kname from it), as
     `pip install` builds them into a wheel; up to date, this costs a look at file times."""
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
-    common = REPO / "kname" / "_native_common.h"
     sources = {
-        REPO / "kname" / f"_native{suffix}": [
-            REPO / "kname" / "_native.c", REPO / "kname" / "_native_nvtx.h", common,
-        ],
-        REPO / "kname" / f"_native_cupti{suffix}": [
-            REPO / "kname" / "_native_cupti.c", REPO / "kname" / "_cupti_abi.h", common,
-        ],
-        REPO / "kname" / f"_sigterm_guard{suffix}": [REPO / "kname" / "_sigterm_guard.c"],
-    }  # fmt: skip
-    if not sys.platform.startswith("linux"):  # these two are built on Linux only
-        sources.pop(REPO / "kname" / f"_native_cupti{suffix}")
-        sources.pop(REPO / "kname" / f"_sigterm_guard{suffix}")
+        REPO / f"{name.replace('.', '/')}{suffix}": inputs
+        for name, inputs in extension_inputs().items()
+    }
 
     def fresh(built: Path, inputs: list[Path]) -> bool:
         newest = max(p.stat().st_mtime for p in [*inputs, REPO / "setup.py"])
@@ -55,7 +46,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     # A failed build leaves no extension (as at install, with a warning): the native half of
     # the tests then skips, and test_native says why the extension is not in use.
     done = subprocess.run(
-        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=REPO,
+        [sys.executable, "setup.py", "-q", "build_ext", "--inplace", "--force"], cwd=REPO,
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     if done.returncode != 0 or "WARNING: kname" in done.stderr:

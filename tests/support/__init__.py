@@ -6,6 +6,8 @@ nvtx) through a .pth that adds the parent's site-packages; kname itself comes fr
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -14,6 +16,7 @@ import sysconfig
 import venv
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 REPO = Path(__file__).resolve().parent.parent.parent
 # A stand-in GPU library's source, for tests that write it into their tmp_path.
@@ -32,6 +35,25 @@ PARENT_PTH_LINE = (
 # The hot path (per-launch wrapper) a test runs under, set by tests/conftest.py: a test that
 # cleans KNAME_* variables out of an environment keeps this one, so its children run it too.
 HOT_PATH_VARIABLE = "KNAME_NATIVE"
+
+
+@functools.cache
+def kname_setup() -> ModuleType:
+    """kname's setup.py as a module (not run as __main__: setup() is not called), for what it
+    says of the build: the C extensions with their sources and headers, the NVTX headers found."""
+    spec = importlib.util.spec_from_file_location("kname_setup", REPO / "setup.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def extension_inputs() -> dict[str, list[Path]]:
+    """Each C extension built on this platform, by module name: the files it is built from,
+    its sources and then its headers, as setup.py lists them."""
+    return {
+        ext.name: [REPO / name for name in (*ext.sources, *ext.depends)]
+        for ext in kname_setup().extensions(None)
+    }
 
 
 def cleaned(name: str, prefixes: tuple[str, ...] = ("KNAME", "NVTX_")) -> bool:

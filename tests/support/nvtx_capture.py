@@ -9,7 +9,6 @@ almost nothing (see :func:`null_env`).
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 import re
 import shlex
@@ -21,8 +20,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from support import kname_setup
+
 SOURCE = Path(__file__).with_name("nvtx_inject.c")
-SETUP_PY = Path(__file__).resolve().parents[2] / "setup.py"
 LIB_NAME = "libkname_nvtx_inject.so"
 GLOBAL_DOMAIN = "<global>"
 CFLAGS = ("-O2", "-Wall", "-Wextra")
@@ -123,10 +123,7 @@ class Capture:
 def nvtx_include_dir() -> Path | None:
     """The directory holding ``nvtx3/`` as kname's build finds it (setup.py's own search: the
     installed nvidia-nvtx wheel's, else the CUDA toolkit's), else None."""
-    spec = importlib.util.spec_from_file_location("kname_setup", SETUP_PY)
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)  # not as __main__: setup() is not run
-    found = build.nvtx_include_dir()
+    found = kname_setup().nvtx_include_dir()
     return None if found is None else Path(found)
 
 

@@ -95,8 +95,20 @@ NATIVE_SOURCES = [
     "kname/targets/triton/_native_triton.c",
 ]
 NATIVE_HEADERS = ["kname/_native_common.h", "kname/_native_launch.h", "kname/_native_nvtx.h"]
-CUPTI_SOURCES = ["kname/_native_cupti.c", "kname/_native_common.c"]
-CUPTI_HEADERS = ["kname/_native_common.h", "kname/_cupti_abi.h"]
+CUPTI_SOURCES = [
+    "kname/_native_cupti_module.c",
+    "kname/_native_cupti_recorder.c",
+    "kname/_native_cupti_callback.c",
+    "kname/_native_cupti_activity.c",
+    "kname/_native_cupti_join.c",
+    "kname/_native_common.c",
+]
+CUPTI_HEADERS = [
+    "kname/_native_common.h",
+    "kname/_native_cupti.h",
+    "kname/_native_cupti_join.h",
+    "kname/_cupti_abi.h",
+]
 
 
 def native_extension(nvtx_include: str | None) -> Extension:

@@ -836,6 +836,23 @@ def test_a_librarys_c_is_beside_its_unit_named_by_it_and_built_into_the_extensio
     assert set((REPO / "kname" / "targets").rglob("*.c")) == named
 
 
+@pytest.mark.skipif(shutil.which("nm") is None, reason="no nm (binutils) to read the symbols")
+@pytest.mark.parametrize("extension", list(extension_inputs()))
+def test_an_extension_exports_nothing_but_its_init_function(extension: str) -> None:
+    """What one file of an extension defines for its others is hidden (INTERNAL in
+    _native_common.h): no other library's symbol of the same name can stand in for it, and a
+    call or a read across its files is as direct as within one."""
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    built = REPO / f"{extension.replace('.', '/')}{suffix}"
+    if not built.exists():
+        pytest.skip(f"{extension} is not built here")
+    done = subprocess.run(
+        ["nm", "-D", "--defined-only", str(built)], capture_output=True, text=True, check=True
+    )
+    exported = [line.split()[-1] for line in done.stdout.splitlines() if line.strip()]
+    assert exported == [f"PyInit_{extension.rsplit('.', 1)[1]}"]
+
+
 def included_headers(path: Path) -> set[Path]:
     """kname's headers that `path` includes, as the build finds them: beside it, else in kname/
     (setup.py's include folder); CPython's own (`internal/pycore_frame.h`) are not kname's."""

@@ -4,9 +4,10 @@ ranges it really emitted, to check a setup on any machine, without Nsight.
 The tool is show_ranges.c, built on NVTX's injection interface, the one Nsight's tools use:
 NVTX loads it at the program's first NVTX call when NVTX_INJECTION64_PATH names it, and it
 appends a line per range event to a log. NVTX loads a tool only as a shared library, by path,
-so there is no pure-Python way: the C file ships in the package and is compiled on first use
-with the machine's C compiler ($CC, else cc, gcc or clang; no NVTX headers needed) into a cache
-folder ($XDG_CACHE_HOME/kname, else ~/.cache/kname), then reused.
+so there is no pure-Python way: the C file ships in the package, with the NVTX declarations it
+includes (nvtx_tool.h), and is compiled on first use with the machine's C compiler ($CC, else
+cc, gcc or clang; no NVTX headers needed) into a cache folder ($XDG_CACHE_HOME/kname, else
+~/.cache/kname), then reused.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("show_ranges.c")
+HEADER = SOURCE.with_name("nvtx_tool.h")  # the NVTX declarations it includes, installed beside it
 LOG_VARIABLE = "_KNAME_RANGES_LOG"
 INJECTION_VARIABLE = "NVTX_INJECTION64_PATH"
 SHOWN = 20  # rows of the table; the rest are summed up in one line
@@ -45,7 +47,7 @@ class Ranges:
 def build(cache: Path | None = None) -> Path:
     """The viewer's shared library, compiled now unless the cache already holds this build."""
     compiler = _compiler()
-    source = SOURCE.read_bytes()
+    source = SOURCE.read_bytes() + HEADER.read_bytes()
     digest = hashlib.sha256(source + " ".join(compiler).encode()).hexdigest()[:16]
     cache = cache or _cache_folder()
     library = cache / f"libkname_show_ranges-{digest}.so"

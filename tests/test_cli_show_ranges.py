@@ -143,6 +143,24 @@ def test_the_viewer_is_built_once_and_reused(kname_venv: Venv, app: Path) -> Non
     assert [p.stat().st_ino for p in (app / "cache" / "kname").iterdir()] == [inode]
 
 
+def test_the_viewer_is_built_anew_when_the_nvtx_declarations_it_includes_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its cache is keyed by the header too (an upgrade that changes only nvtx_tool.h must not
+    reuse a viewer built from the old one)."""
+    source = tmp_path / "package" / show_ranges.SOURCE.name
+    header = source.with_name(show_ranges.HEADER.name)
+    source.parent.mkdir()
+    source.write_bytes(show_ranges.SOURCE.read_bytes())
+    header.write_bytes(show_ranges.HEADER.read_bytes())
+    monkeypatch.setattr(show_ranges, "SOURCE", source)
+    monkeypatch.setattr(show_ranges, "HEADER", header)
+    first = show_ranges.build(tmp_path / "cache")
+    header.write_text(header.read_text() + "/* changed */\n")
+    second = show_ranges.build(tmp_path / "cache")
+    assert first != second and first.is_file() and second.is_file()
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from support import kname_setup
+from support import REPO, kname_setup
 
 SOURCE = Path(__file__).with_name("nvtx_inject.c")
 LIB_NAME = "libkname_nvtx_inject.so"
@@ -32,7 +32,7 @@ _ESCAPE = re.compile(r"\\(.)")
 
 
 class InjectionUnavailable(RuntimeError):
-    """The injection library cannot be built here (no C compiler or no NVTX headers)."""
+    """A C file cannot be built here (no C compiler; for compile_c, no NVTX headers)."""
 
 
 @dataclass(frozen=True)
@@ -136,8 +136,9 @@ def _compiler() -> list[str] | None:
 
 
 def build_injection_library(out_dir: Path) -> Path:
-    """Compile nvtx_inject.c into ``out_dir`` and return the shared library's path."""
-    return compile_c(SOURCE, out_dir / LIB_NAME, "-shared", "-fPIC", "-lpthread")
+    """Compile nvtx_inject.c into ``out_dir`` and return the shared library's path. It needs no
+    NVTX header: it takes the declarations of kname's NVTX tools (kname/nvtx_tool.h)."""
+    return _compile(SOURCE, out_dir / LIB_NAME, REPO / "kname", "-shared", "-fPIC", "-lpthread")
 
 
 def compile_c(source: Path, output: Path, *flags: str) -> Path:
@@ -145,14 +146,18 @@ def compile_c(source: Path, output: Path, *flags: str) -> Path:
 
     Raises InjectionUnavailable without a compiler or headers, RuntimeError when it fails.
     """
+    include = nvtx_include_dir()
+    if include is None:
+        raise InjectionUnavailable("no NVTX headers: install nvidia-nvtx or set CUDA_HOME")
+    return _compile(source, output, include, *flags)
+
+
+def _compile(source: Path, output: Path, include: Path, *flags: str) -> Path:
     compiler = _compiler()
     if compiler is None:
         raise InjectionUnavailable("no C compiler: set CC or put cc/gcc on PATH")
     if shutil.which(compiler[0]) is None:
         raise InjectionUnavailable(f"C compiler {compiler[0]!r} not found")
-    include = nvtx_include_dir()
-    if include is None:
-        raise InjectionUnavailable("no NVTX headers: install nvidia-nvtx or set CUDA_HOME")
     output.parent.mkdir(parents=True, exist_ok=True)
     # Build under a unique name then rename, so concurrent builders never load half a file.
     partial = output.with_name(f".{uuid.uuid4().hex}{output.suffix}")

@@ -271,8 +271,8 @@ def launch_variants(loops, targets: list[str], bare_names: dict | None = None, s
 
     def installed(enabled: bool, native: bool = True):
         def prepare():
-            # Which wrapper install() makes is read from the environment when it makes them,
-            # and install() keeps the wrappers of an install still in place: start afresh.
+            # install() reads KNAME_NATIVE (its Config) and makes its wrappers on that hot path,
+            # and keeps the wrappers of an install still in place: start afresh.
             kname.uninstall()
             if native:
                 os.environ.pop("KNAME_NATIVE", None)
@@ -306,11 +306,11 @@ def launch_record(loops_samples: dict, rounds: int, batch: int, site_file: str =
     """What a launch worker reports: the summary, and proof that kname named the launches (the
     names of sites in `site_file`, where given)."""
     import kname
-    from kname import _native_choice, ranges
+    from kname import hotpath, ranges
 
-    extension, why_not = _native_choice.choice({})  # the "kname" variant's: no KNAME_NATIVE
+    why_not = hotpath.choose(True).why_python  # the "kname" variant's: no KNAME_NATIVE
     return {
-        "hot_path": "C extension" if extension is not None else f"pure Python ({why_not})",
+        "hot_path": f"pure Python ({why_not})" if why_not else "C extension",
         "rounds": rounds,
         "batch": batch,
         "load_average": load_average(),
@@ -330,7 +330,7 @@ def launch_record(loops_samples: dict, rounds: int, batch: int, site_file: str =
 def build_null_tool(out_dir: Path) -> Path:
     """The tests' NVTX injection library, built as the tests build it; used in its null mode.
 
-    Raises RuntimeError (the tests' InjectionUnavailable) without a compiler or NVTX headers.
+    Raises RuntimeError (the tests' InjectionUnavailable) without a C compiler.
     """
     use_test_support()
     from support.nvtx_capture import build_injection_library

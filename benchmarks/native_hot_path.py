@@ -6,7 +6,7 @@ Each variant stands in turn in place of a no-op launch function, called from the
 loop (the same call site, so both wrappers share its Site), in one process, in a new order each
 round:
   bare             the no-op function itself
-  python, native   kname.launch.make_launch_wrapper with KNAME_NATIVE=0, and with the extension
+  python, native   kname.launch.make_launch_wrapper on the Python hot path, and on the C one
   *_off            the same wrappers with their Switch off (a wrapper kept after disable())
   *_lib            called through one frame of library code (as Triton's `k[grid]` lambda or a
                    CuPy routine call their launch), against `bare_lib`
@@ -99,22 +99,20 @@ def main() -> None:
         raise SystemExit(subprocess.call([sys.executable, *sys.argv], env=null_tool_env()))
     sys.path.insert(0, str(REPO))
     import kname
-    from kname import _native_choice, callsite, launch, ranges
+    from kname import callsite, hotpath, launch, ranges
 
-    native, why = _native_choice.choice({})
-    if native is None:
-        raise SystemExit(f"kname._native is not in use: {why}")
+    native_path, python_path = hotpath.choose(True), hotpath.choose(False)
+    if native_path.why_python:
+        raise SystemExit(f"kname._native is not in use: {native_path.why_python}")
     callsite.configure()
     workdir = Path(tempfile.mkdtemp(prefix="kname-bench-native-"))
     loops = write_module(workdir, "bench_native_loops", LOOPS)
     loops.library = write_module(workdir, "bench_native_library", LIBRARY)
     callsite.configure(library_modules=("bench_native_library",))
     spec = launch.LaunchSpec("bench", lambda _kernel: "noop")
-    os.environ["KNAME_NATIVE"] = "0"
     python_switch, native_switch = launch.Switch(), launch.Switch()
-    python = launch.make_launch_wrapper(noop, spec, python_switch)
-    del os.environ["KNAME_NATIVE"]
-    wrapper = launch.make_launch_wrapper(noop, spec, native_switch)
+    python = launch.make_launch_wrapper(noop, spec, python_switch, python_path)
+    wrapper = launch.make_launch_wrapper(noop, spec, native_switch, native_path)
     assert type(wrapper).__module__ == "kname._native" and type(python).__name__ == "function"
 
     def variant(function, switch_on=True, lib=False):

@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import round_orders, use_test_support  # noqa: E402
 
 import kname  # noqa: E402
-from kname import _native_choice  # noqa: E402
+from kname import hotpath  # noqa: E402
 from kname.profiling.capture import LaunchCapture  # noqa: E402
 from kname.profiling.session import ProfileSession  # noqa: E402
 
@@ -220,11 +220,9 @@ def floor_recorder(cupti: Any) -> Any:
     from kname.profiling.join import Join
     from kname.profiling.launch_callbacks import NativeCallbacks, libcupti_path
 
-    module = _native_choice.cupti_choice()[0]
+    module, why = hotpath.choose(True).cupti()
     if module is None:
-        raise SystemExit(
-            f"the activity variant needs kname._native_cupti: {_native_choice.cupti_choice()[1]}"
-        )
+        raise SystemExit(f"the activity variant needs kname._native_cupti: {why}")
     cupti.get_timestamp()  # the binding loads libcupti
     recorder = NativeCallbacks(module, LaunchCapture(Join())).make_recorder([])
     status, holder = recorder.subscribe(libcupti_path())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 
 from kname._locks import new_lock
@@ -33,3 +34,12 @@ def report_fault(where: str, exc: BaseException) -> None:
         f"internal error while {where} ({detail}); the launch ran without "
         f"a name. Please report this; KNAME=0 switches kname off.",
     )
+
+
+def exit_at_once(status: int) -> None:
+    """End the process with `status` from an atexit callback (past atexit nothing else can set
+    it), flushing first what os._exit would drop."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)

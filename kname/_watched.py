@@ -1,8 +1,8 @@
 """Objects that tell kname's C hot path of every change to them: call sites and switches.
 
-The C wrapper (kname/_native.c) remembers, for each recent call site, what a cached launch from
-it reads: that its wrapper's switch is on, and the site's counter and NVTX range. So a launch
-reads one remembered entry instead of the site and the switch. Whatever changes a site or a
+The C wrapper (kname/_native_launch.h) remembers, for each recent call site, what a cached
+launch from it reads: that its wrapper's switch is on, and the site's counter and NVTX range. So
+a launch reads one remembered entry instead of the site and the switch. Whatever changes a site or a
 switch, or their classes (a slot replaced, a method set), first makes it forget all of that,
 and again once the change is made, for anything remembered while it was being made; the next
 launch from each site reads afresh. The pure-Python wrapper reads them at every launch and has
@@ -11,18 +11,25 @@ nothing to forget.
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Callable
 from typing import Any
 
-HOT_PATH = "kname._native"
+# The C extension's forget_launches, given by kname.hotpath once it has imported the extension:
+# before that no launch of it has remembered anything.
+_forget_launches: Callable[[], None] | None = None
+
+
+def forget_with(forget_launches: Callable[[], None]) -> None:
+    """From now on every change calls `forget_launches()` (the C extension's)."""
+    global _forget_launches
+    _forget_launches = forget_launches
 
 
 def forget() -> None:
-    """Make the C wrapper forget what its cached launches remember (nothing to do before the
-    extension is imported: no launch of it has remembered anything)."""
-    native = sys.modules.get(HOT_PATH)  # never imports: a change must not import
-    if native is not None:
-        native.forget_launches()
+    """Make the C wrapper forget what its cached launches remember."""
+    forget_launches = _forget_launches
+    if forget_launches is not None:
+        forget_launches()
 
 
 class WatchedClass(type):

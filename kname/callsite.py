@@ -16,17 +16,17 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
-import itertools
 import os
 import re
 import sys
 import sysconfig
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from types import CodeType, FrameType
 from typing import Any
 
-from kname import _native_choice, naming, ranges
+from kname import counters, hotpath, naming, ranges
 from kname._locks import new_lock, reset_in_child
 from kname._warnings import report_fault, warn_once
 from kname._watched import Watched
@@ -34,9 +34,6 @@ from kname.config import DEFAULT_FORMAT
 
 MAX_SITES = 100_000
 MAX_CODES = 200_000
-# Launch counts are kept per name (see launch_counts), the names of evicted sites' too; past this
-# many names, new names are counted together under ranges.OVERFLOW_NAME.
-MAX_COUNTED = 2 * MAX_SITES
 # A kernel that cannot be weakly referenced (CuPy's Cython kernel classes) is kept alive while it
 # has cached sites, so that its id cannot be reused under them: at most this many such kernels.
 MAX_HELD_KERNELS = 1000
@@ -44,7 +41,6 @@ MAX_HELD_KERNELS = 1000
 QUEUE_SLACK = 64
 
 UNNAMED = "<unnamed: kname error>"
-AT_RECURSION_LIMIT = "kname: recursion limit reached"
 
 # Frames of these modules are never the call site: kname and wrapt, and the stdlib helpers that
 # sit between a user's line and a launch. install() adds the GPU libraries' packages (each
@@ -101,28 +97,49 @@ class Site(Watched):
         init(self, "push", push)
         init(self, "pop", pop)
         init(self, "code", code)  # keeps the keyed code objects (and so their ids) alive
-        # Shared by every site of this name (launch_counts): next() is atomic, so no count is
+        # Shared by every site of this name (kname.counters): next() is atomic, so no count is
         # lost across threads, nor when the site leaves the cache while a launch still holds it.
         init(self, "counter", counter)
         init(self, "launch", None)  # KNAME_MODE=rename: launches the site's renamed kernel instead
-        if _site_calls is not None:  # kname profile: the launch also hands its site over
-            push, pop = _site_calls(self)
+        site_calls = _rules.site_calls
+        if site_calls is not None:  # kname profile: the launch also hands its site over
+            push, pop = site_calls(self)
             init(self, "push", push)
             init(self, "pop", pop)
 
     def launches(self) -> int:
         """How many launches were counted under this site's name (by any site of that name)."""
-        return _value(self.counter)
+        return counters.value(self.counter)
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The naming rules of the moment: install() sets them (configure), kname profile hands
+    sites over (use_site_calls); replaced whole, so a walk reads one set of them."""
+
+    skip: tuple[str, ...] = ()  # KNAME_SKIP: modules passed over as library code
+    template: str = DEFAULT_FORMAT  # KNAME_FORMAT
+    depth: int = 1  # KNAME_DEPTH: user frames in a name
+    emit_nvtx: bool = True  # False in census mode: sites get no range
+    library_modules: tuple[str, ...] = CORE_LIBRARY_MODULES  # never a call site
+    # Sites take their push and pop from site_calls(site) (None: NVTX's alone).
+    site_calls: Callable[[Site], tuple[Any, Any]] | None = None
+    # The library modules' files, for code run with no module name.
+    library_path: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "library_path", _library_path_pattern(self.library_modules))
+
+
+def _library_path_pattern(modules: tuple[str, ...]) -> re.Pattern[str]:
+    names = "|".join(re.escape(m) for m in modules)
+    return re.compile(r"[/\\](?:site|dist)-packages[/\\](?:" + names + r")(?:[/\\]|\.py)")
 
 
 sites: dict[tuple, Site] = {}
-# Launches per (name, kernel, library), in first-seen order. Kept apart from the sites so that
-# nothing is lost when a site leaves the cache: evicted, its kernel freed, or the rules changed.
-launch_counts: dict[tuple[str, str, str], Any] = {}  # of counters (_new_counter)
-# Launches that ran unnamed at the recursion limit, counted apart: counting one takes no call.
-_at_recursion_limit = itertools.count()
 
 _lock = new_lock()
+_rules = Rules()
 _kinds: dict[int, int] = {}
 _codes: dict[int, CodeType] = {}
 _wrapper_code_ids: set[int] = set()
@@ -132,12 +149,6 @@ _queue: collections.deque[tuple[tuple, Site]] = collections.deque()
 _kernels: dict[int, _KernelSites] = {}  # id(kernel) -> its cached sites
 # ids of the kernels kept alive (no weak references), oldest first
 _held: collections.OrderedDict[int, None] = collections.OrderedDict()
-_skip: tuple[str, ...] = ()
-_library_modules = CORE_LIBRARY_MODULES
-_template = DEFAULT_FORMAT
-_depth = 1
-_emit_nvtx = True
-_site_calls: Callable[[Site], tuple[Any, Any]] | None = None
 
 
 class _KernelSites:
@@ -162,12 +173,12 @@ def configure(
     library_modules: tuple[str, ...] = (),
 ) -> None:
     """Set the rules (no arguments: the defaults); forget every decision and site made under the
-    old ones, but keep their launch counts."""
-    global _skip, _library_modules, _library_path, _template, _depth, _emit_nvtx
+    old ones, but keep their launch counts. Sites keep being handed over (use_site_calls)."""
+    global _rules
     with _lock:
-        _skip, _template, _depth, _emit_nvtx = tuple(skip), template, depth, emit_nvtx
-        _library_modules = (*CORE_LIBRARY_MODULES, *library_modules)
-        _library_path = _library_path_pattern(_library_modules)
+        library = (*CORE_LIBRARY_MODULES, *library_modules)
+        site_calls = _rules.site_calls
+        _rules = Rules(tuple(skip), template, depth, emit_nvtx, library, site_calls)
         _kinds.clear()
         _codes.clear()
         _forget_sites()
@@ -180,29 +191,19 @@ def use_site_calls(factory: Callable[[Site], tuple[Any, Any]] | None = None) -> 
     launch when it is not profiling. Cached sites are dropped, so every site is built anew; their
     launch counts are kept. `factory` must not raise.
     """
-    global _site_calls
+    global _rules
     with _lock:
-        _site_calls = factory
+        _rules = replace(_rules, site_calls=factory)
         _forget_sites()
 
 
 def clear() -> None:
     """Forget cached code classifications and call sites, and their counts."""
-    global _at_recursion_limit
     with _lock:
-        _at_recursion_limit = itertools.count()
         _kinds.clear()
         _codes.clear()
         _forget_sites()
-        launch_counts.clear()
-
-
-def counts() -> dict[tuple[str, str, str], int]:
-    """Launches per (name, kernel, library) so far, in first-seen order; none left out."""
-    # list() copies in one step under the GIL while other threads may add names.
-    rows = {key: _value(counter) for key, counter in list(launch_counts.items())}
-    rows[(AT_RECURSION_LIMIT, "", "")] = _value(_at_recursion_limit)
-    return {key: launches for key, launches in rows.items() if launches}
+        counters.clear()
 
 
 def register_wrapper_code(code: CodeType) -> None:
@@ -226,15 +227,16 @@ def resolve(
     `kernel_name` may be a function of the kernel: it is then asked only when a site is built.
     `kernel_key` is `id(kernel)` (the site then lives only as long as the kernel) or a value.
     """
-    user_frames, library_frame = _walk(frame, _depth)
+    rules = _rules
+    user_frames, library_frame = _walk(frame, rules.depth)
     if user_frames is None:
         return None
-    key, site_frames = _site_key(user_frames, library_frame, kernel_key)
+    key, site_frames = _site_key(user_frames, library_frame, kernel_key, rules.depth)
     site = sites.get(key)
     if site is None:
         if callable(kernel_name):
             kernel_name = kernel_name(kernel)
-        site = _build(key, site_frames, kernel, kernel_key, kernel_name, lib, rename)
+        site = _build(key, site_frames, kernel, kernel_key, kernel_name, lib, rules, rename)
     return site
 
 
@@ -252,8 +254,8 @@ def pass_through(
     try:
         if isinstance(exc, RecursionError):
             # Counted here and at once: at the limit there may be no room for another call.
-            if site is None or not _is_counter(site.counter):
-                next(_at_recursion_limit)
+            if site is None or not hotpath.is_counter(site.counter):
+                next(counters.at_recursion_limit)
             _say_recursion_limit()
         else:
             report_fault(where, exc)
@@ -287,11 +289,12 @@ def site_name(depth: int = 1, kernel: Any = "") -> str:
     """
     frame = sys._getframe(1)
     label = naming.kernel_label(kernel)
-    user_frames, library_frame = _walk(frame, max(1, int(depth)), stop_at_wrapper=False)
-    key, site_frames = _site_key(user_frames or [], library_frame, ("site_name", label))
+    depth, rules = max(1, int(depth)), _rules
+    user_frames, library_frame = _walk(frame, depth, stop_at_wrapper=False)
+    key, site_frames = _site_key(user_frames or [], library_frame, ("site_name", label), depth)
     site = sites.get(key)
     if site is None:
-        site = _build(key, site_frames, None, None, label, "python")
+        site = _build(key, site_frames, None, None, label, "python", rules)
     return site.name
 
 
@@ -305,7 +308,7 @@ def _walk(
     library_frame = None
     # A native launch wrapper has no frame: the caller of the one running marks where it is, and
     # reaching it from below is reaching that wrapper (a walk that starts there starts above it).
-    is_native_caller, start = _native_choice.launch_caller_check(), frame
+    is_native_caller, start = hotpath.current().is_launch_caller, frame
     while frame is not None and len(user_frames) < depth:
         code = frame.f_code
         if (
@@ -323,35 +326,26 @@ def _walk(
             kind = judge(code, frame.f_globals.get("__name__"))
             if kind == USER:
                 user_frames.append(frame)
+                # The frames it is written in are one frame with it on 3.12+ (PEP 709).
+                while naming.is_inlined_comprehension(frame.f_code) and frame.f_back is not None:
+                    frame = frame.f_back
             elif kind == LIBRARY and not user_frames:
                 library_frame = frame
         frame = frame.f_back
     return user_frames, library_frame
 
 
-def skip_beneath_native_launch(hook: Callable[..., Any]) -> Callable[..., Any]:
-    """`hook` (a library's launch hook), skipped at once inside a native launch wrapper's launch
-    with only library code between, where resolve() would give None (decided in C)."""
-    return _native_choice.skip_beneath_launch(hook, _kinds)
-
-
-def _library_path_pattern(modules: tuple[str, ...]) -> re.Pattern[str]:
-    names = "|".join(re.escape(m) for m in modules)
-    return re.compile(r"[/\\](?:site|dist)-packages[/\\](?:" + names + r")(?:[/\\]|\.py)")
-
-
-_library_path = _library_path_pattern(_library_modules)
-
-
 def _judge(filename: str, module: object) -> int:
+    rules = _rules
     if isinstance(module, str):
         if _matches(module, CORE_LIBRARY_MODULES) or _is_stdlib(module, filename):
             return PLUMBING
-        return LIBRARY if _matches(module, _library_modules) or _matches(module, _skip) else USER
+        library = _matches(module, rules.library_modules) or _matches(module, rules.skip)
+        return LIBRARY if library else USER
     # No module name (code run by exec with bare globals): judge by where the file lives.
     if filename.startswith(_KNAME_DIR):
         return PLUMBING
-    return LIBRARY if _library_path.search(filename) else USER
+    return LIBRARY if rules.library_path.search(filename) else USER
 
 
 def _is_stdlib(module: str, filename: str) -> bool:
@@ -366,20 +360,20 @@ def _matches(module: str, prefixes: tuple[str, ...]) -> bool:
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
-def _key(frames: list[FrameType], kernel_key: Any) -> tuple:
+def _key(frames: list[FrameType], kernel_key: Any, depth: int) -> tuple:
     # The flat form is the launch wrapper's fast-path key: with KNAME_DEPTH > 1 a site that
     # found one user frame (no caller) must not answer it for a launch that has callers.
-    if len(frames) == 1 and _depth == 1:
+    if len(frames) == 1 and depth == 1:
         return (id(frames[0].f_code), frames[0].f_lasti, kernel_key)
     return (*((id(f.f_code), f.f_lasti) for f in frames), kernel_key)
 
 
 def _site_key(
-    user_frames: list[FrameType], library_frame: FrameType | None, kernel_key: Any
+    user_frames: list[FrameType], library_frame: FrameType | None, kernel_key: Any, depth: int
 ) -> tuple[tuple, list[FrameType]]:
     """The cache key of a site, and the frames that name it (none: named by the kernel)."""
     if user_frames:
-        return _key(user_frames, kernel_key), user_frames
+        return _key(user_frames, kernel_key, depth), user_frames
     # Keyed apart from the fast path: the same library line called from a user's line is
     # named after that line.
     if library_frame is not None:
@@ -395,11 +389,12 @@ def _build(
     kernel_key: Any,
     kernel_name: str,
     lib: str,
+    rules: Rules,
     rename: Any = None,
 ) -> Site:
     try:
-        name, identifier = _names(frames, kernel_name, lib)
-        calls = ranges.range_for(name, kernel_name, lib) if _emit_nvtx else None
+        name, identifier = _names(frames, kernel_name, lib, rules.template)
+        calls = ranges.range_for(name, kernel_name, lib) if rules.emit_nvtx else None
     except RecursionError:
         raise  # no room on the stack to name it here: not a fault, and not cached
     except Exception as exc:
@@ -410,7 +405,7 @@ def _build(
     with _lock:
         site = sites.get(key)
         if site is None:
-            counter = _counter(name, kernel_name, lib)
+            counter = counters.counter_for(name, kernel_name, lib)
             site = Site(name, identifier, kernel_name, lib, calls, codes, counter)
             if rename is not None and identifier:
                 site.launch = _renamed_launch(rename, kernel, site)
@@ -418,12 +413,12 @@ def _build(
     return site
 
 
-def _names(frames: list[FrameType], kernel_name: str, lib: str) -> tuple[str, str]:
+def _names(frames: list[FrameType], kernel_name: str, lib: str, template: str) -> tuple[str, str]:
     """The display name and the identifier (none when named by the kernel alone)."""
     if not frames:
         return naming.kernel_only_name(kernel_name), ""
     facts = [naming.frame_facts(f) for f in frames]
-    name = naming.display_name(_template, kernel_name, lib, facts)
+    name = naming.display_name(template, kernel_name, lib, facts)
     return name, naming.identifier_name(kernel_name, facts[0])
 
 
@@ -440,41 +435,6 @@ def _renamed_launch(rename: Any, kernel: Any, site: Site) -> Any:
             f"({type(exc).__name__}: {exc}); such launches keep the kernel's own name",
         )
         return None
-
-
-def _counter(name: str, kernel: str, lib: str) -> Any:
-    """The counter of launches under (name, kernel, lib), made on first use (under _lock)."""
-    key = (name, kernel, lib)
-    counter = launch_counts.get(key)
-    if not _is_counter(counter):
-        if counter is None and len(launch_counts) >= MAX_COUNTED:
-            key = (ranges.OVERFLOW_NAME, "", "")  # past the bound: counted together, never lost
-            counter = launch_counts.get(key)
-            if counter is not None:
-                return counter
-        counter = launch_counts[key] = _new_counter()
-    return counter
-
-
-def _new_counter() -> Any:
-    """A launch counter: itertools.count(), or, once kname's C extension is imported, its
-    Counter, which counts the same and which the C wrapper advances without making an int."""
-    native = _native_choice.imported_native()  # never imports: a launch may call this
-    return itertools.count() if native is None else native.Counter()
-
-
-def _is_counter(counter: Any) -> bool:
-    """Whether `counter` is one of kname's own launch counters (next() on one cannot fail)."""
-    if type(counter) is itertools.count:
-        return True
-    native = _native_choice.imported_native()
-    return native is not None and type(counter) is native.Counter
-
-
-def _value(counter: Any) -> int:
-    if type(counter) is itertools.count:
-        return int(repr(counter)[6:-1])  # itertools.count shows its next value only in its repr
-    return counter.value
 
 
 # --------------------------------------------------------------------------
@@ -574,9 +534,9 @@ def _give_up(frame: FrameType, kernel: Any, site: Site | None) -> None:
                 return  # nested in another kname launch, which counts it
             counted = False
         else:
-            counted = _is_counter(site.counter)  # next() on one cannot fail
+            counted = hotpath.is_counter(site.counter)  # next() on one cannot fail
             if not counted:
-                site.counter = _counter(site.name, site.kernel, site.lib)
+                site.counter = counters.counter_for(site.name, site.kernel, site.lib)
         site.push = site.pop = site.launch = None
         if not counted:
             next(site.counter)
@@ -585,14 +545,15 @@ def _give_up(frame: FrameType, kernel: Any, site: Site | None) -> None:
 def _fault_site(frame: FrameType, kernel: Any) -> Site | None:
     """The site a launch from `frame` belongs to, found with the decisions made before the fault
     (a frame not yet judged counts as the user's); a pass-through one if none is cached."""
-    user_frames, library_frame = _walk(frame, _depth, judge=_known_kind)
+    depth = _rules.depth
+    user_frames, library_frame = _walk(frame, depth, judge=_known_kind)
     if user_frames is None:
         return None
-    key, frames = _site_key(user_frames, library_frame, id(kernel))
+    key, frames = _site_key(user_frames, library_frame, id(kernel), depth)
     site = sites.get(key)
     if site is None:
         codes = tuple(f.f_code for f in frames)
-        site = Site(UNNAMED, "", "", "", None, codes, _counter(UNNAMED, "", ""))
+        site = Site(UNNAMED, "", "", "", None, codes, counters.counter_for(UNNAMED, "", ""))
         _store(key, site, kernel, id(kernel))
     return site
 
@@ -605,19 +566,16 @@ def _say_recursion_limit() -> None:
     warn_once(
         "recursion-limit",
         f"a launch made near the recursion limit ran unnamed (no room on the stack to find its "
-        f"call site); such launches are counted as {AT_RECURSION_LIMIT!r}",
+        f"call site); such launches are counted as {counters.AT_RECURSION_LIMIT!r}",
     )
 
 
 def _counts_from_zero() -> None:
     """A forked child counts its own launches: the parent reports those made before the fork."""
-    global _at_recursion_limit
-    _at_recursion_limit = itertools.count()
-    renewed = {counter: _new_counter() for counter in launch_counts.values()}
-    for key, counter in list(launch_counts.items()):
-        launch_counts[key] = renewed[counter]
+    renewed = counters.start_from_zero()
     for site in list(sites.values()):
-        site.counter = renewed.get(site.counter) or _counter(site.name, site.kernel, site.lib)
+        counter = renewed.get(site.counter)
+        site.counter = counter or counters.counter_for(site.name, site.kernel, site.lib)
 
 
 reset_in_child(_counts_from_zero)

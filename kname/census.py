@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import IO, Any
 
-from kname import callsite
+from kname import counters
 from kname._locks import reset_in_child
 from kname._sigterm import at_exit
 from kname._warnings import warn_once
@@ -42,7 +42,7 @@ def census() -> dict[str, Any]:
 
 def _rows() -> dict[tuple[str, str, str], int]:
     """Launches per (name, kernel, library), in first-seen order."""
-    return callsite.counts()
+    return counters.counts()
 
 
 def report(file: IO[str] | str | os.PathLike | None = None, format: str = "table") -> None:

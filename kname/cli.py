@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     profile_mode = sys.modules.get("kname.profiling.mode")  # imported only if it started here
     if profile_mode is not None:
         profile_mode.cancel()
+    lifecycle = sys.modules.get("kname.lifecycle")  # nor its check of targets that never came
+    if lifecycle is not None:
+        lifecycle.cancel_exit_check()
     args = sys.argv[1:] if argv is None else list(argv)
     if args and args[0] not in COMMANDS and not args[0].startswith("-"):
         meant = _command_meant(args[0])

@@ -200,9 +200,11 @@ def _read_strict(env: Mapping[str, str], problems: list[str]) -> bool:
     return strict
 
 
-def native_requested(environ: Mapping[str, str]) -> bool:
-    """Whether KNAME_NATIVE asks for the C hot path (the default; a bad value counts as that)."""
-    return _read_native(environ.get("KNAME_NATIVE"), [])
+def native_requested(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether KNAME_NATIVE asks for the C hot path (the default; a bad value counts as that):
+    Config.native, read alone (for kname.hotpath while nothing is installed)."""
+    env = os.environ if environ is None else environ
+    return _read_native(env.get("KNAME_NATIVE"), [])
 
 
 def _read_native(value: str | None, problems: list[str]) -> bool:

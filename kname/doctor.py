@@ -15,6 +15,7 @@ import sys
 import warnings
 from collections.abc import Callable
 
+from kname import importable
 from kname._version import __version__
 from kname.config import (
     KNOWN_VARIABLES,
@@ -32,6 +33,11 @@ OK, PROBLEM, NOTE = "✓", "✗", "–"
 NVTX_INJECTION_VARIABLES = ("NVTX_INJECTION64_PATH", "NVTX_INJECTION32_PATH")
 DEPENDENCIES = (("wrapt", "wrapt"), ("nvtx", "nvtx"))  # (import name, distribution)
 CUPTI_BINDING, CUPTI_LIBRARY = "cupti-python", "nvidia-cuda-cupti"  # distributions
+# The CUDA releases for which cupti-python is published, within kname[profile]'s range (13.x),
+# each with nvidia-cuda-cupti of that release: the only ones doctor's advice names (a test
+# installs each pair, dry run, from the package index). cupti-python 13.4 asks for
+# nvidia-cuda-cupti~=13.4, which gives 13.5 with no binding of its own: a pair that differs.
+CUPTI_RELEASES = ((13, 0), (13, 2), (13, 3), (13, 4))
 DRIVER_LIBRARIES = ("libcuda.so.1", "nvcuda.dll")
 
 EXAMPLES = """\
@@ -56,7 +62,7 @@ def main(profile_check: bool = False) -> int:
         *_check_gate(),
         *_check_switch(),
         *_check_dependencies(),
-        *_check_hot_path(),
+        *_check_hot_path(config),
         *_check_targets(config),
         *_check_nvtx_tool(config),
         *_check_profiling(config),
@@ -155,14 +161,15 @@ def _check_dependencies() -> list[tuple[str, str]]:
     return lines
 
 
-def _check_hot_path() -> list[tuple[str, str]]:
-    from kname._native_choice import choice
+def _check_hot_path(config: Config) -> list[tuple[str, str]]:
+    from kname import hotpath
 
-    native, why = choice()
-    if native is None:
+    hot_path = hotpath.choose(config.native)
+    if hot_path.why_python:
+        why = hot_path.why_python
         return [(NOTE, f"hot path: pure Python ({why}): the same names, more time per launch")]
-    lines = [(OK, f"hot path: native, the C extension ({native.__file__})")]
-    if hasattr(native, "nvtx_range"):
+    lines = [(OK, f"hot path: native, the C extension ({hot_path.extension_file})")]
+    if hot_path.nvtx_range is not None:
         lines.append((OK, "NVTX ranges: pushed and popped through the NVTX C API, from C"))
     else:
         lines.append((
@@ -176,26 +183,13 @@ def _check_hot_path() -> list[tuple[str, str]]:
 
 def _check_targets(config: Config) -> list[tuple[str, str]]:
     chosen = BUILTIN if config.targets is None else config.targets
-    lines, importable = [], 0
+    lines = []
     for name in chosen:
         try:
-            packages = _packages_of(name)
+            lines.append(_check_builtin(name) if name in BUILTIN else _check_user_target(name))
         except Exception as exc:
             lines.append((PROBLEM, f"target {name}: its definition failed to load ({exc})"))
-            continue
-        missing = [p for p in packages if _find_origin(p) is None]
-        if missing:
-            if name in BUILTIN:
-                note = f"target {name}: {', '.join(missing)} not installed (nothing to name)"
-                lines.append((NOTE, note))
-            else:
-                problem = f"target {name} (KNAME_TARGETS): {missing[0]!r} is not importable here"
-                lines.append((PROBLEM, problem))
-            continue
-        importable += 1
-        versions = [f"{d} {_version(d)}" for d in _distributions_of(name, packages)]
-        lines.append((OK, f"target {name}: {', '.join(versions) or ', '.join(packages)}"))
-    if not importable:
+    if not any(mark == OK for mark, _ in lines):
         problem = (
             "no target's library is importable, so there is nothing to name: install one "
             '(pip install "kname[auto]" brings numba-cuda) or set KNAME_TARGETS=module:function '
@@ -203,6 +197,48 @@ def _check_targets(config: Config) -> list[tuple[str, str]]:
         )
         lines.append((PROBLEM, problem))
     return lines
+
+
+def _check_builtin(name: str) -> tuple[str, str]:
+    packages = library(name).packages[:1]  # the first: the one it wraps
+    missing = [p for p in packages if _find_origin(p) is None]
+    if missing:
+        return NOTE, f"target {name}: {', '.join(missing)} not installed (nothing to name)"
+    versions = [f"{d} {_version(d)}" for d in _distributions_of(name, packages)]
+    return OK, f"target {name}: {', '.join(versions) or ', '.join(packages)}"
+
+
+def _check_user_target(name: str) -> tuple[str, str]:
+    """Whether a module:qualname target's module can be imported, looked for as a program
+    started here would: the current directory first (`python app.py` run here puts the app's
+    directory first; the `kname` command's own sys.path starts with its bin directory)."""
+    module, qualname = name.split(":", 1)
+    here = os.getcwd()
+    spec = importable.find(module, first=[here])
+    if spec is None:
+        meant = importable.nearest(module, first=[here])
+        hint = f" (did you mean {meant}:{qualname}?)" if meant else ""
+        problem = (
+            f"no module {module!r} can be imported from the current directory ({here}) or this "
+            f"Python's sys.path{hint}"
+        )
+        return PROBLEM, f"target {name} (KNAME_TARGETS): {problem}"
+    origin = spec.origin or next(iter(spec.submodule_search_locations or []), "")
+    if _inside(origin, here) and importable.find(module) is None:
+        where = f"found in the current directory ({origin}), as a program started here imports it"
+        return OK, f"target {name}: {module}, {where}"
+    packages = (module.split(".", 1)[0],)
+    versions = [f"{d} {_version(d)}" for d in _distributions_of(name, packages)]
+    return OK, f"target {name}: {', '.join(versions) or packages[0]}"
+
+
+def _inside(path: str, directory: str) -> bool:
+    try:
+        return os.path.commonpath([os.path.realpath(path), os.path.realpath(directory)]) == (
+            os.path.realpath(directory)
+        )
+    except ValueError:  # another drive, or a relative path with an absolute one
+        return False
 
 
 def _check_nvtx_tool(config: Config) -> list[tuple[str, str]]:
@@ -251,8 +287,9 @@ def _check_profiling(config: Config) -> list[tuple[str, str]]:
         from cupti import cupti
     except Exception as exc:  # ImportError, or OSError loading libcupti
         if binding is None:
-            advice = f"kname profile needs it: pip install 'kname[profile]' ({CUPTI_BINDING})"
-            return [(gap, f"profiling: the CUPTI binding is not installed; {advice}")]
+            advice = _cupti_advice(binding, library, _driver_version())
+            problem = f"the CUPTI binding is not installed; kname profile needs it: {advice}"
+            return [(gap, f"profiling: {problem}")]
         problem = f"profiling: {CUPTI_BINDING} {binding} does not import ({_reason(exc)})"
         return [(gap, problem)]
     lines = [(OK, f"profiling: CUPTI binding {CUPTI_BINDING} {binding or '(version unknown)'}")]
@@ -270,15 +307,44 @@ def _check_profiling(config: Config) -> list[tuple[str, str]]:
     else:
         lines.append((NOTE, f"profiling: CUDA driver for CUDA {driver}"))
     if binding and library and releases_differ(binding, library):
-        release = ".".join(map(str, _release(library) or ()))
         problem = (
             f"profiling: {CUPTI_BINDING} {binding} and {CUPTI_LIBRARY} {library} are of different "
             "CUDA releases, and such a pair may record no GPU time without any error "
             f"({CUPTI_BINDING} 13.4 with CUPTI 13.0 records no kernels): install one release's "
-            f"pair, e.g. pip install '{CUPTI_BINDING}=={release}.*' '{CUPTI_LIBRARY}=={release}.*'"
+            f"pair: {_cupti_advice(binding, library, driver)}"
         )
         lines.append((gap, problem))
     return lines
+
+
+def cupti_release(
+    binding: tuple[int, int] | None,
+    library: tuple[int, int] | None,
+    driver: tuple[int, int] | None,
+    published: tuple[tuple[int, int], ...] = CUPTI_RELEASES,
+) -> tuple[int, int]:
+    """The CUDA release whose CUPTI binding and library to install together: the installed
+    library's, else the binding's, where cupti-python is `published` for it and the driver (when
+    known) runs it; else the newest such."""
+    runnable = [r for r in published if driver is None or r <= driver] or list(published)
+    for installed in (library, binding):
+        if installed in runnable:
+            return installed
+    return max(runnable)
+
+
+def _cupti_advice(binding: str | None, library: str | None, driver: str | None) -> str:
+    """`pip install` of a CUPTI binding and library of one published CUDA release."""
+    driver_release = _release(driver) if driver else None
+    release = cupti_release(
+        _release(binding) if binding else None, _release(library) if library else None,
+        driver_release,
+    )  # fmt: skip
+    text = ".".join(map(str, release))
+    advice = f"pip install '{CUPTI_BINDING}=={text}.*' '{CUPTI_LIBRARY}=={text}.*'"
+    if driver_release is not None and driver_release < release:
+        advice += f" (and a CUDA driver for CUDA {text} or newer: this one is for CUDA {driver})"
+    return advice
 
 
 def _driver_version() -> str | None:
@@ -454,14 +520,6 @@ def _find_origin(module: str) -> str | None:
     if spec is None:
         return None
     return spec.origin or next(iter(spec.submodule_search_locations or []), None) or module
-
-
-def _packages_of(target: str) -> tuple[str, ...]:
-    """The top-level packages a target needs: its unit's (first: the one it wraps), or a user
-    target's module's."""
-    if target in BUILTIN:
-        return library(target).packages[:1]
-    return (target.split(":", 1)[0].split(".", 1)[0],)
 
 
 def _distributions_of(target: str, packages: tuple[str, ...]) -> list[str]:

@@ -13,8 +13,12 @@ HTML in Jupyter and text in a terminal. Cells are named `<cell N>` (see kname.ce
 from __future__ import annotations
 
 import ast
+import bdb
+import contextlib
+import io
 import os
 import sys
+import tokenize
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -79,11 +83,19 @@ class KnameMagics(Magics):
 
 
 def run_counted(shell: Any, cell: str) -> Any:
-    """Run `cell` in the user's namespace, then display its census; return its last value."""
+    """Run `cell` in the user's namespace, then display its census; return its last value.
+
+    What the cell raises propagates; IPython shows its traceback from the cell's code on.
+    """
     number = _current_cell_number(shell)
     before = stretch.take()
     try:
         return _execute(shell, cell, number)
+    except BaseException as error:
+        # Shown whole where that cannot be arranged (an exception class that refuses it).
+        with contextlib.suppress(Exception):
+            _show_from_cell_code(shell, error)
+        raise
     finally:
         title = f"kname census of cell {number}" if number is not None else "kname census"
         if not (lifecycle.is_installed() and lifecycle.is_enabled()):
@@ -109,12 +121,28 @@ def status() -> str:
     )
 
 
+def _ends_in_semicolon(source: str) -> bool:
+    """IPython's rule for showing a cell's value (DisplayHook.quiet): not when the last token of
+    the cell, past comments and blank lines, is `;`."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return False
+    skipped = (tokenize.ENDMARKER, tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT)
+    last = next((token for token in reversed(tokens) if token.type not in skipped), None)
+    return last is not None and last.type == tokenize.OP and last.string == ";"
+
+
 def _execute(shell: Any, cell: str, number: int | None) -> Any:
     """Run the cell's code as IPython runs a cell: its transforms, its namespace, its last
-    expression's value returned (for the Out prompt), tracebacks pointing into the cell."""
+    expression's value returned for the Out prompt (none after a `;`), tracebacks pointing into
+    the cell."""
     # A leading blank line makes line N of the code line N of the cell as shown, whose line 1
-    # is `%%kname`: `<cell 5>:3` is the third line on screen.
-    source = "\n" + shell.transform_cell(cell)
+    # is `%%kname`: `<cell 5>:3` is the third line on screen. IPython's transforms drop the blank
+    # lines a cell starts with: they are kept from them, and counted.
+    lines = cell.splitlines(keepends=True)
+    blank = next((n for n, line in enumerate(lines) if line.strip()), len(lines))
+    source = "\n" * (1 + blank) + shell.transform_cell("".join(lines[blank:]))
     filename = shell.compile.cache(source, number or 0, raw_code="\n" + cell)
     tree = shell.transform_ast(shell.compile.ast_parse(source, filename=filename))
     last = None
@@ -123,7 +151,31 @@ def _execute(shell: Any, cell: str, number: int | None) -> Any:
     exec(shell.compile(tree, filename, "exec"), shell.user_ns)
     if last is None:
         return None
-    return eval(shell.compile(last, filename, "eval"), shell.user_ns)
+    value = eval(shell.compile(last, filename, "eval"), shell.user_ns)
+    return None if _ends_in_semicolon(source) else value
+
+
+def _show_from_cell_code(shell: Any, error: BaseException) -> None:
+    """Have IPython show `error`, raised by a running `%%kname` cell, as it shows a plain cell's:
+    from the cell's code on, without this module's frames.
+
+    Through `_render_traceback_`, which IPython's display asks an exception first; said once,
+    for this raise. Exceptions IPython shows otherwise (without frames, a syntax error's own way,
+    by a handler of the user's) are left alone.
+    """
+    quiet = (SystemExit, bdb.BdbQuit, SyntaxError, *getattr(shell, "custom_exceptions", ()))
+    running = getattr(getattr(shell, "displayhook", None), "exec_result", None) is not None
+    if not running or isinstance(error, quiet) or hasattr(error, "_render_traceback_"):
+        return
+    start = error.__traceback__
+    while start is not None and start.tb_frame.f_globals.get("__name__") == __name__:
+        start = start.tb_next
+
+    def render() -> list[str]:
+        vars(error).pop("_render_traceback_", None)  # raised again elsewhere, it is shown whole
+        return shell.InteractiveTB.structured_traceback(type(error), error, start, tb_offset=0)
+
+    error._render_traceback_ = render  # type: ignore[attr-defined]
 
 
 def _current_cell_number(shell: Any) -> int | None:

@@ -1,25 +1,29 @@
 """install() / uninstall() / enable() / disable() / paused() / profile(): kname in one process.
 
-install() reads the configuration once and hands it down: the naming rules to kname.callsite,
-the NVTX domain to kname.ranges, and to each target an Options record with this install's
-switch. It watches each target module; when one is imported (at once if it already is) the
-target's changes are applied and recorded. disable() restores every recorded change and enable()
-applies them again; uninstall() restores them for good, forgets the hooks and the rules, and
-switches off the wrappers of this install that someone may still hold.
+install() reads the configuration once and hands it down: the hot path to kname.hotpath, the
+naming rules to kname.callsite, the NVTX domain to kname.ranges, and to each target an Options
+record with this install's switch and hot path. It watches each target module; when one is
+imported (at once if it already is) the target's changes are applied and recorded. disable()
+restores every recorded change and enable() applies them again; uninstall() restores them for
+good, forgets the hooks, the rules and the hot path, and switches off the wrappers of this
+install that someone may still hold. At exit, a target's module that never came and a KNAME_SKIP
+prefix that matched none are said where no module of that name can be imported (a misspelling).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from kname import callsite, ranges
+from kname import callsite, hotpath, importable, ranges
 from kname._locks import new_lock
-from kname._warnings import warn_once
+from kname._warnings import exit_at_once, warn_once
 from kname.census import write_at_exit
 from kname.config import Config, read_config
 from kname.importhooks import Watch, unwatch, watch
@@ -53,48 +57,49 @@ class _State:
     enabled: bool = True  # survives uninstall(): install() after disable() stays disabled
     watches: list[Watch] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
-    source: str = "KNAME_TARGETS"  # where this install's targets were given, for messages
+    # Where each module:qualname target was given (KNAME_TARGETS or install()), for messages.
+    given: dict[str, str] = field(default_factory=dict)
 
 
 _state = _State()
 _ARGUMENT = "install(targets=...)"  # where targets come from, in messages, when not KNAME_TARGETS
+_exit_check_registered = False
+_exit_check_cancelled = False
 
 
 def install(targets: Iterable[str] | str | None = None) -> None:
     """Name the launches of `targets` (default: KNAME_TARGETS, else every built-in target).
 
     `targets` is a list of names or one comma-separated string, as in KNAME_TARGETS. Targets
-    whose modules are already imported are wrapped at once. Idempotent: a second install() does
-    nothing (uninstall() first to change targets). Raises ConfigError only with KNAME_STRICT=1.
+    whose modules are already imported are wrapped at once. Installed already (KNAME=1 started
+    kname, say), targets not yet named are added to the running install; without targets, or
+    with none new, it does nothing. Raises ConfigError only with KNAME_STRICT=1.
     """
     with _lock:
         if _state.config is not None:
+            if targets is not None:
+                _add_targets(targets)
             return
         config = read_config(builtin_targets=BUILTIN)
         for problem in config.problems:
             warn_once(problem, problem)
         if targets is not None:
             config = _with_targets(config, targets)
+        # Decided once for this install, before anything makes a wrapper or a range.
+        hotpath.use(config.native)
         callsite.configure(
             config.skip, config.format, config.depth, config.mode != "census", library_packages()
         )
         ranges.configure(config.domain)
-        _state.source = "KNAME_TARGETS" if targets is None else _ARGUMENT
-        chosen = _chosen_targets(config.targets, _state.source)
-        options = Options(
-            switch=Switch(_state.enabled),
-            renaming=config.mode == "rename",
-            chosen=frozenset(t.name for t in chosen if t.name in BUILTIN),
-            nesting=_can_nest(chosen),
-        )
-        _state.config, _state.switch = config, options.switch
+        source = "KNAME_TARGETS" if targets is None else _ARGUMENT
+        _state.given = dict.fromkeys(config.targets or (), source)
+        _state.config = config
+        _check_at_exit()  # before the census's: atexit runs it after, so strict's exit loses none
         if config.mode == "profile":
             _start_profiling(config)  # KNAME_REPORT is then the profile's JSON
         elif config.report:
             write_at_exit(config.report, strict=config.strict)
-        for module, module_targets in _by_module(chosen).items():
-            hook = functools.partial(_on_import, module_targets, options)
-            _state.watches.append(watch(module, hook))
+        _watch_targets(Switch(_state.enabled))
 
 
 def uninstall() -> None:
@@ -111,9 +116,10 @@ def uninstall() -> None:
         _state.switch.on = False
         _state.switch = Switch(False)
         _state.config = None
-        _state.watches, _state.changes = [], []
+        _state.watches, _state.changes, _state.given = [], [], {}
         callsite.configure()
         ranges.configure()
+        hotpath.reset()  # the next install() chooses again, from its own configuration
 
 
 def enable() -> None:
@@ -191,14 +197,119 @@ def _with_targets(config: Config, targets: Iterable[str] | str) -> Config:
     return replace(config, targets=parsed.targets or ())
 
 
-def _chosen_targets(names: tuple[str, ...] | None, source: str) -> list[Target]:
-    """The Targets of `names` (default: every built-in one); `source` is where they were given."""
+def cancel_exit_check() -> None:
+    """Check nothing at exit (the `kname` command itself runs no program of the user's)."""
+    global _exit_check_cancelled
+    _exit_check_cancelled = True
+
+
+def _check_at_exit() -> None:
+    global _exit_check_registered
+    if not _exit_check_registered:
+        atexit.register(_say_unmet_at_exit)
+        _exit_check_registered = True
+
+
+def _say_unmet_at_exit() -> None:
+    """Say which KNAME_TARGETS modules never came and which KNAME_SKIP prefixes matched no module,
+    where none of that name can be imported either (a misspelling, most likely); KNAME_STRICT=1
+    makes the exit status 2. One that can be imported but was not is this run's choice."""
+    with _lock:
+        config, watches, given = _state.config, list(_state.watches), dict(_state.given)
+    if config is None or _exit_check_cancelled:
+        return
+    ran = {watched.module for watched in watches if watched.seen is not None}
+    try:
+        targets = _unmet_targets([entry for entry in given if ":" in entry], ran)
+        problems = targets + _unmet_skips(config.skip)
+    except Exception:  # a finder that fails: never a traceback at exit, for a message
+        return
+    strict = " (KNAME_STRICT is on: exit status 2)" if config.strict else ""
+    for problem in problems:
+        warn_once(problem, problem + strict)
+    if problems and config.strict:
+        exit_at_once(2)
+
+
+def _unmet_targets(entries: list[str], ran: set[str]) -> list[str]:
+    """A line for each module:qualname entry whose module was never imported, nor can be."""
+    problems = []
+    for entry in entries:
+        module, qualname = entry.split(":", 1)
+        if module in ran or module in sys.modules or importable.find(module) is not None:
+            continue
+        meant = importable.nearest(module)
+        hint = f" (did you mean {meant}:{qualname}?)" if meant else ""
+        problems.append(
+            f"{_entry(entry)} named nothing: module {module!r} was never imported, and no module "
+            f"of that name can be imported here{hint}"
+        )
+    return problems
+
+
+def _unmet_skips(prefixes: tuple[str, ...]) -> list[str]:
+    """A line for each KNAME_SKIP prefix that no module imported had, nor any importable one."""
+    imported = list(sys.modules)
+    problems = []
+    for prefix in prefixes:
+        if any(m == prefix or m.startswith(prefix + ".") for m in imported):
+            continue
+        if importable.find(prefix) is not None:
+            continue
+        meant = importable.nearest(prefix)
+        problems.append(
+            f"KNAME_SKIP entry {prefix!r} matched no module: none of that name was imported, "
+            f"nor can one be imported here{f' (did you mean {meant!r}?)' if meant else ''}"
+        )
+    return problems
+
+
+def _add_targets(targets: Iterable[str] | str) -> None:
+    """Add `targets` to the running install: every change is made anew, with the same switch.
+
+    Anew, not only the new targets': a launcher among them changes how the other targets wrap
+    (Options.nesting). A wrapper the program holds keeps naming: its switch is unchanged.
+    """
+    config = _state.config
+    assert config is not None
+    named = BUILTIN if config.targets is None else config.targets
+    added = [t for t in _with_targets(config, targets).targets or () if t not in named]
+    if not added:
+        return
+    for change in reversed(_state.changes):
+        _restore(change)
+    unwatch(_state.watches)
+    _state.watches, _state.changes = [], []
+    _state.config = replace(config, targets=(*named, *added))
+    _state.given.update(dict.fromkeys(added, _ARGUMENT))
+    _watch_targets(_state.switch)
+
+
+def _watch_targets(switch: Switch) -> None:
+    """Watch the modules of the install's targets; their wrappers read `switch`."""
+    assert _state.config is not None
+    chosen = _chosen_targets(_state.config.targets)
+    options = Options(
+        switch=switch,
+        renaming=_state.config.mode == "rename",
+        chosen=frozenset(t.name for t in chosen if t.name in BUILTIN),
+        nesting=_can_nest(chosen),
+        hot_path=hotpath.current(),
+    )
+    _state.switch = switch  # first: a hook that fires at once checks it
+    for module, module_targets in _by_module(chosen).items():
+        hook = functools.partial(_on_import, module_targets, options)
+        _state.watches.append(watch(module, hook))
+
+
+def _chosen_targets(names: tuple[str, ...] | None) -> list[Target]:
+    """The Targets of `names` (default: every built-in one)."""
     chosen: list[Target] = []
     for name in BUILTIN if names is None else names:
         try:
             chosen.extend(library(name).targets if name in BUILTIN else [user_target(name)])
         except TargetProblem as exc:
-            warn_once(f"target:{name}", f"{source} entry {name!r} {exc}")
+            warn_once(f"target:{name}", f"{_entry(name)} {exc}")
         except Exception as exc:  # a broken unit must not stop the others
             warn_once(f"target:{name}", f"target {name!r} could not be loaded ({exc}); skipped")
     return chosen
@@ -268,4 +379,9 @@ def _origin(target: Target) -> str:
     """Which target a message is about: `KNAME_TARGETS entry 'fakegpu:launch'`, say."""
     if target.name in BUILTIN:
         return f"built-in target {target.name!r}: {target.module}:{target.what}"
-    return f"{_state.source} entry {target.name!r}"
+    return _entry(target.name)
+
+
+def _entry(name: str) -> str:
+    """`KNAME_TARGETS entry 'fakegpu:launch'`, or `install(targets=...) entry ...`."""
+    return f"{_state.given.get(name, 'KNAME_TARGETS')} entry {name!r}"

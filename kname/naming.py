@@ -5,16 +5,20 @@ Runs once per new call site, never per launch.
 
 from __future__ import annotations
 
+import dis
 import functools
 import hashlib
+import itertools
+import linecache
 import os
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
-from types import FrameType
+from types import CodeType, FrameType
 
+from kname import cells
 from kname._warnings import warn_once
-from kname.cells import cell_path
 from kname.config import MAX_NAME_LENGTH
 from kname.paths import short_path
 
@@ -27,6 +31,14 @@ _CUT_HEAD = MAX_NAME_LENGTH - len(" ...") - _DIGEST
 
 _NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]+")
 _roots: tuple[str, ...] | None = None
+
+# Code that Python 3.12+ runs in the frame of the code it is written in (PEP 709); generator
+# expressions keep a frame of their own on every version.
+_INLINED = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>"})
+# Python 3.10 only (no co_qualname): per file, the qualified names its code is created under.
+_MAX_FILES = 64
+_created_names: dict[str, tuple[list[str], dict[tuple[str, int], list]]] = {}
+_LOAD_CONST, _STORE_NAME = dis.opmap["LOAD_CONST"], dis.opmap["STORE_NAME"]
 
 
 @dataclass(frozen=True)
@@ -42,17 +54,50 @@ class FrameFacts:
 
 def frame_facts(frame: FrameType) -> FrameFacts:
     """Read the name-relevant facts of a live frame."""
-    code = frame.f_code
-    # A notebook or IPython cell is named by its execution number (`<cell 3>`), else its file.
-    path = cell_path(code.co_filename) or _short_path(code.co_filename, path_roots())
+    # Notebook and IPython cell code is named by its cell (`<cell 3>`) and line there, else by
+    # its file and line.
+    place = cells.cell_place(frame)
+    if place is None:
+        place = _short_path(frame.f_code.co_filename, path_roots()), frame.f_lineno or 0
+    path, line = place
     module = frame.f_globals.get("__name__")
     return FrameFacts(
-        function=getattr(code, "co_qualname", code.co_name),
+        function=function_name(frame),
         path=path,
         module=module if isinstance(module, str) else "?",
         file=path.rsplit("/", 1)[-1],
-        line=frame.f_lineno or 0,
+        line=line,
     )
+
+
+def function_name(frame: FrameType) -> str:
+    """`{function}`: the qualified name of the frame's code, the same on every Python 3.10+.
+
+    As Python 3.12+ gives it: `Solver.step`, `train.<locals>.inner`, `<lambda>`, `<module>`. A
+    list, set or dict comprehension is named after the code it is written in, which 3.12+ runs it
+    in (PEP 709); a generator expression keeps its own name (`Solver.step.<locals>.<genexpr>`) on
+    every version. On 3.10, which has no `co_qualname`, the name is read from the code that
+    creates the function (once per file). Code timed by `%timeit` is named as code in a cell.
+    """
+    code = frame.f_code
+    qualname = getattr(code, "co_qualname", None) or _created_name(code, frame.f_globals)
+    return fold_comprehensions(cells.untimed_name(code.co_filename, qualname))
+
+
+def fold_comprehensions(qualname: str) -> str:
+    """`qualname` with its list, set and dict comprehensions folded into the code around them:
+    `Solver.step.<locals>.<listcomp>` is `Solver.step`, a top-level `<listcomp>` is `<module>`."""
+    parts = [part for part in qualname.split(".") if part not in _INLINED]
+    # Only a folded name can end in `<locals>`: it was the comprehension's.
+    while parts and parts[-1] == "<locals>":
+        parts.pop()
+    return ".".join(parts) or "<module>"
+
+
+def is_inlined_comprehension(code: CodeType) -> bool:
+    """Whether `code` is a list, set or dict comprehension, which has a frame of its own only
+    before Python 3.12: its caller is then the frame it is written in, not another caller."""
+    return code.co_name in _INLINED
 
 
 def display_name(template: str, kernel: str, lib: str, frames: list[FrameFacts]) -> str:
@@ -113,6 +158,83 @@ def path_roots() -> tuple[str, ...]:
         unwanted = {"", os.sep, os.path.expanduser("~")}
         _roots = tuple(p for p in dict.fromkeys(map(_absolute, candidates)) if p not in unwanted)
     return _roots
+
+
+def _created_name(code: CodeType, module_globals: dict) -> str:
+    """Python 3.10: the qualified name that the code creating `code`'s function gave it, found
+    in its file compiled again; the bare name where the source is gone or has changed."""
+    if code.co_name == "<module>":
+        return code.co_name
+    found = _created_names_in(code.co_filename, module_globals).get(
+        (code.co_name, code.co_firstlineno), []
+    )
+    qualnames = {qualname for _, qualname in found}
+    if len(qualnames) == 1:
+        return qualnames.pop()
+    # Two functions of one name on one line (`lambda: lambda: 0`): the one compiled the same.
+    return next((qualname for twin, qualname in found if twin == code), code.co_name)
+
+
+def _created_names_in(filename: str, module_globals: dict) -> dict[tuple[str, int], list]:
+    """(name, first line) -> [(code, qualified name)] for every function, class body, lambda and
+    comprehension in the source of `filename`, compiled once while linecache keeps that source.
+
+    Keyed by name and line, not by the code itself: pytest rewrites its test modules' asserts, so
+    their code differs from the file's compiled again.
+    """
+    lines = linecache.getlines(filename, module_globals)
+    cached = _created_names.get(filename)
+    if cached is not None and cached[0] is lines:
+        return cached[1]
+    names: dict[tuple[str, int], list] = {}
+    try:
+        module = compile("".join(lines), filename, "exec", dont_inherit=True)
+        _collect_created_names(module, module.co_name, names)
+    except RecursionError:
+        return names  # named near the recursion limit: bare names, this time only
+    except (SyntaxError, ValueError, MemoryError):
+        pass  # the file changed since it was run, or is not Python: bare names
+    if lines:
+        if len(_created_names) >= _MAX_FILES:
+            _created_names.pop(next(iter(_created_names), ""), None)
+        _created_names[filename] = (lines, names)
+    return names
+
+
+def _collect_created_names(
+    code: CodeType, qualname: str, names: dict[tuple[str, int], list]
+) -> None:
+    """Add `code`, created under `qualname`, and the code it creates, to `names`."""
+    # Python 3.10 creates a function as LOAD_CONST <code>, LOAD_CONST <qualified name>,
+    # MAKE_FUNCTION: the name is the compiler's own. A class body is created under the bare
+    # class name, and stores its qualified name first thing: LOAD_CONST, STORE_NAME __qualname__.
+    consts, created, stored = code.co_consts, {}, None
+    if any(isinstance(c, CodeType) for c in consts) or "__qualname__" in code.co_names:
+        for (first, a), (second, b) in itertools.pairwise(_instructions(code)):
+            if first != _LOAD_CONST:
+                continue
+            if second == _LOAD_CONST and isinstance(consts[a], CodeType):
+                created.setdefault(id(consts[a]), consts[b])
+            elif second == _STORE_NAME and code.co_names[b] == "__qualname__" and stored is None:
+                stored = consts[a]  # the compiler's store comes before any of the user's
+    if code.co_name != "<module>" and isinstance(stored, str):
+        qualname = stored
+    if isinstance(qualname, str):
+        names.setdefault((code.co_name, code.co_firstlineno), []).append((code, qualname))
+    for constant in consts:
+        if isinstance(constant, CodeType):
+            _collect_created_names(constant, created.get(id(constant), constant.co_name), names)
+
+
+def _instructions(code: CodeType) -> Iterator[tuple[int, int]]:
+    """(opcode, argument) of each instruction of Python 3.10's bytecode: two bytes each, a large
+    argument spread over EXTENDED_ARG prefixes. Much cheaper than dis.get_instructions."""
+    raw, extended = code.co_code, 0
+    for at in range(0, len(raw), 2):
+        operation, argument = raw[at], raw[at + 1] | extended
+        extended = argument << 8 if operation == dis.EXTENDED_ARG else 0
+        if operation != dis.EXTENDED_ARG:
+            yield operation, argument
 
 
 @functools.lru_cache(maxsize=4096)

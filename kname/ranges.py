@@ -1,9 +1,10 @@
 """kname's NVTX domain and its ranges: one prebuilt push and pop per distinct range name.
 
 Each name's attributes (a registered string, a colour, the library as category) are built once
-and never mutated. Where kname._native was built with the NVTX headers, push and pop are its C
-objects, which call the NVTX C API (and which its launch wrapper calls without a Python call);
-otherwise, and with KNAME_NATIVE=0, the nvtx package's calls. With no NVTX tool attached the
+and never mutated. Where the hot path in effect has them (kname._native built with the NVTX
+headers; kname.hotpath), push and pop are its C objects, which call the NVTX C API (and which its
+launch wrapper calls without a Python call); otherwise, and with KNAME_NATIVE=0, the nvtx
+package's calls. With no NVTX tool attached the
 `nvtx` package hands back a dummy domain; then there are no ranges.
 """
 
@@ -11,10 +12,9 @@ from __future__ import annotations
 
 import functools
 import zlib
-from collections.abc import Callable
 from typing import Any
 
-from kname import _native_choice
+from kname import hotpath
 from kname._locks import new_lock
 from kname.config import DEFAULT_DOMAIN
 
@@ -31,8 +31,8 @@ _lock = new_lock()
 _domain_name = DEFAULT_DOMAIN
 _domain: Any = None
 _range_functions: Any = None  # nvtx's module-level Cython (push_range, pop_range), if it has them
-Calls = tuple[Callable[[], None], Callable[[], None]]  # a range's push and pop
-_ranges: dict[tuple[str, int, str, bool], Calls] = {}  # (name, colour, library, C?) -> calls
+Calls = hotpath.RangeCalls  # a range's push and pop
+_ranges: dict[tuple[str, int, str, Any], Calls] = {}  # (name, colour, library, maker) -> calls
 
 
 def configure(domain_name: str | None = None) -> None:
@@ -66,16 +66,10 @@ def domain() -> Any:
         except (ImportError, AttributeError):  # another nvtx release: its public methods
             _range_functions = None
         _domain = nvtx.get_domain(_domain_name)
-        native = _native_nvtx()
-        if native is not None:
-            native.nvtx_domain(_domain_name)  # its own NVTX table loads the tool now, too
+        nvtx_domain = hotpath.current().nvtx_domain
+        if nvtx_domain is not None:
+            nvtx_domain(_domain_name)  # the extension's own NVTX table loads the tool now, too
     return _domain
-
-
-def _native_nvtx() -> Any:
-    """kname._native when it calls NVTX itself (built with the headers, and in use), else None."""
-    native = _native_choice.native_module()
-    return native if native is not None and hasattr(native, "nvtx_range") else None
 
 
 def tool_attached() -> bool:
@@ -92,35 +86,38 @@ def range_for(name: str, kernel: str, lib: str) -> Calls | None:
     """Zero-argument push and pop of a range called `name`, or None when no tool is attached."""
     if not tool_attached():
         return None
-    native = _native_nvtx()
-    # Keyed by the implementation too: KNAME_NATIVE=0 then gets the nvtx package's calls even
-    # for a name an earlier install() gave C calls.
-    key = (name, colour_of(kernel), lib, native is not None)
+    maker = hotpath.current().nvtx_range
+    # Keyed by the maker too: KNAME_NATIVE=0 then gets the nvtx package's calls even for a name
+    # an earlier install() gave C calls.
+    key = (name, colour_of(kernel), lib, maker)
     calls = _ranges.get(key)
     if calls is not None:
         return calls
     with _lock:
         if len(_ranges) >= MAX_NAMES:
             # NVTX strings cannot be unregistered: past the bound every new site shares one name.
-            key = (OVERFLOW_NAME, PALETTE[0], lib, native is not None)
+            key = (OVERFLOW_NAME, PALETTE[0], lib, maker)
         calls = _ranges.get(key)
         if calls is None:
-            calls = _range_calls(native, *key[:3])
+            calls = _range_calls(maker, *key[:3])
             _ranges[key] = calls
     return calls
 
 
-def _range_calls(native: Any, message: str, colour: int, lib: str) -> Calls:
+def _range_calls(
+    maker: hotpath.NvtxRangeMaker | None, message: str, colour: int, lib: str
+) -> Calls:
     """push and pop of one range, the cheapest there are.
 
-    kname._native's C calls where it has them (`native`). Else the nvtx package's module-level
-    Cython `push_range(attributes, handle)` (what nvtx.annotate uses), which skips the keyword
-    handling of `Domain.push_range`: 150-220 ns less per launch under a profiler. Either way the
-    calls are C functions bound to their arguments: no bytecode runs inside them, so once push()
-    is called the range is open, async exceptions or not (kname.launch relies on it).
+    The C extension's calls where the hot path has them (`maker`). Else the nvtx package's
+    module-level Cython `push_range(attributes, handle)` (what nvtx.annotate uses), which skips
+    the keyword handling of `Domain.push_range`: 150-220 ns less per launch under a profiler.
+    Either way the calls are C functions bound to their arguments: no bytecode runs inside them,
+    so once push() is called the range is open, async exceptions or not (kname.launch relies on
+    it).
     """
-    if native is not None:
-        calls = native.nvtx_range(_domain_name, message, colour, lib)
+    if maker is not None:
+        calls = maker(_domain_name, message, colour, lib)
         if calls is not None:
             return calls
     d = domain()
@@ -136,5 +133,5 @@ def _range_calls(native: Any, message: str, colour: int, lib: str) -> Calls:
 
 def registered_names() -> int:
     """How many range names kname has registered with NVTX (a name registered through both
-    kname._native's calls and the nvtx package's counts twice)."""
+    the C calls and the nvtx package's counts twice)."""
     return len(_ranges)

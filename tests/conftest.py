@@ -12,13 +12,14 @@ from support import HOT_PATH_VARIABLE, Venv, build_extensions_in_place, build_wh
 from support.nvtx_capture import InjectionUnavailable, build_injection_library
 
 import kname
-from kname import _native_choice, _warnings, callsite, naming
+from kname import _warnings, callsite, hotpath, naming
 
 # Test modules whose every test runs twice: on the pure-Python per-launch wrapper and on the C one.
 BOTH_HOT_PATHS = {
     "test_callsite", "test_callsite_bounds", "test_callsite_faults", "test_census", "test_ipython",
     "test_launch", "test_lifecycle", "test_profile_capture", "test_profile_mode",
     "test_profile_session", "test_reliability_async", "test_targets_user",
+    "test_launch_function_names",
     "test_reliability", "test_reliability_concurrency", "test_reliability_imports",
     "test_reliability_resources", "test_rename", "test_rename_libraries", "test_targets_cuda_core",
     "test_targets_cupy", "test_targets_pycuda", "test_targets_triton",
@@ -64,8 +65,9 @@ def hot_path(request: pytest.FixtureRequest, fresh_kname, monkeypatch: pytest.Mo
     if path is None:
         yield None
         return
-    if path == "native" and _native_choice.choice({})[0] is None:
-        pytest.skip(f"no native hot path here: {_native_choice.choice({})[1]}")
+    why_not_native = hotpath.choose(True).why_python
+    if path == "native" and why_not_native:
+        pytest.skip(f"no native hot path here: {why_not_native}")
     monkeypatch.setenv(HOT_PATH_VARIABLE, HOT_PATHS[path])
     yield path
     # A test that cleaned its environment must have kept the variable (support.cleaned).

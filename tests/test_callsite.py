@@ -7,6 +7,7 @@ process's first NVTX call).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -739,3 +740,29 @@ def test_site_name_of_a_simulator_kernel_is_named_by_its_function(tmp_path) -> N
     assert done.stderr == ""
     line = line_of(SITE_NAME_OF_A_KERNEL, "L:site-name")
     assert json.loads(done.stdout) == f"axpy custom_launcher:{line}"
+
+
+def test_new_rules_replace_the_old_whole_and_sites_stay_handed_to_a_profile() -> None:
+    """configure() makes one new frozen Rules and keeps use_site_calls' factory;
+    use_site_calls() changes the factory alone."""
+
+    def factory(site):
+        return site.push, site.pop
+
+    callsite.use_site_calls(factory)
+    try:
+        before = callsite._rules
+        callsite.configure(("mylib",), "{kernel}", 2, False, ("gpulib",))
+        rules = callsite._rules
+        assert rules is not before and rules.site_calls is factory
+        assert (rules.skip, rules.template, rules.depth, rules.emit_nvtx) == (
+            ("mylib",), "{kernel}", 2, False,
+        )  # fmt: skip
+        assert rules.library_modules == (*callsite.CORE_LIBRARY_MODULES, "gpulib")
+        assert rules.library_path.search("/lib/site-packages/gpulib/launch.py")
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            rules.depth = 3  # type: ignore[misc]
+        callsite.use_site_calls(None)
+        assert callsite._rules == dataclasses.replace(rules, site_calls=None)
+    finally:
+        callsite.use_site_calls(None)

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import ctypes
+import functools
+import json
+import os
 import re
+import subprocess
 import sys
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support import cleaned
 
 from kname import doctor
 from kname.config import KNOWN_VARIABLES
@@ -156,6 +162,110 @@ def test_two_versions_differ_exactly_when_their_major_minor_do(a, b, patch_a, pa
     assert doctor.releases_differ(second, first) is (a != b)
 
 
+# --- CUPTI advice: only pairs that can be installed -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("binding", "library", "driver", "advised"),
+    [
+        (
+            "13.4.0",
+            "13.5.25",
+            None,
+            "13.4",
+        ),  # what pip gives for cupti-python 13.4: no 13.5 binding
+        ("13.4.0", "13.5.25", "13.0", "13.0"),  # the driver runs CUDA 13.0 at most
+        ("13.4.0", "13.0.85", None, "13.0"),  # the library's release has a binding
+        ("13.4.0", "13.0.85", "13.4", "13.0"),
+    ],
+)
+def test_the_mismatch_advice_names_a_pair_that_is_published(
+    installed_cupti, monkeypatch, capsys, binding, library, driver, advised
+) -> None:
+    installed_cupti.update({"cupti-python": binding, "nvidia-cuda-cupti": library})
+    monkeypatch.setattr(doctor, "_driver_version", lambda: driver)  # the machine's, not kname's
+    _, lines = doctor_lines(capsys)
+    (mismatch,) = [line for line in lines if "are of different CUDA releases" in line]
+    assert mismatch.endswith(
+        f"pip install 'cupti-python=={advised}.*' 'nvidia-cuda-cupti=={advised}.*'"
+    ), mismatch
+
+
+def test_the_advice_for_a_missing_binding_is_a_published_pair(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(doctor, "_version_or_none", lambda d: "13.5.25" if "cuda" in d else None)
+    monkeypatch.setitem(sys.modules, "cupti", None)  # no binding: ImportError
+    monkeypatch.setattr(doctor, "_driver_version", lambda: None)
+    _, lines = doctor_lines(capsys)
+    assert profiling_lines(lines) == [
+        "– profiling: the CUPTI binding is not installed; kname profile needs it: pip install "
+        "'cupti-python==13.4.*' 'nvidia-cuda-cupti==13.4.*'"
+    ]
+
+
+cuda_releases = st.tuples(st.integers(11, 14), st.integers(0, 9))
+published_releases = st.lists(cuda_releases, min_size=1, max_size=6, unique=True).map(tuple)
+maybe = st.none() | cuda_releases
+
+
+@given(maybe, maybe, maybe, published_releases)
+def test_the_release_advised_is_always_a_published_one(binding, library, driver, published):
+    assert doctor.cupti_release(binding, library, driver, published) in published
+
+
+@given(maybe, maybe, cuda_releases, published_releases)
+def test_the_release_advised_is_one_the_driver_runs_where_one_is(
+    binding, library, driver, published
+) -> None:
+    advised = doctor.cupti_release(binding, library, driver, published)
+    assert advised <= driver or all(release > driver for release in published)
+
+
+@given(maybe, maybe, maybe, published_releases)
+def test_the_installed_library_release_is_kept_else_the_binding_release(
+    binding, library, driver, published
+) -> None:
+    advised = doctor.cupti_release(binding, library, driver, published)
+    runnable = [r for r in published if driver is None or r <= driver] or list(published)
+    if library in runnable:
+        assert advised == library
+    elif binding in runnable:
+        assert advised == binding
+    else:
+        assert advised == max(runnable)
+
+
+@functools.cache
+def index_reachable() -> bool:
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", "cupti-python"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    return done.returncode == 0 and "Available versions" in done.stdout
+
+
+@pytest.mark.parametrize("release", doctor.CUPTI_RELEASES, ids=lambda r: f"{r[0]}.{r[1]}")
+def test_every_cupti_pair_doctor_advises_installs_from_the_index(release, tmp_path) -> None:
+    if not index_reachable():
+        pytest.skip("the package index cannot be reached from here")
+    text = f"{release[0]}.{release[1]}"
+    advice = doctor._cupti_advice(None, f"{text}.0", None)
+    requirements = re.findall(r"'([^']+)'", advice)
+    assert requirements == [f"cupti-python=={text}.*", f"nvidia-cuda-cupti=={text}.*"], advice
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+         "--report", str(report), *requirements],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    chosen = {
+        i["metadata"]["name"]: i["metadata"]["version"]
+        for i in json.loads(report.read_text())["install"]
+    }
+    for distribution in ("cupti-python", "nvidia-cuda-cupti"):
+        assert chosen[distribution].startswith(f"{text}."), chosen
+
+
 # --- --profile-check ------------------------------------------------------------------------
 
 
@@ -179,3 +289,71 @@ def test_kname_doctor_profile_check_without_a_gpu_exits_0(kname_venv, inject_lib
     assert done.stderr == ""
     checked = [line for line in done.stdout.splitlines() if "profile check" in line]
     assert checked == ["– profile check: no CUDA driver here, so no GPU: skipped"]
+
+
+# --- user targets: looked for where the program would look --------------------------------
+
+
+@pytest.fixture
+def app_directory(tmp_path, monkeypatch) -> Path:
+    """An app's directory with a package of its own, `physics`, as the working directory; this
+    process's sys.path without it (as the `kname` console script's is)."""
+    (tmp_path / "physics").mkdir()
+    (tmp_path / "physics" / "__init__.py").write_text(
+        "raise RuntimeError('physics was imported')\n"
+    )
+    (tmp_path / "physics" / "launch.py").write_text("def launch_1d():\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    here = {"", ".", str(tmp_path)}
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in here])
+    return tmp_path
+
+
+def target_lines(lines: list[str]) -> list[str]:
+    return [line for line in lines if line[2:].startswith("target ")]
+
+
+def test_a_project_local_target_is_found_in_the_current_directory(app_directory, monkeypatch,
+                                                                  capsys) -> None:  # fmt: skip
+    monkeypatch.setenv("KNAME_TARGETS", "physics.launch:launch_1d")
+    _, lines = doctor_lines(capsys)
+    assert target_lines(lines) == [
+        f"✓ target physics.launch:launch_1d: physics.launch, found in the current directory "
+        f"({app_directory / 'physics' / 'launch.py'}), as a program started here imports it"
+    ]
+    assert "physics" not in sys.modules
+
+
+@pytest.mark.parametrize(
+    ("entry", "hint"),
+    [
+        ("physic.launch:launch_1d", " (did you mean physics.launch:launch_1d?)"),
+        ("physics.lanch:launch_1d", " (did you mean physics.launch:launch_1d?)"),
+        ("nosuchmod:f", ""),
+    ],
+)
+def test_a_target_that_cannot_be_imported_says_where_it_was_looked_for(
+    app_directory, monkeypatch, capsys, entry, hint
+) -> None:
+    monkeypatch.setenv("KNAME_TARGETS", entry)
+    code, lines = doctor_lines(capsys)
+    module = entry.split(":")[0]
+    assert code == 1
+    assert target_lines(lines) == [
+        f"✗ target {entry} (KNAME_TARGETS): no module {module!r} can be imported from the current "
+        f"directory ({app_directory}) or this Python's sys.path{hint}"
+    ]
+    assert "physics" not in sys.modules
+
+
+def test_the_kname_command_run_in_an_app_directory_finds_its_package(kname_venv, tmp_path):
+    # The console script's sys.path starts with the venv's bin directory, not the working one.
+    (tmp_path / "physics").mkdir()
+    (tmp_path / "physics" / "__init__.py").write_text("")
+    (tmp_path / "physics" / "launch.py").write_text("def launch_1d():\n    pass\n")
+    environ = {k: v for k, v in os.environ.items() if not cleaned(k) and k != "PYTHONPATH"}
+    environ["KNAME_TARGETS"] = "physics.launch:launch_1d"
+    done = subprocess.run([str(kname_venv.root / "bin" / "kname"), "doctor"], capture_output=True,
+                          text=True, env=environ, cwd=tmp_path, check=False)  # fmt: skip
+    (line,) = target_lines(done.stdout.splitlines())
+    assert line.startswith("✓ target physics.launch:launch_1d: physics.launch, found in"), line

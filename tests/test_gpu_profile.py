@@ -20,7 +20,7 @@ import sys
 import pytest
 from support import REPO
 
-from kname import _native_choice
+from kname import hotpath
 from kname.documents.files import load
 from kname.profiling.records import load_streams
 
@@ -42,8 +42,9 @@ def _missing() -> str | None:
 @pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
 @pytest.mark.parametrize("callbacks", ["native", "python"])
 def test_every_line_of_the_demo_shows_its_gpu_time(tmp_path, callbacks):
-    if callbacks == "native" and _native_choice.cupti_choice({})[0] is None:
-        pytest.skip(f"no native CUPTI callback: {_native_choice.cupti_choice({})[1]}")
+    native, why = hotpath.choose(True).cupti()
+    if callbacks == "native" and native is None:
+        pytest.skip(f"no native CUPTI callback: {why}")
     env = {k: v for k, v in os.environ.items() if not k.startswith("KNAME")}
     env.update(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
     env["KNAME_NATIVE"] = "1" if callbacks == "native" else "0"

@@ -1,6 +1,7 @@
 """The IPython extension, in real IPython shells in subprocesses, running cells that launch
-numba kernels on the CUDA simulator: `%load_ext kname`, `%kname`, `%%kname`, cell names, the
-profile config, and a real Jupyter kernel (ipykernel's in-process kernel) where installed.
+numba kernels on the CUDA simulator: `%load_ext kname`, `%kname`, `%%kname` (its value, its
+traceback), cell names (timing magics' code too), the profile config, and a real Jupyter kernel
+(ipykernel's in-process kernel) where installed.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support import REPO, cleaned, line_of
 
 pytest.importorskip("IPython")
+from kname.ipython import _ends_in_semicolon
 
 SHELL = """\
 import json, sys
@@ -191,6 +195,100 @@ def test_a_failing_kname_cell_shows_its_census_and_its_own_traceback(tmp_path: P
     assert re.search(r"-+> 3 1 / 0  # fails-here", shown), shown
 
 
+def test_launches_timed_by_time_and_timeit_are_named_by_their_cell_and_line(tmp_path) -> None:
+    launch = "axpy[1, 8](out, 1.0, x)"
+    timed = [
+        f"out, x = np.zeros(8), np.arange(8.0)\n%time {launch}\n",  # cell 3, its line 2
+        f"%%time\nstep(out, x)\n{launch}\n",  # cell 4: the body starts at line 2
+        f"%timeit -n1 -r1 {launch}\n",  # cell 5
+        f"%%timeit -n1 -r1 pass\n{launch}\n(lambda: {launch})()\n",  # cell 6
+        f"%time {launch}\n",  # cell 7: cell 3's line again, in another cell
+        f"%%kname\n\n%time {launch}\n",  # cell 8: a %%kname cell's lines are as shown
+    ]
+    names = "import json, kname; print(json.dumps(kname.names()))"
+    results = run_cells(tmp_path, "%load_ext kname", KERNELS, *timed, names)
+    assert [r["error"] for r in results] == [None] * len(results)
+    assert json.loads(results[-1]["stdout"]) == {
+        "<module> <cell 3>:2": 1,
+        f"step <cell 2>:{STEP_LINE}": 1,
+        "<module> <cell 4>:3": 1,
+        "<module> <cell 5>:1": 1,
+        "<module> <cell 6>:2": 1,
+        "<lambda> <cell 6>:3": 1,
+        "<module> <cell 7>:1": 1,
+        "<module> <cell 8>:3": 1,
+    }
+
+
+def test_a_kname_cell_ending_in_a_semicolon_shows_no_value_as_a_plain_cell_shows_none(
+    tmp_path: Path,
+) -> None:
+    cells = ["%%kname\n42;", "%%kname\nx = 6\nx * 7;  # quiet\n\n", "%%kname\n42  # shown", "42;"]
+    results = run_cells(tmp_path, "%load_ext kname", *cells, "42")
+    assert [r["error"] for r in results] == [None] * 6
+    assert [re.findall(r"Out\[\d+\]: .*", r["stdout"]) for r in results[1:]] == [
+        [], [], ["Out[4]: 42"], [], ["Out[6]: 42"],
+    ]  # fmt: skip
+    assert shown_text(results[1]) == "kname census of cell 2: 0 launches from 0 call sites\n"
+
+
+# Lines of cells: values, values ended by `;`, comments and strings holding `;`, blank lines.
+cell_lines = st.sampled_from([
+    "42", "42;", "x = 1;", "f(1) ;", "'a;'", "s = 'b;' # c", "# ;", "#", "", "   ", "42;  # shown?",
+    "for i in r:\n    f(i);", "if x:\n    y\n", "(1,\n 2);", "a; b", "a; b;",
+])  # fmt: skip
+cells_text = st.builds(
+    lambda lines, end: "\n".join(lines) + end,
+    st.lists(cell_lines, max_size=6),
+    st.sampled_from(["", "\n"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(cells_text)
+def test_a_kname_cell_hides_its_value_exactly_when_ipython_hides_a_plain_cells(source) -> None:
+    from IPython.core.displayhook import DisplayHook
+
+    ipython_rule = getattr(DisplayHook, "semicolon_at_end_of_expression", None)
+    if ipython_rule is None:
+        pytest.skip("this IPython keeps its rule inside DisplayHook.quiet")
+    assert _ends_in_semicolon(source) == bool(ipython_rule(source))
+
+
+def frames_shown(traceback: str) -> list[str]:
+    """The frames a traceback IPython printed shows, outermost first, by their headers."""
+    return re.findall(r"^(?:Cell In\[\d+\], line \d+.*|File .*|Input In .*)$", traceback, re.M)
+
+
+def test_a_kname_cells_traceback_starts_at_the_cells_code_as_a_plain_cells_does(
+    tmp_path: Path,
+) -> None:
+    code = "def fails():\n    step(np.zeros(8), np.ones(8))\n    1 / 0\n\nfails()\n"
+    results = run_cells(tmp_path, "%load_ext kname", KERNELS, "%%kname\n" + code, code)
+    assert [r["error"] for r in results] == [None, None, "ZeroDivisionError", "ZeroDivisionError"]
+    assert shown_text(results[2]).startswith("kname census of cell 3: 1 launch from 1 call site")
+    # Line N of the plain cell is line N + 1 of the %%kname cell, under its `%%kname` line.
+    assert frames_shown(results[2]["stdout"]) == [
+        "Cell In[3], line 6",
+        "Cell In[3], line 4, in fails()",
+    ]
+    assert frames_shown(results[3]["stdout"]) == [
+        "Cell In[4], line 5",
+        "Cell In[4], line 3, in fails()",
+    ]
+
+
+def test_an_exception_that_refuses_attributes_reaches_the_cell_unchanged(tmp_path) -> None:
+    stubborn = (
+        "class Stubborn(Exception):\n"
+        "    def __setattr__(self, name, value):\n"
+        "        raise TypeError('no attributes here')\n"
+    )
+    results = run_cells(tmp_path, "%load_ext kname", stubborn, "%%kname\nraise Stubborn()\n")
+    assert results[2]["error"] == "Stubborn"
+    assert "no attributes here" not in results[2]["stdout"]
+
+
 def test_unloading_the_extension_uninstalls_what_it_installed(tmp_path: Path) -> None:
     check = "import kname; print('installed:', kname.is_installed())"
     results = run_cells(tmp_path, "%load_ext kname", check, "%unload_ext kname", check)
@@ -255,12 +353,14 @@ print(json.dumps(results))
 """
 
 
-@pytest.mark.skipif(
+NO_IPYKERNEL = pytest.mark.skipif(
     importlib.util.find_spec("ipykernel") is None, reason="ipykernel is not installed"
 )
-def test_a_jupyter_kernel_names_cells_by_their_execution_number(tmp_path: Path) -> None:
-    where = "step.__code__.co_filename"
-    (tmp_path / "cells.json").write_text(json.dumps(["%load_ext kname", KERNELS, COUNTED, where]))
+
+
+def run_in_jupyter(tmp_path: Path, *cells: str) -> list[list[dict]]:
+    """Run `cells` in a real Jupyter kernel; the messages each cell sent to the notebook."""
+    (tmp_path / "cells.json").write_text(json.dumps(cells))
     (tmp_path / "jupyter.py").write_text(JUPYTER)
     done = subprocess.run(
         [sys.executable, "-X", "frozen_modules=off", str(tmp_path / "jupyter.py"),
@@ -268,7 +368,13 @@ def test_a_jupyter_kernel_names_cells_by_their_execution_number(tmp_path: Path) 
         env=environment(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    results = json.loads(done.stdout.splitlines()[-1])
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@NO_IPYKERNEL
+def test_a_jupyter_kernel_names_cells_by_their_execution_number(tmp_path: Path) -> None:
+    where = "step.__code__.co_filename"
+    results = run_in_jupyter(tmp_path, "%load_ext kname", KERNELS, COUNTED, where)
     # Jupyter compiles a cell under a file named by a hash of its text, not by its number ...
     [value] = results[3]
     assert re.search(r"ipykernel_\d+[/\\]\d+\.py'$", value["data"]["text/plain"]), value
@@ -283,3 +389,12 @@ def test_a_jupyter_kernel_names_cells_by_their_execution_number(tmp_path: Path) 
         ]
     ]
     assert "<table>" in displayed[0]["data"]["text/html"]
+
+
+@NO_IPYKERNEL
+def test_a_jupyter_kernel_shows_a_kname_cells_traceback_from_the_cells_code(tmp_path) -> None:
+    results = run_in_jupyter(tmp_path, "%load_ext kname", "%%kname\n\n1 / 0\n")
+    [error] = [shown for shown in results[1] if shown["type"] == "error"]
+    assert error["ename"] == "ZeroDivisionError"
+    traceback = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error["traceback"]))
+    assert frames_shown(traceback) == ["Cell In[2], line 3"], traceback

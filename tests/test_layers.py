@@ -30,7 +30,15 @@ LAYERS = [
     },
     {"kname.documents"},  # and every kname.documents.* module: saved censuses and profiles
     {"kname.launch"},
-    {"kname.callsite", "kname.naming", "kname.paths", "kname.ranges", "kname.cells"},
+    {
+        "kname.callsite",
+        "kname.counters",
+        "kname.naming",
+        "kname.paths",
+        "kname.ranges",
+        "kname.cells",
+    },
+    {"kname.hotpath", "kname.pyhotpath"},
     {
         "kname.config",
         "kname.patching",
@@ -38,19 +46,22 @@ LAYERS = [
         "kname._sigterm",
         "kname._warnings",
         "kname._version",
-        "kname._native_choice",
         "kname._watched",
         "kname.ranks",
         "kname.rank_paths",
+        "kname.importable",
     },
 ]
 HOT_PATH = {
     "kname.launch",
     "kname.callsite",
+    "kname.counters",
     "kname.naming",
     "kname.paths",
     "kname.ranges",
     "kname.cells",
+    "kname.hotpath",
+    "kname.pyhotpath",
 }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import os
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from support.nvtx_capture import run_captured
 from wrapt import importer
 
 import kname
-from kname import census, importhooks, patching
+from kname import census, importhooks, lifecycle, patching
 
 
 @pytest.fixture
@@ -462,3 +463,177 @@ def test_a_wrapper_kept_after_uninstall_pushes_no_range(gpu, inject_lib, tmp_pat
     assert done.returncode == 0, done.stderr
     assert capture.ranges("kname") == ["<module> kept.py:4", "<module> kept.py:10"]
     assert done.stdout.strip() == "2"
+
+
+# --------------------------------------------------------------------------
+# install(targets) in a program kname has already started (KNAME=1)
+# --------------------------------------------------------------------------
+
+
+def test_install_with_targets_adds_them_to_the_running_install(gpu, monkeypatch) -> None:
+    module = fakegpu()
+    monkeypatch.setenv("KNAME_TARGETS", "fakegpu:launch_a")
+    kname.install()  # as the start-up gate does with KNAME=1
+    kept = module.launch_a  # a wrapper the program already holds
+    kname.install(targets=["fakegpu:launch_b"])  # was ignored, without a word
+    assert is_wrapper(module.launch_a) and is_wrapper(module.launch_b)
+    assert lifecycle.current_config().targets == ("fakegpu:launch_a", "fakegpu:launch_b")
+    module.launch_a()
+    module.launch_b()
+    kept()  # still named: the install's switch is the same
+    assert sum(kname.names().values()) == 3, kname.names()
+    kname.uninstall()
+    assert not is_wrapper(module.launch_a) and not is_wrapper(module.launch_b)
+
+
+def test_targets_added_while_disabled_are_wrapped_at_enable(gpu) -> None:
+    module = fakegpu()
+    kname.install(targets=["fakegpu:launch_a"])
+    kname.disable()
+    kname.install(targets=["fakegpu:launch_b"])
+    assert not is_wrapper(module.launch_a) and not is_wrapper(module.launch_b)
+    kname.enable()
+    assert is_wrapper(module.launch_a) and is_wrapper(module.launch_b)
+
+
+def test_a_target_added_later_says_its_problem_as_given_to_install(gpu, capsys, monkeypatch):
+    monkeypatch.setenv("KNAME_TARGETS", "fakegpu:launch_a")
+    fakegpu()
+    kname.install()
+    kname.install(targets=["fakegpu:nope"])
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("kname: install(targets=...) entry 'fakegpu:nope' was not found"), line
+
+
+def test_install_with_targets_after_the_start_up_gate_names_them(gpu, kname_venv) -> None:
+    (gpu / "prog.py").write_text(
+        "import kname\n"
+        "kname.install('fakegpu:launch')\n"
+        "import fakegpu\n"
+        "fakegpu.launch()\n"
+        "print(kname.is_installed(), kname.names())\n"
+    )
+    env = {"KNAME": "1", "PYTHONPATH": str(gpu)}
+    done = kname_venv.python_run("prog.py", env=env, cwd=gpu)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert done.stdout.strip() == "True {'<module> prog.py:4': 1}"
+
+
+# --------------------------------------------------------------------------
+# Said at exit: a target's module that never came, a KNAME_SKIP prefix that matched none
+# --------------------------------------------------------------------------
+
+PROGRAM = """
+import kname
+kname.install()
+import physics.launch
+physics.launch.launch_1d()
+print(sum(kname.names().values()))
+"""
+
+
+@pytest.fixture
+def physics_app(gpu: Path) -> Path:
+    """An app directory with a package of its own, `physics` (its launcher wraps fakegpu)."""
+    (gpu / "physics").mkdir()
+    (gpu / "physics" / "__init__.py").write_text("")
+    (gpu / "physics" / "launch.py").write_text(
+        "import fakegpu\n\n\ndef launch_1d():\n    fakegpu.launch()\n"
+    )
+    (gpu / "physics" / "other.py").write_text("def f():\n    pass\n")
+    (gpu / "prog.py").write_text(PROGRAM)
+    return gpu
+
+
+def run_app(app: Path, program: str = "prog.py", **env: str) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if not cleaned(k)}
+    environ.update(PYTHONPATH=str(REPO), **env)
+    return subprocess.run([sys.executable, program], capture_output=True, text=True, env=environ,
+                          cwd=app, timeout=60, check=False)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("targets", "meant"),
+    [
+        ("physic.launch:launch_1d", "physics.launch:launch_1d"),
+        ("physics.lanch:launch_1d", "physics.launch:launch_1d"),
+        ("nosuchmod:f", None),
+    ],
+)
+def test_a_target_module_that_cannot_be_imported_is_said_at_exit(physics_app, targets, meant):
+    done = run_app(physics_app, KNAME_TARGETS=f"fakegpu:launch_a,{targets}")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0"
+    module = targets.split(":")[0]
+    hint = f" (did you mean {meant}?)" if meant else ""
+    assert done.stderr.splitlines() == [
+        f"kname: KNAME_TARGETS entry {targets!r} named nothing: module {module!r} was never "
+        f"imported, and no module of that name can be imported here{hint}"
+    ]
+
+
+def test_under_strict_a_target_that_never_came_is_exit_status_2_after_the_census(physics_app):
+    report = physics_app / "census.json"
+    done = run_app(physics_app, KNAME_TARGETS="physics.launch:launch_1d,nosuchmod:f",
+                   KNAME_STRICT="1", KNAME_REPORT=str(report))  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stdout.strip() == "1"
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("kname: KNAME_TARGETS entry 'nosuchmod:f' named nothing: ")
+    assert line.endswith("can be imported here (KNAME_STRICT is on: exit status 2)")
+    assert json.loads(report.read_text())["total_launches"] == 1
+
+
+def test_a_target_module_that_could_be_imported_but_was_not_is_not_said(physics_app) -> None:
+    done = run_app(physics_app, KNAME_TARGETS="physics.launch:launch_1d,physics.other:f",
+                   KNAME_STRICT="1")  # fmt: skip
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "1", "")
+
+
+def test_finding_the_nearest_target_module_imports_none_of_the_users(physics_app) -> None:
+    (physics_app / "physics" / "__init__.py").write_text("print('physics was imported')\n")
+    (physics_app / "quiet.py").write_text("import kname\nkname.install()\n")
+    done = run_app(physics_app, "quiet.py", KNAME_TARGETS="physics.lanch:launch_1d")
+    assert done.stdout == ""
+    assert done.stderr.endswith("(did you mean physics.launch:launch_1d?)\n"), done.stderr
+
+
+@pytest.mark.parametrize(
+    ("skip", "said"),
+    [
+        ("physic", " (did you mean 'physics'?)"),
+        ("physics.lanch", " (did you mean 'physics.launch'?)"),
+        ("nosuchmod", ""),
+        ("physics", None),  # imported
+        ("physics.launch", None),
+        ("physics.other", None),  # importable, not imported: this run's choice
+        ("json", None),
+    ],
+)
+def test_a_skip_prefix_that_matched_no_module_is_said_at_exit(physics_app, skip, said) -> None:
+    done = run_app(physics_app, KNAME_TARGETS="physics.launch:launch_1d", KNAME_SKIP=skip)
+    assert done.returncode == 0, done.stderr
+    expected = [] if said is None else [
+        f"kname: KNAME_SKIP entry {skip!r} matched no module: none of that name was imported, "
+        f"nor can one be imported here{said}"
+    ]  # fmt: skip
+    assert done.stderr.splitlines() == expected
+
+
+def test_under_strict_a_skip_prefix_that_matched_no_module_is_exit_status_2(physics_app):
+    done = run_app(physics_app, KNAME_TARGETS="physics.launch:launch_1d", KNAME_SKIP="physic",
+                   KNAME_STRICT="1")  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.endswith("(did you mean 'physics'?) (KNAME_STRICT is on: exit status 2)\n")
+
+
+def test_the_kname_command_itself_says_nothing_at_exit(kname_venv, tmp_path) -> None:
+    # Started by KNAME=1 too, it runs none of the program's code: its exit must not call the
+    # program's targets unmet, nor (KNAME_STRICT=1) change its own exit status.
+    env = {"KNAME": "1", "KNAME_TARGETS": "nosuchmod:f", "KNAME_STRICT": "1"}
+    census = tmp_path / "census.json"
+    census.write_text(json.dumps({"schema": 1, "total_launches": 0, "sites": []}))
+    done = kname_venv.python_run("-m", "kname", "report", str(census), env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr == ""

@@ -14,10 +14,11 @@ import pytest
 
 import kname.lifecycle
 import kname.rename
-from kname import _locks, _warnings, callsite, ranges
+from kname import _locks, _warnings, callsite, counters, ranges
 
 MODULE_LOCKS = {
     "callsite": callsite._lock,
+    "counters": counters._lock,
     "ranges": ranges._lock,
     "warnings": _warnings._lock,
     "lifecycle": kname.lifecycle._lock,

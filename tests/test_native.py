@@ -1,19 +1,21 @@
 """The C hot path (kname._native): chosen where it is built, the same behaviour as the Python one.
 
 The behavioural tests of launches (faults, exceptions, threads, fork, census, rename, lifecycle)
-run on both paths (tests/conftest.py). Here: the choice itself, what only C can get wrong
-(reference counts, the table of recent hits going stale), and the build: without a compiler kname
-still installs, and the C file compiles without warnings.
+run on both paths (tests/conftest.py); the choice itself is test_hotpath's. Here: what only C can
+get wrong (reference counts, the table of recent hits going stale), and the build: without a
+compiler kname still installs, each C file compiles without warnings, setup.py lists every file
+the extensions are built from, and each extension exports only its init function.
 """
 
 from __future__ import annotations
 
 import functools
 import gc
+import importlib
 import itertools
 import json
 import os
-import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -23,17 +25,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from support import REPO, build_wheel_of, make_venv
+from support import REPO, build_wheel_of, extension_inputs, make_venv
 from support.nvtx_capture import nvtx_include_dir
 
-from kname import _native_choice, callsite, launch
+from kname import callsite, counters, hotpath, launch, targets
 
+WHY_NOT_NATIVE = hotpath.choose(True).why_python  # "" where the C hot path is in use
+EXTENSION = None if WHY_NOT_NATIVE else sys.modules[hotpath.NATIVE]
 BOTH = pytest.mark.parametrize("hot_path", ["python", "native"], indirect=True)
-BUILDABLE = (
-    platform.python_implementation() == "CPython"
-    and sys.version_info >= (3, 11)
-    and not sysconfig.get_config_var("Py_GIL_DISABLED")
-)
 COMPILER = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
 
 
@@ -45,34 +44,6 @@ def wrap(original, kernel_of=None, switch=None, kernel_name=lambda _kernel: "ker
     callsite.configure()
     spec = launch.LaunchSpec("test", kernel_name, kernel_of)
     return launch.make_launch_wrapper(original, spec, switch or launch.Switch())
-
-
-# --------------------------------------------------------------------------
-# The choice
-# --------------------------------------------------------------------------
-
-
-@pytest.mark.skipif(not (BUILDABLE and COMPILER), reason="no C compiler, or not CPython 3.11+")
-def test_the_extension_is_in_use_wherever_it_can_be_built() -> None:
-    native, why = _native_choice.choice({})
-    assert native is not None, why
-    assert type(wrap(noop)).__module__ == "kname._native"
-
-
-@pytest.mark.parametrize("value", ["0", "off", " no "])
-def test_kname_native_off_makes_python_wrappers(monkeypatch, value: str) -> None:
-    monkeypatch.setenv("KNAME_NATIVE", value)
-    assert type(wrap(noop)).__name__ == "function"
-    assert _native_choice.choice()[1] == f"KNAME_NATIVE={value.strip()}"
-
-
-def test_a_free_threaded_python_gets_the_python_path_and_says_why(monkeypatch) -> None:
-    monkeypatch.setattr(_native_choice, "_imported", None)
-    monkeypatch.setattr(sysconfig, "get_config_var", lambda name: name == "Py_GIL_DISABLED")
-    native, why = _native_choice.choice({})
-    monkeypatch.undo()
-    _native_choice._imported = None
-    assert native is None and "free-threaded" in why
 
 
 @BOTH
@@ -156,14 +127,14 @@ SCENARIOS = [
 ]  # fmt: skip
 
 
-NATIVE = pytest.mark.skipif(_native_choice.choice({})[0] is None, reason="no native hot path")
+NATIVE = pytest.mark.skipif(EXTENSION is None, reason="no native hot path")
 
 
 def launcher_class(kernel_of=None, switch=None, kernel_name=lambda _kernel: "kernel") -> type:
     """A Python subclass of a C class with a __call__ slot (staticmethod: calls what it holds),
     whose __call__ is a launch wrapper of the C class's own slot, called from kname's C slot:
     what kname makes of CuPy's kernel classes."""
-    native = _native_choice.choice({})[0]
+    native = EXTENSION
 
     class Launcher(staticmethod):
         pass
@@ -258,14 +229,14 @@ def test_a_cached_launch_counts_on_the_counter_its_site_has_now(hot_path, throug
     """The C wrapper remembers a cached launch's counter; a site given another one (as a fork's
     child renews them) counts on that one from its next launch."""
     launcher = launcher_through(through, hot_path)
-    counters = []
+    made = []
     for _ in range(4):
         for _ in range(3):
             launch_from_one_line(launcher, 1)
         (site,) = callsite.sites.values()
-        counters.append(site.counter)
-        site.counter = callsite._new_counter()
-    assert [callsite._value(counter) for counter in counters] == [3, 3, 3, 3]
+        made.append(site.counter)
+        site.counter = counters.new_counter()
+    assert [counters.value(counter) for counter in made] == [3, 3, 3, 3]
 
 
 @BOTH
@@ -280,7 +251,7 @@ def test_a_cached_launch_follows_its_switch(hot_path, through: str) -> None:
         switch.on = on
         for _ in range(3):
             launch_from_one_line(launcher, 1)
-        counted.append(sum(callsite.counts().values()))
+        counted.append(sum(counters.counts().values()))
     assert counted == [3, 3, 6, 6]
 
 
@@ -318,7 +289,7 @@ def test_a_launch_inside_a_cached_one_from_the_same_line_is_not_named(hot_path, 
     for _ in range(3):
         for launcher in (inner, outer):
             launch_from_one_line(launcher, 1)
-    assert sum(callsite.counts().values()) == 6  # three of each, none of those nested
+    assert sum(counters.counts().values()) == 6  # three of each, none of those nested
 
 
 @BOTH
@@ -348,7 +319,7 @@ def test_a_wrapper_made_where_a_freed_one_was_remembers_nothing_of_it() -> None:
     wrapper at that address, whose switch is off, does not launch from the same line as the
     freed one did."""
     callsite.configure()
-    native = _native_choice.choice({})[0]
+    native = EXTENSION
 
     def resolve_site(frame, kernel):
         return callsite.resolve(frame, kernel, id(kernel), "kernel", "test", None)
@@ -370,9 +341,9 @@ def test_a_wrapper_made_where_a_freed_one_was_remembers_nothing_of_it() -> None:
     del wrapper
     again = make(off)
     assert id(again) == address  # the freed wrapper's memory, the first of its size to be taken
-    counted = sum(callsite.counts().values())
+    counted = sum(counters.counts().values())
     launch_from_one_line(again)
-    assert sum(callsite.counts().values()) == counted  # switched off: not counted
+    assert sum(counters.counts().values()) == counted  # switched off: not counted
 
 
 @BOTH
@@ -388,14 +359,14 @@ def test_a_launch_inside_a_switched_off_wrapper_is_left_to_it(hot_path) -> None:
     outer = wrap(functools.partial(inner), switch=off)  # C calls `inner`: no frame between
     outer()
     assert calls == ["inner"]
-    assert sum(count for count in callsite.counts().values()) == 0
+    assert sum(count for count in counters.counts().values()) == 0
 
 
-@pytest.mark.skipif(_native_choice.choice({})[0] is None, reason="no native hot path here")
+@pytest.mark.skipif(EXTENSION is None, reason="no native hot path here")
 def test_base_call_calls_the_class_own_slot_as_its_slot_wrapper_does() -> None:
     """kname._native.BaseCall(base)(self, ...) is base.__call__(self, ...) (the original of the
     launch wrapper on kname's CuPy subclasses), errors included, and keeps no reference."""
-    native = _native_choice.choice({})[0]
+    native = EXTENSION
 
     def f(*args, **kwargs):
         return args, kwargs
@@ -440,7 +411,7 @@ def test_the_c_call_slot_passes_every_call_shape_through_as_cpythons_slot_does()
 
 @NATIVE
 def test_setting_or_deleting_call_gives_cpythons_slot_back() -> None:
-    native = _native_choice.choice({})[0]
+    native = EXTENSION
     launcher = launcher_class()
     # A subclass made later gets CPython's slot, which finds the same wrapper.
     child = type("Child", (launcher,), {})
@@ -462,7 +433,7 @@ def test_setting_or_deleting_call_gives_cpythons_slot_back() -> None:
 def test_the_c_call_slot_calls_each_class_through_its_own_base() -> None:
     """kname's C slot remembers, with the class it last called, that class's base slot (CuPy's,
     called straight): instances of two such classes, called in turn, each reach their own."""
-    native = _native_choice.choice({})[0]
+    native = EXTENSION
 
     class Partial(functools.partial):
         pass
@@ -472,14 +443,14 @@ def test_the_c_call_slot_calls_each_class_through_its_own_base() -> None:
     held, bound = launcher_class()(noop), Partial(noop, "bound")
     calls = [held, bound, held, bound]
     assert [kernel(1) for kernel in calls] == [(1,), ("bound", 1), (1,), ("bound", 1)]
-    assert sum(callsite.counts().values()) == len(calls)
+    assert sum(counters.counts().values()) == len(calls)
 
 
 @NATIVE
 def test_the_c_call_slot_calls_the_call_its_class_has_now() -> None:
     """disable() then enable() take a CuPy class's __call__ away and set a new one, and give the
     class kname's slot again: the slot calls the new wrapper, not the one it remembered."""
-    native = _native_choice.choice({})[0]
+    native = EXTENSION
     launcher = launcher_class()
     held = launcher(noop)
     assert held(1) == (1,)  # the slot remembers the class's wrapper
@@ -490,14 +461,14 @@ def test_the_c_call_slot_calls_the_call_its_class_has_now() -> None:
     native.use_direct_call(launcher)
     gc.collect()  # the wrapper remembered before is freed
     assert held(2) == (2,)
-    assert sum(callsite.counts().values()) == 1  # the new wrapper, switched off, counted none
+    assert sum(counters.counts().values()) == 1  # the new wrapper, switched off, counted none
 
 
 @NATIVE
 def test_a_cached_launch_through_the_slot_calls_the_call_its_class_has_now() -> None:
     """A launch from the same line after the class was given another __call__ is not the
     cached launch of the one before, which lives on (held elsewhere) with its switch on."""
-    native = _native_choice.choice({})[0]
+    native = EXTENSION
     launcher = launcher_class(launch.KernelArg(0))
     before = vars(launcher)["__call__"]
     # Made first: a new switch, like any change to a switch, makes every recent entry stale.
@@ -508,8 +479,8 @@ def test_a_cached_launch_through_the_slot_calls_the_call_its_class_has_now() -> 
     launcher.__call__ = replacement
     native.use_direct_call(launcher)
     assert launch_from_one_line(held, 2) == (2,)
-    assert sum(callsite.counts().values()) == 3  # the new wrapper, switched off, counted none
-    assert before(held, 3) == (3,) and sum(callsite.counts().values()) == 4  # it lives on
+    assert sum(counters.counts().values()) == 3  # the new wrapper, switched off, counted none
+    assert before(held, 3) == (3,) and sum(counters.counts().values()) == 4  # it lives on
 
 
 @NATIVE
@@ -527,7 +498,7 @@ def test_a_slot_launch_whose_kernel_is_an_argument_is_keyed_by_that_argument() -
     for _ in range(3):
         for kernel in (held, other):
             launch_from_one_line(held, kernel)
-    counted = {key[1]: launches for key, launches in callsite.counts().items()}
+    counted = {key[1]: launches for key, launches in counters.counts().items()}
     assert counted == {"instance": 3, "argument": 3}
 
 
@@ -563,8 +534,8 @@ def test_a_class_changed_after_its_fields_were_learned_is_read_through_its_new_a
 ) -> None:
     """The C wrapper learns where a site's and a switch's fields live once; a change to their
     class afterwards (a slot replaced by a property) must be seen at the next launch."""
-    if _native_choice.native_module() is None:
-        pytest.skip(f"no native hot path here: {_native_choice.choice()[1]}")
+    if EXTENSION is None:
+        pytest.skip(f"no native hot path here: {WHY_NOT_NATIVE}")
     wrapper = wrap(noop)
 
     def launch_once() -> None:
@@ -611,9 +582,9 @@ for add, make in ((ctypes.pythonapi.PyDict_AddWatcher, dict_callback),
         except RuntimeError:  # no id left
             break
 
-from kname import _native_choice, callsite, launch
+from kname import callsite, counters, hotpath, launch
 
-native = _native_choice.native_module()
+hot_path = hotpath.current()  # imports kname._native now, with no watcher id left
 callsite.configure()
 spec = launch.LaunchSpec("test", lambda _kernel: "kernel", launch.KernelArg(0))
 wrapper = launch.make_launch_wrapper(lambda *args: args, spec, launch.Switch())
@@ -623,15 +594,17 @@ class Launcher(staticmethod):
     pass
 
 
-Launcher.__call__ = launch.make_launch_wrapper(native.BaseCall(staticmethod), spec, launch.Switch())
-native.use_direct_call(Launcher)
+Launcher.__call__ = launch.make_launch_wrapper(
+    hot_path.base_call(staticmethod), spec, launch.Switch()
+)
+hot_path.use_direct_call(Launcher)
 held_kernel = Launcher(lambda *args: args)
 
 
 def launches():
     wrapper(1)
     held_kernel(2)
-    return sum(callsite.counts().values())
+    return sum(counters.counts().values())
 
 
 counts = [launches() for _ in range(3)]
@@ -666,7 +639,7 @@ def test_with_no_watcher_left_every_launch_is_read_afresh(tmp_path: Path) -> Non
 
 @NATIVE
 def test_the_c_counter_counts_as_itertools_count_does() -> None:
-    counter, reference = _native_choice.native_module().Counter(), itertools.count()
+    counter, reference = EXTENSION.Counter(), itertools.count()
     assert [next(counter) for _ in range(3)] == [next(reference) for _ in range(3)] == [0, 1, 2]
     assert repr(counter) == repr(reference) == "count(3)"
     assert counter.value == 3 and iter(counter) is counter
@@ -675,15 +648,14 @@ def test_the_c_counter_counts_as_itertools_count_does() -> None:
 
 
 @BOTH
-def test_a_site_counts_with_the_c_counter_once_the_extension_is_imported(hot_path) -> None:
+def test_a_site_counts_with_the_counter_of_its_hot_path(hot_path) -> None:
     wrapper = wrap(noop)
     for _ in range(4):
         wrapper()  # one line: one site
     (site,) = callsite.sites.values()
-    native = _native_choice.imported_native()
-    expected = itertools.count if native is None else native.Counter
+    expected = itertools.count if hot_path == "python" else EXTENSION.Counter
     assert type(site.counter) is expected  # either path advances either kind
-    assert site.launches() == 4 and sum(callsite.counts().values()) == 4
+    assert site.launches() == 4 and sum(counters.counts().values()) == 4
 
 
 def test_with_kname_native_0_nothing_of_the_extension_is_imported(tmp_path: Path) -> None:
@@ -717,7 +689,7 @@ def test_with_kname_native_0_nothing_of_the_extension_is_imported(tmp_path: Path
 # --------------------------------------------------------------------------
 
 INTERPRETER_FRAMES = pytest.mark.skipif(
-    _native_choice.choice({})[0] is None or not (3, 11) <= sys.version_info < (3, 14),
+    EXTENSION is None or not (3, 11) <= sys.version_info < (3, 14),
     reason="the C wrapper reads the interpreter's frames on CPython 3.11 to 3.13",
 )
 
@@ -742,7 +714,7 @@ def test_a_cached_launch_from_a_function_makes_no_frame_object() -> None:
 
 @NATIVE
 def test_the_caller_of_the_running_native_launch_is_known_by_its_frame() -> None:
-    is_launch_caller = _native_choice.launch_caller_check()
+    is_launch_caller = EXTENSION.is_launch_caller
     seen = []
 
     def original() -> None:  # called from C: the frame above is the wrapper's caller's
@@ -767,7 +739,11 @@ def test_a_guarded_hook_runs_except_inside_a_native_launch(hot_path) -> None:
     """Triton's launch hooks are guarded so: a launch kname's C wrapper names costs them nothing
     (on the Python path the hook runs and its walk finds the wrapper's frame)."""
     calls = []
-    guarded = callsite.skip_beneath_native_launch(lambda *a, **k: calls.append((a, k)))
+
+    def hook(*args, **kwargs) -> None:
+        calls.append((args, kwargs))
+
+    guarded = hotpath.current().skip_beneath(hook, callsite._kinds)
     assert guarded(1, x=2) is None and calls == [((1,), {"x": 2})]  # outside a launch: runs
     wrap(guarded)(3)  # the hook called from within a launch (straight from C, here)
     assert calls == [((1,), {"x": 2})] + ([] if hot_path == "native" else [((3,), {})])
@@ -778,9 +754,14 @@ def test_a_guarded_hook_runs_except_inside_a_native_launch(hot_path) -> None:
 # --------------------------------------------------------------------------
 
 
+NATIVE_SOURCES = [path for path in extension_inputs()["kname._native"] if path.suffix == ".c"]
+
+
 @pytest.mark.skipif(COMPILER is None, reason="no C compiler")
 @pytest.mark.parametrize("with_nvtx", [False, True], ids=["nvtx package", "NVTX C API"])
-def test_the_c_file_compiles_without_warnings(tmp_path: Path, with_nvtx: bool) -> None:
+@pytest.mark.parametrize("source", NATIVE_SOURCES, ids=lambda path: path.name)
+def test_each_c_file_compiles_without_warnings(tmp_path: Path, with_nvtx: bool, source) -> None:
+    """Every file kname._native is built from (setup.py's list), the library units' too."""
     include = sysconfig.get_paths()["include"]
     nvtx = []
     if with_nvtx:
@@ -790,8 +771,8 @@ def test_the_c_file_compiles_without_warnings(tmp_path: Path, with_nvtx: bool) -
         nvtx = ["-DKNAME_NVTX=1", f"-I{headers}"]
     # Compiled for real (-fsyntax-only says nothing of functions left unused), optimised.
     done = subprocess.run(
-        [COMPILER, "-c", "-O2", "-fPIC", "-Wall", "-Wextra", "-Werror", f"-I{include}", *nvtx,
-         str(REPO / "kname" / "_native.c"), "-o", str(tmp_path / "native.o")],
+        [COMPILER, "-c", "-O2", "-fPIC", "-Wall", "-Wextra", "-Werror", f"-I{include}",
+         f"-I{REPO / 'kname'}", *nvtx, str(source), "-o", str(tmp_path / "native.o")],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -813,11 +794,64 @@ def test_without_a_compiler_kname_still_installs_and_says_so(tmp_path: Path, mon
     assert "pure Python (the extension kname._native was not built" in line, done.stdout
 
 
+def test_a_librarys_c_is_beside_its_unit_named_by_it_and_built_into_the_extension() -> None:
+    """A library's C lives in its unit's folder under the library's name, its unit's Library
+    names it (c_sources), and setup.py builds it into kname._native; no C file under
+    kname/targets/ is left out of either."""
+    built = set(extension_inputs()["kname._native"])
+    named = set()
+    for name in targets.BUILTIN:
+        folder = Path(importlib.import_module(f"kname.targets.{name}").__file__).parent
+        for source in targets.library(name).c_sources:
+            assert source == f"_native_{name}.c", f"{name}'s C is named for another: {source}"
+            named.add(folder / source)
+    assert named, "no library has C of its own: then this test checks nothing"
+    assert named <= built, sorted(map(str, named - built))
+    assert set((REPO / "kname" / "targets").rglob("*.c")) == named
+
+
+@pytest.mark.skipif(shutil.which("nm") is None, reason="no nm (binutils) to read the symbols")
+@pytest.mark.parametrize("extension", list(extension_inputs()))
+def test_an_extension_exports_nothing_but_its_init_function(extension: str) -> None:
+    """What one file of an extension defines for its others is hidden (INTERNAL in
+    _native_common.h): no other library's symbol of the same name can stand in for it, and a
+    call or a read across its files is as direct as within one."""
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    built = REPO / f"{extension.replace('.', '/')}{suffix}"
+    if not built.exists():
+        pytest.skip(f"{extension} is not built here")
+    done = subprocess.run(
+        ["nm", "-D", "--defined-only", str(built)], capture_output=True, text=True, check=True
+    )
+    exported = [line.split()[-1] for line in done.stdout.splitlines() if line.strip()]
+    assert exported == [f"PyInit_{extension.rsplit('.', 1)[1]}"]
+
+
+def included_headers(path: Path) -> set[Path]:
+    """kname's headers that `path` includes, as the build finds them: beside it, else in kname/
+    (setup.py's include folder); CPython's own (`internal/pycore_frame.h`) are not kname's."""
+    found = set()
+    for name in re.findall(r'^#include "([^"]+)"', path.read_text(), re.M):
+        for place in (path.parent / name, REPO / "kname" / name):
+            if place.exists():
+                found.add(place)
+                break
+    return found
+
+
+@pytest.mark.parametrize("extension", list(extension_inputs()))
+def test_setup_lists_every_header_an_extensions_files_include(extension: str) -> None:
+    """What setup.py lists is what a rebuild is decided by (setuptools', and the tests' session
+    start): a header left out would leave a stale extension after it changed."""
+    inputs = set(extension_inputs()[extension])
+    included = set().union(*(included_headers(path) for path in inputs))
+    assert included <= inputs, sorted(map(str, included - inputs))
+
+
 @pytest.mark.slow
 def test_the_sdist_holds_every_file_the_extensions_are_built_from(tmp_path: Path) -> None:
     """Built from the source distribution (as pip does from PyPI), each extension finds its
     sources and the headers they include."""
-    import re
     import tarfile
 
     source = tmp_path / "source"
@@ -831,9 +865,9 @@ def test_the_sdist_holds_every_file_the_extensions_are_built_from(tmp_path: Path
     with tarfile.open(sdist) as archive:
         held = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     needed = set()
-    for c_file in ("kname/_native.c", "kname/_native_cupti.c", "kname/_sigterm_guard.c"):
-        needed.add(c_file)
-        text = (REPO / c_file).read_text()
-        needed |= {f"kname/{h}" for h in re.findall(r'^#include "([^"]+)"', text, re.M)}
-    assert "kname/_cupti_abi.h" in needed
+    for inputs in extension_inputs().values():
+        for path in inputs:
+            needed |= {path, *included_headers(path)}
+    needed = {str(path.relative_to(REPO)) for path in needed}
+    assert {"kname/_cupti_abi.h", "kname/targets/cupy/_native_cupy.c"} <= needed
     assert needed <= held, sorted(needed - held)

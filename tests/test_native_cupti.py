@@ -25,7 +25,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from support import REPO
+from support import REPO, extension_inputs
 from support.cupti_stand_in import (
     COMPILER,
     CONCURRENT_KERNEL,
@@ -37,7 +37,7 @@ from support.cupti_stand_in import (
     stand_in_library,
 )
 
-from kname import _native_choice, _warnings, callsite, naming
+from kname import _warnings, callsite, hotpath, naming
 from kname.config import DEFAULT_FORMAT
 from kname.profiling import capture as capture_module
 from kname.profiling import launch_callbacks
@@ -53,7 +53,7 @@ from kname.profiling.join import Join
 from kname.profiling.launch_callbacks import NativeCallbacks
 from kname.profiling.records import LaunchRecord, StreamLog
 
-native, WHY = _native_choice.cupti_choice({})
+native, WHY = hotpath.choose(True).cupti()
 BUILDABLE = (
     platform.python_implementation() == "CPython"
     and sys.version_info >= (3, 11)
@@ -151,18 +151,21 @@ def this_line(offset: int = 0) -> str:
 )
 def test_the_native_callback_is_in_use_wherever_it_can_be_built() -> None:
     assert native is not None, WHY
-    assert _native_choice.profile_collector({}).startswith("native, the C extension (")
+    chosen = launch_callbacks.choose(LaunchCapture(Join()))
+    assert type(chosen) is launch_callbacks.NativeCallbacks
+    assert chosen.describe() == "kname's native CUPTI callback (kname._native_cupti, in C)"
 
 
 def test_kname_native_off_gives_the_python_callback_and_says_why(monkeypatch) -> None:
-    module, why = _native_choice.cupti_choice({"KNAME_NATIVE": "0"})
-    assert module is None and why == "KNAME_NATIVE=0"
-    line = _native_choice.profile_collector({"KNAME_NATIVE": "0"})
-    assert line == "CUPTI's Python binding (KNAME_NATIVE=0), about 20-50 us of CPU time per launch"
+    module, why = hotpath.choose(False).cupti()
+    assert module is None and why == "KNAME_NATIVE is off"
     monkeypatch.setenv("KNAME_NATIVE", "0")
     chosen = launch_callbacks.choose(LaunchCapture(Join()))
     assert type(chosen) is launch_callbacks.PythonCallbacks
-    assert chosen.describe().startswith("CUPTI's Python binding (KNAME_NATIVE=0), which adds")
+    assert chosen.describe() == (
+        "CUPTI's Python binding (KNAME_NATIVE is off), which adds about 20-50 us of CPU time per "
+        "launch"
+    )
 
 
 # --------------------------------------------------------------------------
@@ -294,8 +297,8 @@ def test_a_launch_with_the_gil_released_is_named_once_a_subinterpreter_was_made(
     # take the GIL for a launch made with it released, not read a frame without it.
     script = textwrap.dedent(f"""
         import {SUBINTERPRETERS} as interpreters
-        from kname import _native_choice
-        native, _ = _native_choice.cupti_choice({{}})
+        from kname import hotpath
+        native, _ = hotpath.choose(True).cupti()
         made = native.Recorder(
             apis=[("cuLaunchKernel", False)], sites={{}}, kinds={{}},
             site_of_frame=lambda frame: frame.f_code.co_name, site_key="k",
@@ -615,14 +618,21 @@ def test_without_libcupti_the_python_callback_is_used_and_says_why(
 # --------------------------------------------------------------------------
 
 
+CUPTI_SOURCES = [
+    path for path in extension_inputs().get("kname._native_cupti", []) if path.suffix == ".c"
+]
+
+
 @pytest.mark.skipif(COMPILER is None, reason="no C compiler")
-def test_the_c_file_compiles_without_warnings(tmp_path) -> None:
+@pytest.mark.parametrize("source", CUPTI_SOURCES, ids=lambda path: path.name)
+def test_each_c_file_compiles_without_warnings(tmp_path, source) -> None:
+    """Every file kname._native_cupti is built from (setup.py's list; Linux only)."""
     include = sysconfig.get_paths()["include"]
     flags = sysconfig.get_config_var("CFLAGS") or ""
     # Compiled for real (-fsyntax-only says nothing of functions left unused).
     done = subprocess.run(
         [COMPILER, "-c", "-fPIC", *flags.split(), "-Wall", "-Wextra", "-Werror",
-         f"-I{include}", str(REPO / "kname" / "_native_cupti.c"), "-o", str(tmp_path / "c.o")],
+         f"-I{include}", f"-I{REPO / 'kname'}", str(source), "-o", str(tmp_path / "c.o")],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -33,7 +33,7 @@ from support.cupti_stand_in import (
     stand_in_library,
 )
 
-from kname import _native_choice, _warnings
+from kname import _warnings, hotpath
 from kname.profiling import launch_callbacks
 from kname.profiling.capture import MEMSET_NAME, LaunchCapture
 from kname.profiling.cupti_collector import CuptiCollector
@@ -50,7 +50,7 @@ from kname.profiling.records import (
 )
 from kname.profiling.records import KERNEL as KERNEL_WORK
 
-native, _ = _native_choice.cupti_choice({})
+native, _ = hotpath.choose(True).cupti()
 APIS = [("cuLaunchKernel", False), ("cudaGraphLaunch", True)]
 COPY_KINDS = {"HTOD": 1, "DTOH": 2}  # CUpti_ActivityMemcpyKind
 BUFFER_BYTES = 1024  # a few records a buffer: many buffers

@@ -35,7 +35,7 @@ from support.cupti_stand_in import (
     stand_in_library,
 )
 
-from kname import _native_choice, _warnings
+from kname import _warnings, hotpath
 from kname.profiling import launch_callbacks
 from kname.profiling.capture import LaunchCapture
 from kname.profiling.cupti_collector import CuptiCollector
@@ -49,7 +49,7 @@ from kname.profiling.records import (
 )
 from kname.profiling.session import ProfileSession
 
-native, _ = _native_choice.cupti_choice({})
+native, _ = hotpath.choose(True).cupti()
 APIS = [("cuLaunchKernel", False), ("cudaGraphLaunch", True)]
 BUFFER_BYTES = 1 << 16
 

@@ -17,9 +17,10 @@ import pytest
 from support import REPO, line_of
 from support.nvtx_capture import Capture, nvtx_include_dir, run_captured
 
-from kname import _native_choice, ranges
+from kname import hotpath, ranges
 
-NATIVE, WHY_NOT = _native_choice.choice({})
+WHY_NOT = hotpath.choose(True).why_python
+NATIVE = None if WHY_NOT else sys.modules[hotpath.NATIVE]
 needs_native = pytest.mark.skipif(NATIVE is None, reason=f"no native hot path here: {WHY_NOT}")
 
 GPULIB = """

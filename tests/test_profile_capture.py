@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import pytest
 from support import line_of
 
-from kname import _native_choice, _warnings, callsite, launch, naming
+from kname import _warnings, callsite, hotpath, launch, naming
 from kname.census import names
 from kname.config import DEFAULT_FORMAT
 from kname.profiling.capture import (
@@ -158,7 +158,7 @@ def user(request, tmp_path, monkeypatch):
     the capture fed by the launch callback of this test (`request.param`)."""
     native = None
     if request.param == "native":
-        module, why = _native_choice.cupti_choice({})
+        module, why = hotpath.choose(True).cupti()
         if module is None:
             pytest.skip(f"no native CUPTI callback here: {why}")
     for name, source in {"fake_cuda": FAKE_CUDA, "gpulib": GPULIB, "user": USER}.items():

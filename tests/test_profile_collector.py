@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from kname import _native_choice, _warnings
+from kname import _warnings, hotpath
 from kname.profiling.capture import LaunchCapture
 from kname.profiling.cupti_collector import CuptiCollector, binding_versions
 from kname.profiling.join import Join
@@ -88,8 +88,9 @@ def test_without_a_driver_start_fails_in_one_line_and_the_program_runs_on(
     else:
         pytest.skip("a CUDA driver is present here: start() would succeed")
     monkeypatch.setenv("KNAME_NATIVE", "1" if callbacks == "native" else "0")
-    if callbacks == "native" and _native_choice.cupti_choice()[0] is None:
-        pytest.skip(f"no native CUPTI callback here: {_native_choice.cupti_choice()[1]}")
+    native, why = hotpath.choose(True).cupti()
+    if callbacks == "native" and native is None:
+        pytest.skip(f"no native CUPTI callback here: {why}")
     made = collector()
     assert made.start() is False and not made.started
     expected = NativeCallbacks if callbacks == "native" else PythonCallbacks

@@ -438,7 +438,7 @@ def test_a_forked_child_launches_as_if_nothing_were_profiling(fakelib) -> None:
         pid = os.fork()
         if pid == 0:  # the child: no session collects, its sites are plain ones
             handed_over = [s for s in callsite.sites.values() if s.lib == "fakelib"]
-            plain = callsite._site_calls is None and not handed_over
+            plain = callsite._rules.site_calls is None and not handed_over
             os.write(writer, b"plain" if plain else b"not")
             os._exit(0)
         os.waitpid(pid, 0)

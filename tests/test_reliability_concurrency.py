@@ -254,14 +254,15 @@ from wrapt import importer
 
 import kname
 import noop
-from kname import _warnings, callsite, lifecycle, ranges
+from kname import _warnings, callsite, counters, lifecycle, ranges
 
 # Python 3.12+ warns at a fork with threads alive: forking so is this test's very point.
 warnings.filterwarnings("ignore", r"This process .* is multi-threaded", DeprecationWarning)
 noop.launch(1)  # parent-line
 locks = {
-    "callsite": callsite._lock, "ranges": ranges._lock, "lifecycle": lifecycle._lock,
-    "warnings": _warnings._lock, "wrapt": importer._post_import_hooks_lock,
+    "callsite": callsite._lock, "counters": counters._lock, "ranges": ranges._lock,
+    "lifecycle": lifecycle._lock, "warnings": _warnings._lock,
+    "wrapt": importer._post_import_hooks_lock,
 }
 locks = list(locks.values()) if sys.argv[1] == "all" else [locks[sys.argv[1]]]
 held, release = threading.Event(), threading.Event()
@@ -302,7 +303,9 @@ print(json.dumps({"child_exit": os.waitstatus_to_exitcode(status)}))
 LATE = "def launch(x):\n    return x + 1\n"
 
 
-@pytest.mark.parametrize("held", ["all", "callsite", "ranges", "lifecycle", "warnings", "wrapt"])
+@pytest.mark.parametrize(
+    "held", ["all", "callsite", "counters", "ranges", "lifecycle", "warnings", "wrapt"]
+)
 def test_a_forked_child_does_not_inherit_a_held_lock(
     kname_venv, inject_lib, tmp_path, held
 ) -> None:

@@ -1,8 +1,8 @@
 """Reliability over long runs: bounded memory and NVTX names, exact census, unchanged results.
 
-The caches' bounds (callsite.MAX_SITES, MAX_COUNTED and MAX_CODES, ranges.MAX_NAMES) are lowered
-in these programs, so the bound is reached, and then passed many times over, within seconds; the
-code that enforces them is the same at the default bounds.
+The caches' bounds (callsite.MAX_SITES and MAX_CODES, counters.MAX_COUNTED, ranges.MAX_NAMES) are
+lowered in these programs, so the bound is reached, and then passed many times over, within
+seconds; the code that enforces them is the same at the default bounds.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from support.nvtx_capture import capture_env
 from test_reliability import NOOP_TARGET, count_ranges, run_program, write_program
 
 import kname
-from kname import callsite, naming
+from kname import callsite, counters, naming
 
 pytestmark = pytest.mark.slow
 
@@ -32,12 +32,12 @@ import sys
 
 import kname
 import noop
-from kname import callsite
+from kname import callsite, counters
 from kname import ranges
 
 functions, lines, repeat, bound, codes = (int(a) for a in sys.argv[1:6])
 callsite.MAX_SITES = ranges.MAX_NAMES = bound
-callsite.MAX_COUNTED = 2 * bound
+counters.MAX_COUNTED = 2 * bound
 callsite.MAX_CODES = codes
 
 
@@ -64,7 +64,7 @@ for k in range(functions):
         memory.append(rss())
 census = kname.names()
 print(json.dumps({"most": most, "memory": memory, "total": sum(census.values()),
-                  "counted": len(callsite.launch_counts)}))
+                  "counted": len(counters.launch_counts)}))
 """
 
 
@@ -145,7 +145,7 @@ def test_traced_memory_is_flat_once_the_caches_are_full(installed, monkeypatch) 
     2000 counted names and 50 code objects; Python's traced memory does not grow once the bounds
     are reached."""
     monkeypatch.setattr(callsite, "MAX_SITES", 1000)
-    monkeypatch.setattr(callsite, "MAX_COUNTED", 2000)
+    monkeypatch.setattr(counters, "MAX_COUNTED", 2000)
     monkeypatch.setattr(callsite, "MAX_CODES", 50)
     functions, lines = 200, 100
     body = "".join(f"        launch({i})\n" for i in range(lines))

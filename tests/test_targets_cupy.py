@@ -276,9 +276,10 @@ def test_disable_gives_cupy_back_all_its_own_and_enable_names_again(
     __call__ slot of the native hot path included."""
     source, out, capture = run_app(
         """
-        from kname import _native_choice
-        native = _native_choice.native_module()
+        import importlib
+        from kname import hotpath
         kname.install()
+        native = None if hotpath.current().why_python else importlib.import_module(hotpath.NATIVE)
         import cupy
         import cupy._core as core
         from cupy._core import _kernel, _reduction, fusion, raw

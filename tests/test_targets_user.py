@@ -140,6 +140,23 @@ def test_the_outermost_of_two_nested_user_launchers_names_the_launch(inject_lib,
     ]
 
 
+def test_a_launcher_added_to_a_running_install_names_the_kernels_inside_it(inject_lib, tmp_path):
+    # numba's wrappers were made before the launcher was a target: they are made again, so a
+    # kernel inside the launcher is not a second range, counted twice.
+    source, capture = run_nesting_app(
+        """
+        kname.install(targets=["mypkg.gpu:launch"])  # numba is named already (KNAME_TARGETS)
+        import mypkg.gpu
+        mypkg.gpu.launch(out, x)  # outer-line
+        assert sum(kname.names().values()) == 1, kname.names()
+        """,
+        inject_lib,
+        tmp_path,
+        targets="numba",
+    )
+    assert capture.ranges("kname") == [f"launch|<module>|app.py:{line_of(source, 'outer-line')}"]
+
+
 def test_a_launcher_referenced_before_install_leaves_the_kernel_its_own_range(inject_lib, tmp_path):
     source, capture = run_nesting_app(
         """
@@ -241,3 +258,75 @@ def test_a_builtin_beside_numba_is_refused_and_numba_still_named(entry: str, tmp
     assert len(lines) == 1, lines
     assert lines[0].startswith(f"kname: KNAME_TARGETS entry {entry!r} is refused"), lines
     assert done.stdout.strip() == "[1] [4.0, 4.0, 4.0, 4.0]"
+
+
+# --------------------------------------------------------------------------
+# A target that is not a function: what to name instead
+# --------------------------------------------------------------------------
+
+MUTLIB = """
+class Runner:
+    def __call__(self, x):
+        return x
+
+
+class Plain:
+    pass
+
+
+runner = Runner()
+"""
+
+
+@pytest.fixture
+def mutlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A module of the test's own, importable (imported by the test)."""
+    (tmp_path / "mutlib.py").write_text(MUTLIB)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "mutlib", raising=False)
+    import mutlib
+
+    yield mutlib
+    sys.modules.pop("mutlib", None)
+
+
+def refusal(capsys: pytest.CaptureFixture[str], entry: str) -> str:
+    import kname
+
+    kname.install(targets=[entry])
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"kname: install(targets=...) entry {entry!r} is not a function"), line
+    return line
+
+
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        ("mutlib:Runner.__call__", "class mutlib.Runner has no __call__ of its own (it is type's)"),
+        ("mutlib:Runner", "(name a launch function or method)"),
+    ],
+)
+def test_a_class_without_its_own_call_is_never_offered_a_call_target(mutlib, capsys, entry, said):
+    # `del Runner.__call__` leaves Runner.__call__ found on its metaclass (type.__call__, which
+    # makes instances): kname suggested `mutlib:Runner.__call__.__call__`, and for the class
+    # itself `mutlib:Runner.__call__`, neither of which launches anything.
+    del mutlib.Runner.__call__
+    line = refusal(capsys, entry)
+    assert "such as" not in line, line
+    assert said in line, line
+
+
+def test_a_class_is_offered_its_call_method(mutlib, capsys) -> None:
+    line = refusal(capsys, "mutlib:Runner")
+    assert line.endswith("(name a launch function or method, such as mutlib:Runner.__call__)")
+
+
+def test_an_instance_is_offered_its_class_call_method(mutlib, capsys) -> None:
+    # An instance's own __call__ attribute is never what calling it runs: its class's is.
+    line = refusal(capsys, "mutlib:runner")
+    assert line.endswith("(name a launch function or method, such as mutlib:Runner.__call__)")
+
+
+def test_a_class_that_cannot_be_called_is_offered_nothing(mutlib, capsys) -> None:
+    line = refusal(capsys, "mutlib:Plain")
+    assert line.endswith("(name a launch function or method)"), line

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import FrameType
 from typing import Any, NamedTuple
 
-from kname import _native_choice, callsite
+from kname import callsite, hotpath
 from kname._locks import new_lock
 from kname._warnings import report_fault, warn_once
 from kname.profiling.join import Join
@@ -315,7 +315,7 @@ def site_of_frame(frame: FrameType | None) -> str:
 
 def _caller_of_wrapper(frame: FrameType | None) -> FrameType | None:
     wrappers = callsite._wrapper_code_ids  # read-only use of kname's own registry
-    is_native_caller = _native_choice.launch_caller_check()  # the C wrapper has no frame
+    is_native_caller = hotpath.current().is_launch_caller  # the C wrapper has no frame
     while frame is not None and id(frame.f_code) not in wrappers:
         if is_native_caller is not None and is_native_caller(frame):
             return frame  # the caller of a C wrapper's launch

@@ -14,8 +14,9 @@ by capture.py's rules; they differ in what runs per launch:
                       LaunchCapture.enter and exit: about 20-50 us of CPU time per launch. The
                       activity buffers are then cupti-python's (a Python object per record).
 
-_native_choice decides (the extension where built; KNAME_NATIVE=0: Python). The rest of the
-activity side (kinds, flush, what the records become) is the collector's (cupti_collector.py).
+The hot path of this install decides (kname.hotpath: the extension where built; KNAME_NATIVE=0:
+Python). The rest of the activity side (kinds, flush, what the records become) is the
+collector's (cupti_collector.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from kname import _native_choice, callsite
+from kname import callsite, hotpath
 from kname._warnings import report_fault, warn_once
 from kname.profiling.capture import (
     MAX_OPEN_CALLS,
@@ -44,6 +45,7 @@ from kname.profiling.records import ActivityRecord, ExternalCorrelation, LaunchR
 Apis = dict[int, dict[int, tuple[str, bool]]]
 SUBSCRIBER_NAME = "kname"
 MAX_WAITING_RECORDS = 1_000_000  # GPU records read in C and not yet handed to the join
+PYTHON_CALLBACK_COST = "about 20-50 us of CPU time per launch"
 
 
 class NativeUnavailable(Exception):
@@ -52,7 +54,7 @@ class NativeUnavailable(Exception):
 
 def choose(capture: LaunchCapture) -> NativeCallbacks | PythonCallbacks:
     """The callbacks this process uses: native where the extension is there and allowed."""
-    module, why = _native_choice.cupti_choice()
+    module, why = hotpath.current().cupti()
     if module is None:
         return PythonCallbacks(capture, why)
     return NativeCallbacks(module, capture)
@@ -73,10 +75,7 @@ class PythonCallbacks:
 
     def describe(self) -> str:
         """What collects, for the line said at start."""
-        return (
-            f"CUPTI's Python binding ({self._why}), which adds "
-            f"{_native_choice.PYTHON_CALLBACK_COST}"
-        )
+        return f"CUPTI's Python binding ({self._why}), which adds {PYTHON_CALLBACK_COST}"
 
     def subscribe(self, cupti: Any, apis: Apis) -> None:
         """Subscribe and enable `apis`; raises the binding's error (status) on failure."""
@@ -140,7 +139,7 @@ class NativeCallbacks:
 
     def describe(self) -> str:
         """What collects, for the line said at start."""
-        return f"kname's native CUPTI callback ({_native_choice.CUPTI_CALLBACK}, in C)"
+        return f"kname's native CUPTI callback ({hotpath.NATIVE_CUPTI}, in C)"
 
     def make_recorder(self, apis: list[tuple[str, bool]]) -> Any:
         """A Recorder for these (API name, graph) pairs, by kname's rules of the moment."""

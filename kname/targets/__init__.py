@@ -20,10 +20,11 @@ import sys
 import threading
 import types
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
 
+from kname import hotpath
 from kname.launch import LaunchSpec, Switch, make_launch_wrapper
 from kname.patching import (
     Change,
@@ -66,6 +67,9 @@ class Options:
     # launcher's range then names it, as the user asked by naming the launcher: a kernel inside
     # it is not a launch of its own (no range, not counted), as one under a library's frames.
     nesting: bool = False
+    # The hot path of this install(): its launch wrappers, and the C types or their Python twins
+    # a unit may use (Triton's SkipBeneath and SubscriptLaunch, CuPy's BaseCall).
+    hot_path: hotpath.HotPath = field(default_factory=hotpath.current)
 
     def wrapper(self, original: Callable[..., Any], spec: LaunchSpec) -> Callable[..., Any]:
         """A launch wrapper of `original` (renaming per site only in rename mode)."""
@@ -75,7 +79,7 @@ class Options:
             # Decided per launch, not per call site: one line (a helper) can launch both inside
             # a launcher and outside, and a site's cached name must not answer for the other.
             spec = replace(spec, kernel_of=_outside_launchers(spec.kernel_of, original))
-        return make_launch_wrapper(original, spec, self.switch)
+        return make_launch_wrapper(original, spec, self.switch, self.hot_path)
 
 
 def _outside_launchers(
@@ -130,6 +134,9 @@ class Library:
     distributions: tuple[str, ...]  # installed distributions that provide them
     targets: tuple[Target, ...]
     renaming: str = "not renamed (named by NVTX ranges only)"  # what KNAME_MODE=rename does
+    # Its own C in kname._native (types its launches need), files beside its unit that setup.py
+    # builds into the extension.
+    c_sources: tuple[str, ...] = ()
 
 
 def library(name: str) -> Library:
@@ -216,11 +223,7 @@ def user_target(entry: str) -> Target:
             if not _is_function(function):
                 # A function standing in for a class, a kernel object or a constant changes
                 # the program.
-                raise TargetProblem(
-                    f"is not a function or method ({type(function).__name__}); it is left as it "
-                    f"is, not named (name a launch function or method, such as "
-                    f"{entry}.__call__)"
-                )
+                raise TargetProblem(_not_a_function(module, qualname, function))
             if not options.nesting:
                 return options.wrapper(function, spec)
             # __wrapped__ and the names stay the user's function's, not the marker's.
@@ -229,6 +232,35 @@ def user_target(entry: str) -> Target:
         return wrap_attribute(module, qualname, make_wrapper)
 
     return Target(name=entry, module=module_name, what=qualname, changes=changes)
+
+
+def _not_a_function(module: ModuleType, qualname: str, found: Any) -> str:
+    """Why `found` (at `qualname` in `module`) is left alone, and what to name instead."""
+    owner, attribute = resolve(module, qualname)
+    where = ".".join([module.__name__, *qualname.split(".")[:-1]])
+    if isinstance(owner, type) and not any(attribute in vars(c) for c in owner.__mro__):
+        # Found on the metaclass (after `del Runner.__call__`, type.__call__, which makes
+        # instances): nothing of the class's own launches there.
+        problem = f"class {where} has no {attribute} of its own (it is {type(owner).__name__}'s)"
+        return f"is not a function or method: {problem}; it is left as it is, not named"
+    suggestion = _call_method(found)
+    such_as = f", such as {suggestion}" if suggestion else ""
+    return (
+        f"is not a function or method ({type(found).__name__}); it is left as it is, not named "
+        f"(name a launch function or method{such_as})"
+    )
+
+
+def _call_method(found: Any) -> str | None:
+    """The `module:Class.__call__` target that calling `found` (a class's instances, or an
+    instance) runs, where its class has one of its own and is reachable by name."""
+    cls = found if isinstance(found, type) else type(found)
+    if not any("__call__" in vars(c) for c in cls.__mro__[:-1]):  # [:-1]: not object's
+        return None
+    module_name, qualname = getattr(cls, "__module__", None), getattr(cls, "__qualname__", "")
+    if not isinstance(module_name, str) or "<" in qualname or runs_on(module_name):
+        return None
+    return f"{module_name}:{qualname}.__call__"
 
 
 def _is_function(candidate: Any) -> bool:

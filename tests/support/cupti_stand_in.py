@@ -79,9 +79,9 @@ def built_or_skip(out_dir: Path) -> Path:
     not in use, or no C compiler is found)."""
     import pytest
 
-    from kname import _native_choice
+    from kname import hotpath
 
-    native, why = _native_choice.cupti_choice({})
+    native, why = hotpath.choose(True).cupti()
     if native is None:
         pytest.skip(f"no native CUPTI callback here: {why}")
     if COMPILER is None:

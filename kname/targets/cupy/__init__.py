@@ -12,6 +12,10 @@ back, so kernels made meanwhile launch exactly as CuPy's own. RawModule's subcla
 `get_function` that returns a kernel of the named RawKernel subclass. `Fusion` (behind
 `cupy.fuse`) and cupyx.jit's `_JitRawKernel` are plain Python classes, wrapped in place.
 
+With the C hot path, the subclasses' `__call__` goes straight to CuPy's C slot (BaseCall), and
+kname gives them a C `__call__` slot of their own: both are in _native_cupy.c, beside this file,
+built into kname._native (LIBRARY.c_sources names it).
+
 CuPy routines whose kernels are these classes made in Python modules imported after install()
 are named too (the fill kernel of `cupy.ones`, say), after the user line that called them.
 Not named: built-in ufuncs and routines that launch from Cython or C (`x + y`, `cupy.sin(x)`,
@@ -36,7 +40,6 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from kname import _native_choice
 from kname.launch import KernelArg, LaunchSpec
 from kname.patching import WRAPPER_MARK, Change, Patch, Rebind, mark_wrapper
 from kname.targets import Library, Options, Target, wraps
@@ -115,19 +118,21 @@ def subclass_of(base: type) -> type:
 
 
 class CallPatch(Patch):
-    """The subclass's `__call__`, set as any Patch; with the C hot path its instances are then
-    called through kname's C slot (kname._native.use_direct_call). CPython's own slot for a
-    class-level `__call__` copies the arguments twice before CuPy's slot gets them. Restoring
-    deletes `__call__`, which gives the class CPython's slot back by itself."""
+    """The subclass's `__call__`, set as any Patch; then its instances are called through the hot
+    path's slot (`use_direct_call`: in C, kname's slot; CPython's own slot for a class-level
+    `__call__` copies the arguments twice before CuPy's slot gets them). Restoring deletes
+    `__call__`, which gives the class CPython's slot back by itself."""
 
-    __slots__ = ()
+    __slots__ = ("use_direct_call",)
+
+    def __init__(self, owner: type, call: Any, use_direct_call: Callable[[type], None]) -> None:
+        super().__init__(owner, "__call__", call)
+        self.use_direct_call = use_direct_call
 
     def apply(self) -> None:
         super().apply()
-        native = _native_choice.native_module()
-        ours = vars(self.owner).get(self.attribute) is self.replacement
-        if native is not None and ours and type(self.replacement) is native.LaunchWrapper:
-            native.use_direct_call(self.owner)
+        if vars(self.owner).get(self.attribute) is self.replacement:  # ours, not another's
+            self.use_direct_call(self.owner)
 
 
 def methods_for(base: type, options: Options) -> dict[str, Any]:
@@ -146,10 +151,9 @@ def methods_for(base: type, options: Options) -> dict[str, Any]:
 
 def _named_call(base: type, spec: LaunchSpec, options: Options) -> Callable[..., Any]:
     """The subclass's `__call__`: CuPy's own, in kname's launch wrapper. With the C hot path the
-    wrapper calls CuPy's C slot straight (kname._native.BaseCall), not through the slot wrapper
-    `base.__call__`, which copies the arguments into a second tuple."""
-    native = _native_choice.native_module()
-    original = base.__call__ if native is None else native.BaseCall(base)
+    wrapper calls CuPy's C slot straight (BaseCall), not through the slot wrapper `base.__call__`
+    (its Python twin), which copies the arguments into a second tuple."""
+    original = options.hot_path.base_call(base)
     return mark_wrapper(options.wrapper(original, spec), base.__call__)
 
 
@@ -183,11 +187,11 @@ def replace_classes(module: ModuleType, options: Options) -> list[Change]:
         if base in _subclasses.values():
             continue  # the name holds kname's subclass already: the hook fired again
         cls = subclass_of(base)
-        methods = methods_for(base, options)
-        changes += [
-            (CallPatch if attribute == "__call__" else Patch)(cls, attribute, method)
-            for attribute, method in methods.items()
-        ]
+        for attribute, method in methods_for(base, options).items():
+            if attribute == "__call__":
+                changes.append(CallPatch(cls, method, options.hot_path.use_direct_call))
+            else:
+                changes.append(Patch(cls, attribute, method))
         changes.append(Rebind((module.__name__, *REEXPORTS), name, base, cls))
     return changes
 
@@ -215,6 +219,7 @@ LIBRARY = Library(
     packages=("cupy", "cupyx", "cupy_backends"),
     distributions=("cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x", "cupy"),
     renaming="ElementwiseKernel and ReductionKernel renamed per call site (CuPy >= 13)",
+    c_sources=("_native_cupy.c",),
     targets=(
         *(
             Target("cupy", module, ", ".join(names), replace_classes)

@@ -4,8 +4,8 @@
 returns Triton's own launcher, a lambda calling `kernel.run(*args, grid=grid, warmup=False)`.
 kname puts a `__getitem__` in its place that returns the same call bound to kname's launch
 wrapper, so the wrapper's caller is the user's line and a cached launch costs a key and a dict
-hit: with the C hot path, kname._native.SubscriptLaunch (no Python frame between the user's line
-and `run`, where Triton's own path has two); on the Python path, a functools.partial. The range
+hit: the hot path's SubscriptLaunch (kname.hotpath; in C, no Python frame between the user's line
+and `run`, where Triton's own path has two; its Python twin, a functools.partial). The range
 covers `run`: the launch, and compilation at the first launch of a specialisation. disable()
 puts Triton's `__getitem__` back.
 
@@ -21,6 +21,9 @@ Python path the walk finds the wrapper's frame). If a
 launch fails between the two hooks, Triton does not call the exit hook: the range left open is
 closed at the thread's next Triton launch.
 
+The C types above (SubscriptLaunch and the hooks' guard, SkipBeneath) are in _native_triton.c,
+beside this file, built into kname._native (LIBRARY.c_sources names it).
+
 Older Triton (no HookChain): `JITFunction.run` is wrapped as well, except warm-up calls
 (`warmup=True` compiles without launching), and the kernel's name is its function's name.
 
@@ -35,14 +38,13 @@ named and add no range. Warm-up calls compile the user's own kernel, as without 
 from __future__ import annotations
 
 import functools
-import operator
 import sys
 import threading
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from kname import _native_choice, callsite
+from kname import callsite
 from kname._warnings import report_fault
 from kname.launch import KernelArg, LaunchSpec, Switch
 from kname.patching import Change, HookPatch, Patch, is_wrapper, mark_wrapper
@@ -138,8 +140,11 @@ def hook_changes(knobs: ModuleType, options: Options) -> list[Change]:
         return []
     enter_hook, exit_hook = launch_hooks(options.switch, options.nesting)
     # Beneath kname's own native `kernel[grid]` launch, which names it, neither hook is called
-    # (a C guard decides): ranges left open by failed launches wait for the next hook-named one.
-    enter_hook, exit_hook = map(callsite.skip_beneath_native_launch, (enter_hook, exit_hook))
+    # (a C guard decides, with callsite's decisions per code object): ranges left open by failed
+    # launches wait for the next hook-named one. On the Python path the hooks' walk finds the
+    # wrapper's frame.
+    skip_beneath = options.hot_path.skip_beneath
+    enter_hook, exit_hook = (skip_beneath(h, callsite._kinds) for h in (enter_hook, exit_hook))
     return [
         HookPatch(knobs.runtime.launch_enter_hook, enter_hook),
         HookPatch(knobs.runtime.launch_exit_hook, exit_hook),
@@ -152,15 +157,8 @@ def jit_kernel_name(jit_function: Any) -> str:
 
 
 RUN_LAUNCH = LaunchSpec(LIB, jit_kernel_name, KernelArg(0), rename=triton_site_launch)
-GRID_LAUNCH = LaunchSpec(LIB, jit_kernel_name, KernelArg(0))
-# The native `kernel[grid]`: the wrapper's first argument is the bound `kernel.run`.
+# `kernel[grid]`: the wrapper's first argument is the bound `kernel.run`.
 BOUND_RUN_LAUNCH = LaunchSpec(LIB, jit_kernel_name, KernelArg(0, "__self__"))
-
-
-def _run(kernel: Any, grid: Any, *args: Any, **kwargs: Any) -> Any:
-    """What Triton's `kernel[grid](*args)` calls (its lambda's call, `grid=` given twice fails
-    alike): the kernel's own `run`, Autotuner's say."""
-    return kernel.run(grid=grid, warmup=False, *args, **kwargs)  # noqa: B026 - Triton's order
 
 
 def getitem_changes(module: ModuleType, options: Options) -> list[Change]:
@@ -172,19 +170,11 @@ def getitem_changes(module: ModuleType, options: Options) -> list[Change]:
     original = vars(owner).get("__getitem__") if isinstance(owner, type) else None
     if options.renaming or original is None or is_wrapper(original):
         return []
-    native = _native_choice.native_module()
-    if native is not None:
-        # In C: `kernel[grid](*args)` calls the wrapper of operator.call with `kernel.run`,
-        # `grid=` and `warmup=False`: no Python frame at all between the user's line and run.
-        named = options.wrapper(operator.call, BOUND_RUN_LAUNCH)
-        __getitem__ = native.SubscriptLaunch(named, "run", "grid", {"warmup": False})
-    else:
-        named = options.wrapper(_run, GRID_LAUNCH)
-
-        def __getitem__(self, grid):
-            # A partial, not a lambda: the wrapper's caller is then the user's line itself.
-            return functools.partial(named, self, grid)
-
+    # `kernel[grid](*args)` calls `kernel.run(*args, grid=grid, warmup=False)`, as Triton's
+    # lambda does (`grid=` given twice fails alike), in a launch wrapper whose caller is the
+    # user's line itself.
+    wrap = functools.partial(options.wrapper, spec=BOUND_RUN_LAUNCH)
+    __getitem__ = options.hot_path.subscript_launch(wrap, "run", "grid", {"warmup": False})
     return [Patch(owner, "__getitem__", mark_wrapper(__getitem__, original))]
 
 
@@ -215,6 +205,7 @@ LIBRARY = Library(
     packages=("triton",),
     distributions=("triton",),
     renaming="@triton.jit kernels renamed per call site (Triton >= 3.4)",
+    c_sources=("_native_triton.c",),
     targets=(
         Target("triton", "triton.knobs", "runtime.launch_enter_hook", hook_changes),
         Target("triton", "triton.runtime.jit", "KernelInterface.__getitem__", getitem_changes),

@@ -1,0 +1,156 @@
+"""The pure-Python hot path: the twin of each type of kname's C extension (kname/_native.pyi).
+
+kname.hotpath hands these out where the extension is not in use (not built, not CPython 3.11+
+with the GIL, or KNAME_NATIVE=0). Each takes the same arguments as its C twin and behaves the
+same; the C ones cost less per launch. Nothing here imports the rest of kname: what a launch
+needs from the naming core (the sites, resolve, the fault handler) is handed in.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import sys
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+# The C Counter's twin: next() on it is atomic under the GIL, so no launch is lost to threads.
+Counter = itertools.count
+FINDING = "finding a launch's name"  # where a fault happened, as the C wrapper says it too
+
+
+class KernelArg:
+    """A `kernel_of`: the kernel is `args[index]` (or its `attribute`); None when args is shorter.
+
+    The C wrapper reads it as the tuple (index, attribute), with no call into Python.
+    """
+
+    __slots__ = ("attribute", "index")
+
+    def __init__(self, index: int, attribute: str | None = None) -> None:
+        self.index, self.attribute = index, attribute
+
+    def __call__(self, args: tuple) -> Any:
+        if len(args) <= self.index:
+            return None
+        kernel = args[self.index]
+        return kernel if self.attribute is None else getattr(kernel, self.attribute)
+
+    def __repr__(self) -> str:
+        return f"KernelArg({self.index}, {self.attribute!r})"
+
+
+def launch_wrapper(
+    original: Callable[..., Any],
+    kernel: Any,
+    switch: Any,
+    sites: dict[tuple, Any],
+    resolve: Callable[[FrameType, Any], Any],
+    fault: Callable[..., None],
+    kinds: dict[int, int],
+) -> Callable[..., Any]:
+    """The twin of kname._native.LaunchWrapper: a closure that names each call of `original`.
+
+    `kernel`: None (`original` is the kernel), (index, attribute) or a callable of the args.
+    A miss calls `resolve(frame, kernel)`; kname's own faults go to `fault(frame, kernel, site,
+    exc, where)` and the launch runs. `kinds` is for the C wrapper's walk (here, resolve walks).
+    """
+    kernel_of = KernelArg(*kernel) if isinstance(kernel, tuple) else kernel
+    getframe = sys._getframe
+
+    def kname_launch(*args, **kwargs):
+        if not switch.on:
+            return original(*args, **kwargs)
+        site = frame = None
+        try:
+            kernel = original if kernel_of is None else kernel_of(args)
+            if kernel is not None:
+                try:
+                    frame = getframe(1)
+                except ValueError:  # called from C with no Python frame above: unnamed
+                    frame = None
+                if frame is not None:
+                    site = sites.get((id(frame.f_code), frame.f_lasti, id(kernel)))
+                    if site is None:
+                        site = resolve(frame, kernel)
+                    if site is not None:
+                        next(site.counter)
+        except Exception as exc:  # kname's own failure: this launch runs unnamed, counted
+            kernel = locals().get("kernel")  # unbound if kernel_of itself failed
+            fault(frame or _caller_of_caller(), kernel, site, exc, FINDING)
+            site = None
+        if site is None:
+            return original(*args, **kwargs)
+        run = original if site.launch is None else site.launch  # rename: the site's own kernel
+        push, pop = site.push, site.pop  # read together: another thread's give-up clears both
+        if push is None:
+            return run(*args, **kwargs)
+        # Async exceptions (KeyboardInterrupt from a signal handler) are raised only once a call
+        # has returned: one arriving as push() returns is inside this try, and nothing is pushed
+        # before it, so the range is closed however the wrapper is left.
+        try:
+            try:
+                push()
+            except Exception as exc:  # the launch still runs, unnamed from now on
+                fault(frame, kernel, site, exc, "opening a launch's NVTX range")
+            return run(*args, **kwargs)
+        finally:
+            try:
+                pop()
+            except Exception as exc:
+                fault(frame, kernel, site, exc, "closing a launch's NVTX range")
+
+    return kname_launch
+
+
+# The code every launch wrapper above runs: its frame on the stack marks a launch in progress.
+WRAPPER_CODE = next(
+    c for c in launch_wrapper.__code__.co_consts if getattr(c, "co_name", "") == "kname_launch"
+)
+
+
+def _caller_of_caller() -> FrameType | None:
+    """The frame that called the function calling this, or None (called from C)."""
+    try:
+        return sys._getframe(2)
+    except ValueError:
+        return None
+
+
+def skip_beneath(hook: Callable[..., Any], kinds: dict[int, int]) -> Callable[..., Any]:
+    """The twin of SkipBeneath: `hook` itself, whose walk finds a Python wrapper's frame."""
+    return hook
+
+
+def subscript_launch(
+    wrap: Callable[[Callable[..., Any]], Callable[..., Any]],
+    method: str,
+    key_keyword: str,
+    fixed: dict[str, Any],
+) -> Callable[[Any, Any], Callable[..., Any]]:
+    """The twin of SubscriptLaunch: a `__getitem__` whose `obj[key](*args, **kwargs)` calls
+    `obj.<method>(*args, **kwargs, <key_keyword>=key, **fixed)` inside the launch wrapper
+    `wrap` makes; its first argument is `obj.<method>`.
+
+    A functools.partial, which has no frame: the wrapper's caller is the user's line itself.
+    """
+
+    def call_keyed(bound: Callable[..., Any], key: Any, /, *args: Any, **kwargs: Any) -> Any:
+        return bound(*args, **kwargs, **{key_keyword: key}, **fixed)  # a key given twice: TypeError
+
+    launch = wrap(call_keyed)
+
+    def __getitem__(obj: Any, key: Any) -> Callable[..., Any]:
+        return functools.partial(launch, getattr(obj, method), key)
+
+    return __getitem__
+
+
+def base_call(base: type) -> Callable[..., Any]:
+    """The twin of BaseCall: `base.__call__` (CPython's slot wrapper)."""
+    return base.__call__
+
+
+def use_direct_call(cls: type) -> None:
+    """The twin of use_direct_call: nothing (instances are called through CPython's slot)."""

@@ -245,10 +245,12 @@ def test_the_cheap_gates_test_the_same_off_values_as_kname_config(gate: str) -> 
 # What a switched-on start-up imports
 # --------------------------------------------------------------------------
 
-# Modules kname's start-up must not import on the C hot path: the nvtx package and numpy (which
-# it imports) cost about 110 ms, and the extension calls NVTX itself; wrapt's package imports
-# asyncio (about 20 ms), and kname's import hooks are its own.
-NOT_AT_START_UP = ("numpy", "nvtx", "wrapt", "asyncio")
+# Modules kname never imports on the C hot path: the nvtx package and numpy (which it imports)
+# cost about 110 ms, and the extension calls NVTX itself.
+NOT_ON_THE_C_PATH = ("numpy", "nvtx")
+# Modules kname's start-up must not import on the C hot path: those, and wrapt, whose package
+# imports asyncio (about 20 ms); kname imports it when a watched module is imported.
+NOT_AT_START_UP = (*NOT_ON_THE_C_PATH, "wrapt", "asyncio")
 
 IMPORTED = "import json, sys; print(json.dumps(sorted(sys.modules)))"
 
@@ -316,8 +318,62 @@ def test_a_switched_on_program_has_its_ranges_and_nvtx_only_on_the_python_path(
     seen = json.loads(done.stdout)
     assert seen["c_ranges"] is (native == "1")
     if native == "1":
-        assert sorted(set(NOT_AT_START_UP) & set(seen["at_end"])) == []
+        assert sorted(set(NOT_ON_THE_C_PATH) & set(seen["at_end"])) == []
     else:
         assert "nvtx" in seen["at_start"]
+    assert "wrapt" not in seen["at_start"]
+    assert "wrapt.importer" in seen["at_end"]  # noop is watched: its import went through wrapt
     assert capture.ranges("kname") == [f"<module> prog.py:{line_of(LAUNCHES, 'launch-line')}"]
+    assert capture.balanced(), capture.stack_errors()
+
+
+# A watched module imported by a KNAME=1 program: wrapt is imported then, and its loader calls
+# kname's hooks (the target's, and one more watched here to count its calls).
+WATCHED_IMPORT = """\
+import json
+import os
+import sys
+import traceback
+
+from kname import importhooks
+
+wrapt_at_start = "wrapt" in sys.modules
+calls = []
+
+
+def called(module):
+    stack = [frame.filename for frame in traceback.extract_stack()]
+    by_wrapt = any(path.endswith(os.path.join("wrapt", "importer.py")) for path in stack)
+    calls.append({"module": module.__name__, "by_wrapt": by_wrapt})
+
+
+importhooks.watch("noop", called)
+import noop
+
+noop.launch(1)  # launch-line
+registry = sys.modules["wrapt.importer"]._post_import_hooks
+print(json.dumps({
+    "wrapt_at_start": wrapt_at_start,
+    "calls": calls,
+    "in_wrapt": sum(isinstance(hook, importhooks.Watch) for hook in registry.get("noop", [])),
+    "loader": type(noop.__loader__).__name__,
+}))
+"""
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_watched_import_imports_wrapt_whose_loader_calls_each_hook_once(
+    kname_venv: Venv, inject_lib: Path, tmp_path: Path, native: str
+) -> None:
+    env = {"KNAME": "1", "KNAME_TARGETS": "noop:launch", "KNAME_NATIVE": native}
+    done, capture = run_program(kname_venv, inject_lib, tmp_path, WATCHED_IMPORT, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert json.loads(done.stdout) == {
+        "wrapt_at_start": False,
+        "calls": [{"module": "noop", "by_wrapt": True}],
+        "in_wrapt": 2,  # the target's hook and this one, kept for a reload
+        "loader": "SourceFileLoader",  # wrapt's loader put the module's own back
+    }
+    assert capture.ranges("kname") == [f"<module> prog.py:{line_of(WATCHED_IMPORT, 'launch-line')}"]
     assert capture.balanced(), capture.stack_errors()

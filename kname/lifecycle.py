@@ -35,7 +35,7 @@ from kname.targets import (
     Target,
     TargetProblem,
     library,
-    library_packages,
+    library_code,
     user_target,
 )
 
@@ -87,9 +87,11 @@ def install(targets: Iterable[str] | str | None = None) -> None:
             config = _with_targets(config, targets)
         # Decided once for this install, before anything makes a wrapper or a range.
         hotpath.use(config.native)
+        code = library_code()
         callsite.configure(
-            config.skip, config.format, config.depth, config.mode != "census", library_packages()
-        )
+            config.skip, config.format, config.depth, config.mode != "census", code.packages,
+            config.user, code.compile_modules, code.generated,
+        )  # fmt: skip
         ranges.configure(config.domain)
         source = "KNAME_TARGETS" if targets is None else _ARGUMENT
         _state.given = dict.fromkeys(config.targets or (), source)

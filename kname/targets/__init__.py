@@ -37,7 +37,7 @@ from kname.patching import (
     unbound,
 )
 
-BUILTIN = ("numba", "cupy", "triton", "pycuda", "cuda_core")
+BUILTIN = ("numba", "cupy", "triton", "pycuda", "cuda_core", "torch")
 
 
 class TargetProblem(Exception):

@@ -32,7 +32,8 @@ from kname.documents.build import profile_document
 from kname.documents.files import write_atomically
 from kname.documents.schema import render_json
 from kname.documents.tables import render_profile_table
-from kname.profiling.capture import LaunchCapture
+from kname.profiling import backward
+from kname.profiling.capture import LaunchCapture, site_of_frame
 from kname.profiling.join import Join
 from kname.profiling.native_join import NativeJoin
 from kname.profiling.page import render_page
@@ -99,8 +100,10 @@ class ProfileSession:
             calls = external_calls() if external_calls is not None else None
             if calls is not None:
                 self.capture.tag_with(*calls)
-            # From now on the launches kname wraps hand their site to the capture.
+            # From now on the launches kname wraps hand their site to the capture, and backward
+            # passes are named for the launches autograd makes on its own threads.
             callsite.use_site_calls(self.capture.site_calls)
+            backward.collect(site_of_frame)
             return True
 
     def stop(self) -> None:
@@ -111,6 +114,7 @@ class ProfileSession:
         with self._lock, _collecting_lock:
             if _collecting is self:
                 callsite.use_site_calls(None)  # before the flush: no launch is tagged after it
+                backward.collect(None)
                 _collecting = None
             self.collector.stop()
 

@@ -175,9 +175,11 @@ class ProfileSession:
         html: str | None = None,
         top: int | None = None,
         print_table: bool = True,
+        only_if_launched: bool = False,
     ) -> None:
         """At interpreter exit (or a SIGTERM left at its default action): stop, print the table
-        on `table` (default stderr), write files.
+        on `table` (default stderr), write files; with `only_if_launched`, none of that when the
+        profile has no launch (a helper process beneath the one that owns the outputs).
 
         Paths are made absolute now: the program may change directory before it exits.
         """
@@ -192,11 +194,18 @@ class ProfileSession:
         self._exit_table = table if print_table else None
         self._exit_print = print_table
         self._exit_top = top
+        self._exit_if_launched = only_if_launched
         if first:
             # atexit runs after an uncaught exception's traceback and after sys.exit(); a
             # SIGTERM left at its default action skips atexit, so the writers run there too.
             atexit.register(self._at_exit)
             write_on_sigterm(self._at_exit)
+
+    def _launched(self) -> bool:
+        try:
+            return bool(self.document()["total_launches"])
+        except Exception:  # at exit: write what can be written, as before
+            return True
 
     def cancel_exit_outputs(self) -> None:
         """Nothing at exit after all: no table, no file (write_at_exit undone)."""
@@ -207,6 +216,8 @@ class ProfileSession:
         if os.getpid() != self._pid:
             return  # a forked child: its parent reports what was collected
         self.stop()
+        if self._exit_if_launched and not self._launched():
+            return
         if self._exit_print:
             stream = self._exit_table or sys.stderr
             try:

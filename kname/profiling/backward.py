@@ -11,7 +11,8 @@ the user's `step`). While a scope is open:
   callbacks: the C one is told each change through `listen`);
 - a launch with only library frames above it, on a thread running an autograd node (the torch
   unit's test, `recognise_autograd_threads`), is named so too (capture.py asks
-  `library_code_name`).
+  `library_code_name`), marked (compile) where its library frames were compiling (a backward
+  compiled at its first run).
 
 Two passes running at once whose lines differ (threads of their own): autograd's threads do not
 say whose node they run, so their launches take the newest's name, marked CONCURRENT. A pass
@@ -26,6 +27,7 @@ from types import FrameType
 
 from kname._locks import new_lock, reset_in_child
 from kname._warnings import report_fault
+from kname.callsite import COMPILE_MARK
 
 CONCURRENT = " [concurrent backward]"
 
@@ -97,11 +99,12 @@ def frameless_name() -> str | None:
 
 
 def library_code_name(name: str) -> str:
-    """The name of a launch whose frames are all library code (named `name` by them)."""
+    """The name of a launch whose frames are all library code (named `name` by them); compile
+    time work (a backward compiled at its first run) stays marked."""
     current = _current
     if current is None or not _autograd_thread():
         return name
-    return current
+    return current + COMPILE_MARK if name.endswith(COMPILE_MARK) else current
 
 
 def listen(listener: Callable[[str | None], object] | None) -> None:

@@ -9,7 +9,6 @@ setting of torch's, not kname's), so that the first compiled call compiles and a
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import os
 import re
@@ -18,7 +17,7 @@ import subprocess
 import sys
 
 import pytest
-from support import REPO
+from support import REPO, profile_missing_reason
 
 from kname import hotpath
 from kname.callsite import COMPILE_MARK
@@ -39,12 +38,9 @@ pytestmark = pytest.mark.gpu
 
 
 def _missing() -> str | None:
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return "no CUDA driver (libcuda.so.1)"
-    if importlib.util.find_spec("cupti") is None:
-        return "cupti-python is not installed"
+    missing = profile_missing_reason()
+    if missing is not None:
+        return missing
     if importlib.util.find_spec("torch") is None:
         return "torch is not installed"
     probe = [sys.executable, "-c", "import torch; assert torch.cuda.is_available()"]

@@ -61,7 +61,9 @@ def test_a_torch_program_is_named_after_its_own_lines_only(tmp_path, callbacks) 
         pytest.skip(f"no native CUPTI callback: {why}")
     shutil.copy(DEMO, tmp_path / "torch_demo.py")
     env = {k: v for k, v in os.environ.items() if not k.startswith("KNAME")}
-    env.update(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    # kname from the checkout, before what the machine adds (cupti-python carried as a wheel).
+    paths = [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env.update(PYTHONPATH=os.pathsep.join(paths), PYTHONUNBUFFERED="1")
     env["KNAME_NATIVE"] = "1" if callbacks == "native" else "0"  # which callback, nothing else
     env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor")
     command = [sys.executable, "-m", "kname", "profile", "--json", "profile.json", "--",

@@ -14,6 +14,9 @@ by capture.py's rules; they differ in what runs per launch:
                       LaunchCapture.enter and exit: about 20-50 us of CPU time per launch. The
                       activity buffers are then cupti-python's (a Python object per record).
 
+Both also take CUPTI's graph resource callbacks (`graphs`: node made, cloned, updated,
+destroyed; capture.GRAPH_CALLBACKS), which tie each CUDA graph node to its line.
+
 The hot path of this install decides (kname.hotpath: the extension where built; KNAME_NATIVE=0:
 Python). The rest of the activity side (kinds, flush, what the records become) is the
 collector's (cupti_collector.py).
@@ -34,6 +37,7 @@ from kname.profiling.capture import (
     SITE_KEY,
     UNNAMED,
     LaunchCapture,
+    graph_ids,
     say_open_calls_forgotten,
     site_of_frame,
 )
@@ -43,6 +47,8 @@ from kname.profiling.records import ActivityRecord, ExternalCorrelation, LaunchR
 
 # {CUPTI callback domain: {callback id: (API name, is a graph launch)}}
 Apis = dict[int, dict[int, tuple[str, bool]]]
+# {CUPTI resource callback id: graph node event} (capture.select_graph_callbacks)
+GraphCallbacks = dict[int, str]
 SUBSCRIBER_NAME = "kname"
 MAX_WAITING_RECORDS = 1_000_000  # GPU records read in C and not yet handed to the join
 PYTHON_CALLBACK_COST = "about 20-50 us of CPU time per launch"
@@ -77,14 +83,18 @@ class PythonCallbacks:
         """What collects, for the line said at start."""
         return f"CUPTI's Python binding ({self._why}), which adds {PYTHON_CALLBACK_COST}"
 
-    def subscribe(self, cupti: Any, apis: Apis) -> None:
-        """Subscribe and enable `apis`; raises the binding's error (status) on failure."""
-        self._cupti, self._apis = cupti, apis
+    def subscribe(self, cupti: Any, apis: Apis, graphs: GraphCallbacks | None = None) -> None:
+        """Subscribe and enable `apis` and `graphs`; raises the binding's error (status) on
+        failure."""
+        self._cupti, self._apis, self._graphs = cupti, apis, graphs or {}
         self._enter = int(cupti.ApiCallbackSite.API_ENTER)
+        self._resource = int(cupti.CallbackDomain.RESOURCE)
         self._subscriber = self._subscribe(cupti)
         for domain, chosen in apis.items():
             for cbid in chosen:
                 cupti.enable_callback(1, self._subscriber, domain, cbid)
+        for cbid in self._graphs:
+            cupti.enable_callback(1, self._subscriber, self._resource, cbid)
 
     def unsubscribe(self) -> None:
         """No callback after this; raises the binding's error."""
@@ -111,7 +121,9 @@ class PythonCallbacks:
     # CUPTI's callback: never raises into CUPTI.
     def _on_api(self, userdata: Any, domain: int, cbid: int, data: Any) -> None:
         try:
-            if data.callback_site == self._enter:
+            if domain == self._resource:
+                self._on_graph(self._graphs[cbid], data)
+            elif data.callback_site == self._enter:
                 api, graph = self._apis[domain][cbid]
                 try:
                     frame = sys._getframe(1)  # the Python frame that called into the library
@@ -124,6 +136,27 @@ class PythonCallbacks:
                 self._capture.exit(data.correlation_id, self._cupti.get_timestamp())
         except Exception as exc:
             report_fault("recording a CUDA launch for kname profile", exc)
+
+    def _on_graph(self, event: str, data: Any) -> None:
+        """A graph resource callback: `data` is CUPTI's CUpti_ResourceData, whose descriptor is
+        the CUpti_GraphData."""
+        cupti = self._cupti
+        graph_data = cupti.GraphData.from_ptr(data.resource_descriptor, readonly=True)
+        ids = graph_ids(
+            graph_data,
+            cupti.get_graph_node_id,
+            cupti.get_graph_id,
+            getattr(cupti, "get_graph_exec_id", _no_id),  # cuptiGetGraphExecId: CUPTI 12.4+
+        )
+        try:
+            frame = sys._getframe(2)  # the Python frame that called into the library
+        except ValueError:
+            frame = None
+        self._capture.graph_node(frame, event, ids)
+
+
+def _no_id(handle: int) -> int:
+    return 0
 
 
 class NativeCallbacks:
@@ -161,9 +194,10 @@ class NativeCallbacks:
         recorder = self.recorder
         self._capture.mark_wrapped_with(recorder.mark, recorder.unmark, recorder.site_calls)
 
-    def subscribe(self, cupti: Any, apis: Apis) -> None:
-        """Subscribe and enable `apis`; raises the binding's error for a CUPTI status, and
-        NativeUnavailable when libcupti's functions cannot be had (nothing subscribed then)."""
+    def subscribe(self, cupti: Any, apis: Apis, graphs: GraphCallbacks | None = None) -> None:
+        """Subscribe and enable `apis` (and `graphs`); raises the binding's error for a CUPTI
+        status, and NativeUnavailable when libcupti's functions cannot be had (nothing
+        subscribed then)."""
         cupti.get_timestamp()  # the binding loads libcupti now (and raises without a driver)
         path = libcupti_path()
         pairs = sorted({pair for chosen in apis.values() for pair in chosen.values()})

@@ -23,6 +23,12 @@ SUPPORT = REPO / "tests" / "support"
 # CUPTI's numbers the tests use: the driver's domain and two of its callback ids, record kinds.
 DRIVER, CUDA_LAUNCH_KERNEL, CUDA_GRAPH_LAUNCH = 1, 307, 514
 MEMCPY, MEMSET, KERNEL, CONCURRENT_KERNEL, RUNTIME, EXTERNAL_CORRELATION = 1, 2, 3, 10, 5, 39
+# The resource domain and its graph callback ids (CUpti_CallbackIdResource, cupti_callbacks.h).
+RESOURCE = 3
+GRAPH_CALLBACK_IDS = {
+    "GRAPH_DESTROY_STARTING": 10, "GRAPHNODE_CREATED": 13, "GRAPHNODE_DESTROY_STARTING": 14,
+    "GRAPHEXEC_DESTROY_STARTING": 19, "GRAPHNODE_CLONED": 20, "GRAPH_NODE_UPDATED": 22,
+}  # fmt: skip
 
 
 def cupti_include() -> Path | None:
@@ -153,7 +159,8 @@ class StandInBinding:
             super().__init__(f"CUPTI status {status}")
             self.status = status
 
-    CallbackDomain = SimpleNamespace(DRIVER_API=1, RUNTIME_API=2)
+    CallbackDomain = SimpleNamespace(DRIVER_API=1, RUNTIME_API=2, RESOURCE=3)
+    CallbackIdResource = SimpleNamespace(__members__=GRAPH_CALLBACK_IDS)
     driver_api_trace_cbid = SimpleNamespace(
         __members__={"cuLaunchKernel": CUDA_LAUNCH_KERNEL, "cuGraphLaunch": CUDA_GRAPH_LAUNCH}
     )

@@ -82,38 +82,63 @@ def nvtx_include_dir() -> str | None:
     return None
 
 
-def native_extension() -> Extension:
+# Each extension is built from several files, one job each (docs/architecture.md has the table);
+# a library's own C is in its unit's folder, and its unit names it (Library.c_sources). The
+# headers are listed for the rebuild checks (setuptools' and the tests'), and for the sdist.
+NATIVE_SOURCES = [
+    "kname/_native_module.c",
+    "kname/_native_launch.c",
+    "kname/_native_sites.c",
+    "kname/_native_nvtx.c",
+    "kname/_native_common.c",
+    "kname/targets/cupy/_native_cupy.c",
+    "kname/targets/triton/_native_triton.c",
+]
+NATIVE_HEADERS = ["kname/_native_common.h", "kname/_native_launch.h", "kname/_native_nvtx.h"]
+CUPTI_SOURCES = [
+    "kname/_native_cupti_module.c",
+    "kname/_native_cupti_recorder.c",
+    "kname/_native_cupti_callback.c",
+    "kname/_native_cupti_activity.c",
+    "kname/_native_cupti_join.c",
+    "kname/_native_common.c",
+]
+CUPTI_HEADERS = [
+    "kname/_native_common.h",
+    "kname/_native_cupti.h",
+    "kname/_native_cupti_join.h",
+    "kname/_cupti_abi.h",
+]
+
+
+def native_extension(nvtx_include: str | None) -> Extension:
     """kname._native, calling NVTX's C API itself where the NVTX headers are found (Linux)."""
-    sources = ["kname/_native.c"]
-    depends = ["kname/_native_common.h", "kname/_native_nvtx.h"]
-    if not sys.platform.startswith("linux"):
-        return Extension("kname._native", sources=sources, depends=depends)
-    include = nvtx_include_dir()
-    if include is None:
-        print(
-            "kname: NVTX headers not found (pip install nvidia-nvtx, or set CUDA_HOME): "
-            "kname._native's ranges go through the nvtx package",
-            file=sys.stderr,
-        )
-        return Extension("kname._native", sources=sources, depends=depends)
+    common = {"sources": NATIVE_SOURCES, "depends": NATIVE_HEADERS, "include_dirs": ["kname"]}
+    if nvtx_include is None:
+        return Extension("kname._native", **common)
     return Extension(
         "kname._native",
-        sources=sources,
-        depends=depends,
-        include_dirs=[include],
+        **{**common, "include_dirs": ["kname", nvtx_include]},
         define_macros=[("KNAME_NVTX", "1")],
         libraries=["dl"],  # NVTX loads its tool with dlopen
+        # NVTX's implementation is in its headers, as weak functions and data: each file that
+        # includes them carries a copy, and the linker uses one. Each function and datum in a
+        # section of its own, the copies it does not use are dropped (20 kB each, never run).
+        extra_compile_args=["-ffunction-sections", "-fdata-sections"],
+        extra_link_args=["-Wl,--gc-sections"],
     )
 
 
-def extensions() -> list[Extension]:
-    made = [native_extension()]
+def extensions(nvtx_include: str | None) -> list[Extension]:
+    """The extensions built on this platform; `nvtx_include` as nvtx_include_dir() finds it."""
+    made = [native_extension(nvtx_include)]
     if sys.platform.startswith("linux"):  # dlopen, pthreads, and CUPTI's plain calling convention
         made.append(
             Extension(
                 "kname._native_cupti",
-                sources=["kname/_native_cupti.c"],
-                depends=["kname/_cupti_abi.h", "kname/_native_common.h"],
+                sources=CUPTI_SOURCES,
+                depends=CUPTI_HEADERS,
+                include_dirs=["kname"],
                 libraries=["dl", "pthread"],
             )
         )
@@ -127,12 +152,19 @@ def extensions() -> list[Extension]:
 
 
 if __name__ == "__main__":  # as pip's build backend and `python setup.py` run it; the tests
-    # load this file for nvtx_include_dir alone
+    # load this file for what it says of the build (nvtx_include_dir, extensions)
     why_not = unsupported()
     if why_not:
         print(f"kname: not building the C extensions kname._native*: {why_not}", file=sys.stderr)
+    nvtx_include = nvtx_include_dir() if sys.platform.startswith("linux") else None
+    if not why_not and sys.platform.startswith("linux") and nvtx_include is None:
+        print(
+            "kname: NVTX headers not found (pip install nvidia-nvtx, or set CUDA_HOME): "
+            "kname._native's ranges go through the nvtx package",
+            file=sys.stderr,
+        )
 
     setup(
-        ext_modules=[] if why_not else extensions(),
+        ext_modules=[] if why_not else extensions(nvtx_include),
         cmdclass={"build_ext": optional_build_ext},
     )

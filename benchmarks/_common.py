@@ -330,7 +330,7 @@ def launch_record(loops_samples: dict, rounds: int, batch: int, site_file: str =
 def build_null_tool(out_dir: Path) -> Path:
     """The tests' NVTX injection library, built as the tests build it; used in its null mode.
 
-    Raises RuntimeError (the tests' InjectionUnavailable) without a compiler or NVTX headers.
+    Raises RuntimeError (the tests' InjectionUnavailable) without a C compiler.
     """
     use_test_support()
     from support.nvtx_capture import build_injection_library

@@ -1,5 +1,5 @@
 /*
- * The few CUPTI declarations kname/_native_cupti.c uses, written out here so that building kname
+ * The few CUPTI declarations kname._native_cupti uses, written out here so that building kname
  * needs no CUDA or CUPTI headers (the library itself is found at run time, with dlopen).
  *
  * Each is laid out as in CUPTI's own headers (cupti_result.h, cupti_callbacks.h and

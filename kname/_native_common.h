@@ -1,13 +1,17 @@
 /*
- * What kname's two C extensions share (included by kname/_native.c and kname/_native_cupti.c):
- * callsite's kinds of code, errors taken and put back on every supported CPython, and the
- * generation of the dicts they look up (kname.callsite's `sites` and `kinds`), which tells a
- * table of recent look-ups when an entry may no longer answer; and the caller's frame, read
- * without making a frame object.
+ * What kname's two C extensions share (each is built from several files; setup.py lists them, and
+ * docs/architecture.md says what each holds): callsite's kinds of code, errors taken and put back
+ * on every supported CPython, and the generation of the dicts they look up (kname.callsite's
+ * `sites` and `kinds`), which tells a table of recent look-ups when an entry may no longer
+ * answer; and the caller's frame, read without making a frame object. What this header declares
+ * but does not define is in _native_common.c, built into each extension: one copy per extension.
  */
 #ifndef KNAME_NATIVE_COMMON_H
 #define KNAME_NATIVE_COMMON_H
 
+#ifndef PY_SSIZE_T_CLEAN
+#define PY_SSIZE_T_CLEAN
+#endif
 #include <Python.h>
 #include <stdint.h>
 #include <structmember.h>
@@ -42,45 +46,37 @@
 #define NOINLINE
 #endif
 
+/* What one file of an extension defines for its others: hidden, so that the shared object does
+ * not export it, and a use in another file reaches it as directly as a static one (no GOT). */
+#if defined(__GNUC__)
+#define INTERNAL __attribute__((visibility("hidden")))
+#else
+#define INTERNAL
+#endif
+
+/* The kind kname.callsite's `kinds` (id(code) -> kind) holds for `code`: KIND_USER, KIND_LIBRARY,
+ * KIND_PLUMBING, or -1 when it has not decided (or decided something else, as for kname's own
+ * wrapper); -2 on error. */
+INTERNAL int decided_kind(PyObject *kinds, PyCodeObject *code);
+
 /* ------------------------------------------------------------------ errors across versions */
 
+/* The error set now, taken (cleared), as one exception object; NULL when none is set. */
+INTERNAL PyObject *take_error(void);
+
+/* Sets `exc` (a reference it steals) as the error; nothing when NULL. */
+static inline void
+restore_error(PyObject *exc)
+{
 #if PY_VERSION_HEX >= 0x030C0000
-static PyObject *
-take_error(void)
-{
-    return PyErr_GetRaisedException();
-}
-
-static void
-restore_error(PyObject *exc)
-{
     PyErr_SetRaisedException(exc);
-}
 #else
-static PyObject *
-take_error(void)
-{
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback);
-    if (type == NULL)
-        return NULL;
-    PyErr_NormalizeException(&type, &value, &traceback);
-    if (value != NULL && traceback != NULL)
-        PyException_SetTraceback(value, traceback);
-    Py_XDECREF(type);
-    Py_XDECREF(traceback);
-    return value;
-}
-
-static void
-restore_error(PyObject *exc)
-{
     if (exc == NULL)
         return;
     PyObject *traceback = PyException_GetTraceback(exc);
     PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, traceback);
-}
 #endif
+}
 
 /* ------------------------------------------------------------------ watched changes */
 
@@ -103,13 +99,7 @@ typedef struct {
     void *call_short; /* `call` where its cached launches may take the slot's short path */
 } Hot;
 
-#if defined(__GNUC__)
-#define MAYBE_UNUSED __attribute__((unused))
-#else
-#define MAYBE_UNUSED
-#endif
-
-static Hot hot MAYBE_UNUSED = {1, 1, NULL, 0, NULL, NULL, NULL}; /* one per extension */
+INTERNAL extern Hot hot; /* one per extension: _native_common.c */
 
 /* Every look-up of a dict remembered so far stale, as if each dict had changed (generation_of
  * reads hot.dict_changes on every version). */
@@ -135,120 +125,43 @@ valid_version_tag(PyTypeObject *type)
 #endif
 }
 
-#if PY_VERSION_HEX >= 0x030C0000
-static int dict_watcher = -1, type_watcher = -1;
-
-static int
-count_dict_change(PyDict_WatchEvent event, PyObject *dict, PyObject *key, PyObject *new_value)
-{
-    (void)event;
-    (void)dict;
-    (void)key;
-    (void)new_value;
-    hot.dict_changes++;
-    return 0;
-}
-
-static inline int
-count_type_change(PyTypeObject *type)
-{
-    (void)type;
-    hot.type_changes++;
-    return 0;
-}
-
+/* The stamp of look-ups of `dict` (made since follow_changes said yes). */
 static inline uint64_t
 generation_of(PyObject *dict)
 {
+#if PY_VERSION_HEX >= 0x030C0000
     (void)dict;
     return hot.dict_changes;
+#else
+    /* 3.11: a new value from one global sequence at every change of the dict (PEP 509), plus
+     * the forget_all()s: the sum moves when either does, as both only grow. */
+    return ((PyDictObject *)dict)->ma_version_tag + hot.dict_changes;
+#endif
 }
 
+/* The stamp of look-ups on `type` (made since follow_type gave a stamp other than NO_STAMP). */
 static inline uint64_t
 type_stamp(PyTypeObject *type)
 {
+#if PY_VERSION_HEX >= 0x030C0000
     (void)type;
     return hot.type_changes;
+#else
+    return valid_version_tag(type); /* 3.11: the tag itself, 0 once the type changes */
+#endif
 }
 
-/* Whether look-ups of `dict` may be remembered: it must be watched. */
-static int
-follow_changes(PyObject *dict)
-{
-    if (dict_watcher < 0 || PyDict_Watch(dict_watcher, dict) < 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    return 1;
-}
+/* Whether look-ups of `dict` may be remembered: on 3.12+, it must be watched. */
+INTERNAL int follow_changes(PyObject *dict);
 
 /* `type`'s stamp, to remember a look-up on it by, or NO_STAMP when its changes cannot be
  * followed. Taken after the look-up, which gives the type a version tag where it has none:
  * CPython tells a type's watchers of a change only while the type has one. */
-static inline uint64_t
-follow_type(PyTypeObject *type)
-{
-    if (type_watcher < 0 || valid_version_tag(type) == 0
-        || PyType_Watch(type_watcher, (PyObject *)type) < 0) {
-        PyErr_Clear();
-        return NO_STAMP;
-    }
-    return hot.type_changes;
-}
+INTERNAL uint64_t follow_type(PyTypeObject *type);
 
 /* At the module's import, once each: no watcher id left means every look-up is made anew. */
-static void
-watch_dicts(void)
-{
-    if (dict_watcher < 0 && (dict_watcher = PyDict_AddWatcher(count_dict_change)) < 0)
-        PyErr_Clear();
-}
-
-static inline void
-watch_types(void)
-{
-    if (type_watcher < 0 && (type_watcher = PyType_AddWatcher(count_type_change)) < 0)
-        PyErr_Clear();
-}
-#else
-static inline uint64_t
-generation_of(PyObject *dict)
-{
-    /* 3.11: a new value from one global sequence at every change of the dict (PEP 509), plus
-     * the forget_all()s: the sum moves when either does, as both only grow. */
-    return ((PyDictObject *)dict)->ma_version_tag + hot.dict_changes;
-}
-
-static inline uint64_t
-type_stamp(PyTypeObject *type)
-{
-    return valid_version_tag(type); /* 3.11: the tag itself, 0 once the type changes */
-}
-
-static int
-follow_changes(PyObject *dict)
-{
-    (void)dict;
-    return 1;
-}
-
-static inline uint64_t
-follow_type(PyTypeObject *type)
-{
-    unsigned int tag = valid_version_tag(type);
-    return tag == 0 ? NO_STAMP : tag;
-}
-
-static void
-watch_dicts(void)
-{
-}
-
-static inline void
-watch_types(void)
-{
-}
-#endif
+INTERNAL void watch_dicts(void);
+INTERNAL void watch_types(void);
 
 /* ------------------------------------------------------------------ frames */
 

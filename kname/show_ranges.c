@@ -4,8 +4,8 @@
  * per range event to the file named by $_KNAME_RANGES_LOG. kname.show_ranges compiles it on
  * demand, runs the program under it and prints what the log holds.
  *
- * Self-contained: the few NVTX v3 types it needs are declared here (the injection ABI of
- * nvToolsExt.h, nvtxDetail/nvtxTypes.h), so no NVTX headers are needed to build it:
+ * The few NVTX v3 types it needs are declared in nvtx_tool.h, installed beside it (the tests'
+ * NVTX tool shares it), so no NVTX headers are needed to build it:
  *     cc -shared -fPIC -O2 show_ranges.c -o libkname_show_ranges.so
  *
  * Lines (fields separated by tabs; texts escape \ tab newline CR as \\ \t \n \r):
@@ -27,50 +27,10 @@
 #include <unistd.h>
 #include <wchar.h>
 
-/* ---- the NVTX v3 injection ABI (values and layouts from nvtxDetail/nvtxTypes.h) ---- */
-
-typedef void (*nvtx_function)(void);
-typedef nvtx_function **nvtx_function_table; /* pointers to NVTX's own function slots */
-
-typedef struct {
-    size_t struct_size;
-    int (*GetModuleFunctionTable)(int module, nvtx_function_table *table, unsigned int *size);
-} nvtx_callbacks; /* NvtxExportTableCallbacks */
-
-typedef const void *(*nvtx_get_export_table)(uint32_t export_table_id);
-
-enum { ETID_CALLBACKS = 1, MODULE_CORE = 1, MODULE_CORE2 = 5 };
-enum {
-    CORE_RangeStartEx = 4, CORE_RangeStartA = 5, CORE_RangeStartW = 6, CORE_RangeEnd = 7,
-    CORE_RangePushEx = 8, CORE_RangePushA = 9, CORE_RangePushW = 10, CORE_RangePop = 11,
-};
-enum {
-    CORE2_DomainRangeStartEx = 2, CORE2_DomainRangeEnd = 3, CORE2_DomainRangePushEx = 4,
-    CORE2_DomainRangePop = 5, CORE2_DomainRegisterStringA = 10,
-    CORE2_DomainRegisterStringW = 11, CORE2_DomainCreateA = 12, CORE2_DomainCreateW = 13,
-};
-enum { MESSAGE_ASCII = 1, MESSAGE_UNICODE = 2, MESSAGE_REGISTERED = 3 };
-
-/* NVTX treats domain and string handles as opaque: they point at these. */
-struct domain { char *name; };
-struct string { char *text; };
-
-typedef struct {
-    uint16_t version;
-    uint16_t size;
-    uint32_t category;
-    int32_t color_type;
-    uint32_t color;
-    int32_t payload_type;
-    int32_t reserved0;
-    union { uint64_t u64; int64_t i64; double d; uint32_t u32; int32_t i32; float f; } payload;
-    int32_t message_type;
-    union { const char *ascii; const wchar_t *unicode; const struct string *registered; } message;
-} event_attributes; /* nvtxEventAttributes_v2 */
+#include "nvtx_tool.h"
 
 /* ---- the log ---- */
 
-static const char GLOBAL[] = "<global>";
 static int log_fd = -1;
 static uint64_t next_range_id = 1;
 
@@ -137,35 +97,6 @@ static void finish(struct line *l)
         /* Nowhere to say it: the program must run on regardless. */
     }
     free(l->text);
-}
-
-/* wchar_t is UTF-32 on Linux; encode by hand so the locale does not matter. */
-static char *utf8_from_wide(const wchar_t *w)
-{
-    size_t n = w ? wcslen(w) : 0;
-    char *out = malloc(4 * n + 1), *p = out;
-    if (!out)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        unsigned c = (unsigned)w[i];
-        if (c < 0x80) {
-            *p++ = (char)c;
-        } else if (c < 0x800) {
-            *p++ = (char)(0xC0 | c >> 6);
-            *p++ = (char)(0x80 | (c & 0x3F));
-        } else if (c < 0x10000) {
-            *p++ = (char)(0xE0 | c >> 12);
-            *p++ = (char)(0x80 | (c >> 6 & 0x3F));
-            *p++ = (char)(0x80 | (c & 0x3F));
-        } else {
-            *p++ = (char)(0xF0 | (c >> 18 & 0x07));
-            *p++ = (char)(0x80 | (c >> 12 & 0x3F));
-            *p++ = (char)(0x80 | (c >> 6 & 0x3F));
-            *p++ = (char)(0x80 | (c & 0x3F));
-        }
-    }
-    *p = '\0';
-    return out;
 }
 
 static const char *domain_name(const struct domain *d)
@@ -309,7 +240,8 @@ static const struct slot core2_slots[] = {
 };
 
 /* `size` is the highest valid slot id, smaller in older copies of NVTX. */
-static int fill(const nvtx_callbacks *callbacks, int module, const struct slot *slots, size_t n)
+static int fill(const nvtx_callbacks *callbacks, unsigned int module, const struct slot *slots,
+                size_t n)
 {
     nvtx_function_table table = NULL;
     unsigned int size = 0;

@@ -4,11 +4,12 @@ ranges it really emitted, to check a setup on any machine, without Nsight.
 The tool is show_ranges.c, built on NVTX's injection interface, the one Nsight's tools use:
 NVTX loads it at the program's first NVTX call when NVTX_INJECTION64_PATH names it, and it
 appends a line per range event to a log. NVTX loads a tool only as a shared library, by path,
-so there is no pure-Python way: the C file ships in the package and is compiled on first use
-with the machine's C compiler ($CC, else cc, gcc or clang; no NVTX headers needed) into a cache
-folder ($XDG_CACHE_HOME/kname, else ~/.cache/kname), then reused. The file's name carries a digest
-of the source, its headers and the compile command, and a checksum file beside it vouches for its
-bytes: anything else found there (an empty or foreign file, a folder) is never loaded.
+so there is no pure-Python way: the C file ships in the package, with the NVTX declarations it
+includes (nvtx_tool.h), and is compiled on first use with the machine's C compiler ($CC, else cc,
+gcc or clang; no NVTX headers needed) into a cache folder ($XDG_CACHE_HOME/kname, else
+~/.cache/kname), then reused. The file's name carries a digest of the source, its headers and the
+compile command, and a checksum file beside it vouches for its bytes: anything else found there
+(an empty or foreign file, a folder) is never loaded.
 """
 
 from __future__ import annotations

@@ -215,6 +215,25 @@ def test_concurrent_first_runs_each_get_a_whole_viewer(tmp_path: Path) -> None:
     assert all(b.startswith(b"\x7fELF") and len(b) == library.stat().st_size for b in seen)
 
 
+def test_the_viewer_is_built_anew_when_the_nvtx_declarations_it_includes_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its cache is keyed by the header too (an upgrade that changes only nvtx_tool.h must not
+    reuse a viewer built from the old one)."""
+    source = tmp_path / "package" / show_ranges.SOURCE.name
+    header = source.with_name("nvtx_tool.h")
+    source.parent.mkdir()
+    source.write_bytes(show_ranges.SOURCE.read_bytes())
+    header.write_bytes(show_ranges.SOURCE.with_name(header.name).read_bytes())
+    monkeypatch.setattr(show_ranges, "SOURCE", source)
+    with show_ranges.viewer(tmp_path / "cache") as first:
+        pass
+    header.write_text(header.read_text() + "/* changed */\n")
+    with show_ranges.viewer(tmp_path / "cache") as second:
+        pass
+    assert first != second and first.is_file() and second.is_file()
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [

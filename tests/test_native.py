@@ -3,16 +3,19 @@
 The behavioural tests of launches (faults, exceptions, threads, fork, census, rename, lifecycle)
 run on both paths (tests/conftest.py); the choice itself is test_hotpath's. Here: what only C can
 get wrong (reference counts, the table of recent hits going stale), and the build: without a
-compiler kname still installs, and the C file compiles without warnings.
+compiler kname still installs, each C file compiles without warnings, setup.py lists every file
+the extensions are built from, and each extension exports only its init function.
 """
 
 from __future__ import annotations
 
 import functools
 import gc
+import importlib
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,10 +25,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from support import REPO, build_wheel_of, make_venv
+from support import REPO, build_wheel_of, extension_inputs, make_venv
 from support.nvtx_capture import nvtx_include_dir
 
-from kname import callsite, counters, hotpath, launch
+from kname import callsite, counters, hotpath, launch, targets
 
 WHY_NOT_NATIVE = hotpath.choose(True).why_python  # "" where the C hot path is in use
 EXTENSION = None if WHY_NOT_NATIVE else sys.modules[hotpath.NATIVE]
@@ -751,9 +754,14 @@ def test_a_guarded_hook_runs_except_inside_a_native_launch(hot_path) -> None:
 # --------------------------------------------------------------------------
 
 
+NATIVE_SOURCES = [path for path in extension_inputs()["kname._native"] if path.suffix == ".c"]
+
+
 @pytest.mark.skipif(COMPILER is None, reason="no C compiler")
 @pytest.mark.parametrize("with_nvtx", [False, True], ids=["nvtx package", "NVTX C API"])
-def test_the_c_file_compiles_without_warnings(tmp_path: Path, with_nvtx: bool) -> None:
+@pytest.mark.parametrize("source", NATIVE_SOURCES, ids=lambda path: path.name)
+def test_each_c_file_compiles_without_warnings(tmp_path: Path, with_nvtx: bool, source) -> None:
+    """Every file kname._native is built from (setup.py's list), the library units' too."""
     include = sysconfig.get_paths()["include"]
     nvtx = []
     if with_nvtx:
@@ -763,8 +771,8 @@ def test_the_c_file_compiles_without_warnings(tmp_path: Path, with_nvtx: bool) -
         nvtx = ["-DKNAME_NVTX=1", f"-I{headers}"]
     # Compiled for real (-fsyntax-only says nothing of functions left unused), optimised.
     done = subprocess.run(
-        [COMPILER, "-c", "-O2", "-fPIC", "-Wall", "-Wextra", "-Werror", f"-I{include}", *nvtx,
-         str(REPO / "kname" / "_native.c"), "-o", str(tmp_path / "native.o")],
+        [COMPILER, "-c", "-O2", "-fPIC", "-Wall", "-Wextra", "-Werror", f"-I{include}",
+         f"-I{REPO / 'kname'}", *nvtx, str(source), "-o", str(tmp_path / "native.o")],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -786,11 +794,64 @@ def test_without_a_compiler_kname_still_installs_and_says_so(tmp_path: Path, mon
     assert "pure Python (the extension kname._native was not built" in line, done.stdout
 
 
+def test_a_librarys_c_is_beside_its_unit_named_by_it_and_built_into_the_extension() -> None:
+    """A library's C lives in its unit's folder under the library's name, its unit's Library
+    names it (c_sources), and setup.py builds it into kname._native; no C file under
+    kname/targets/ is left out of either."""
+    built = set(extension_inputs()["kname._native"])
+    named = set()
+    for name in targets.BUILTIN:
+        folder = Path(importlib.import_module(f"kname.targets.{name}").__file__).parent
+        for source in targets.library(name).c_sources:
+            assert source == f"_native_{name}.c", f"{name}'s C is named for another: {source}"
+            named.add(folder / source)
+    assert named, "no library has C of its own: then this test checks nothing"
+    assert named <= built, sorted(map(str, named - built))
+    assert set((REPO / "kname" / "targets").rglob("*.c")) == named
+
+
+@pytest.mark.skipif(shutil.which("nm") is None, reason="no nm (binutils) to read the symbols")
+@pytest.mark.parametrize("extension", list(extension_inputs()))
+def test_an_extension_exports_nothing_but_its_init_function(extension: str) -> None:
+    """What one file of an extension defines for its others is hidden (INTERNAL in
+    _native_common.h): no other library's symbol of the same name can stand in for it, and a
+    call or a read across its files is as direct as within one."""
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    built = REPO / f"{extension.replace('.', '/')}{suffix}"
+    if not built.exists():
+        pytest.skip(f"{extension} is not built here")
+    done = subprocess.run(
+        ["nm", "-D", "--defined-only", str(built)], capture_output=True, text=True, check=True
+    )
+    exported = [line.split()[-1] for line in done.stdout.splitlines() if line.strip()]
+    assert exported == [f"PyInit_{extension.rsplit('.', 1)[1]}"]
+
+
+def included_headers(path: Path) -> set[Path]:
+    """kname's headers that `path` includes, as the build finds them: beside it, else in kname/
+    (setup.py's include folder); CPython's own (`internal/pycore_frame.h`) are not kname's."""
+    found = set()
+    for name in re.findall(r'^#include "([^"]+)"', path.read_text(), re.M):
+        for place in (path.parent / name, REPO / "kname" / name):
+            if place.exists():
+                found.add(place)
+                break
+    return found
+
+
+@pytest.mark.parametrize("extension", list(extension_inputs()))
+def test_setup_lists_every_header_an_extensions_files_include(extension: str) -> None:
+    """What setup.py lists is what a rebuild is decided by (setuptools', and the tests' session
+    start): a header left out would leave a stale extension after it changed."""
+    inputs = set(extension_inputs()[extension])
+    included = set().union(*(included_headers(path) for path in inputs))
+    assert included <= inputs, sorted(map(str, included - inputs))
+
+
 @pytest.mark.slow
 def test_the_sdist_holds_every_file_the_extensions_are_built_from(tmp_path: Path) -> None:
     """Built from the source distribution (as pip does from PyPI), each extension finds its
     sources and the headers they include."""
-    import re
     import tarfile
 
     source = tmp_path / "source"
@@ -804,9 +865,9 @@ def test_the_sdist_holds_every_file_the_extensions_are_built_from(tmp_path: Path
     with tarfile.open(sdist) as archive:
         held = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     needed = set()
-    for c_file in ("kname/_native.c", "kname/_native_cupti.c", "kname/_sigterm_guard.c"):
-        needed.add(c_file)
-        text = (REPO / c_file).read_text()
-        needed |= {f"kname/{h}" for h in re.findall(r'^#include "([^"]+)"', text, re.M)}
-    assert "kname/_cupti_abi.h" in needed
+    for inputs in extension_inputs().values():
+        for path in inputs:
+            needed |= {path, *included_headers(path)}
+    needed = {str(path.relative_to(REPO)) for path in needed}
+    assert {"kname/_cupti_abi.h", "kname/targets/cupy/_native_cupy.c"} <= needed
     assert needed <= held, sorted(needed - held)

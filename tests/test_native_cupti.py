@@ -25,7 +25,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from support import REPO
+from support import REPO, extension_inputs
 from support.cupti_stand_in import (
     COMPILER,
     CONCURRENT_KERNEL,
@@ -618,14 +618,21 @@ def test_without_libcupti_the_python_callback_is_used_and_says_why(
 # --------------------------------------------------------------------------
 
 
+CUPTI_SOURCES = [
+    path for path in extension_inputs().get("kname._native_cupti", []) if path.suffix == ".c"
+]
+
+
 @pytest.mark.skipif(COMPILER is None, reason="no C compiler")
-def test_the_c_file_compiles_without_warnings(tmp_path) -> None:
+@pytest.mark.parametrize("source", CUPTI_SOURCES, ids=lambda path: path.name)
+def test_each_c_file_compiles_without_warnings(tmp_path, source) -> None:
+    """Every file kname._native_cupti is built from (setup.py's list; Linux only)."""
     include = sysconfig.get_paths()["include"]
     flags = sysconfig.get_config_var("CFLAGS") or ""
     # Compiled for real (-fsyntax-only says nothing of functions left unused).
     done = subprocess.run(
         [COMPILER, "-c", "-fPIC", *flags.split(), "-Wall", "-Wextra", "-Werror",
-         f"-I{include}", str(REPO / "kname" / "_native_cupti.c"), "-o", str(tmp_path / "c.o")],
+         f"-I{include}", f"-I{REPO / 'kname'}", str(source), "-o", str(tmp_path / "c.o")],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -2,8 +2,8 @@
 
 With kname's native CUPTI callback and no stream log (no --trace, no external correlation
 tagging), launch records and GPU records meet in C, in CUPTI's thread, by join.py's rules and
-within its bounds (kname/_native_cupti.c): no Python object is made per record. What the session
-and the collector read of that join is here: its counts, and profile() as Join gives it.
+within its bounds (kname/_native_cupti_join.c): no Python object is made per record. What the
+session and the collector read of that join is here: its counts, and profile() as Join gives it.
 """
 
 from __future__ import annotations

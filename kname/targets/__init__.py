@@ -134,6 +134,9 @@ class Library:
     distributions: tuple[str, ...]  # installed distributions that provide them
     targets: tuple[Target, ...]
     renaming: str = "not renamed (named by NVTX ranges only)"  # what KNAME_MODE=rename does
+    # Its own C in kname._native (types its launches need), files beside its unit that setup.py
+    # builds into the extension.
+    c_sources: tuple[str, ...] = ()
 
 
 def library(name: str) -> Library:

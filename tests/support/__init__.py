@@ -6,6 +6,8 @@ nvtx) through a .pth that adds the parent's site-packages; kname itself comes fr
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -14,6 +16,7 @@ import sysconfig
 import venv
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 REPO = Path(__file__).resolve().parent.parent.parent
 # A stand-in GPU library's source, for tests that write it into their tmp_path.
@@ -32,6 +35,26 @@ PARENT_PTH_LINE = (
 # The hot path (per-launch wrapper) a test runs under, set by tests/conftest.py: a test that
 # cleans KNAME_* variables out of an environment keeps this one, so its children run it too.
 HOT_PATH_VARIABLE = "KNAME_NATIVE"
+
+
+@functools.cache
+def kname_setup(root: Path = REPO) -> ModuleType:
+    """kname's setup.py as a module (not run as __main__: setup() is not called), for what it
+    says of the build: the C extensions with their sources and headers, the NVTX headers found.
+    Raises ImportError where setuptools, which setup.py imports, is not installed."""
+    spec = importlib.util.spec_from_file_location("kname_setup", root / "setup.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def extension_inputs(root: Path = REPO) -> dict[str, list[Path]]:
+    """Each C extension built on this platform, by module name: the files it is built from,
+    its sources and then its headers, as setup.py lists them."""
+    return {
+        ext.name: [root / name for name in (*ext.sources, *ext.depends)]
+        for ext in kname_setup(root).extensions(None)
+    }
 
 
 def cleaned(name: str, prefixes: tuple[str, ...] = ("KNAME", "NVTX_")) -> bool:
@@ -75,22 +98,20 @@ def build_extensions_in_place(root: Path = REPO) -> str:
     """Build kname's C extensions into the checkout `root`, which the tests and benchmarks
     import kname from (`pip install` builds them into site-packages, not there); up to date,
     this costs a look at file times. Returns what went wrong, in words ("" when nothing)."""
-    import importlib.util
-
-    package, suffix = root / "kname", sysconfig.get_config_var("EXT_SUFFIX")
-    names = ["_native", "_native_cupti", "_sigterm_guard"]  # the last two on Linux only
-    built = [package / f"{name}{suffix}" for name in names[: 3 if sys.platform == "linux" else 1]]
-    # Every C file and header of the package: a new header needs no list kept here.
-    inputs = [*package.glob("*.[ch]"), root / "setup.py"]
-    newest = max(path.stat().st_mtime for path in inputs)
-    if all(path.exists() and newest <= path.stat().st_mtime for path in built):
-        return ""
     if importlib.util.find_spec("setuptools") is None:
         return f"setuptools is not installed for {sys.executable}: pip install setuptools"
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    inputs = extension_inputs(root)  # setup.py's own lists: no second copy kept here
+    built = [root / f"{name.replace('.', '/')}{suffix}" for name in inputs]
+    sources = [path for paths in inputs.values() for path in paths]
+    newest = max(path.stat().st_mtime for path in [*sources, root / "setup.py"])
+    if all(path.exists() and newest <= path.stat().st_mtime for path in built):
+        return ""
     # A failed build leaves no extension (as at install, with a warning): the native half of
-    # the tests then skips, and test_native says why the extension is not in use.
+    # the tests then skips, and test_native says why the extension is not in use. --force:
+    # setuptools compares the sources' times only, not setup.py's.
     done = subprocess.run(
-        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=root,
+        [sys.executable, "setup.py", "-q", "build_ext", "--inplace", "--force"], cwd=root,
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     said = [

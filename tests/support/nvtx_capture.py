@@ -9,7 +9,6 @@ almost nothing (see :func:`null_env`).
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 import re
 import shlex
@@ -21,8 +20,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from support import REPO, kname_setup
+
 SOURCE = Path(__file__).with_name("nvtx_inject.c")
-SETUP_PY = Path(__file__).resolve().parents[2] / "setup.py"
 LIB_NAME = "libkname_nvtx_inject.so"
 GLOBAL_DOMAIN = "<global>"
 CFLAGS = ("-O2", "-Wall", "-Wextra")
@@ -32,7 +32,7 @@ _ESCAPE = re.compile(r"\\(.)")
 
 
 class InjectionUnavailable(RuntimeError):
-    """The injection library cannot be built here (no C compiler or no NVTX headers)."""
+    """A C file cannot be built here (no C compiler; for compile_c, no NVTX headers)."""
 
 
 @dataclass(frozen=True)
@@ -123,13 +123,10 @@ class Capture:
 def nvtx_include_dir() -> Path | None:
     """The directory holding ``nvtx3/`` as kname's build finds it (setup.py's own search: the
     installed nvidia-nvtx wheel's, else the CUDA toolkit's), else None."""
-    spec = importlib.util.spec_from_file_location("kname_setup", SETUP_PY)
-    build = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(build)  # not as __main__: setup() is not run
+        found = kname_setup().nvtx_include_dir()
     except ImportError as exc:  # setup.py imports setuptools (Python 3.12+ venvs lack it)
         raise InjectionUnavailable(f"{exc.name} is not installed: pip install {exc.name}") from None
-    found = build.nvtx_include_dir()
     return None if found is None else Path(found)
 
 
@@ -142,8 +139,9 @@ def _compiler() -> list[str] | None:
 
 
 def build_injection_library(out_dir: Path) -> Path:
-    """Compile nvtx_inject.c into ``out_dir`` and return the shared library's path."""
-    return compile_c(SOURCE, out_dir / LIB_NAME, "-shared", "-fPIC", "-lpthread")
+    """Compile nvtx_inject.c into ``out_dir`` and return the shared library's path. It needs no
+    NVTX header: it takes the declarations of kname's NVTX tools (kname/nvtx_tool.h)."""
+    return _compile(SOURCE, out_dir / LIB_NAME, REPO / "kname", "-shared", "-fPIC", "-lpthread")
 
 
 def compile_c(source: Path, output: Path, *flags: str) -> Path:
@@ -151,14 +149,18 @@ def compile_c(source: Path, output: Path, *flags: str) -> Path:
 
     Raises InjectionUnavailable without a compiler or headers, RuntimeError when it fails.
     """
+    include = nvtx_include_dir()
+    if include is None:
+        raise InjectionUnavailable("no NVTX headers: install nvidia-nvtx or set CUDA_HOME")
+    return _compile(source, output, include, *flags)
+
+
+def _compile(source: Path, output: Path, include: Path, *flags: str) -> Path:
     compiler = _compiler()
     if compiler is None:
         raise InjectionUnavailable("no C compiler: set CC or put cc/gcc on PATH")
     if shutil.which(compiler[0]) is None:
         raise InjectionUnavailable(f"C compiler {compiler[0]!r} not found")
-    include = nvtx_include_dir()
-    if include is None:
-        raise InjectionUnavailable("no NVTX headers: install nvidia-nvtx or set CUDA_HOME")
     output.parent.mkdir(parents=True, exist_ok=True)
     # Build under a unique name then rename, so concurrent builders never load half a file.
     partial = output.with_name(f".{uuid.uuid4().hex}{output.suffix}")

@@ -31,12 +31,12 @@
  * The global (non-domain) API and the NULL domain log as "<global>".
  * Texts escape \ tab newline CR as \\ \t \n \r.
  *
- * Build: cc -shared -fPIC -O2 -Wall -Wextra -I<dir holding nvtx3/> nvtx_inject.c
+ * The NVTX types it needs are kname's two NVTX tools' own declarations, kname/nvtx_tool.h (the
+ * other tool is kname/show_ranges.c): no NVTX header is needed.
+ * Build: cc -shared -fPIC -O2 -Wall -Wextra -I<kname's package folder> nvtx_inject.c
  *        -o libnvtx_inject.so -lpthread
  */
 #define _GNU_SOURCE
-#define NVTX_NO_IMPL /* a tool needs the types only, never the header impl */
-#include <nvtx3/nvToolsExt.h>
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -48,13 +48,10 @@
 #include <unistd.h>
 #include <wchar.h>
 
-/* Our handles: NVTX treats them as opaque, so they point at our own structs. */
-struct nvtxDomainRegistration_st { char *name; };
-struct nvtxStringRegistration_st { char *text; };
+#include "nvtx_tool.h"
 
 enum mode { MODE_NULL, MODE_LOG, MODE_NONE };
 
-static const char GLOBAL[] = "<global>";
 static enum mode mode = MODE_NULL;
 static int log_fd = -1;
 static pthread_once_t mode_once = PTHREAD_ONCE_INIT;
@@ -72,35 +69,6 @@ static void choose_mode(void)
     if (log_fd < 0)
         perror("nvtx_inject: KNAME_NVTX_LOG");
     mode = log_fd < 0 ? MODE_NONE : MODE_LOG;
-}
-
-/* wchar_t is UTF-32 on Linux; encode by hand so the locale does not matter. */
-static char *utf8_from_wide(const wchar_t *w)
-{
-    size_t n = w ? wcslen(w) : 0;
-    char *out = malloc(4 * n + 1), *p = out;
-    if (!out)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        unsigned c = (unsigned)w[i];
-        if (c < 0x80) {
-            *p++ = (char)c;
-        } else if (c < 0x800) {
-            *p++ = (char)(0xC0 | c >> 6);
-            *p++ = (char)(0x80 | (c & 0x3F));
-        } else if (c < 0x10000) {
-            *p++ = (char)(0xE0 | c >> 12);
-            *p++ = (char)(0x80 | (c >> 6 & 0x3F));
-            *p++ = (char)(0x80 | (c & 0x3F));
-        } else {
-            *p++ = (char)(0xF0 | (c >> 18 & 0x07));
-            *p++ = (char)(0x80 | (c >> 12 & 0x3F));
-            *p++ = (char)(0x80 | (c >> 6 & 0x3F));
-            *p++ = (char)(0x80 | (c & 0x3F));
-        }
-    }
-    *p = '\0';
-    return out;
 }
 
 static void put_escaped(FILE *f, const char *s)
@@ -155,22 +123,22 @@ static void emit(const char *kind, const char *domain, const char *fmt, ...)
     free(buf);
 }
 
-static const char *domain_name(nvtxDomainHandle_t d)
+static const char *domain_name(struct domain *d)
 {
     return d ? d->name : GLOBAL;
 }
 
 /* Message text, or a malloc'd UTF-8 copy (stored in *owned) for wide text. */
-static const char *message_text(const nvtxEventAttributes_t *a, char **owned)
+static const char *message_text(const event_attributes *a, char **owned)
 {
     *owned = NULL;
     if (!a)
         return "";
-    switch (a->messageType) {
-    case NVTX_MESSAGE_TYPE_ASCII: return a->message.ascii ? a->message.ascii : "";
-    case NVTX_MESSAGE_TYPE_REGISTERED:
+    switch (a->message_type) {
+    case MESSAGE_ASCII: return a->message.ascii ? a->message.ascii : "";
+    case MESSAGE_REGISTERED:
         return a->message.registered ? a->message.registered->text : "";
-    case NVTX_MESSAGE_TYPE_UNICODE:
+    case MESSAGE_UNICODE:
         *owned = utf8_from_wide(a->message.unicode);
         return *owned ? *owned : "<unicode>";
     default: return "";
@@ -178,20 +146,20 @@ static const char *message_text(const nvtxEventAttributes_t *a, char **owned)
 }
 
 static void emit_event(const char *kind, const char *domain,
-                       const nvtxEventAttributes_t *a)
+                       const event_attributes *a)
 {
     char *owned;
     const char *msg = message_text(a, &owned);
-    unsigned color = (a && a->colorType == NVTX_COLOR_ARGB) ? a->color : 0;
+    unsigned color = (a && a->color_type == COLOR_ARGB) ? a->color : 0;
     emit(kind, domain, "\t%s\t%u\t%x", msg, a ? a->category : 0u, color);
     free(owned);
 }
 
-static uint64_t emit_start(const char *domain, const nvtxEventAttributes_t *a)
+static uint64_t emit_start(const char *domain, const event_attributes *a)
 {
     char *owned;
     const char *msg = message_text(a, &owned);
-    unsigned color = (a && a->colorType == NVTX_COLOR_ARGB) ? a->color : 0;
+    unsigned color = (a && a->color_type == COLOR_ARGB) ? a->color : 0;
     uint64_t id = __atomic_fetch_add(&next_range_id, 1, __ATOMIC_RELAXED);
     emit("start", domain, "\t%s\t%u\t%x\t%U", msg, a ? a->category : 0u, color, id);
     free(owned);
@@ -199,22 +167,22 @@ static uint64_t emit_start(const char *domain, const nvtxEventAttributes_t *a)
 }
 
 /* Wraps a plain string as ASCII event attributes (for the A and W calls). */
-static nvtxEventAttributes_t ascii_attrs(const char *msg)
+static event_attributes ascii_attrs(const char *msg)
 {
-    nvtxEventAttributes_t a;
+    event_attributes a;
     memset(&a, 0, sizeof a);
-    a.version = NVTX_VERSION;
-    a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
-    a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    a.version = EVENT_ATTRIBUTES_VERSION;
+    a.size = sizeof a;
+    a.message_type = MESSAGE_ASCII;
     a.message.ascii = msg;
     return a;
 }
 
 /* ---- CORE2: the domain API ---- */
 
-static nvtxDomainHandle_t new_domain(char *name)
+static struct domain *new_domain(char *name)
 {
-    nvtxDomainHandle_t d = malloc(sizeof *d);
+    struct domain *d = malloc(sizeof *d);
     if (!d || !name) {
         free(d);
         free(name);
@@ -225,17 +193,17 @@ static nvtxDomainHandle_t new_domain(char *name)
     return d;
 }
 
-static nvtxDomainHandle_t domain_create_a(const char *name)
+static struct domain *domain_create_a(const char *name)
 {
     return new_domain(strdup(name ? name : ""));
 }
 
-static nvtxDomainHandle_t domain_create_w(const wchar_t *name)
+static struct domain *domain_create_w(const wchar_t *name)
 {
     return new_domain(utf8_from_wide(name));
 }
 
-static void domain_destroy(nvtxDomainHandle_t d)
+static void domain_destroy(struct domain *d)
 {
     if (!d)
         return;
@@ -243,9 +211,9 @@ static void domain_destroy(nvtxDomainHandle_t d)
     /* The name is kept: string handles and late events may still refer to it. */
 }
 
-static nvtxStringHandle_t new_string(nvtxDomainHandle_t d, char *text)
+static struct string *new_string(struct domain *d, char *text)
 {
-    nvtxStringHandle_t s = malloc(sizeof *s);
+    struct string *s = malloc(sizeof *s);
     if (!s || !text) {
         free(s);
         free(text);
@@ -256,49 +224,49 @@ static nvtxStringHandle_t new_string(nvtxDomainHandle_t d, char *text)
     return s;
 }
 
-static nvtxStringHandle_t register_string_a(nvtxDomainHandle_t d, const char *text)
+static struct string *register_string_a(struct domain *d, const char *text)
 {
     return new_string(d, strdup(text ? text : ""));
 }
 
-static nvtxStringHandle_t register_string_w(nvtxDomainHandle_t d, const wchar_t *text)
+static struct string *register_string_w(struct domain *d, const wchar_t *text)
 {
     return new_string(d, utf8_from_wide(text));
 }
 
-static void domain_mark_ex(nvtxDomainHandle_t d, const nvtxEventAttributes_t *a)
+static void domain_mark_ex(struct domain *d, const event_attributes *a)
 {
     emit_event("mark", domain_name(d), a);
 }
 
-static int domain_push_ex(nvtxDomainHandle_t d, const nvtxEventAttributes_t *a)
+static int domain_push_ex(struct domain *d, const event_attributes *a)
 {
     emit_event("push", domain_name(d), a);
     return 0; /* we do not track depth: the Python side analyses the log */
 }
 
-static int domain_pop(nvtxDomainHandle_t d)
+static int domain_pop(struct domain *d)
 {
     emit("pop", domain_name(d), "");
     return 0;
 }
 
-static nvtxRangeId_t domain_start_ex(nvtxDomainHandle_t d, const nvtxEventAttributes_t *a)
+static uint64_t domain_start_ex(struct domain *d, const event_attributes *a)
 {
     return emit_start(domain_name(d), a);
 }
 
-static void domain_end(nvtxDomainHandle_t d, nvtxRangeId_t id)
+static void domain_end(struct domain *d, uint64_t id)
 {
     emit("end", domain_name(d), "\t%U", (uint64_t)id);
 }
 
-static void domain_category_a(nvtxDomainHandle_t d, uint32_t id, const char *name)
+static void domain_category_a(struct domain *d, uint32_t id, const char *name)
 {
     emit("category", domain_name(d), "\t%u\t%s", (unsigned)id, name);
 }
 
-static void domain_category_w(nvtxDomainHandle_t d, uint32_t id, const wchar_t *name)
+static void domain_category_w(struct domain *d, uint32_t id, const wchar_t *name)
 {
     char *text = utf8_from_wide(name);
     domain_category_a(d, id, text ? text : "<unicode>");
@@ -307,27 +275,27 @@ static void domain_category_w(nvtxDomainHandle_t d, uint32_t id, const wchar_t *
 
 /* ---- CORE: the global API, logged as domain "<global>" ---- */
 
-static void mark_ex(const nvtxEventAttributes_t *a) { domain_mark_ex(NULL, a); }
-static int push_ex(const nvtxEventAttributes_t *a) { return domain_push_ex(NULL, a); }
+static void mark_ex(const event_attributes *a) { domain_mark_ex(NULL, a); }
+static int push_ex(const event_attributes *a) { return domain_push_ex(NULL, a); }
 static int pop(void) { return domain_pop(NULL); }
-static nvtxRangeId_t start_ex(const nvtxEventAttributes_t *a) { return domain_start_ex(NULL, a); }
-static void end(nvtxRangeId_t id) { domain_end(NULL, id); }
+static uint64_t start_ex(const event_attributes *a) { return domain_start_ex(NULL, a); }
+static void end(uint64_t id) { domain_end(NULL, id); }
 
 static void mark_a(const char *msg)
 {
-    nvtxEventAttributes_t a = ascii_attrs(msg);
+    event_attributes a = ascii_attrs(msg);
     mark_ex(&a);
 }
 
 static int push_a(const char *msg)
 {
-    nvtxEventAttributes_t a = ascii_attrs(msg);
+    event_attributes a = ascii_attrs(msg);
     return push_ex(&a);
 }
 
-static nvtxRangeId_t start_a(const char *msg)
+static uint64_t start_a(const char *msg)
 {
-    nvtxEventAttributes_t a = ascii_attrs(msg);
+    event_attributes a = ascii_attrs(msg);
     return start_ex(&a);
 }
 
@@ -346,10 +314,10 @@ static int push_w(const wchar_t *msg)
     return r;
 }
 
-static nvtxRangeId_t start_w(const wchar_t *msg)
+static uint64_t start_w(const wchar_t *msg)
 {
     char *text = utf8_from_wide(msg);
-    nvtxRangeId_t r = start_a(text ? text : "<unicode>");
+    uint64_t r = start_a(text ? text : "<unicode>");
     free(text);
     return r;
 }
@@ -372,120 +340,120 @@ static uintptr_t new_handle(void)
 static int null_push(void) { return depth++; }
 static int null_pop(void) { return depth > 0 ? --depth : -1; }
 
-static int null_domain_push_ex(nvtxDomainHandle_t d, const nvtxEventAttributes_t *a)
+static int null_domain_push_ex(struct domain *d, const event_attributes *a)
 {
     (void)d; (void)a;
     return null_push();
 }
-static int null_domain_pop(nvtxDomainHandle_t d) { (void)d; return null_pop(); }
-static void null_domain_mark_ex(nvtxDomainHandle_t d, const nvtxEventAttributes_t *a)
+static int null_domain_pop(struct domain *d) { (void)d; return null_pop(); }
+static void null_domain_mark_ex(struct domain *d, const event_attributes *a)
 {
     (void)d; (void)a;
 }
-static nvtxRangeId_t null_domain_start_ex(nvtxDomainHandle_t d, const nvtxEventAttributes_t *a)
+static uint64_t null_domain_start_ex(struct domain *d, const event_attributes *a)
 {
     (void)d; (void)a;
-    return (nvtxRangeId_t)new_handle();
+    return (uint64_t)new_handle();
 }
-static void null_domain_end(nvtxDomainHandle_t d, nvtxRangeId_t id) { (void)d; (void)id; }
-static void null_domain_category_a(nvtxDomainHandle_t d, uint32_t id, const char *name)
+static void null_domain_end(struct domain *d, uint64_t id) { (void)d; (void)id; }
+static void null_domain_category_a(struct domain *d, uint32_t id, const char *name)
 {
     (void)d; (void)id; (void)name;
 }
-static void null_domain_category_w(nvtxDomainHandle_t d, uint32_t id, const wchar_t *name)
+static void null_domain_category_w(struct domain *d, uint32_t id, const wchar_t *name)
 {
     (void)d; (void)id; (void)name;
 }
-static nvtxStringHandle_t null_register_string_a(nvtxDomainHandle_t d, const char *text)
+static struct string *null_register_string_a(struct domain *d, const char *text)
 {
     (void)d; (void)text;
-    return (nvtxStringHandle_t)new_handle();
+    return (struct string *)new_handle();
 }
-static nvtxStringHandle_t null_register_string_w(nvtxDomainHandle_t d, const wchar_t *text)
+static struct string *null_register_string_w(struct domain *d, const wchar_t *text)
 {
     (void)d; (void)text;
-    return (nvtxStringHandle_t)new_handle();
+    return (struct string *)new_handle();
 }
-static nvtxDomainHandle_t null_domain_create_a(const char *name)
+static struct domain *null_domain_create_a(const char *name)
 {
     (void)name;
-    return (nvtxDomainHandle_t)new_handle();
+    return (struct domain *)new_handle();
 }
-static nvtxDomainHandle_t null_domain_create_w(const wchar_t *name)
+static struct domain *null_domain_create_w(const wchar_t *name)
 {
     (void)name;
-    return (nvtxDomainHandle_t)new_handle();
+    return (struct domain *)new_handle();
 }
-static void null_domain_destroy(nvtxDomainHandle_t d) { (void)d; }
+static void null_domain_destroy(struct domain *d) { (void)d; }
 
-static int null_push_ex(const nvtxEventAttributes_t *a) { (void)a; return null_push(); }
+static int null_push_ex(const event_attributes *a) { (void)a; return null_push(); }
 static int null_push_a(const char *msg) { (void)msg; return null_push(); }
 static int null_push_w(const wchar_t *msg) { (void)msg; return null_push(); }
-static void null_mark_ex(const nvtxEventAttributes_t *a) { (void)a; }
+static void null_mark_ex(const event_attributes *a) { (void)a; }
 static void null_mark_a(const char *msg) { (void)msg; }
 static void null_mark_w(const wchar_t *msg) { (void)msg; }
-static nvtxRangeId_t null_start_ex(const nvtxEventAttributes_t *a)
+static uint64_t null_start_ex(const event_attributes *a)
 {
     (void)a;
-    return (nvtxRangeId_t)new_handle();
+    return (uint64_t)new_handle();
 }
-static nvtxRangeId_t null_start_a(const char *msg)
+static uint64_t null_start_a(const char *msg)
 {
     (void)msg;
-    return (nvtxRangeId_t)new_handle();
+    return (uint64_t)new_handle();
 }
-static nvtxRangeId_t null_start_w(const wchar_t *msg)
+static uint64_t null_start_w(const wchar_t *msg)
 {
     (void)msg;
-    return (nvtxRangeId_t)new_handle();
+    return (uint64_t)new_handle();
 }
-static void null_end(nvtxRangeId_t id) { (void)id; }
+static void null_end(uint64_t id) { (void)id; }
 static void null_category_a(uint32_t id, const char *name) { (void)id; (void)name; }
 static void null_category_w(uint32_t id, const wchar_t *name) { (void)id; (void)name; }
 
 /* ---- registration ---- */
 
 /* Each NVTX slot with its function in log mode and in null mode. */
-struct slot { unsigned id; NvtxFunctionPointer log, null; };
-#define SLOT(id, fn) { (id), (NvtxFunctionPointer)(fn), (NvtxFunctionPointer)(null_##fn) }
+struct slot { unsigned id; nvtx_function log, null; };
+#define SLOT(id, fn) { (id), (nvtx_function)(fn), (nvtx_function)(null_##fn) }
 
 static const struct slot core_slots[] = {
-    SLOT(NVTX_CBID_CORE_MarkEx, mark_ex),
-    SLOT(NVTX_CBID_CORE_MarkA, mark_a),
-    SLOT(NVTX_CBID_CORE_MarkW, mark_w),
-    SLOT(NVTX_CBID_CORE_RangeStartEx, start_ex),
-    SLOT(NVTX_CBID_CORE_RangeStartA, start_a),
-    SLOT(NVTX_CBID_CORE_RangeStartW, start_w),
-    SLOT(NVTX_CBID_CORE_RangeEnd, end),
-    SLOT(NVTX_CBID_CORE_RangePushEx, push_ex),
-    SLOT(NVTX_CBID_CORE_RangePushA, push_a),
-    SLOT(NVTX_CBID_CORE_RangePushW, push_w),
-    SLOT(NVTX_CBID_CORE_RangePop, pop),
-    SLOT(NVTX_CBID_CORE_NameCategoryA, category_a),
-    SLOT(NVTX_CBID_CORE_NameCategoryW, category_w),
+    SLOT(CORE_MarkEx, mark_ex),
+    SLOT(CORE_MarkA, mark_a),
+    SLOT(CORE_MarkW, mark_w),
+    SLOT(CORE_RangeStartEx, start_ex),
+    SLOT(CORE_RangeStartA, start_a),
+    SLOT(CORE_RangeStartW, start_w),
+    SLOT(CORE_RangeEnd, end),
+    SLOT(CORE_RangePushEx, push_ex),
+    SLOT(CORE_RangePushA, push_a),
+    SLOT(CORE_RangePushW, push_w),
+    SLOT(CORE_RangePop, pop),
+    SLOT(CORE_NameCategoryA, category_a),
+    SLOT(CORE_NameCategoryW, category_w),
 };
 
 static const struct slot core2_slots[] = {
-    SLOT(NVTX_CBID_CORE2_DomainMarkEx, domain_mark_ex),
-    SLOT(NVTX_CBID_CORE2_DomainRangeStartEx, domain_start_ex),
-    SLOT(NVTX_CBID_CORE2_DomainRangeEnd, domain_end),
-    SLOT(NVTX_CBID_CORE2_DomainRangePushEx, domain_push_ex),
-    SLOT(NVTX_CBID_CORE2_DomainRangePop, domain_pop),
-    SLOT(NVTX_CBID_CORE2_DomainNameCategoryA, domain_category_a),
-    SLOT(NVTX_CBID_CORE2_DomainNameCategoryW, domain_category_w),
-    SLOT(NVTX_CBID_CORE2_DomainRegisterStringA, register_string_a),
-    SLOT(NVTX_CBID_CORE2_DomainRegisterStringW, register_string_w),
-    SLOT(NVTX_CBID_CORE2_DomainCreateA, domain_create_a),
-    SLOT(NVTX_CBID_CORE2_DomainCreateW, domain_create_w),
-    SLOT(NVTX_CBID_CORE2_DomainDestroy, domain_destroy),
+    SLOT(CORE2_DomainMarkEx, domain_mark_ex),
+    SLOT(CORE2_DomainRangeStartEx, domain_start_ex),
+    SLOT(CORE2_DomainRangeEnd, domain_end),
+    SLOT(CORE2_DomainRangePushEx, domain_push_ex),
+    SLOT(CORE2_DomainRangePop, domain_pop),
+    SLOT(CORE2_DomainNameCategoryA, domain_category_a),
+    SLOT(CORE2_DomainNameCategoryW, domain_category_w),
+    SLOT(CORE2_DomainRegisterStringA, register_string_a),
+    SLOT(CORE2_DomainRegisterStringW, register_string_w),
+    SLOT(CORE2_DomainCreateA, domain_create_a),
+    SLOT(CORE2_DomainCreateW, domain_create_w),
+    SLOT(CORE2_DomainDestroy, domain_destroy),
 };
 
 /* The table is an array of pointers to NVTX's own function-pointer slots;
  * out_size is the highest valid id, which is smaller on older NVTX copies. */
-static int fill(const NvtxExportTableCallbacks *cb, NvtxCallbackModule module,
+static int fill(const nvtx_callbacks *cb, unsigned int module,
                 const struct slot *slots, size_t n)
 {
-    NvtxFunctionTable table = NULL;
+    nvtx_function_table table = NULL;
     unsigned int size = 0;
 
     if (!cb->GetModuleFunctionTable(module, &table, &size) || !table)
@@ -496,20 +464,20 @@ static int fill(const NvtxExportTableCallbacks *cb, NvtxCallbackModule module,
     return 1;
 }
 
-int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t getExportTable);
+int InitializeInjectionNvtx2(nvtx_get_export_table getExportTable);
 
-int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t getExportTable)
+int InitializeInjectionNvtx2(nvtx_get_export_table getExportTable)
 {
-    const NvtxExportTableCallbacks *cb;
+    const nvtx_callbacks *cb;
 
     pthread_once(&mode_once, choose_mode);
     /* The log cannot be written: leave every slot empty (NVTX turns them into
      * no-ops) but report success, since failure would make NVTX unload us. */
     if (mode == MODE_NONE)
         return 1;
-    cb = (const NvtxExportTableCallbacks *)getExportTable(NVTX_ETID_CALLBACKS);
+    cb = (const nvtx_callbacks *)getExportTable(ETID_CALLBACKS);
     if (!cb || cb->struct_size < sizeof *cb)
         return 0;
-    return fill(cb, NVTX_CB_MODULE_CORE, core_slots, sizeof core_slots / sizeof *core_slots)
-        && fill(cb, NVTX_CB_MODULE_CORE2, core2_slots, sizeof core2_slots / sizeof *core2_slots);
+    return fill(cb, MODULE_CORE, core_slots, sizeof core_slots / sizeof *core_slots)
+        && fill(cb, MODULE_CORE2, core2_slots, sizeof core2_slots / sizeof *core2_slots);
 }

@@ -12,6 +12,10 @@ back, so kernels made meanwhile launch exactly as CuPy's own. RawModule's subcla
 `get_function` that returns a kernel of the named RawKernel subclass. `Fusion` (behind
 `cupy.fuse`) and cupyx.jit's `_JitRawKernel` are plain Python classes, wrapped in place.
 
+With the C hot path, the subclasses' `__call__` goes straight to CuPy's C slot (BaseCall), and
+kname gives them a C `__call__` slot of their own: both are in _native_cupy.c, beside this file,
+built into kname._native (LIBRARY.c_sources names it).
+
 CuPy routines whose kernels are these classes made in Python modules imported after install()
 are named too (the fill kernel of `cupy.ones`, say), after the user line that called them.
 Not named: built-in ufuncs and routines that launch from Cython or C (`x + y`, `cupy.sin(x)`,
@@ -215,6 +219,7 @@ LIBRARY = Library(
     packages=("cupy", "cupyx", "cupy_backends"),
     distributions=("cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x", "cupy"),
     renaming="ElementwiseKernel and ReductionKernel renamed per call site (CuPy >= 13)",
+    c_sources=("_native_cupy.c",),
     targets=(
         *(
             Target("cupy", module, ", ".join(names), replace_classes)

@@ -21,6 +21,9 @@ Python path the walk finds the wrapper's frame). If a
 launch fails between the two hooks, Triton does not call the exit hook: the range left open is
 closed at the thread's next Triton launch.
 
+The C types above (SubscriptLaunch and the hooks' guard, SkipBeneath) are in _native_triton.c,
+beside this file, built into kname._native (LIBRARY.c_sources names it).
+
 Older Triton (no HookChain): `JITFunction.run` is wrapped as well, except warm-up calls
 (`warmup=True` compiles without launching), and the kernel's name is its function's name.
 
@@ -202,6 +205,7 @@ LIBRARY = Library(
     packages=("triton",),
     distributions=("triton",),
     renaming="@triton.jit kernels renamed per call site (Triton >= 3.4)",
+    c_sources=("_native_triton.c",),
     targets=(
         Target("triton", "triton.knobs", "runtime.launch_enter_hook", hook_changes),
         Target("triton", "triton.runtime.jit", "KernelInterface.__getitem__", getitem_changes),

@@ -1,0 +1,700 @@
+/*
+ * kname._native_cupti's activity buffers (see _native_cupti.h): CUPTI's buffer callbacks, each
+ * buffer read into GPU records without the GIL (kernel names copied once each), then handed to
+ * the join in C or, with the GIL, to Python's (drain_activities); and the Recorder's methods for
+ * them and for the join in C.
+ */
+#include "_native_cupti.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char READING[] = "reading CUPTI's activity records";
+
+#define MAX_NAMES 100000
+#define MAX_NAME_BYTES ((size_t)64 << 20)
+
+/* ------------------------------------------------------------------ activity buffers */
+
+/* CUPTI's buffer callbacks take no userdata: the recorder they feed is `buffers_owner`, held (a
+ * strong reference) from take_activity_buffers() to release_activity_buffers(). The lock is held
+ * while a buffer is read and handed over, which takes the GIL: Python code takes the lock only
+ * with the GIL released. */
+static pthread_mutex_t buffers_lock = PTHREAD_MUTEX_INITIALIZER;
+static Recorder *buffers_owner;
+static atomic_size_t buffer_bytes;
+
+static char name_none[] = "<unnamed kernel>";
+static char name_past_bound[] = "<kname: more kernel names than it keeps>";
+
+/* ---- kernel names: every function here runs under r->activity_lock */
+
+static uint64_t
+text_hash(const char *text, size_t length)
+{
+    uint64_t hash = 0xcbf29ce484222325u; /* FNV-1a */
+    for (size_t i = 0; i < length; i++) {
+        hash ^= (unsigned char)text[i];
+        hash *= 0x100000001b3u;
+    }
+    return hash;
+}
+
+void
+names_free(Names *n)
+{
+    for (size_t i = FIRST_NAME; i < n->count; i++)
+        free(n->text[i]);
+    free(n->text);
+    free(n->hash);
+    free(n->slots);
+    memset(n, 0, sizeof *n);
+}
+
+/* The table made, with its two fixed names; 0: no memory. */
+static int
+names_init(Names *n)
+{
+    if (n->text != NULL)
+        return 1;
+    n->room = 1024;
+    n->slot_count = 2048;
+    n->text = malloc(n->room * sizeof *n->text);
+    n->hash = malloc(n->room * sizeof *n->hash);
+    n->slots = calloc(n->slot_count, sizeof *n->slots);
+    if (n->text == NULL || n->hash == NULL || n->slots == NULL) {
+        names_free(n);
+        return 0;
+    }
+    n->text[NAME_NONE] = name_none;
+    n->text[NAME_PAST_BOUND] = name_past_bound;
+    n->hash[NAME_NONE] = n->hash[NAME_PAST_BOUND] = 0;
+    n->count = FIRST_NAME; /* the fixed names are never looked up: not in the slots */
+    return 1;
+}
+
+static void
+names_place(Names *n, uint32_t index)
+{
+    size_t mask = n->slot_count - 1;
+    size_t i = n->hash[index] & mask;
+    while (n->slots[i] != 0)
+        i = (i + 1) & mask;
+    n->slots[i] = index + 1;
+}
+
+/* Room for one more name; 0: no memory. */
+static int
+names_grow(Names *n)
+{
+    if (n->count == n->room) {
+        char **text = realloc(n->text, 2 * n->room * sizeof *text);
+        if (text == NULL)
+            return 0;
+        n->text = text;
+        uint64_t *hash = realloc(n->hash, 2 * n->room * sizeof *hash);
+        if (hash == NULL)
+            return 0;
+        n->hash = hash;
+        n->room *= 2;
+    }
+    if ((n->count + 1) * 2 > n->slot_count) { /* kept at most half full */
+        uint32_t *slots = calloc(2 * n->slot_count, sizeof *slots);
+        if (slots == NULL)
+            return 0;
+        free(n->slots);
+        n->slots = slots;
+        n->slot_count *= 2;
+        for (size_t i = FIRST_NAME; i < n->count; i++)
+            names_place(n, (uint32_t)i);
+    }
+    return 1;
+}
+
+/* The index of the kept copy of `name`, a copy made now where it is new. */
+static uint32_t
+intern_name(Names *n, const char *name)
+{
+    if (name == NULL)
+        return NAME_NONE;
+    size_t at = ((uintptr_t)name >> 3) & (NAME_CACHE - 1);
+    if (n->recent[at].pointer == name && strcmp(n->text[n->recent[at].index], name) == 0)
+        return n->recent[at].index;
+    size_t length = strlen(name);
+    uint64_t hash = text_hash(name, length);
+    size_t mask = n->slot_count - 1;
+    uint32_t index = NAME_NONE;
+    for (size_t i = hash & mask; n->slots[i] != 0 && index == NAME_NONE; i = (i + 1) & mask) {
+        uint32_t found = n->slots[i] - 1;
+        if (n->hash[found] == hash && strcmp(n->text[found], name) == 0)
+            index = found;
+    }
+    if (index == NAME_NONE) {
+        char *copy = NULL;
+        if (n->count < FIRST_NAME + MAX_NAMES && n->bytes + length + 1 <= MAX_NAME_BYTES && names_grow(n))
+            copy = malloc(length + 1);
+        if (copy == NULL) {
+            n->past_bound++;
+            return NAME_PAST_BOUND;
+        }
+        memcpy(copy, name, length + 1);
+        index = (uint32_t)n->count++;
+        n->text[index] = copy;
+        n->hash[index] = hash;
+        n->bytes += length + 1;
+        names_place(n, index);
+    }
+    n->recent[at].pointer = name;
+    n->recent[at].index = index;
+    return index;
+}
+
+/* ---- reading a buffer: under r->activity_lock */
+
+static int
+gpu_kind_of(uint32_t cupti_kind)
+{
+    switch (cupti_kind) {
+    case KN_CUPTI_ACTIVITY_KIND_KERNEL:
+    case KN_CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+        return GPU_KERNEL;
+    case KN_CUPTI_ACTIVITY_KIND_MEMCPY:
+        return GPU_MEMCPY;
+    case KN_CUPTI_ACTIVITY_KIND_MEMSET:
+        return GPU_MEMSET;
+    case KN_CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION:
+        return GPU_EXTERNAL;
+    default:
+        return 0;
+    }
+}
+
+/* Room for one more GPU record: 1, or 0 (past max_gpu, or no memory). */
+static int
+gpu_room(Recorder *r)
+{
+    if (r->gpu_count < r->gpu_capacity)
+        return 1;
+    if (r->gpu_count >= r->max_gpu)
+        return 0;
+    Py_ssize_t capacity = r->gpu_capacity ? 2 * r->gpu_capacity : FIRST_GPU_ROOM;
+    if (capacity > r->max_gpu)
+        capacity = r->max_gpu;
+    GpuRecord *grown = realloc(r->gpu, (size_t)capacity * sizeof *grown);
+    if (grown == NULL) {
+        note_c_fault(r, READING, "no memory for another GPU record", 0);
+        return 0;
+    }
+    r->gpu = grown;
+    r->gpu_capacity = capacity;
+    return 1;
+}
+
+/* The fields every kind of GPU work has, under the same names in CUPTI's records of each. */
+#define COPY_WORK(g, work)                                                                     \
+    do {                                                                                       \
+        (g)->start = (work)->start;                                                            \
+        (g)->end = (work)->end;                                                                \
+        (g)->correlation_id = (work)->correlationId;                                           \
+        (g)->stream = (work)->streamId;                                                        \
+        (g)->device = (work)->deviceId;                                                        \
+        (g)->graph_id = (work)->graphId;                                                       \
+    } while (0)
+
+static void
+keep_record(Recorder *r, const kn_Activity *record)
+{
+    int kind = gpu_kind_of(record->kind);
+    if (kind == 0)
+        return; /* a kind kname does not read (an API record, say) */
+    if (!gpu_room(r)) {
+        r->gpu_dropped++;
+        return;
+    }
+    GpuRecord *g = &r->gpu[r->gpu_count++];
+    memset(g, 0, sizeof *g);
+    g->kind = (uint8_t)kind;
+    if (kind == GPU_KERNEL) {
+        const kn_ActivityKernel *k = (const kn_ActivityKernel *)record;
+        COPY_WORK(g, k);
+        g->detail = intern_name(&r->names, k->name);
+    }
+    else if (kind == GPU_MEMCPY) {
+        const kn_ActivityMemcpy *m = (const kn_ActivityMemcpy *)record;
+        COPY_WORK(g, m);
+        g->detail = m->copyKind;
+    }
+    else if (kind == GPU_MEMSET) {
+        const kn_ActivityMemset *m = (const kn_ActivityMemset *)record;
+        COPY_WORK(g, m);
+    }
+    else {
+        const kn_ActivityExternalCorrelation *e = (const kn_ActivityExternalCorrelation *)record;
+        g->correlation_id = e->correlationId;
+        g->start = e->externalId;
+    }
+}
+
+static void
+read_buffer(Recorder *r, uint8_t *buffer, size_t valid)
+{
+    kn_Activity *record = NULL;
+    size_t dropped = 0;
+    pthread_mutex_lock(&r->activity_lock);
+    for (;;) {
+        kn_CUptiResult status = r->get_next_record(buffer, valid, &record);
+        if (status != KN_CUPTI_SUCCESS) {
+            /* The end of the buffer, or (INVALID_KIND) a record CUPTI did not finish. */
+            if (status != KN_CUPTI_ERROR_MAX_LIMIT_REACHED && status != KN_CUPTI_ERROR_INVALID_KIND)
+                note_c_fault(r, READING, "cuptiActivityGetNextRecord failed", (long)status);
+            break;
+        }
+        keep_record(r, record);
+    }
+    if (r->get_num_dropped(NULL, 0, &dropped) == KN_CUPTI_SUCCESS)
+        r->cupti_dropped += dropped;
+    pthread_mutex_unlock(&r->activity_lock);
+}
+
+/* With the join in C: the calls finished so far, then the GPU records read, joined (what the
+ * collector does with a buffer on the Python join). Any thread, no GIL. */
+static void
+join_buffer(Recorder *r)
+{
+    pthread_mutex_lock(&r->activity_lock);
+    if (r->join.on) {
+        Py_ssize_t count;
+        Launch *taken = take_finished(r, &count);
+        if (count && taken == NULL)
+            r->join.no_memory = 1; /* they stay for the next buffer */
+        if (taken != NULL)
+            join_launches(&r->join, taken, count, r->no_frame);
+        free(taken);
+        join_records(&r->join, r->gpu, r->gpu_count);
+        r->gpu_count = 0;
+    }
+    pthread_mutex_unlock(&r->activity_lock);
+}
+
+/* ---- CUPTI's buffer callbacks (any thread; CUPTI's own, mostly) */
+
+static void
+buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
+{
+    size_t bytes = atomic_load(&buffer_bytes);
+    void *memory = NULL;
+    if (bytes == 0 || posix_memalign(&memory, KN_CUPTI_ACTIVITY_RECORD_ALIGNMENT, bytes) != 0)
+        memory = NULL; /* declined: CUPTI counts what it drops */
+    *buffer = memory;
+    *size = memory != NULL ? bytes : 0;
+    *max_records = 0; /* as many as fit */
+}
+
+/* on_buffer() with the GIL: the records read so far go to the join. */
+static void
+hand_over(Recorder *r)
+{
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *pending = take_error();
+    PyObject *result = PyObject_CallNoArgs(r->on_buffer);
+    if (result == NULL)
+        note_fault(r, READING);
+    Py_XDECREF(result);
+    restore_error(pending);
+    PyGILState_Release(gil);
+}
+
+static void
+buffer_completed(kn_CUcontext context, uint32_t stream, uint8_t *buffer, size_t size,
+                 size_t valid)
+{
+    (void)context;
+    (void)stream;
+    (void)size;
+    pthread_mutex_lock(&buffers_lock);
+    Recorder *r = buffers_owner;
+    /* In a child forked from the owner's process, nothing is recorded (CUPTI does not follow). */
+    if (r != NULL && buffer != NULL && atomic_load(&forks) == r->forks) {
+        read_buffer(r, buffer, valid);
+        if (r->join.on)
+            join_buffer(r); /* on is set before the buffers are taken, never unset */
+        else if (r->on_buffer != NULL && !must_not_touch_python(r))
+            hand_over(r);
+    }
+    pthread_mutex_unlock(&buffers_lock);
+    free(buffer);
+}
+
+/* ---- records as Python objects, with the GIL */
+
+/* The str of kernel name `index` (a new reference), made once. */
+static PyObject *
+kernel_name(Recorder *r, uint32_t index)
+{
+    if (index >= r->name_objects_room) {
+        size_t room = r->name_objects_room ? 2 * r->name_objects_room : 256;
+        while (room <= index)
+            room *= 2;
+        PyObject **grown = realloc(r->name_objects, room * sizeof *grown);
+        if (grown == NULL)
+            return PyErr_NoMemory();
+        memset(grown + r->name_objects_room, 0, (room - r->name_objects_room) * sizeof *grown);
+        r->name_objects = grown;
+        r->name_objects_room = room;
+    }
+    if (r->name_objects[index] == NULL) {
+        pthread_mutex_lock(&r->activity_lock); /* the table may be growing: its text never moves */
+        const char *text = r->names.text[index];
+        pthread_mutex_unlock(&r->activity_lock);
+        r->name_objects[index] = PyUnicode_DecodeUTF8(text, (Py_ssize_t)strlen(text), "replace");
+        if (r->name_objects[index] == NULL)
+            return NULL;
+    }
+    return Py_NewRef(r->name_objects[index]);
+}
+
+/* memcpy_name(copy_kind) (a new reference), asked once per copy kind. */
+static PyObject *
+copy_name(Recorder *r, PyObject *memcpy_name, uint32_t copy_kind)
+{
+    if (copy_kind < COPY_KINDS && r->copy_names[copy_kind] != NULL)
+        return Py_NewRef(r->copy_names[copy_kind]);
+    PyObject *kind = PyLong_FromUnsignedLong(copy_kind);
+    if (kind == NULL)
+        return NULL;
+    PyObject *name = PyObject_CallOneArg(memcpy_name, kind);
+    Py_DECREF(kind);
+    if (name != NULL && !PyUnicode_Check(name)) {
+        PyErr_Format(PyExc_TypeError, "memcpy_name() gave a %.100s, not a str",
+                     Py_TYPE(name)->tp_name);
+        Py_CLEAR(name);
+    }
+    if (name != NULL && copy_kind < COPY_KINDS)
+        r->copy_names[copy_kind] = Py_NewRef(name);
+    return name;
+}
+
+static PyObject *
+gpu_object(Recorder *r, const GpuRecord *g, PyObject *make_activity, PyObject *make_external,
+           PyObject *memcpy_name)
+{
+    if (g->kind == GPU_EXTERNAL) {
+        PyObject *args[FIELDS] = {
+            PyLong_FromUnsignedLong(g->correlation_id),
+            PyLong_FromUnsignedLongLong(g->start),
+        };
+        return make(&r->external_layout, make_external, args);
+    }
+    PyObject *kind, *name;
+    if (g->kind == GPU_KERNEL) {
+        kind = str_kernel;
+        name = kernel_name(r, g->detail);
+    }
+    else if (g->kind == GPU_MEMCPY) {
+        kind = str_memcpy;
+        name = copy_name(r, memcpy_name, g->detail);
+    }
+    else {
+        kind = str_memset;
+        name = Py_NewRef(str_memset_name);
+    }
+    PyObject *args[FIELDS] = {
+        Py_NewRef(kind),
+        PyLong_FromUnsignedLong(g->correlation_id),
+        name,
+        PyLong_FromUnsignedLongLong(g->start),
+        PyLong_FromUnsignedLongLong(g->end),
+        PyLong_FromUnsignedLong(g->stream),
+        PyLong_FromUnsignedLong(g->device),
+        PyLong_FromUnsignedLong(g->graph_id),
+    };
+    return make(&r->activity_layout, make_activity, args);
+}
+
+/* ---- Python methods */
+
+static int
+release_buffers(Recorder *r)
+{
+    int owned = 0;
+    PyObject *callback;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&buffers_lock);
+    if (buffers_owner == r) {
+        buffers_owner = NULL;
+        owned = 1;
+    }
+    callback = r->on_buffer;
+    r->on_buffer = NULL;
+    pthread_mutex_unlock(&buffers_lock);
+    Py_END_ALLOW_THREADS
+    Py_XDECREF(callback);
+    if (owned)
+        Py_DECREF(r);
+    return owned;
+}
+
+/* take_activity_buffers(buffer_bytes, max_records, on_buffer) -> status */
+PyObject *
+recorder_take_activity_buffers(Recorder *r, PyObject *args)
+{
+    Py_ssize_t bytes, max_records;
+    PyObject *on_buffer;
+    if (!PyArg_ParseTuple(args, "nnO:take_activity_buffers", &bytes, &max_records, &on_buffer))
+        return NULL;
+    if (on_buffer != Py_None && !PyCallable_Check(on_buffer)) {
+        PyErr_SetString(PyExc_TypeError, "take_activity_buffers: on_buffer must be callable");
+        return NULL;
+    }
+    if (bytes < 1024 || max_records < 1) {
+        PyErr_SetString(PyExc_ValueError, "take_activity_buffers: buffer_bytes must be at least "
+                                          "1024 and max_records at least 1");
+        return NULL;
+    }
+    if (r->library == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "take_activity_buffers() before subscribe()");
+        return NULL;
+    }
+    r->register_callbacks =
+        (kn_ActivityRegisterCallbacks)symbol(r, "cuptiActivityRegisterCallbacks");
+    r->get_next_record = (kn_ActivityGetNextRecord)symbol(r, "cuptiActivityGetNextRecord");
+    r->get_num_dropped =
+        (kn_ActivityGetNumDroppedRecords)symbol(r, "cuptiActivityGetNumDroppedRecords");
+    r->flush_all = (kn_ActivityFlushAll)symbol(r, "cuptiActivityFlushAll");
+    if (!r->register_callbacks || !r->get_next_record || !r->get_num_dropped || !r->flush_all)
+        return NULL;
+    pthread_mutex_lock(&r->activity_lock);
+    int ready = names_init(&r->names);
+    r->max_gpu = max_records;
+    pthread_mutex_unlock(&r->activity_lock);
+    if (!ready)
+        return PyErr_NoMemory();
+
+    PyObject *callback = on_buffer == Py_None ? NULL : Py_NewRef(on_buffer);
+    Recorder *previous;
+    kn_CUptiResult status;
+    Py_INCREF(r); /* held as the owner */
+    atomic_store(&buffer_bytes, (size_t)bytes);
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&buffers_lock);
+    previous = buffers_owner;
+    buffers_owner = r;
+    PyObject *replaced = r->on_buffer;
+    r->on_buffer = callback;
+    callback = replaced;
+    pthread_mutex_unlock(&buffers_lock);
+    status = r->register_callbacks(buffer_requested, buffer_completed);
+    Py_END_ALLOW_THREADS
+    Py_XDECREF(callback);
+    Py_XDECREF(previous);
+    if (status != KN_CUPTI_SUCCESS)
+        release_buffers(r);
+    return PyLong_FromUnsignedLong(status);
+}
+
+/* release_activity_buffers() -> bool: later buffers are freed unread; whether this recorder had
+ * them. */
+PyObject *
+recorder_release_activity_buffers(Recorder *r, PyObject *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(release_buffers(r));
+}
+
+/* flush_activities(flag) -> status: cuptiActivityFlushAll(flag), the GIL released (the buffers
+ * it completes are handed over, on this thread or CUPTI's). */
+PyObject *
+recorder_flush_activities(Recorder *r, PyObject *args)
+{
+    unsigned int flag;
+    if (!PyArg_ParseTuple(args, "I:flush_activities", &flag))
+        return NULL;
+    if (r->flush_all == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "flush_activities() before take_activity_buffers()");
+        return NULL;
+    }
+    kn_CUptiResult status;
+    Py_BEGIN_ALLOW_THREADS
+    status = r->flush_all(flag);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromUnsignedLong(status);
+}
+
+/* drain_activities(make_activity, make_external, memcpy_name) -> (work, externals) */
+PyObject *
+recorder_drain_activities(Recorder *r, PyObject *args)
+{
+    PyObject *make_activity, *make_external, *memcpy_name;
+    if (!PyArg_ParseTuple(args, "OOO:drain_activities", &make_activity, &make_external,
+                          &memcpy_name))
+        return NULL;
+    Py_ssize_t count = 0, externals = 0;
+    GpuRecord *taken = NULL;
+    if (atomic_load(&forks) == r->forks) { /* a forked child: its parent reports them */
+        pthread_mutex_lock(&r->activity_lock);
+        taken = r->gpu;
+        count = r->gpu_count;
+        r->gpu = NULL;
+        r->gpu_count = r->gpu_capacity = 0;
+        pthread_mutex_unlock(&r->activity_lock);
+    }
+    for (Py_ssize_t i = 0; i < count; i++)
+        externals += taken[i].kind == GPU_EXTERNAL;
+    PyObject *lists[2] = {PyList_New(count - externals), PyList_New(externals)};
+    Py_ssize_t filled[2] = {0, 0};
+    for (Py_ssize_t i = 0; lists[0] != NULL && lists[1] != NULL && i < count; i++) {
+        PyObject *record = gpu_object(r, &taken[i], make_activity, make_external, memcpy_name);
+        if (record == NULL) {
+            Py_CLEAR(lists[0]);
+            break;
+        }
+        int which = taken[i].kind == GPU_EXTERNAL;
+        PyList_SET_ITEM(lists[which], filled[which]++, record);
+    }
+    free(taken);
+    if (lists[0] == NULL || lists[1] == NULL) {
+        Py_XDECREF(lists[0]);
+        Py_XDECREF(lists[1]);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", lists[0], lists[1]);
+}
+
+PyObject *
+recorder_activity_counts(Recorder *r, PyObject *unused)
+{
+    (void)unused;
+    pthread_mutex_lock(&r->activity_lock);
+    Py_ssize_t waiting = r->gpu_count;
+    unsigned long long dropped = r->gpu_dropped, cupti_dropped = r->cupti_dropped;
+    unsigned long long past_bound = r->names.past_bound;
+    Py_ssize_t names = r->names.count ? (Py_ssize_t)(r->names.count - FIRST_NAME) : 0;
+    pthread_mutex_unlock(&r->activity_lock);
+    return Py_BuildValue("{snsKsKsnsK}", "waiting", waiting, "dropped", dropped, "cupti_dropped",
+                         cupti_dropped, "names", names, "names_past_bound", past_bound);
+}
+
+/* ---- the join in C, from Python */
+
+/* join_in_c(max_pending, recent_window, unattributed): from now on the GPU records are joined
+ * here (join.py's bounds; `unattributed`, its name for what no launch claims), not handed over;
+ * take_activity_buffers() follows, with no on_buffer. */
+PyObject *
+recorder_join_in_c(Recorder *r, PyObject *args)
+{
+    Py_ssize_t max_pending, recent_window;
+    PyObject *unattributed;
+    if (!PyArg_ParseTuple(args, "nnU:join_in_c", &max_pending, &recent_window, &unattributed))
+        return NULL;
+    if (max_pending < 1 || recent_window < 1) {
+        PyErr_SetString(PyExc_ValueError, "join_in_c: max_pending and recent_window must be at "
+                                          "least 1");
+        return NULL;
+    }
+    PyObject *kept = keep(r, unattributed);
+    if (kept == NULL)
+        return NULL;
+    pthread_mutex_lock(&r->activity_lock);
+    r->join.max_pending = max_pending;
+    r->join.recent_window = recent_window;
+    r->join.unattributed = kept;
+    r->join.on = 1;
+    pthread_mutex_unlock(&r->activity_lock);
+    Py_RETURN_NONE;
+}
+
+/* join_now(): the calls finished and the GPU records read so far, joined now. */
+PyObject *
+recorder_join_now(Recorder *r, PyObject *unused)
+{
+    (void)unused;
+    if (atomic_load(&forks) == r->forks) /* a forked child: its parent reports them */
+        join_buffer(r);
+    Py_RETURN_NONE;
+}
+
+PyObject *
+recorder_join_counts(Recorder *r, PyObject *unused)
+{
+    (void)unused;
+    pthread_mutex_lock(&r->activity_lock);
+    const Join *j = &r->join;
+    PyObject *counts = Py_BuildValue(
+        "{sKsKsKsnsnsnsnsnsnsisi}", "launches", j->launch_count, "records", j->record_count,
+        "dropped", j->dropped, "pending", (Py_ssize_t)j->pending.live, "children",
+        (Py_ssize_t)j->children.live, "recent", (Py_ssize_t)j->recent.live, "externals",
+        (Py_ssize_t)j->externals.live, "orphans", (Py_ssize_t)j->orphan_count, "graphs",
+        (Py_ssize_t)j->graphs.live, "trimmed", j->trimmed, "no_memory", j->no_memory);
+    pthread_mutex_unlock(&r->activity_lock);
+    return counts;
+}
+
+static PyObject *
+work_name(Recorder *r, PyObject *memcpy_name, uint32_t work)
+{
+    if (work == WORK_MEMSET)
+        return Py_NewRef(str_memset_name);
+    if (work & WORK_MEMCPY)
+        return copy_name(r, memcpy_name, work & ~WORK_MEMCPY);
+    return kernel_name(r, work);
+}
+
+/* (first, [(kernel name, launches, gpu_ns), ...]) of one site of the snapshot. */
+static PyObject *
+site_object(Recorder *r, PyObject *memcpy_name, const Snapshot *s, const SiteCount *site)
+{
+    PyObject *kernels = PyList_New((Py_ssize_t)site->count);
+    for (size_t i = 0; kernels != NULL && i < site->count; i++) {
+        const KernelCount *k = &s->kernels[site->start + i];
+        PyObject *name = work_name(r, memcpy_name, k->work);
+        PyObject *kernel = name == NULL ? NULL
+                                        : Py_BuildValue("(NKK)", name, k->launches, k->gpu_ns);
+        if (kernel == NULL)
+            Py_CLEAR(kernels);
+        else
+            PyList_SET_ITEM(kernels, (Py_ssize_t)i, kernel);
+    }
+    return kernels == NULL ? NULL : Py_BuildValue("(kN)", (unsigned long)site->first, kernels);
+}
+
+/* join_profile(memcpy_name) -> (sites, unattributed, unmatched, dropped, earlier): the join's
+ * Profile, as plain values: sites [(name, first, kernels)], unattributed (first, kernels). */
+PyObject *
+recorder_join_profile(Recorder *r, PyObject *memcpy_name)
+{
+    Snapshot s;
+    pthread_mutex_lock(&r->activity_lock);
+    int made = join_snapshot(&r->join, &s);
+    pthread_mutex_unlock(&r->activity_lock);
+    if (!made) {
+        snapshot_free(&s);
+        return PyErr_NoMemory();
+    }
+    PyObject *sites = PyList_New((Py_ssize_t)s.site_count);
+    for (size_t i = 0; sites != NULL && i < s.site_count; i++) {
+        PyObject *site = site_object(r, memcpy_name, &s, &s.sites[i]);
+        PyObject *named = site == NULL ? NULL
+                                       : Py_BuildValue("(ON)", (PyObject *)s.sites[i].site, site);
+        if (named == NULL)
+            Py_CLEAR(sites);
+        else
+            PyList_SET_ITEM(sites, (Py_ssize_t)i, named);
+    }
+    PyObject *unattributed = sites ? site_object(r, memcpy_name, &s, &s.unattributed) : NULL;
+    PyObject *profile = NULL;
+    if (unattributed != NULL)
+        profile = Py_BuildValue("(NNKKK)", sites, unattributed, s.unmatched, s.dropped,
+                                s.earlier);
+    else
+        Py_XDECREF(sites);
+    snapshot_free(&s);
+    return profile;
+}
+
+/* ------------------------------------------------------------------ forks */
+
+void
+activity_in_forked_child(void)
+{
+    pthread_mutex_init(&buffers_lock, NULL);
+}

@@ -1,0 +1,376 @@
+/*
+ * kname._native_cupti's launch callback (see _native_cupti.h): what CUPTI calls at the enter and
+ * the exit of each launch API call (on_api), on the launching thread: the calls open on each
+ * thread, the site of the running Python frame (looked up as capture.site_of_frame finds a
+ * cached one, in front of a table of recent look-ups), the buffer the finished calls wait in,
+ * and the first fault, kept for take_fault().
+ */
+#include "_native_cupti.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char FINDING[] = "finding the call site of a CUDA launch";
+static const char RECORDING[] = "recording a CUDA launch for kname profile";
+
+_Thread_local ThreadCalls here;
+
+/* ------------------------------------------------------------------ faults */
+
+void
+note_fault(Recorder *r, const char *where)
+{
+    PyObject *exc = take_error();
+    pthread_mutex_lock(&r->lock);
+    if (r->fault_where == NULL) {
+        r->fault = exc;
+        r->fault_where = where;
+        exc = NULL;
+    }
+    pthread_mutex_unlock(&r->lock);
+    Py_XDECREF(exc);
+}
+
+void
+note_c_fault(Recorder *r, const char *where, const char *detail, long status)
+{
+    pthread_mutex_lock(&r->lock);
+    if (r->fault_where == NULL) {
+        snprintf(r->fault_detail, sizeof r->fault_detail, "%s (status %ld)", detail, status);
+        r->fault_where = where;
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* ---- the buffer: every function here runs under r->lock */
+
+/* Room for `needed` records, growing the buffer up to max_pending. 0: no room (no memory). */
+static int
+make_room(Recorder *r, Py_ssize_t needed)
+{
+    if (needed <= r->capacity)
+        return 1;
+    Py_ssize_t capacity = r->capacity ? r->capacity : FIRST_ROOM;
+    while (capacity < needed)
+        capacity *= 2;
+    if (capacity > r->max_pending)
+        capacity = r->max_pending;
+    Launch *grown = realloc(r->records, (size_t)capacity * sizeof(Launch));
+    if (grown == NULL)
+        return 0;
+    r->records = grown;
+    r->capacity = capacity;
+    return 1;
+}
+
+/* Room for one more call to finish later: 1, or 0 when it is not to be recorded. */
+static int
+reserve(Recorder *r)
+{
+    int reserved = 0, no_memory = 0;
+    pthread_mutex_lock(&r->lock);
+    if (r->count + r->open >= r->max_pending)
+        r->dropped++;
+    else if (!make_room(r, r->count + r->open + 1))
+        no_memory = 1;
+    else {
+        r->open++;
+        reserved = 1;
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (no_memory)
+        note_c_fault(r, RECORDING, "no memory for another launch record", 0);
+    return reserved;
+}
+
+/* A reserved call finished: into the buffer (the room is there). */
+static void
+finish(Recorder *r, const Launch *launch)
+{
+    pthread_mutex_lock(&r->lock);
+    r->records[r->count++] = *launch;
+    r->open--;
+    pthread_mutex_unlock(&r->lock);
+}
+
+Launch *
+take_finished(Recorder *r, Py_ssize_t *count)
+{
+    pthread_mutex_lock(&r->lock);
+    *count = r->count;
+    Launch *taken = *count ? malloc((size_t)*count * sizeof(Launch)) : NULL;
+    if (taken != NULL) {
+        memcpy(taken, r->records, (size_t)*count * sizeof(Launch));
+        r->count = 0;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return taken;
+}
+
+/* ---- the site of a launch, with the GIL held */
+
+PyObject *
+keep(Recorder *r, PyObject *name)
+{
+    if (!PyUnicode_Check(name)) {
+        PyErr_Format(PyExc_TypeError, "a call site's name is a %.100s, not a str",
+                     Py_TYPE(name)->tp_name);
+        return NULL;
+    }
+    PyObject *kept = PyDict_GetItemWithError(r->kept, name);
+    if (kept != NULL || PyErr_Occurred())
+        return kept;
+    if (PyDict_SetItem(r->kept, name, name) < 0)
+        return NULL;
+    return name;
+}
+
+static inline RecentSite *
+recent_slot(Recorder *r, void *code, int lasti)
+{
+    uintptr_t h = ((uintptr_t)code >> 4) * 31u ^ (uintptr_t)lasti;
+    return &r->recent[(h ^ (h >> 9)) & (RECENT - 1)];
+}
+
+static inline RecentKind *
+recent_kind_slot(Recorder *r, void *code)
+{
+    uintptr_t h = (uintptr_t)code >> 4;
+    return &r->recent_kinds[(h ^ (h >> 8)) & (RECENT - 1)];
+}
+
+/* The name of sites[(id(code), f_lasti, site_key)] of `frame` (borrowed, kept); NULL without an
+ * error: no such site; NULL with one: an error. */
+static PyObject *
+lookup(Recorder *r, Frame *frame)
+{
+    PyCodeObject *code = frame_code(frame);
+    int lasti = frame_lasti(frame);
+    uint64_t generation = generation_of(r->sites);
+    RecentSite *entry = recent_slot(r, code, lasti);
+    if (r->remember && entry->code == (void *)code && entry->lasti == lasti
+        && entry->generation == generation)
+        return entry->name;
+    PyObject *key = Py_BuildValue("(NiO)", PyLong_FromVoidPtr(code), lasti, r->site_key);
+    if (key == NULL)
+        return NULL;
+    PyObject *site = Py_XNewRef(PyDict_GetItemWithError(r->sites, key));
+    Py_DECREF(key);
+    if (site == NULL && PyErr_Occurred())
+        return NULL;
+    PyObject *name = NULL;
+    if (site != NULL) {
+        PyObject *found = PyObject_GetAttr(site, str_name);
+        Py_DECREF(site);
+        if (found == NULL)
+            return NULL;
+        name = keep(r, found);
+        Py_DECREF(found);
+        if (name == NULL)
+            return NULL;
+    }
+    if (r->remember)
+        *entry = (RecentSite){code, lasti, generation, name};
+    return name;
+}
+
+/* The kind kname.callsite decided for `frame`'s code: USER, LIBRARY, PLUMBING, or -1 when it has
+ * not decided (or decided something else, as for kname's own wrapper); -2 on error. */
+static int
+kind_of(Recorder *r, Frame *frame)
+{
+    PyCodeObject *code = frame_code(frame);
+    uint64_t generation = generation_of(r->kinds);
+    RecentKind *entry = recent_kind_slot(r, code);
+    if (r->remember && entry->code == (void *)code && entry->generation == generation)
+        return entry->kind;
+    int kind = decided_kind(r->kinds, code);
+    if (r->remember && kind != -2)
+        *entry = (RecentKind){code, generation, kind};
+    return kind;
+}
+
+/* The cached site of a launch made while `frame` runs, as capture.site_of_frame finds it: the
+ * frame's own key, or, from library code, the first user frame's above. Borrowed name; NULL
+ * without an error when Python must decide. */
+static PyObject *
+cached_site(Recorder *r, Frame *frame)
+{
+    PyObject *name = lookup(r, frame);
+    if (name != NULL || PyErr_Occurred())
+        return name;
+    int kind = kind_of(r, frame);
+    if (!PASSED_OVER(kind))
+        return NULL; /* a user frame with no site yet, undecided, or an error */
+    Frame *f = frame_back(frame);
+    for (int depth = 0; f != NULL && depth < MAX_WALK; depth++) {
+        kind = kind_of(r, f);
+        if (kind == KIND_USER)
+            return lookup(r, f);
+        if (!PASSED_OVER(kind))
+            return NULL;
+        f = frame_back(f);
+    }
+    return NULL;
+}
+
+/* The site of a launch made now on this thread, which holds the GIL (borrowed; NULL: no Python
+ * frame). Never fails: a fault is kept and the launch is named `unnamed`. */
+static PyObject *
+site_of_running_frame(Recorder *r)
+{
+    Frame *frame = frame_current(); /* no frame object made: see _native_common.h */
+    if (frame == NULL)
+        return NULL;
+    PyObject *pending = take_error(); /* a CUDA call made while an exception is being handled */
+    PyObject *name = cached_site(r, frame);
+    if (name == NULL && PyErr_Occurred())
+        note_fault(r, FINDING);
+    if (name == NULL) {
+        /* The slow path, once per call site: kname's own rules, in Python, which takes the
+         * frame object (made now, if it was not yet). */
+        PyObject *found = PyObject_CallOneArg(r->site_of_frame, (PyObject *)PyEval_GetFrame());
+        if (found != NULL) {
+            name = keep(r, found);
+            Py_DECREF(found);
+        }
+        if (name == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+                PyErr_Clear();
+                PyErr_SetInterrupt(); /* not lost: raised again at the program's next check */
+            }
+            else
+                note_fault(r, FINDING);
+            name = r->unnamed;
+        }
+    }
+    restore_error(pending);
+    return name;
+}
+
+/* Whether this thread holds the GIL now. Not PyGILState_Check(): once a sub-interpreter has
+ * been made, that says yes on every thread. */
+static int
+gil_held_here(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    PyThreadState *current = PyThreadState_GetUnchecked();
+#else
+    PyThreadState *current = _PyThreadState_UncheckedGet();
+#endif
+    /* 3.11: the thread state holding the GIL, whichever thread's; 3.12+: this thread's. */
+    return current != NULL && current->thread_id == PyThread_get_thread_ident();
+}
+
+/* The site of a launch whose call is not nested and not wrapped (borrowed; NULL: no frame). */
+static PyObject *
+site_here(Recorder *r, ThreadCalls *t)
+{
+    if (t->naming)
+        return r->unnamed; /* a launch API called by kname's own naming code: not walked again */
+    if (PyGILState_GetThisThreadState() == NULL)
+        return NULL; /* a thread Python never ran on (a C++ worker): no frame, no GIL needed */
+    int held = gil_held_here();
+    PyGILState_STATE gil = PyGILState_UNLOCKED;
+    if (!held)
+        gil = PyGILState_Ensure();
+    t->naming = 1;
+    PyObject *site = site_of_running_frame(r);
+    t->naming = 0;
+    if (!held)
+        PyGILState_Release(gil);
+    return site;
+}
+
+/* ---- enter and exit: what the CUPTI callback calls (and the test methods) */
+
+/* An exit was missed: no stale outer call may name later launches. The recorded ones are kept
+ * with no end time, as the Python capture keeps them. */
+static void
+forget_open_calls(Recorder *r, ThreadCalls *t)
+{
+    for (int i = 0; i < t->count; i++) {
+        if (t->calls[i].recorded)
+            finish(r, &t->calls[i].launch);
+    }
+    t->count = 0;
+    pthread_mutex_lock(&r->lock);
+    r->forgot_open_calls = 1;
+    pthread_mutex_unlock(&r->lock);
+}
+
+void
+launch_enter(Recorder *r, uint32_t correlation_id, int api, uint64_t timestamp)
+{
+    ThreadCalls *t = calls_of(r);
+    if (t->count >= r->max_open)
+        forget_open_calls(r, t);
+    Launch launch = {timestamp, 0, PyThread_get_thread_ident(), NULL, correlation_id, 0,
+                     (uint16_t)api, r->graph_of[api]};
+    if (t->count > 0) {
+        const Launch *outer = &t->calls[t->count - 1].launch;
+        launch.site = outer->site;
+        launch.parent = outer->correlation_id;
+    }
+    else if (t->wrapped != NULL) {
+        launch.site = t->wrapped; /* inside a launch kname wraps: its push said the site */
+    }
+    else {
+        launch.site = site_here(r, t);
+        if (t->count >= r->max_open) /* Python ran meanwhile, and launched more */
+            forget_open_calls(r, t);
+    }
+    OpenCall *call = &t->calls[t->count++];
+    call->launch = launch;
+    call->recorded = reserve(r);
+}
+
+void
+launch_exit(Recorder *r, uint32_t correlation_id, uint64_t timestamp)
+{
+    ThreadCalls *t = calls_of(r);
+    for (int i = t->count - 1; i >= 0; i--) {
+        if (t->calls[i].launch.correlation_id != correlation_id)
+            continue;
+        OpenCall call = t->calls[i];
+        memmove(&t->calls[i], &t->calls[i + 1], (size_t)(t->count - i - 1) * sizeof(OpenCall));
+        t->count--;
+        if (call.recorded) {
+            call.launch.end = timestamp;
+            finish(r, &call.launch);
+        }
+        return;
+    }
+}
+
+static inline int
+api_of(Recorder *r, kn_CallbackDomain domain, kn_CallbackId cbid)
+{
+    if (domain > 2 || cbid >= MAX_CBID)
+        return -1;
+    return (int)r->apis_of[domain][cbid] - 1;
+}
+
+void
+on_api(void *userdata, kn_CallbackDomain domain, kn_CallbackId cbid, const void *cbdata)
+{
+    Recorder *r = (Recorder *)userdata;
+    const kn_CallbackData *data = (const kn_CallbackData *)cbdata;
+    if (r == NULL || data == NULL || must_not_touch_python(r))
+        return;
+    uint64_t timestamp = 0;
+    kn_CUptiResult status = r->get_timestamp(&timestamp);
+    if (status != KN_CUPTI_SUCCESS) {
+        note_c_fault(r, RECORDING, "cuptiGetTimestamp failed", (long)status);
+        timestamp = 0;
+    }
+    if (data->callbackSite == KN_CUPTI_API_ENTER) {
+        int api = api_of(r, domain, cbid);
+        if (api >= 0)
+            launch_enter(r, data->correlationId, api, timestamp);
+    }
+    else if (data->callbackSite == KN_CUPTI_API_EXIT) {
+        launch_exit(r, data->correlationId, timestamp);
+    }
+}
+

@@ -1,0 +1,644 @@
+/*
+ * The join of kname._native_cupti (see _native_cupti_join.h): join.py's tables (an
+ * insertion-ordered map of correlation ids for each of its dicts, an insert-only table for the
+ * totals), its steps, and a snapshot of its totals for profile().
+ */
+#include "_native_cupti_join.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the map of correlation ids */
+
+static inline size_t
+map_home(const Map *m, uint32_t key)
+{
+    return (size_t)(key * 2654435761u) & (m->index_size - 1);
+}
+
+static size_t
+map_slot(const Map *m, uint32_t key)
+{
+    size_t mask = m->index_size - 1, i = map_home(m, key);
+    while (m->index[i] != 0 && m->entries[m->index[i] - 1].key != key)
+        i = (i + 1) & mask;
+    return i;
+}
+
+static MapEntry *
+map_find(const Map *m, uint32_t key)
+{
+    if (m->live == 0)
+        return NULL;
+    uint32_t at = m->index[map_slot(m, key)];
+    return at ? &m->entries[at - 1] : NULL;
+}
+
+static void
+map_reindex(Map *m)
+{
+    memset(m->index, 0, m->index_size * sizeof *m->index);
+    for (size_t p = m->head; p < m->tail; p++) {
+        if (m->entries[p].live)
+            m->index[map_slot(m, m->entries[p].key)] = (uint32_t)p + 1;
+    }
+}
+
+/* The entry of `key`, made at the end when new (its values zero); NULL: no memory. An existing
+ * key keeps its place, as in a dict. */
+static MapEntry *
+map_put(Map *m, uint32_t key)
+{
+    MapEntry *found = map_find(m, key);
+    if (found != NULL)
+        return found;
+    if ((m->live + 1) * 2 > m->index_size) {
+        size_t size = m->index_size ? 2 * m->index_size : 64;
+        uint32_t *index = malloc(size * sizeof *index);
+        if (index == NULL)
+            return NULL;
+        free(m->index);
+        m->index = index;
+        m->index_size = size;
+        map_reindex(m);
+    }
+    if (m->tail == m->capacity) {
+        if (m->capacity && m->live * 2 <= m->capacity) { /* half of it is dead: compacted */
+            size_t to = 0;
+            for (size_t p = m->head; p < m->tail; p++) {
+                if (m->entries[p].live)
+                    m->entries[to++] = m->entries[p];
+            }
+            m->head = 0;
+            m->tail = to;
+            map_reindex(m);
+        }
+        else {
+            size_t capacity = m->capacity ? 2 * m->capacity : 64;
+            MapEntry *grown = realloc(m->entries, capacity * sizeof *grown);
+            if (grown == NULL)
+                return NULL;
+            m->entries = grown;
+            m->capacity = capacity;
+        }
+    }
+    MapEntry *entry = &m->entries[m->tail];
+    *entry = (MapEntry){key, 1, 0, 0};
+    m->index[map_slot(m, key)] = (uint32_t)m->tail + 1;
+    m->tail++;
+    m->live++;
+    return entry;
+}
+
+/* `key`'s entry removed: 1 (its values in *out, when given), or 0 when there is none. */
+static int
+map_remove(Map *m, uint32_t key, MapEntry *out)
+{
+    if (m->live == 0)
+        return 0;
+    size_t mask = m->index_size - 1, i = map_slot(m, key);
+    if (m->index[i] == 0)
+        return 0;
+    MapEntry *entry = &m->entries[m->index[i] - 1];
+    if (out != NULL)
+        *out = *entry;
+    entry->live = 0;
+    m->live--;
+    /* Backward-shift deletion: each later entry of the probe run moves up unless its home
+     * lies cyclically in (i, j], so that no run is broken. */
+    for (size_t j = (i + 1) & mask; m->index[j] != 0; j = (j + 1) & mask) {
+        size_t home = map_home(m, m->entries[m->index[j] - 1].key);
+        if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) {
+            m->index[i] = m->index[j];
+            i = j;
+        }
+    }
+    m->index[i] = 0;
+    while (m->head < m->tail && !m->entries[m->head].live)
+        m->head++;
+    if (m->live == 0)
+        m->head = m->tail = 0;
+    return 1;
+}
+
+/* The oldest entry (NULL when empty). */
+static MapEntry *
+map_oldest(Map *m)
+{
+    return m->live ? &m->entries[m->head] : NULL;
+}
+
+static void
+map_free(Map *m)
+{
+    free(m->entries);
+    free(m->index);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---- the table of 64-bit keys */
+
+static inline size_t
+table_home(const Table *t, uint64_t key)
+{
+    key ^= key >> 31;
+    key *= 0xbf58476d1ce4e5b9u;
+    key ^= key >> 29;
+    return (size_t)key & (t->size - 1);
+}
+
+/* The value under `key`, or -1. */
+static int64_t
+table_get(const Table *t, uint64_t key)
+{
+    if (t->count == 0)
+        return -1;
+    for (size_t i = table_home(t, key);; i = (i + 1) & (t->size - 1)) {
+        if (t->values[i] == 0)
+            return -1;
+        if (t->keys[i] == key)
+            return (int64_t)t->values[i] - 1;
+    }
+}
+
+static int
+table_set(Table *t, uint64_t key, uint32_t value)
+{
+    if ((t->count + 1) * 2 > t->size) {
+        Table grown = {NULL, NULL, t->size ? 2 * t->size : 64, 0};
+        grown.keys = malloc(grown.size * sizeof *grown.keys);
+        grown.values = calloc(grown.size, sizeof *grown.values);
+        if (grown.keys == NULL || grown.values == NULL) {
+            free(grown.keys);
+            free(grown.values);
+            return 0;
+        }
+        for (size_t i = 0; i < t->size; i++) {
+            if (t->values[i] != 0)
+                table_set(&grown, t->keys[i], t->values[i] - 1);
+        }
+        free(t->keys);
+        free(t->values);
+        *t = grown;
+    }
+    size_t i = table_home(t, key);
+    while (t->values[i] != 0)
+        i = (i + 1) & (t->size - 1);
+    t->keys[i] = key;
+    t->values[i] = value + 1;
+    t->count++;
+    return 1;
+}
+
+static void
+table_free(Table *t)
+{
+    free(t->keys);
+    free(t->values);
+    memset(t, 0, sizeof *t);
+}
+
+/* ---- the join's state */
+
+void
+join_free(Join *j)
+{
+    map_free(&j->pending);
+    map_free(&j->children);
+    map_free(&j->recent);
+    map_free(&j->externals);
+    map_free(&j->orphans);
+    map_free(&j->graphs);
+    table_free(&j->site_of);
+    table_free(&j->kernel_of);
+    free(j->ids);
+    free(j->records);
+    free(j->sites);
+    free(j->kernels);
+    memset(j, 0, sizeof *j);
+}
+
+/* Room for one more of `count` items of `size` in *items; 0: no memory. */
+static int
+grow(void **items, size_t *room, size_t count, size_t size)
+{
+    if (count < *room)
+        return 1;
+    size_t more = *room ? 2 * *room : 64;
+    void *grown = realloc(*items, more * size);
+    if (grown == NULL)
+        return 0;
+    *items = grown;
+    *room = more;
+    return 1;
+}
+
+/* ---- lists */
+
+static int
+append_id(Join *j, MapEntry *list, uint32_t id)
+{
+    uint32_t node;
+    if (j->id_free) {
+        node = j->id_free - 1;
+        j->id_free = j->ids[node].next;
+    }
+    else {
+        if (!grow((void **)&j->ids, &j->id_room, j->id_count, sizeof *j->ids))
+            return 0;
+        node = (uint32_t)j->id_count++;
+    }
+    j->ids[node] = (IdNode){id, 0};
+    if (list->a == 0)
+        list->a = node + 1;
+    else
+        j->ids[list->b - 1].next = node + 1;
+    list->b = node + 1;
+    return 1;
+}
+
+static int
+append_record(Join *j, MapEntry *list, const GpuRecord *record)
+{
+    uint32_t node;
+    if (j->record_free) {
+        node = j->record_free - 1;
+        j->record_free = j->records[node].next;
+    }
+    else {
+        if (!grow((void **)&j->records, &j->record_room, j->record_nodes, sizeof *j->records))
+            return 0;
+        node = (uint32_t)j->record_nodes++;
+    }
+    j->records[node] = (RecordNode){*record, 0};
+    if (list->a == 0)
+        list->a = node + 1;
+    else
+        j->records[list->b - 1].next = node + 1;
+    list->b = node + 1;
+    return 1;
+}
+
+/* ---- totals */
+
+static uint32_t
+work_of(const GpuRecord *g)
+{
+    if (g->kind == GPU_MEMCPY)
+        return WORK_MEMCPY | g->detail;
+    if (g->kind == GPU_MEMSET)
+        return WORK_MEMSET;
+    return g->detail;
+}
+
+static inline uint64_t
+duration_of(const GpuRecord *g)
+{
+    return g->end > g->start ? g->end - g->start : 0;
+}
+
+/* The totals of `site`, made on first use (join.py's _totals); -1: no memory. */
+static int64_t
+site_totals(Join *j, const void *site)
+{
+    int64_t found = table_get(&j->site_of, (uint64_t)(uintptr_t)site);
+    if (found >= 0)
+        return found;
+    if (!grow((void **)&j->sites, &j->site_room, j->site_count, sizeof *j->sites)
+        || !table_set(&j->site_of, (uint64_t)(uintptr_t)site, (uint32_t)j->site_count))
+        return -1;
+    j->sites[j->site_count] = (SiteTotal){site, 0, 0, 0, 0, 0};
+    return (int64_t)j->site_count++;
+}
+
+/* SiteTotals.add: one GPU record counted at `site`. */
+static void
+count_record(Join *j, const void *site, const GpuRecord *g)
+{
+    int64_t s = site_totals(j, site);
+    uint32_t work = work_of(g);
+    uint64_t key = ((uint64_t)s << 32) | work;
+    int64_t k = s < 0 ? -1 : table_get(&j->kernel_of, key);
+    if (s >= 0 && k < 0) {
+        if (grow((void **)&j->kernels, &j->kernel_room, j->kernel_count, sizeof *j->kernels)
+            && table_set(&j->kernel_of, key, (uint32_t)j->kernel_count)) {
+            k = (int64_t)j->kernel_count++;
+            j->kernels[k] = (KernelTotal){work, 0, 0, 0};
+            SiteTotal *t = &j->sites[s];
+            if (t->head == 0)
+                t->head = (uint32_t)k + 1;
+            else
+                j->kernels[t->tail - 1].next = (uint32_t)k + 1;
+            t->tail = (uint32_t)k + 1;
+        }
+    }
+    if (k < 0) {
+        j->no_memory = 1;
+        return;
+    }
+    SiteTotal *t = &j->sites[s];
+    uint64_t duration = duration_of(g);
+    t->launches++;
+    t->gpu_ns += duration;
+    if (!t->first || g->correlation_id < t->first)
+        t->first = g->correlation_id;
+    j->kernels[k].launches++;
+    j->kernels[k].gpu_ns += duration;
+}
+
+/* ---- join.py's steps */
+
+static void
+join_remember(Join *j, uint32_t id, const void *site)
+{
+    MapEntry *entry = map_put(&j->recent, id);
+    if (entry == NULL) {
+        j->no_memory = 1;
+        return;
+    }
+    entry->a = (uint64_t)(uintptr_t)site;
+    if ((Py_ssize_t)j->recent.live > j->recent_window)
+        map_remove(&j->recent, map_oldest(&j->recent)->key, NULL);
+}
+
+static void
+join_retire_one(Join *j, uint32_t id, const void *site)
+{
+    if (map_remove(&j->pending, id, NULL))
+        join_remember(j, id, site);
+}
+
+/* The calls nested in `id` leave the children table; each is retired when `retire` is set. */
+static void
+join_take_children(Join *j, uint32_t id, const void *site, int retire)
+{
+    MapEntry list;
+    if (!map_remove(&j->children, id, &list))
+        return;
+    for (uint32_t node = (uint32_t)list.a; node != 0;) {
+        IdNode child = j->ids[node - 1];
+        j->ids[node - 1].next = j->id_free;
+        j->id_free = node;
+        if (retire)
+            join_retire_one(j, child.id, site);
+        node = child.next;
+    }
+}
+
+/* _retire: joined, the launch and the calls nested around it leave the pending table. */
+static void
+join_retire(Join *j, uint32_t id, uint32_t parent, const void *site)
+{
+    join_retire_one(j, id, site);
+    join_take_children(j, id, site, 1);
+    if (parent) {
+        join_retire_one(j, parent, site);
+        join_take_children(j, parent, site, 1);
+    }
+}
+
+/* _site_of: the site of a record with this correlation id (NULL: not known yet). */
+static const void *
+join_site_of(Join *j, uint32_t id)
+{
+    MapEntry *launch = map_find(&j->pending, id);
+    if (launch != NULL) {
+        const void *site = (const void *)(uintptr_t)launch->a;
+        uint32_t parent = (uint32_t)launch->b;
+        if (launch->b >> 32) {
+            if (map_put(&j->graphs, id) == NULL)
+                j->no_memory = 1;
+        }
+        else
+            join_retire(j, id, parent, site);
+        return site;
+    }
+    MapEntry *recent = map_find(&j->recent, id);
+    if (recent != NULL)
+        return (const void *)(uintptr_t)recent->a;
+    if (map_remove(&j->externals, id, NULL)) { /* no external sites here: kname tags nothing */
+        join_remember(j, id, j->unattributed);
+        return j->unattributed;
+    }
+    return NULL;
+}
+
+/* _adopt: the records parked under `id` go to the site it now has. */
+static void
+join_adopt(Join *j, uint32_t id)
+{
+    MapEntry list;
+    if (!map_remove(&j->orphans, id, &list))
+        return;
+    for (uint32_t node = (uint32_t)list.a; node != 0;) {
+        RecordNode orphan = j->records[node - 1];
+        j->records[node - 1].next = j->record_free;
+        j->record_free = node;
+        j->orphan_count--;
+        const void *site = join_site_of(j, orphan.record.correlation_id);
+        count_record(j, site != NULL ? site : j->unattributed, &orphan.record);
+        node = orphan.next;
+    }
+}
+
+static void
+join_park(Join *j, const GpuRecord *g)
+{
+    if ((Py_ssize_t)j->orphan_count >= j->max_pending) {
+        count_record(j, j->unattributed, g); /* past the bound: counted, not kept */
+        return;
+    }
+    MapEntry *list = map_put(&j->orphans, g->correlation_id);
+    if (list == NULL || !append_record(j, list, g)) {
+        if (list != NULL && list->a == 0)
+            map_remove(&j->orphans, g->correlation_id, NULL);
+        j->no_memory = 1;
+        count_record(j, j->unattributed, g);
+        return;
+    }
+    j->orphan_count++;
+}
+
+/* _trim: past max_pending, the oldest tenth of the pending launches goes at once. */
+static void
+join_trim(Join *j)
+{
+    Py_ssize_t excess = (Py_ssize_t)j->pending.live - j->max_pending;
+    if (excess <= 0)
+        return;
+    Py_ssize_t count = excess > j->max_pending / 10 ? excess : j->max_pending / 10;
+    for (Py_ssize_t i = 0; i < count && j->pending.live; i++) {
+        uint32_t id = map_oldest(&j->pending)->key;
+        map_remove(&j->pending, id, NULL);
+        join_take_children(j, id, NULL, 0);
+    }
+    j->dropped += (uint64_t)count;
+    j->trimmed = 1;
+}
+
+/* add_launch */
+static void
+join_launch(Join *j, const Launch *launch, const void *site)
+{
+    uint32_t id = launch->correlation_id;
+    j->launch_count++;
+    if (!j->first || id < j->first)
+        j->first = id;
+    MapEntry *entry = map_put(&j->pending, id);
+    if (entry == NULL) {
+        j->no_memory = 1;
+        return;
+    }
+    entry->a = (uint64_t)(uintptr_t)site;
+    entry->b = (uint64_t)launch->parent | ((uint64_t)(launch->graph != 0) << 32);
+    if (launch->parent) {
+        MapEntry *list = map_put(&j->children, launch->parent);
+        if (list == NULL || !append_id(j, list, id)) {
+            if (list != NULL && list->a == 0)
+                map_remove(&j->children, launch->parent, NULL);
+            j->no_memory = 1;
+        }
+    }
+    if (j->orphans.live && map_find(&j->orphans, id) != NULL)
+        join_adopt(j, id);
+    if ((Py_ssize_t)j->pending.live > j->max_pending)
+        join_trim(j);
+}
+
+/* add_activities, for one record */
+static void
+join_record(Join *j, const GpuRecord *g)
+{
+    j->record_count++;
+    const void *site = join_site_of(j, g->correlation_id);
+    if (site == NULL)
+        join_park(j, g);
+    else
+        count_record(j, site, g);
+}
+
+/* add_externals, for one link (there are no external sites: nothing was tagged) */
+static void
+join_external(Join *j, uint32_t id, uint64_t external_id)
+{
+    if (map_find(&j->pending, id) != NULL || map_find(&j->recent, id) != NULL)
+        return; /* a launch record names it already */
+    MapEntry *entry = map_put(&j->externals, id);
+    if (entry == NULL) {
+        j->no_memory = 1;
+        return;
+    }
+    entry->a = external_id;
+    if ((Py_ssize_t)j->externals.live > j->recent_window)
+        map_remove(&j->externals, map_oldest(&j->externals)->key, NULL);
+    join_adopt(j, id);
+}
+
+void
+join_launches(Join *j, const Launch *launches, Py_ssize_t count, const void *no_frame)
+{
+    for (Py_ssize_t i = 0; i < count; i++)
+        join_launch(j, &launches[i], launches[i].site != NULL ? launches[i].site : no_frame);
+}
+
+void
+join_records(Join *j, const GpuRecord *records, Py_ssize_t count)
+{
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (records[i].kind == GPU_EXTERNAL)
+            join_external(j, records[i].correlation_id, records[i].start);
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (records[i].kind != GPU_EXTERNAL)
+            join_record(j, &records[i]);
+    }
+}
+
+/* ---- a snapshot of the totals (profile()) */
+
+void
+snapshot_free(Snapshot *s)
+{
+    free(s->sites);
+    free(s->kernels);
+    memset(s, 0, sizeof *s);
+}
+
+/* One more record counted in the snapshot's last site (the unattributed one, at its end). */
+static int
+snapshot_count(Snapshot *s, SiteCount *site, const GpuRecord *g)
+{
+    uint32_t work = work_of(g);
+    KernelCount *kernel = NULL;
+    for (size_t i = site->start; i < site->start + site->count; i++) {
+        if (s->kernels[i].work == work)
+            kernel = &s->kernels[i];
+    }
+    if (kernel == NULL) {
+        if (!grow((void **)&s->kernels, &s->kernel_room, s->kernel_count, sizeof *s->kernels))
+            return 0;
+        kernel = &s->kernels[s->kernel_count++];
+        *kernel = (KernelCount){work, 0, 0};
+        site->count++;
+    }
+    if (!site->first || g->correlation_id < site->first)
+        site->first = g->correlation_id;
+    kernel->launches++;
+    kernel->gpu_ns += duration_of(g);
+    return 1;
+}
+
+static int
+snapshot_site(Snapshot *s, const Join *j, const SiteTotal *t, SiteCount *into)
+{
+    *into = (SiteCount){t->site, t->first, s->kernel_count, 0};
+    for (uint32_t k = t->head; k != 0; k = j->kernels[k - 1].next) {
+        if (!grow((void **)&s->kernels, &s->kernel_room, s->kernel_count, sizeof *s->kernels))
+            return 0;
+        const KernelTotal *kernel = &j->kernels[k - 1];
+        s->kernels[s->kernel_count++] = (KernelCount){kernel->work, kernel->launches,
+                                                      kernel->gpu_ns};
+        into->count++;
+    }
+    return 1;
+}
+
+int
+join_snapshot(const Join *j, Snapshot *s)
+{
+    memset(s, 0, sizeof *s);
+    s->sites = malloc((j->site_count ? j->site_count : 1) * sizeof *s->sites);
+    if (s->sites == NULL)
+        return 0;
+    const SiteTotal *unattributed = NULL;
+    for (size_t i = 0; i < j->site_count; i++) {
+        if (j->sites[i].site == j->unattributed)
+            unattributed = &j->sites[i];
+        else if (!snapshot_site(s, j, &j->sites[i], &s->sites[s->site_count++]))
+            return 0;
+    }
+    s->unattributed = (SiteCount){j->unattributed, 0, s->kernel_count, 0};
+    if (unattributed != NULL && !snapshot_site(s, j, unattributed, &s->unattributed))
+        return 0;
+    for (size_t p = j->orphans.head; p < j->orphans.tail; p++) {
+        const MapEntry *list = &j->orphans.entries[p];
+        for (uint32_t node = list->live ? (uint32_t)list->a : 0; node != 0;
+             node = j->records[node - 1].next) {
+            const GpuRecord *orphan = &j->records[node - 1].record;
+            if (j->first && orphan->correlation_id >= j->first) {
+                if (!snapshot_count(s, &s->unattributed, orphan))
+                    return 0;
+            }
+            else
+                s->earlier++;
+        }
+    }
+    for (size_t p = j->pending.head; p < j->pending.tail; p++) {
+        const MapEntry *launch = &j->pending.entries[p];
+        int graph_seen = (launch->b >> 32) && map_find(&j->graphs, launch->key) != NULL;
+        s->unmatched += launch->live && !graph_seen;
+    }
+    s->dropped = j->dropped;
+    return 1;
+}
+

@@ -1,0 +1,161 @@
+/*
+ * The join of kname._native_cupti, in C: the twin of kname.profiling.join.Join for the native
+ * path where no stream log is kept. Launch records (moved from the recorder's buffer) and GPU
+ * records (from CUPTI's buffers) meet here, in CUPTI's thread, without the GIL and without a
+ * Python object per record. join.py is the specification: every table and every step in
+ * _native_cupti_join.c is one of its, in the same order, and tests/test_native_cupti_join.py
+ * checks that both give the same Profile for the same streams. Sites are the recorder's kept
+ * names (one object per name: a pointer is a name); <unattributed> is the kept name given for it.
+ * Everything here runs under the recorder's activity_lock.
+ */
+#ifndef KNAME_NATIVE_CUPTI_JOIN_H
+#define KNAME_NATIVE_CUPTI_JOIN_H
+
+#include "_native_common.h" /* first: it includes Python.h */
+
+#include <stdint.h>
+
+/* ------------------------------------------------------------------ what the join joins */
+
+/* A launch API call, as the recorder keeps it. */
+typedef struct {
+    uint64_t start, end;
+    unsigned long thread;
+    PyObject *site; /* NULL: no Python frame; else a name held by the recorder's `kept` */
+    uint32_t correlation_id, parent;
+    uint16_t api;
+    uint8_t graph;
+} Launch;
+
+/* What the join needs of one activity record, copied out of CUPTI's buffer. */
+enum { GPU_KERNEL = 1, GPU_MEMCPY, GPU_MEMSET, GPU_EXTERNAL };
+
+typedef struct {
+    uint64_t start, end; /* GPU_EXTERNAL: `start` is the external id */
+    uint32_t correlation_id, stream, device, graph_id;
+    uint32_t detail; /* GPU_KERNEL: the name's index in the recorder's names; GPU_MEMCPY: the
+                      * copy kind (CUpti_ActivityMemcpyKind) */
+    uint8_t kind;
+} GpuRecord;
+
+/* ------------------------------------------------------------------ its tables */
+
+/* ---- an insertion-ordered map of correlation ids (one of join.py's dicts) */
+
+typedef struct {
+    uint32_t key;
+    uint32_t live;
+    uint64_t a, b; /* what the map keeps for the key */
+} MapEntry;
+
+typedef struct {
+    MapEntry *entries; /* in insertion order; a removed entry stays, dead, until compacted */
+    size_t head, tail, capacity, live;
+    uint32_t *index;   /* linear probing: an entry's position + 1 (0: empty); live ones only */
+    size_t index_size; /* a power of 2, at least twice `live` */
+} Map;
+
+/* ---- an insert-only table of 64-bit keys (sites, and kernels per site) */
+
+typedef struct {
+    uint64_t *keys;
+    uint32_t *values; /* value + 1; 0: empty */
+    size_t size, count;
+} Table;
+
+/* ---- the join's state */
+
+/* What a site's totals count a record under: its kernel name's index, or a copy's kind, or the
+ * one name of a memset (as the record's name in join.py). */
+#define WORK_MEMCPY 0x40000000u
+#define WORK_MEMSET 0x80000000u
+
+typedef struct {
+    uint32_t work, next; /* next: the site's next kernel + 1 (0: the last) */
+    uint64_t launches, gpu_ns;
+} KernelTotal;
+
+typedef struct {
+    const void *site;
+    uint64_t launches, gpu_ns;
+    uint32_t first;
+    uint32_t head, tail; /* the site's kernels, in the order first seen (index + 1) */
+} SiteTotal;
+
+/* Lists of correlation ids (children) and of GPU records (orphans), in pools with free lists. */
+typedef struct {
+    uint32_t id, next; /* next node + 1 (0: the last) */
+} IdNode;
+
+typedef struct {
+    GpuRecord record;
+    uint32_t next;
+} RecordNode;
+
+typedef struct {
+    int on;
+    Py_ssize_t max_pending, recent_window;
+    const void *unattributed;
+    /* join.py's tables: pending (a: site, b: parent | graph << 32), children (a, b: the first
+     * and last node + 1), recent (a: site), externals (a: external id), orphans (a, b: the
+     * first and last node + 1), graphs_seen */
+    Map pending, children, recent, externals, orphans, graphs;
+    IdNode *ids;
+    size_t id_count, id_room;
+    uint32_t id_free; /* + 1 */
+    RecordNode *records;
+    size_t record_nodes, record_room;
+    uint32_t record_free; /* + 1 */
+    size_t orphan_count;
+    SiteTotal *sites;
+    size_t site_count, site_room;
+    KernelTotal *kernels;
+    size_t kernel_count, kernel_room;
+    Table site_of, kernel_of; /* site pointer -> site index; site index << 32 | work -> kernel */
+    uint64_t dropped, launch_count, record_count;
+    uint32_t first;
+    int trimmed;   /* launches were dropped at the bound: said at the next report */
+    int no_memory; /* something was not kept for want of memory: said too */
+} Join;
+
+/* ---- a snapshot of the totals (profile()) */
+
+typedef struct {
+    uint32_t work;
+    uint64_t launches, gpu_ns;
+} KernelCount;
+
+typedef struct {
+    const void *site;
+    uint32_t first;
+    size_t start, count; /* its kernels in the snapshot's `kernels` */
+} SiteCount;
+
+typedef struct {
+    SiteCount *sites;
+    size_t site_count;
+    KernelCount *kernels;
+    size_t kernel_count, kernel_room;
+    SiteCount unattributed;
+    uint64_t unmatched, dropped, earlier;
+} Snapshot;
+
+/* ------------------------------------------------------------------ its steps */
+
+/* add_launch, for each of `count` launches in the order they finished; a launch with no Python
+ * frame (site NULL) at `no_frame`. */
+INTERNAL void join_launches(Join *j, const Launch *launches, Py_ssize_t count,
+                            const void *no_frame);
+
+/* One buffer's records, as the collector hands them to the Python join: its external
+ * correlations first, then its work (add_externals, then add_activities). */
+INTERNAL void join_records(Join *j, const GpuRecord *records, Py_ssize_t count);
+
+/* profile(): the sites (but <unattributed>), and <unattributed> with the records still waiting
+ * for their launch, but those older than every launch seen (counted as earlier). 0: no memory. */
+INTERNAL int join_snapshot(const Join *j, Snapshot *s);
+
+INTERNAL void snapshot_free(Snapshot *s);
+INTERNAL void join_free(Join *j);
+
+#endif /* KNAME_NATIVE_CUPTI_JOIN_H */

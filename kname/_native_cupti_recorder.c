@@ -1,0 +1,758 @@
+/*
+ * kname._native_cupti's Recorder as Python sees it (see _native_cupti.h): its methods (the test
+ * methods that stand in for CUPTI's callback, the marks of a wrapped launch and its SiteCall push
+ * and pop, the finished calls handed over as Python records, CUPTI's subscription), and the type
+ * itself. Its activity buffers' methods are in _native_cupti_activity.c.
+ */
+#include "_native_cupti.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t next_serial = 1;
+
+/* LaunchRecord's fields, ActivityRecord's and ExternalCorrelation's (kname.profiling.records),
+ * each in the order of its constructor's arguments. */
+static const char *const launch_fields[] = {
+    "correlation_id", "thread", "site", "api", "start", "end", "graph", "parent", NULL,
+};
+static const char *const activity_fields[] = {
+    "kind", "correlation_id", "name", "start", "end", "stream", "device", "graph_id", NULL,
+};
+static const char *const external_fields[] = {"correlation_id", "external_id", NULL};
+
+/* ------------------------------------------------------------------ Python methods */
+
+static int
+check_api(Recorder *r, int api)
+{
+    if (api < 0 || api >= r->api_count) {
+        PyErr_Format(PyExc_IndexError, "api index %d is not one of the %zd given", api,
+                     r->api_count);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+recorder_enter(Recorder *r, PyObject *args)
+{
+    unsigned int correlation_id;
+    int api;
+    unsigned long long timestamp;
+    if (!PyArg_ParseTuple(args, "IiK:enter", &correlation_id, &api, &timestamp)
+        || check_api(r, api) < 0)
+        return NULL;
+    launch_enter(r, correlation_id, api, timestamp);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+recorder_exit(Recorder *r, PyObject *args)
+{
+    unsigned int correlation_id;
+    unsigned long long timestamp;
+    if (!PyArg_ParseTuple(args, "IK:exit", &correlation_id, &timestamp))
+        return NULL;
+    launch_exit(r, correlation_id, timestamp);
+    Py_RETURN_NONE;
+}
+
+typedef struct {
+    Recorder *r;
+    uint32_t correlation_id;
+    int api;
+    uint64_t start, end;
+} OffGilCall;
+
+static void *
+enter_and_exit(void *arg)
+{
+    OffGilCall *call = (OffGilCall *)arg;
+    launch_enter(call->r, call->correlation_id, call->api, call->start);
+    launch_exit(call->r, call->correlation_id, call->end);
+    return NULL;
+}
+
+static PyObject *
+recorder_call_without_gil(Recorder *r, PyObject *args)
+{
+    OffGilCall call = {r, 0, 0, 0, 0};
+    unsigned int correlation_id;
+    unsigned long long start, end;
+    int new_thread = 0, failed = 0;
+    if (!PyArg_ParseTuple(args, "IiKK|p:call_without_gil", &correlation_id, &call.api, &start,
+                          &end, &new_thread)
+        || check_api(r, call.api) < 0)
+        return NULL;
+    call.correlation_id = correlation_id;
+    call.start = start;
+    call.end = end;
+    Py_BEGIN_ALLOW_THREADS
+    if (new_thread) {
+        pthread_t thread;
+        failed = pthread_create(&thread, NULL, enter_and_exit, &call);
+        if (!failed)
+            pthread_join(thread, NULL);
+    }
+    else {
+        enter_and_exit(&call);
+    }
+    Py_END_ALLOW_THREADS
+    if (failed) {
+        errno = failed;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+recorder_mark(Recorder *r, PyObject *name)
+{
+    PyObject *kept = keep(r, name);
+    if (kept == NULL)
+        return NULL;
+    calls_of(r)->wrapped = kept;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+recorder_unmark(Recorder *r, PyObject *unused)
+{
+    (void)unused;
+    calls_of(r)->wrapped = NULL;
+    Py_RETURN_NONE;
+}
+
+/* ---- a wrapped launch's push and pop, in C */
+
+/* push() or pop() of the launches kname wraps at one site: what capture's closures do when the
+ * marks are this recorder's and no external correlation is pushed, with no Python frame and no
+ * look-up per call. push: nvtx_push() (when given), then the site marked on this thread; pop: the
+ * mark removed, then nvtx_pop(). An error from an NVTX call is the call's (the launch wrapper
+ * says it), as from the closures. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    Recorder *recorder;
+    PyObject *name; /* held by the recorder's `kept` too: `wrapped` may point at it */
+    PyObject *nvtx; /* NULL: no range */
+    int is_pop;
+} SiteCall;
+
+static PyObject *
+site_call_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    (void)args;
+    SiteCall *call = (SiteCall *)op;
+    if (call->recorder == NULL) { /* cleared by the collector, yet called from a finalizer */
+        PyErr_SetString(PyExc_RuntimeError, "kname site call used after it was cleared");
+        return NULL;
+    }
+    if (PyVectorcall_NARGS(nargsf) != 0 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, call->is_pop ? "pop() takes no arguments"
+                                                      : "push() takes no arguments");
+        return NULL;
+    }
+    if (call->is_pop)
+        calls_of(call->recorder)->wrapped = NULL;
+    if (call->nvtx != NULL) {
+        PyObject *result = PyObject_CallNoArgs(call->nvtx);
+        if (result == NULL)
+            return NULL;
+        Py_DECREF(result);
+    }
+    if (!call->is_pop)
+        calls_of(call->recorder)->wrapped = call->name;
+    Py_RETURN_NONE;
+}
+
+static int
+site_call_traverse(SiteCall *call, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(call));
+    Py_VISIT(call->recorder);
+    Py_VISIT(call->name);
+    Py_VISIT(call->nvtx);
+    return 0;
+}
+
+static int
+site_call_clear(SiteCall *call)
+{
+    Py_CLEAR(call->recorder);
+    Py_CLEAR(call->name);
+    Py_CLEAR(call->nvtx);
+    return 0;
+}
+
+static void
+site_call_dealloc(SiteCall *call)
+{
+    PyObject_GC_UnTrack(call);
+    site_call_clear(call);
+    Py_TYPE(call)->tp_free((PyObject *)call);
+}
+
+static PyObject *
+site_call_repr(SiteCall *call)
+{
+    return PyUnicode_FromFormat("<kname profile %s of %R>", call->is_pop ? "pop" : "push",
+                                call->name);
+}
+
+static PyTypeObject SiteCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kname._native_cupti.SiteCall",
+    .tp_doc = "push() or pop() of a wrapped launch's site (Recorder.site_calls).",
+    .tp_basicsize = sizeof(SiteCall),
+    .tp_dealloc = (destructor)site_call_dealloc,
+    .tp_repr = (reprfunc)site_call_repr,
+    .tp_vectorcall_offset = offsetof(SiteCall, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_traverse = (traverseproc)site_call_traverse,
+    .tp_clear = (inquiry)site_call_clear,
+};
+
+static PyObject *
+new_site_call(Recorder *r, PyObject *name, PyObject *nvtx, int is_pop)
+{
+    SiteCall *call = PyObject_GC_New(SiteCall, &SiteCallType);
+    if (call == NULL)
+        return NULL;
+    call->vectorcall = site_call_vectorcall;
+    call->recorder = (Recorder *)Py_NewRef((PyObject *)r);
+    call->name = Py_NewRef(name);
+    call->nvtx = nvtx == Py_None ? NULL : Py_NewRef(nvtx);
+    call->is_pop = is_pop;
+    PyObject_GC_Track(call);
+    return (PyObject *)call;
+}
+
+/* site_calls(name, nvtx_push, nvtx_pop) -> (push, pop) */
+static PyObject *
+recorder_site_calls(Recorder *r, PyObject *args)
+{
+    PyObject *name, *nvtx_push, *nvtx_pop;
+    if (!PyArg_ParseTuple(args, "OOO:site_calls", &name, &nvtx_push, &nvtx_pop))
+        return NULL;
+    for (int i = 0; i < 2; i++) {
+        PyObject *nvtx = i ? nvtx_pop : nvtx_push;
+        if (nvtx != Py_None && !PyCallable_Check(nvtx)) {
+            PyErr_Format(PyExc_TypeError, "site_calls: %s must be callable or None, not %.100s",
+                         i ? "nvtx_pop" : "nvtx_push", Py_TYPE(nvtx)->tp_name);
+            return NULL;
+        }
+    }
+    PyObject *kept = keep(r, name);
+    if (kept == NULL)
+        return NULL;
+    PyObject *push = new_site_call(r, kept, nvtx_push, 0);
+    PyObject *pop = push == NULL ? NULL : new_site_call(r, kept, nvtx_pop, 1);
+    if (pop == NULL) {
+        Py_XDECREF(push);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", push, pop);
+}
+
+/* ---- records as Python objects */
+
+static int
+slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset)
+{
+    PyObject *descr = PyObject_GetAttrString((PyObject *)type, name);
+    if (descr == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int plain = 0;
+    if (Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+        plain = member->type == MEMBER_OBJECT_EX && !(member->flags & MEMBER_READONLY);
+        *offset = member->offset;
+    }
+    Py_DECREF(descr);
+    return plain;
+}
+
+static void
+learn_record_layout(RecordLayout *layout, PyTypeObject *type)
+{
+    Py_INCREF(type);
+    Py_XSETREF(layout->type, type);
+    layout->fast = type->tp_new == PyBaseObject_Type.tp_new
+                   && type->tp_setattro == PyObject_GenericSetAttr
+                   && !PyObject_HasAttrString((PyObject *)type, "__post_init__");
+    for (int i = 0; i < layout->count; i++)
+        layout->fast = layout->fast && slot_offset(type, layout->fields[i], &layout->offset[i]);
+    layout->version = valid_version_tag(type); /* after the look-ups, which give it one */
+    layout->fast = layout->fast && layout->version != 0;
+}
+
+static void
+init_layout(RecordLayout *layout, const char *const *fields)
+{
+    layout->fields = fields;
+    for (layout->count = 0; fields[layout->count] != NULL; layout->count++)
+        ;
+}
+
+PyObject *
+make(RecordLayout *layout, PyObject *make_record, PyObject **args)
+{
+    int count = layout->count;
+    PyObject *record = NULL;
+    for (int i = 0; i < count; i++) {
+        if (args[i] == NULL)
+            goto done;
+    }
+    PyTypeObject *type = (PyTypeObject *)make_record;
+    if (PyType_Check(make_record)
+        && (layout->type != type || layout->version != valid_version_tag(type)))
+        learn_record_layout(layout, type);
+    if (layout->type == type && layout->fast) {
+        record = type->tp_alloc(type, 0);
+        if (record != NULL) {
+            for (int i = 0; i < count; i++)
+                *(PyObject **)((char *)record + layout->offset[i]) = args[i];
+            return record;
+        }
+    }
+    else {
+        record = PyObject_Vectorcall(make_record, args, (size_t)count, NULL);
+    }
+done:
+    for (int i = 0; i < count; i++)
+        Py_XDECREF(args[i]);
+    return record;
+}
+
+static PyObject *
+record_of(Recorder *r, PyObject *make_record, const Launch *launch)
+{
+    PyObject *args[FIELDS] = {
+        PyLong_FromUnsignedLong(launch->correlation_id),
+        PyLong_FromUnsignedLong(launch->thread),
+        Py_NewRef(launch->site != NULL ? launch->site : r->no_frame),
+        Py_NewRef(PyTuple_GET_ITEM(r->api_names, launch->api)),
+        PyLong_FromUnsignedLongLong(launch->start),
+        PyLong_FromUnsignedLongLong(launch->end),
+        Py_NewRef(launch->graph ? Py_True : Py_False),
+        PyLong_FromUnsignedLong(launch->parent),
+    };
+    return make(&r->record_layout, make_record, args);
+}
+
+static PyObject *
+recorder_drain(Recorder *r, PyObject *make_record)
+{
+    Py_ssize_t count;
+    Launch *taken = take_finished(r, &count);
+    if (count && taken == NULL)
+        return PyErr_NoMemory(); /* the records stay for the next drain */
+    PyObject *list = PyList_New(count);
+    for (Py_ssize_t i = 0; list != NULL && i < count; i++) {
+        PyObject *record = record_of(r, make_record, &taken[i]);
+        if (record == NULL)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, i, record);
+    }
+    free(taken);
+    return list;
+}
+
+static PyObject *
+recorder_take_fault(Recorder *r, PyObject *unused)
+{
+    (void)unused;
+    char detail[sizeof r->fault_detail];
+    pthread_mutex_lock(&r->lock);
+    const char *where = r->fault_where;
+    PyObject *exc = r->fault;
+    memcpy(detail, r->fault_detail, sizeof detail);
+    r->fault_where = NULL;
+    r->fault = NULL;
+    r->fault_detail[0] = '\0';
+    pthread_mutex_unlock(&r->lock);
+    if (where == NULL)
+        Py_RETURN_NONE;
+    if (exc == NULL) /* a fault with no exception set (a C one, or one that left none) */
+        exc = PyObject_CallFunction(PyExc_RuntimeError, "s", detail[0] ? detail : "no detail");
+    if (exc == NULL)
+        return NULL;
+    return Py_BuildValue("(sN)", where, exc);
+}
+
+static PyObject *
+recorder_take_forgotten(Recorder *r, PyObject *unused)
+{
+    (void)unused;
+    pthread_mutex_lock(&r->lock);
+    int forgot = r->forgot_open_calls;
+    r->forgot_open_calls = 0;
+    pthread_mutex_unlock(&r->lock);
+    return PyBool_FromLong(forgot);
+}
+
+static PyObject *
+recorder_counts(Recorder *r, PyObject *unused)
+{
+    (void)unused;
+    pthread_mutex_lock(&r->lock);
+    Py_ssize_t count = r->count, open = r->open;
+    unsigned long long dropped = r->dropped;
+    pthread_mutex_unlock(&r->lock);
+    return Py_BuildValue("{snsnsK}", "finished", count, "open", open, "dropped", dropped);
+}
+
+/* ---- CUPTI */
+
+void *
+symbol(Recorder *r, const char *name)
+{
+    void *found = dlsym(r->library, name);
+    if (found == NULL)
+        PyErr_Format(PyExc_OSError, "libcupti has no %s", name);
+    return found;
+}
+
+/* subscribe(path) -> (status, holder): the callback subscribed (status 0), or CUPTI's status
+ * and, when another tool holds CUPTI and the library says so, that tool's name. */
+static PyObject *
+recorder_subscribe(Recorder *r, PyObject *args)
+{
+    const char *path;
+    if (!PyArg_ParseTuple(args, "s:subscribe", &path))
+        return NULL;
+    if (r->subscriber != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "this recorder is subscribed already");
+        return NULL;
+    }
+    if (r->library == NULL) {
+        /* The binding loaded libcupti already: the same copy, never a second one. */
+        r->library = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+        if (r->library == NULL)
+            r->library = dlopen(path, RTLD_NOW);
+        if (r->library == NULL) {
+            const char *why = dlerror();
+            PyErr_Format(PyExc_OSError, "%s", why ? why : path);
+            return NULL;
+        }
+    }
+    r->subscribe = (kn_Subscribe)symbol(r, "cuptiSubscribe");
+    r->unsubscribe = (kn_Unsubscribe)symbol(r, "cuptiUnsubscribe");
+    r->enable_callback = (kn_EnableCallback)symbol(r, "cuptiEnableCallback");
+    r->get_timestamp = (kn_GetTimestamp)symbol(r, "cuptiGetTimestamp");
+    if (!r->subscribe || !r->unsubscribe || !r->enable_callback || !r->get_timestamp)
+        return NULL;
+    r->subscribe_v2 = (kn_Subscribe_v2)dlsym(r->library, "cuptiSubscribe_v2"); /* CUPTI 13+ */
+
+    char holder[KN_CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 1] = "";
+    kn_SubscriberParams params = {sizeof params, "kname", holder, sizeof holder - 1};
+    kn_SubscriberHandle subscriber = NULL;
+    kn_CUptiResult status;
+    atomic_store(&r->stopped, 0);
+    Py_BEGIN_ALLOW_THREADS
+    if (r->subscribe_v2 != NULL)
+        status = r->subscribe_v2(&subscriber, on_api, r, &params);
+    else
+        status = r->subscribe(&subscriber, on_api, r);
+    Py_END_ALLOW_THREADS
+    if (status == KN_CUPTI_SUCCESS) {
+        r->subscriber = subscriber;
+        Py_INCREF(r); /* CUPTI holds it as userdata until unsubscribe() */
+    }
+    holder[sizeof holder - 1] = '\0';
+    if (holder[0] == '\0')
+        return Py_BuildValue("(kO)", (unsigned long)status, Py_None);
+    return Py_BuildValue("(ks)", (unsigned long)status, holder);
+}
+
+/* enable(domain, cbid, api) -> status: CUPTI calls back at that API, recorded as api. */
+static PyObject *
+recorder_enable(Recorder *r, PyObject *args)
+{
+    unsigned int domain, cbid;
+    int api;
+    if (!PyArg_ParseTuple(args, "IIi:enable", &domain, &cbid, &api) || check_api(r, api) < 0)
+        return NULL;
+    if (domain != KN_CUPTI_CB_DOMAIN_DRIVER_API && domain != KN_CUPTI_CB_DOMAIN_RUNTIME_API) {
+        PyErr_Format(PyExc_ValueError, "domain %u is not the driver's (1) or the runtime's (2)",
+                     domain);
+        return NULL;
+    }
+    if (r->subscriber == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "enable() before subscribe()");
+        return NULL;
+    }
+    if (cbid >= MAX_CBID) {
+        PyErr_Format(PyExc_ValueError, "callback id %u is past the %d kname has room for", cbid,
+                     MAX_CBID);
+        return NULL;
+    }
+    r->apis_of[domain][cbid] = (uint16_t)(api + 1); /* before CUPTI may call back with it */
+    kn_CUptiResult status;
+    kn_SubscriberHandle subscriber = r->subscriber;
+    Py_BEGIN_ALLOW_THREADS
+    status = r->enable_callback(1, subscriber, domain, cbid);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromUnsignedLong(status);
+}
+
+/* unsubscribe() -> status: no callback after it; nothing touches Python from now on. */
+static PyObject *
+recorder_unsubscribe(Recorder *r, PyObject *unused)
+{
+    (void)unused;
+    atomic_store(&r->stopped, 1);
+    if (r->subscriber == NULL)
+        return PyLong_FromLong(0);
+    kn_SubscriberHandle subscriber = r->subscriber;
+    kn_CUptiResult status;
+    /* Without the GIL: a callback in flight on another thread may be waiting for it. */
+    Py_BEGIN_ALLOW_THREADS
+    status = r->unsubscribe(subscriber);
+    Py_END_ALLOW_THREADS
+    r->subscriber = NULL;
+    Py_DECREF(r);
+    return PyLong_FromUnsignedLong(status);
+}
+
+static PyMethodDef recorder_methods[] = {
+    {"enter", (PyCFunction)recorder_enter, METH_VARARGS,
+     "enter(correlation_id, api, timestamp): a launch API call starts on this thread, made by "
+     "the running Python frame (what the CUPTI callback does at API enter)."},
+    {"exit", (PyCFunction)recorder_exit, METH_VARARGS,
+     "exit(correlation_id, timestamp): that call returns (what the callback does at API exit)."},
+    {"call_without_gil", (PyCFunction)recorder_call_without_gil, METH_VARARGS,
+     "call_without_gil(correlation_id, api, start, end, new_thread=False): enter and exit with "
+     "the GIL released, as from a library that releases it, or on a new thread that never ran "
+     "Python."},
+    {"mark", (PyCFunction)recorder_mark, METH_O,
+     "mark(name): the launch kname wraps that starts on this thread has this site."},
+    {"unmark", (PyCFunction)recorder_unmark, METH_NOARGS, "unmark(): that launch is over."},
+    {"site_calls", (PyCFunction)recorder_site_calls, METH_VARARGS,
+     "site_calls(name, nvtx_push, nvtx_pop) -> (push, pop): a wrapped launch's calls in C, "
+     "push = nvtx_push() then mark(name), pop = unmark() then nvtx_pop() (None: no NVTX call)."},
+    {"drain", (PyCFunction)recorder_drain, METH_O,
+     "drain(make_record) -> list: the finished calls, as make_record(correlation_id, thread, "
+     "site, api, start, end, graph, parent), in the order they finished; open ones stay."},
+    {"take_fault", (PyCFunction)recorder_take_fault, METH_NOARGS,
+     "take_fault() -> (where, exception) the first time a fault happened, else None."},
+    {"take_forgotten", (PyCFunction)recorder_take_forgotten, METH_NOARGS,
+     "take_forgotten() -> bool: whether open calls were forgotten (an exit missed) since."},
+    {"counts", (PyCFunction)recorder_counts, METH_NOARGS,
+     "counts() -> {'finished', 'open', 'dropped'}: records waiting, calls open, calls dropped."},
+    {"subscribe", (PyCFunction)recorder_subscribe, METH_VARARGS,
+     "subscribe(libcupti_path) -> (status, holder or None)."},
+    {"enable", (PyCFunction)recorder_enable, METH_VARARGS,
+     "enable(domain, cbid, api) -> status."},
+    {"unsubscribe", (PyCFunction)recorder_unsubscribe, METH_NOARGS, "unsubscribe() -> status."},
+    {"take_activity_buffers", (PyCFunction)recorder_take_activity_buffers, METH_VARARGS,
+     "take_activity_buffers(buffer_bytes, max_records, on_buffer) -> status: CUPTI's activity "
+     "buffers come to this recorder (after subscribe()), are read in C and freed; on_buffer() "
+     "(or None) is called with the GIL after each. At most max_records wait for a drain."},
+    {"release_activity_buffers", (PyCFunction)recorder_release_activity_buffers, METH_NOARGS,
+     "release_activity_buffers() -> bool: buffers completed from now on are freed unread."},
+    {"flush_activities", (PyCFunction)recorder_flush_activities, METH_VARARGS,
+     "flush_activities(flag) -> status: cuptiActivityFlushAll(flag), without the GIL."},
+    {"drain_activities", (PyCFunction)recorder_drain_activities, METH_VARARGS,
+     "drain_activities(make_activity, make_external, memcpy_name) -> (work, externals): the GPU "
+     "records read so far, as make_activity(kind, correlation_id, name, start, end, stream, "
+     "device, graph_id) and make_external(correlation_id, external_id); memcpy_name(copy_kind) "
+     "names a copy (asked once per kind)."},
+    {"join_in_c", (PyCFunction)recorder_join_in_c, METH_VARARGS,
+     "join_in_c(max_pending, recent_window, unattributed): GPU records are joined in C from now "
+     "on (kname.profiling.join's rules and bounds), not handed over."},
+    {"join_now", (PyCFunction)recorder_join_now, METH_NOARGS,
+     "join_now(): the finished calls, then the GPU records read so far, joined now."},
+    {"join_counts", (PyCFunction)recorder_join_counts, METH_NOARGS,
+     "join_counts() -> dict: the join's launches and records seen, launches dropped at the "
+     "bound, the size of each of its tables, and whether it trimmed or lacked memory."},
+    {"join_profile", (PyCFunction)recorder_join_profile, METH_O,
+     "join_profile(memcpy_name) -> (sites, unattributed, unmatched, dropped, earlier): the join's "
+     "totals: sites [(name, first, [(kernel, launches, gpu_ns)])], unattributed (first, "
+     "kernels)."},
+    {"activity_counts", (PyCFunction)recorder_activity_counts, METH_NOARGS,
+     "activity_counts() -> {'waiting', 'dropped', 'cupti_dropped', 'names', "
+     "'names_past_bound'}: GPU records waiting, not kept past the bound, dropped by CUPTI; kernel "
+     "names kept, and kernel records named past their bound."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyObject *
+recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"apis", "sites", "kinds", "site_of_frame", "site_key", "no_frame",
+                            "unnamed", "max_pending", "max_open_calls", NULL};
+    PyObject *apis, *sites, *kinds, *site_of_frame, *site_key, *no_frame, *unnamed;
+    Py_ssize_t max_pending;
+    int max_open;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!O!OOUUni:Recorder", names, &apis,
+                                     &PyDict_Type, &sites, &PyDict_Type, &kinds, &site_of_frame,
+                                     &site_key, &no_frame, &unnamed, &max_pending, &max_open))
+        return NULL;
+    if (!PyCallable_Check(site_of_frame)) {
+        PyErr_SetString(PyExc_TypeError, "Recorder: site_of_frame must be callable");
+        return NULL;
+    }
+    if (max_open < 1 || max_open > MAX_OPEN || max_pending < 1) {
+        PyErr_Format(PyExc_ValueError,
+                     "Recorder: max_open_calls must be 1 to %d and max_pending at least 1",
+                     MAX_OPEN);
+        return NULL;
+    }
+    PyObject *pairs = PySequence_Tuple(apis);
+    if (pairs == NULL)
+        return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(pairs);
+    if (count > UINT16_MAX) { /* none: a recorder of activity buffers alone */
+        Py_DECREF(pairs);
+        PyErr_SetString(PyExc_ValueError, "Recorder: apis must be at most 65535 (name, graph) "
+                                          "pairs");
+        return NULL;
+    }
+    Recorder *r = (Recorder *)type->tp_alloc(type, 0);
+    if (r == NULL) {
+        Py_DECREF(pairs);
+        return NULL;
+    }
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_mutex_init(&r->activity_lock, NULL);
+    init_layout(&r->record_layout, launch_fields);
+    init_layout(&r->activity_layout, activity_fields);
+    init_layout(&r->external_layout, external_fields);
+    r->serial = next_serial++;
+    r->forks = atomic_load(&forks);
+    r->api_names = PyTuple_New(count);
+    r->graph_of = calloc(count ? (size_t)count : 1, 1);
+    r->kept = PyDict_New();
+    if (r->api_names == NULL || r->graph_of == NULL || r->kept == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *name, *graph, *pair = PyTuple_GET_ITEM(pairs, i);
+        if (!PyArg_ParseTuple(pair, "UO:an api", &name, &graph))
+            goto fail;
+        int is_graph = PyObject_IsTrue(graph);
+        if (is_graph < 0)
+            goto fail;
+        PyTuple_SET_ITEM(r->api_names, i, Py_NewRef(name));
+        r->graph_of[i] = (uint8_t)is_graph;
+    }
+    r->api_count = count;
+    r->sites = Py_NewRef(sites);
+    r->kinds = Py_NewRef(kinds);
+    r->site_of_frame = Py_NewRef(site_of_frame);
+    r->site_key = Py_NewRef(site_key);
+    r->no_frame = Py_NewRef(no_frame);
+    r->unnamed = Py_NewRef(unnamed);
+    if (keep(r, unnamed) == NULL || keep(r, no_frame) == NULL)
+        goto fail;
+    r->max_pending = max_pending;
+    r->max_open = max_open;
+    r->remember = follow_changes(sites) && follow_changes(kinds);
+    Py_DECREF(pairs);
+    return (PyObject *)r;
+fail:
+    Py_DECREF(pairs);
+    Py_DECREF(r);
+    return NULL;
+}
+
+static int
+recorder_traverse(Recorder *r, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(r));
+    Py_VISIT(r->api_names);
+    Py_VISIT(r->sites);
+    Py_VISIT(r->kinds);
+    Py_VISIT(r->site_of_frame);
+    Py_VISIT(r->site_key);
+    Py_VISIT(r->no_frame);
+    Py_VISIT(r->unnamed);
+    Py_VISIT(r->kept);
+    Py_VISIT(r->fault);
+    Py_VISIT(r->record_layout.type);
+    Py_VISIT(r->activity_layout.type);
+    Py_VISIT(r->external_layout.type);
+    Py_VISIT(r->on_buffer);
+    for (int i = 0; i < COPY_KINDS; i++)
+        Py_VISIT(r->copy_names[i]);
+    return 0;
+}
+
+static int
+recorder_clear(Recorder *r)
+{
+    /* The records point into `kept`: none may be read once it goes. */
+    pthread_mutex_lock(&r->lock);
+    r->count = 0;
+    pthread_mutex_unlock(&r->lock);
+    memset(r->recent, 0, sizeof r->recent);
+    Py_CLEAR(r->api_names);
+    Py_CLEAR(r->sites);
+    Py_CLEAR(r->kinds);
+    Py_CLEAR(r->site_of_frame);
+    Py_CLEAR(r->site_key);
+    Py_CLEAR(r->no_frame);
+    Py_CLEAR(r->unnamed);
+    Py_CLEAR(r->kept);
+    Py_CLEAR(r->fault);
+    Py_CLEAR(r->record_layout.type);
+    Py_CLEAR(r->activity_layout.type);
+    Py_CLEAR(r->external_layout.type);
+    r->record_layout.fast = r->activity_layout.fast = r->external_layout.fast = 0;
+    Py_CLEAR(r->on_buffer); /* never the owner's: CUPTI's hold keeps the owner reachable */
+    for (int i = 0; i < COPY_KINDS; i++)
+        Py_CLEAR(r->copy_names[i]);
+    for (size_t i = 0; i < r->name_objects_room; i++)
+        Py_CLEAR(r->name_objects[i]);
+    return 0;
+}
+
+static void
+recorder_dealloc(Recorder *r)
+{
+    /* Never while subscribed: CUPTI then holds a reference (see subscribe). */
+    PyObject_GC_UnTrack(r);
+    recorder_clear(r);
+    free(r->records);
+    free(r->graph_of);
+    free(r->gpu);
+    free(r->name_objects);
+    names_free(&r->names);
+    join_free(&r->join);
+    pthread_mutex_destroy(&r->lock);
+    pthread_mutex_destroy(&r->activity_lock);
+    Py_TYPE(r)->tp_free((PyObject *)r);
+}
+
+static PyTypeObject RecorderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kname._native_cupti.Recorder",
+    .tp_doc = "Recorder(apis, sites, kinds, site_of_frame, site_key, no_frame, unnamed, "
+              "max_pending, max_open_calls): kname profile's CUPTI launch callback (see "
+              "kname/_native_cupti.h).",
+    .tp_basicsize = sizeof(Recorder),
+    .tp_dealloc = (destructor)recorder_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)recorder_traverse,
+    .tp_clear = (inquiry)recorder_clear,
+    .tp_methods = recorder_methods,
+    .tp_new = recorder_new,
+};
+
+/* ------------------------------------------------------------------ the module's part */
+
+int
+recorder_ready(PyObject *module)
+{
+    if (PyType_Ready(&RecorderType) < 0 || PyType_Ready(&SiteCallType) < 0)
+        return -1;
+    return PyModule_AddObjectRef(module, "Recorder", (PyObject *)&RecorderType);
+}

@@ -1,0 +1,575 @@
+/*
+ * kname._native's LaunchWrapper (see _native_launch.h for what it does): the type, the launch
+ * that takes every step (launch_in_full; the cached launch is inline in the header, so that
+ * CuPy's C slot runs it too), the Counter it advances, and the fields it reads in place.
+ */
+#include "_native_launch.h"
+
+/* As kname.launch's wrapper says them to callsite.pass_through. */
+static const char FINDING[] = "finding a launch's name";
+static const char OPENING[] = "opening a launch's NVTX range";
+static const char CLOSING[] = "closing a launch's NVTX range";
+
+_Thread_local Frame *launch_caller INITIAL_EXEC = NULL;
+
+static PyObject *str_on, *str_counter, *str_launch, *str_push, *str_pop;
+static PyObject *str_finding, *str_opening, *str_closing;
+PyObject *switch_names[1];
+PyObject *site_names[4];
+
+/* ------------------------------------------------------------------ slots read in place */
+
+static Py_ssize_t
+slot_offset(PyTypeObject *type, PyObject *name)
+{
+    PyObject *descr = PyObject_GetAttr((PyObject *)type, name);
+    Py_ssize_t offset = -1;
+    if (descr == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+        if (member->type == MEMBER_OBJECT_EX && !(member->flags & READONLY))
+            offset = member->offset;
+    }
+    Py_DECREF(descr);
+    return offset;
+}
+
+static COLD void
+learn_layout(Layout *layout, PyTypeObject *type, PyObject *const *names, int count)
+{
+    Py_INCREF(type);
+    Py_XSETREF(layout->type, type);
+    int fast = type->tp_getattro == PyObject_GenericGetAttr;
+    for (int i = 0; i < count; i++) {
+        Py_ssize_t offset = slot_offset(type, names[i]);
+        layout->offset[i] = offset < 0 || offset > INT_MAX ? -1 : (int)offset;
+        if (layout->offset[i] < 0)
+            fast = 0;
+    }
+    layout->stamp = fast ? follow_type(type) : NO_STAMP; /* after the look-ups: see follow_type */
+}
+
+static inline int
+layout_fits(Layout *layout, PyObject *obj)
+{
+    return Py_TYPE(obj) == layout->type && layout->stamp == type_stamp(layout->type);
+}
+
+/* `layout` made `obj`'s class's, learned again where it is another's: whether obj's fields can
+ * now be read in place (else read_field reads them through getattr). */
+int
+fit_layout(Layout *layout, PyObject *obj, PyObject *const *names, int count)
+{
+    if (!layout_fits(layout, obj))
+        learn_layout(layout, Py_TYPE(obj), names, count);
+    return layout_fits(layout, obj);
+}
+
+/* obj.<names[i]> as a new reference, NULL with AttributeError when the slot is empty. */
+static PyObject *
+read_field(Layout *layout, PyObject *obj, PyObject *const *names, int i)
+{
+    if (layout_fits(layout, obj)) {
+        PyObject *value = slot_value(layout, obj, i);
+        if (value != NULL)
+            return Py_NewRef(value);
+    }
+    return PyObject_GetAttr(obj, names[i]);
+}
+
+/* ------------------------------------------------------------------ Counter */
+
+static PyObject *
+counter_next(Counter *c)
+{
+    return PyLong_FromSsize_t(c->next++);
+}
+
+static PyObject *
+counter_repr(Counter *c)
+{
+    return PyUnicode_FromFormat("count(%zd)", c->next);
+}
+
+static PyObject *
+counter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *no_names[] = {NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, ":Counter", no_names))
+        return NULL;
+    return type->tp_alloc(type, 0); /* zeroed: counts from 0 */
+}
+
+static PyMemberDef counter_members[] = {
+    {"value", MEMBER_SSIZE, offsetof(Counter, next), MEMBER_READONLY, "launches counted so far"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+PyTypeObject CounterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kname._native.Counter",
+    .tp_doc = "Counts launches as itertools.count() does; the C wrapper adds one in place.",
+    .tp_basicsize = sizeof(Counter),
+    .tp_repr = (reprfunc)counter_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)counter_next,
+    .tp_members = counter_members,
+    .tp_new = counter_new,
+};
+
+/* next(counter) with the result dropped: 0, or -1 with an error (StopIteration where the
+ * iterator ended, as next() raises). */
+static int
+advance(PyObject *counter)
+{
+    if (Py_IS_TYPE(counter, &CounterType)) {
+        ((Counter *)counter)->next++;
+        return 0;
+    }
+    PyObject *count = PyIter_Next(counter);
+    if (count == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetNone(PyExc_StopIteration);
+        return -1;
+    }
+    Py_DECREF(count);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ LaunchWrapper */
+
+/* 1: on, 0: off, -1: error. */
+static int
+switch_is_on(LaunchWrapper *w)
+{
+    fit_layout(&w->switch_layout, w->switch_, switch_names, 1);
+    PyObject *on = read_field(&w->switch_layout, w->switch_, switch_names, 0);
+    if (on == NULL)
+        return -1;
+    int result = on == Py_True ? 1 : on == Py_False ? 0 : PyObject_IsTrue(on);
+    Py_DECREF(on);
+    return result;
+}
+
+/* kernel(args) for a callable `kernel`: new reference, or NULL with an error. */
+static COLD PyObject *
+kernel_from_call(LaunchWrapper *w, const Args *a)
+{
+    Py_ssize_t nargs = args_count(a);
+    PyObject *tuple = PyTuple_New(nargs);
+    if (tuple == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        PyTuple_SET_ITEM(tuple, i, Py_NewRef(args_item(a, i)));
+    PyObject *kernel = PyObject_CallOneArg(w->kernel, tuple);
+    Py_DECREF(tuple);
+    return kernel;
+}
+
+/* The launched kernel (new reference; Py_None: not a launch), or NULL with an error. */
+static PyObject *
+kernel_of(LaunchWrapper *w, const Args *a)
+{
+    if (w->kernel_mode == KERNEL_ORIGINAL)
+        return Py_NewRef(w->original);
+    Py_ssize_t nargs = args_count(a);
+    if (w->kernel_mode == KERNEL_ARG) {
+        if (w->index >= nargs)
+            return Py_NewRef(Py_None);
+        if (w->attribute == NULL)
+            return Py_NewRef(args_item(a, w->index));
+        return PyObject_GetAttr(args_item(a, w->index), w->attribute);
+    }
+    return kernel_from_call(w, a);
+}
+
+/* The site for a launch of `kernel` called from `caller`, the running frame: new reference,
+ * Py_None when unnamed (nested), NULL on error. */
+static inline PyObject *
+find_site(LaunchWrapper *w, Frame *caller, PyObject *kernel)
+{
+    PyObject *kernel_id = NULL;
+    PyObject *site = lookup(w, caller, kernel, &kernel_id);
+    if (site == NULL && !PyErr_Occurred())
+        site = find_missed_site(w, caller, kernel, &kernel_id);
+    Py_XDECREF(kernel_id);
+    return site;
+}
+
+/* After kname's own error (set): hand it to fault(frame, kernel, site, exc, where), which says it
+ * once and makes the line launch as if kname were off (callsite.pass_through); `frame` is the
+ * caller's, the running one. 0: the launch is to go on; -1: the error is not an Exception
+ * (KeyboardInterrupt, SystemExit), still set, and propagates as from the Python wrapper. */
+static COLD int
+handle_fault(LaunchWrapper *w, PyObject *where, PyObject *kernel, PyObject *site)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return -1;
+    PyObject *exc = take_error();
+    PyFrameObject *frame = PyEval_GetFrame(); /* made now, if it was not yet */
+    PyObject *fault_args[5] = {frame ? (PyObject *)frame : Py_None, kernel ? kernel : Py_None,
+                               site ? site : Py_None, exc ? exc : Py_None, where};
+    PyObject *r = PyObject_Vectorcall(w->fault, fault_args, 5, NULL);
+    Py_XDECREF(exc);
+    if (r == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return -1;
+        PyErr_Clear(); /* reporting a fault failed: the launch still runs */
+    }
+    Py_XDECREF(r);
+    return 0;
+}
+
+#define SMALL_STACK 8
+
+COLD PyObject *
+call_with_dict(PyObject *run, const Args *a)
+{
+    Py_ssize_t n = args_count(a);
+    PyObject *small[SMALL_STACK];
+    PyObject **stack = n <= SMALL_STACK ? small : PyMem_New(PyObject *, n);
+    if (stack == NULL)
+        return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++)
+        stack[i] = args_item(a, i); /* borrowed: the caller holds self, tuple and dict */
+    PyObject *result = PyObject_VectorcallDict(run, stack, n, a->kwargs);
+    if (stack != small)
+        PyMem_Free(stack);
+    return result;
+}
+
+/* pop() as the wrapper is left, however it is left (the Python wrapper's `finally:`). The way out
+ * (`result`, or the error set) comes back unchanged, unless pop raised a BaseException that is
+ * not an Exception: that replaces it, with the error it replaced as its context, as a `finally:`
+ * that raises does. */
+static PyObject *
+pop_after(LaunchWrapper *w, PyObject *pop, PyObject *result, PyObject *kernel, PyObject *site)
+{
+    PyObject *pending = result == NULL ? take_error() : NULL;
+    PyObject *r = call_range(pop);
+    if (r == NULL && handle_fault(w, str_closing, kernel, site) < 0) {
+        Py_XDECREF(result);
+        if (pending != NULL) {
+            PyObject *raised = take_error();
+            PyException_SetContext(raised, pending); /* steals pending */
+            restore_error(raised);
+        }
+        return NULL;
+    }
+    Py_XDECREF(r);
+    restore_error(pending);
+    return result;
+}
+
+/* A launch with every step taken as the Python wrapper takes it: the switch read through getattr
+ * where need be, the kernel found by any means, the site found or made, faults handed over. */
+NOINLINE PyObject *
+launch_in_full(LaunchWrapper *w, const Args *a, Frame *caller, Frame **in_progress)
+{
+    PyObject *kernel = NULL, *site = NULL, *result = NULL;
+
+    if (w->original == NULL) { /* cleared by the collector, yet called from a finalizer */
+        PyErr_SetString(PyExc_RuntimeError, "kname launch wrapper called after it was cleared");
+        return NULL;
+    }
+    int on = switch_is_on(w);
+    if (on < 0)
+        return NULL;
+    if (!on) /* still a launch in progress, as the Python wrapper's frame says: nothing below names */
+        return run_launch(w->original, caller, a, in_progress);
+
+    /* Finding the site and counting the launch: a fault here runs the original, unnamed. */
+    kernel = kernel_of(w, a);
+    if (kernel == NULL)
+        goto finding_fault;
+    /* Not a launch; no Python caller; or called straight from the caller of a launch in progress
+     * (from C inside that launch, where the Python wrapper's caller would be its own frame). */
+    if (kernel == Py_None || caller == NULL || caller == *in_progress)
+        goto unnamed;
+    site = find_site(w, caller, kernel);
+    if (site == NULL)
+        goto finding_fault;
+    if (site == Py_None) /* beneath another kname launch: that one names it */
+        goto unnamed;
+    fit_layout(&w->site_layout, site, site_names, 4);
+    {
+        PyObject *counter = read_field(&w->site_layout, site, site_names, F_COUNTER);
+        int counted = counter == NULL ? -1 : advance(counter);
+        Py_XDECREF(counter);
+        if (counted < 0)
+            goto finding_fault;
+    }
+
+    /* The site's launch (rename mode) and its range, read together (another thread's give-up
+     * clears both). Read as the Python wrapper reads them: an error there is not a fault. */
+    PyObject *run = read_field(&w->site_layout, site, site_names, F_LAUNCH);
+    if (run == NULL)
+        goto done;
+    if (run == Py_None)
+        Py_SETREF(run, Py_NewRef(w->original));
+    PyObject *push = read_field(&w->site_layout, site, site_names, F_PUSH);
+    PyObject *pop = push == NULL ? NULL : read_field(&w->site_layout, site, site_names, F_POP);
+    if (pop == NULL) {
+        Py_XDECREF(push);
+        Py_DECREF(run);
+        goto done;
+    }
+    if (push == Py_None) {
+        result = run_launch(run, caller, a, in_progress);
+    }
+    else {
+        PyObject *r = call_range(push);
+        if (r == NULL && handle_fault(w, str_opening, kernel, site) == 0)
+            r = Py_NewRef(Py_None); /* said once; the launch runs, its range still closed */
+        if (r != NULL) {
+            Py_DECREF(r);
+            result = run_launch(run, caller, a, in_progress);
+        }
+        /* A KeyboardInterrupt in push: no launch, the range closed all the same. */
+        result = pop_after(w, pop, result, kernel, site);
+    }
+    Py_DECREF(push);
+    Py_DECREF(pop);
+    Py_DECREF(run);
+    goto done;
+
+finding_fault:
+    if (handle_fault(w, str_finding, kernel, site) < 0)
+        goto done;
+unnamed:
+    result = run_launch(w->original, caller, a, in_progress);
+done:
+    Py_XDECREF(kernel);
+    Py_XDECREF(site);
+    return result;
+}
+
+static PyObject *
+launch_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Args a = {args, nargsf, kwnames, NULL, NULL, NULL, NULL, NULL};
+    return launch((LaunchWrapper *)op, &a);
+}
+
+static PyObject *
+launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"original", "kernel", "switch", "sites", "resolve", "fault", "kinds",
+                            NULL};
+    PyObject *original, *kernel, *switch_, *sites, *resolve, *fault, *kinds, *attribute = NULL;
+    Py_ssize_t index = 0;
+    int mode;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO!OOO!:LaunchWrapper", names, &original,
+                                     &kernel, &switch_, &PyDict_Type, &sites, &resolve, &fault,
+                                     &PyDict_Type, &kinds))
+        return NULL;
+    if (!PyCallable_Check(original) || !PyCallable_Check(resolve) || !PyCallable_Check(fault)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "LaunchWrapper: original, resolve and fault must be callable");
+        return NULL;
+    }
+    if (kernel == Py_None) {
+        mode = KERNEL_ORIGINAL;
+    }
+    else if (PyTuple_CheckExact(kernel) && PyTuple_GET_SIZE(kernel) == 2
+             && PyLong_CheckExact(PyTuple_GET_ITEM(kernel, 0))
+             && (PyTuple_GET_ITEM(kernel, 1) == Py_None
+                 || PyUnicode_CheckExact(PyTuple_GET_ITEM(kernel, 1)))) {
+        mode = KERNEL_ARG;
+        index = PyLong_AsSsize_t(PyTuple_GET_ITEM(kernel, 0));
+        if (index < 0 || index > INT_MAX) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError,
+                                "LaunchWrapper: the index must be from 0 to 2**31 - 1");
+            return NULL;
+        }
+        if (PyTuple_GET_ITEM(kernel, 1) != Py_None)
+            attribute = PyTuple_GET_ITEM(kernel, 1);
+    }
+    else if (PyCallable_Check(kernel)) {
+        mode = KERNEL_CALL;
+    }
+    else {
+        PyErr_SetString(PyExc_TypeError, "LaunchWrapper: kernel must be None, a tuple (index, "
+                                         "attribute or None) or a callable of the args tuple");
+        return NULL;
+    }
+    LaunchWrapper *w = (LaunchWrapper *)type->tp_alloc(type, 0);
+    if (w == NULL)
+        return NULL;
+    w->vectorcall = launch_vectorcall;
+    w->original = Py_NewRef(original);
+    w->kernel = Py_NewRef(kernel);
+    if (attribute != NULL) {
+        w->attribute = Py_NewRef(attribute);
+        PyUnicode_InternInPlace(&w->attribute);
+    }
+    w->switch_ = Py_NewRef(switch_);
+    w->sites = Py_NewRef(sites);
+    w->resolve = Py_NewRef(resolve);
+    w->fault = Py_NewRef(fault);
+    w->kinds = Py_NewRef(kinds);
+    w->index = (int)index;
+    w->kernel_mode = mode;
+    w->remember = follow_changes(sites) && follow_changes(kinds);
+    return (PyObject *)w;
+}
+
+static int
+launch_traverse(LaunchWrapper *w, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(w));
+    Py_VISIT(w->original);
+    Py_VISIT(w->kernel);
+    Py_VISIT(w->attribute);
+    Py_VISIT(w->switch_);
+    Py_VISIT(w->sites);
+    Py_VISIT(w->resolve);
+    Py_VISIT(w->fault);
+    Py_VISIT(w->kinds);
+    Py_VISIT(w->dict);
+    Py_VISIT(w->switch_layout.type);
+    Py_VISIT(w->site_layout.type);
+    return 0;
+}
+
+static int
+launch_clear(LaunchWrapper *w)
+{
+    /* First: no entry may answer for this wrapper, nor for one made at its address. The clearing
+     * below may run Python code that launches through it (a finalizer), which must then take
+     * every step (w->original is NULL), not read fields cleared already. */
+    empty_recent();
+    Py_CLEAR(w->original);
+    Py_CLEAR(w->kernel);
+    Py_CLEAR(w->attribute);
+    Py_CLEAR(w->switch_);
+    Py_CLEAR(w->sites);
+    Py_CLEAR(w->resolve);
+    Py_CLEAR(w->fault);
+    Py_CLEAR(w->kinds);
+    Py_CLEAR(w->dict);
+    Py_CLEAR(w->switch_layout.type);
+    Py_CLEAR(w->site_layout.type);
+    w->switch_layout.stamp = w->site_layout.stamp = NO_STAMP;
+    return 0;
+}
+
+static void
+launch_dealloc(LaunchWrapper *w)
+{
+    PyObject_GC_UnTrack(w);
+    if (w->weakrefs != NULL)
+        PyObject_ClearWeakRefs((PyObject *)w);
+    launch_clear(w);
+    Py_TYPE(w)->tp_free((PyObject *)w);
+}
+
+PyObject *
+bind_like_a_function(PyObject *self, PyObject *obj, PyObject *type)
+{
+    (void)type;
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *
+launch_repr(LaunchWrapper *w)
+{
+    if (w->original == NULL)
+        return PyUnicode_FromString("<kname launch wrapper (cleared)>");
+    return PyUnicode_FromFormat("<kname launch wrapper of %R>", w->original);
+}
+
+PyGetSetDef dict_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject LaunchWrapperType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kname._native.LaunchWrapper",
+    .tp_doc = "LaunchWrapper(original, kernel, switch, sites, resolve, fault, kinds): kname's "
+              "per-launch wrapper (see kname/_native_launch.h).",
+    .tp_basicsize = sizeof(LaunchWrapper),
+    .tp_dealloc = (destructor)launch_dealloc,
+    .tp_vectorcall_offset = offsetof(LaunchWrapper, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_repr = (reprfunc)launch_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
+                | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_traverse = (traverseproc)launch_traverse,
+    .tp_clear = (inquiry)launch_clear,
+    .tp_weaklistoffset = offsetof(LaunchWrapper, weakrefs),
+    .tp_getset = dict_getset,
+    .tp_descr_get = bind_like_a_function,
+    .tp_dictoffset = offsetof(LaunchWrapper, dict),
+    .tp_new = launch_new,
+};
+
+/* ------------------------------------------------------------------ the launch in progress */
+
+static PyObject *
+is_launch_caller(PyObject *module, PyObject *frame)
+{
+    (void)module;
+    if (!PyFrame_Check(frame)) {
+        PyErr_Format(PyExc_TypeError, "is_launch_caller() takes a frame, not %s",
+                     Py_TYPE(frame)->tp_name);
+        return NULL;
+    }
+    return PyBool_FromLong(launch_caller != NULL
+                           && frame_of((PyFrameObject *)frame) == launch_caller);
+}
+
+/* ------------------------------------------------------------------ the module's part */
+
+static PyMethodDef launch_methods[] = {
+    {"is_launch_caller", is_launch_caller, METH_O,
+     "Whether `frame` called the innermost LaunchWrapper launch running on this thread."},
+    {NULL, NULL, 0, NULL},
+};
+
+static int
+intern_all(void)
+{
+    struct {
+        PyObject **target;
+        const char *text;
+    } strings[] = {
+        {&str_on, "on"},         {&str_counter, "counter"}, {&str_launch, "launch"},
+        {&str_push, "push"},     {&str_pop, "pop"},         {&str_finding, FINDING},
+        {&str_opening, OPENING}, {&str_closing, CLOSING},
+    };
+    for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
+        if (*strings[i].target == NULL) {
+            *strings[i].target = PyUnicode_InternFromString(strings[i].text);
+            if (*strings[i].target == NULL)
+                return -1;
+        }
+    }
+    switch_names[0] = str_on;
+    site_names[F_COUNTER] = str_counter;
+    site_names[F_LAUNCH] = str_launch;
+    site_names[F_PUSH] = str_push;
+    site_names[F_POP] = str_pop;
+    return 0;
+}
+
+int
+launch_ready(PyObject *module)
+{
+    if (intern_all() < 0 || PyType_Ready(&LaunchWrapperType) < 0
+        || PyType_Ready(&CounterType) < 0)
+        return -1;
+    if (PyModule_AddObjectRef(module, "LaunchWrapper", (PyObject *)&LaunchWrapperType) < 0
+        || PyModule_AddObjectRef(module, "Counter", (PyObject *)&CounterType) < 0)
+        return -1;
+    return PyModule_AddFunctions(module, launch_methods);
+}

@@ -1,0 +1,38 @@
+/*
+ * kname._native, the module: PyInit__native puts together what each file makes (the launch
+ * wrapper, _native_launch.c; its site finding, _native_sites.c; NVTX ranges, _native_nvtx.c;
+ * CuPy's and Triton's types, in their units' folders) and starts the watchers of
+ * _native_common.c. What the extension does is told in _native_launch.h.
+ */
+#include "_native_launch.h"
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "kname._native",
+    .m_doc = "kname's per-launch wrapper in C (see kname/_native_launch.h).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC
+PyInit__native(void)
+{
+#ifdef Py_GIL_DISABLED
+    /* The thread-local launch caller is safe, but the learned layouts and the reads of `sites`
+     * and of the site's fields rely on the GIL. */
+    PyErr_SetString(PyExc_ImportError, "kname._native does not support free-threaded Python");
+    return NULL;
+#else
+    watch_dicts();
+    watch_types();
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL)
+        return NULL;
+    if (launch_ready(m) < 0 || sites_ready(m) < 0 || nvtx_ready(m) < 0 || cupy_ready(m) < 0
+        || triton_ready(m) < 0 || PyModule_AddIntConstant(m, "USER", KIND_USER) < 0
+        || PyModule_AddIntConstant(m, "LIBRARY", KIND_LIBRARY) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+#endif
+}

@@ -140,10 +140,13 @@ PROFILE_KERNELS = st.sampled_from(KERNEL_NAMES)
 
 @st.composite
 def profiles(draw, site_names=PROFILE_SITES, kernel_names=PROFILE_KERNELS) -> Profile:
-    """A join's result: sites with kernels, some unattributed work."""
+    """A join's result: sites with kernels (part of them CUDA graph work, by the sites that
+    replayed it, or replayed with its capture not seen), some unattributed work."""
     sites = {}
     for name in draw(st.lists(site_names, max_size=6, unique=True)):
         sites[name] = _totals(draw, draw(st.integers(1, 1000)), kernel_names)
+        if draw(st.booleans()):
+            _replayed(draw, sites[name], site_names)
     unattributed = _totals(draw, 0, kernel_names) if draw(st.booleans()) else SiteTotals()
     return Profile(sites, unattributed)
 
@@ -157,6 +160,19 @@ def _totals(draw, first: int, kernel_names) -> SiteTotals:
         totals.launches += launches
         totals.gpu_ns += gpu_ns
     return totals
+
+
+def _replayed(draw, totals: SiteTotals, site_names) -> None:
+    """Part of `totals` (never more) made graph work: by replay site, and unseen."""
+    launches, gpu_ns = totals.launches, totals.gpu_ns
+    for replay in draw(st.lists(site_names, max_size=3, unique=True)):
+        part = KernelTotals(draw(st.integers(0, launches)), draw(st.integers(0, gpu_ns)))
+        totals.replays[replay] = part
+        launches, gpu_ns = launches - part.launches, gpu_ns - part.gpu_ns
+    if draw(st.booleans()):
+        totals.unseen = KernelTotals(draw(st.integers(1, max(launches, 1))), 0)
+        totals.unseen.launches = min(totals.unseen.launches, launches)
+        totals.unseen.gpu_ns = draw(st.integers(0, gpu_ns))
 
 
 documents = profiles().map(profile_document)

@@ -103,7 +103,8 @@ class GraphNodes:
         elif event == NODE_DESTROYED:
             self._destroy(record.node)
         elif event in (GRAPH_DESTROYED, EXEC_DESTROYED):
-            container = (event == EXEC_DESTROYED, record.graph_exec or record.graph)
+            exec_ = event == EXEC_DESTROYED
+            container = (exec_, record.graph_exec if exec_ else record.graph)
             for node in self._members.pop(container, ()):
                 self._container_of.pop(node, None)
                 self._remember_destroyed(node)

@@ -41,9 +41,16 @@ from kname.profiling.capture import (
     say_open_calls_forgotten,
     site_of_frame,
 )
+from kname.profiling.graphs import MAX_NODES, RECENT_NODES, say_nodes_not_kept
 from kname.profiling.join import MAX_PENDING, RECENT_WINDOW, UNATTRIBUTED, say_pending_dropped
 from kname.profiling.native_join import NativeJoin
-from kname.profiling.records import ActivityRecord, ExternalCorrelation, LaunchRecord
+from kname.profiling.records import (
+    NODE_EVENTS,
+    ActivityRecord,
+    ExternalCorrelation,
+    GraphNodeRecord,
+    LaunchRecord,
+)
 
 # {CUPTI callback domain: {callback id: (API name, is a graph launch)}}
 Apis = dict[int, dict[int, tuple[str, bool]]]
@@ -214,6 +221,10 @@ class NativeCallbacks:
                 status = recorder.enable(domain, cbid, index[pair])
                 if status:
                     raise cupti.cuptiError(status)
+        for cbid, event in (graphs or {}).items():
+            status = recorder.enable_graph(cbid, NODE_EVENTS.index(event) + 1)
+            if status:
+                raise cupti.cuptiError(status)
         self.take_wrapped_sites()
 
     def unsubscribe(self) -> None:
@@ -229,6 +240,7 @@ class NativeCallbacks:
             return
         try:
             self._capture.add(recorder.drain(LaunchRecord))
+            self._capture.add_graph_nodes(recorder.drain_graph_nodes(GraphNodeRecord))
         except Exception as exc:
             report_fault("reading kname's native launch records", exc)
             return
@@ -247,7 +259,7 @@ class NativeCallbacks:
                 report_fault(*fault)
             if recorder.take_forgotten():
                 say_open_calls_forgotten()
-            dropped = recorder.counts()["dropped"]
+            counts = recorder.counts()
             joined = recorder.join_counts()
             read = recorder.activity_counts()
         except Exception as exc:
@@ -256,17 +268,26 @@ class NativeCallbacks:
         say_activity_losses(read)  # with the join in C, no drain_activities() says them
         if joined["trimmed"]:
             say_pending_dropped(MAX_PENDING)
+        if joined["nodes_capped"]:
+            say_nodes_not_kept(MAX_NODES)
         if joined["no_memory"]:
             warn_once(
                 "profile:native-memory",
                 "profile: kname ran out of memory while joining GPU records; some were not counted",
             )
-        if dropped:
+        if counts["dropped"]:
             warn_once(
                 "profile:native-pending",
                 f"profile: more than {MAX_PENDING} launch calls waited for CUPTI's activity "
                 "records; later ones were not recorded, and the GPU work they caused counts "
                 "as unattributed",
+            )
+        if counts["graph_nodes_dropped"]:
+            warn_once(
+                "profile:native-graph-nodes",
+                f"profile: more than {MAX_PENDING} CUDA graph node events waited to be joined; "
+                "later ones were not recorded, and the GPU work of those nodes counts under "
+                "the line that replayed their graph",
             )
 
     # --- CUPTI's activity buffers, read in C -------------------------------------------------
@@ -283,7 +304,7 @@ class NativeCallbacks:
         """From now on the recorder joins the GPU records itself, in C (join.py's rules and
         bounds); what it keeps (after `earlier`'s), read as a Join. Before
         take_activity_buffers()."""
-        self.recorder.join_in_c(MAX_PENDING, RECENT_WINDOW, UNATTRIBUTED)
+        self.recorder.join_in_c(MAX_PENDING, RECENT_WINDOW, UNATTRIBUTED, MAX_NODES, RECENT_NODES)
         return NativeJoin(self.recorder, memcpy_name, earlier)
 
     def join_now(self) -> None:

@@ -148,6 +148,8 @@ class PythonCallbacks:
         """A graph resource callback: `data` is CUPTI's CUpti_ResourceData, whose descriptor is
         the CUpti_GraphData."""
         cupti = self._cupti
+        if not data.resource_descriptor:
+            return  # no CUpti_GraphData: nothing to tie
         graph_data = cupti.GraphData.from_ptr(data.resource_descriptor, readonly=True)
         ids = graph_ids(
             graph_data,

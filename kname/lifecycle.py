@@ -241,12 +241,15 @@ def _say_unmet_at_exit() -> None:
 
 def _unmet_targets(entries: list[str], ran: set[str]) -> list[str]:
     """A line for each module:qualname entry whose module was never imported, nor can be."""
-    from kname import importable  # at exit only: difflib and pkgutil are no start-up's cost
-
     problems = []
     for entry in entries:
         module, qualname = entry.split(":", 1)
-        if module in ran or module in sys.modules or importable.find(module) is not None:
+        if module in ran or module in sys.modules:
+            continue
+        # Only for a module not imported: difflib and pkgutil are no run's cost at its exit.
+        from kname import importable
+
+        if importable.find(module) is not None:
             continue
         meant = importable.nearest(module)
         hint = f" (did you mean {meant}:{qualname}?)" if meant else ""
@@ -260,13 +263,13 @@ def _unmet_targets(entries: list[str], ran: set[str]) -> list[str]:
 def _unmet_prefixes(variable: str, prefixes: tuple[str, ...]) -> list[str]:
     """A line for each KNAME_SKIP (or KNAME_USER) prefix that no module imported had, nor any
     importable one."""
-    from kname import importable
-
     imported = list(sys.modules)
     problems = []
     for prefix in prefixes:
         if any(m == prefix or m.startswith(prefix + ".") for m in imported):
             continue
+        from kname import importable  # as in _unmet_targets
+
         if importable.find(prefix) is not None:
             continue
         meant = importable.nearest(prefix)

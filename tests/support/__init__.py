@@ -73,12 +73,44 @@ def run(args: list[str], **kwargs) -> subprocess.CompletedProcess:
     return result
 
 
+def checkout_files(root: Path = REPO) -> list[str]:
+    """The files a clone of `root` would hold, with the changes not yet committed: what git
+    tracks or would track. Never a virtual environment, a build or an extension built in place
+    (copying a venv with torch and triton filled CI's disk)."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=root, capture_output=True, check=True,
+        ).stdout.decode()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):  # no git, or a copy without .git
+        return _files_outside_ignored_folders(root)
+    return [name for name in listed.split("\0") if name and (root / name).is_file()]
+
+
+def _files_outside_ignored_folders(root: Path) -> list[str]:
+    skipped = {".git", ".venv", "build", "dist", "__pycache__", ".hypothesis", "results"}
+    names = []
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = [
+            s for s in subfolders if s not in skipped and not s.endswith(("cache", ".egg-info"))
+        ]
+        relative = Path(folder).relative_to(root)
+        names += [str(relative / f) for f in files if not f.endswith((".so", ".pyc"))]
+    return names
+
+
+def copy_checkout(dest: Path, root: Path = REPO) -> Path:
+    """Copy the checkout's files (see `checkout_files`) to a new folder `dest`."""
+    for name in checkout_files(root):
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / name, target)
+    return dest
+
+
 def build_wheel(out_dir: Path) -> Path:
     """Build kname's wheel from a copy of the checkout (no network, no build isolation)."""
-    source = out_dir / "source"
-    ignored = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__")
-    shutil.copytree(REPO, source, ignore=ignored)
-    return build_wheel_of(source, out_dir)
+    return build_wheel_of(copy_checkout(out_dir / "source"), out_dir)
 
 
 def build_wheel_of(source: Path, out_dir: Path) -> Path:

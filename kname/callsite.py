@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from types import CodeType, FrameType
 from typing import Any
 
-from kname import counters, hotpath, naming, ranges
+from kname import counters, faults, hotpath, naming, ranges
 from kname._locks import new_lock, reset_in_child
 from kname._warnings import report_fault, warn_once
 from kname._watched import Watched
@@ -161,7 +161,9 @@ class _KernelSites:
         try:
             self.ref: Any = weakref.ref(kernel, functools.partial(_kernel_freed, id(kernel)))
             self.held = False
-        except TypeError:  # no weak references: kept alive while it has sites (bounded)
+        except TypeError as exc:  # no weak references: kept alive while it has sites (bounded)
+            if faults.from_outside(exc, weakref.ref, kernel):
+                raise
             self.ref, self.held = kernel, True
 
 
@@ -241,27 +243,42 @@ def resolve(
 
 
 def pass_through(
-    frame: FrameType, kernel: Any, site: Site | None, exc: BaseException, where: str
-) -> None:
-    """After kname failed (while `where`) at a launch of `kernel` from `frame`: count the
-    launch, say so once, and from then on launch from its call site as if kname were off.
+    frame: FrameType,
+    kernel: Any,
+    site: Site | None,
+    exc: BaseException,
+    where: str,
+    again: BaseException | None,
+) -> bool:
+    """After `exc` while `where` at a launch of `kernel` from `frame`: whether it was kname's own
+    fault (kname.faults). If it was: count the launch, say so once, and from then on launch
+    from its call site as if kname were off; the launch runs. If not (raised into kname from
+    outside), nothing changes: the wrapper raises `exc`, before the launch.
 
-    `site` is the site the launch had found (it was counted then), or None; `kernel` is None if
-    even the kernel is unknown. Only the launch's own call site gives up, never a library line
-    that others call through. At the recursion limit nothing gives up: a launch from higher up
-    is named. Never raises. The launch wrapper calls this from its error path only.
+    `again`: what the failed step raised when taken once more (None: nothing), or `exc` itself
+    where it was not taken again. `site` is the site the launch had found (it was counted then),
+    or None; `kernel` is None if even the kernel is unknown. Only the launch's own call site
+    gives up, never a library line that others call through. At the recursion limit nothing
+    gives up: a launch from higher up is named. The launch wrapper calls this from its error
+    path only; what it raises was raised into it from outside.
     """
-    try:
-        if isinstance(exc, RecursionError):
+    if isinstance(exc, RecursionError):
+        try:
             # Counted here and at once: at the limit there may be no room for another call.
             if site is None or not hotpath.is_counter(site.counter):
                 next(counters.at_recursion_limit)
             _say_recursion_limit()
-        else:
-            report_fault(where, exc)
-            _give_up(frame, kernel, site)
-    except Exception:  # at the recursion limit even this may fail: the launch must still run
+        except RecursionError:  # at the limit even this may fail: the launch must still run
+            pass
+        return True
+    if not faults.is_kname_fault(exc, again, _wrapper_code_ids):
+        return False
+    try:
+        report_fault(where, exc)
+        _give_up(frame, kernel, site)
+    except RecursionError:
         pass
+    return True
 
 
 def kind_of(code: CodeType, module: object) -> int:
@@ -392,15 +409,11 @@ def _build(
     rules: Rules,
     rename: Any = None,
 ) -> Site:
-    try:
-        name, identifier = _names(frames, kernel_name, lib, rules.template)
-        calls = ranges.range_for(name, kernel_name, lib) if rules.emit_nvtx else None
-    except RecursionError:
-        raise  # no room on the stack to name it here: not a fault, and not cached
-    except Exception as exc:
-        # The site still launches, counted but without a range, and the fault is said once.
-        report_fault("naming a call site", exc)
-        name, identifier, calls = f"{kernel_name} {UNNAMED}", "", None
+    """The site for `key`, built and cached (another thread's, if it was first).
+
+    An exception raised into naming from outside is raised once the site is cached with the name
+    it should have; a fault of kname's own caches it unnamed, said once."""
+    name, identifier, calls, outside = _named(frames, kernel_name, lib, rules)
     codes = tuple(f.f_code for f in frames)
     with _lock:
         site = sites.get(key)
@@ -408,9 +421,40 @@ def _build(
             counter = counters.counter_for(name, kernel_name, lib)
             site = Site(name, identifier, kernel_name, lib, calls, codes, counter)
             if rename is not None and identifier:
-                site.launch = _renamed_launch(rename, kernel, site)
+                site.launch, raised = _renamed_launch(rename, kernel, site)
+                outside = raised if outside is None else outside
             _store(key, site, kernel, kernel_key)
+    if outside is not None:
+        raise outside
     return site
+
+
+def _named(
+    frames: list[FrameType], kernel_name: str, lib: str, rules: Rules
+) -> tuple[str, str, Any, BaseException | None]:
+    """The name, identifier and range calls of a new site, and an exception that was raised
+    into naming it from outside (None: none), for the caller to raise."""
+    try:
+        return (*_naming(frames, kernel_name, lib, rules), None)
+    except RecursionError:
+        raise  # no room on the stack to name it here: not a fault, and not cached
+    except Exception as exc:
+        own, done, named = faults.take_again(exc, _naming, frames, kernel_name, lib, rules)
+        if not own:
+            if not done:
+                raise
+            return (*named, exc)
+        # The site still launches, counted but without a range, and the fault is said once.
+        report_fault("naming a call site", exc)
+        return f"{kernel_name} {UNNAMED}", "", None, None
+
+
+def _naming(
+    frames: list[FrameType], kernel_name: str, lib: str, rules: Rules
+) -> tuple[str, str, Any]:
+    name, identifier = _names(frames, kernel_name, lib, rules.template)
+    calls = ranges.range_for(name, kernel_name, lib) if rules.emit_nvtx else None
+    return name, identifier, calls
 
 
 def _names(frames: list[FrameType], kernel_name: str, lib: str, template: str) -> tuple[str, str]:
@@ -422,19 +466,25 @@ def _names(frames: list[FrameType], kernel_name: str, lib: str, template: str) -
     return name, naming.identifier_name(kernel_name, facts[0])
 
 
-def _renamed_launch(rename: Any, kernel: Any, site: Site) -> Any:
-    """The target's launch of `site`'s renamed kernel; None (the kernel's own name) on failure."""
+def _renamed_launch(rename: Any, kernel: Any, site: Site) -> tuple[Any, BaseException | None]:
+    """The target's launch of `site`'s renamed kernel (None: the kernel's own name, on a fault
+    of kname's), and an exception raised into renaming from outside (None: none)."""
     try:
-        return rename(kernel, site)
+        return rename(kernel, site), None
     except RecursionError:
         raise
     except Exception as exc:
+        own, done, launch = faults.take_again(exc, rename, kernel, site)
+        if not own:
+            if not done:
+                raise
+            return launch, exc
         warn_once(
             f"rename:{site.lib}:{type(exc).__name__}",
             f"KNAME_MODE=rename: could not rename {site.kernel} for {site.name} "
             f"({type(exc).__name__}: {exc}); such launches keep the kernel's own name",
         )
-        return None
+        return None, None
 
 
 # --------------------------------------------------------------------------

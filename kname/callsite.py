@@ -5,10 +5,11 @@ Per launch, the wrapper looks up `sites[(id(code), f_lasti, kernel_key)]` for it
 frames, classifying code objects, building names and NVTX attributes.
 
 Code objects are never hashed: CPython hashes code by value, on every look-up (0.5 µs for a small
-module, 10 µs for one of 300 functions). Keys use id(code), and each cache entry holds the code
-object, so an id cannot be reused while its entry exists. Kernels are keyed by id too, but a site
-never keeps its kernel alive (a kernel may hold gigabytes): a weak reference takes the kernel's
-sites out of the cache when it is freed, before its id can be reused.
+module, 10 µs for one of 300 functions). Keys use id(code), and kernels are keyed by id too. Yet
+nothing here keeps either alive (a kernel may hold gigabytes; generated code, its constants):
+weak references take a kernel's or a code object's sites, and the decision on a code object, out
+of the cache as it is freed, before its id can be reused. A code object's are plain dict pops
+bound to their key: a callback that runs no bytecode, where nothing can be raised into it.
 """
 
 from __future__ import annotations
@@ -81,10 +82,10 @@ class Site(Watched):
     """
 
     __slots__ = (
-        "code", "counter", "identifier", "kernel", "launch", "lib", "name", "pop", "push",
+        "code_refs", "counter", "identifier", "kernel", "launch", "lib", "name", "pop", "push",
     )  # fmt: skip
 
-    def __init__(self, name, identifier, kernel, lib, calls, code, counter):
+    def __init__(self, name, identifier, kernel, lib, calls, code_refs, counter):
         # Set as plain slots, without telling (Watched): no launch has remembered a new site.
         init = object.__setattr__
         init(self, "name", name)  # the display name, as the profiler shows it
@@ -96,7 +97,8 @@ class Site(Watched):
         push, pop = (None, None) if calls is None else calls
         init(self, "push", push)
         init(self, "pop", pop)
-        init(self, "code", code)  # keeps the keyed code objects (and so their ids) alive
+        # Weak references to the code objects its key holds: as one is freed, the site leaves.
+        init(self, "code_refs", code_refs)
         # Shared by every site of this name (kname.counters): next() is atomic, so no count is
         # lost across threads, nor when the site leaves the cache while a launch still holds it.
         init(self, "counter", counter)
@@ -141,8 +143,10 @@ sites: dict[tuple, Site] = {}
 _lock = new_lock()
 _rules = Rules()
 _kinds: dict[int, int] = {}
-_codes: dict[int, CodeType] = {}
+# id(code) -> a weak reference to the code decided on, which takes its decision away with it
+_codes: dict[int, weakref.ref] = {}
 _wrapper_code_ids: set[int] = set()
+_wrapper_codes: list[CodeType] = []  # kname's own, kept: their ids mean a launch in progress
 # (key, site) in the order the sites were cached: eviction pops the oldest in O(1). An entry whose
 # site is no longer cached under its key is stale, skipped once.
 _queue: collections.deque[tuple[tuple, Site]] = collections.deque()
@@ -154,10 +158,11 @@ _held: collections.OrderedDict[int, None] = collections.OrderedDict()
 class _KernelSites:
     """The keys of the cached sites of one kernel, and how kname learns that the kernel died."""
 
-    __slots__ = ("held", "keys", "ref")
+    __slots__ = ("held", "keys", "limit", "ref")
 
     def __init__(self, kernel: Any) -> None:
         self.keys: set[tuple] = set()
+        self.limit = QUEUE_SLACK  # past this many keys, those no longer cached are dropped
         try:
             self.ref: Any = weakref.ref(kernel, functools.partial(_kernel_freed, id(kernel)))
             self.held = False
@@ -181,9 +186,9 @@ def configure(
         library = (*CORE_LIBRARY_MODULES, *library_modules)
         site_calls = _rules.site_calls
         _rules = Rules(tuple(skip), template, depth, emit_nvtx, library, site_calls)
+        _forget_sites()
         _kinds.clear()
         _codes.clear()
-        _forget_sites()
 
 
 def use_site_calls(factory: Callable[[Site], tuple[Any, Any]] | None = None) -> None:
@@ -202,16 +207,16 @@ def use_site_calls(factory: Callable[[Site], tuple[Any, Any]] | None = None) -> 
 def clear() -> None:
     """Forget cached code classifications and call sites, and their counts."""
     with _lock:
+        _forget_sites()
         _kinds.clear()
         _codes.clear()
-        _forget_sites()
         counters.clear()
 
 
 def register_wrapper_code(code: CodeType) -> None:
     """Mark kname's own launch wrapper: a launch found beneath one is nested, and not named."""
+    _wrapper_codes.append(code)
     _wrapper_code_ids.add(id(code))
-    _codes[id(code)] = code
 
 
 def resolve(
@@ -287,13 +292,14 @@ def kind_of(code: CodeType, module: object) -> int:
     if kind is None:
         kind = _judge(code.co_filename, module)
         with _lock:
-            if len(_kinds) >= MAX_CODES:
+            if len(_codes) >= MAX_CODES:  # the decisions on freed code are counted too
                 _kinds.clear()
                 _codes.clear()
                 for wrapper_id in _wrapper_code_ids:
                     _kinds[wrapper_id] = WRAPPER
+            # First: no decision on a code object that could be freed unseen.
+            _codes[id(code)] = weakref.ref(code, functools.partial(_kinds.pop, id(code)))
             _kinds[id(code)] = kind
-            _codes[id(code)] = code
     return kind
 
 
@@ -419,7 +425,7 @@ def _build(
         site = sites.get(key)
         if site is None:
             counter = counters.counter_for(name, kernel_name, lib)
-            site = Site(name, identifier, kernel_name, lib, calls, codes, counter)
+            site = Site(name, identifier, kernel_name, lib, calls, _code_refs(key, codes), counter)
             if rename is not None and identifier:
                 site.launch, raised = _renamed_launch(rename, kernel, site)
                 outside = raised if outside is None else outside
@@ -488,7 +494,7 @@ def _renamed_launch(rename: Any, kernel: Any, site: Site) -> tuple[Any, BaseExce
 
 
 # --------------------------------------------------------------------------
-# The cache: bounded, oldest out first, and never keeping a kernel alive
+# The cache: bounded, oldest out first, and never keeping a kernel or code object alive
 # --------------------------------------------------------------------------
 
 
@@ -502,6 +508,14 @@ def _store(key: tuple, site: Site, kernel: Any, kernel_key: Any) -> None:
     _queue.append((key, site))
     if len(_queue) > 2 * len(sites) + QUEUE_SLACK:
         _compact_queue()
+
+
+def _code_refs(key: tuple, codes: tuple[CodeType, ...]) -> tuple[weakref.ref, ...]:
+    """Weak references to the code objects keying `key`, each taking the site at `key` out of
+    the cache as it is freed. Whatever site is cached there then is keyed by that code's id, and
+    the callback is C alone (dict.pop), so no exception can be raised into it."""
+    forget = functools.partial(sites.pop, key)  # called with the reference: pop(key, default)
+    return tuple(weakref.ref(code, forget) for code in codes)
 
 
 def _evict_oldest() -> None:
@@ -530,6 +544,10 @@ def _track(kernel: Any, key: tuple) -> None:
             if len(_held) > MAX_HELD_KERNELS:
                 oldest, _ = _held.popitem(last=False)
                 _forget_kernel(oldest, _kernels.get(oldest))
+    elif len(entry.keys) >= entry.limit:
+        # Keys of sites that left with their code are dropped here, in amortized O(1).
+        entry.keys = {k for k in entry.keys if k in sites}
+        entry.limit = 2 * len(entry.keys) + QUEUE_SLACK
     entry.keys.add(key)
 
 
@@ -603,7 +621,8 @@ def _fault_site(frame: FrameType, kernel: Any) -> Site | None:
     site = sites.get(key)
     if site is None:
         codes = tuple(f.f_code for f in frames)
-        site = Site(UNNAMED, "", "", "", None, codes, counters.counter_for(UNNAMED, "", ""))
+        counter = counters.counter_for(UNNAMED, "", "")
+        site = Site(UNNAMED, "", "", "", None, _code_refs(key, codes), counter)
         _store(key, site, kernel, id(kernel))
     return site
 

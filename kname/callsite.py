@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import itertools
 import os
 import re
 import sys
@@ -419,7 +420,13 @@ def _build(
 
     An exception raised into naming from outside is raised once the site is cached with the name
     it should have; a fault of kname's own caches it unnamed, said once."""
-    name, identifier, calls, outside = _named(frames, kernel_name, lib, rules)
+    try:
+        name, identifier, calls = _naming(frames, kernel_name, lib, rules)
+        outside = None
+    except RecursionError:
+        raise  # no room on the stack to name it here: not a fault, and not cached
+    except Exception as exc:
+        name, identifier, calls, outside = _naming_failed(exc, frames, kernel_name, lib, rules)
     codes = tuple(f.f_code for f in frames)
     with _lock:
         site = sites.get(key)
@@ -435,24 +442,20 @@ def _build(
     return site
 
 
-def _named(
-    frames: list[FrameType], kernel_name: str, lib: str, rules: Rules
+def _naming_failed(
+    exc: Exception, frames: list[FrameType], kernel_name: str, lib: str, rules: Rules
 ) -> tuple[str, str, Any, BaseException | None]:
-    """The name, identifier and range calls of a new site, and an exception that was raised
-    into naming it from outside (None: none), for the caller to raise."""
-    try:
-        return (*_naming(frames, kernel_name, lib, rules), None)
-    except RecursionError:
-        raise  # no room on the stack to name it here: not a fault, and not cached
-    except Exception as exc:
-        own, done, named = faults.take_again(exc, _naming, frames, kernel_name, lib, rules)
-        if not own:
-            if not done:
-                raise
-            return (*named, exc)
-        # The site still launches, counted but without a range, and the fault is said once.
-        report_fault("naming a call site", exc)
-        return f"{kernel_name} {UNNAMED}", "", None, None
+    """After naming a new site raised `exc`: its name, identifier and range calls, and `exc`
+    where it was raised into naming from outside (None: it was kname's fault), to raise once
+    the site is cached."""
+    own, done, named = faults.take_again(exc, _naming, frames, kernel_name, lib, rules)
+    if not own:
+        if not done:
+            raise exc
+        return (*named, exc)
+    # The site still launches, counted but without a range, and the fault is said once.
+    report_fault("naming a call site", exc)
+    return f"{kernel_name} {UNNAMED}", "", None, None
 
 
 def _naming(
@@ -515,7 +518,7 @@ def _code_refs(key: tuple, codes: tuple[CodeType, ...]) -> tuple[weakref.ref, ..
     the cache as it is freed. Whatever site is cached there then is keyed by that code's id, and
     the callback is C alone (dict.pop), so no exception can be raised into it."""
     forget = functools.partial(sites.pop, key)  # called with the reference: pop(key, default)
-    return tuple(weakref.ref(code, forget) for code in codes)
+    return tuple(map(weakref.ref, codes, itertools.repeat(forget)))
 
 
 def _evict_oldest() -> None:

@@ -200,6 +200,19 @@ find_site(LaunchWrapper *w, Frame *caller, PyObject *kernel)
     return site;
 }
 
+/* The error set now, with `exc` (a reference it steals) as its context, as an exception raised
+ * in an except clause has the one handled there. */
+static COLD void
+raise_in_context(PyObject *exc)
+{
+    PyObject *raised = take_error();
+    if (raised != exc)
+        PyException_SetContext(raised, exc); /* steals exc */
+    else
+        Py_DECREF(exc);
+    restore_error(raised);
+}
+
 /* After an error (set) while `where`: hand it to fault(frame, kernel, site, exc, where, again)
  * (callsite.pass_through), which says whether it was kname's own fault; `frame` is the caller's,
  * the running one. `again`: what the failed step raised when taken once more (Py_None: nothing),
@@ -229,9 +242,7 @@ handle_fault(LaunchWrapper *w, PyObject *where, PyObject *kernel, PyObject *site
         restore_error(exc);
         return -1;
     }
-    PyObject *raised = take_error();
-    PyException_SetContext(raised, exc); /* steals exc, as raising in an except clause sets it */
-    restore_error(raised);
+    raise_in_context(exc);
     return -1;
 }
 
@@ -267,9 +278,7 @@ finding_failed(LaunchWrapper *w, const Args *a, Frame *caller, Frame *in_progres
     PyObject *exc = take_error();
     PyObject *again = find_again(w, a, caller, in_progress);
     if (again == NULL) { /* a KeyboardInterrupt, say: it propagates, in an except clause */
-        PyObject *raised = take_error();
-        PyException_SetContext(raised, exc); /* steals exc */
-        restore_error(raised);
+        raise_in_context(exc);
         return -1;
     }
     restore_error(exc);

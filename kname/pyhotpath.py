@@ -114,9 +114,9 @@ def launch_wrapper(
         try:
             try:
                 push()
-            except Exception as exc:  # the launch still runs, unnamed from now on
+            except Exception as exc:  # kname's: the launch still runs, unnamed from now on
                 if not fault(frame, kernel, site, exc, OPENING, exc):
-                    raise
+                    raise  # from outside: no launch, and the range is closed all the same
             return run(*args, **kwargs)
         finally:
             try:

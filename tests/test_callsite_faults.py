@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import gc
 import random
 import signal
 import sys
@@ -232,6 +233,11 @@ class OneRaisePerRound:
         self.source, self.sent, self.random = source, 0, random.Random(32)
 
     def __enter__(self) -> OneRaisePerRound:
+        # No collection meanwhile: its callbacks (hypothesis adds one to gc.callbacks) and the
+        # finalizers of cyclic garbage are Python code where an exception from outside is only
+        # printed, kname or not.
+        self.collecting = gc.isenabled()
+        gc.disable()
         if self.source == "signal handler":
             self.previous = signal.signal(signal.SIGALRM, self._on_alarm)
         else:
@@ -252,6 +258,8 @@ class OneRaisePerRound:
             self.go.release()
             self.sender.join()
             sys.setswitchinterval(self.switch_interval)
+        if self.collecting:
+            gc.enable()
 
     def arm(self) -> None:
         """The round's exception is on its way."""

@@ -267,14 +267,17 @@ find_again(LaunchWrapper *w, const Args *a, Frame *caller, Frame *in_progress)
     return take_error();
 }
 
-/* handle_fault for a failure to find the site or count the launch (set), taken once more first:
- * a fault of kname's own fails again, alike; one raised into it from outside does not. */
+/* handle_fault for a failure to find the site or count the launch (set), finding it taken once
+ * more first: a fault of kname's own fails again, alike; one raised into it from outside does
+ * not. Not at the recursion limit (no room), nor once the site was found: the count is not
+ * undone (and only a counter in Python, never kname's, can fail). */
 static COLD int
 finding_failed(LaunchWrapper *w, const Args *a, Frame *caller, Frame *in_progress,
                PyObject *kernel, PyObject *site)
 {
-    if (!PyErr_ExceptionMatches(PyExc_Exception) || PyErr_ExceptionMatches(PyExc_RecursionError))
-        return handle_fault(w, str_finding, kernel, site, NULL); /* no room to take it again */
+    if (site != NULL || !PyErr_ExceptionMatches(PyExc_Exception)
+        || PyErr_ExceptionMatches(PyExc_RecursionError))
+        return handle_fault(w, str_finding, kernel, site, NULL);
     PyObject *exc = take_error();
     PyObject *again = find_again(w, a, caller, in_progress);
     if (again == NULL) { /* a KeyboardInterrupt, say: it propagates, in an except clause */

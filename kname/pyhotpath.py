@@ -87,8 +87,10 @@ def launch_wrapper(
         except Exception as exc:  # kname's own fault, or raised into kname from outside
             kernel = locals().get("kernel")  # unbound if kernel_of itself failed
             frame = frame or _caller_of_caller()
-            again = exc  # at the recursion limit, not taken again: there is no room
-            if not isinstance(exc, RecursionError):
+            # Not taken again at the recursion limit (no room), nor once the site was found (the
+            # count is not undone: a counter fails in its own code, anything at once after it).
+            again = exc
+            if site is None and not isinstance(exc, RecursionError):
                 try:  # the same steps in this frame, uncounted: a fault of kname's fails alike
                     kernel = original if kernel_of is None else kernel_of(args)
                     key = None if frame is None else (id(frame.f_code), frame.f_lasti, id(kernel))

@@ -119,7 +119,8 @@ INTERNAL extern PyTypeObject CounterType;
  * key tuple and hashes nothing. An entry answers for (wrapper, caller's position, kernel) while
  * the dict is unchanged since the hit (a dict watcher's count on 3.12+, the dict's version tag on
  * 3.11): the dict would then give the same site. The site is borrowed: the unchanged dict holds
- * it, and it holds its code object, so no other code can be at that position meanwhile. (A known
+ * it, and it leaves the dict as its code object is freed (kname.callsite's weak references), so
+ * no other code can be at that position while the dict is unchanged. (A known
  * miss may outlive its code: a code object made since in that memory has keys that the unchanged
  * dict, last changed while the memory was the old code's, does not have either.)
  *

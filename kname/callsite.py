@@ -565,10 +565,16 @@ def _store(key: tuple, site: Site, kernel: Any, kernel_key: Any) -> None:
     """Cache `site` under `key` (under _lock), making room first if the cache is full."""
     if len(sites) >= MAX_SITES:
         _evict_oldest()
-    if kernel is not None and kernel_key == id(kernel):
-        _track(kernel, key)  # before the site is cached: no cached site without its kernel's watch
-    sites[key] = site
-    _queue.append((key, site))
+    try:
+        # Cached, then watched: a kernel's record keeps the keys that are cached (_track), and a
+        # signal handler may store a site in between. Cached and watched, or not cached at all.
+        sites[key] = site
+        if kernel is not None and kernel_key == id(kernel):
+            _track(kernel, key)
+        _queue.append((key, site))
+    except BaseException:
+        sites.pop(key, None)
+        raise
     if len(_queue) > 2 * len(sites) + QUEUE_SLACK:
         _compact_queue()
 
@@ -591,10 +597,16 @@ def _evict_oldest() -> None:
 
 
 def _compact_queue() -> None:
-    """Drop the stale entries: after at least as many were added, so O(1) per site."""
-    live = [(key, site) for key, site in _queue if sites.get(key) is site]
-    _queue.clear()
-    _queue.extend(live)
+    """Drop the stale entries: after at least as many were added, so O(1) per site.
+
+    Each entry is taken from the front and put back at the end if live, never iterated over: a
+    signal handler storing a site meanwhile appends to the queue, and its entry is kept."""
+    for _ in range(len(_queue)):
+        if not _queue:  # a signal handler's eviction took the rest
+            return
+        key, site = _queue.popleft()
+        if sites.get(key) is site:
+            _queue.append((key, site))
 
 
 def _track(kernel: Any, key: tuple) -> None:
@@ -608,8 +620,10 @@ def _track(kernel: Any, key: tuple) -> None:
                 oldest, _ = _held.popitem(last=False)
                 _forget_kernel(oldest, _kernels.get(oldest))
     elif len(entry.keys) >= entry.limit:
-        # Keys of sites that left with their code are dropped here, in amortized O(1).
-        entry.keys = {k for k in entry.keys if k in sites}
+        # Keys of sites that left with their code are dropped here, in amortized O(1); from a
+        # copy, in place: a signal handler may add a key meanwhile, its site cached first.
+        for stale in [k for k in list(entry.keys) if k not in sites]:
+            entry.keys.discard(stale)
         entry.limit = 2 * len(entry.keys) + QUEUE_SLACK
     entry.keys.add(key)
 

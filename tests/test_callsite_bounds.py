@@ -12,6 +12,7 @@ import gc
 import json
 import operator
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -354,6 +355,53 @@ def test_eviction_past_sites_of_dead_kernels_stays_bounded(monkeypatch, counted_
     assert cached == {id(k) for k in kept[-len(cached) :]}
     assert len(cached) >= 49
     assert total_launches() == stored
+
+
+class InterruptedDeque(collections.deque):
+    """The eviction queue, where a signal arrives once while kname takes entries out of it."""
+
+    armed = False
+
+    def interrupt(self) -> None:
+        if self.armed:
+            self.armed = False
+            signal.raise_signal(signal.SIGUSR1)  # its handler runs before this returns
+
+    def popleft(self):
+        entry = super().popleft()
+        self.interrupt()
+        return entry
+
+    def __iter__(self):
+        for entry in super().__iter__():
+            yield entry
+            self.interrupt()
+
+
+def test_a_site_a_signal_handler_stores_while_the_queue_is_compacted_is_kept(monkeypatch) -> None:
+    """Compaction runs inside kname's critical section; a handler launching from a new line there
+    stores a site (kname's locks are re-entrant), whose queue entry is kept, and nothing fails."""
+    launch, kept = kernel_launcher(), Kernel("kept")
+    run = generated_lines(10)
+    for _ in range(5):
+        run(launch, Kernel("dying"))  # 50 stale queue entries
+    run(launch, kept)
+    queue = InterruptedDeque(callsite._queue)
+    monkeypatch.setattr(callsite, "_queue", queue)
+    handler_line = compile("launch(kernel)", "handler.py", "exec")
+
+    def on_signal(signum, frame):
+        exec(handler_line, {"launch": launch, "kernel": kept})
+
+    previous = signal.signal(signal.SIGUSR1, on_signal)
+    try:
+        with callsite._lock:  # as _store holds it
+            queue.armed = True
+            callsite._compact_queue()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert kname.names()["<module> handler.py:1"] == 1
+    assert sorted(key for key, _ in queue) == sorted(callsite.sites)  # each live site, once
 
 
 # --------------------------------------------------------------------------

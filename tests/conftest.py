@@ -1,5 +1,10 @@
 """Fixtures: kname reset around every test, the hot path it runs under; the NVTX capture library,
-kname's wheel, and a venv with it installed (built once per session)."""
+kname's wheel, and a venv with it installed (built once per session).
+
+A test whose outcome depends on the per-launch wrapper (the hot path) is marked `launches`: it
+runs on each hot path `--hot-path` names (`python`, `native` or `both`, the default); the other
+tests run once, on the default one (the C one where it is built).
+"""
 
 from __future__ import annotations
 
@@ -14,17 +19,14 @@ from support.nvtx_capture import InjectionUnavailable, build_injection_library
 import kname
 from kname import _warnings, callsite, hotpath, naming
 
-# Test modules whose every test runs twice: on the pure-Python per-launch wrapper and on the C one.
-BOTH_HOT_PATHS = {
-    "test_callsite", "test_callsite_bounds", "test_callsite_faults", "test_census", "test_ipython",
-    "test_launch", "test_lifecycle", "test_profile_capture", "test_profile_mode",
-    "test_profile_session", "test_reliability_async", "test_targets_user",
-    "test_launch_function_names",
-    "test_reliability", "test_reliability_concurrency", "test_reliability_imports",
-    "test_reliability_resources", "test_rename", "test_rename_libraries", "test_targets_cuda_core",
-    "test_targets_cupy", "test_targets_pycuda", "test_targets_triton",
-}  # fmt: skip
 HOT_PATHS = {"python": "0", "native": "1"}  # KNAME_NATIVE for each
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--hot-path", choices=[*HOT_PATHS, "both"], default="both",
+        help="the per-launch wrapper(s) the tests marked `launches` run on (default: both)",
+    )  # fmt: skip
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -36,8 +38,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if metafunc.module.__name__ in BOTH_HOT_PATHS:
-        metafunc.parametrize("hot_path", list(HOT_PATHS), indirect=True)
+    if metafunc.definition.get_closest_marker("launches"):
+        chosen = metafunc.config.getoption("hot_path")
+        paths = list(HOT_PATHS) if chosen == "both" else [chosen]
+        metafunc.parametrize("hot_path", paths, indirect=True)
 
 
 @pytest.fixture(autouse=True)
@@ -59,7 +63,7 @@ def fresh_kname(monkeypatch: pytest.MonkeyPatch):
 
 @pytest.fixture(autouse=True)
 def hot_path(request: pytest.FixtureRequest, fresh_kname, monkeypatch: pytest.MonkeyPatch):
-    """The per-launch wrapper of this test: "python" or "native" in the BOTH_HOT_PATHS modules
+    """The per-launch wrapper of this test: "python" or "native" for a test marked `launches`
     (KNAME_NATIVE, inherited by its child processes), else the default (None)."""
     path = getattr(request, "param", None)
     if path is None:

@@ -24,6 +24,8 @@ import kname
 from kname import callsite
 from kname.ranges import colour_of
 
+pytestmark = pytest.mark.launches
+
 
 class Sandbox:
     """Modules written into tmp_path, importable, and kname installed on them in-process."""

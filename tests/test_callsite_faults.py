@@ -16,6 +16,8 @@ from test_callsite import sandbox as sandbox
 import kname
 from kname import _locks, callsite
 
+pytestmark = pytest.mark.launches
+
 HELPERS = """
 import fakegpu
 

@@ -21,6 +21,8 @@ from kname.documents.build import merge_documents
 from kname.documents.files import load
 from kname.documents.owner import OWNER_VARIABLE
 
+pytestmark = pytest.mark.launches
+
 APP = """\
 import os
 import sys

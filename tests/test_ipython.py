@@ -22,6 +22,8 @@ from support import REPO, cleaned, line_of
 pytest.importorskip("IPython")
 from kname.ipython import _ends_in_semicolon
 
+pytestmark = pytest.mark.launches
+
 SHELL = """\
 import json, sys
 from IPython.core.interactiveshell import InteractiveShell

@@ -41,6 +41,8 @@ from kname.profiling.join import Join
 from kname.profiling.launch_callbacks import NativeCallbacks
 from kname.profiling.records import ExternalCorrelation, LaunchRecord, StreamLog
 
+pytestmark = pytest.mark.launches
+
 FAKE_CUDA = '''
 """Stands in for CUPTI at a CUDA API call, calling one launch callback: the Python one is handed
 the caller's frame, the native one (NATIVE) reads the running frame (this module's, passed over

@@ -28,6 +28,8 @@ from kname.documents.files import load
 from kname.documents.owner import OWNER_VARIABLE
 from kname.profiling import mode
 
+pytestmark = pytest.mark.launches
+
 NOT_COLLECTED = "GPU times are not collected in this run; launches are still named"
 
 

@@ -20,7 +20,7 @@ import kname
 from kname import _warnings, callsite, lifecycle, naming
 from kname.config import parse_switch
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.launches]
 
 SIM = {"NUMBA_ENABLE_CUDASIM": "1"}
 

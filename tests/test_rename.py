@@ -31,6 +31,8 @@ from kname import _warnings, callsite, naming, rename
 from kname.naming import MAX_IDENTIFIER, FrameFacts, identifier_name
 from kname.targets.numba import rename as numba_rename
 
+pytestmark = pytest.mark.launches
+
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PROPERTY = settings(max_examples=300, deadline=None)
 CC = (9, 0)

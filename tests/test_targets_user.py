@@ -17,6 +17,8 @@ import pytest
 from support import REPO, cleaned, line_of
 from support.nvtx_capture import Capture, run_captured
 
+pytestmark = pytest.mark.launches
+
 # --------------------------------------------------------------------------
 # A kernel inside a user-named launcher: one range, counted once
 # --------------------------------------------------------------------------

@@ -138,7 +138,7 @@ def test_failed():
 """
 
 
-@pytest.mark.parametrize("hot_path", ["python", "native"], indirect=True)
+@pytest.mark.launches
 def test_a_launch_that_raises_is_still_counted_in_a_cell_and_in_a_test(tmp_path, hot_path):
     _, kernels, _ = blocks("notebook-cell")
     results = run_cells(tmp_path, "%load_ext kname", kernels, RAISING_CELL)

@@ -1,5 +1,5 @@
 """Fixtures: kname reset around every test, the hot path it runs under; the NVTX capture library,
-kname's wheel, and a venv with it installed (built once per session).
+kname's wheel, and a venv with it installed (built once per run, shared by pytest-xdist's workers).
 
 A test whose outcome depends on the per-launch wrapper (the hot path) is marked `launches`: it
 runs on each hot path `--hot-path` names (`python`, `native` or `both`, the default); the other
@@ -13,7 +13,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import HOT_PATH_VARIABLE, Venv, build_extensions_in_place, build_wheel, make_venv
+from support import (
+    HOT_PATH_VARIABLE,
+    Venv,
+    build_extensions_in_place,
+    build_wheel,
+    made_once,
+    make_venv,
+)
 from support.nvtx_capture import InjectionUnavailable, build_injection_library
 
 import kname
@@ -31,7 +38,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Build kname's C extensions into the checkout (tests import kname from it), as
-    `pip install` builds them into a wheel."""
+    `pip install` builds them into a wheel. pytest-xdist's workers start after the controller
+    has built them, and leave the checkout alone."""
+    if hasattr(session.config, "workerinput"):
+        return
     problem = build_extensions_in_place()
     if problem:
         print(f"kname's extensions, built for the tests:\n{problem}", file=sys.stderr)
@@ -88,14 +98,26 @@ def inject_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def kname_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """kname's wheel, built from this checkout once per session."""
-    return build_wheel(tmp_path_factory.mktemp("wheel"))
+def run_root(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The temporary folder of this whole run: each pytest-xdist worker has its own inside it."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if hasattr(pytestconfig, "workerinput") else base
 
 
 @pytest.fixture(scope="session")
-def kname_venv(tmp_path_factory: pytest.TempPathFactory, kname_wheel: Path) -> Venv:
-    """A fresh venv with kname's wheel installed (shared: tests must not change it)."""
-    made = make_venv(tmp_path_factory.mktemp("venv") / "env")
-    made.install(str(kname_wheel))
-    return made
+def kname_wheel(run_root: Path) -> Path:
+    """kname's wheel, built from this checkout once per run."""
+    return made_once(run_root / "wheel", build_wheel)
+
+
+@pytest.fixture(scope="session")
+def kname_venv(run_root: Path, kname_wheel: Path) -> Venv:
+    """A fresh venv with kname's wheel installed, made once per run (shared: tests must not
+    change it)."""
+
+    def make(folder: Path) -> Path:
+        made = make_venv(folder / "env")
+        made.install(str(kname_wheel))
+        return made.root
+
+    return Venv(made_once(run_root / "venv", make))

@@ -6,6 +6,7 @@ nvtx) through a .pth that adds the parent's site-packages; kname itself comes fr
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import importlib.util
 import os
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import sysconfig
 import venv
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -71,6 +73,26 @@ def run(args: list[str], **kwargs) -> subprocess.CompletedProcess:
             f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
         )
     return result
+
+
+def made_once(folder: Path, make: Callable[[Path], Path]) -> Path:
+    """`make(folder)`'s answer, made by the first process to ask and handed to the others.
+
+    pytest-xdist's workers of one run share a temporary root: the first to ask for a wheel (or a
+    venv) builds it in `folder` while the others wait on the lock; they then take the same path.
+    A build that failed leaves no answer, so the next to ask tries again.
+    """
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    answer = folder.with_name(f"{folder.name}.made")
+    with open(folder.with_name(f"{folder.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        if answer.exists():
+            return Path(answer.read_text())
+        shutil.rmtree(folder, ignore_errors=True)  # what a failed build left
+        folder.mkdir()
+        made = make(folder)
+        answer.write_text(str(made))
+        return made
 
 
 def build_wheel(out_dir: Path) -> Path:

@@ -12,7 +12,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from support import REPO, Venv, line_of, make_venv, run
+from support import REPO, Venv, copy_checkout, line_of, make_venv, run
 
 import kname
 from kname.documents.owner import OWNER_VARIABLE
@@ -267,8 +267,7 @@ def editable_venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
     """kname installed as `pip install -e .` installs it: an editable wheel (a finder, no
     kname.pth) built by setuptools from a copy of the checkout."""
     root = tmp_path_factory.mktemp("editable")
-    ignored = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__")
-    shutil.copytree(REPO, root / "source", ignore=ignored)
+    copy_checkout(root / "source")
     (root / "dist").mkdir()
     build = f"import setuptools.build_meta as b; b.build_editable({str(root / 'dist')!r})"
     run([sys.executable, "-c", build], cwd=root / "source")

@@ -25,7 +25,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from support import REPO, build_wheel_of, extension_inputs, make_venv
+from support import REPO, build_wheel_of, copy_checkout, extension_inputs, make_venv
 from support.nvtx_capture import nvtx_include_dir
 
 from kname import callsite, counters, hotpath, launch, targets
@@ -780,8 +780,7 @@ def test_each_c_file_compiles_without_warnings(tmp_path: Path, with_nvtx: bool, 
 @pytest.mark.slow
 def test_without_a_compiler_kname_still_installs_and_says_so(tmp_path: Path, monkeypatch) -> None:
     source = tmp_path / "source"
-    ignored = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "*.so")
-    shutil.copytree(REPO, source, ignore=ignored)
+    copy_checkout(source, "*.so")
     monkeypatch.setenv("CC", "false")  # a compiler that always fails
     wheel = build_wheel_of(source, tmp_path / "dist")
     monkeypatch.undo()
@@ -854,8 +853,7 @@ def test_the_sdist_holds_every_file_the_extensions_are_built_from(tmp_path: Path
     import tarfile
 
     source = tmp_path / "source"
-    ignored = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "*.so")
-    shutil.copytree(REPO, source, ignore=ignored)
+    copy_checkout(source, "*.so")
     subprocess.run(
         [sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path / "dist")], cwd=source,
         capture_output=True, text=True, check=True,

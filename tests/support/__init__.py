@@ -95,12 +95,21 @@ def made_once(folder: Path, make: Callable[[Path], Path]) -> Path:
         return made
 
 
+# What a copy of the checkout leaves out: version control, the venv (the README's test command
+# makes it inside the checkout: 2 GB), build outputs and caches.
+NOT_COPIED = (".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".hypothesis")
+
+
+def copy_checkout(destination: Path, *also_left_out: str) -> Path:
+    """Copy this checkout's files to `destination`, leaving out NOT_COPIED and `also_left_out`."""
+    ignored = shutil.ignore_patterns(*NOT_COPIED, *also_left_out)
+    shutil.copytree(REPO, destination, ignore=ignored)
+    return destination
+
+
 def build_wheel(out_dir: Path) -> Path:
     """Build kname's wheel from a copy of the checkout (no network, no build isolation)."""
-    source = out_dir / "source"
-    ignored = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__")
-    shutil.copytree(REPO, source, ignore=ignored)
-    return build_wheel_of(source, out_dir)
+    return build_wheel_of(copy_checkout(out_dir / "source"), out_dir)
 
 
 def build_wheel_of(source: Path, out_dir: Path) -> Path:

@@ -18,6 +18,7 @@ from support import (
     Venv,
     build_extensions_in_place,
     build_wheel,
+    exclusive,
     made_once,
     make_venv,
 )
@@ -102,6 +103,17 @@ def run_root(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFacto
     """The temporary folder of this whole run: each pytest-xdist worker has its own inside it."""
     base = tmp_path_factory.getbasetemp()
     return base.parent if hasattr(pytestconfig, "workerinput") else base
+
+
+@pytest.fixture(autouse=True)
+def one_gpu_test_at_a_time(request: pytest.FixtureRequest, run_root: Path):
+    """The GPU tests share one GPU, and ncu or CUPTI on it: across pytest-xdist's workers, they
+    run one at a time."""
+    if request.node.get_closest_marker("gpu") is None:
+        yield
+        return
+    with exclusive(run_root / "gpu.lock"):
+        yield
 
 
 @pytest.fixture(scope="session")

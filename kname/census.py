@@ -16,11 +16,11 @@ from typing import IO, Any
 
 from kname import counters
 from kname._locks import reset_in_child
-from kname._sigterm import write_on_sigterm
+from kname._sigterm import at_exit
 from kname._warnings import warn_once
 from kname.documents.build import census_document
 from kname.documents.files import write_atomically
-from kname.documents.owner import beside, owner_pid
+from kname.documents.owner import Output, claim, owner_pid, write_output
 from kname.documents.schema import render_json
 from kname.documents.tables import render_census_table
 
@@ -62,8 +62,10 @@ def report(file: IO[str] | str | os.PathLike | None = None, format: str = "table
         write_atomically(os.fspath(file), text)
 
 
-_exit_destination: str | None = None
+_exit_destination: str | None = None  # "-" (the table on stderr), a path, or None: nothing
+_exit_output: Output | None = None  # the file claimed for a path
 _exit_registered = False
+_exit_writer: Callable[[], None] | None = None  # _write_now, run once as the process ends
 _owner_pid: int | None = None
 _strict = False
 
@@ -73,19 +75,18 @@ def write_at_exit(destination: str, strict: bool = False) -> None:
 
     With `strict` (KNAME_STRICT=1), a census that cannot be written makes the exit status 2.
     """
-    global _exit_destination, _exit_registered, _owner_pid, _strict
+    global _exit_destination, _exit_output, _exit_registered, _exit_writer, _owner_pid, _strict
     _strict = strict
-    # A relative path means relative to where the program started, even if it changes directory.
-    _exit_destination = destination if destination == "-" else os.path.abspath(destination)
+    _exit_destination = destination
+    # Claimed now: a relative path means where the program started, even if it changes
+    # directory; a file another process writes while this one runs is not replaced.
+    _exit_output = None if destination == "-" else claim(destination)
     if _owner_pid is None:
         _owner_pid = owner_pid()
     if not _exit_registered:
-        import atexit
-
-        # Registered once, however often install() runs; the latest destination wins.
-        atexit.register(_write_now)
-        # Also when SIGTERM ends the process (a Pool's terminate(), a job's time limit).
-        write_on_sigterm(_write_now)
+        # Registered once, however often install() runs; the latest destination wins. Also
+        # when SIGTERM ends the process (a Pool's terminate(), a job's time limit).
+        _exit_writer = at_exit(_write_now)
         reset_in_child(_write_at_multiprocessing_exit)
         _exit_registered = True
 
@@ -97,26 +98,24 @@ def cancel_at_exit() -> None:
 
 
 def _write_now() -> None:
-    destination = _exit_destination
+    destination, output = _exit_destination, _exit_output
     if destination is None:
         return
     try:
         document = census()
-        if os.getpid() != _owner_pid:
-            if not document["total_launches"]:
-                return
-            # Its own file beside the owner's; a table on stderr stays on stderr.
-            destination = destination if destination == "-" else beside(destination)
-        if destination == "-":
+        if os.getpid() != _owner_pid and not document["total_launches"]:
+            return  # beneath the owner, a process that launched nothing has nothing to add
+        if output is None:  # a table on stderr stays on stderr, in a child too
             sys.stderr.write(render_census_table(document))
             sys.stderr.flush()
-        else:
-            write_atomically(destination, render_json(document))
+        else:  # in a child, its own file beside the owner's
+            write_output(output, render_json(document), "launch census (KNAME_REPORT)")
     except Exception as exc:  # never a traceback at exit
         reason = f"{type(exc).__name__}: {exc.strerror if isinstance(exc, OSError) else exc}"
+        shown = destination if output is None else output.path
         warn_once(
             "report",
-            f"KNAME_REPORT={destination!r} could not be written ({reason}); "
+            f"KNAME_REPORT={shown!r} could not be written ({reason}); "
             "the launch census was not saved"
             + (" (KNAME_STRICT is on: exit status 2)" if _strict else ""),
         )
@@ -141,8 +140,8 @@ def _write_at_multiprocessing_exit() -> None:
     global _multiprocessing_armed
     util = sys.modules.get("multiprocessing.util")
     # Armed once: grandchildren inherit the after-fork callback along with the flag.
-    if util is not None and not _multiprocessing_armed:
-        util.register_after_fork(_write_now, _finalize_with)
+    if util is not None and not _multiprocessing_armed and _exit_writer is not None:
+        util.register_after_fork(_exit_writer, _finalize_with)
         _multiprocessing_armed = True
 
 

@@ -4,16 +4,17 @@
     pytest --kname-report launches.json    ... and write each test's launches per call site
     pytest --kname-baseline launches.json  fail the tests whose launch counts changed
     pytest --kname-baseline launches.json --kname-update-baseline    accept this run's counts
+    kname report launches.json             the whole suite's launches per call site, as a census
 
 A test's launches are those of its body (pytest's call phase), not of its fixtures: a module or
 session fixture's launches would land on whichever test ran first, which changes with selection
 and with pytest-xdist. Registered through the `pytest11` entry point; without these options it
-adds the options, the fixture and one cheap hook, and installs nothing.
+adds the options, the fixture and one cheap hook, and installs nothing. A report or baseline that
+cannot be written is one line in kname's part of the summary; the suite's outcome stays its own.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from typing import Any
@@ -22,13 +23,12 @@ import pytest
 
 import kname
 from kname import stretch
-from kname._version import __version__
 from kname.documents.diff import compare, kinds_of, render_diff
 from kname.documents.files import write_atomically
-from kname.documents.schema import CENSUS_SCHEMA, DocumentError, validate
+from kname.documents.pytest_report import load_pytest_report, render_pytest_report
+from kname.documents.schema import DocumentError
 from kname.documents.text import count_of
 
-REPORT_SCHEMA = 1
 _CENSUS = pytest.StashKey[dict]()
 _LINE = re.compile(r":[0-9]+(?= |$)")
 
@@ -106,6 +106,8 @@ class KnameRun:
             self.saved = load_report(self.baseline_path, "--kname-baseline")["tests"]
             self.baseline = None if self.update else self.saved
         self.tests: dict[str, dict[str, Any]] = {}  # node id -> its census, as reported
+        # option -> why its file could not be written ("" when it was), said in the summary
+        self.unwritten: dict[str, str] = {}
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item: pytest.Item):
@@ -143,9 +145,11 @@ class KnameRun:
         if hasattr(self.config, "workerinput"):
             return  # a pytest-xdist worker: its reports went to the controller, which writes
         if self.report_path:
-            write_report(self.report_path, self.tests)
+            self.unwritten["--kname-report"] = _write(self.report_path, self.tests)
         if self.update and self.baseline_path:
-            write_report(self.baseline_path, self._updated_baseline())
+            self.unwritten["--kname-baseline"] = _write(
+                self.baseline_path, self._updated_baseline()
+            )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if hasattr(self.config, "workerinput"):
@@ -168,9 +172,21 @@ class KnameRun:
             f"kname: {count_of(total, 'launch')} from {count_of(len(sites), 'call site')} "
             f"in {count_of(launched, 'test')} (test bodies only)"
         ]
-        if self.report_path:
+        report_fault = self.unwritten.get("--kname-report")
+        baseline_fault = self.unwritten.get("--kname-baseline")
+        if report_fault:
+            lines.append(
+                f"kname: --kname-report {self.report_path} could not be written ({report_fault});"
+                " each test's launches were not saved"
+            )
+        elif self.report_path:
             lines.append(f"kname: each test's launches written to {self.report_path}")
-        if self.update:
+        if baseline_fault:
+            lines.append(
+                f"kname: --kname-baseline {self.baseline_path} could not be updated "
+                f"({baseline_fault}); it is as it was"
+            )
+        elif self.update:
             kept = sum(1 for t in self.tests.values() if t["outcome"] == "passed")
             lines.append(
                 f"kname: baseline {self.baseline_path} updated with {count_of(kept, 'test')}"
@@ -212,55 +228,29 @@ def baseline_change(saved: dict[str, Any] | None, counted: dict[str, Any]) -> st
 
 def write_report(path: str, tests: dict[str, dict[str, Any]]) -> None:
     """Write the tests' censuses to `path` (JSON, one site per line, tests in node-id order)."""
-    entries = []
-    for nodeid in sorted(tests):
-        test = tests[nodeid]
-        head = {k: test[k] for k in ("outcome", "total_launches") if k in test}
-        sites = ",\n".join(f"      {json.dumps(s, ensure_ascii=False)}" for s in test["sites"])
-        body = f"[\n{sites}\n    ]" if sites else "[]"
-        fields = ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in head.items())
-        entries.append(
-            f'    {json.dumps(nodeid, ensure_ascii=False)}: {{{fields}, "sites": {body}}}'
-        )
-    total = sum(t["total_launches"] for t in tests.values())
-    text = (
-        "{\n"
-        f'  "kname": {json.dumps(__version__)},\n'
-        f'  "schema": {REPORT_SCHEMA},\n'
-        '  "report": "pytest",\n'
-        + ('  "tests": {\n' + ",\n".join(entries) + "\n  },\n" if entries else '  "tests": {},\n')
-        + f'  "total_launches": {total}\n'
-        "}\n"
-    )
-    write_atomically(path, text)
+    write_atomically(path, render_pytest_report(tests))
 
 
 def load_report(path: str, option: str) -> dict[str, Any]:
-    """Read a file written by --kname-report; any fault is a one-line UsageError."""
-    try:
-        with open(path, encoding="utf-8") as file:
-            document = json.load(file)
-    except FileNotFoundError:
-        hint = (
-            " (write it first with --kname-update-baseline)" if option == "--kname-baseline" else ""
-        )
-        raise pytest.UsageError(f"{option} {path}: no such file{hint}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise pytest.UsageError(f"{option} {path}: cannot be read ({exc})") from None
-    if not isinstance(document, dict) or document.get("report") != "pytest":
-        raise pytest.UsageError(f"{option} {path}: not a kname test report (--kname-report)")
-    if document.get("schema") != REPORT_SCHEMA or not isinstance(document.get("tests"), dict):
+    """Read a file written by --kname-report; any fault, hostile files too, is a one-line
+    UsageError naming `option`."""
+    if not os.path.lexists(path) and option == "--kname-baseline":
         raise pytest.UsageError(
-            f"{option} {path}: test report schema {document.get('schema')!r} is not supported "
-            f"(this kname reads schema {REPORT_SCHEMA}, with a 'tests' object)"
+            f"{option} {path}: no such file (write it first with --kname-update-baseline)"
         )
-    tests = document["tests"]
-    for nodeid, test in tests.items():
-        try:
-            validate({"schema": 1, **test}, f"{path}: {nodeid}", (CENSUS_SCHEMA,))
-        except DocumentError as exc:
-            raise pytest.UsageError(f"{option} {exc}") from None
-    return document
+    try:
+        return load_pytest_report(path)
+    except DocumentError as exc:
+        raise pytest.UsageError(f"{option} {exc}") from None
+
+
+def _write(path: str, tests: dict[str, dict[str, Any]]) -> str:
+    """Write a report; "" if written, else why not (the suite's outcome is never changed)."""
+    try:
+        write_report(path, tests)
+    except Exception as exc:  # said in kname's section of the summary, never a traceback
+        return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return ""
 
 
 def _without_lines(test: dict[str, Any]) -> dict[str, Any]:

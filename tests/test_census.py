@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -384,3 +386,225 @@ def test_a_program_ended_by_sigterm_still_writes_its_census(
     document = load(str(tmp_path / "c.json"))
     name = f"<module> app.py:{line_of(SIGTERM_APP, 'launch-line')}"
     assert [(s["name"], s["launches"]) for s in document["sites"]] == [(name, 3)]
+
+
+# --- a signal during the exit write (item 4): the census is whole, nothing is left beside it --
+
+SIGNAL_APP = """\
+import atexit
+import os
+import signal
+import sys
+
+import gpu
+
+name, at, sites = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+source = "".join(f"def site_{i}():\\n    gpu.launch({i})\\n" for i in range(sites))
+space = {"gpu": gpu}
+exec(compile(source, "sites.py", "exec"), space)
+for i in range(sites):
+    space[f"site_{i}"]()
+
+FILE_CALLS = ("open", "os.chmod", "os.link", "os.rename", "os.remove", "fcntl.flock")
+moments = 0
+exiting = False
+
+
+def on_file_call(event, args):
+    # At the AT-th file-system call of the exit, the program signals itself: it lands right there.
+    global moments
+    if exiting and event in FILE_CALLS:
+        moments += 1
+        if moments == at:
+            os.write(1, f"sent at {event}\\n".encode())
+            os.kill(os.getpid(), getattr(signal, name))
+
+
+def last_callback():
+    # Registered after kname's exit writer, so atexit runs it just before the census write.
+    global exiting
+    exiting = True
+    os.write(1, b"exiting\\n")
+
+
+atexit.register(last_callback)
+sys.addaudithook(on_file_call)
+"""
+GPU = "def launch(*args):\n    return args\n"
+
+
+def start_signal_app(venv: Venv, app: Path, *args: object) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not cleaned(k)}
+    env.pop("PYTHONPATH", None)
+    env.update(KNAME="1", KNAME_TARGETS="gpu:launch", KNAME_REPORT="c.json", **NOT_BENEATH)
+    return subprocess.Popen(
+        [str(venv.python), "signal_app.py", *map(str, args)], cwd=app, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def beside_the_census(app: Path) -> list[str]:
+    """What a write may leave beside c.json: its temporary files."""
+    return sorted(p.name for p in app.iterdir() if p.name.startswith(".c.json"))
+
+
+@pytest.fixture
+def signal_app(tmp_path: Path) -> Path:
+    (tmp_path / "signal_app.py").write_text(SIGNAL_APP)
+    (tmp_path / "gpu.py").write_text(GPU)
+    return tmp_path
+
+
+def earlier_census(app: Path) -> dict:
+    """A census left by an earlier run, which the write replaces (and nothing beside it)."""
+    for left in beside_the_census(app):
+        (app / left).unlink()
+    document = {"kname": "0.0.1", "schema": 1, "total_launches": 1, "sites": [
+        {"name": "old app.py:1", "kernel": "k", "lib": "x", "launches": 1, "share": 1.0,
+         "order": 1}]}  # fmt: skip
+    (app / "c.json").write_text(json.dumps(document))
+    return document
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM", "SIGKILL"])
+def test_a_signal_at_any_moment_of_the_exit_write_leaves_the_census_whole(
+    kname_venv: Venv, signal_app: Path, name: str
+) -> None:
+    """SIGINT at any moment of the census write at exit: the write finishes, with no traceback
+    and the program's exit status; SIGTERM: it finishes, then the process dies of SIGTERM;
+    SIGKILL: the earlier census or the new one, whole. Nothing is left beside it, except after
+    a SIGKILL between the two system calls that put the finished file in place."""
+    import signal
+
+    sites = 40
+    for at in range(1, 30):
+        earlier = earlier_census(signal_app)
+        with start_signal_app(kname_venv, signal_app, name, at, sites) as program:
+            out, err = program.communicate(timeout=120)
+        sent = out.startswith("exiting\nsent at ")
+        assert err == "", (at, err)
+        assert program.returncode == (-getattr(signal, name) if sent and name != "SIGINT" else 0)
+        document = load(str(signal_app / "c.json"))
+        if name != "SIGKILL" or document != earlier:
+            assert document["total_launches"] == sites, (at, out)
+            assert len(document["sites"]) == sites
+        left = beside_the_census(signal_app)
+        if name == "SIGKILL" and out.endswith("sent at os.rename\n"):
+            # Killed between link and rename: at most the finished census, under a .tmp name.
+            assert len(left) <= 1 and all(
+                load(str(signal_app / p))["total_launches"] == sites for p in left
+            )
+        else:
+            assert left == [], (at, out)
+        if not sent:
+            break
+    else:
+        pytest.fail("the program never ended without the signal")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_a_signal_sent_from_outside_during_a_large_census_write_leaves_it_whole(
+    kname_venv: Venv, signal_app: Path, name: str
+) -> None:
+    """A census of many call sites (megabytes), signalled from outside at delays into its write."""
+    import signal
+
+    sites = 15_000
+    for delay in (0, 0.01, 0.03, 0.1, 0.3):
+        earlier_census(signal_app)
+        with start_signal_app(kname_venv, signal_app, name, 0, sites) as program:
+            assert program.stdout.readline() == "exiting\n"
+            time.sleep(delay)
+            program.send_signal(getattr(signal, name))
+            _, err = program.communicate(timeout=120)
+        # It may land in an exit callback of Python's own that runs before kname's (logging's
+        # shutdown): that traceback is not kname's, and is there without kname too.
+        assert "kname" not in err, (delay, err)
+        # 0: it came after the writes; killed by it: after Python put its default action back,
+        # as the interpreter shut down (it would have been without kname too).
+        assert program.returncode in (0, -getattr(signal, name)), delay
+        document = load(str(signal_app / "c.json"))
+        assert document["total_launches"] == len(document["sites"]) == sites, delay
+        assert beside_the_census(signal_app) == [], delay
+
+
+# --- unrelated processes that share one KNAME_REPORT (item 3): none is lost, none silently --
+
+TOGETHER_APP = """\
+import os
+import sys
+import time
+
+import gpu
+
+me, everyone = int(sys.argv[1]), int(sys.argv[2])
+for _ in range(me):
+    gpu.launch()
+# Every process runs until all have started: their runs overlap, as a job's ranks do.
+open(f"started.{me}", "w").close()
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    if sum(name.startswith("started.") for name in os.listdir(".")) == everyone:
+        break
+    time.sleep(0.01)
+"""
+
+
+def start_together(venv: Venv, app: Path, me: int, everyone: int) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not cleaned(k)}
+    env.pop("PYTHONPATH", None)
+    env.update(KNAME="1", KNAME_TARGETS="gpu:launch", KNAME_REPORT="c.json", **NOT_BENEATH)
+    return subprocess.Popen(
+        [str(venv.python), "together_app.py", str(me), str(everyone)], cwd=app, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def together_app(tmp_path: Path) -> Path:
+    (tmp_path / "together_app.py").write_text(TOGETHER_APP)
+    (tmp_path / "gpu.py").write_text(GPU)
+    return tmp_path
+
+
+@pytest.mark.slow
+def test_unrelated_processes_sharing_kname_report_each_keep_their_census(
+    kname_venv: Venv, together_app: Path
+) -> None:
+    """Six processes started apart (not beneath one another), one KNAME_REPORT: the first to
+    finish writes it, each other writes its own file beside it and says so in one line."""
+    programs = [start_together(kname_venv, together_app, me, 6) for me in range(1, 7)]
+    said = {}
+    for me, program in enumerate(programs, 1):
+        _, said[me] = program.communicate(timeout=120)
+        assert program.returncode == 0, said[me]
+    owner = load(str(together_app / "c.json"))
+    (first,) = [me for me in said if said[me] == ""]
+    assert owner["total_launches"] == first
+    census = together_app / "c.json"
+    for me, program in enumerate(programs, 1):
+        if me == first:
+            continue
+        own = together_app / f"c.pid{program.pid}.json"
+        assert said[me] == (
+            f"kname: another process wrote {census} while this one ran; this process's launch "
+            f"census (KNAME_REPORT) is in {own} instead\n"
+        )
+        assert load(str(own))["total_launches"] == me
+    assert len(list(together_app.glob("c.pid*.json"))) == 5
+    assert beside_the_census(together_app) == []
+
+
+@pytest.mark.slow
+def test_a_census_left_by_an_earlier_run_is_replaced_without_a_word(
+    kname_venv: Venv, together_app: Path
+) -> None:
+    for me in (2, 3):
+        with start_together(kname_venv, together_app, me, 1) as program:
+            _, err = program.communicate(timeout=120)
+        assert (program.returncode, err) == (0, "")
+        (together_app / f"started.{me}").unlink()
+    assert load(str(together_app / "c.json"))["total_launches"] == 3
+    assert list(together_app.glob("c.pid*.json")) == []

@@ -10,7 +10,7 @@ import pytest
 from profile_streams import census_of, profile_of
 
 from kname.documents.build import profile_document
-from kname.documents.files import load, write_atomically
+from kname.documents.files import identity, load, write_atomically, written_here
 from kname.documents.schema import PROFILE_SCHEMA, DocumentError, render_json
 
 
@@ -70,11 +70,43 @@ def test_files_that_are_not_documents_are_one_line(tmp_path):
     assert PROFILE_SCHEMA == 2
 
 
-def test_write_atomically_leaves_no_temporary_file_when_it_fails(tmp_path: Path) -> None:
+@pytest.fixture(params=["unnamed", "named"])
+def temporary_files(request, monkeypatch) -> str:
+    """Write through an unnamed file (O_TMPFILE, where Linux has it) or, as on a file system
+    without them, through a named one."""
+    if request.param == "named":
+        monkeypatch.delattr(os, "O_TMPFILE", raising=False)
+    elif not hasattr(os, "O_TMPFILE"):
+        pytest.skip("no O_TMPFILE on this system")
+    return request.param
+
+
+def test_write_atomically_leaves_no_temporary_file_when_it_fails(
+    tmp_path: Path, temporary_files: str
+) -> None:
     (tmp_path / "taken").mkdir()
     with pytest.raises(OSError):
         write_atomically(str(tmp_path / "taken"), "{}")
+    with pytest.raises(UnicodeEncodeError):
+        write_atomically(str(tmp_path / "census.json"), "\udc80")
+    with pytest.raises(OSError):
+        write_atomically(str(tmp_path / "missing" / "census.json"), "{}")
     assert os.listdir(tmp_path) == ["taken"]
+
+
+def test_write_atomically_replaces_a_file_whole_and_knows_what_it_wrote(
+    tmp_path: Path, temporary_files: str
+) -> None:
+    target = tmp_path / "census.json"
+    target.write_text("old")
+    target.chmod(0o604)
+    write_atomically(str(target), "new ✓\n")
+    assert target.read_text(encoding="utf-8") == "new ✓\n"
+    assert target.stat().st_mode & 0o777 == 0o604
+    assert os.listdir(tmp_path) == ["census.json"]
+    assert written_here(str(target)) == identity(str(target)) is not None
+    target.write_text("changed by someone else")
+    assert written_here(str(target)) != identity(str(target))
 
 
 # --- where a census may be written (item 1: never replace a device, a FIFO or a link) ---------

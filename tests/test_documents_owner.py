@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from kname.documents.owner import OWNER_VARIABLE, beside, owner_pid
+from kname.documents.owner import OWNER_VARIABLE, beside, claim, owner_pid, write_output
 
 
 def test_beside_puts_the_pid_before_the_suffix() -> None:
@@ -33,3 +33,79 @@ def test_a_process_beneath_an_owner_keeps_its_mark(monkeypatch) -> None:
     monkeypatch.setenv(OWNER_VARIABLE, "1")
     assert owner_pid() == 1
     assert os.environ[OWNER_VARIABLE] == "1"
+
+
+# --- one path, several processes: claim() at start, write_output() at the end -----------------
+
+
+@pytest.fixture
+def owner(monkeypatch) -> int:
+    """This process owns the outputs."""
+    monkeypatch.setenv(OWNER_VARIABLE, str(os.getpid()))
+    return os.getpid()
+
+
+def test_a_file_left_by_an_earlier_run_is_replaced_without_a_word(tmp_path, owner, capsys):
+    (tmp_path / "c.json").write_text("earlier run")
+    output = claim(str(tmp_path / "c.json"))
+    assert write_output(output, "this run", "census") == str(tmp_path / "c.json")
+    assert (tmp_path / "c.json").read_text() == "this run"
+    assert capsys.readouterr().err == ""
+    # Its own file, written again (a second write at exit, or kname.report(path)): still its own.
+    assert write_output(output, "again", "census") == str(tmp_path / "c.json")
+    assert os.listdir(tmp_path) == ["c.json"]
+
+
+@pytest.mark.parametrize("before", ["none", "earlier run"])
+def test_a_file_another_process_wrote_meanwhile_is_kept_and_this_one_goes_beside_it(
+    tmp_path, owner, capsys, before
+) -> None:
+    if before != "none":
+        (tmp_path / "c.json").write_text(before)
+    output = claim(str(tmp_path / "c.json"))
+    (tmp_path / "c.json").write_text("another process's")
+    written = write_output(output, "this run", "launch census (KNAME_REPORT)")
+    assert written == str(tmp_path / f"c.pid{owner}.json")
+    assert (tmp_path / "c.json").read_text() == "another process's"
+    assert (tmp_path / f"c.pid{owner}.json").read_text() == "this run"
+    assert capsys.readouterr().err == (
+        f"kname: another process wrote {tmp_path / 'c.json'} while this one ran; this process's "
+        f"launch census (KNAME_REPORT) is in {written} instead\n"
+    )
+
+
+def test_a_process_beneath_the_owner_writes_beside_it_without_a_word(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(OWNER_VARIABLE, "1")
+    output = claim(str(tmp_path / "c.json"))
+    assert write_output(output, "child", "census") == str(tmp_path / f"c.pid{os.getpid()}.json")
+    assert capsys.readouterr().err == ""
+    assert os.listdir(tmp_path) == [f"c.pid{os.getpid()}.json"]
+
+
+def test_while_another_holds_the_directory_this_process_writes_beside(tmp_path, owner, monkeypatch):
+    import fcntl
+
+    from kname.documents import owner as owner_module
+
+    monkeypatch.setattr(owner_module, "LOCK_WAIT_SECONDS", 0.05)
+    output = claim(str(tmp_path / "c.json"))
+    # flock locks belong to an open file description: this one stands for another process's.
+    held = os.open(tmp_path, os.O_RDONLY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        written = write_output(output, "this run", "census")
+    finally:
+        os.close(held)
+    assert written == str(tmp_path / f"c.pid{owner}.json")
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_special_files_are_written_in_place_by_every_process(tmp_path, owner) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    reader = os.open(tmp_path / "fifo", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        output = claim(str(tmp_path / "fifo"))
+        assert write_output(output, "through the FIFO", "census") == str(tmp_path / "fifo")
+        assert os.read(reader, 100) == b"through the FIFO"
+    finally:
+        os.close(reader)

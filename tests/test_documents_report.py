@@ -8,13 +8,19 @@ and test_documents_diff.py, and the installed `kname report` command in test_cli
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
+from support import REPO
 
 from kname.cli import main
 from kname.documents.build import profile_document
 from kname.documents.report import parse_duration, parse_threshold
 from kname.documents.schema import render_json
 from kname.profiling.join import KernelTotals, Profile, SiteTotals
+from kname.pytest_plugin import write_report
 
 
 def profile(**sites: tuple[str, int, int]) -> dict:
@@ -252,3 +258,68 @@ def test_a_file_named_like_a_pattern_is_read(files, tmp_path, capsys) -> None:
     code, out, err = run(capsys, "c[1].json")
     assert (code, err) == (0, "")
     assert out.startswith("kname census (c[1].json, written by kname 0.1.0): 3 launches ")
+
+
+# --- what is read: saved files only ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+def test_anything_but_a_regular_file_is_one_line_and_never_waits(tmp_path, kind) -> None:
+    """A FIFO nobody writes used to hang `kname report`; each special file is one line, exit 2.
+
+    In a subprocess with a time limit: a read that waits is a failure, not a stuck suite.
+    """
+    paths = {"fifo": tmp_path / "census.json", "directory": tmp_path, "device": "/dev/null"}
+    if kind == "fifo":
+        os.mkfifo(paths["fifo"])
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = subprocess.run(
+        [sys.executable, "-m", "kname", "report", str(paths[kind])],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    what = {"fifo": "a FIFO", "directory": "a directory", "device": "a character device"}[kind]
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert done.stderr == (
+        f"kname report: {paths[kind]}: it is {what}, not a saved file kname can read\n"
+    )
+
+
+# --- the pytest plugin's report (pytest --kname-report) ----------------------------------------
+
+
+def suite_report(path, **tests: dict) -> str:
+    """Write a report as `pytest --kname-report` does, of {test name: its census}."""
+    entries = {f"test_app.py::{name}": {"outcome": "passed", **c} for name, c in tests.items()}
+    write_report(str(path), entries)
+    return path.name
+
+
+def test_a_pytest_report_is_one_census_of_every_tests_sites_summed(files, tmp_path, capsys):
+    name = suite_report(
+        tmp_path / "tests.json",
+        test_a=census(step_app_py__12=3, main_app_py__30=1),
+        test_b=census(step_app_py__12=4),
+        test_quiet=census(),
+    )
+    code, out, err = run(capsys, name)
+    assert (code, err) == (0, "")
+    files(expected=census(step_app_py__12=7, main_app_py__30=1))
+    assert out == run(capsys, "expected.json")[1].replace("expected.json", name)
+    # Two runs of a suite compare as two censuses; a census and a suite's report merge.
+    later = suite_report(tmp_path / "later.json", test_a=census(step_app_py__12=5))
+    code, out, err = run(capsys, name, "--diff", later)
+    assert (code, err) == (0, "")
+    assert out.startswith(f"kname census diff: {name} (8 launches) -> {later} (5 launches): ")
+    code, out, err = run(capsys, name, later)
+    assert (code, err) == (0, "")
+    assert "13 launches from 2 call sites" in out.splitlines()[0]
+
+
+def test_a_broken_pytest_report_is_one_line(files, tmp_path, capsys) -> None:
+    (tmp_path / "tests.json").write_text('{"report": "pytest", "schema": 1, "tests": {"t": 3}}')
+    code, out, err = run(capsys, "tests.json")
+    assert (code, out) == (2, "")
+    assert err == (
+        "kname report: tests.json: test 't' must be an object with 'sites' and "
+        "'total_launches', not a number\n"
+    )

@@ -245,6 +245,42 @@ def test_a_profile_run_ended_by_sigterm_writes_its_outputs_and_dies_of_it(tmp_pa
     assert (tmp_path / "p.html").read_text().startswith("<!DOCTYPE html>")
 
 
+TOGETHER = """
+import os, time
+# Both runs last until both have started: they overlap, as a job's ranks do.
+open(f"started.{os.getpid()}", "w").close()
+deadline = time.monotonic() + 60
+while sum(n.startswith("started.") for n in os.listdir(".")) < 2:
+    if time.monotonic() > deadline:
+        break
+    time.sleep(0.01)
+"""
+
+
+def test_profile_runs_started_apart_that_share_their_outputs_lose_none(tmp_path) -> None:
+    environ = write_program(
+        tmp_path, {"KNAME_REPORT": "p.json", "KNAME_PROFILE_HTML": "p.html"}, TOGETHER
+    )
+    command = [sys.executable, "app.py"]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    programs = [subprocess.Popen(command, cwd=tmp_path, env=environ, **pipes) for _ in range(2)]
+    said = {}
+    for program in programs:
+        _, stderr = program.communicate(timeout=120)
+        assert program.returncode == 0, stderr
+        said[program.pid] = [line for line in stderr.splitlines() if "another process" in line]
+    (later,) = [pid for pid, lines in said.items() if lines]
+    assert said[later] == [
+        f"kname: another process wrote {tmp_path / 'p.json'} while this one ran; this process's "
+        f"profile (KNAME_REPORT) is in {tmp_path / f'p.pid{later}.json'} instead",
+        f"kname: another process wrote {tmp_path / 'p.html'} while this one ran; this process's "
+        f"page (KNAME_PROFILE_HTML) is in {tmp_path / f'p.pid{later}.html'} instead",
+    ]
+    for name in ("p.json", f"p.pid{later}.json"):
+        assert load(str(tmp_path / name))["total_launches"] == 4
+    assert (tmp_path / f"p.pid{later}.html").read_text().startswith("<!DOCTYPE html>")
+
+
 def test_the_table_shows_the_top_call_sites(tmp_path) -> None:
     done = run_program(tmp_path, {"KNAME_PROFILE_TOP": "1"})
     assert done.returncode == 0, done.stderr

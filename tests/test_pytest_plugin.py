@@ -196,7 +196,17 @@ def test_updating_keeps_the_tests_that_did_not_run_or_failed(inner: pytest.Pytes
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("{", "--kname-baseline *bad.json: cannot be read (*"),
+        ("{", "--kname-baseline *bad.json: not valid JSON (*"),
+        ('{"report": "pytest", "schema": 1, "tests": {}, "total_launches": ' + "7" * 5000 + "}",
+         "--kname-baseline *bad.json: not valid JSON (a number has more than 4300 digits)"),
+        ("[" * 100_000 + "]" * 100_000, "--kname-baseline *bad.json: not valid JSON (nested *)"),
+        ('{"report": "pytest", "schema": 1, "tests": {"t": null}}',
+         "--kname-baseline *bad.json: test 't' must be an object with 'sites' and "
+         "'total_launches', not null"),
+        ('{"report": "pytest", "schema": 1, "tests": {"t": [1]}}',
+         "--kname-baseline *bad.json: test 't' must be an object with *, not a list"),
+        ('{"report": "pytest", "schema": 1, "tests": {"t": "x"}}',
+         "--kname-baseline *bad.json: test 't' must be an object with *, not a string"),
         ('{"sites": []}', "--kname-baseline *bad.json: not a kname test report (--kname-report)"),
         ('{"report": "pytest", "schema": 9, "tests": {}}', "*: test report schema 9 is not *"),
         ('{"report": "pytest", "schema": 1, "tests": {"t": {"sites": 3, "total_launches": 0}}}',
@@ -210,7 +220,62 @@ def test_a_bad_baseline_is_one_line_naming_the_option(inner, content, message, u
     result = run(inner, "--kname-baseline", "bad.json", *update)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: {message}"])
+    assert "Traceback" not in result.stderr.str() and "INTERNALERROR" not in result.stdout.str()
     assert (inner.path / "bad.json").read_text() == content  # an update never overwrites it
+
+
+MIXED = """\
+def test_passes():
+    pass
+
+
+def test_fails():
+    assert 0
+"""
+
+
+@pytest.mark.parametrize(
+    ("option", "where", "reason"),
+    [
+        ("--kname-report", "missing/r.json", "No such file or directory"),
+        ("--kname-report", "a-directory", "it is a directory, not a file kname can write"),
+        ("--kname-report", "/dev/full", "No space left on device"),
+        ("--kname-baseline", "missing/r.json", "No such file or directory"),
+    ],
+)
+def test_a_file_that_cannot_be_written_is_one_line_and_the_suite_keeps_its_outcome(
+    inner: pytest.Pytester, option: str, where: str, reason: str
+) -> None:
+    """The report, or the baseline being updated, cannot be written: one line in kname's
+    section; the pass/fail summary and the exit status are the suite's own."""
+    inner.makepyfile(test_mixed=MIXED)
+    (inner.path / "a-directory").mkdir()
+    update = ("--kname-update-baseline",) if option == "--kname-baseline" else ()
+    result = run(inner, option, where, *update)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=1, failed=1)
+    output = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in output and "INTERNALERROR" not in output, output
+    written = "written" if option == "--kname-report" else "updated"
+    lines = [line for line in result.stdout.lines if line.startswith("kname: ")]
+    assert lines[1:] == [
+        f"kname: {option} {inner.path / where if where[0] != '/' else where} could not be "
+        f"{written} ({reason}); "
+        + ("each test's launches were not saved" if written == "written" else "it is as it was")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("where", "what"), [("a-directory", "a directory"), ("/dev/null", "a character device")]
+)
+def test_a_baseline_that_is_not_a_file_is_one_line(inner: pytest.Pytester, where, what) -> None:
+    inner.makepyfile(test_mixed=MIXED)
+    (inner.path / "a-directory").mkdir()
+    result = run(inner, "--kname-baseline", where)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"ERROR: --kname-baseline *{where}: it is {what}, not a saved file kname can read"]
+    )
 
 
 def test_update_without_a_baseline_path_is_a_usage_error(inner: pytest.Pytester) -> None:

@@ -8,6 +8,7 @@
     kernel_names.py  readable kernel names (demangled, without parameter lists)
     tables.py        a census by launches, a profile by GPU time
     diff.py          launches per call site and kernel, GPU time per call site, compared
+    pytest_report.py the pytest plugin's report: each test's census, and the suite's
     report.py        `kname report`: tables, merges and diffs of saved files
 
 The live census is kname.census, a stretch's census kname.stretch and kname.census_view, the

@@ -1,6 +1,7 @@
 """Saved documents on disk: read one (every failure one line), write one atomically.
 
-A regular file is replaced whole, never left half-written; a device, a FIFO or /dev/stdout is
+Only a regular file is read: a FIFO, a device or a directory is one line, never waited on. A
+regular file is replaced whole, never left half-written; a device, a FIFO or /dev/stdout is
 written in place. Which file a process writes (its own, or the owner's) is documents/owner.py.
 """
 
@@ -25,10 +26,10 @@ def load(path: str, schemas: tuple[int, ...] = SCHEMAS) -> dict[str, Any]:
 
 def read_json(path: str) -> Any:
     """The JSON value saved in `path`, not yet validated; a file that cannot be read or parsed,
-    hostile ones included, is a one-line DocumentError."""
+    hostile ones included, is a one-line DocumentError. Only a regular file is read: a FIFO, a
+    device or a directory is refused at once, never waited on."""
     try:
-        with open(path, encoding="utf-8") as file:
-            text = file.read()
+        text = _read_regular_file(path).decode("utf-8")
     except FileNotFoundError:
         raise DocumentError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -45,14 +46,31 @@ def read_json(path: str) -> Any:
     raise DocumentError(f"{path}: not valid JSON ({fault})")
 
 
+def _read_regular_file(path: str) -> bytes:
+    """The bytes of `path` (symlinks followed); DocumentError if it is not a regular file."""
+    _refuse_unless_regular(path, os.stat(path).st_mode)  # a device is never even opened
+    # Non-blocking, in case it became a FIFO since: opening one with no writer would wait.
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(descriptor, "rb") as file:
+        _refuse_unless_regular(path, os.fstat(descriptor).st_mode)
+        return file.read()
+
+
+def _refuse_unless_regular(path: str, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        raise DocumentError(f"{path}: it is {_kind_of(mode)}, not a saved file kname can read")
+
+
 def write_atomically(path: str, text: str) -> None:
     """Write `text` to `path` without ever leaving it half-written or replacing what it is.
 
-    A regular file (or a new one) is replaced atomically, through a temporary file beside it,
-    after following symlinks (the link stays a link) and keeping the file's permission bits. A
-    character device or a FIFO, or a path through /proc/<pid>/fd (/dev/stdout), is written in
-    place, appended, never truncated. Anything else (a directory, a block device, a socket) is
-    refused with an OSError; so is a FIFO nobody reads, at once rather than waiting.
+    A regular file (or a new one) is replaced atomically, after following symlinks (the link
+    stays a link) and keeping the file's permission bits. The text is first written to a file
+    with no name (Linux's O_TMPFILE, where the file system has them), which is named beside the
+    target only once it is complete, and renamed over it: a process killed while writing leaves
+    nothing behind. A character device or a FIFO, or a path through /proc/<pid>/fd (/dev/stdout),
+    is written in place, appended, never truncated. Anything else (a directory, a block device,
+    a socket) is refused with an OSError; so is a FIFO nobody reads, at once rather than waiting.
     """
     mode = _existing_mode(path)
     special = mode is not None and (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode))
@@ -61,21 +79,84 @@ def write_atomically(path: str, text: str) -> None:
         return
     if mode is not None and not stat.S_ISREG(mode):
         raise OSError(errno.EINVAL, f"it is {_kind_of(mode)}, not a file kname can write")
+    data = text.encode("utf-8")  # an unencodable text fails here, before any file is made
     target = os.path.realpath(path)
     directory, name = os.path.split(target)
     partial = os.path.join(directory, f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    # Mode 0o666 lets the umask decide, as for any file the program writes itself.
-    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    descriptor, unnamed = _new_file(directory, partial)
     try:
         if mode is not None:
             os.fchmod(descriptor, stat.S_IMODE(mode))
-        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-            file.write(text)
+        _write_all(descriptor, data)
+        if unnamed:
+            _name(descriptor, directory, partial)
         os.replace(partial, target)
+        # Read through the descriptor: what is at `target` now may already be another's.
+        _written_here[target] = identity_of(os.fstat(descriptor))
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(partial)
         raise
+    finally:
+        os.close(descriptor)
+
+
+Identity = tuple[int, int, int, int, int]
+# The files this process wrote, by real path: what each was when written (see written_here).
+_written_here: dict[str, Identity] = {}
+
+
+def identity(path: str) -> Identity | None:
+    """What the regular file at `path` is now (symlinks followed), to tell whether it changed:
+    device, inode, size, modification and change times; None if nothing, or no regular file,
+    is there."""
+    try:
+        status = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return identity_of(status) if stat.S_ISREG(status.st_mode) else None
+
+
+def identity_of(status: os.stat_result) -> Identity:
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+
+
+def written_here(path: str) -> Identity | None:
+    """The identity of the file this process last wrote at `path` with write_atomically."""
+    return _written_here.get(os.path.realpath(path))
+
+
+def _new_file(directory: str, partial: str) -> tuple[int, bool]:
+    """A new file to write into, and whether it is unnamed (O_TMPFILE) or named `partial`."""
+    # Mode 0o666 lets the umask decide, as for any file the program writes itself.
+    if hasattr(os, "O_TMPFILE"):
+        try:
+            descriptor = os.open(directory, os.O_TMPFILE | os.O_WRONLY, 0o666)
+        except OSError:  # no unnamed files here (an older kernel, some network file systems)
+            pass
+        else:
+            if os.path.exists(f"/proc/self/fd/{descriptor}"):  # how it gets its name later
+                return descriptor, True
+            os.close(descriptor)
+    return os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), False
+
+
+def _name(descriptor: int, directory: str, partial: str) -> None:
+    """Give the unnamed file open at `descriptor` the name `partial`, as open(2) shows."""
+    directory_descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        # With a directory descriptor os.link calls linkat(..., AT_SYMLINK_FOLLOW): the file
+        # /proc/self/fd/N points to is linked, not that symlink (which fails across devices).
+        source = f"/proc/self/fd/{descriptor}"
+        os.link(source, os.path.basename(partial), dst_dir_fd=directory_descriptor)
+    finally:
+        os.close(directory_descriptor)
+
+
+def _write_all(descriptor: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(descriptor, view) :]
 
 
 def _existing_mode(path: str) -> int | None:
@@ -111,14 +192,13 @@ def _write_in_place(path: str, text: str) -> None:
     try:
         # Non-blocking only to open: a slow reader must get every byte.
         os.set_blocking(descriptor, True)
-        data = text.encode("utf-8")
-        while data:
-            data = data[os.write(descriptor, data) :]
+        _write_all(descriptor, text.encode("utf-8"))
     finally:
         os.close(descriptor)
 
 
 def _kind_of(mode: int) -> str:
     kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISBLK, "a block device"),
-             (stat.S_ISSOCK, "a socket"))  # fmt: skip
+             (stat.S_ISSOCK, "a socket"), (stat.S_ISFIFO, "a FIFO"),
+             (stat.S_ISCHR, "a character device"))  # fmt: skip
     return next((kind for test, kind in kinds if test(mode)), "a special file")

@@ -4,14 +4,37 @@ The first process to ask owns the outputs (KNAME_REPORT, a profile's files) and 
 the environment; processes started beneath it (a subprocess, a multiprocessing worker) inherit
 the mark and write files of their own beside the owner's (`census.pid4242.json`), so that none
 overwrites another and `kname report` can merge them.
+
+Processes started apart (not beneath one another) that name one path each own it: the first
+to finish writes it, and each later one finds that the file changed while it ran and writes its
+own beside it, in one line. A file left by an earlier run is replaced: it did not change.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from kname._warnings import warn_once
+from kname.documents.files import Identity, identity, write_atomically, written_here
 
 # Marks the process that owns the outputs; processes started beneath it inherit it.
 OWNER_VARIABLE = "_KNAME_REPORT_PID"
+# How long a process waits for another that is deciding and writing in the same directory.
+LOCK_WAIT_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class Output:
+    """A file this process writes as it ends, claimed when the process started."""
+
+    path: str  # absolute: where the owner writes it
+    owner: int  # the pid of the process that owns the outputs
+    found: Identity | None  # the file at `path` when it was claimed (None: none)
 
 
 def owner_pid() -> int:
@@ -23,7 +46,85 @@ def owner_pid() -> int:
     return owner
 
 
+def claim(requested: str) -> Output:
+    """The output that `requested` names for this process: the one place that decides the path.
+
+    Made absolute now (the program may change directory before it ends), with what is there now.
+    """
+    path = os.path.abspath(requested)
+    return Output(path, owner_pid(), identity(path))
+
+
+def write_output(output: Output, text: str, what: str) -> str:
+    """Write `text` as `output` and return the path written; `what` names it in a message
+    ("launch census (KNAME_REPORT)").
+
+    A process beneath the owner (a forked child too) writes its own file beside the owner's.
+    The owner replaces the file at its path if that is still what it found, or what it wrote
+    itself; if another process wrote it meanwhile, it writes beside it and says so in one line.
+    Errors are OSErrors, for the caller to say.
+    """
+    if os.getpid() != output.owner:
+        return _write(beside(output.path), text)
+    with _directory_locked(output.path) as locked:
+        current = identity(output.path)
+        unchanged = current is None or current in (output.found, written_here(output.path))
+        if locked and unchanged:
+            return _write(output.path, text)
+    path = _write(beside(output.path), text)
+    warn_once(
+        f"moved:{output.path}",
+        f"another process wrote {output.path} while this one ran; this process's {what} is in "
+        f"{path} instead",
+    )
+    return path
+
+
 def beside(path: str) -> str:
     """Where a process beneath the owner writes `path`: `census.json` -> `census.pid42.json`."""
     stem, suffix = os.path.splitext(path)
     return f"{stem}.pid{os.getpid()}{suffix or '.json'}"
+
+
+def _write(path: str, text: str) -> str:
+    write_atomically(path, text)
+    return path
+
+
+@contextlib.contextmanager
+def _directory_locked(path: str) -> Iterator[bool]:
+    """Hold an exclusive lock on the directory of `path` (symlinks followed) while this process
+    decides whether the file is its own and writes it, so that two processes ending together
+    cannot both take it. Yields True when held, or when locking is not possible here (then the
+    check alone decides); False when another process held it for LOCK_WAIT_SECONDS: then this
+    one writes beside it, which loses nothing.
+    """
+    try:
+        descriptor = os.open(os.path.dirname(os.path.realpath(path)), os.O_RDONLY)
+    except OSError:  # no such directory, or not readable: the write itself says what is wrong
+        descriptor = None
+    if descriptor is None:
+        yield True
+        return
+    try:
+        yield _lock(descriptor)
+    finally:
+        os.close(descriptor)  # which releases the lock
+
+
+def _lock(descriptor: int) -> bool:
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system
+        return True
+    deadline = time.monotonic() + LOCK_WAIT_SECONDS
+    while True:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                return True  # a file system without flock (some network ones)
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)

@@ -3,6 +3,8 @@
     kname report census.json                        the census as a table
     kname report census.json census.pid*.json       a program and its children: one table
     kname report old.json --diff new.json           launches per call site that changed
+    kname report tests.json                         pytest --kname-report's file: the census of
+                                                    the whole suite (every test's sites summed)
     kname report old.json --diff new.json --fail-on-slower 10% [--min-time 50us]
                                                     GPU time and launches per site; exit 1 if
                                                     a site (or the total) got slower
@@ -34,8 +36,9 @@ from kname.documents.diff import (
     render_gpu_diff,
     slower,
 )
-from kname.documents.files import load
-from kname.documents.schema import PROFILE_SCHEMA, DocumentError
+from kname.documents.files import read_json
+from kname.documents.pytest_report import is_pytest_report, suite_census, validate_pytest_report
+from kname.documents.schema import PROFILE_SCHEMA, DocumentError, validate
 from kname.documents.tables import render_table
 from kname.documents.text import count_of, format_duration, printable
 
@@ -51,6 +54,8 @@ examples:
                                                      ... per function, file and kernel: code
                                                      that only moved is no change
   kname report census.json census.pid*.json          a program and its children, merged
+  kname report tests.json                            pytest --kname-report's file: one census
+                                                     of the whole suite (each test's summed)
 
 GPU profiles (kname profile --json FILE.json, schema 2), and several files at once:
   kname report profile.json --top 10                 the ten call sites with most GPU time
@@ -186,9 +191,13 @@ def _files_to_read(paths: list[str]) -> list[str]:
 
 
 def _load(path: str) -> dict[str, Any]:
+    """A saved census or profile; the pytest plugin's report is the census of its whole suite."""
     if _is_unmatched_pattern(path):
         raise DocumentError(f"{path}: a pattern that matched no file")
-    return load(path)
+    value = read_json(path)
+    if is_pytest_report(value):
+        return suite_census(validate_pytest_report(value, path))
+    return validate(value, path)
 
 
 def _is_unmatched_pattern(path: str) -> bool:

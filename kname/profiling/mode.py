@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from kname.config import Config
-from kname.documents.owner import beside, owner_pid
+from kname.documents.owner import owner_pid
 from kname.profiling.session import ProfileSession
 
 _session: ProfileSession | None = None
@@ -29,10 +29,8 @@ def start(config: Config) -> ProfileSession | None:
         return None
     files = {"json": None if config.report in (None, "-") else config.report}
     files.update(trace=config.trace, html=config.html)
-    owns = owner_pid() == os.getpid()
-    if not owns:
-        files = {kind: path and beside(path) for kind, path in files.items()}
-    quiet = not owns and any(files.values())
+    # Beneath the owner, the files are its own beside the owner's (the session claims them).
+    quiet = owner_pid() != os.getpid() and any(files.values())
     session.write_at_exit(**files, top=config.top, print_table=not quiet)
     _session = session
     return session

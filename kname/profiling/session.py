@@ -26,10 +26,11 @@ from typing import IO, Any
 
 from kname import callsite
 from kname._locks import new_lock, reset_in_child
-from kname._sigterm import write_on_sigterm
+from kname._sigterm import at_exit
 from kname._warnings import warn_once
 from kname.documents.build import profile_document
 from kname.documents.files import write_atomically
+from kname.documents.owner import Output, claim, write_output
 from kname.documents.schema import render_json
 from kname.documents.tables import render_profile_table
 from kname.profiling.capture import LaunchCapture
@@ -38,6 +39,13 @@ from kname.profiling.native_join import NativeJoin
 from kname.profiling.page import render_page
 from kname.profiling.records import StreamLog, Streams, streams_to_json
 from kname.profiling.trace import trace_json
+
+# What each output at exit is, in a line that says another process wrote its file.
+_EXIT_OUTPUTS = {
+    "json": "profile (KNAME_REPORT)",
+    "trace": "trace (KNAME_PROFILE_TRACE)",
+    "html": "page (KNAME_PROFILE_HTML)",
+}
 
 Collector = Any  # start() -> bool, stop(), started: bool (CuptiCollector or a stand-in)
 
@@ -74,7 +82,7 @@ class ProfileSession:
         # stops the session on the thread that was inside start() or stop().
         self._lock = new_lock()
         self._pid = os.getpid()  # a forked child inherits the session, not CUPTI's collection
-        self._exit_outputs: dict[str, str | None] = {}
+        self._exit_outputs: dict[str, Output] = {}
 
     def start(self) -> bool:
         """Start collecting; False when CUPTI cannot be used (the program runs on)."""
@@ -149,15 +157,24 @@ class ProfileSession:
 
     def save(self, path: str | os.PathLike) -> None:
         """The document as JSON."""
-        write_atomically(os.fspath(path), render_json(self.document()))
+        write_atomically(os.fspath(path), self._json_text())
 
     def save_trace(self, path: str | os.PathLike) -> None:
         """The Chrome trace-event file (needs keep_streams=True)."""
-        write_atomically(os.fspath(path), trace_json(self.streams()))
+        write_atomically(os.fspath(path), self._trace_text())
 
     def save_html(self, path: str | os.PathLike) -> None:
         """The self-contained HTML page."""
-        write_atomically(os.fspath(path), render_page(self.document()))
+        write_atomically(os.fspath(path), self._page_text())
+
+    def _json_text(self) -> str:
+        return render_json(self.document())
+
+    def _trace_text(self) -> str:
+        return trace_json(self.streams())
+
+    def _page_text(self) -> str:
+        return render_page(self.document())
 
     def save_streams(self, path: str | os.PathLike, **meta: Any) -> None:
         """The raw streams as JSON, to replay without a GPU (needs keep_streams=True)."""
@@ -175,24 +192,20 @@ class ProfileSession:
         """At interpreter exit (or a SIGTERM left at its default action): stop, print the table
         on `table` (default stderr), write files.
 
-        Paths are made absolute now: the program may change directory before it exits.
+        The files are claimed now (documents/owner.py): paths are made absolute (the program
+        may change directory before it exits), a process beneath the one that owns the outputs
+        writes its own beside them, and a file another process writes meanwhile is not replaced.
         """
-        import atexit
-
         first = not self._exit_outputs
-        self._exit_outputs = {
-            "json": json and os.path.abspath(json),
-            "trace": trace and os.path.abspath(trace),
-            "html": html and os.path.abspath(html),
-        }
+        paths = {"json": json, "trace": trace, "html": html}
+        self._exit_outputs = {kind: claim(path) for kind, path in paths.items() if path}
         self._exit_table = table if print_table else None
         self._exit_print = print_table
         self._exit_top = top
         if first:
             # atexit runs after an uncaught exception's traceback and after sys.exit(); a
             # SIGTERM left at its default action skips atexit, so the writers run there too.
-            atexit.register(self._at_exit)
-            write_on_sigterm(self._at_exit)
+            at_exit(self._at_exit)
 
     def cancel_exit_outputs(self) -> None:
         """Nothing at exit after all: no table, no file (write_at_exit undone)."""
@@ -210,16 +223,14 @@ class ProfileSession:
                 stream.flush()
             except Exception as exc:  # a closed stderr must not give a traceback at exit
                 warn_once("profile:table", f"profile: the table could not be printed ({exc})")
-        writers = {"json": self.save, "trace": self.save_trace, "html": self.save_html}
-        for kind, path in self._exit_outputs.items():
-            if not path:
-                continue
+        texts = {"json": self._json_text, "trace": self._trace_text, "html": self._page_text}
+        for kind, output in self._exit_outputs.items():
             try:
-                writers[kind](path)
+                write_output(output, texts[kind](), _EXIT_OUTPUTS[kind])
             except Exception as exc:
                 reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
                 warn_once(
                     f"profile:{kind}",
-                    f"profile: the {kind} output {path!r} could not be written "
+                    f"profile: the {kind} output {output.path!r} could not be written "
                     f"({type(exc).__name__}: {reason})",
                 )

@@ -10,7 +10,7 @@ import json
 import os
 
 import pytest
-from support import REPO, Venv, line_of
+from support import REPO, Venv, kernels, line_of
 
 pytest_plugins = ["pytester"]
 
@@ -18,17 +18,8 @@ pytest_plugins = ["pytester"]
 # of a kname installed in the test environment, which would register the module a second time.
 PLUGIN = ("-p", "no:kname", "-p", "kname.pytest_plugin")
 
-SUITE = """\
-import numpy as np
+SUITE = kernels.program("""\
 import pytest
-from numba import cuda
-
-
-@cuda.jit
-def axpy(out, a, x):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = a * x[i]
 
 
 def step(out, x, times):
@@ -51,7 +42,7 @@ def test_direct():
 
 def test_quiet():
     pass
-"""
+""")
 
 STEP_LINE = line_of(SUITE, "step-line")
 DIRECT_LINE = line_of(SUITE, "direct-line")

@@ -11,32 +11,21 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support import REPO, Venv
+from support import REPO, Venv, kernels
 
 pytestmark = pytest.mark.slow
 
 README = (REPO / "README.md").read_text()
 CI_RUN = (REPO / ".ci" / "run").read_text()
 
-APP = """\
-import numpy as np
-from numba import cuda
-
-
-@cuda.jit
-def axpy(out, a, x):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = a * x[i]
-
-
+APP = kernels.program("""\
 x = np.arange(8.0)
 out = np.zeros(8)
 for _ in range(3):
     axpy[1, 8](out, 2.0, x)
 axpy[1, 8](out, 3.0, x)
 print("app ran")
-"""
+""")
 
 
 def indented_commands() -> list[str]:

@@ -3,7 +3,7 @@ closed when the launch fails, each name registered once, a colour per kernel the
 run, in the kname domain or KNAME_DOMAIN's, and none in census mode.
 
 Launches through a user-named target (`fakegpu:launch`) in a subprocess, whose NVTX calls the
-injection library records.
+injection library records; colours, and a process with no NVTX tool, in-process.
 """
 
 from __future__ import annotations
@@ -13,10 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from support import FAKEGPU, line_of
 from support.nvtx_capture import run_captured
 from test_callsite import clean_env
 
+from kname import ranges
 from kname.ranges import colour_of
 
 pytestmark = pytest.mark.launches
@@ -128,3 +131,27 @@ def test_census_mode_counts_launches_but_emits_no_ranges(inject_lib, tmp_path) -
     assert caught["type"] == "ValueError"
     assert cap.of("push") == [] and cap.of("pop") == []
     assert cap.registered_strings("kname") == []
+
+
+# --------------------------------------------------------------------------
+# In-process: colours, and no ranges where no NVTX tool listens
+# --------------------------------------------------------------------------
+
+
+@given(st.text())
+def test_any_kernel_name_gets_one_of_the_palettes_colours(kernel: str) -> None:
+    # Any str: names with lone surrogates (from os.fsdecode) are encoded with replacement.
+    assert colour_of(kernel) in ranges.PALETTE
+
+
+def test_the_palette_has_twelve_distinct_colours_each_some_kernels() -> None:
+    assert len(set(ranges.PALETTE)) == 12
+    assert {colour_of(f"kernel_{n}") for n in range(500)} == set(ranges.PALETTE)
+
+
+def test_without_an_nvtx_tool_no_range_is_made_and_no_name_registered() -> None:
+    # This process never had an NVTX tool: the nvtx package's domain is its dummy.
+    before = ranges.registered_names()
+    assert not ranges.tool_attached()
+    assert ranges.range_for("step app.py:3", "axpy", "numba") is None
+    assert ranges.registered_names() == before

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from support import REPO, cleaned
 from test_ipython import environment, run_cells, shown_text
-from test_pytest_plugin import PLUGIN
+from test_pytest_plugin import PLUGIN, UNUSED
 
 README = (REPO / "README.md").read_text()
 SOURCE = README
@@ -69,7 +69,7 @@ def pytest_in(folder: Path, command: str) -> subprocess.CompletedProcess:
     )
     env.pop("PYTEST_ADDOPTS", None)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", *PLUGIN, "-p", "no:cacheprovider", *words[1:]],
+        [sys.executable, "-m", "pytest", *PLUGIN, *UNUSED, *words[1:]],
         cwd=folder, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
 

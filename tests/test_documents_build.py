@@ -94,6 +94,23 @@ def test_merging_preserves_totals_and_makes_a_valid_document(parts):
     assert {s["name"] for s in merged["sites"]} == names
 
 
+@given(st.lists(documents, min_size=1, max_size=4))
+def test_merging_sums_each_sites_graph_work_by_replay_line(parts):
+    merged = {s["name"]: s for s in merge_documents(parts)["sites"]}
+    for name, site in merged.items():
+        mine = [s for d in parts for s in d["sites"] if s["name"] == name]
+        replays = {r for s in mine for r in s.get("replayed_at", {})}
+        assert set(site.get("replayed_at", {})) == replays
+        for replay in replays:
+            counts = [s["replayed_at"][replay] for s in mine if replay in s.get("replayed_at", {})]
+            assert site["replayed_at"][replay] == {
+                "launches": sum(c["launches"] for c in counts),
+                "gpu_ns": sum(c["gpu_ns"] for c in counts),
+            }
+        unseen = sum(s.get("replayed_unseen", {}).get("launches", 0) for s in mine)
+        assert site.get("replayed_unseen", {}).get("launches", 0) == unseen
+
+
 @given(documents)
 def test_merging_one_document_gives_it_back(document):
     assert merge_documents([document]) == document

@@ -72,6 +72,22 @@ def test_validate_names_the_file_and_the_fault_on_one_line(document, fault) -> N
         (lambda d: d["sites"].append(copy.deepcopy(d["sites"][0])), "is listed twice"),
         (lambda d: d.pop("unattributed"), "'unattributed' must be an object"),
         (lambda d: d.update(processes="2"), "'processes' must be a whole number"),
+        (lambda d: d["sites"][0].update(replayed_at=[]), r"sites\[0\].replayed_at must be"),
+        (
+            lambda d: d["sites"][0].update(replayed_at={"r.py:1": {"launches": -1, "gpu_ns": 0}}),
+            r"sites\[0\].replayed_at must be \{replay site: ",
+        ),
+        (
+            lambda d: d["sites"][0].update(replayed_unseen={"launches": 1}),
+            r"sites\[0\].replayed_unseen must be",
+        ),
+        (
+            lambda d: d["sites"][0].update(
+                replayed_at={"r.py:1": {"launches": 2, "gpu_ns": 20}},
+                replayed_unseen={"launches": 2, "gpu_ns": 0},
+            ),
+            "replayed_at and replayed_unseen add up to more than the site's launches",
+        ),
     ],
 )
 def test_a_bad_document_is_one_line_naming_the_file_and_the_fault(tmp_path, change, message):
@@ -82,3 +98,11 @@ def test_a_bad_document_is_one_line_naming_the_file_and_the_fault(tmp_path, chan
     with pytest.raises(DocumentError, match=message) as caught:
         load(str(path))
     assert str(caught.value).startswith(f"{path}: ") and "\n" not in str(caught.value)
+
+
+def test_a_profile_written_before_graph_fields_reads_as_sites_with_no_graph_work(tmp_path):
+    document = profile_document(profile_of({"main app.py:22": ("axpy", 3, 30)}))
+    assert "replayed_at" not in document["sites"][0]  # only where there is graph work
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(document))
+    assert load(str(path)) == document

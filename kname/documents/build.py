@@ -8,7 +8,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from kname._version import __version__
-from kname.documents.schema import CENSUS_SCHEMA, PROFILE_SCHEMA, DocumentError, kernel_sums
+from kname.documents.schema import (
+    CENSUS_SCHEMA,
+    PROFILE_SCHEMA,
+    REPLAYED_AT,
+    REPLAYED_UNSEEN,
+    DocumentError,
+    kernel_sums,
+)
+
+_NONE = {"launches": 0, "gpu_ns": 0}
 
 
 class KernelTotals(Protocol):
@@ -25,6 +34,8 @@ class SiteTotals(Protocol):
     gpu_ns: int
     first: int  # the site's first-seen rank
     kernels: Mapping[str, KernelTotals]
+    replays: Mapping[str, KernelTotals]  # its graph work, by the line that replayed it
+    unseen: KernelTotals  # graph work replayed here whose node's making was not seen
 
 
 class Profile(Protocol):
@@ -51,6 +62,7 @@ def profile_document(profile: Profile, processes: int = 1) -> dict[str, Any]:
     order = {name: rank for rank, (name, _) in enumerate(ranked_by_first, 1)}
     sites = [
         _site(name, "", totals.launches, totals.gpu_ns, order[name], _kernels(totals))
+        | _graph_fields(_counts(totals.replays), _count(totals.unseen))
         for name, totals in profile.sites.items()
     ]
     return _profile(sites, _kernels(profile.unattributed), processes)
@@ -79,15 +91,18 @@ def merge_documents(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             merged = sites.get(site["name"])
             if merged is None:
                 merged = sites[site["name"]] = {"lib": site["lib"], "order": site["order"]}
-                merged["kernels"] = {}
+                merged.update(kernels={}, replayed_at={}, replayed_unseen=dict(_NONE))
             elif merged["lib"] != site["lib"]:
                 merged["lib"] = ""
             merged["order"] = min(merged["order"], site["order"])
             _add_kernels(merged["kernels"], site["kernels"])
+            _add_kernels(merged["replayed_at"], site.get(REPLAYED_AT, {}))
+            _add_count(merged["replayed_unseen"], site.get(REPLAYED_UNSEEN, _NONE))
         _add_kernels(unattributed, document["unattributed"]["kernels"])
     ranked = sorted(sites.items(), key=lambda item: (item[1]["order"], item[0]))
     rows = [
         _site(name, site["lib"], *kernel_sums(site["kernels"]), rank, site["kernels"])
+        | _graph_fields(site["replayed_at"], site["replayed_unseen"])
         for rank, (name, site) in enumerate(ranked, 1)
     ]
     return _profile(rows, unattributed, sum(d.get("processes", 1) for d in documents))
@@ -147,8 +162,28 @@ def _site(
     }
 
 
+def _graph_fields(
+    replays: Mapping[str, Mapping[str, int]], unseen: Mapping[str, int]
+) -> dict[str, Any]:
+    """A site's graph fields, present only where it has graph work (schema.py)."""
+    fields: dict[str, Any] = {}
+    if replays:
+        fields[REPLAYED_AT] = _ranked_kernels(replays)
+    if unseen["launches"]:
+        fields[REPLAYED_UNSEEN] = {"launches": unseen["launches"], "gpu_ns": unseen["gpu_ns"]}
+    return fields
+
+
 def _kernels(totals: SiteTotals) -> dict[str, dict[str, int]]:
-    return {k: {"launches": v.launches, "gpu_ns": v.gpu_ns} for k, v in totals.kernels.items()}
+    return _counts(totals.kernels)
+
+
+def _counts(totals: Mapping[str, KernelTotals]) -> dict[str, dict[str, int]]:
+    return {k: _count(v) for k, v in totals.items()}
+
+
+def _count(totals: KernelTotals) -> dict[str, int]:
+    return {"launches": totals.launches, "gpu_ns": totals.gpu_ns}
 
 
 def _ranked_kernels(kernels: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
@@ -159,6 +194,9 @@ def _ranked_kernels(kernels: Mapping[str, Mapping[str, int]]) -> dict[str, dict[
 
 def _add_kernels(into: dict[str, dict[str, int]], kernels: Mapping[str, Mapping[str, int]]) -> None:
     for name, kernel in kernels.items():
-        total = into.setdefault(name, {"launches": 0, "gpu_ns": 0})
-        total["launches"] += kernel["launches"]
-        total["gpu_ns"] += kernel["gpu_ns"]
+        _add_count(into.setdefault(name, {"launches": 0, "gpu_ns": 0}), kernel)
+
+
+def _add_count(into: dict[str, int], count: Mapping[str, int]) -> None:
+    into["launches"] += count["launches"]
+    into["gpu_ns"] += count["gpu_ns"]

@@ -9,6 +9,12 @@
     step app.py:12    8.10 ms  65.3%        20   405 us  axpy 8.10 ms (20)
     main app.py:30    2.00 ms  16.1%        40  50.0 us  ampere_sgemm_128x64_nn 1.50 ms (20), ...
 
+The GPU work of a CUDA graph replay is on the lines that made the graph's nodes, each with the
+line that replayed it beside its name (graph_note):
+
+    forward model.py:21  (graph replayed at step runner.py:26)   183 us  42.5%  50  3.66 us  ...
+    step runner.py:40  (graph replayed here, its capture not seen)  ...
+
 Kernels are shown by their readable names (kernel_names.py), at most three per site. Names and
 file labels are written through text.printable: a name read from a file, or made from a hostile
 path, cannot move the terminal's cursor or stop the write with an unencodable character.
@@ -16,14 +22,15 @@ path, cannot move the terminal's cursor or stop the write with an unencodable ch
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kname.documents.kernel_names import display_name
-from kname.documents.schema import CENSUS_SCHEMA
+from kname.documents.schema import CENSUS_SCHEMA, REPLAYED_AT, REPLAYED_UNSEEN
 from kname.documents.text import columns, count_of, format_duration, printable
 
 KERNELS_SHOWN = 3
+REPLAY_SITES_SHOWN = 2
 UNATTRIBUTED_ROW = "<unattributed>"
 
 
@@ -64,7 +71,7 @@ def render_profile_table(
     ]
     shown = sites if top is None else sites[: max(top, 0)]
     header = ("call site", "GPU time", "share", "launches", "mean", "kernels")
-    rows = [_profile_row(printable(site["name"]), site, total) for site in shown]
+    rows = [_profile_row(printable(site["name"]) + graph_note(site), site, total) for site in shown]
     unattributed = document["unattributed"]
     if unattributed["launches"]:
         rows.append(_profile_row(UNATTRIBUTED_ROW, unattributed, total))
@@ -96,6 +103,29 @@ def kernels_cell(kernels: Mapping[str, Mapping[str, int]], shown: int = KERNELS_
     if len(items) > shown:
         cells.append(f"+{len(items) - shown} more")
     return ", ".join(cells)
+
+
+def graph_note(site: Mapping[str, Any], text: Callable[[str], str] = printable) -> str:
+    """`  (graph replayed at step runner.py:26)` for a site with graph work, else "": the lines
+    that replayed it (most GPU time first, each through `text`), and how many of its launches,
+    when not all."""
+    notes = []
+    replays = site.get(REPLAYED_AT)
+    if replays:
+        names = [text(name) for name in replays]
+        shown = names[:REPLAY_SITES_SHOWN]
+        if len(names) > len(shown):
+            shown.append(f"+{len(names) - len(shown)} more")
+        notes.append(f"graph replayed at {', '.join(shown)}{_part_of(site, replays.values())}")
+    unseen = site.get(REPLAYED_UNSEEN)
+    if unseen:
+        notes.append(f"graph replayed here, its capture not seen{_part_of(site, [unseen])}")
+    return f"  ({'; '.join(notes)})" if notes else ""
+
+
+def _part_of(site: Mapping[str, Any], counts: Iterable[Mapping[str, int]]) -> str:
+    launches = sum(count["launches"] for count in counts)
+    return "" if launches == site["launches"] else f": {launches} of {site['launches']} launches"
 
 
 def _origin(document: Mapping[str, Any], source: str) -> str:

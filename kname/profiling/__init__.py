@@ -8,12 +8,14 @@ sets) that carry the same correlation id and their device start and end times. T
 
     records.py          launch and activity records; the recorded streams as JSON fixtures
     join.py             correlation id -> site, the per-site and per-kernel totals
+    graphs.py           CUDA graph node -> the line that made it (a replayed kernel's site)
     trace.py            Chrome trace-event JSON (Perfetto, chrome://tracing)
     page.py             one self-contained HTML page: a bar chart and the table
     capture.py          launch API callbacks -> launch records; CUPTI objects -> records
     cupti_collector.py  the CUPTI collector (activity buffers via cupti-python), imported only when
                         profiling starts
     launch_callbacks.py its launch API callbacks: in C (kname._native_cupti) or through cupti-python
+    backward.py         backward passes: autograd's launches named after the line that started one
     session.py          a profiling session: start, stop, outputs (what kname.profile() returns)
     mode.py             KNAME_MODE=profile: the process's session and its outputs at exit
 

@@ -4,7 +4,8 @@ At exit the table (KNAME_PROFILE_TOP call sites) goes to stderr, the document to
 (unless it is `-`), the trace to KNAME_PROFILE_TRACE and the page to KNAME_PROFILE_HTML. A
 process started beneath the one that owns them (a subprocess, a spawned worker) writes files of
 its own beside them (`profile.pid4242.json`, documents/owner.py), as the launch census does, so
-that `kname report` can merge them; it prints its table only when there is no file to write.
+that `kname report` can merge them; it prints its table only when there is no file to write, and
+nothing at all when it launched nothing (a compile worker, a DataLoader worker).
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ def start(config: Config) -> ProfileSession | None:
         return None
     files = {"json": None if config.report in (None, "-") else config.report}
     files.update(trace=config.trace, html=config.html)
-    # Beneath the owner, the files are its own beside the owner's (the session claims them).
-    quiet = owner_pid() != os.getpid() and any(files.values())
-    session.write_at_exit(**files, top=config.top, print_table=not quiet)
+    # Beneath the owner, the files are its own beside the owner's (the session claims them),
+    # and none at all when it launched nothing.
+    owns = owner_pid() == os.getpid()
+    quiet = not owns and any(files.values())
+    session.write_at_exit(**files, top=config.top, print_table=not quiet, only_if_launched=not owns)
     _session = session
     return session
 

@@ -27,6 +27,8 @@ import kname
 from kname import callsite
 from kname.launch import LaunchSpec, Switch, make_launch_wrapper
 
+pytestmark = pytest.mark.launches
+
 
 class Kernel:
     """A kernel object as a GPU library has one, launched as `launch(kernel, *args)`."""

@@ -27,6 +27,8 @@ import kname
 from kname import _locks, callsite
 from kname.launch import LaunchSpec, Switch, make_launch_wrapper
 
+pytestmark = pytest.mark.launches
+
 HELPERS = """
 import fakegpu
 

@@ -12,25 +12,15 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from support import REPO, Venv, copy_checkout, line_of, make_venv, run
+from support import REPO, Venv, copy_checkout, kernels, line_of, make_venv, run
 
 import kname
 from kname.documents.owner import OWNER_VARIABLE
 
 pytestmark = pytest.mark.slow
 
-APP = """\
+APP = kernels.program("""\
 import sys
-
-import numpy as np
-from numba import cuda
-
-
-@cuda.jit
-def axpy(out, a, x):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = a * x[i] + out[i]
 
 
 def main():
@@ -42,7 +32,7 @@ def main():
 
 
 main()
-"""
+""")
 
 PROBE = """\
 import os, sys

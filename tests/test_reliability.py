@@ -19,7 +19,7 @@ import pytest
 from support import Venv, cleaned, line_of
 from support.nvtx_capture import Capture, run_captured
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.launches]
 
 NOOP = '''\
 """A user-named launch target (KNAME_TARGETS=noop:launch): a kernel that runs on the CPU."""

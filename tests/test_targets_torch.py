@@ -35,6 +35,8 @@ from kname.targets.torch import (
     inductor_output,
 )
 
+pytestmark = pytest.mark.launches
+
 SITE_PACKAGES = "/venv/lib/python3.11/site-packages"
 KEY = "cab5u7tiw2gcs6ggluapbfvgu3k2uc7bxj5oo2jqfth3eshsy4cw"  # as the table showed it
 

@@ -6,6 +6,8 @@ nvtx) through a .pth that adds the parent's site-packages; kname itself comes fr
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import importlib.util
 import os
@@ -14,6 +16,7 @@ import subprocess
 import sys
 import sysconfig
 import venv
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -71,6 +74,33 @@ def run(args: list[str], **kwargs) -> subprocess.CompletedProcess:
             f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
         )
     return result
+
+
+@contextlib.contextmanager
+def exclusive(lock_path: Path) -> Iterator[None]:
+    """Hold the lock file `lock_path` (made if missing): one process at a time gets past it."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        yield
+
+
+def made_once(folder: Path, make: Callable[[Path], Path]) -> Path:
+    """`make(folder)`'s answer, made by the first process to ask and handed to the others.
+
+    pytest-xdist's workers of one run share a temporary root: the first to ask for a wheel (or a
+    venv) builds it in `folder` while the others wait on the lock; they then take the same path.
+    A build that failed leaves no answer, so the next to ask tries again.
+    """
+    answer = folder.with_name(f"{folder.name}.made")
+    with exclusive(folder.with_name(f"{folder.name}.lock")):
+        if answer.exists():
+            return Path(answer.read_text())
+        shutil.rmtree(folder, ignore_errors=True)  # what a failed build left
+        folder.mkdir()
+        made = make(folder)
+        answer.write_text(str(made))
+        return made
 
 
 def checkout_files(root: Path = REPO) -> list[str]:

@@ -55,6 +55,8 @@ from kname.profiling.records import (
 )
 from kname.targets.torch import backward_scope
 
+pytestmark = pytest.mark.launches
+
 FAKE_CUDA = '''
 """Stands in for CUPTI at a CUDA API call, calling one launch callback: the Python one is handed
 the caller's frame, the native one (NATIVE) reads the running frame (this module's, passed over

@@ -378,3 +378,48 @@ def test_a_watched_import_imports_wrapt_whose_loader_calls_each_hook_once(
     }
     assert capture.ranges("kname") == [f"<module> prog.py:{line_of(WATCHED_IMPORT, 'launch-line')}"]
     assert capture.balanced(), capture.stack_errors()
+
+
+# numba on the simulator in a KNAME=1 program: the watched numba modules are imported inside
+# numba's own import, where kname first imports wrapt; each launch is still named by its line.
+NUMBA_LAUNCHES = """\
+import json
+import sys
+
+wrapt_at_start = "wrapt" in sys.modules
+import numpy as np
+from numba import cuda
+
+
+@cuda.jit
+def inc(out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] += 1
+
+
+out = np.zeros(4)
+inc[1, 4](out)  # launch-line
+print(json.dumps({
+    "wrapt_at_start": wrapt_at_start,
+    "wrapt_at_end": "wrapt.importer" in sys.modules,
+    "out": out.tolist(),
+}))
+"""
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_numba_on_the_simulator_is_named_though_wrapt_came_in_with_numbas_import(
+    kname_venv: Venv, inject_lib: Path, tmp_path: Path, native: str
+) -> None:
+    env = {"KNAME": "1", "KNAME_NATIVE": native, "NUMBA_ENABLE_CUDASIM": "1"}
+    done, capture = run_program(kname_venv, inject_lib, tmp_path, NUMBA_LAUNCHES, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert json.loads(done.stdout) == {
+        "wrapt_at_start": False,
+        "wrapt_at_end": True,
+        "out": [1.0] * 4,
+    }
+    assert capture.ranges("kname") == [f"<module> prog.py:{line_of(NUMBA_LAUNCHES, 'launch-line')}"]
+    assert capture.balanced(), capture.stack_errors()

@@ -1,9 +1,11 @@
 """Start-up costs: kname's wheel installed into a fresh venv, against the same venv without it.
 
-- `python -c pass`: not installed / installed and switched off / switched on (KNAME=1, no GPU
-  library imported; on the C hot path, and with KNAME_NATIVE=0 on the pure-Python one), many
-  interleaved runs, median wall time per run; and which heavy modules a switched-on start-up
-  imports (the budget: neither numpy nor nvtx on the C hot path).
+- `python -c pass`: not installed (twice: the second is an A/A control, what it adds is the
+  method's own noise) / installed and switched off / switched on (KNAME=1, no GPU library
+  imported; on the C hot path, and with KNAME_NATIVE=0 on the pure-Python one), many
+  interleaved runs, median and lower quartile per run, by the wall clock and the child's CPU
+  time; and which heavy modules a switched-on start-up imports (the budget: neither numpy nor
+  nvtx on the C hot path).
 - The .pth gate alone, in this process (switch off): `site.addpackage` on kname.pth (open, read,
   exec of its line, as site.py does at start-up), `exec(line)` of the line as text, and of the
   line precompiled. Isolates the gate from the interpreter's start-up noise (milliseconds).
@@ -88,7 +90,8 @@ def missing_for_the_wheel() -> str:
     )
 
 
-def run(quick: bool, log=print) -> dict:
+def run(quick: bool, log=print, rounds: int | None = None) -> dict:
+    """The suite; `rounds` of `python -c pass` (default 20 quick, 60 full)."""
     use_test_support()
     from support import build_wheel, make_venv
 
@@ -102,7 +105,8 @@ def run(quick: bool, log=print) -> dict:
 
     result = {"wheel": wheel.name}
     result["imports_when_off"] = _probe(installed.python, work)
-    result["python_c_pass"] = _python_c_pass(plain.python, installed.python, work, quick)
+    runs = rounds or (20 if quick else 60)
+    result["python_c_pass"] = _python_c_pass(plain.python, installed.python, work, runs)
     log("  python -c pass done")
     result["gate"] = _gate(installed.site_packages / "kname.pth", quick)
     result["finder"] = _finder(plain.python, installed.python, work, quick)
@@ -163,17 +167,20 @@ def _timed_run(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[int, int
     return wall, round(cpu * 1e9)
 
 
-def _python_c_pass(plain: Path, installed: Path, cwd: Path, quick: bool) -> dict:
-    runs = 20 if quick else 60
+# The start-ups timed, each a (python, environment) case; "not installed, again" is the A/A
+# control.
+BARE, AGAIN, OFF = "not installed", "not installed, again", "installed, switched off"
+ON, PYTHON_PATH = "installed, KNAME=1", "installed, KNAME=1 KNAME_NATIVE=0"
+
+
+def _python_c_pass(plain: Path, installed: Path, cwd: Path, runs: int) -> dict:
     command = ["-c", "pass"]
     cases = {
-        "not installed": ([str(plain), *command], _env()),
-        "installed, switched off": ([str(installed), *command], _env()),
-        "installed, KNAME=1": ([str(installed), *command], _env({"KNAME": "1"})),
-        "installed, KNAME=1 KNAME_NATIVE=0": (
-            [str(installed), *command],
-            _env({"KNAME": "1", "KNAME_NATIVE": "0"}),
-        ),
+        BARE: ([str(plain), *command], _env()),
+        AGAIN: ([str(plain), *command], _env()),
+        OFF: ([str(installed), *command], _env()),
+        ON: ([str(installed), *command], _env({"KNAME": "1"})),
+        PYTHON_PATH: ([str(installed), *command], _env({"KNAME": "1", "KNAME_NATIVE": "0"})),
     }
     for cmd, env in cases.values():  # untimed: files in the page cache, bytecode written
         for _ in range(2):
@@ -185,23 +192,23 @@ def _python_c_pass(plain: Path, installed: Path, cwd: Path, quick: bool) -> dict
             elapsed, used = _timed_run(*cases[name], cwd)
             wall[name].append(elapsed)
             cpu[name].append(used)
-    on, python_path, off = (
-        "installed, KNAME=1",
-        "installed, KNAME=1 KNAME_NATIVE=0",
-        "installed, switched off",
-    )
-    wall_over_off = summarize(wall, bare=off)
-    cpu_over_off = summarize(cpu, bare=off)
+    over_bare = {"wall": summarize(wall, bare=BARE), "cpu": summarize(cpu, bare=BARE)}
+    for clock, samples in (("wall", wall), ("cpu", cpu)):
+        for name, values in samples.items():
+            over_bare[clock][name]["p25_ns"] = quantile(values, 0.25)
     return {
         "runs": runs,
-        "variants": summarize(wall, bare="not installed"),
-        "cpu_variants": summarize(cpu, bare="not installed"),
-        # The budget's figures: switched on against switched off, the median of per-round
-        # differences, by the wall clock and by the child's CPU time.
-        "on_over_off_ns": wall_over_off[on]["added_ns"],
-        "python_path_over_off_ns": wall_over_off[python_path]["added_ns"],
-        "cpu_on_over_off_ns": cpu_over_off[on]["added_ns"],
-        "cpu_python_path_over_off_ns": cpu_over_off[python_path]["added_ns"],
+        "variants": over_bare["wall"],
+        "cpu_variants": over_bare["cpu"],
+        # The budget's figures: switched on against bare python (not installed), the median of
+        # per-round differences, by the wall clock and by the child's CPU time; the A/A row
+        # beside them.
+        "on_over_bare_ns": over_bare["wall"][ON]["added_ns"],
+        "python_path_over_bare_ns": over_bare["wall"][PYTHON_PATH]["added_ns"],
+        "cpu_on_over_bare_ns": over_bare["cpu"][ON]["added_ns"],
+        "cpu_python_path_over_bare_ns": over_bare["cpu"][PYTHON_PATH]["added_ns"],
+        "a_a_ns": over_bare["wall"][AGAIN]["added_ns"],
+        "cpu_a_a_ns": over_bare["cpu"][AGAIN]["added_ns"],
     }
 
 

@@ -102,6 +102,7 @@ CUPTI_SOURCES = [
     "kname/_native_cupti_activity.c",
     "kname/_native_cupti_join.c",
     "kname/_native_cupti_graphs.c",
+    "kname/_native_cupti_trace.c",
     "kname/_native_common.c",
 ]
 CUPTI_HEADERS = [
@@ -109,6 +110,7 @@ CUPTI_HEADERS = [
     "kname/_native_cupti.h",
     "kname/_native_cupti_join.h",
     "kname/_native_cupti_graphs.h",
+    "kname/_native_cupti_trace.h",
     "kname/_cupti_abi.h",
 ]
 

@@ -131,6 +131,16 @@ recorder_unmark(Recorder *r, PyObject *unused)
 }
 
 static PyObject *
+recorder_time_launches(Recorder *r, PyObject *flag)
+{
+    int timed = PyObject_IsTrue(flag);
+    if (timed < 0)
+        return NULL;
+    atomic_store(&r->timed, timed);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
 recorder_set_frameless(Recorder *r, PyObject *name)
 {
     PyObject *kept = NULL; /* None: no_frame again */
@@ -345,8 +355,8 @@ done:
     return record;
 }
 
-static PyObject *
-record_of(Recorder *r, PyObject *make_record, const Launch *launch)
+PyObject *
+launch_object(Recorder *r, PyObject *make_record, const Launch *launch)
 {
     PyObject *args[FIELDS] = {
         PyLong_FromUnsignedLong(launch->correlation_id),
@@ -384,7 +394,7 @@ records_list(Recorder *r, PyObject *make_record, void *taken, Py_ssize_t count, 
 static PyObject *
 launch_record(Recorder *r, PyObject *make_record, const void *launch)
 {
-    return record_of(r, make_record, (const Launch *)launch);
+    return launch_object(r, make_record, (const Launch *)launch);
 }
 
 static PyObject *
@@ -395,10 +405,9 @@ recorder_drain(Recorder *r, PyObject *make_record)
     return records_list(r, make_record, taken, count, sizeof *taken, launch_record);
 }
 
-static PyObject *
-node_record_of(Recorder *r, PyObject *make_record, const void *event)
+PyObject *
+node_object(Recorder *r, PyObject *make_record, const NodeEvent *e)
 {
-    const NodeEvent *e = (const NodeEvent *)event;
     PyObject *site = e->event != NODE_CREATED ? str_empty
                      : e->site != NULL       ? (PyObject *)e->site
                                              : r->no_frame;
@@ -415,11 +424,17 @@ node_record_of(Recorder *r, PyObject *make_record, const void *event)
 }
 
 static PyObject *
+node_record(Recorder *r, PyObject *make_record, const void *event)
+{
+    return node_object(r, make_record, (const NodeEvent *)event);
+}
+
+static PyObject *
 recorder_drain_graph_nodes(Recorder *r, PyObject *make_record)
 {
     Py_ssize_t count;
     NodeEvent *taken = take_node_events(r, &count);
-    return records_list(r, make_record, taken, count, sizeof *taken, node_record_of);
+    return records_list(r, make_record, taken, count, sizeof *taken, node_record);
 }
 
 static PyObject *
@@ -629,6 +644,9 @@ static PyMethodDef recorder_methods[] = {
     {"mark", (PyCFunction)recorder_mark, METH_O,
      "mark(name): the launch kname wraps that starts on this thread has this site."},
     {"unmark", (PyCFunction)recorder_unmark, METH_NOARGS, "unmark(): that launch is over."},
+    {"time_launches", (PyCFunction)recorder_time_launches, METH_O,
+     "time_launches(flag): whether launch calls get CPU timestamps at their enter and exit "
+     "(cuptiGetTimestamp, twice a call): only a trace or a stream log reads them (default True)."},
     {"set_frameless", (PyCFunction)recorder_set_frameless, METH_O,
      "set_frameless(name or None): a launch with no Python frame has this site from now on "
      "(None: no_frame)."},
@@ -683,6 +701,20 @@ static PyMethodDef recorder_methods[] = {
      "totals: sites [(name, (first, kernels, replays, unseen))], unattributed (first, kernels, "
      "replays, unseen); kernels [(kernel, launches, gpu_ns)], replays [(replay site, launches, "
      "gpu_ns)], unseen (launches, gpu_ns)."},
+    {"keep_trace", (PyCFunction)recorder_keep_trace, METH_VARARGS,
+     "keep_trace(max_records): what the join in C is given is kept for the trace too (launch "
+     "calls, graph node events, GPU records: max_records of them at most), and launch calls are "
+     "timed. After join_in_c(), before take_activity_buffers()."},
+    {"trace_counts", (PyCFunction)recorder_trace_counts, METH_NOARGS,
+     "trace_counts() -> {'launches', 'graph_nodes', 'records', 'dropped', 'max_records'}: what "
+     "the trace keeps, and what it did not keep past its cap."},
+    {"trace_streams", (PyCFunction)recorder_trace_streams, METH_VARARGS,
+     "trace_streams(make_launch, make_activity, make_external, make_node, memcpy_name) -> "
+     "(launches, activities, externals, graph_nodes): what the trace keeps, as Python records."},
+    {"trace_json", (PyCFunction)recorder_trace_json, METH_VARARGS,
+     "trace_json(pid, program, version, unattributed, escape, display_name, memcpy_name) -> str: "
+     "kname.profiling.trace.trace_json of what the trace keeps, written in C (escape: json's "
+     "string encoder; each name asked once)."},
     {"activity_counts", (PyCFunction)recorder_activity_counts, METH_NOARGS,
      "activity_counts() -> {'waiting', 'dropped', 'cupti_dropped', 'names', "
      "'names_past_bound'}: GPU records waiting, not kept past the bound, dropped by CUPTI; kernel "
@@ -734,6 +766,7 @@ recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     init_layout(&r->external_layout, external_fields);
     init_layout(&r->node_layout, node_fields);
     r->serial = next_serial++;
+    atomic_store(&r->timed, 1);
     r->forks = atomic_load(&forks);
     r->api_names = PyTuple_New(count);
     r->graph_of = calloc(count ? (size_t)count : 1, 1);
@@ -801,6 +834,9 @@ recorder_clear(Recorder *r)
     r->count = 0;
     r->node_event_count = 0;
     pthread_mutex_unlock(&r->lock);
+    pthread_mutex_lock(&r->activity_lock);
+    r->trace.launch_count = r->trace.node_count = 0;
+    pthread_mutex_unlock(&r->activity_lock);
     memset(r->recent, 0, sizeof r->recent);
     Py_CLEAR(r->api_names);
     Py_CLEAR(r->sites);
@@ -838,6 +874,7 @@ recorder_dealloc(Recorder *r)
     free(r->name_objects);
     names_free(&r->names);
     join_free(&r->join);
+    trace_free(&r->trace);
     pthread_mutex_destroy(&r->lock);
     pthread_mutex_destroy(&r->activity_lock);
     Py_TYPE(r)->tp_free((PyObject *)r);

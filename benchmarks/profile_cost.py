@@ -38,10 +38,8 @@ compiler.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -57,7 +55,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import no_gpu, round_orders, use_test_support  # noqa: E402
+from _common import no_gpu, round_orders  # noqa: E402
+from cupti_floor import CallbackFloor  # noqa: E402
 
 import kname  # noqa: E402
 from kname import hotpath  # noqa: E402
@@ -210,46 +209,6 @@ class Variants:
             self.floor.flush_activities(1)
         elif variant != "bare":
             self.cupti.activity_flush_all(1)  # forced: every buffer is handed over now
-
-
-class CallbackFloor:
-    """benchmarks/cupti_callback_floor.c, compiled on first use: an empty launch callback on
-    kname profile's launch APIs, and activity buffers freed unread."""
-
-    def __init__(self) -> None:
-        self.library: Any = None
-
-    def start(self, cupti: Any) -> None:
-        from kname.profiling.cupti_collector import launch_apis
-        from kname.profiling.launch_callbacks import libcupti_path
-
-        if self.library is None:
-            self.library = self._build()
-        cupti.get_timestamp()  # the binding loads libcupti
-        pairs = [(domain, cbid) for domain, chosen in launch_apis(cupti).items() for cbid in chosen]
-        domains = (ctypes.c_uint32 * len(pairs))(*(domain for domain, _ in pairs))
-        cbids = (ctypes.c_uint32 * len(pairs))(*(cbid for _, cbid in pairs))
-        status = self.library.floor_start(libcupti_path().encode(), domains, cbids, len(pairs))
-        if status:
-            raise SystemExit(f"CUPTI refused the callbacks variant's subscriber (status {status})")
-
-    def stop(self) -> None:
-        self.library.floor_stop()
-
-    @staticmethod
-    def _build() -> Any:
-        use_test_support()
-        from support.nvtx_capture import compile_c
-
-        out = Path(tempfile.mkdtemp(prefix="kname-cupti-floor-")) / "libcupti_floor.so"
-        source = Path(__file__).resolve().parent / "cupti_callback_floor.c"
-        built = compile_c(source, out, "-shared", "-fPIC", f"-I{REPO}", "-ldl")
-        library = ctypes.CDLL(str(built))
-        library.floor_start.argtypes = [
-            ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32),
-            ctypes.c_int,
-        ]  # fmt: skip
-        return library
 
 
 def floor_recorder(cupti: Any) -> Any:

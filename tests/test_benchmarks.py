@@ -154,3 +154,54 @@ def test_no_variant_always_follows_the_same_one():
     for order in COMMON.round_orders(variants, 200):
         followed.update(itertools.pairwise(order))
     assert followed == set(itertools.permutations(variants, 2))
+
+
+# --- kname profile on a whole program (benchmarks/profile_program.py) ----------------------
+
+
+def test_the_whole_program_benchmark_says_in_one_line_that_it_needs_a_gpu(tmp_path):
+    if COMMON.no_gpu() is None:
+        pytest.skip("a GPU is here: the benchmark would run (run.py --only program runs it)")
+    out = tmp_path / "result.json"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "profile_program.py"), "--json", str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"profile_program: skipped, {COMMON.no_gpu()}"]
+    assert json.loads(out.read_text()) == {"skipped": COMMON.no_gpu()}
+    done = subprocess.run(
+        [sys.executable, str(RUN), "--only", "program", "--out", str(tmp_path / "out")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"[bench] program: skipped, {COMMON.no_gpu()}\n" in done.stderr
+    assert f"skipped: {COMMON.no_gpu()}" in (tmp_path / "out" / "results.md").read_text()
+
+
+def test_the_mixed_program_runs_each_line_as_user_code_and_says_what_it_skipped(tmp_path):
+    """benchmarks/mixed_program.py on the CUDA simulator: numba-cuda's line runs (each other
+    library's runs or is skipped with its reason), the lines it reports are those of the loop it
+    wrote, timed together and apart, and their Python calls counted."""
+    out = tmp_path / "result.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KNAME", "NVTX_"))}
+    env.update(NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(REPO))
+    args = ["--out", str(out), "--iterations", "2", "--warmup", "1", "--elements", "32"]
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "mixed_program.py"), *args, "--lines",
+         "--count-calls"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    labels = [line["label"] for line in result["lines"]]
+    assert "numba" in labels
+    families = {label.split("-")[0] for label in labels}
+    assert families | set(result["skipped"]) == {"numba", "cupy", "torch", "triton"}
+    source = (tmp_path / "mixed_loop.py").read_text().splitlines()
+    for line in result["lines"]:
+        assert source[line["line"] - 1].strip() == source[line["timed_line"] - 1].strip()
+    assert "nb_scale[" in source[result["lines"][labels.index("numba")]["line"] - 1]
+    assert result["loop_ns"] > 0 and set(result["line_ns"]) == set(labels)
+    assert result["python_calls"]["numba"] > 0  # the simulator runs the kernel in Python
+    assert "launch_calls" not in result  # no kname profile collecting here

@@ -48,6 +48,11 @@
  * buffer's records are joined right there, in C (kname.profiling.join's tables, steps and
  * bounds, for the path that keeps no stream log), and the totals are read with join_profile().
  *
+ * The trace: after keep_trace(max_records), what the join in C is given is also kept, as C
+ * structs, for --trace (_native_cupti_trace.h), and trace_json() writes the Chrome trace from
+ * it. Launch calls are timed (cuptiGetTimestamp at enter and exit) only while time_launches()
+ * says so: a trace or a stream log reads the times, nothing else does.
+ *
  * CUDA graphs: enable_graph(cbid, event) has CUPTI call back at one of its graph resource
  * callbacks (a node made, cloned, updated, destroyed): each is kept as a C struct, as a launch
  * is, with the ids cuptiGetGraphNodeId, cuptiGetGraphId and cuptiGetGraphExecId give, and, for a

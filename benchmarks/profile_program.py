@@ -247,13 +247,14 @@ def render(measured: dict, rows: list[dict], command: str) -> str:
 
 
 def api_calls_by_line(result: dict) -> dict[int, dict[str, float]]:
-    """From kname's trace: per line of the loop, launch API calls per iteration, runtime
-    (cuda*) and driver (cu*), and GPU records."""
+    """From kname's trace of a --lines run: per line of timed_lines() (which runs the timed
+    iterations only), launch API calls per iteration, runtime (cuda*) and driver (cu*), and
+    GPU records."""
     path = Path(result["folder"]) / "trace.json"
     if not path.exists():
         return {}
     events = json.loads(path.read_text())["traceEvents"]
-    total = result["iterations"] + result["warmup"]
+    total = result["iterations"]
     counts: dict[int, dict[str, float]] = {}
     for event in events:
         if event.get("ph") != "X":

@@ -6,7 +6,6 @@
  */
 #include "_native_cupti.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,35 +120,55 @@ typedef struct {
     int failed; /* no memory */
 } Text;
 
-static void
-text_add(Text *t, const char *s, size_t n)
+/* Room for `n` more bytes; 0 (failed, for good) when there is no memory. */
+static int
+text_room(Text *t, size_t n)
 {
     if (t->failed)
-        return;
-    if (t->length + n > t->room) {
-        size_t room = t->room ? t->room : 1 << 16;
-        while (room < t->length + n)
-            room *= 2;
-        char *grown = realloc(t->data, room);
-        if (grown == NULL) {
-            t->failed = 1;
-            return;
-        }
-        t->data = grown;
-        t->room = room;
+        return 0;
+    size_t room = t->room ? t->room : 1 << 16;
+    while (room < t->length + n)
+        room *= 2;
+    char *grown = realloc(t->data, room);
+    if (grown == NULL) {
+        t->failed = 1;
+        return 0;
     }
+    t->data = grown;
+    t->room = room;
+    return 1;
+}
+
+static inline void
+text_add(Text *t, const char *s, size_t n)
+{
+    if (t->length + n > t->room && !text_room(t, n))
+        return;
     memcpy(t->data + t->length, s, n);
     t->length += n;
 }
 
 #define ADD(t, literal) text_add((t), literal, sizeof(literal) - 1)
 
+/* `value` in decimal at the end of `buffer` (of 20 bytes at least): where its digits start.
+ * (snprintf costs several times more, and a trace prints millions of numbers.) */
+static char *
+decimal(uint64_t value, char *end)
+{
+    char *at = end;
+    do {
+        *--at = (char)('0' + value % 10);
+        value /= 10;
+    } while (value);
+    return at;
+}
+
 static void
 text_u64(Text *t, uint64_t value)
 {
     char digits[24];
-    int n = snprintf(digits, sizeof digits, "%llu", (unsigned long long)value);
-    text_add(t, digits, (size_t)n);
+    char *at = decimal(value, digits + sizeof digits);
+    text_add(t, at, (size_t)(digits + sizeof digits - at));
 }
 
 /* ns in µs as trace.py's _us gives it and json prints it: repr(round(ns / 1000, 3)). */
@@ -157,27 +176,29 @@ static void
 text_us(Text *t, uint64_t ns)
 {
     char digits[40];
-    uint64_t whole = ns / 1000, part = ns % 1000;
-    int n;
+    char *end = digits + 24, *at = decimal(ns / 1000, end);
+    uint64_t part = ns % 1000;
+    *end++ = '.';
     if (part == 0)
-        n = snprintf(digits, sizeof digits, "%llu.0", (unsigned long long)whole);
-    else if (part % 100 == 0)
-        n = snprintf(digits, sizeof digits, "%llu.%01llu", (unsigned long long)whole,
-                     (unsigned long long)(part / 100));
-    else if (part % 10 == 0)
-        n = snprintf(digits, sizeof digits, "%llu.%02llu", (unsigned long long)whole,
-                     (unsigned long long)(part / 10));
-    else
-        n = snprintf(digits, sizeof digits, "%llu.%03llu", (unsigned long long)whole,
-                     (unsigned long long)part);
+        *end++ = '0';
+    else {
+        end[0] = (char)('0' + part / 100);
+        end[1] = (char)('0' + part / 10 % 10);
+        end[2] = (char)('0' + part % 10);
+        end += 3;
+        while (end[-1] == '0') /* the exact decimal, without trailing zeros */
+            end--;
+    }
+    *end = '\0';
+    int n = (int)(end - at);
     if (ns < US_EXACT) {
-        text_add(t, digits, (size_t)n);
+        text_add(t, at, (size_t)n);
         return;
     }
     /* Past that (a trace of months), Python's own steps, with the GIL (see write_events):
      * the quotient correctly rounded, rounded to 3 decimals, and its repr. */
     char *text = NULL;
-    double value = PyOS_string_to_double(digits, NULL, NULL);
+    double value = PyOS_string_to_double(at, NULL, NULL);
     if (value != -1.0 || !PyErr_Occurred()) {
         char *rounded = PyOS_double_to_string(value, 'f', 3, 0, NULL);
         if (rounded != NULL) {
@@ -824,6 +845,8 @@ recorder_trace_json(Recorder *r, PyObject *args)
         PyErr_NoMemory();
         goto done;
     }
+    /* Room for the events at once (about 250 bytes each, a GPU record's flows included). */
+    text_room(&text, 300 * (log.launch_count + 3 * log.work_count) + (1 << 16));
     if (exact_everywhere(&log, tables.origin)) {
         Py_BEGIN_ALLOW_THREADS
         write_trace(&text, &log, &tables, &names);

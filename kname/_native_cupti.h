@@ -74,6 +74,7 @@
 #include "_native_cupti_join.h"
 #include "_native_cupti_trace.h"
 #include "_cupti_abi.h"
+#include "_native_profiled.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

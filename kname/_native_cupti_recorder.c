@@ -156,40 +156,57 @@ recorder_set_frameless(Recorder *r, PyObject *name)
  * marks are this recorder's and no external correlation is pushed, with no Python frame and no
  * look-up per call. push: nvtx_push() (when given), then the site marked on this thread; pop: the
  * mark removed, then nvtx_pop(). An error from an NVTX call is the call's (the launch wrapper
- * says it), as from the closures. */
+ * says it), as from the closures. Its head (_native_profiled.h) lets kname._native's cached
+ * launch do the same without calling it. */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
+    KnameProfiled profiled; /* its nvtx: NULL, no range */
     Recorder *recorder;
     PyObject *name; /* held by the recorder's `kept` too: `wrapped` may point at it */
-    PyObject *nvtx; /* NULL: no range */
-    int is_pop;
 } SiteCall;
+
+static void
+site_mark(const KnameProfiled *profiled)
+{
+    const SiteCall *call = (const SiteCall *)((const char *)profiled - offsetof(SiteCall, profiled));
+    if (call->recorder != NULL)
+        calls_of(call->recorder)->wrapped = call->name;
+}
+
+static void
+site_unmark(const KnameProfiled *profiled)
+{
+    const SiteCall *call = (const SiteCall *)((const char *)profiled - offsetof(SiteCall, profiled));
+    if (call->recorder != NULL)
+        calls_of(call->recorder)->wrapped = NULL;
+}
 
 static PyObject *
 site_call_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     (void)args;
     SiteCall *call = (SiteCall *)op;
+    int is_pop = call->profiled.is_pop;
     if (call->recorder == NULL) { /* cleared by the collector, yet called from a finalizer */
         PyErr_SetString(PyExc_RuntimeError, "kname site call used after it was cleared");
         return NULL;
     }
     if (PyVectorcall_NARGS(nargsf) != 0 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
-        PyErr_SetString(PyExc_TypeError, call->is_pop ? "pop() takes no arguments"
-                                                      : "push() takes no arguments");
+        PyErr_SetString(PyExc_TypeError, is_pop ? "pop() takes no arguments"
+                                                : "push() takes no arguments");
         return NULL;
     }
-    if (call->is_pop)
-        calls_of(call->recorder)->wrapped = NULL;
-    if (call->nvtx != NULL) {
-        PyObject *result = PyObject_CallNoArgs(call->nvtx);
+    if (is_pop)
+        site_unmark(&call->profiled);
+    if (call->profiled.nvtx != NULL) {
+        PyObject *result = PyObject_CallNoArgs(call->profiled.nvtx);
         if (result == NULL)
             return NULL;
         Py_DECREF(result);
     }
-    if (!call->is_pop)
-        calls_of(call->recorder)->wrapped = call->name;
+    if (!is_pop)
+        site_mark(&call->profiled);
     Py_RETURN_NONE;
 }
 
@@ -199,7 +216,7 @@ site_call_traverse(SiteCall *call, visitproc visit, void *arg)
     Py_VISIT(Py_TYPE(call));
     Py_VISIT(call->recorder);
     Py_VISIT(call->name);
-    Py_VISIT(call->nvtx);
+    Py_VISIT(call->profiled.nvtx);
     return 0;
 }
 
@@ -208,7 +225,8 @@ site_call_clear(SiteCall *call)
 {
     Py_CLEAR(call->recorder);
     Py_CLEAR(call->name);
-    Py_CLEAR(call->nvtx);
+    Py_CLEAR(call->profiled.nvtx);
+    call->profiled.nvtx_attributes = NULL;
     return 0;
 }
 
@@ -223,8 +241,8 @@ site_call_dealloc(SiteCall *call)
 static PyObject *
 site_call_repr(SiteCall *call)
 {
-    return PyUnicode_FromFormat("<kname profile %s of %R>", call->is_pop ? "pop" : "push",
-                                call->name);
+    return PyUnicode_FromFormat("<kname profile %s of %R>",
+                                call->profiled.is_pop ? "pop" : "push", call->name);
 }
 
 static PyTypeObject SiteCallType = {
@@ -248,10 +266,12 @@ new_site_call(Recorder *r, PyObject *name, PyObject *nvtx, int is_pop)
     if (call == NULL)
         return NULL;
     call->vectorcall = site_call_vectorcall;
+    call->profiled = (KnameProfiled){
+        KNAME_PROFILED_MAGIC, site_mark, site_unmark, r, nvtx == Py_None ? NULL : Py_NewRef(nvtx),
+        is_pop, NULL, NULL,
+    };
     call->recorder = (Recorder *)Py_NewRef((PyObject *)r);
     call->name = Py_NewRef(name);
-    call->nvtx = nvtx == Py_None ? NULL : Py_NewRef(nvtx);
-    call->is_pop = is_pop;
     PyObject_GC_Track(call);
     return (PyObject *)call;
 }

@@ -405,3 +405,49 @@ def test_launches_kname_wraps_on_either_hot_path_are_traced_in_c_as_in_python(
 def line_of_marker(marker: str) -> int:
     with open(__file__, encoding="utf-8") as source:
         return next(n for n, line in enumerate(source, 1) if line.rstrip().endswith(f"# {marker}"))
+
+
+COUNTED = '''
+"""A GPU library kname wraps, whose launch notes what it sees of kname while it runs."""
+import sys
+
+from kname import callsite
+
+LIBRARY = None
+SEEN = []
+
+
+def launch(number):
+    (site,) = [s for s in callsite.sites.values() if type(s.push).__name__ == "SiteCall"]
+    SEEN.append(sys.getrefcount(site))  # one more while kname holds it: not a cached launch
+    LIBRARY.fake_callback(1, 307, 0, number)
+    LIBRARY.fake_callback(1, 307, 1, number)
+'''
+
+
+@pytest.mark.parametrize("hot_path", ["native"], indirect=True)
+def test_a_wrapped_launch_while_a_profile_collects_is_a_cached_launch(
+    stand_in_cupti, hot_path, tmp_path, monkeypatch
+):
+    """The push and pop kname profile gives a wrapped site (the recorder's C site calls) are run
+    by the C wrapper's cached launch, as an NVTX range is: no reference taken, no call made; the
+    site still marked for the CUPTI callback inside, and unmarked after."""
+    (tmp_path / "countedlib.py").write_text(COUNTED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "countedlib", raising=False)
+    import countedlib
+
+    countedlib.LIBRARY = stand_in_cupti.library
+    kname.install(targets=["countedlib:launch"])
+    with kname.profile(keep_streams=True) as profile:
+        for number in range(1, 6):
+            countedlib.launch(number)  # L:counted
+        stand_in_cupti.library.fake_callback(1, 307, 0, 99)  # after the launches: no mark left
+        stand_in_cupti.library.fake_callback(1, 307, 1, 99)
+    launches = profile.streams().launches
+    named = f"test_native_cupti_trace.py:{line_of_marker('L:counted')}"
+    assert [launch.site.endswith(named) for launch in launches] == [True] * 5 + [False]
+    # The first two launches took every step, holding the site (a new site; then the table of
+    # recent look-ups filled); the others none.
+    first, cached = countedlib.SEEN[0], countedlib.SEEN[2:]
+    assert cached == [first - 1] * 3

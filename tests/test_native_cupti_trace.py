@@ -328,21 +328,32 @@ def test_launch_calls_are_timed_only_where_a_trace_reads_the_times(stand_in_cupt
     assert taken == {False: 0, True: 20}  # two a launch call (enter, exit) with the trace
 
 
-def test_a_trace_past_its_cap_is_said_once_with_what_it_dropped(
-    stand_in_cupti, capsys, monkeypatch
-):
-    session = ProfileSession(keep_streams=True)
-    monkeypatch.setattr(session.log, "max_records", 4)
+def test_a_trace_past_its_cap_is_valid_json_said_once_with_what_it_dropped(stand_in_cupti, capsys):
+    session = ProfileSession(keep_streams=True, max_records=4)
     assert session.start()
     launched(session, stand_in_cupti, ["a.py:1"] * 3)
     session.stop()
+    assert session.collector.trace is not None  # kept in C
     session._trace_text()
-    session._trace_text()
+    events = json.loads(session._trace_text())["traceEvents"]
+    assert len([e for e in events if e["ph"] == "X"]) == 4
     lines = [line for line in capsys.readouterr().err.splitlines() if "the trace keeps" in line]
     assert lines == [
         "kname: profile: the trace keeps at most 4 records (launch calls, GPU records, graph "
-        "node events); 2 later ones are not in it"
+        "node events; KNAME_PROFILE_TRACE_MAX); 2 later ones are not in it"
     ]
+
+
+def test_a_session_started_again_keeps_at_most_its_cap_over_every_run(stand_in_cupti, capsys):
+    session = ProfileSession(keep_streams=True, max_records=5)
+    for run in range(3):
+        assert session.start()
+        launched(session, stand_in_cupti, [f"run{run}.py:1"] * 2, first=1 + 10 * run)
+        session.stop()
+    events = json.loads(session._trace_text())["traceEvents"]
+    assert len([e for e in events if e["ph"] == "X"]) == 5
+    assert "5 records (launch calls" in capsys.readouterr().err
+    assert session.streams().meta["dropped_records"] == 3 * 4 - 5
 
 
 def test_a_session_started_again_keeps_the_first_runs_trace(stand_in_cupti):
@@ -376,7 +387,7 @@ def launch(gpu_ns):
 '''
 
 
-@pytest.mark.parametrize("hot_path", ["python", "native"], indirect=True)
+@pytest.mark.launches
 def test_launches_kname_wraps_on_either_hot_path_are_traced_in_c_as_in_python(
     stand_in_cupti, hot_path, tmp_path, monkeypatch
 ):

@@ -284,7 +284,8 @@ class CuptiCollector:
             if self._log is not None:
                 if self._trace is not None:  # started again: the last run's trace to the log
                     self._trace.move_into(self._log)
-                self._trace = self._callbacks.keep_trace(self._log.max_records, self._memcpy_name)
+                room = max(self._log.max_records - self._log.kept, 0)  # one cap for every run
+                self._trace = self._callbacks.keep_trace(room, self._memcpy_name)
         completed = None if in_c else self._native_buffer_completed
         status = self._callbacks.take_activity_buffers(self._buffer_bytes, completed)
         if status:

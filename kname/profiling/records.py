@@ -17,12 +17,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kname._locks import new_lock
+from kname.config import DEFAULT_TRACE_MAX
 
 KERNEL, MEMCPY, MEMSET = "kernel", "memcpy", "memset"
 ACTIVITY_KINDS = (KERNEL, MEMCPY, MEMSET)
 STREAMS_FORMAT = 2  # 2 added graph node records and activity records' graph_node_id
 READ_FORMATS = (1, 2)
-MAX_LOGGED = 2_000_000  # records a StreamLog keeps (for --trace and fixtures), of every kind
+MAX_LOGGED = DEFAULT_TRACE_MAX  # records a StreamLog keeps (for --trace and fixtures), all kinds
 
 
 @dataclass(slots=True)

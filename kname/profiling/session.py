@@ -73,9 +73,10 @@ class ProfileSession:
         self,
         keep_streams: bool = False,
         collector: Callable[[LaunchCapture, Join, StreamLog | None], Collector] | None = None,
+        max_records: int = MAX_LOGGED,
     ) -> None:
         self.join: Join | NativeJoin = Join()
-        self.log = StreamLog() if keep_streams else None
+        self.log = StreamLog(max_records) if keep_streams else None
         self.capture = LaunchCapture(self.join, self.log)
         if collector is None:
             from kname.profiling.cupti_collector import CuptiCollector as collector
@@ -187,7 +188,8 @@ class ProfileSession:
             warn_once(
                 "profile:trace-cap",
                 f"profile: the trace keeps at most {self._trace_cap()} records (launch calls, "
-                f"GPU records, graph node events); {dropped} later ones are not in it",
+                f"GPU records, graph node events; KNAME_PROFILE_TRACE_MAX); {dropped} later ones "
+                "are not in it",
             )
         return text
 

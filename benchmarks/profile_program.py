@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python3 benchmarks/profile_program.py [--rounds 5] [--iterations 1500]
         [--max-seconds 330] [--breakdown] [--json OUT]
+    python3 benchmarks/profile_program.py --table OUT    # a saved run's table again (no GPU)
 
 benchmarks/mixed_program.py (a launch-bound loop of every library kname covers that is installed,
 about nine GPU launches an iteration) is run as whole processes, the variants interleaved in a new
@@ -28,7 +29,8 @@ its GPU launches, and the Python function calls each line makes (sys.setprofile)
 under kname profile.
 
 Without a GPU it says so in one line. A library missing here loses its lines (said in a note), a
-variant that cannot run here (no cupti-python, no Proton) is left out, said in one line.
+variant that cannot run here (no cupti-python, no Proton) is left out, said in one line. --json
+keeps the numbers measured; --table prints the table made from them again, anywhere.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, clean_env, no_gpu, quantile, round_orders, write_json
@@ -126,6 +129,9 @@ def measure(runs: Runs, variants: list[str], rounds: int, max_seconds: float) ->
     processes: dict[str, list[float]] = {v: [] for v in variants}
     notes: list[str] = []
     per_launch: list[float] = []
+    calls_per_iteration: list[
+        float
+    ] = []  # launch API calls CUPTI reported per iteration, nested ones too
     started = time.perf_counter()
     round_seconds = 0.0
     last: dict = {}  # the results of the last whole round
@@ -146,6 +152,8 @@ def measure(runs: Runs, variants: list[str], rounds: int, max_seconds: float) ->
         launches = gpu_launches_per_iteration(results[JSON]) if JSON in results else None
         if launches:
             per_launch.append(launches)
+        if results.get(JSON, {}).get("launch_calls"):
+            calls_per_iteration.append(results[JSON]["launch_calls"] / results[JSON]["iterations"])
         last = results
     first = next(iter(last.values()), {})
     return {
@@ -153,6 +161,9 @@ def measure(runs: Runs, variants: list[str], rounds: int, max_seconds: float) ->
         "processes": processes,
         "notes": notes,
         "launches_per_iteration": statistics.median(per_launch) if per_launch else None,
+        "api_calls_per_iteration": statistics.median(calls_per_iteration)
+        if calls_per_iteration
+        else None,
         "iterations": first.get("iterations"),
         "lines": first.get("lines", []),
         "skipped": first.get("skipped", {}),
@@ -195,6 +206,13 @@ def differences(measured: dict, variant: str, base: str) -> float | None:
     )
 
 
+def api_calls(measured: dict) -> str:
+    """The launch API calls an iteration, where kname counted them (runtime and driver calls
+    both, a driver call made inside a runtime one too)."""
+    calls = measured.get("api_calls_per_iteration")
+    return f" ({calls:.1f} launch API calls as CUPTI reports them)" if calls else ""
+
+
 def render(measured: dict, rows: list[dict], command: str) -> str:
     if not rows:
         notes = "".join(f"\n- note: {note}" for note in measured["notes"])
@@ -205,7 +223,8 @@ def render(measured: dict, rows: list[dict], command: str) -> str:
         "",
         f"`{command}`: benchmarks/mixed_program.py, {measured['iterations']} iterations of "
         f"{len(measured['lines'])} lines ({', '.join(x['label'] for x in measured['lines'])}), "
-        f"{per_iteration:.1f} GPU launches an iteration; whole processes, variants interleaved, "
+        f"{per_iteration:.1f} GPU launches an iteration{api_calls(measured)}; whole processes, "
+        "variants interleaved, "
         f"{rows[0]['rounds']} rounds. Added: per GPU launch, the per-round difference to the "
         "unprofiled run (lower quartile, median); the A/A row is the host's spread."
         if per_iteration
@@ -344,15 +363,46 @@ def available(env: dict[str, str]) -> tuple[list[str], list[str], Path | None]:
     return variants, notes, floor
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options; a count or time that is not above 0 is refused in one line (exit 2)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--iterations", type=int, default=1500)
-    parser.add_argument("--warmup", type=int, default=50)
-    parser.add_argument("--max-seconds", type=float, default=330.0)
+    parser.add_argument("--rounds", type=above_zero(int), default=5)
+    parser.add_argument("--iterations", type=above_zero(int), default=1500)
+    parser.add_argument("--warmup", type=above_zero(int), default=50)
+    parser.add_argument("--max-seconds", type=above_zero(float), default=330.0)
     parser.add_argument("--breakdown", action="store_true")
     parser.add_argument("--json", help="write the results here (for benchmarks/run.py)")
-    args = parser.parse_args()
+    parser.add_argument("--table", metavar="JSON", help="print the table of a saved --json run")
+    return parser.parse_args(argv)
+
+
+def above_zero(kind: type) -> Any:
+    def read(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = 0
+        if not value > 0:  # also refuses nan
+            raise argparse.ArgumentTypeError(f"expected a number above 0, not {text!r}")
+        return value
+
+    read.__name__ = kind.__name__  # argparse names the type in its message
+    return read
+
+
+def saved_table(path: str) -> str:
+    """The table of a run saved with --json, made again from its numbers."""
+    saved = json.loads(Path(path).read_text())
+    if "skipped" in saved:
+        return f"profile_program: the saved run was skipped, {saved['skipped']}\n"
+    return render(saved["measured"], summary(saved["measured"]), saved["command"])
+
+
+def main() -> None:
+    args = parse_args()
+    if args.table:
+        print(saved_table(args.table), end="")
+        return
     missing = no_gpu()
     if missing:
         print(f"profile_program: skipped, {missing}")
@@ -371,7 +421,8 @@ def main() -> None:
             text += "\n" + breakdown(runs, variants)
     print(text, flush=True)
     if args.json:
-        write_json(args.json, {"rows": rows, "measured": measured, "markdown": text})
+        saved = {"rows": rows, "measured": measured, "markdown": text, "command": command}
+        write_json(args.json, saved)
 
 
 if __name__ == "__main__":

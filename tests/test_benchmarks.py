@@ -330,3 +330,21 @@ def test_a_saved_run_prints_the_same_table_again_without_a_gpu(tmp_path_factory,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout == text
+
+
+def test_the_cpu_profile_benchmark_runs_without_a_gpu_and_prints_a_row_per_variant(tmp_path):
+    """benchmarks/profile_cpu.py with CUPTI played by the stand-in: kname's own part of the
+    cost per launch, or one line saying what this machine lacks."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KNAME", "NVTX_"))}
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "profile_cpu.py"), "--rounds", "2",
+         "--batch", "20"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    if done.stdout.startswith("profile_cpu: skipped, "):
+        assert len(done.stdout.splitlines()) == 1
+        return
+    rows = [line.split(" | ")[0] for line in done.stdout.splitlines() if line.startswith("| ")]
+    assert rows == ["| variant", "| ---", "| kname", "| --json", "| --trace"]
+    assert "2 rounds; the launch wrapper: " in done.stdout

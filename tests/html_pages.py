@@ -16,6 +16,7 @@ from profile_streams import TERMINAL_HOSTILE
 
 from kname.documents.build import census_document, profile_document
 from kname.documents.sources import SOURCES
+from kname.documents.text import printable
 from kname.naming import CALLER_SEPARATOR
 from kname.profiling.join import KernelTotals, Profile, SiteTotals
 
@@ -32,6 +33,11 @@ ATTRIBUTES = {
 HEAT = re.compile(r"\bh([1-6])\b")
 
 
+def shown_code(line: str) -> str:
+    """A line of source as a page shows it: tabs kept, other unprintable characters escaped."""
+    return "\t".join(printable(part) for part in line.split("\t"))
+
+
 @dataclass
 class Row:
     """A table row: its attributes, and each cell's class and text."""
@@ -39,6 +45,7 @@ class Row:
     attributes: dict[str, str]
     view: str  # the id of the view it is in
     cells: list[tuple[str, str]] = field(default_factory=list)
+    titles: list[str] = field(default_factory=list)  # each cell's title ("" for none)
     links: list[str] = field(default_factory=list)  # the hrefs in it
 
     def text(self, index: int) -> str:
@@ -65,7 +72,10 @@ class ParsedPage(HTMLParser):
         self.views: list[str] = []
         self.rows: list[Row] = []
         self.raw_text: list[str] = []  # what data came as, references left out
-        self.frames: list[dict[str, str]] = []  # the call tree's boxes: node and frame attributes
+        # The call tree's boxes: the node's and its frame's (`a-...`) attributes, and the value of
+        # the node it is drawn in (`parent`, "" for a root).
+        self.frames: list[dict[str, str]] = []
+        self._divs: list[dict[str, str]] = []
         self.headings: dict[str, str] = {}  # view -> the text of its <h2>
         self._cell: list[str] | None = None
         self._heading: list[str] | None = None
@@ -93,14 +103,21 @@ class ParsedPage(HTMLParser):
             self._in_row = True
         elif tag in ("td", "th") and self.rows:
             self.rows[-1].cells.append((attributes.get("class", ""), ""))
+            self.rows[-1].titles.append(attributes.get("title", ""))
             self._cell = []
-        elif tag == "div" and attributes.get("class") == "node":
-            self._node = attributes
+        elif tag == "div":
+            if attributes.get("class") == "node":
+                nodes = [div for div in self._divs if div.get("class") == "node"]
+                parent = nodes[-1]["data-value"] if nodes else ""
+                self._node = attributes | {"parent": parent}
+            self._divs.append(attributes)
         elif tag == "a" and "frame" in attributes.get("class", "") and self._node is not None:
             self.frames.append({**self._node, **{f"a-{k}": v for k, v in attributes.items()}})
             self._node = None
 
     def handle_endtag(self, tag):
+        if tag == "div" and self._divs:
+            self._divs.pop()
         if tag == "tr":
             self._in_row = False
         elif tag == "h2" and self._heading is not None:
@@ -164,6 +181,17 @@ source_lines = st.text(
 def name_of(chain: list[tuple[str, str, int]]) -> str:
     """The call-site name of a chain of (function, path, line), the site first."""
     return CALLER_SEPARATOR.join(f"{function} {path}:{line}" for function, path, line in chain)
+
+
+def per_line(document: dict, chains: dict[str, list], field: str) -> dict[tuple[str, int], int]:
+    """{(path, line): the sum of `field` ("gpu_ns", "launches")} of the lines the sites launched
+    from, by the chains they were made of (a site with no chain names no line)."""
+    lines: dict[tuple[str, int], int] = {}
+    for site in document["sites"]:
+        if chains[site["name"]]:
+            _, path, line = chains[site["name"]][0]
+            lines[path, line] = lines.get((path, line), 0) + site[field]
+    return lines
 
 
 @st.composite

@@ -31,6 +31,7 @@ from kname._warnings import warn_once
 from kname.documents.build import profile_document
 from kname.documents.files import write_atomically
 from kname.documents.owner import Output, claim, write_output
+from kname.documents.pages.profile import render_profile_page
 from kname.documents.schema import render_json
 from kname.documents.sources import with_sources
 from kname.documents.tables import render_profile_table
@@ -38,7 +39,6 @@ from kname.profiling import backward
 from kname.profiling.capture import LaunchCapture, site_of_frame
 from kname.profiling.join import Join
 from kname.profiling.native_join import NativeJoin
-from kname.profiling.page import render_page
 from kname.profiling.records import StreamLog, Streams, streams_to_json
 from kname.profiling.trace import trace_json
 
@@ -183,7 +183,7 @@ class ProfileSession:
         return trace_json(self.streams())
 
     def _page_text(self) -> str:
-        return render_page(self.document())
+        return render_profile_page(self.document())
 
     def save_streams(self, path: str | os.PathLike, **meta: Any) -> None:
         """The raw streams as JSON, to replay without a GPU (needs keep_streams=True)."""

@@ -27,6 +27,8 @@ from kname.documents.sources import lines_of
 from kname.profiling.records import ActivityRecord, load_streams
 from kname.profiling.session import ProfileSession
 
+pytestmark = pytest.mark.launches
+
 SCRIPTED = '''
 import sys
 

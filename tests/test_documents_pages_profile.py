@@ -17,7 +17,7 @@ from profile_streams import documents, hostile_documents, hostile_names
 from recorded_pages import h200_document
 
 from kname.documents.build import profile_document
-from kname.documents.pages.layout import HEAT_FROM, heat, text
+from kname.documents.pages.layout import text
 from kname.documents.pages.profile import BAR_WIDTH, BARS_SHOWN, render_profile_page
 from kname.documents.sources import SOURCES, lines_of
 from kname.documents.tables import graph_note
@@ -192,19 +192,6 @@ def test_the_shares_add_up_to_the_whole_and_the_lines_to_the_sites_they_launched
     lines = [row.titles[1] for view in page.view_of_file().values() for row in page.lines(view)
              .values() if row.titles[1]]  # fmt: skip
     assert percents(lines) == pytest.approx(100 * placed / total, abs=0.05 * len(lines) + 1e-9)
-
-
-@given(st.lists(st.floats(0, 1), min_size=2))
-def test_heat_grows_with_share(shares):
-    shares = sorted(shares)
-    levels = [int(heat(share)[1:] or 0) for share in shares]
-    assert levels == sorted(levels)
-    assert all((level == 0) == (share == 0) for level, share in zip(levels, shares, strict=True))
-
-
-def test_each_heat_level_starts_at_its_share():
-    assert [heat(share) for share in HEAT_FROM[1:]] == ["h2", "h3", "h4", "h5", "h6"]
-    assert heat(1e-9) == "h1" and heat(1.0) == "h6"
 
 
 def test_a_document_without_source_shows_its_lines_by_number():

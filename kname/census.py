@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
-from kname import counters
+from kname import counters, naming
 from kname._locks import reset_in_child
 from kname._sigterm import at_exit
 from kname._warnings import warn_once
@@ -58,10 +58,14 @@ def report(file: IO[str] | str | os.PathLike | None = None, format: str = "table
         raise ValueError(f"report(format={format!r}): accepted formats are 'table' and 'json'")
     from kname.documents.files import write_atomically
     from kname.documents.schema import render_json
+    from kname.documents.sources import with_sources
     from kname.documents.tables import render_census_table
 
     document = census()
-    text = render_json(document) if format == "json" else render_census_table(document)
+    if format == "json":  # a saved census keeps the source of its lines, for its page
+        text = render_json(with_sources(document, naming.shown_files()))
+    else:
+        text = render_census_table(document)
     if file is None or hasattr(file, "write"):
         stream = sys.stdout if file is None else file
         stream.write(text)
@@ -84,7 +88,7 @@ def write_at_exit(destination: str, strict: bool = False) -> None:
     With `strict` (KNAME_STRICT=1), a census that cannot be written makes the exit status 2.
     """
     global _exit_destination, _exit_output, _exit_registered, _exit_writer, _owner_pid, _strict
-    from kname.documents import build, schema, tables  # noqa: F401  (for _write_now)
+    from kname.documents import build, schema, sources, tables  # noqa: F401  (for _write_now)
     from kname.documents.owner import claim, owner_pid
 
     _strict = strict
@@ -114,6 +118,7 @@ def _write_now() -> None:
         return
     from kname.documents.owner import write_output  # imported by write_at_exit()
     from kname.documents.schema import render_json
+    from kname.documents.sources import with_sources
     from kname.documents.tables import render_census_table
 
     try:
@@ -124,7 +129,8 @@ def _write_now() -> None:
             sys.stderr.write(render_census_table(document))
             sys.stderr.flush()
         else:  # in a child, its own file beside the owner's
-            write_output(output, render_json(document), "launch census (KNAME_REPORT)")
+            text = render_json(with_sources(document, naming.shown_files()))
+            write_output(output, text, "launch census (KNAME_REPORT)")
     except Exception as exc:  # never a traceback at exit
         reason = f"{type(exc).__name__}: {exc.strerror if isinstance(exc, OSError) else exc}"
         shown = destination if output is None else output.path

@@ -20,10 +20,12 @@ DEFAULT_FORMAT = "{function} {path}:{line}"
 DEFAULT_DOMAIN = "kname"
 MAX_DEPTH = 16
 DEFAULT_TOP = 20  # call sites in the table `kname profile` prints at exit
+# Records `kname profile --trace` keeps at most: launch calls, GPU records, graph node events.
+DEFAULT_TRACE_MAX = 2_000_000
 # KNAME_MODE=profile's outputs besides KNAME_REPORT (its JSON) -> the Config field each sets.
 PROFILE_OUTPUTS = {"KNAME_PROFILE_TRACE": "trace", "KNAME_PROFILE_HTML": "html"}
 # KNAME_MODE=profile's other settings, read only in that mode (KNAME_PROFILE_FLUSH: seconds).
-PROFILE_SETTINGS = ("KNAME_PROFILE_TOP", "KNAME_PROFILE_FLUSH")
+PROFILE_SETTINGS = ("KNAME_PROFILE_TOP", "KNAME_PROFILE_FLUSH", "KNAME_PROFILE_TRACE_MAX")
 # KNAME_RANKS: ranks are whole numbers of at most 9 digits (int() refuses over 4300 digits).
 MAX_RANK = 999_999_999
 # Longer call-site names are cut to this many characters, ending in a digest of the whole name.
@@ -67,6 +69,7 @@ class Config:
     html: str | None = None  # KNAME_MODE=profile: HTML page written at exit
     top: int = DEFAULT_TOP  # KNAME_MODE=profile: call sites in the table printed at exit
     flush: float | None = None  # KNAME_MODE=profile: seconds between rewrites (None: at exit)
+    trace_max: int = DEFAULT_TRACE_MAX  # KNAME_MODE=profile: records the trace keeps at most
     ranks: RankSpans | None = None  # KNAME_RANKS: the ranks that profile (None: every rank)
     strict: bool = False
     native: bool = True  # KNAME_NATIVE: the C hot path where built (False: the pure-Python one)
@@ -294,7 +297,8 @@ def _read_mode(value: str | None, problems: list[str]) -> str:
 def _read_profile_settings(
     env: Mapping[str, str], mode: str, problems: list[str]
 ) -> dict[str, str | int | float | None]:
-    """KNAME_PROFILE_TRACE, _HTML, _TOP and _FLUSH (read with KNAME_MODE=profile only)."""
+    """KNAME_PROFILE_TRACE, _HTML, _TOP, _FLUSH and _TRACE_MAX (read with KNAME_MODE=profile
+    only)."""
     settings: dict[str, str | int | float | None] = {}
     given = {v: (env.get(v) or "").strip() for v in (*PROFILE_OUTPUTS, *PROFILE_SETTINGS)}
     for variable in [v for v, text in given.items() if text and mode != "profile"]:
@@ -306,16 +310,23 @@ def _read_profile_settings(
         return settings
     for variable, attribute in PROFILE_OUTPUTS.items():
         settings[attribute] = given[variable] or None
-    top = given["KNAME_PROFILE_TOP"]
-    if top:
-        # The length check first: int() refuses strings of over 4300 digits.
-        if top.isascii() and top.isdigit() and len(top) <= 9 and int(top) >= 1:
-            settings["top"] = int(top)
-        else:
-            problems.append(
-                f"KNAME_PROFILE_TOP={env['KNAME_PROFILE_TOP']!r} is not a whole number of 1 or "
-                f"more (call sites in the table); using {DEFAULT_TOP}"
-            )
+    counts = {
+        "top": ("KNAME_PROFILE_TOP", "call sites in the table", DEFAULT_TOP),
+        "trace_max": (
+            "KNAME_PROFILE_TRACE_MAX",
+            "launch calls, GPU records and graph node events the trace keeps",
+            DEFAULT_TRACE_MAX,
+        ),
+    }
+    for attribute, (variable, what, default) in counts.items():
+        if given[variable]:
+            settings[attribute] = _read_count(given[variable])
+            if settings[attribute] is None:
+                settings[attribute] = default
+                problems.append(
+                    f"{variable}={env[variable]!r} is not a whole number of 1 or more ({what}); "
+                    f"using {default}"
+                )
     flush = given["KNAME_PROFILE_FLUSH"]
     if flush:
         settings["flush"] = _read_seconds(flush)
@@ -325,6 +336,14 @@ def _read_profile_settings(
                 "above 0 (such as 30 or 0.5); using none: the profile is written at exit only"
             )
     return settings
+
+
+def _read_count(text: str) -> int | None:
+    """A whole number of 1 or more written in at most 9 digits ('20'), else None."""
+    # The length check first: int() refuses strings of over 4300 digits.
+    if text.isascii() and text.isdigit() and len(text) <= 9 and int(text) >= 1:
+        return int(text)
+    return None
 
 
 def _read_seconds(text: str) -> float | None:

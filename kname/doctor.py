@@ -475,6 +475,7 @@ def _check_configuration() -> tuple[Config, list[tuple[str, str]]]:
         "KNAME_NATIVE": "on (where built)" if config.native else "off (pure Python)",
         "KNAME_RANKS": "every rank" if config.ranks is None else format_ranks(config.ranks),
         "KNAME_PROFILE_FLUSH": f"every {config.flush:g} s" if config.flush else "at exit only",
+        "KNAME_PROFILE_TRACE_MAX": f"{config.trace_max} records in a trace at most",
     }
     lines.extend(("", f"    {variable:<14} {value}") for variable, value in settings.items())
     return config, lines

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from pathlib import Path
 
 import pytest
 from support import REPO, ended_by_sigterm
@@ -22,6 +23,7 @@ from support import REPO, ended_by_sigterm
 from kname import callsite, naming
 from kname.config import DEFAULT_FORMAT
 from kname.documents.files import load
+from kname.documents.sources import lines_of
 from kname.profiling.records import ActivityRecord, load_streams
 from kname.profiling.session import ProfileSession
 
@@ -103,6 +105,19 @@ def test_a_session_collects_and_ranks_gpu_time_per_line(session):
     assert "scale_raw 9.00 us (1)" in table[2]
 
 
+def test_the_saved_profile_keeps_the_source_of_its_lines(session, tmp_path):
+    with session as profile:
+        axpy = this_line(+1)
+        profile.collector.launch("axpy", 2_000)  # the line the page shows
+    session.save(tmp_path / "p.json")
+    document = load(str(tmp_path / "p.json"))
+    path, line = axpy.rsplit(" ", 1)[1].rsplit(":", 1)
+    kept = lines_of(document["sources"][path])
+    assert kept[int(line)].endswith("# the line the page shows")
+    source = Path(__file__).read_text().splitlines()
+    assert all(source[number - 1] == text for number, text in kept.items())
+
+
 def test_start_twice_starts_once(session):
     session.start()
     session.start()
@@ -127,6 +142,28 @@ def test_the_outputs_are_written_and_read_back(session, tmp_path):
     assert streams.meta["device"] == "none" and streams.meta["pid"] == os.getpid()
     assert [r.site for r in streams.launches] == [session.sites[0]["name"]]
     assert streams.activities == [ActivityRecord("kernel", 1, "axpy", 1_500, 3_500, 7)]
+
+
+@pytest.mark.parametrize(("launches", "cap"), [(3, 1), (3, 4), (3, 6), (3, 7), (5, 9)])
+def test_a_trace_past_its_cap_keeps_the_first_records_and_is_said_once(
+    launches, cap, tmp_path, capsys
+):
+    callsite.configure((), DEFAULT_FORMAT, 1, False)
+    session = ProfileSession(keep_streams=True, collector=ScriptedCupti, max_records=cap)
+    with session:
+        for _ in range(launches):
+            session.collector.launch("axpy", 2_000)
+    session.save_trace(tmp_path / "first.json")
+    session.save_trace(tmp_path / "again.json")  # a flush, then the exit: one line still
+    events = json.loads((tmp_path / "again.json").read_text())["traceEvents"]
+    # A launch call, then its kernel: the first `cap` of them are the trace's timed events.
+    assert len([e for e in events if e["ph"] == "X"]) == min(cap, 2 * launches)
+    said = [line for line in capsys.readouterr().err.splitlines() if "the trace keeps" in line]
+    dropped = 2 * launches - cap
+    assert said == [
+        f"kname: profile: the trace keeps at most {cap} records (launch calls, GPU records, "
+        f"graph node events; KNAME_PROFILE_TRACE_MAX); {dropped} later ones are not in it"
+    ] * (dropped > 0)
 
 
 def test_streams_need_a_session_that_keeps_them():

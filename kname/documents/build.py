@@ -16,6 +16,7 @@ from kname.documents.schema import (
     DocumentError,
     kernel_sums,
 )
+from kname.documents.sources import SOURCES, merge_sources
 
 _NONE = {"launches": 0, "gpu_ns": 0}
 
@@ -72,7 +73,8 @@ def merge_documents(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One document from several of one schema (one per rank or process): sites summed.
 
     Launches, GPU time and per-kernel totals are added; share, order and `kernel` are derived
-    again (order by each site's earliest rank in any input, then by name).
+    again (order by each site's earliest rank in any input, then by name). The source the
+    documents kept is kept too (documents/sources.py).
     """
     if not documents:
         raise DocumentError("nothing to merge")
@@ -83,7 +85,7 @@ def merge_documents(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "merge files of one kind"
         )
     if schemas == {CENSUS_SCHEMA}:
-        return _merge_censuses(documents)
+        return _with_merged_sources(_merge_censuses(documents), documents)
     sites: dict[str, dict[str, Any]] = {}
     unattributed: dict[str, dict[str, int]] = {}
     for document in documents:
@@ -105,7 +107,15 @@ def merge_documents(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         | _graph_fields(site["replayed_at"], site["replayed_unseen"])
         for rank, (name, site) in enumerate(ranked, 1)
     ]
-    return _profile(rows, unattributed, sum(d.get("processes", 1) for d in documents))
+    merged = _profile(rows, unattributed, sum(d.get("processes", 1) for d in documents))
+    return _with_merged_sources(merged, documents)
+
+
+def _with_merged_sources(
+    merged: dict[str, Any], documents: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    sources = merge_sources(documents)
+    return merged | {SOURCES: sources} if sources else merged
 
 
 def _merge_censuses(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -8,6 +8,9 @@
     kname report old.json --diff new.json --fail-on-slower 10% [--min-time 50us]
                                                     GPU time and launches per site; exit 1 if
                                                     a site (or the total) got slower
+    kname report X.json [--diff Y.json] --html PAGE.html
+                                                    ... and as one self-contained web page:
+                                                    the ranking, each line beside its source
 
 Files of one kind are read, each once, and summed; a shell pattern that matched no file (passed
 on as it was) is left out, with a line saying so. Every error is one line on stderr and exit 2.
@@ -20,7 +23,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kname.documents.build import merge_documents
@@ -36,7 +39,9 @@ from kname.documents.diff import (
     render_gpu_diff,
     slower,
 )
-from kname.documents.files import read_json
+from kname.documents.files import read_json, write_atomically
+from kname.documents.pages import render_page
+from kname.documents.pages.diff import render_diff_page
 from kname.documents.pytest_report import is_pytest_report, suite_census, validate_pytest_report
 from kname.documents.schema import PROFILE_SCHEMA, DocumentError, validate
 from kname.documents.tables import render_table
@@ -66,6 +71,12 @@ GPU profiles (kname profile --json FILE.json, schema 2), and several files at on
                                                      ... and exit 1 if a call site's (or the
                                                      total) GPU time grew by more than 10% and
                                                      by at least --min-time (default 50us)
+
+Web pages (one self-contained file: the ranking, each file's source with every line's numbers
+beside it, the call tree when names carry callers):
+  kname report profile.json --html profile.html      a profile (or census) as a page
+  kname report before.json --diff after.json --html diff.html
+                                                     the diff: lines slower, faster, new, gone
 
 Errors (a missing file, bad JSON, not a census of schema 1 or 2) are one line on stderr and exit 2.
 """
@@ -113,6 +124,11 @@ def add_command(commands: argparse._SubParsersAction) -> None:
         help="with --diff of profiles: smaller growth is never slower (default 50us)",
     )  # fmt: skip
     report.add_argument("--top", metavar="N", type=int, help="call sites in a profile's table")
+    report.add_argument(
+        "--html", metavar="PATH",
+        help="also write the document (or with --diff, the comparison) as a self-contained "
+        "web page",
+    )  # fmt: skip
     report.set_defaults(handler=lambda options, parser: run(options))
 
 
@@ -143,10 +159,13 @@ def run(options: argparse.Namespace) -> int:
     labels = (_label(files), options.diff)
     if after is None:
         sys.stdout.write(render_table(before, source=labels[0], top=options.top))
-        return 0
+        return _write_page(options.html, lambda: render_page(before))
     if PROFILE_SCHEMA in schemas:
         return _profile_diff(before, after, labels, options)
     sys.stdout.write(render_diff(before, after, labels, options.ignore_lines))
+    page = _write_page(options.html, lambda: render_diff_page(before, after, labels))
+    if page:
+        return page
     return 1 if options.fail_on_change and compare(before, after, options.ignore_lines) else 0
 
 
@@ -225,6 +244,11 @@ def _profile_diff(
         return _usage_error(str(exc))
     sys.stdout.write(render_gpu_diff(before, after, labels, threshold, min_time))
     sys.stdout.write(render_count_changes(before, after, labels))
+    page = _write_page(
+        options.html, lambda: render_diff_page(before, after, labels, threshold, min_time)
+    )
+    if page:
+        return page
     failed = 0
     if options.fail_on_slower is not None:
         worse = slower(compare_gpu(before, after, threshold, min_time))
@@ -241,6 +265,17 @@ def _profile_diff(
     if options.fail_on_change and launch_counts(before) != launch_counts(after):
         failed = 1
     return failed
+
+
+def _write_page(path: str | None, page: Callable[[], str]) -> int:
+    """Write `page()` to `path` (if given); 2 after one line when it cannot be written."""
+    if path is None:
+        return 0
+    try:
+        write_atomically(path, page())
+    except OSError as exc:
+        return _usage_error(f"--html {printable(path)}: cannot write it ({exc.strerror or exc})")
+    return 0
 
 
 def _label(files: list[str]) -> str:

@@ -56,6 +56,10 @@ is kept beside it. Two fields of a site say so, each only where there is such wo
 
 Each is part of the site's launches and gpu_ns (its sums are not above them). Files written
 before these fields read as sites with no graph work.
+
+Either schema may end with `sources`: the lines of source around each site's line, kept when
+the document was written, for its page (kname.documents.sources). Files without it read as
+documents whose source was not kept.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kname._version import __version__
+from kname.documents.sources import SOURCES, validate_sources
 
 CENSUS_SCHEMA = 1
 PROFILE_SCHEMA = 2
@@ -112,6 +117,11 @@ def validate(document: Any, source: str, schemas: tuple[int, ...] = SCHEMAS) -> 
         _validate_profile_totals(document, source)
     else:
         _validate_count(document, "total_launches", source)
+    if SOURCES in document:
+        try:
+            validate_sources(document[SOURCES], source)
+        except ValueError as exc:
+            raise DocumentError(str(exc)) from None
     return document
 
 
@@ -128,6 +138,12 @@ def render_json(document: Mapping[str, Any]) -> str:
             for key in TOTAL_FIELDS[document["schema"]]
         ),
     ]
+    if SOURCES in document:  # one file per line
+        files = ",\n".join(
+            f"    {json.dumps(path, ensure_ascii=False)}: {json.dumps(spans, ensure_ascii=False)}"
+            for path, spans in document[SOURCES].items()
+        )
+        fields.append(f'  "{SOURCES}": {{\n{files}\n  }}' if files else f'  "{SOURCES}": {{}}')
     return "{\n" + ",\n".join(fields) + "\n}\n"
 
 

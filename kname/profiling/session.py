@@ -24,21 +24,23 @@ import sys
 from collections.abc import Callable
 from typing import IO, Any
 
-from kname import callsite
+from kname import callsite, naming
 from kname._locks import new_lock, reset_in_child
 from kname._sigterm import at_exit
 from kname._warnings import warn_once
 from kname.documents.build import profile_document
 from kname.documents.files import write_atomically
 from kname.documents.owner import Output, claim, write_output
+from kname.documents.pages.profile import render_profile_page
 from kname.documents.schema import render_json
+from kname.documents.sources import with_sources
 from kname.documents.tables import render_profile_table
 from kname.profiling import backward
 from kname.profiling.capture import LaunchCapture, site_of_frame
 from kname.profiling.join import Join
 from kname.profiling.native_join import NativeJoin
-from kname.profiling.page import render_page
-from kname.profiling.records import StreamLog, Streams, streams_to_json
+from kname.profiling.native_trace import NativeTrace, merged
+from kname.profiling.records import MAX_LOGGED, StreamLog, Streams, streams_to_json
 from kname.profiling.trace import trace_json
 
 # What each output at exit is, in a line that says another process wrote its file.
@@ -72,9 +74,10 @@ class ProfileSession:
         self,
         keep_streams: bool = False,
         collector: Callable[[LaunchCapture, Join, StreamLog | None], Collector] | None = None,
+        max_records: int = MAX_LOGGED,
     ) -> None:
         self.join: Join | NativeJoin = Join()
-        self.log = StreamLog() if keep_streams else None
+        self.log = StreamLog(max_records) if keep_streams else None
         self.capture = LaunchCapture(self.join, self.log)
         if collector is None:
             from kname.profiling.cupti_collector import CuptiCollector as collector
@@ -139,25 +142,30 @@ class ProfileSession:
         return bool(self.collector.started)
 
     def document(self) -> dict[str, Any]:
-        """The census document of schema 2 (see kname.documents.schema)."""
+        """The census document of schema 2 (see kname.documents.schema), with the source of
+        its sites' lines."""
+        return with_sources(self._totals(), naming.shown_files())
+
+    def _totals(self) -> dict[str, Any]:
         return profile_document(self.join.profile())
 
     @property
     def sites(self) -> list[dict[str, Any]]:
         """Every call site, most GPU time first, as in the document."""
-        return self.document()["sites"]
+        return self._totals()["sites"]
 
     def table(self, top: int | None = None) -> str:
         """The ranked table, `top` sites at most."""
-        return render_profile_table(self.document(), top=top)
+        return render_profile_table(self._totals(), top=top)
 
     def streams(self, **meta: Any) -> Streams:
         """The recorded streams (needs keep_streams=True), with facts about the run."""
         if self.log is None:
             raise ValueError("this session keeps no streams: ProfileSession(keep_streams=True)")
-        meta.setdefault("pid", os.getpid())
-        meta.setdefault("program", " ".join(sys.argv) or sys.executable)
-        return self.log.streams(self.capture.external_sites, **meta)
+        meta = _run_facts(meta)
+        streams = self.log.streams(self.capture.external_sites, **meta)
+        native = self._native_trace()
+        return streams if native is None else merged(streams, native.streams())
 
     def save(self, path: str | os.PathLike) -> None:
         """The document as JSON."""
@@ -175,10 +183,30 @@ class ProfileSession:
         return render_json(self.document())
 
     def _trace_text(self) -> str:
-        return trace_json(self.streams())
+        native = self._native_trace()
+        if native is not None and self.log is not None and not self.log.kept:
+            text, dropped = native.trace_json(_run_facts({})), native.counts()["dropped"]
+        else:
+            streams = self.streams()  # the Python path, or earlier runs' records in the log
+            text, dropped = trace_json(streams), streams.meta["dropped_records"]
+        if dropped:
+            warn_once(
+                "profile:trace-cap",
+                f"profile: the trace keeps at most {self._trace_cap()} records (launch calls, "
+                f"GPU records, graph node events; KNAME_PROFILE_TRACE_MAX); {dropped} later ones "
+                "are not in it",
+            )
+        return text
+
+    def _native_trace(self) -> NativeTrace | None:
+        """The trace the native recorder keeps in C, where it keeps one."""
+        return getattr(self.collector, "trace", None)
+
+    def _trace_cap(self) -> int:
+        return self.log.max_records if self.log is not None else MAX_LOGGED
 
     def _page_text(self) -> str:
-        return render_page(self.document())
+        return render_profile_page(self.document())
 
     def save_streams(self, path: str | os.PathLike, **meta: Any) -> None:
         """The raw streams as JSON, to replay without a GPU (needs keep_streams=True)."""
@@ -216,7 +244,7 @@ class ProfileSession:
 
     def _launched(self) -> bool:
         try:
-            return bool(self.document()["total_launches"])
+            return bool(self._totals()["total_launches"])
         except Exception:  # at exit: write what can be written, as before
             return True
 
@@ -249,3 +277,11 @@ class ProfileSession:
                     f"profile: the {kind} output {output.path!r} could not be written "
                     f"({type(exc).__name__}: {reason})",
                 )
+
+
+def _run_facts(meta: dict[str, Any]) -> dict[str, Any]:
+    """`meta` with this process's pid and command line where it does not say them."""
+    meta = dict(meta)
+    meta.setdefault("pid", os.getpid())
+    meta.setdefault("program", " ".join(sys.argv) or sys.executable)
+    return meta

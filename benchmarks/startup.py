@@ -1,11 +1,15 @@
 """Start-up costs: kname's wheel installed into a fresh venv, against the same venv without it.
 
-- `python -c pass`: not installed / installed and switched off / switched on (KNAME=1, no GPU
-  library imported), many interleaved runs, median wall time per run.
+- `python -c pass`: not installed (twice: the second is an A/A control, what it adds is the
+  method's own noise) / installed and switched off / switched on (KNAME=1, no GPU library
+  imported; on the C hot path, and with KNAME_NATIVE=0 on the pure-Python one), many
+  interleaved runs, median and lower quartile per run, by the wall clock and the child's CPU
+  time; and which heavy modules a switched-on start-up imports (the budget: neither numpy nor
+  nvtx on the C hot path).
 - The .pth gate alone, in this process (switch off): `site.addpackage` on kname.pth (open, read,
   exec of its line, as site.py does at start-up), `exec(line)` of the line as text, and of the
   line precompiled. Isolates the gate from the interpreter's start-up noise (milliseconds).
-- kname's import finder (wrapt's post-import-hook finder, on sys.meta_path once kname is on):
+- kname's import finder (its post-import-hook finder, on sys.meta_path once kname is on):
   1000 tiny unrelated modules imported in a subprocess, timed inside it, not installed /
   installed and off / switched on.
 
@@ -19,6 +23,7 @@ import importlib.metadata
 import importlib.util
 import os
 import re
+import resource
 import shlex
 import site
 import statistics
@@ -48,13 +53,13 @@ for name in names:
 print(time.perf_counter_ns() - t0)
 """
 
-# The finder alone: how long kname's finder (wrapt's, first on sys.meta_path once kname is on)
-# takes to decline a module it has no hook for, as every unrelated import asks it.
+# The finder alone: how long kname's finder (first on sys.meta_path once kname is on) takes to
+# decline a module it has no hook for, as every unrelated import asks it.
 FIND_SPEC_SCRIPT = """\
 import sys, time
-finders = [f for f in sys.meta_path if type(f).__module__.startswith(("wrapt", "kname"))]
+finders = [f for f in sys.meta_path if type(f).__module__.startswith("kname")]
 if not finders:
-    raise SystemExit("no kname/wrapt finder on sys.meta_path")
+    raise SystemExit("no kname finder on sys.meta_path")
 finder, n = finders[0], 100_000
 find_spec = finder.find_spec
 t0 = time.perf_counter_ns()
@@ -85,7 +90,8 @@ def missing_for_the_wheel() -> str:
     )
 
 
-def run(quick: bool, log=print) -> dict:
+def run(quick: bool, log=print, rounds: int | None = None) -> dict:
+    """The suite; `rounds` of `python -c pass` (default 20 quick, 60 full)."""
     use_test_support()
     from support import build_wheel, make_venv
 
@@ -99,7 +105,8 @@ def run(quick: bool, log=print) -> dict:
 
     result = {"wheel": wheel.name}
     result["imports_when_off"] = _probe(installed.python, work)
-    result["python_c_pass"] = _python_c_pass(plain.python, installed.python, work, quick)
+    runs = rounds or (20 if quick else 60)
+    result["python_c_pass"] = _python_c_pass(plain.python, installed.python, work, runs)
     log("  python -c pass done")
     result["gate"] = _gate(installed.site_packages / "kname.pth", quick)
     result["finder"] = _finder(plain.python, installed.python, work, quick)
@@ -113,47 +120,96 @@ def _env(extra: dict | None = None) -> dict[str, str]:
     return env
 
 
+# Modules whose import a start-up must be checked for: kname itself and, switched on, what would
+# be heavy (numpy and the nvtx package: about 110 ms; wrapt's package imports asyncio).
+PROBED = ("kname", "wrapt", "nvtx", "numpy", "asyncio")
+PROBE_SCRIPT = (
+    f"import sys; print(*[m in sys.modules for m in {PROBED!r}]); "
+    "h = sys.modules.get('kname.hotpath'); "
+    "print(h is not None and bool(h.current().extension_file))"
+)
+
+
 def _probe(python: Path, cwd: Path) -> dict:
-    """What a switched-off start-up imported (it must be neither kname nor wrapt)."""
-    code = "import sys; print('kname' in sys.modules, 'wrapt' in sys.modules)"
-    off = subprocess.run(
-        [str(python), "-c", code], env=_env(), cwd=cwd, capture_output=True, text=True, check=False
-    ).stdout.split()
-    on = subprocess.run(
-        [str(python), "-c", code],
-        env=_env({"KNAME": "1"}),
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.split()
+    """What a start-up imported, switched off (it must be nothing) and on (on either hot path),
+    and whether the C hot path was in effect."""
+
+    def probe(extra: dict | None) -> dict:
+        out = subprocess.run(
+            [str(python), "-c", PROBE_SCRIPT],
+            env=_env(extra),
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.split()
+        seen = {name: answer == "True" for name, answer in zip(PROBED, out, strict=False)}
+        return {**seen, "c_hot_path": out[len(PROBED) :] == ["True"]}
+
     return {
-        "off": {"kname": off[:1] == ["True"], "wrapt": off[1:] == ["True"]},
-        "on": {"kname": on[:1] == ["True"], "wrapt": on[1:] == ["True"]},
+        "off": probe(None),
+        "on": probe({"KNAME": "1"}),
+        "on_python_path": probe({"KNAME": "1", "KNAME_NATIVE": "0"}),
     }
 
 
-def _timed_run(cmd: list[str], env: dict[str, str], cwd: Path) -> int:
+def _timed_run(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[int, int]:
+    """(wall ns, CPU ns) of one run of `cmd`: CPU time is user + system time of the child,
+    which leaves out the time other processes had the CPU (most of a busy host's spread)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter_ns()
     subprocess.run(
         cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False
     )
-    return time.perf_counter_ns() - t0
+    wall = time.perf_counter_ns() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, round(cpu * 1e9)
 
 
-def _python_c_pass(plain: Path, installed: Path, cwd: Path, quick: bool) -> dict:
-    runs = 20 if quick else 60
+# The start-ups timed, each a (python, environment) case; "not installed, again" is the A/A
+# control.
+BARE, AGAIN, OFF = "not installed", "not installed, again", "installed, switched off"
+ON, PYTHON_PATH = "installed, KNAME=1", "installed, KNAME=1 KNAME_NATIVE=0"
+
+
+def _python_c_pass(plain: Path, installed: Path, cwd: Path, runs: int) -> dict:
+    command = ["-c", "pass"]
     cases = {
-        "not installed": ([str(plain), "-c", "pass"], _env()),
-        "installed, switched off": ([str(installed), "-c", "pass"], _env()),
-        "installed, KNAME=1": ([str(installed), "-c", "pass"], _env({"KNAME": "1"})),
+        BARE: ([str(plain), *command], _env()),
+        AGAIN: ([str(plain), *command], _env()),
+        OFF: ([str(installed), *command], _env()),
+        ON: ([str(installed), *command], _env({"KNAME": "1"})),
+        PYTHON_PATH: ([str(installed), *command], _env({"KNAME": "1", "KNAME_NATIVE": "0"})),
     }
-    variants = [
-        Variant(name, lambda n, c=cmd, e=env: sum(_timed_run(c, e, cwd) for _ in range(n)))
-        for name, (cmd, env) in cases.items()
-    ]
-    samples = interleave(variants, runs, 1, warmup=2)
-    return {"runs": runs, "variants": summarize(samples, bare="not installed")}
+    for cmd, env in cases.values():  # untimed: files in the page cache, bytecode written
+        for _ in range(2):
+            _timed_run(cmd, env, cwd)
+    wall: dict[str, list[float]] = {name: [] for name in cases}
+    cpu: dict[str, list[float]] = {name: [] for name in cases}
+    for names in round_orders(cases, runs):
+        for name in names:
+            elapsed, used = _timed_run(*cases[name], cwd)
+            wall[name].append(elapsed)
+            cpu[name].append(used)
+    over_bare = {"wall": summarize(wall, bare=BARE), "cpu": summarize(cpu, bare=BARE)}
+    for clock, samples in (("wall", wall), ("cpu", cpu)):
+        for name, values in samples.items():
+            over_bare[clock][name]["p25_ns"] = quantile(values, 0.25)
+    return {
+        "runs": runs,
+        "variants": over_bare["wall"],
+        "cpu_variants": over_bare["cpu"],
+        # The budget's figures: switched on against bare python (not installed), the median of
+        # per-round differences, by the wall clock and by the child's CPU time; the A/A row
+        # beside them.
+        "on_over_bare_ns": over_bare["wall"][ON]["added_ns"],
+        "python_path_over_bare_ns": over_bare["wall"][PYTHON_PATH]["added_ns"],
+        "cpu_on_over_bare_ns": over_bare["cpu"][ON]["added_ns"],
+        "cpu_python_path_over_bare_ns": over_bare["cpu"][PYTHON_PATH]["added_ns"],
+        "a_a_ns": over_bare["wall"][AGAIN]["added_ns"],
+        "cpu_a_a_ns": over_bare["cpu"][AGAIN]["added_ns"],
+    }
 
 
 def _gate(pth: Path, quick: bool) -> dict:

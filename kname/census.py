@@ -12,18 +12,19 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from kname import counters, naming
 from kname._locks import reset_in_child
 from kname._sigterm import at_exit
 from kname._warnings import warn_once
-from kname.documents.build import census_document
-from kname.documents.files import write_atomically
-from kname.documents.owner import Output, claim, owner_pid, write_output
-from kname.documents.schema import render_json
-from kname.documents.sources import with_sources
-from kname.documents.tables import render_census_table
+
+if TYPE_CHECKING:
+    from kname.documents.owner import Output
+
+# kname.documents (and the json it imports, about 2 ms) is imported where a census is asked for
+# or a report set up, never by a start-up that writes none; write_at_exit() imports what the exit
+# write needs, so that no import runs at exit (maybe in a signal handler, inside another import).
 
 FORMATS = ("table", "json")
 
@@ -38,6 +39,8 @@ def names() -> dict[str, int]:
 
 def census() -> dict[str, Any]:
     """The census so far, as the JSON document of schema 1 (see kname.documents.schema)."""
+    from kname.documents.build import census_document
+
     return census_document(_rows())
 
 
@@ -53,6 +56,11 @@ def report(file: IO[str] | str | os.PathLike | None = None, format: str = "table
     """
     if format not in FORMATS:
         raise ValueError(f"report(format={format!r}): accepted formats are 'table' and 'json'")
+    from kname.documents.files import write_atomically
+    from kname.documents.schema import render_json
+    from kname.documents.sources import with_sources
+    from kname.documents.tables import render_census_table
+
     document = census()
     if format == "json":  # a saved census keeps the source of its lines, for its page
         text = render_json(with_sources(document, naming.shown_files()))
@@ -80,6 +88,9 @@ def write_at_exit(destination: str, strict: bool = False) -> None:
     With `strict` (KNAME_STRICT=1), a census that cannot be written makes the exit status 2.
     """
     global _exit_destination, _exit_output, _exit_registered, _exit_writer, _owner_pid, _strict
+    from kname.documents import build, schema, sources, tables  # noqa: F401  (for _write_now)
+    from kname.documents.owner import claim, owner_pid
+
     _strict = strict
     _exit_destination = destination
     # Claimed now: a relative path means where the program started, even if it changes
@@ -105,6 +116,11 @@ def _write_now() -> None:
     destination, output = _exit_destination, _exit_output
     if destination is None:
         return
+    from kname.documents.owner import write_output  # imported by write_at_exit()
+    from kname.documents.schema import render_json
+    from kname.documents.sources import with_sources
+    from kname.documents.tables import render_census_table
+
     try:
         document = census()
         if os.getpid() != _owner_pid and not document["total_launches"]:

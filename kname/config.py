@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import string
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -113,6 +112,8 @@ def switch_problem(name: str, value: str) -> str:
 
 def format_problem(template: str) -> str | None:
     """Why `template` is not a usable KNAME_FORMAT, or None if it is."""
+    import string  # only where KNAME_FORMAT is set: no default start-up pays for it
+
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as exc:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from kname import callsite, hotpath, importable, ranges
+from kname import callsite, hotpath, ranges
 from kname._locks import new_lock
 from kname._warnings import exit_at_once, warn_once
 from kname.census import write_at_exit
@@ -244,7 +244,12 @@ def _unmet_targets(entries: list[str], ran: set[str]) -> list[str]:
     problems = []
     for entry in entries:
         module, qualname = entry.split(":", 1)
-        if module in ran or module in sys.modules or importable.find(module) is not None:
+        if module in ran or module in sys.modules:
+            continue
+        # Only for a module not imported: difflib and pkgutil are no run's cost at its exit.
+        from kname import importable
+
+        if importable.find(module) is not None:
             continue
         meant = importable.nearest(module)
         hint = f" (did you mean {meant}:{qualname}?)" if meant else ""
@@ -263,6 +268,8 @@ def _unmet_prefixes(variable: str, prefixes: tuple[str, ...]) -> list[str]:
     for prefix in prefixes:
         if any(m == prefix or m.startswith(prefix + ".") for m in imported):
             continue
+        from kname import importable  # as in _unmet_targets
+
         if importable.find(prefix) is not None:
             continue
         meant = importable.nearest(prefix)

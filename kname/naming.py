@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dis
 import functools
-import hashlib
 import itertools
 import linecache
 import os
@@ -155,7 +154,7 @@ def identifier_name(kernel: str, frame: FrameFacts) -> str:
         name = "k" + name
     if len(name) > MAX_IDENTIFIER:
         # A stable digest of the whole name keeps two long names apart after the cut.
-        digest = hashlib.sha1(name.encode()).hexdigest()[:10]
+        digest = sha1_hex(name)[:10]
         name = f"{name[: MAX_IDENTIFIER - 11]}_{digest}"
     return name
 
@@ -278,8 +277,16 @@ def _cut(name: str) -> str:
         f"a call-site name was longer than {MAX_NAME_LENGTH} characters (see KNAME_FORMAT and "
         f"KNAME_DEPTH); such names are cut to {MAX_NAME_LENGTH}, ending in a digest of the whole",
     )
-    digest = hashlib.sha1(name.encode("utf-8")).hexdigest()[:_DIGEST]
+    digest = sha1_hex(name)[:_DIGEST]
     return f"{name[:_CUT_HEAD]} ...{digest}"
+
+
+def sha1_hex(text: str) -> str:
+    """The hex SHA-1 of `text` in UTF-8 (a lone surrogate, from an undecodable file name, as
+    its escape)."""
+    import hashlib  # deferred: about 2 ms of every KNAME=1 start-up, for rare long names
+
+    return hashlib.sha1(text.encode("utf-8", "backslashreplace")).hexdigest()
 
 
 def _attribute(thing: object, attribute: str) -> object:

@@ -9,7 +9,6 @@ disable() restores them all, enable() applies them again, uninstall() restores t
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import sys
 from typing import Any, Protocol
@@ -163,6 +162,8 @@ def _module_name(module: Any) -> str:
 
 
 def _nearest(owner: Any, name: str) -> str:
+    import difflib  # only for a name that is not there: no start-up pays for it
+
     try:
         names = [n for n in dir(owner) if isinstance(n, str) and not n.startswith("__")]
     except Exception:  # a broken __dir__: no suggestion

@@ -3,9 +3,9 @@
 Each name's attributes (a registered string, a colour, the library as category) are built once
 and never mutated. Where the hot path in effect has them (kname._native built with the NVTX
 headers; kname.hotpath), push and pop are its C objects, which call the NVTX C API (and which its
-launch wrapper calls without a Python call); otherwise, and with KNAME_NATIVE=0, the nvtx
-package's calls. With no NVTX tool attached the
-`nvtx` package hands back a dummy domain; then there are no ranges.
+launch wrapper calls without a Python call), and the nvtx package (which imports numpy) is never
+imported; otherwise, and with KNAME_NATIVE=0, the nvtx package's calls. With no NVTX tool
+attached there are no ranges.
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ _ranges: dict[tuple[str, int, str, Any], Calls] = {}  # (name, colour, library, 
 def configure(domain_name: str | None = None) -> None:
     """Use `domain_name` for ranges from now on, and open it at once (install() does this).
 
-    Opening imports nvtx (and makes NVTX load its tool) now, not at a first launch: a child
-    forked while another thread imports would wait forever for that import's lock. None: the
-    default domain, opened on first use (after uninstall(), for site_name()).
+    Opening makes NVTX load its tool now, not at a first launch; on the nvtx package's calls it
+    also imports nvtx now: a child forked while another thread imports would wait forever for
+    that import's lock. None: the default domain, opened on first use (after uninstall(), for
+    site_name()).
     """
     global _domain_name, _domain
     with _lock:
@@ -49,14 +50,16 @@ def configure(domain_name: str | None = None) -> None:
             _domain_name, _domain = name, None
             _ranges.clear()
     if domain_name is not None:
-        domain()
+        tool_attached()
 
 
 def domain() -> Any:
-    """The NVTX domain (a dummy one when no tool is attached); imports nvtx on first use."""
+    """The nvtx package's domain (a dummy one when no tool is attached); imports nvtx on first
+    use. Only the nvtx package's range calls need it."""
     global _domain, _range_functions
     if _domain is None:
-        # Deferred to install(): nvtx imports numpy, which a switched-off kname never pays for.
+        # Deferred to a need: nvtx imports numpy, which the C calls and a switched-off kname
+        # never pay for.
         import nvtx
 
         try:
@@ -66,14 +69,18 @@ def domain() -> Any:
         except (ImportError, AttributeError):  # another nvtx release: its public methods
             _range_functions = None
         _domain = nvtx.get_domain(_domain_name)
-        nvtx_domain = hotpath.current().nvtx_domain
-        if nvtx_domain is not None:
-            nvtx_domain(_domain_name)  # the extension's own NVTX table loads the tool now, too
     return _domain
 
 
 def tool_attached() -> bool:
-    """True when an NVTX tool (Nsight, an injection library) receives kname's ranges."""
+    """True when an NVTX tool (Nsight, an injection library) receives kname's ranges.
+
+    Asked of the NVTX table whose calls the hot path makes ranges with: the extension's own
+    where it has one (no nvtx import), else the nvtx package's. Both load the same tool.
+    """
+    open_domain = hotpath.current().nvtx_domain
+    if open_domain is not None:
+        return bool(open_domain(_domain_name))
     return type(domain()).__name__ != "DummyDomain"
 
 

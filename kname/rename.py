@@ -8,12 +8,11 @@ they share: one entry name per call site, never given to two.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from collections.abc import Iterator
 
 from kname._locks import new_lock
-from kname.naming import MAX_IDENTIFIER
+from kname.naming import MAX_IDENTIFIER, sha1_hex
 
 _lock = new_lock()
 # entry name -> the (kernel, call-site name) holding it. Never shrinks: a name stays its
@@ -28,7 +27,7 @@ def entry_name(identifier: str, holder: tuple[str, str], taken: dict | None = No
     it; the next gets a suffix from a digest of its own name, so it is the same in every run.
     """
     taken = _holders if taken is None else taken
-    digest = hashlib.sha1("\0".join(holder).encode("utf-8", "backslashreplace")).hexdigest()[:8]
+    digest = sha1_hex("\0".join(holder))[:8]
     with _lock:
         for candidate in _candidates(identifier, digest):
             if taken.setdefault(candidate, holder) == holder:

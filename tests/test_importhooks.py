@@ -156,6 +156,65 @@ def test_uninstall_takes_kname_finder_away_again(modules) -> None:
 
 
 # --------------------------------------------------------------------------
+# wrapt, brought in by the first watched import
+# --------------------------------------------------------------------------
+
+
+def test_the_first_watched_import_hands_every_watch_to_wrapt(modules, monkeypatch) -> None:
+    """Before any watched import kname holds its watches itself; the first one runs the module,
+    hands every watch to wrapt's registry, and wrapt calls its hooks, once; a reload goes through
+    wrapt's finder."""
+    monkeypatch.setattr(importhooks, "_importer", None)  # as at start-up, wrapt not in use yet
+    monkeypatch.setattr(importhooks, "_wrapt_finder", None)
+    calls = []
+    hooks = [importhooks.watch(name, calls.append) for name in ("fakegpu", "unrelated")]
+    try:
+        module = importlib.import_module("fakegpu")
+        assert calls == [module]
+        registry = sys.modules["wrapt.importer"]._post_import_hooks
+        assert importhooks._importer is sys.modules["wrapt.importer"]
+        assert registry["fakegpu"] == [hooks[0]] and registry["unrelated"] == [hooks[1]]
+        assert type(module.__loader__) is importlib.machinery.SourceFileLoader
+        assert importlib.reload(module) is module
+        assert calls == [module, module]
+        assert type(module.__loader__) is importlib.machinery.SourceFileLoader
+    finally:
+        importhooks.unwatch(hooks)
+    assert "fakegpu" not in registry and "unrelated" not in registry
+
+
+# --------------------------------------------------------------------------
+# A hook that fails
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("imported_first", [True, False], ids=["before", "after"])
+def test_a_hook_that_raises_is_one_line_and_the_import_stands(
+    modules, capsys, imported_first: bool
+) -> None:
+    """wrapt's loader lets a hook's exception fail the import that has just run: kname's hooks
+    say it once instead, the program's import (or its install()) goes on, and the hook stays
+    for the next reload."""
+    called = []
+
+    def broken(module):
+        called.append(module)
+        raise RuntimeError("no launch here")
+
+    if imported_first:
+        importlib.import_module("fakegpu")
+    hook = importhooks.watch("fakegpu", broken)
+    try:
+        module = importlib.import_module("fakegpu")
+        assert importlib.reload(module) is module
+    finally:
+        importhooks.unwatch([hook])
+    assert called == [module, module]
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["kname: could not wrap 'fakegpu' (no launch here)"], lines
+
+
+# --------------------------------------------------------------------------
 # install() while the target module is being imported
 # --------------------------------------------------------------------------
 

@@ -44,16 +44,22 @@ def is_wrapper(candidate) -> bool:
 
 
 def kname_hooks() -> list:
-    return [
+    """kname's hooks, in its own registry and in wrapt's (which holds them once in use)."""
+    in_wrapt = [
         hook
         for module_hooks in importer._post_import_hooks.values()
         for hook in module_hooks
         if isinstance(hook, importhooks.Watch)
     ]
+    return [*importhooks._watches, *in_wrapt]
 
 
 def hook_finders() -> int:
-    return sum(isinstance(finder, importer.ImportHookFinder) for finder in sys.meta_path)
+    """The post-import finders on sys.meta_path: kname's front one and wrapt's own."""
+    return sum(
+        importhooks.is_kname_finder(finder) or isinstance(finder, importer.ImportHookFinder)
+        for finder in sys.meta_path
+    )
 
 
 # --------------------------------------------------------------------------
@@ -211,6 +217,7 @@ def test_install_and_uninstall_50_times_leave_no_trace(gpu, imported_first: bool
         assert not kname.is_installed()
     assert kname_hooks() == []
     assert hook_finders() == finders
+    assert "fakegpu" not in importhooks._watched_names
     assert "fakegpu" not in importer._post_import_hooks
     if imported_first:
         assert fakegpu().launch is original
@@ -227,6 +234,7 @@ def test_uninstall_keeps_a_wrapt_finder_that_was_there_before(gpu) -> None:
     try:
         finders = hook_finders()
         kname.install(targets=["fakegpu:launch"])
+        fakegpu()  # wrapt's registry now holds kname's hook too
         kname.uninstall()
         assert hook_finders() == finders == 1
         assert importer._post_import_hooks["some_other_module_never_imported"] == [
@@ -234,6 +242,24 @@ def test_uninstall_keeps_a_wrapt_finder_that_was_there_before(gpu) -> None:
         ]
     finally:
         importer._post_import_hooks.pop("some_other_module_never_imported", None)
+
+
+def test_another_tools_wrapt_import_hook_and_kname_both_see_the_import_once(gpu) -> None:
+    """A program may use wrapt's post-import hooks too (an APM agent does): both finders act on
+    the one import, each hook runs once, and uninstall() leaves wrapt's finder and hook be."""
+    seen = []
+    importer.register_post_import_hook(seen.append, "fakegpu")
+    try:
+        kname.install(targets=["fakegpu:launch"])
+        module = fakegpu()
+        assert seen == [module]
+        assert is_wrapper(module.launch)
+        assert type(module.__loader__).__name__ == "SourceFileLoader"
+        kname.uninstall()
+        assert not any(importhooks.is_kname_finder(f) for f in sys.meta_path)
+        assert any(isinstance(f, importer.ImportHookFinder) for f in sys.meta_path)
+    finally:
+        importer._post_import_hooks.pop("fakegpu", None)
 
 
 # --------------------------------------------------------------------------

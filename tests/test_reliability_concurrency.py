@@ -250,18 +250,18 @@ import sys
 import threading
 import warnings
 
-from wrapt import importer
-
 import kname
 import noop
-from kname import _warnings, callsite, counters, lifecycle, ranges
+from kname import _warnings, callsite, counters, importhooks, lifecycle, ranges
+
+importer = sys.modules["wrapt.importer"]  # imported for noop's import: kname's hooks are wrapt's
 
 # Python 3.12+ warns at a fork with threads alive: forking so is this test's very point.
 warnings.filterwarnings("ignore", r"This process .* is multi-threaded", DeprecationWarning)
 noop.launch(1)  # parent-line
 locks = {
     "callsite": callsite._lock, "counters": counters._lock, "ranges": ranges._lock,
-    "lifecycle": lifecycle._lock, "warnings": _warnings._lock,
+    "lifecycle": lifecycle._lock, "warnings": _warnings._lock, "importhooks": importhooks._lock,
     "wrapt": importer._post_import_hooks_lock,
 }
 locks = list(locks.values()) if sys.argv[1] == "all" else [locks[sys.argv[1]]]
@@ -285,7 +285,7 @@ if pid == 0:
     signal.alarm(10)  # a deadlock kills the child, so the test fails instead of hanging
     first = noop.launch(10)  # child-line: a new call site and a new NVTX name
     _warnings.warn_once("child", "the forked child can still warn")
-    import late  # a module kname hooks: wrapt's finder, then kname's hook, wrap it
+    import late  # a module kname hooks: kname's finder, wrapt's, then kname's hook wrap it
 
     second = late.launch(20)  # late-line
     census = kname.names()
@@ -301,19 +301,21 @@ print(json.dumps({"child_exit": os.waitstatus_to_exitcode(status)}))
 """
 
 LATE = "def launch(x):\n    return x + 1\n"
+NOOP_AND_LATE = {"KNAME": "1", "KNAME_TARGETS": "noop:launch,late:launch"}
 
 
 @pytest.mark.parametrize(
-    "held", ["all", "callsite", "counters", "ranges", "lifecycle", "warnings", "wrapt"]
+    "held",
+    ["all", "callsite", "counters", "ranges", "lifecycle", "warnings", "importhooks", "wrapt"],
 )
 def test_a_forked_child_does_not_inherit_a_held_lock(
     kname_venv, inject_lib, tmp_path, held
 ) -> None:
-    """Another thread holds kname's locks (and the lock of wrapt's import finder, which kname
-    put in front of every import) across os.fork(); the child names, warns, imports, installs."""
+    """Another thread holds kname's locks (the import hooks' and wrapt's too: kname's finder is
+    in front of every import) across os.fork(); the child names, warns, imports, installs."""
     done, capture = run_program(
         kname_venv, inject_lib, tmp_path, FORK_WITH_HELD_LOCKS, held,
-        env={"KNAME": "1", "KNAME_TARGETS": "noop:launch,late:launch"}, files={"late.py": LATE},
+        env=NOOP_AND_LATE, files={"late.py": LATE},
         timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -329,3 +331,147 @@ def test_a_forked_child_does_not_inherit_a_held_lock(
     assert child["census"] == {names["child-line"]: 1, names["late-line"]: 1}
     assert capture.ranges("kname") == list(names.values())
     assert capture.balanced(), capture.stack_errors()
+
+
+# A loader behind kname's finder holds the first import of one module while it runs (its module
+# lock held, as in a slow import): wrapt's, which kname makes for a thread's import of a watched
+# module (noop); meanwhile this thread imports another watched module (late), or forks and the
+# child does. Or asyncio's, which another thread makes while a thread imports noop and kname
+# wrapt (which imports asyncio).
+WHILE_IMPORTED = """\
+import importlib.machinery
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import warnings
+
+import kname
+from kname import importhooks
+
+# Python 3.12+ warns at a fork with threads alive: forking so is this test's very point.
+warnings.filterwarnings("ignore", r"This process .* is multi-threaded", DeprecationWarning)
+mode = sys.argv[1]
+held = "asyncio" if mode == "asyncio" else "wrapt"
+entered, release = threading.Event(), threading.Event()
+
+
+class HeldLoader:
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __getattr__(self, attribute):
+        return getattr(self.loader, attribute)
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        entered.set()
+        release.wait(60)
+        self.loader.exec_module(module)
+
+
+class Holder:
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != held or entered.is_set():
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        spec.loader = HeldLoader(spec.loader)
+        return spec
+
+
+def release_once_importing_wrapt(threads, settle_s=0.0):
+    while len(importhooks._importing_wrapt) < threads:
+        time.sleep(0.001)
+    time.sleep(settle_s)  # for its import to reach asyncio's module lock
+    release.set()
+
+
+calls = []
+for name in ("noop", "late"):
+    importhooks.watch(name, lambda module: calls.append(module.__name__))
+sys.meta_path.insert(1, Holder())  # behind kname's finder
+importer = threading.Thread(target=__import__, args=(held if mode == "asyncio" else "noop",))
+importer.start()
+assert entered.wait(30)
+if mode == "fork":
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(20)  # a deadlock kills the child, so the test fails instead of hanging
+        import late
+
+        import colorsys  # an import after late's: the catch-up's moment
+
+        print(json.dumps({"late": late.launch(20), "calls": calls}), flush=True)  # child-line
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    print(json.dumps({"child_exit": os.waitstatus_to_exitcode(status)}), flush=True)
+    release.set()
+elif mode == "thread":
+    threading.Thread(target=release_once_importing_wrapt, args=(2,)).start()
+    import late  # waits in importlib for the other thread's import of wrapt
+
+    print(json.dumps({"late": late.launch(20)}), flush=True)  # late-line
+else:
+    signal.alarm(20)  # a deadlock ends the program, so the test fails instead of hanging
+    threading.Thread(target=release_once_importing_wrapt, args=(1, 0.5)).start()
+    import noop  # kname imports wrapt for it, which waits for the other thread's asyncio
+importer.join()
+import noop
+
+print(json.dumps({"noop": noop.launch(10), "calls": sorted(calls)}))  # noop-line
+"""
+
+
+def run_while_imported(kname_venv, inject_lib, tmp_path, mode: str) -> tuple[list, list[str]]:
+    """WHILE_IMPORTED run in `mode`: what it printed, line by line, and its ranges, sorted."""
+    done, capture = run_program(
+        kname_venv, inject_lib, tmp_path, WHILE_IMPORTED, mode,
+        env=NOOP_AND_LATE, files={"late.py": LATE},
+        timeout=90,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    return [json.loads(line) for line in done.stdout.splitlines()], sorted(capture.ranges("kname"))
+
+
+def ranges_at(*markers: str) -> list[str]:
+    return [f"<module> prog.py:{line_of(WHILE_IMPORTED, marker)}" for marker in markers]
+
+
+def test_a_watched_import_meeting_another_threads_import_of_wrapt_waits_for_it(
+    kname_venv, inject_lib, tmp_path
+) -> None:
+    """Two threads import a watched module each at the same moment; both need wrapt, and the
+    second waits for the first's import of it: each module is hooked once, by wrapt's loader."""
+    printed, ranges = run_while_imported(kname_venv, inject_lib, tmp_path, "thread")
+    assert printed == [{"late": 21}, {"noop": 21, "calls": ["late", "noop"]}]
+    assert ranges == ranges_at("late-line", "noop-line")
+
+
+def test_a_child_forked_while_another_thread_imports_wrapt_still_hooks_its_imports(
+    kname_venv, inject_lib, tmp_path
+) -> None:
+    """That thread holds wrapt's module lock for good in the child, whose own import of wrapt
+    would wait forever: the child's watched module is hooked at its next import instead."""
+    printed, ranges = run_while_imported(kname_venv, inject_lib, tmp_path, "fork")
+    assert printed == [
+        {"late": 21, "calls": ["late"]},  # the child's
+        {"child_exit": 0},
+        {"noop": 21, "calls": ["noop"]},
+    ]
+    assert ranges == ranges_at("child-line", "noop-line")
+
+
+def test_a_watched_import_meeting_another_threads_import_of_asyncio_waits_for_it(
+    kname_venv, inject_lib, tmp_path
+) -> None:
+    """A thread imports asyncio while another imports a watched module, for which kname imports
+    wrapt, which imports asyncio: kname's import of wrapt waits for asyncio's, never holding the
+    lock every import takes, so asyncio's import goes on (it would wait for that lock forever)."""
+    printed, ranges = run_while_imported(kname_venv, inject_lib, tmp_path, "asyncio")
+    assert printed == [{"noop": 21, "calls": ["noop"]}]
+    assert ranges == ranges_at("noop-line")

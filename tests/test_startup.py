@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
-from support import REPO, Venv, make_venv
+from support import REPO, Venv, line_of, make_venv
+from test_reliability import run_program
 
 from kname.config import SWITCH_OFF
 
 pytestmark = pytest.mark.slow
 
 PROBE = (
-    "import sys; print(*[m in sys.modules for m in ('kname', 'kname._startup', 'wrapt')]);"
+    "import sys; print(*[m in sys.modules for m in "
+    "('kname', 'kname._startup', 'kname.importhooks')]);"
     "import kname; print(kname.is_installed())"
 )
 
 
 def probe(venv: Venv, *python_args: str, env: dict[str, str] | None = None) -> list[str]:
-    """Which of kname, kname._startup and wrapt start-up imported, then whether kname installed."""
+    """Which of kname, kname._startup and kname.importhooks start-up imported, then whether kname
+    installed."""
     result = venv.python_run(*python_args, "-c", PROBE, env=env)
     assert result.returncode == 0, result.stderr
     return result.stdout.split()
@@ -235,3 +239,187 @@ def test_the_cheap_gates_test_the_same_off_values_as_kname_config(gate: str) -> 
     """The switch is parsed once, in kname.config; the gates' cheap test must agree with it, or a
     value kname calls off would import kname (or one it calls on would not start it)."""
     assert cheap_off_values((REPO / gate).read_text()) == SWITCH_OFF
+
+
+# --------------------------------------------------------------------------
+# What a switched-on start-up imports
+# --------------------------------------------------------------------------
+
+# Modules kname never imports on the C hot path: the nvtx package and numpy (which it imports)
+# cost about 110 ms, and the extension calls NVTX itself.
+NOT_ON_THE_C_PATH = ("numpy", "nvtx")
+# Modules kname's start-up must not import on the C hot path: those, and wrapt, whose package
+# imports asyncio (about 20 ms); kname imports it when a watched module is imported. Nor,
+# with no KNAME_REPORT, kname's saved documents and the json they import (about 2 ms).
+NOT_AT_START_UP = (*NOT_ON_THE_C_PATH, "wrapt", "asyncio", "kname.documents", "json")
+
+IMPORTED = "import json, sys; print(json.dumps(sorted(sys.modules)))"
+
+# A user target launched once, under an NVTX tool: the modules there were at the program's
+# first line and at its end, and which hot path ran.
+LAUNCHES = """\
+import json
+import sys
+
+at_start = sorted(sys.modules)
+import noop
+from kname import hotpath
+
+noop.launch(1)  # launch-line
+print(json.dumps({
+    "at_start": at_start,
+    "at_end": sorted(sys.modules),
+    "c_ranges": hotpath.current().nvtx_range is not None,
+}))
+"""
+
+
+def imported_at_start_up(venv: Venv, env: dict[str, str]) -> set[str]:
+    """The modules in sys.modules at a `-c` program's first line."""
+    done = venv.python_run("-c", IMPORTED, env=env)
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(done.stdout))
+
+
+def why_no_c_ranges(venv: Venv) -> str:
+    """Why the venv's kname makes no NVTX ranges in C ("" where it does)."""
+    probe = (
+        "from kname import hotpath; h = hotpath.choose(True); "
+        "print(h.why_python or ('' if h.nvtx_range else 'built without the NVTX headers'))"
+    )
+    done = venv.python_run("-c", probe)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_switched_on_start_up_on_the_c_hot_path_imports_none_of_the_modules_it_defers(
+    kname_venv: Venv,
+) -> None:
+    why_not = why_no_c_ranges(kname_venv)
+    if why_not:
+        pytest.skip(f"kname's C hot path makes no NVTX ranges here: {why_not}")
+    off = imported_at_start_up(kname_venv, {"KNAME_NATIVE": "1"})
+    on = imported_at_start_up(kname_venv, {"KNAME": "1", "KNAME_NATIVE": "1"})
+    assert "kname._startup" in on
+    assert sorted(set(NOT_AT_START_UP) & (on - off)) == []
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_switched_on_program_has_its_ranges_and_nvtx_only_on_the_python_path(
+    kname_venv: Venv, inject_lib: Path, tmp_path: Path, native: str
+) -> None:
+    """Under an NVTX tool, started by KNAME=1, each hot path names the launch; the C one calls
+    NVTX itself and never imports the nvtx package, the Python one imports it at start-up."""
+    why_not = why_no_c_ranges(kname_venv)
+    if native == "1" and why_not:
+        pytest.skip(f"kname's C hot path makes no NVTX ranges here: {why_not}")
+    env = {"KNAME": "1", "KNAME_TARGETS": "noop:launch", "KNAME_NATIVE": native}
+    done, capture = run_program(kname_venv, inject_lib, tmp_path, LAUNCHES, env=env)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["c_ranges"] is (native == "1")
+    if native == "1":
+        assert sorted(set(NOT_ON_THE_C_PATH) & set(seen["at_end"])) == []
+    else:
+        assert "nvtx" in seen["at_start"]
+    assert "wrapt" not in seen["at_start"]
+    assert "wrapt.importer" in seen["at_end"]  # noop is watched: its import went through wrapt
+    assert capture.ranges("kname") == [f"<module> prog.py:{line_of(LAUNCHES, 'launch-line')}"]
+    assert capture.balanced(), capture.stack_errors()
+
+
+# A watched module imported by a KNAME=1 program: wrapt is imported then, and its loader calls
+# kname's hooks (the target's, and one more watched here to count its calls).
+WATCHED_IMPORT = """\
+import json
+import os
+import sys
+import traceback
+
+from kname import importhooks
+
+wrapt_at_start = "wrapt" in sys.modules
+calls = []
+
+
+def called(module):
+    stack = [frame.filename for frame in traceback.extract_stack()]
+    by_wrapt = any(path.endswith(os.path.join("wrapt", "importer.py")) for path in stack)
+    calls.append({"module": module.__name__, "by_wrapt": by_wrapt})
+
+
+importhooks.watch("noop", called)
+import noop
+
+noop.launch(1)  # launch-line
+registry = sys.modules["wrapt.importer"]._post_import_hooks
+print(json.dumps({
+    "wrapt_at_start": wrapt_at_start,
+    "calls": calls,
+    "in_wrapt": sum(isinstance(hook, importhooks.Watch) for hook in registry.get("noop", [])),
+    "loader": type(noop.__loader__).__name__,
+}))
+"""
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_watched_import_imports_wrapt_whose_loader_calls_each_hook_once(
+    kname_venv: Venv, inject_lib: Path, tmp_path: Path, native: str
+) -> None:
+    env = {"KNAME": "1", "KNAME_TARGETS": "noop:launch", "KNAME_NATIVE": native}
+    done, capture = run_program(kname_venv, inject_lib, tmp_path, WATCHED_IMPORT, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert json.loads(done.stdout) == {
+        "wrapt_at_start": False,
+        "calls": [{"module": "noop", "by_wrapt": True}],
+        "in_wrapt": 2,  # the target's hook and this one, kept for a reload
+        "loader": "SourceFileLoader",  # wrapt's loader put the module's own back
+    }
+    assert capture.ranges("kname") == [f"<module> prog.py:{line_of(WATCHED_IMPORT, 'launch-line')}"]
+    assert capture.balanced(), capture.stack_errors()
+
+
+# numba on the simulator in a KNAME=1 program: the watched numba modules are imported inside
+# numba's own import, where kname first imports wrapt; each launch is still named by its line.
+NUMBA_LAUNCHES = """\
+import json
+import sys
+
+wrapt_at_start = "wrapt" in sys.modules
+import numpy as np
+from numba import cuda
+
+
+@cuda.jit
+def inc(out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] += 1
+
+
+out = np.zeros(4)
+inc[1, 4](out)  # launch-line
+print(json.dumps({
+    "wrapt_at_start": wrapt_at_start,
+    "wrapt_at_end": "wrapt.importer" in sys.modules,
+    "out": out.tolist(),
+}))
+"""
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_numba_on_the_simulator_is_named_though_wrapt_came_in_with_numbas_import(
+    kname_venv: Venv, inject_lib: Path, tmp_path: Path, native: str
+) -> None:
+    env = {"KNAME": "1", "KNAME_NATIVE": native, "NUMBA_ENABLE_CUDASIM": "1"}
+    done, capture = run_program(kname_venv, inject_lib, tmp_path, NUMBA_LAUNCHES, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert json.loads(done.stdout) == {
+        "wrapt_at_start": False,
+        "wrapt_at_end": True,
+        "out": [1.0] * 4,
+    }
+    assert capture.ranges("kname") == [f"<module> prog.py:{line_of(NUMBA_LAUNCHES, 'launch-line')}"]
+    assert capture.balanced(), capture.stack_errors()

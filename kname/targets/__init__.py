@@ -14,7 +14,6 @@ named by the launcher alone: see Options.nesting.
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import re
 import sys
 import threading
@@ -308,6 +307,8 @@ def installed_version(module: str, distributions: tuple[str, ...]) -> str | None
     version = getattr(sys.modules.get(module), "__version__", None)
     if isinstance(version, str):
         return version
+    import importlib.metadata  # deferred: about 10 ms of every KNAME=1 start-up otherwise
+
     for distribution in distributions:
         try:
             return importlib.metadata.version(distribution)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -96,6 +95,8 @@ def _triton_classes() -> tuple[type, type]:
 
         @property
         def cache_key(self) -> str:
+            import hashlib  # deferred: rename mode only, not every KNAME=1 start-up
+
             key = f"{super().cache_key}\0kname_entry_name={self.kname_entry_name}"
             return hashlib.sha256(key.encode("utf-8")).hexdigest()
 

@@ -49,23 +49,33 @@ def at_exit(write: Callable[[], None]) -> Callable[[], None]:
 
     Returns that writer, for other ends a process has (multiprocessing's Finalize in a worker).
     """
-    import atexit
-
-    written_in: list[int] = []  # the pid of the process that ran it (a forked child has its own)
-
-    def writer() -> None:
-        while os.getpid() not in written_in:
-            try:
-                with _shielded():
-                    if os.getpid() not in written_in:
-                        written_in.append(os.getpid())
-                        write()
-            except KeyboardInterrupt:
-                continue  # a Ctrl-C from just before the shield was up: the write is still owed
-
-    atexit.register(writer)
+    writer = shielded_at_exit(write)
     write_on_sigterm(writer)
     return writer
+
+
+def shielded_at_exit(work: Callable[[], None]) -> Callable[[], None]:
+    """Run `work` at interpreter exit, at most once in each process, shielded from signals: a
+    Ctrl-C then is no traceback of kname's exit code (SIGTERM's default action skips it).
+
+    Returns the callback registered, which does the work once however often it is called.
+    """
+    import atexit
+
+    done_in: list[int] = []  # the pid of the process that ran it (a forked child has its own)
+
+    def once() -> None:
+        while os.getpid() not in done_in:
+            try:
+                with _shielded():
+                    if os.getpid() not in done_in:
+                        done_in.append(os.getpid())
+                        work()
+            except KeyboardInterrupt:
+                continue  # a Ctrl-C from just before the shield was up: the work is still owed
+
+    atexit.register(once)
+    return once
 
 
 def write_on_sigterm(writer: Callable[[], None]) -> None:

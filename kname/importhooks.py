@@ -22,7 +22,6 @@ its callback when its import has finished.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import importlib.machinery
 import importlib.util
@@ -32,6 +31,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from kname import _sigterm
 from kname._locks import new_lock, reset_in_child
 from kname._warnings import warn_once
 
@@ -294,7 +294,7 @@ def _put_front_finder() -> None:
         sys.meta_path.insert(0, _front)
     _keep_first(_front)
     if not _exit_check_registered:
-        atexit.register(_say_missed_at_exit)
+        _sigterm.shielded_at_exit(_say_missed_at_exit)
         _exit_check_registered = True
 
 

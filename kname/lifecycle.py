@@ -13,7 +13,6 @@ misspelling).
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import functools
 import sys
@@ -22,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from kname import callsite, hotpath, ranges
+from kname import _sigterm, callsite, hotpath, ranges
 from kname._locks import new_lock
 from kname._warnings import exit_at_once, warn_once
 from kname.census import write_at_exit
@@ -209,7 +208,7 @@ def cancel_exit_check() -> None:
 def _check_at_exit() -> None:
     global _exit_check_registered
     if not _exit_check_registered:
-        atexit.register(_say_unmet_at_exit)
+        _sigterm.shielded_at_exit(_say_unmet_at_exit)
         _exit_check_registered = True
 
 

@@ -25,7 +25,16 @@ from kname.rank_paths import (
     expand,
     template_problem,
 )
-from kname.ranks import LAUNCHERS, LONE, Rank, find_rank, meta, selected
+from kname.ranks import (
+    LAUNCHERS,
+    LONE,
+    Rank,
+    find_rank,
+    is_launcher,
+    meta,
+    selected,
+    visible_device,
+)
 
 # What each launcher gives one process: rank 5 of 8, the second on its node.
 TORCHRUN = {
@@ -416,3 +425,43 @@ def test_expand_raises_exactly_when_template_problem_says_why(path, world) -> No
         assert problem is None
     if problem is not None:
         assert problem.startswith("KNAME_REPORT=") and len(problem.splitlines()) == 1
+
+
+# --------------------------------------------------------------------------
+# The launcher's own process, and the device
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "launcher"),
+    [
+        (["/venv/bin/python3", "/venv/bin/torchrun", "--nproc-per-node", "2", "train.py"],
+         "torchrun"),
+        (["python", "-m", "torch.distributed.run", "--nnodes", "1", "train.py"],
+         "torch.distributed.run"),
+        (["python", "-X", "kname", "-mtorch.distributed.launch", "train.py"],
+         "torch.distributed.launch"),
+        (["python", "-u", "-W", "ignore", "/usr/bin/torchrun", "t.py"], "torchrun"),
+        (["python", "train.py", "torchrun"], None),  # a worker whose argument is the word
+        (["python", "-c", "import torchrun"], None),
+        (["python", "-m", "pytest", "torchrun.py"], None),
+        (["python"], None),
+        (["/venv/bin/python3", "/venv/bin/torchrun.py"], None),
+    ],
+)  # fmt: skip
+def test_a_python_launcher_is_known_by_its_command_line(argv, launcher) -> None:
+    assert is_launcher(argv) == launcher
+
+
+def test_this_test_run_is_no_launcher() -> None:
+    assert is_launcher() is None
+
+
+@pytest.mark.parametrize(
+    ("visible", "ordinal", "device"),
+    [(None, None, None), (None, 3, "3"), ("2", None, "2"), ("2", 0, "2"), ("4,5", None, None),
+     ("4,5", 1, "5"), ("4,5", 7, None), ("GPU-8f0c", None, "GPU-8f0c")],
+)  # fmt: skip
+def test_the_device_is_named_as_cuda_visible_devices_names_it(visible, ordinal, device) -> None:
+    environ = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+    assert visible_device(environ, ordinal) == device

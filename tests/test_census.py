@@ -19,8 +19,8 @@ from support import Venv, cleaned, line_of
 from support.nvtx_capture import run_captured
 
 import kname
-from kname.documents.build import merge_documents
 from kname.documents.files import load
+from kname.documents.merge import merge_documents
 from kname.documents.owner import OWNER_VARIABLE
 
 APP = """\

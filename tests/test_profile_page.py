@@ -155,3 +155,21 @@ def test_the_recorded_h200_page_fits_the_window_with_no_sideways_scrolling(tmp_p
     assert widths, done.stderr[-2000:]
     scroll_width, window_width = map(int, widths.groups())
     assert scroll_width <= window_width
+
+
+def test_a_merged_profile_of_several_ranks_shows_each_lines_spread() -> None:
+    from kname.documents.merge import merge_documents
+    from kname.ranks import Rank, meta
+
+    parts = []
+    for rank, gpu_ns in enumerate([2_000, 3_000, 9_000]):
+        part = document_of({"step app.py:12": gpu_ns, "save app.py:30": 500 if rank else 0})
+        parts.append({**part, "ranks": [meta(Rank(rank, rank, 3, "slurm"), pid=rank)]})
+    text = render_page(merge_documents(parts))
+    page = Page(text)
+    (step,) = [row for row in page.rows if row["site"] == "step app.py:12"]
+    assert step["cells"][5:7] == ["2.00 us / 3.00 us / 9.00 us", "rank 2"]
+    spreads = re.findall(r'data-min-ns="(\d+)" data-median-ns="(\d+)" data-max-ns="(\d+)"', text)
+    assert spreads == [("2000", "3000", "9000"), ("0", "500", "500")]
+    assert "<th>across ranks: min / median / max</th>" in text
+    assert "across ranks" not in render_page(parts[0])  # one rank: no spread

@@ -3,6 +3,10 @@
 No script, no style sheet or font from elsewhere, no network: inline SVG and CSS only, so the page
 opens from a CI artifact or an e-mail. Each bar carries its data (`data-site`, `data-gpu-ns`) for
 tests and for anyone reading the source.
+
+A merged document of several ranks shows each line's spread across them (documents/spread.py):
+the least, median and most GPU time of one rank, drawn as a range with the median marked
+(`data-min-ns`, `data-median-ns`, `data-max-ns`), and the slowest rank.
 """
 
 from __future__ import annotations
@@ -12,12 +16,15 @@ from html import escape
 from typing import Any
 
 from kname.documents.kernel_names import display_name
+from kname.documents.spread import Spread, spreads
+from kname.documents.tables import ranked_sites
 from kname.documents.text import count_of, format_duration
 
 BARS_SHOWN = 40
 BAR_WIDTH = 600  # px, the longest bar
 ROW_HEIGHT = 22
 LABEL_WIDTH = 360
+SPREAD_WIDTH = 120  # px, a line's range across ranks, from 0 to the most loaded rank of any line
 
 # The page fits the window: the chart scales down, and a kernel name (up to 80 characters
 # without a space) may break anywhere; call sites, times and headings stay on one line.
@@ -30,6 +37,8 @@ svg.chart { max-width: 100%; height: auto; }
 svg text { font: 12px ui-monospace, monospace; fill: #222; }
 svg .value { fill: #555; }
 svg rect { fill: #4e79a7; }
+svg.spread line.range { stroke: #4e79a7; stroke-width: 4; }
+svg.spread line.median { stroke: #e15759; stroke-width: 2; }
 table { border-collapse: collapse; margin-top: 1.5em; }
 th, td { padding: 0.25em 0.8em; border-bottom: 1px solid #ddd; text-align: left;
          vertical-align: top; }
@@ -44,7 +53,9 @@ ul.kernels .time { white-space: nowrap; }
 
 def render_page(document: Mapping[str, Any], title: str = "kname profile") -> str:
     """The page for a schema-2 document."""
-    sites = sorted(document["sites"], key=lambda s: (-s["gpu_ns"], s["order"]))
+    spread = spreads(document)
+    order = ranked_sites(document, "gpu_ns")
+    sites = [document["sites"][index] for index in order]
     total = document["total_gpu_ns"]
     summary = (
         f"{format_duration(total)} of GPU time in "
@@ -69,7 +80,7 @@ def render_page(document: Mapping[str, Any], title: str = "kname profile") -> st
             "call site.</p>"
         )
     parts.append(_chart(sites[:BARS_SHOWN]))
-    parts.append(_table(sites, total))
+    parts.append(_table(sites, total, [spread[index] for index in order] if spread else None))
     parts.append("</body></html>\n")
     return "\n".join(parts)
 
@@ -98,13 +109,15 @@ def _chart(sites: list[Mapping[str, Any]]) -> str:
     return "\n".join(rows)
 
 
-def _table(sites: list[Mapping[str, Any]], total: int) -> str:
+def _table(sites: list[Mapping[str, Any]], total: int, spread: list[Spread] | None = None) -> str:
+    ranks = "<th>across ranks: min / median / max</th><th>slowest</th>" if spread else ""
     rows = [
         '<table class="sites">',
         "<tr><th>call site</th><th>GPU time</th><th>share</th><th>launches</th><th>mean</th>"
-        "<th>kernels</th></tr>",
+        f"{ranks}<th>kernels</th></tr>",
     ]
-    for site in sites:
+    widest = max((s.high for s in spread), default=0) if spread else 0
+    for index, site in enumerate(sites):
         launches = site["launches"]
         mean = format_duration(site["gpu_ns"] / launches) if launches else "-"
         share = f"{100 * site['gpu_ns'] / total:.1f}%" if total else "-"
@@ -119,7 +132,29 @@ def _table(sites: list[Mapping[str, Any]], total: int) -> str:
             f'<td class="number">{escape(format_duration(site["gpu_ns"]))}</td>'
             f'<td class="number">{share}</td><td class="number">{launches}</td>'
             f'<td class="number">{escape(mean)}</td>'
+            f"{_spread_cells(spread[index], widest) if spread else ''}"
             f'<td><ul class="kernels">{kernels}</ul></td></tr>'
         )
     rows.append("</table>")
     return "\n".join(rows)
+
+
+def _spread_cells(spread: Spread, widest: int) -> str:
+    """A line's spread across ranks: the numbers, a range drawn to the page's one scale, and
+    the slowest rank."""
+    values = (spread.low, spread.median, spread.high)
+    x = [round(SPREAD_WIDTH * value / widest, 1) if widest else 0.0 for value in values]
+    low, median, high = (format_duration(value) for value in values)
+    drawing = (
+        f'<svg class="spread" width="{SPREAD_WIDTH + 4}" height="12" role="img" '
+        f'aria-label="{escape(low)} to {escape(high)}, median {escape(median)}" '
+        f'data-min-ns="{spread.low}" data-median-ns="{round(spread.median)}" '
+        f'data-max-ns="{spread.high}">'
+        f'<line class="range" x1="{x[0] + 2}" y1="6" x2="{x[2] + 2}" y2="6"/>'
+        f'<line class="median" x1="{x[1] + 2}" y1="1" x2="{x[1] + 2}" y2="11"/></svg>'
+    )
+    numbers = f"{escape(low)} / {escape(median)} / {escape(high)}"
+    return (
+        f'<td class="number">{numbers}<br>{drawing}</td>'
+        f'<td class="number">rank {spread.slowest}</td>'
+    )

@@ -23,6 +23,7 @@ from kname.documents.files import write_atomically
 from kname.documents.owner import Output, claim, owner_pid, write_output
 from kname.documents.schema import render_json
 from kname.documents.tables import render_census_table
+from kname.ranks import find_rank, meta, visible_device
 
 FORMATS = ("table", "json")
 
@@ -36,8 +37,9 @@ def names() -> dict[str, int]:
 
 
 def census() -> dict[str, Any]:
-    """The census so far, as the JSON document of schema 1 (see kname.documents.schema)."""
-    return census_document(_rows())
+    """The census so far, as the JSON document of schema 1 (see kname.documents.schema), with
+    who made it: this process's rank, host and device (kname.ranks.meta)."""
+    return census_document(_rows(), ranks=meta(find_rank(), device=visible_device()))
 
 
 def _rows() -> dict[tuple[str, str, str], int]:
@@ -80,7 +82,7 @@ def write_at_exit(destination: str, strict: bool = False) -> None:
     _exit_destination = destination
     # Claimed now: a relative path means where the program started, even if it changes
     # directory; a file another process writes while this one runs is not replaced.
-    _exit_output = None if destination == "-" else claim(destination)
+    _exit_output = None if destination == "-" else claim(destination, "KNAME_REPORT")
     if _owner_pid is None:
         _owner_pid = owner_pid()
     if not _exit_registered:

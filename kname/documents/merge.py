@@ -265,7 +265,7 @@ def merge_files(
     associative, so the document is the same. `load` must then be a module-level function.
     """
     if workers is None:
-        workers = _workers_for(len(paths))
+        workers = workers_for(len(paths))
     if workers <= 1:
         return _merged(paths, load).result()
     import multiprocessing
@@ -284,7 +284,8 @@ def merge_files(
 PARALLEL_FILES = 32  # below this, one process merges faster than starting workers
 
 
-def _workers_for(files: int) -> int:
+def workers_for(files: int) -> int:
+    """How many processes merge_files shares `files` files among by default."""
     import multiprocessing
 
     if files < PARALLEL_FILES or "fork" not in multiprocessing.get_all_start_methods():

@@ -16,7 +16,8 @@
  *     in `sites` (kname.callsite.sites), or, from library code, the key of the first user frame
  *     above it (`kinds`: kname.callsite._kinds), as capture.site_of_frame finds it when it is
  *     cached; anything else asks site_of_frame(frame) (Python, once per call site). No frame:
- *     `no_frame`. More than max_open_calls open at once: they are forgotten (said at drain).
+ *     the name set_frameless() gave (the backward pass running), else `no_frame`. More than
+ *     max_open_calls open at once: they are forgotten (said at drain).
  *   exit: the end time of the open call with that correlation id.
  * site_calls(name, nvtx_push, nvtx_pop) gives a wrapped launch's push and pop as C callables: the
  * NVTX call and the mark (or the unmark and the NVTX call), no Python frame per launch.
@@ -181,6 +182,9 @@ typedef struct {
     Py_ssize_t api_count;
     PyObject *sites, *kinds, *site_of_frame, *site_key, *no_frame, *unnamed;
     PyObject *kept; /* dict: every site name recorded, name -> name */
+    /* The site of a launch with no Python frame (kept), or NULL: no_frame. set_frameless() sets
+     * it while a backward pass runs (kname.profiling.backward); read by any thread. */
+    _Atomic(PyObject *) frameless;
     int max_open;
     int remember; /* look-ups may go in the recent tables: both dicts are followed */
     Py_ssize_t max_pending;

@@ -317,6 +317,8 @@ launch_enter(Recorder *r, uint32_t correlation_id, int api, uint64_t timestamp)
     }
     else {
         launch.site = site_here(r, t);
+        if (launch.site == NULL) /* no Python frame: autograd's threads, in a backward pass */
+            launch.site = atomic_load_explicit(&r->frameless, memory_order_acquire);
         if (t->count >= r->max_open) /* Python ran meanwhile, and launched more */
             forget_open_calls(r, t);
     }

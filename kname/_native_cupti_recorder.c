@@ -126,6 +126,16 @@ recorder_unmark(Recorder *r, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+static PyObject *
+recorder_set_frameless(Recorder *r, PyObject *name)
+{
+    PyObject *kept = NULL; /* None: no_frame again */
+    if (name != Py_None && (kept = keep(r, name)) == NULL)
+        return NULL;
+    atomic_store_explicit(&r->frameless, kept, memory_order_release);
+    Py_RETURN_NONE;
+}
+
 /* ---- a wrapped launch's push and pop, in C */
 
 /* push() or pop() of the launches kname wraps at one site: what capture's closures do when the
@@ -536,6 +546,9 @@ static PyMethodDef recorder_methods[] = {
     {"mark", (PyCFunction)recorder_mark, METH_O,
      "mark(name): the launch kname wraps that starts on this thread has this site."},
     {"unmark", (PyCFunction)recorder_unmark, METH_NOARGS, "unmark(): that launch is over."},
+    {"set_frameless", (PyCFunction)recorder_set_frameless, METH_O,
+     "set_frameless(name or None): a launch with no Python frame has this site from now on "
+     "(None: no_frame)."},
     {"site_calls", (PyCFunction)recorder_site_calls, METH_VARARGS,
      "site_calls(name, nvtx_push, nvtx_pop) -> (push, pop): a wrapped launch's calls in C, "
      "push = nvtx_push() then mark(name), pop = unmark() then nvtx_pop() (None: no NVTX call)."},

@@ -66,11 +66,20 @@ _STDLIB_DIRS = _stdlib_dirs()
 # How a code object's frames count in the walk. USER: a call site. LIBRARY: passed over, but
 # names a launch that has no user frame at all (a library's own code). PLUMBING: passed over,
 # and never a name (the standard library, kname, wrapt). WRAPPER: kname's own launch wrapper.
-USER, LIBRARY, WRAPPER, PLUMBING = 0, 1, 2, 3
+# COMPILE: library code doing build-time work (compiling, autotuning): passed over as LIBRARY,
+# and a launch beneath it is named apart (COMPILE_MARK). The C walks know no COMPILE: they leave
+# such a launch to resolve(), as for a code object not judged yet.
+USER, LIBRARY, WRAPPER, PLUMBING, COMPILE = 0, 1, 2, 3, 4
+COMPILE_MARK = " (compile)"
 
 # Key prefixes of sites named other than by user frames: never equal to a launch's fast key.
 _LIBRARY_SITE = "library frame"
 _KERNEL_SITE = "no user frame"
+_COMPILE_SITE = "compile"
+
+# is_generated(code, module): whether a library made `code` at run time, as its own code
+# (a code object made to run in the user's module, or with no module of its own).
+Generated = Callable[[CodeType, "str | None"], bool]
 
 
 class Site(Watched):
@@ -124,11 +133,20 @@ class Rules:
     library_modules: tuple[str, ...] = CORE_LIBRARY_MODULES  # never a call site
     # Sites take their push and pop from site_calls(site) (None: NVTX's alone).
     site_calls: Callable[[Site], tuple[Any, Any]] | None = None
+    user: tuple[str, ...] = ()  # KNAME_USER: modules whose frames are user code after all
+    compile_modules: tuple[str, ...] = ()  # library modules doing build-time work (COMPILE)
+    # Code libraries make at run time, with the module making it: (module, is_generated).
+    generated: tuple[tuple[str, Generated], ...] = ()
     # The library modules' files, for code run with no module name.
     library_path: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "library_path", _library_path_pattern(self.library_modules))
+        library = tuple(m for m in self.library_modules if not _matches(m, self.user))
+        object.__setattr__(self, "library_path", _library_path_pattern(library))
+
+
+def _matches(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
 def _library_path_pattern(modules: tuple[str, ...]) -> re.Pattern[str]:
@@ -171,14 +189,25 @@ def configure(
     depth: int = 1,
     emit_nvtx: bool = True,
     library_modules: tuple[str, ...] = (),
+    user: tuple[str, ...] = (),
+    compile_modules: tuple[str, ...] = (),
+    generated: tuple[tuple[str, Generated], ...] = (),
 ) -> None:
     """Set the rules (no arguments: the defaults); forget every decision and site made under the
-    old ones, but keep their launch counts. Sites keep being handed over (use_site_calls)."""
+    old ones, but keep their launch counts. Sites keep being handed over (use_site_calls).
+
+    `user` (KNAME_USER) makes library modules user code again, with the code they generate;
+    KNAME_SKIP still wins over it, and kname's own and the standard library stay plumbing.
+    """
     global _rules
     with _lock:
         library = (*CORE_LIBRARY_MODULES, *library_modules)
         site_calls = _rules.site_calls
-        _rules = Rules(tuple(skip), template, depth, emit_nvtx, library, site_calls)
+        makers = tuple((m, rule) for m, rule in generated if not _matches(m, tuple(user)))
+        _rules = Rules(
+            tuple(skip), template, depth, emit_nvtx, library, site_calls, tuple(user),
+            tuple(compile_modules), makers,
+        )  # fmt: skip
         _kinds.clear()
         _codes.clear()
         _forget_sites()
@@ -228,15 +257,17 @@ def resolve(
     `kernel_key` is `id(kernel)` (the site then lives only as long as the kernel) or a value.
     """
     rules = _rules
-    user_frames, library_frame = _walk(frame, rules.depth)
+    user_frames, library_frame, compiling = _walk(frame, rules.depth)
     if user_frames is None:
         return None
-    key, site_frames = _site_key(user_frames, library_frame, kernel_key, rules.depth)
+    key, site_frames = _site_key(user_frames, library_frame, kernel_key, rules.depth, compiling)
     site = sites.get(key)
     if site is None:
         if callable(kernel_name):
             kernel_name = kernel_name(kernel)
-        site = _build(key, site_frames, kernel, kernel_key, kernel_name, lib, rules, rename)
+        site = _build(
+            key, site_frames, kernel, kernel_key, kernel_name, lib, rules, rename, compiling
+        )
     return site
 
 
@@ -268,7 +299,7 @@ def kind_of(code: CodeType, module: object) -> int:
     """USER, LIBRARY or PLUMBING for `code`, decided once per code object."""
     kind = _kinds.get(id(code))
     if kind is None:
-        kind = _judge(code.co_filename, module)
+        kind = _judge(code, module)
         with _lock:
             if len(_kinds) >= MAX_CODES:
                 _kinds.clear()
@@ -290,22 +321,26 @@ def site_name(depth: int = 1, kernel: Any = "") -> str:
     frame = sys._getframe(1)
     label = naming.kernel_label(kernel)
     depth, rules = max(1, int(depth)), _rules
-    user_frames, library_frame = _walk(frame, depth, stop_at_wrapper=False)
-    key, site_frames = _site_key(user_frames or [], library_frame, ("site_name", label), depth)
+    user_frames, library_frame, compiling = _walk(frame, depth, stop_at_wrapper=False)
+    key, site_frames = _site_key(
+        user_frames or [], library_frame, ("site_name", label), depth, compiling
+    )
     site = sites.get(key)
     if site is None:
-        site = _build(key, site_frames, None, None, label, "python", rules)
+        site = _build(key, site_frames, None, None, label, "python", rules, None, compiling)
     return site.name
 
 
 def _walk(
     frame: FrameType | None, depth: int, stop_at_wrapper: bool = True, judge: Any = None
-) -> tuple[list[FrameType] | None, FrameType | None]:
-    """Up to `depth` user frames from `frame` outwards, and the outermost LIBRARY frame seen
-    before the first of them; (None, None) for a launch nested in another kname launch."""
+) -> tuple[list[FrameType] | None, FrameType | None, bool]:
+    """Up to `depth` user frames from `frame` outwards, the outermost LIBRARY frame seen before
+    the first of them, and whether a COMPILE frame was seen before it; (None, None, False) for a
+    launch nested in another kname launch."""
     judge = kind_of if judge is None else judge  # looked up now: tests replace kind_of
     user_frames: list[FrameType] = []
     library_frame = None
+    compiling = False
     # A native launch wrapper has no frame: the caller of the one running marks where it is, and
     # reaching it from below is reaching that wrapper (a walk that starts there starts above it).
     is_native_caller, start = hotpath.current().is_launch_caller, frame
@@ -318,10 +353,10 @@ def _walk(
             and not user_frames
             and is_native_caller(frame)
         ):
-            return None, None  # inside a native kname launch: the outer one names it
+            return None, None, False  # inside a native kname launch: the outer one names it
         if id(code) in _wrapper_code_ids:
             if stop_at_wrapper and not user_frames:
-                return None, None  # inside another kname launch: the outer one names it
+                return None, None, False  # inside another kname launch: the outer one names it
         else:
             kind = judge(code, frame.f_globals.get("__name__"))
             if kind == USER:
@@ -329,23 +364,36 @@ def _walk(
                 # The frames it is written in are one frame with it on 3.12+ (PEP 709).
                 while naming.is_inlined_comprehension(frame.f_code) and frame.f_back is not None:
                     frame = frame.f_back
-            elif kind == LIBRARY and not user_frames:
+            elif kind in (LIBRARY, COMPILE) and not user_frames:
                 library_frame = frame
+                compiling = compiling or kind == COMPILE
         frame = frame.f_back
-    return user_frames, library_frame
+    return user_frames, library_frame, compiling
 
 
-def _judge(filename: str, module: object) -> int:
+def _judge(code: CodeType, module: object) -> int:
     rules = _rules
+    filename = code.co_filename
     if isinstance(module, str):
         if _matches(module, CORE_LIBRARY_MODULES) or _is_stdlib(module, filename):
             return PLUMBING
-        library = _matches(module, rules.library_modules) or _matches(module, rules.skip)
-        return LIBRARY if library else USER
-    # No module name (code run by exec with bare globals): judge by where the file lives.
-    if filename.startswith(_KNAME_DIR):
+        if _matches(module, rules.skip):
+            return LIBRARY
+        if _matches(module, rules.user):
+            return USER
+        if _matches(module, rules.compile_modules):
+            return COMPILE
+        if _matches(module, rules.library_modules):
+            return LIBRARY
+    # No module name (code run by exec with bare globals): judge by where the file lives. A
+    # pseudo-file (`<string>`) is code made at run time, which has no line to show.
+    elif filename.startswith(_KNAME_DIR):
         return PLUMBING
-    return LIBRARY if rules.library_path.search(filename) else USER
+    elif filename.startswith("<") or rules.library_path.search(filename):
+        return LIBRARY
+    if any(is_generated(code, module) for _, is_generated in rules.generated):
+        return LIBRARY
+    return USER
 
 
 def _is_stdlib(module: str, filename: str) -> bool:
@@ -354,10 +402,6 @@ def _is_stdlib(module: str, filename: str) -> bool:
     if module.partition(".")[0] not in sys.stdlib_module_names:
         return False
     return filename.startswith(_STDLIB_DIRS) or filename.startswith("<frozen ")
-
-
-def _matches(module: str, prefixes: tuple[str, ...]) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
 def _key(frames: list[FrameType], kernel_key: Any, depth: int) -> tuple:
@@ -369,9 +413,16 @@ def _key(frames: list[FrameType], kernel_key: Any, depth: int) -> tuple:
 
 
 def _site_key(
-    user_frames: list[FrameType], library_frame: FrameType | None, kernel_key: Any, depth: int
+    user_frames: list[FrameType],
+    library_frame: FrameType | None,
+    kernel_key: Any,
+    depth: int,
+    compiling: bool = False,
 ) -> tuple[tuple, list[FrameType]]:
     """The cache key of a site, and the frames that name it (none: named by the kernel)."""
+    if compiling:  # keyed apart: the same line's launches at run time are another site
+        key, frames = _site_key(user_frames, library_frame, kernel_key, depth)
+        return (_COMPILE_SITE, *key), frames
     if user_frames:
         return _key(user_frames, kernel_key, depth), user_frames
     # Keyed apart from the fast path: the same library line called from a user's line is
@@ -391,9 +442,12 @@ def _build(
     lib: str,
     rules: Rules,
     rename: Any = None,
+    compiling: bool = False,
 ) -> Site:
     try:
         name, identifier = _names(frames, kernel_name, lib, rules.template)
+        if compiling:
+            name += COMPILE_MARK
         calls = ranges.range_for(name, kernel_name, lib) if rules.emit_nvtx else None
     except RecursionError:
         raise  # no room on the stack to name it here: not a fault, and not cached
@@ -546,10 +600,10 @@ def _fault_site(frame: FrameType, kernel: Any) -> Site | None:
     """The site a launch from `frame` belongs to, found with the decisions made before the fault
     (a frame not yet judged counts as the user's); a pass-through one if none is cached."""
     depth = _rules.depth
-    user_frames, library_frame = _walk(frame, depth, judge=_known_kind)
+    user_frames, library_frame, compiling = _walk(frame, depth, judge=_known_kind)
     if user_frames is None:
         return None
-    key, frames = _site_key(user_frames, library_frame, id(kernel), depth)
+    key, frames = _site_key(user_frames, library_frame, id(kernel), depth, compiling)
     site = sites.get(key)
     if site is None:
         codes = tuple(f.f_code for f in frames)

@@ -44,9 +44,9 @@ MAX_RANK = 999_999_999
 # Longer call-site names are cut to this many characters, ending in a digest of the whole name.
 MAX_NAME_LENGTH = 1024
 KNOWN_VARIABLES = (
-    "KNAME", "KNAME_TARGETS", "KNAME_SKIP", "KNAME_FORMAT", "KNAME_DEPTH", "KNAME_MODE",
-    "KNAME_REPORT", "KNAME_DOMAIN", "KNAME_STRICT", *PROFILE_OUTPUTS, *PROFILE_SETTINGS,
-    "KNAME_NATIVE", "KNAME_RANKS",
+    "KNAME", "KNAME_TARGETS", "KNAME_SKIP", "KNAME_USER", "KNAME_FORMAT", "KNAME_DEPTH",
+    "KNAME_MODE", "KNAME_REPORT", "KNAME_DOMAIN", "KNAME_STRICT", *PROFILE_OUTPUTS,
+    *PROFILE_SETTINGS, "KNAME_NATIVE", "KNAME_RANKS",
 )  # fmt: skip
 # How alike (difflib's ratio) a name must be to a known one to be taken for a misspelling of it:
 # at start-up, a near miss (KNAME_MDOE) is a problem; `kname doctor` shows any likeness.
@@ -68,6 +68,7 @@ class Config:
 
     targets: tuple[str, ...] | None = None  # None: every built-in target
     skip: tuple[str, ...] = ()
+    user: tuple[str, ...] = ()  # KNAME_USER: library modules whose frames are user code after all
     format: str = DEFAULT_FORMAT
     depth: int = 1
     mode: str = "nvtx"
@@ -160,7 +161,8 @@ def read_config(
     mode = _read_mode(env.get("KNAME_MODE"), problems)
     config = Config(
         targets=_read_targets(env.get("KNAME_TARGETS"), builtin_targets, problems),
-        skip=_read_skip(env.get("KNAME_SKIP"), problems),
+        skip=_read_modules("KNAME_SKIP", env.get("KNAME_SKIP"), problems),
+        user=_read_modules("KNAME_USER", env.get("KNAME_USER"), problems),
         format=_read_format(env.get("KNAME_FORMAT"), problems),
         depth=_read_depth(env.get("KNAME_DEPTH"), problems),
         mode=mode,
@@ -251,15 +253,19 @@ def _read_targets(
     return tuple(accepted) or None  # nothing usable left: the default, every built-in target
 
 
-def _read_skip(value: str | None, problems: list[str]) -> tuple[str, ...]:
+_MODULE_EXAMPLES = {"KNAME_SKIP": "mypkg.launchers", "KNAME_USER": "torch._inductor"}
+
+
+def _read_modules(variable: str, value: str | None, problems: list[str]) -> tuple[str, ...]:
+    """KNAME_SKIP or KNAME_USER: a comma list of dotted module prefixes."""
     accepted = []
     for entry in _comma_list(value):
         if _MODULE_PREFIX.match(entry):
             accepted.append(entry)
         else:
             problems.append(
-                f"KNAME_SKIP entry {entry!r} is not a dotted module name such as "
-                f"'mypkg.launchers'; ignoring it"
+                f"{variable} entry {entry!r} is not a dotted module name such as "
+                f"{_MODULE_EXAMPLES[variable]!r}; ignoring it"
             )
     return tuple(accepted)
 

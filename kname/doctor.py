@@ -467,6 +467,7 @@ def _check_configuration() -> tuple[Config, list[tuple[str, str]]]:
     settings = {
         "KNAME_TARGETS": every_target if config.targets is None else ",".join(config.targets),
         "KNAME_SKIP": ",".join(config.skip) or "(none)",
+        "KNAME_USER": ",".join(config.user) or "(none)",
         "KNAME_FORMAT": repr(config.format),
         "KNAME_DEPTH": str(config.depth),
         "KNAME_MODE": config.mode,

@@ -7,7 +7,8 @@ imported (at once if it already is) the target's changes are applied and recorde
 restores every recorded change and enable() applies them again; uninstall() restores them for
 good, forgets the hooks, the rules and the hot path, and switches off the wrappers of this
 install that someone may still hold. At exit, a target's module that never came and a KNAME_SKIP
-prefix that matched none are said where no module of that name can be imported (a misspelling).
+or KNAME_USER prefix that matched none are said where no module of that name can be imported (a
+misspelling).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from kname.targets import (
     Target,
     TargetProblem,
     library,
-    library_packages,
+    library_code,
     user_target,
 )
 
@@ -87,9 +88,11 @@ def install(targets: Iterable[str] | str | None = None) -> None:
             config = _with_targets(config, targets)
         # Decided once for this install, before anything makes a wrapper or a range.
         hotpath.use(config.native)
+        code = library_code()
         callsite.configure(
-            config.skip, config.format, config.depth, config.mode != "census", library_packages()
-        )
+            config.skip, config.format, config.depth, config.mode != "census", code.packages,
+            config.user, code.compile_modules, code.generated,
+        )  # fmt: skip
         ranges.configure(config.domain)
         source = "KNAME_TARGETS" if targets is None else _ARGUMENT
         _state.given = dict.fromkeys(config.targets or (), source)
@@ -224,9 +227,10 @@ def _check_at_exit() -> None:
 
 
 def _say_unmet_at_exit() -> None:
-    """Say which KNAME_TARGETS modules never came and which KNAME_SKIP prefixes matched no module,
-    where none of that name can be imported either (a misspelling, most likely); KNAME_STRICT=1
-    makes the exit status 2. One that can be imported but was not is this run's choice."""
+    """Say which KNAME_TARGETS modules never came and which KNAME_SKIP and KNAME_USER prefixes
+    matched no module, where none of that name can be imported either (a misspelling, most
+    likely); KNAME_STRICT=1 makes the exit status 2. One that can be imported but was not is
+    this run's choice."""
     with _lock:
         config, watches, given = _state.config, list(_state.watches), dict(_state.given)
     if config is None or _exit_check_cancelled:
@@ -234,7 +238,11 @@ def _say_unmet_at_exit() -> None:
     ran = {watched.module for watched in watches if watched.seen is not None}
     try:
         targets = _unmet_targets([entry for entry in given if ":" in entry], ran)
-        problems = targets + _unmet_skips(config.skip)
+        problems = [
+            *targets,
+            *_unmet_prefixes("KNAME_SKIP", config.skip),
+            *_unmet_prefixes("KNAME_USER", config.user),
+        ]
     except Exception:  # a finder that fails: never a traceback at exit, for a message
         return
     strict = " (KNAME_STRICT is on: exit status 2)" if config.strict else ""
@@ -260,8 +268,9 @@ def _unmet_targets(entries: list[str], ran: set[str]) -> list[str]:
     return problems
 
 
-def _unmet_skips(prefixes: tuple[str, ...]) -> list[str]:
-    """A line for each KNAME_SKIP prefix that no module imported had, nor any importable one."""
+def _unmet_prefixes(variable: str, prefixes: tuple[str, ...]) -> list[str]:
+    """A line for each KNAME_SKIP (or KNAME_USER) prefix that no module imported had, nor any
+    importable one."""
     imported = list(sys.modules)
     problems = []
     for prefix in prefixes:
@@ -271,7 +280,7 @@ def _unmet_skips(prefixes: tuple[str, ...]) -> list[str]:
             continue
         meant = importable.nearest(prefix)
         problems.append(
-            f"KNAME_SKIP entry {prefix!r} matched no module: none of that name was imported, "
+            f"{variable} entry {prefix!r} matched no module: none of that name was imported, "
             f"nor can one be imported here{f' (did you mean {meant!r}?)' if meant else ''}"
         )
     return problems

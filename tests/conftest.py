@@ -22,7 +22,7 @@ BOTH_HOT_PATHS = {
     "test_launch_function_names",
     "test_reliability", "test_reliability_concurrency", "test_reliability_imports",
     "test_reliability_resources", "test_rename", "test_rename_libraries", "test_targets_cuda_core",
-    "test_targets_cupy", "test_targets_pycuda", "test_targets_triton",
+    "test_targets_cupy", "test_targets_pycuda", "test_targets_triton", "test_targets_torch",
 }  # fmt: skip
 HOT_PATHS = {"python": "0", "native": "1"}  # KNAME_NATIVE for each
 

@@ -124,6 +124,44 @@ def expected_totals(stream: Streams) -> dict[str, dict[str, tuple[int, int]]]:
     return totals
 
 
+# --- backward passes: launches with no Python frame, named after the pass running -------------
+
+BACKWARD_LINES = ("train app.py:40", "train app.py:41", "probe app.py:7")
+
+
+@st.composite
+def backward_runs(draw, max_steps: int = 30) -> list[tuple]:
+    """The steps of a run with backward passes, in order: ("open", line) a pass starts at that
+    line, on a thread of its own; ("close", k) the k-th of those running ends; ("launch", site)
+    a launch API call made by a launch kname wraps (a Python frame: its site); ("frameless",) one
+    on a thread with no Python frame (autograd's)."""
+    steps: list[tuple] = []
+    running = 0
+    for _ in range(draw(st.integers(0, max_steps))):
+        choices = ["open", "launch", "frameless", "frameless"] + ["close"] * bool(running)
+        step = draw(st.sampled_from(choices))
+        if step == "open":
+            steps.append(("open", draw(st.sampled_from(BACKWARD_LINES))))
+            running += 1
+        elif step == "close":
+            steps.append(("close", draw(st.integers(0, running - 1))))
+            running -= 1
+        elif step == "launch":
+            steps.append(("launch", draw(st.sampled_from(SITE_NAMES[:3]))))
+        else:
+            steps.append(("frameless",))
+    return steps
+
+
+def frameless_site(running: list[str], no_frame: str, concurrent: str) -> str:
+    """What a launch with no Python frame is named while the passes of `running` lines run
+    (oldest first): the newest's line, marked `concurrent` beside a pass of another line."""
+    if not running:
+        return no_frame
+    newest = running[-1]
+    return newest if set(running) == {newest} else newest + concurrent
+
+
 PROFILE_SITES = st.sampled_from((*SITE_NAMES, "x.py:1", "y.py:2", "z.py:3"))
 PROFILE_KERNELS = st.sampled_from(KERNEL_NAMES)
 

@@ -30,6 +30,7 @@ BUILTINS = ("numba",)
 VARIABLES = (
     "KNAME_TARGETS",
     "KNAME_SKIP",
+    "KNAME_USER",
     "KNAME_FORMAT",
     "KNAME_DEPTH",
     "KNAME_MODE",
@@ -191,6 +192,8 @@ RANKS_ACCEPTED = ["a rank (3)", "a range of ranks (0-7)", f"from 0 to {MAX_RANK}
         ("KNAME_TARGETS", "1gpu:launch", ["numba", "module:qualname"], "targets"),
         ("KNAME_SKIP", "my-lib", ["dotted module name"], "skip"),
         ("KNAME_SKIP", "a..b", ["dotted module name"], "skip"),
+        ("KNAME_USER", "torch/_inductor", ["dotted module name", "'torch._inductor'"], "user"),
+        ("KNAME_USER", "-torch", ["dotted module name"], "user"),
         ("KNAME_FORMAT", "{colour}", [ACCEPTED_FIELDS], "format"),
         ("KNAME_DEPTH", "0", ["1 to 16"], "depth"),
         ("KNAME_DEPTH", "17", ["1 to 16"], "depth"),
@@ -246,6 +249,13 @@ def test_a_bad_skip_entry_is_dropped_and_the_good_ones_kept() -> None:
     assert "'bad/path'" in the_problem(cfg)
 
 
+def test_kname_user_is_a_comma_list_of_module_prefixes_and_a_bad_entry_is_dropped() -> None:
+    cfg = config(user=" torch._inductor ,torch fx, triton")
+    assert cfg.user == ("torch._inductor", "triton")
+    assert the_problem(cfg).startswith("KNAME_USER entry 'torch fx'")
+    assert config(user="").user == ()
+
+
 def test_several_bad_variables_give_one_problem_each() -> None:
     cfg = config(depth="x", mode="y", format="{z}", strict="w")
     assert sorted(p.split("=")[0] for p in cfg.problems) == [
@@ -266,6 +276,7 @@ def test_several_bad_variables_give_one_problem_each() -> None:
         ("KNAME_FORMAT", "{"),
         ("KNAME_TARGETS", "x y"),
         ("KNAME_SKIP", "a/b"),
+        ("KNAME_USER", "a/b"),
         ("KNAME_RANKS", "0-x"),
     ],
 )
@@ -370,7 +381,7 @@ def test_read_config_never_raises_and_every_problem_line_names_its_variable(env)
 def test_one_variable_gives_problems_naming_only_that_variable(variable: str, value: str) -> None:
     cfg = read_config({variable: value}, BUILTINS)
     assert all(p.startswith(variable) for p in cfg.problems), cfg.problems
-    if variable not in ("KNAME_TARGETS", "KNAME_SKIP", "KNAME_RANKS"):  # one per bad entry
+    if variable not in ("KNAME_TARGETS", "KNAME_SKIP", "KNAME_USER", "KNAME_RANKS"):  # per entry
         assert len(cfg.problems) <= 1
     if cfg.problems:
         with pytest.raises(ConfigError, match=variable):

@@ -10,15 +10,13 @@ times differ a little between them) is left to a run of the demo itself.
 
 from __future__ import annotations
 
-import ctypes
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 
 import pytest
-from support import REPO
+from support import REPO, profile_missing_reason
 
 from kname import hotpath
 from kname.documents.files import load
@@ -29,17 +27,7 @@ DEMO = REPO / "tests" / "gpu" / "profile_demo.py"
 pytestmark = pytest.mark.gpu
 
 
-def _missing() -> str | None:
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return "no CUDA driver (libcuda.so.1)"
-    if importlib.util.find_spec("cupti") is None:
-        return "cupti-python is not installed"
-    return None
-
-
-@pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
+@pytest.mark.skipif(profile_missing_reason() is not None, reason=str(profile_missing_reason()))
 @pytest.mark.parametrize("callbacks", ["native", "python"])
 def test_every_line_of_the_demo_shows_its_gpu_time(tmp_path, callbacks):
     native, why = hotpath.choose(True).cupti()

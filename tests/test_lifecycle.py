@@ -599,6 +599,7 @@ def test_finding_the_nearest_target_module_imports_none_of_the_users(physics_app
     assert done.stderr.endswith("(did you mean physics.launch:launch_1d?)\n"), done.stderr
 
 
+@pytest.mark.parametrize("variable", ["KNAME_SKIP", "KNAME_USER"])
 @pytest.mark.parametrize(
     ("skip", "said"),
     [
@@ -611,11 +612,13 @@ def test_finding_the_nearest_target_module_imports_none_of_the_users(physics_app
         ("json", None),
     ],
 )
-def test_a_skip_prefix_that_matched_no_module_is_said_at_exit(physics_app, skip, said) -> None:
-    done = run_app(physics_app, KNAME_TARGETS="physics.launch:launch_1d", KNAME_SKIP=skip)
+def test_a_skip_or_user_prefix_that_matched_no_module_is_said_at_exit(
+    physics_app, variable, skip, said
+) -> None:
+    done = run_app(physics_app, KNAME_TARGETS="physics.launch:launch_1d", **{variable: skip})
     assert done.returncode == 0, done.stderr
     expected = [] if said is None else [
-        f"kname: KNAME_SKIP entry {skip!r} matched no module: none of that name was imported, "
+        f"kname: {variable} entry {skip!r} matched no module: none of that name was imported, "
         f"nor can one be imported here{said}"
     ]  # fmt: skip
     assert done.stderr.splitlines() == expected

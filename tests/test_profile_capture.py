@@ -21,11 +21,16 @@ import threading
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from profile_streams import backward_runs, expected_totals, frameless_site
 from support import line_of
 
 from kname import _warnings, callsite, hotpath, launch, naming
 from kname.census import names
 from kname.config import DEFAULT_FORMAT
+from kname.profiling import backward
+from kname.profiling.backward import CONCURRENT
 from kname.profiling.capture import (
     MAX_OPEN_CALLS,
     NO_PYTHON_FRAME,
@@ -36,10 +41,18 @@ from kname.profiling.capture import (
     copy_kind_label,
     launch_api_kind,
     select_launch_apis,
+    site_of_frame,
 )
 from kname.profiling.join import Join
 from kname.profiling.launch_callbacks import NativeCallbacks
-from kname.profiling.records import ExternalCorrelation, LaunchRecord, StreamLog
+from kname.profiling.records import (
+    ActivityRecord,
+    ExternalCorrelation,
+    LaunchRecord,
+    StreamLog,
+    Streams,
+)
+from kname.targets.torch import backward_scope
 
 FAKE_CUDA = '''
 """Stands in for CUPTI at a CUDA API call, calling one launch callback: the Python one is handed
@@ -101,6 +114,10 @@ def launch(*args):
 
 def helper(*args):
     return cuda_api()
+
+
+def call(function):
+    return function()  # L:gpulib-call
 '''
 
 USER = """
@@ -133,10 +150,20 @@ def twice():
     for _ in range(2):
         records.append(cuda_api())  # L:twice
     return records
+
+
+def train(backward, step):
+    return backward(step)  # L:backward
 """
 
 
 SOURCES = ["python", "native"]
+
+
+def user_site(name: str, push=None, pop=None) -> SimpleNamespace:
+    """What capture reads of a wrapped launch's site named after a user's line (its code, of a
+    user's function: never judged library code)."""
+    return SimpleNamespace(name=name, push=push, pop=pop, code=(user_site.__code__,))
 
 
 class User(SimpleNamespace):
@@ -178,13 +205,26 @@ def user(request, tmp_path, monkeypatch):
         modules["fake_cuda"].NATIVE = native
     yield User(join=join, log=log, capture=capture, native=native, **modules)
     callsite.configure((), DEFAULT_FORMAT, 1, True)
+    callsite.use_site_calls(None)
     callsite.clear()
+    backward.collect(None)
+    backward.listen(None)
+    backward.recognise_autograd_threads(lambda: False)
     for name in ("fake_cuda", "gpulib", "user"):
         sys.modules.pop(name, None)
 
 
 def at(marker: str, function: str) -> str:
     return f"{function} user.py:{line_of(USER, marker)}"
+
+
+def on_thread(cuda, name: str, function, *args) -> int:
+    """`function(*args)` run as a new Python thread called `name` (no frame of the test's above
+    it): the correlation id of the launch API call it made through `cuda`."""
+    thread = threading.Thread(target=function, args=args, name=name)
+    thread.start()
+    thread.join()
+    return cuda.NEXT[0]
 
 
 def test_a_launch_from_compiled_code_is_named_after_the_users_line(user):
@@ -341,10 +381,8 @@ def test_a_wrapped_sites_calls_keep_its_range_and_hand_its_site_over(user):
     capture = user.capture
     calls = []
     capture.tag_with(lambda i: calls.append(("tag", i)), lambda: calls.append(("untag",)))
-    site = SimpleNamespace(
-        name="step app.py:3",
-        push=lambda: calls.append(("push",)),
-        pop=lambda: calls.append(("pop",)),
+    site = user_site(
+        "step app.py:3", lambda: calls.append(("push",)), lambda: calls.append(("pop",))
     )
     push, pop = capture.site_calls(site)
     push()
@@ -358,18 +396,14 @@ def test_a_wrapped_sites_calls_keep_its_range_and_hand_its_site_over(user):
     assert (user.record(1).site, user.record(2).site) == ("step app.py:3", here)
     assert capture.external_sites == {1: "step app.py:3"}
     assert user.join.site_of(5) is None  # the link is registered, no call is tagged yet
-    push_again, _ = capture.site_calls(SimpleNamespace(name="step app.py:3", push=None, pop=None))
+    push_again, _ = capture.site_calls(user_site("step app.py:3"))
     push_again()
     assert calls[-1] == ("tag", 1)  # the same id for the same name
 
 
 def test_an_untagged_wrapped_sites_calls_keep_its_range_and_hand_its_site_over(user):
     calls = []
-    site = SimpleNamespace(
-        name="step app.py:3",
-        push=lambda: calls.append("push"),
-        pop=lambda: calls.append("pop"),
-    )
+    site = user_site("step app.py:3", lambda: calls.append("push"), lambda: calls.append("pop"))
     push, pop = user.capture.site_calls(site)
     if user.native is not None:  # the native callback's are C callables, not closures
         assert type(push).__name__ == type(pop).__name__ == "SiteCall"
@@ -383,7 +417,7 @@ def test_an_untagged_wrapped_sites_calls_keep_its_range_and_hand_its_site_over(u
     user.fake_cuda.exit(3, 4)
     assert calls == ["push", "pop"] * 2
     assert [user.record(n).site for n in (1, 2, 3)] == ["step app.py:3"] * 2 + [here]
-    bare_push, bare_pop = user.capture.site_calls(SimpleNamespace(name="s", push=None, pop=None))
+    bare_push, bare_pop = user.capture.site_calls(user_site("s"))
     bare_push()
     user.fake_cuda.enter(4, "cuLaunchKernel", False, 5)
     user.fake_cuda.exit(4, 6)
@@ -395,13 +429,13 @@ def test_an_nvtx_error_in_a_wrapped_sites_calls_reaches_the_caller(user):
     def broken():
         raise RuntimeError("nvtx failed")
 
-    push, pop = user.capture.site_calls(SimpleNamespace(name="s", push=broken, pop=broken))
+    push, pop = user.capture.site_calls(user_site("s", broken, broken))
     with pytest.raises(RuntimeError, match="nvtx failed"):
         push()  # the range did not open: no site marked either
     here = this_line(+1)
     user.fake_cuda.enter(1, "cuLaunchKernel", False, 1)
     user.fake_cuda.exit(1, 2)
-    good_push, _ = user.capture.site_calls(SimpleNamespace(name="s", push=None, pop=None))
+    good_push, _ = user.capture.site_calls(user_site("s"))
     good_push()
     with pytest.raises(RuntimeError, match="nvtx failed"):
         pop()  # the site's mark is gone all the same
@@ -419,7 +453,7 @@ def test_a_failing_cupti_tag_is_said_once_and_the_launch_keeps_its_site(user, ca
         raise RuntimeError("CUPTI_ERROR_INVALID_OPERATION")
 
     capture.tag_with(broken, broken)
-    push, pop = capture.site_calls(SimpleNamespace(name="s", push=None, pop=None))
+    push, pop = capture.site_calls(user_site("s"))
     for number in (1, 2):
         push()
         user.fake_cuda.enter(number, "cuLaunchKernel", False, 1)
@@ -436,3 +470,117 @@ def this_line(offset: int = 0) -> str:
     facts = naming.frame_facts(sys._getframe(1))
     facts = dataclasses.replace(facts, line=facts.line + offset)
     return naming.display_name(DEFAULT_FORMAT, "", "", [facts])
+
+
+# --------------------------------------------------------------------------
+# Backward passes: autograd's launches, named after the line that started the pass
+# --------------------------------------------------------------------------
+
+
+def test_a_launch_with_no_frame_is_named_after_the_backward_pass_running(user):
+    """torch's autograd.backward, as the torch unit wraps it, opens the pass: a launch from a
+    thread with no Python frame (autograd's) is named after the line that started the pass,
+    before and after it as before."""
+    backward.collect(site_of_frame)  # what a profile session does at start
+    cuda = user.fake_cuda
+    entry = backward_scope(lambda step: step())  # torch.autograd.backward, wrapped
+    cuda.without_python(1)
+    user.user.train(entry, lambda: cuda.without_python(2))
+    cuda.without_python(3)
+    sites = [user.record(n).site for n in (1, 2, 3)]
+    assert sites == [NO_PYTHON_FRAME, at("L:backward", "train"), NO_PYTHON_FRAME]
+
+
+def test_no_backward_pass_is_named_when_no_profile_collects(user):
+    cuda = user.fake_cuda
+    user.user.train(backward_scope(lambda step: step()), lambda: cuda.without_python(1))
+    assert user.record(1).site == NO_PYTHON_FRAME and backward.frameless_name() is None
+
+
+def test_library_code_on_an_autograd_thread_is_named_after_the_pass(user):
+    """A launch with only library frames above it (a compiled backward) takes the pass's name
+    on a thread running autograd's nodes, and its own on any other thread (a pin-memory one)."""
+    backward.collect(site_of_frame)
+    backward.recognise_autograd_threads(lambda: threading.current_thread().name == "autograd")
+    library_site = f"launch gpulib.py:{line_of(GPULIB, 'return helper')}"
+
+    def step():
+        return [on_thread(cuda, name, user.gpulib.launch) for name in ("autograd", "pin_memory")]
+
+    cuda = user.fake_cuda
+    inside = user.user.train(backward_scope(lambda run: run()), step)
+    outside = on_thread(cuda, "autograd", user.gpulib.launch)
+    assert [user.record(n).site for n in inside] == [at("L:backward", "train"), library_site]
+    assert user.record(outside).site == library_site
+
+
+def test_a_wrapped_launch_from_library_code_on_an_autograd_thread_is_named_after_the_pass(user):
+    """A launch kname wraps, called with only library frames above (Inductor's launcher through
+    Triton's hooks, in a compiled backward), marks the pass's name, not its library site's."""
+    backward.collect(site_of_frame)
+    backward.recognise_autograd_threads(lambda: threading.current_thread().name == "autograd")
+    callsite.use_site_calls(user.capture.site_calls)  # what a profile session does at start
+    spec = launch.LaunchSpec("fake", lambda kernel: "k")
+    wrapped = launch.make_launch_wrapper(user.fake_cuda.cuda_api, spec, launch.Switch())
+    library_site = f"call gpulib.py:{line_of(GPULIB, 'L:gpulib-call')}"
+
+    def step():
+        return [on_thread(cuda, name, user.gpulib.call, wrapped) for name in ("autograd", "other")]
+
+    cuda = user.fake_cuda
+    inside = user.user.train(backward_scope(lambda run: run()), step)
+    outside = on_thread(cuda, "autograd", user.gpulib.call, wrapped)
+    assert [user.record(n).site for n in inside] == [at("L:backward", "train"), library_site]
+    assert user.record(outside).site == library_site
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(run=backward_runs(), durations=st.lists(st.integers(0, 10**6), min_size=40, max_size=40))
+def test_each_gpu_record_of_a_backward_pass_joins_the_line_running_it(user, run, durations):
+    """Passes opening and closing, launches with and without a Python frame, then their GPU
+    records: each goes to the pass running at its launch (the newest, marked beside another
+    line's), or to its own site, or to no Python frame, as the brute-force model says."""
+    join, log = Join(), StreamLog()
+    capture = LaunchCapture(join, log)
+    user.fake_cuda.CAPTURE = capture
+    if user.native is not None:
+        user.native = NativeCallbacks(user.native._module, capture)
+        user.native.make_recorder(user.fake_cuda.APIS)
+        user.native.take_wrapped_sites()
+        user.fake_cuda.NATIVE = user.native
+    lines = iter(step[1] for step in run if step[0] == "open")
+    backward.collect(lambda frame: next(lines))
+    running: list[tuple[str, backward.Scope]] = []
+    launches, activities = [], []
+    for correlation_id, (step, *detail) in enumerate(run, 1):
+        if step == "open":
+            running.append((detail[0], backward.enter(sys._getframe())))
+        elif step == "close":
+            backward.leave(running.pop(detail[0])[1])
+        else:
+            expected = frameless_site([line for line, _ in running], NO_PYTHON_FRAME, CONCURRENT)
+            if step == "launch":
+                expected = detail[0]
+                push, pop = capture.site_calls(user_site(expected))
+                push()
+                user.fake_cuda.enter(correlation_id, "cuLaunchKernel", False, correlation_id)
+                user.fake_cuda.exit(correlation_id, correlation_id)
+                pop()
+            else:
+                user.fake_cuda.without_python(correlation_id, correlation_id, correlation_id)
+            launches.append(LaunchRecord(correlation_id, 0, expected, "cuLaunchKernel"))
+            start = 1000 * correlation_id
+            end = start + durations[correlation_id % len(durations)]
+            activities.append(ActivityRecord("kernel", correlation_id, "k", start, end, 7, 0, 0))
+    for _, scope in running:
+        backward.leave(scope)
+    if user.native is not None:
+        user.native.drain()
+    join.add_activities(activities)
+    stream = Streams(launches, activities)
+    got = {name: {k: (t.launches, t.gpu_ns) for k, t in s.kernels.items()}
+           for name, s in join.profile().sites.items()}  # fmt: skip
+    assert got == expected_totals(stream)
+    assert backward.frameless_name() is None  # every pass ended

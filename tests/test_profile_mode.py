@@ -10,6 +10,7 @@ outputs, in a subprocess where the program's exit matters.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -305,6 +306,23 @@ def test_a_process_beneath_the_owner_writes_files_of_its_own_and_no_table(tmp_pa
     assert load(str(written))["total_gpu_ns"] == 15_000
     assert not (tmp_path / "p.json").exists()
     assert "kname profile:" not in done.stderr
+
+
+def test_a_process_beneath_the_owner_that_launched_nothing_leaves_no_file(tmp_path) -> None:
+    """A compile worker or a DataLoader worker: no profile file, no page, no table; the owner
+    writes its profile even when empty."""
+    environ = write_program(tmp_path, {"KNAME_REPORT": "p.json", "KNAME_PROFILE_HTML": "p.html"})
+    (tmp_path / "helper.py").write_text("import scripted\nimport kname\nkname.install()\n")
+    run = functools.partial(
+        subprocess.run, [sys.executable, "helper.py"], cwd=tmp_path, capture_output=True, text=True
+    )
+    done = run(env={**environ, OWNER_VARIABLE: "1"})
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.glob("p*")) == [] and done.stderr == ""
+    done = run(env=environ)
+    assert done.returncode == 0, done.stderr
+    assert load(str(tmp_path / "p.json"))["total_launches"] == 0
+    assert "kname profile:" in done.stderr
 
 
 # --- kname.profile() ------------------------------------------------------------------------

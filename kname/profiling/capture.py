@@ -8,7 +8,9 @@ KNAME_DEPTH, KNAME_FORMAT), walking from the Python frame that was running when 
 called the CUDA API. A launch API called inside another one on the same thread (the runtime
 calling the driver) gets the outer call's site without a second walk, and is linked to it, so
 either correlation id finds the site. A launch from a thread with no Python frame (a C++ worker
-thread, such as PyTorch's autograd engine) is named NO_PYTHON_FRAME.
+thread, such as PyTorch's autograd engine) is named after the backward pass running, if one is
+(backward.py), else NO_PYTHON_FRAME; so is one with only library frames above it on a thread
+running an autograd node.
 
 A launch kname wraps hands its site over instead (site_calls): the wrapper's push tells this
 thread's launch calls their site, so no frame is walked. When the collector tags wrapped
@@ -32,6 +34,7 @@ from typing import Any, NamedTuple
 from kname import callsite, hotpath
 from kname._locks import new_lock
 from kname._warnings import report_fault, warn_once
+from kname.profiling import backward
 from kname.profiling.join import Join
 from kname.profiling.records import (
     KERNEL,
@@ -186,27 +189,33 @@ class LaunchCapture:
         """Push and pop for the launches kname wraps at `site`: its NVTX range as before, and its
         site handed to the launch calls inside (see the module's docstring). Never raises."""
         try:
-            return self._site_calls(site.name, site.push, site.pop)
+            return self._site_calls(site.name, site.push, site.pop, not names_user_line(site))
         except Exception as exc:
             report_fault("preparing a wrapped launch for kname profile", exc)
             return site.push, site.pop
 
-    def _site_calls(self, name: str, nvtx_push: Any, nvtx_pop: Any) -> tuple[Any, Any]:
+    def _site_calls(
+        self, name: str, nvtx_push: Any, nvtx_pop: Any, library_code: bool = False
+    ) -> tuple[Any, Any]:
         push_external, pop_external = self._external or (None, None)
-        if self._native_site_calls is not None and push_external is None:
+        # A site with no user line is named at each launch (the C calls have one fixed name):
+        # on autograd's threads during a backward pass, it is the pass's.
+        if self._native_site_calls is not None and push_external is None and not library_code:
             return self._native_site_calls(name, nvtx_push, nvtx_pop)
         local = self._local
         mark, unmark = self._marks or (None, None)
         external_id = self._external_id(name) if push_external is not None else 0
+        name_of = backward.library_code_name if library_code else None
 
         # A fault in CUPTI is said once and the launch goes on: the callback still has the site.
         def push() -> None:
             if nvtx_push is not None:
                 nvtx_push()
+            named = name if name_of is None else name_of(name)
             if mark is None:
-                local.wrapped = name
+                local.wrapped = named
             else:
-                mark(name)
+                mark(named)
             if push_external is not None:
                 try:
                     push_external(external_id)
@@ -291,26 +300,40 @@ class LaunchCapture:
 
 
 def site_of_frame(frame: FrameType | None) -> str:
-    """The call-site name, by kname's rules, of a launch made while `frame` was running."""
+    """The call-site name, by kname's rules, of a launch made while `frame` was running (None:
+    a thread with no Python frame)."""
     if frame is None:
-        return NO_PYTHON_FRAME
+        return backward.frameless_name() or NO_PYTHON_FRAME
     try:
         # The cheap case first, as in kname's launch wrapper: the library called the CUDA API
         # straight from compiled code, so `frame` is the user's line itself.
         site = callsite.sites.get((id(frame.f_code), frame.f_lasti, SITE_KEY))
-        if site is None:
-            site = callsite.resolve(frame, _KEPT, SITE_KEY, "", "")
+        if site is not None:
+            return site.name
+        site = callsite.resolve(frame, _KEPT, SITE_KEY, "", "")
         while site is None:
             # Inside one of kname's launch wrappers, which names its launch after its caller:
             # do the same.
             frame = _caller_of_wrapper(frame)
             if frame is None:
-                return NO_PYTHON_FRAME
+                return backward.frameless_name() or NO_PYTHON_FRAME
             site = callsite.resolve(frame, _KEPT, SITE_KEY, "", "")
+        if backward.frameless_name() is not None and not names_user_line(site):
+            return backward.library_code_name(site.name)
         return site.name
     except Exception as exc:  # a naming fault must not reach the CUDA call
         report_fault("finding the call site of a CUDA launch", exc)
         return UNNAMED
+
+
+def names_user_line(site: callsite.Site) -> bool:
+    """Whether `site` is named after a user's line (not a library frame, nor the kernel alone).
+
+    Read from callsite's decision on the code naming it, made while the site was built (a
+    decision forgotten since counts as the user's: the site is then named as before).
+    """
+    passed_over = (callsite.LIBRARY, callsite.COMPILE)
+    return bool(site.code) and callsite._kinds.get(id(site.code[0])) not in passed_over
 
 
 def _caller_of_wrapper(frame: FrameType | None) -> FrameType | None:

@@ -28,6 +28,7 @@ from typing import Any
 
 from kname import callsite, hotpath
 from kname._warnings import report_fault, warn_once
+from kname.profiling import backward
 from kname.profiling.capture import (
     MAX_OPEN_CALLS,
     NO_PYTHON_FRAME,
@@ -157,9 +158,11 @@ class NativeCallbacks:
         return self.recorder
 
     def take_wrapped_sites(self) -> None:
-        """From now on the launches kname wraps tell the recorder their site (in C)."""
+        """From now on the launches kname wraps tell the recorder their site (in C), and so do
+        backward passes, for the launches with no Python frame (kname.profiling.backward)."""
         recorder = self.recorder
         self._capture.mark_wrapped_with(recorder.mark, recorder.unmark, recorder.site_calls)
+        backward.listen(recorder.set_frameless)
 
     def subscribe(self, cupti: Any, apis: Apis) -> None:
         """Subscribe and enable `apis`; raises the binding's error for a CUPTI status, and
@@ -185,6 +188,7 @@ class NativeCallbacks:
     def unsubscribe(self) -> None:
         """No callback after this (and nothing in C touches Python any more)."""
         if self.recorder is not None:
+            backward.listen(None)
             self.recorder.unsubscribe()
 
     def drain(self) -> None:

@@ -6,7 +6,8 @@ rank of a job writes its own files (`profile.rank3.json`, documents/owner.py); o
 prints its table when there are files to merge. A process started beneath the one that owns
 them (a subprocess, a spawned worker) writes files of its own beside them
 (`profile.pid4242.json`), as the launch census does, so that `kname report` can merge them; it
-prints its table only when there is no file to write.
+prints its table only when there is no file to write, and nothing at all when it launched
+nothing (a compile worker, a DataLoader worker).
 
 KNAME_PROFILE_FLUSH rewrites the JSON and the page every so many seconds while the program
 runs; KNAME_PROFILE_DELAY and KNAME_PROFILE_DURATION profile a window of a long run: collecting
@@ -37,7 +38,15 @@ def start(config: Config) -> ProfileSession | None:
         return None
     files = {"json": None if config.report in (None, "-") else config.report}
     files.update(trace=config.trace, html=config.html)
-    session.write_at_exit(**files, top=config.top, print_table=_prints_table(any(files.values())))
+    # Beneath the owner, the files are its own beside the owner's (the session claims them),
+    # and none at all when it launched nothing.
+    owns = owner_pid() == os.getpid()
+    session.write_at_exit(
+        **files,
+        top=config.top,
+        print_table=_prints_table(owns, any(files.values())),
+        only_if_launched=not owns,
+    )
     if config.flush is not None and any(files.values()):
         session.flush_every(config.flush)
     if config.delay is not None:
@@ -64,13 +73,10 @@ def _later(seconds: float, call: object, *args: object) -> None:
     timer.start()
 
 
-def _prints_table(has_files: bool) -> bool:
+def _prints_table(owns: bool, has_files: bool) -> bool:
     """Whether this process prints its table at exit: always without files; with them, not a
     process beneath their owner, and in a job of several ranks, rank 0 alone."""
-    if not has_files:
-        return True
-    rank = find_rank()
-    return owner_pid(rank) == os.getpid() and rank.rank == 0
+    return not has_files or (owns and find_rank().rank == 0)
 
 
 def cancel() -> None:

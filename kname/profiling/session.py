@@ -38,7 +38,8 @@ from kname.documents.files import write_atomically
 from kname.documents.owner import Output, claim, write_output
 from kname.documents.schema import render_json
 from kname.documents.tables import render_profile_table
-from kname.profiling.capture import LaunchCapture
+from kname.profiling import backward
+from kname.profiling.capture import LaunchCapture, site_of_frame
 from kname.profiling.join import Join
 from kname.profiling.native_join import NativeJoin
 from kname.profiling.page import render_page
@@ -116,8 +117,10 @@ class ProfileSession:
             calls = external_calls() if external_calls is not None else None
             if calls is not None:
                 self.capture.tag_with(*calls)
-            # From now on the launches kname wraps hand their site to the capture.
+            # From now on the launches kname wraps hand their site to the capture, and backward
+            # passes are named for the launches autograd makes on its own threads.
             callsite.use_site_calls(self.capture.site_calls)
+            backward.collect(site_of_frame)
             return True
 
     def stop(self) -> None:
@@ -128,6 +131,7 @@ class ProfileSession:
         with self._lock, _collecting_lock:
             if _collecting is self:
                 callsite.use_site_calls(None)  # before the flush: no launch is tagged after it
+                backward.collect(None)
                 _collecting = None
             self.collector.stop()
 
@@ -207,9 +211,11 @@ class ProfileSession:
         html: str | None = None,
         top: int | None = None,
         print_table: bool = True,
+        only_if_launched: bool = False,
     ) -> None:
         """At interpreter exit (or a SIGTERM left at its default action): stop, print the table
-        on `table` (default stderr), write files.
+        on `table` (default stderr), write files; with `only_if_launched`, none of that when the
+        profile has no launch (a helper process beneath the one that owns the outputs).
 
         The files are claimed now (documents/owner.py): paths are made absolute (the program
         may change directory before it exits), a process beneath the one that owns the outputs
@@ -223,10 +229,17 @@ class ProfileSession:
         self._exit_table = table if print_table else None
         self._exit_print = print_table
         self._exit_top = top
+        self._exit_if_launched = only_if_launched
         if first:
             # atexit runs after an uncaught exception's traceback and after sys.exit(); a
             # SIGTERM left at its default action skips atexit, so the writers run there too.
             at_exit(self._at_exit)
+
+    def _launched(self) -> bool:
+        try:
+            return bool(self.document()["total_launches"])
+        except Exception:  # at exit: write what can be written, as before
+            return True
 
     def cancel_exit_outputs(self) -> None:
         """Nothing at exit after all: no table, no file (write_at_exit undone)."""
@@ -255,7 +268,8 @@ class ProfileSession:
             flush = getattr(self.collector, "flush", None)
             if flush is not None and self.collecting:
                 flush()  # CUPTI's buffers so far to the join
-            self._write_outputs(("json", "html"))
+            if not self._exit_if_launched or self._launched():
+                self._write_outputs(("json", "html"))
 
     def _flush_loop(self, seconds: float) -> None:
         while not self._flushing.wait(seconds):
@@ -270,6 +284,8 @@ class ProfileSession:
         with self._lock:  # after a flush under way, and no flush after this
             self._flushing.set()
         self.stop()
+        if self._exit_if_launched and not self._launched():
+            return
         if self._exit_print:
             stream = self._exit_table or sys.stderr
             try:

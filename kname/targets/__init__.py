@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
 
-from kname import hotpath
+from kname import callsite, hotpath
 from kname.launch import LaunchSpec, Switch, make_launch_wrapper
 from kname.patching import (
     Change,
@@ -37,7 +37,7 @@ from kname.patching import (
     unbound,
 )
 
-BUILTIN = ("numba", "cupy", "triton", "pycuda", "cuda_core")
+BUILTIN = ("numba", "cupy", "triton", "pycuda", "cuda_core", "torch")
 
 
 class TargetProblem(Exception):
@@ -137,6 +137,21 @@ class Library:
     # Its own C in kname._native (types its launches need), files beside its unit that setup.py
     # builds into the extension.
     c_sources: tuple[str, ...] = ()
+    # Its modules doing build-time work (compiling, autotuning): a launch beneath one of them is
+    # named apart, marked callsite.COMPILE_MARK.
+    compile_modules: tuple[str, ...] = ()
+    # Code it makes at run time that has no module of its own, or the user's (callsite.Generated),
+    # with the module making it: library code too, unless KNAME_USER names that module.
+    generated: tuple[tuple[str, callsite.Generated], ...] = ()
+
+
+@dataclass(frozen=True)
+class LibraryCode:
+    """What every built-in unit declares library code, for callsite.configure."""
+
+    packages: tuple[str, ...]
+    compile_modules: tuple[str, ...]
+    generated: tuple[tuple[str, callsite.Generated], ...]
 
 
 def library(name: str) -> Library:
@@ -144,9 +159,14 @@ def library(name: str) -> Library:
     return importlib.import_module(f"kname.targets.{name}").LIBRARY
 
 
-def library_packages() -> tuple[str, ...]:
-    """Every built-in unit's import packages."""
-    return tuple(package for name in BUILTIN for package in library(name).packages)
+def library_code() -> LibraryCode:
+    """Every built-in unit's packages, build-time modules and generated code."""
+    units = [library(name) for name in BUILTIN]
+    return LibraryCode(
+        packages=tuple(p for unit in units for p in unit.packages),
+        compile_modules=tuple(m for unit in units for m in unit.compile_modules),
+        generated=tuple(g for unit in units for g in unit.generated),
+    )
 
 
 def wraps(

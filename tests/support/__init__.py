@@ -232,6 +232,19 @@ def gpu_missing_reason() -> str | None:
     return None
 
 
+def profile_missing_reason() -> str | None:
+    """Why `kname profile` cannot collect here (no CUDA driver, no cupti-python), or None."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return "no CUDA driver (libcuda.so.1)"
+    if importlib.util.find_spec("cupti") is None:
+        return "cupti-python is not installed"
+    return None
+
+
 def check_rename_demo_under_ncu(demo: Path, cwd: Path, passed: str, sites: int, *ncu: str) -> None:
     """Run a rename demo (kname from this checkout) under `ncu --print-summary per-kernel`.
 

@@ -1,0 +1,147 @@
+"""Backward passes in a profile: what autograd launches goes to the line that started the pass.
+
+autograd runs a backward pass's GPU work on threads of its own (one per device), where a launch
+has no Python frame above it, or only library frames (a compiled backward, a library's autograd
+Function). While kname profile collects, the torch unit wraps `torch.autograd.backward` and
+`torch.autograd.grad` (Tensor.backward calls the first), so that a pass, while it runs, is a
+*scope* named after the line that started it, by the profile's own rules (`loss.backward()` in
+the user's `step`). While a scope is open:
+
+- a launch with no Python frame, on any thread, is named after the newest scope (both CUPTI
+  callbacks: the C one is told each change through `listen`);
+- a launch with only library frames above it, on a thread running an autograd node (the torch
+  unit's test, `recognise_autograd_threads`), is named so too (capture.py asks
+  `library_code_name`), marked (compile) where its library frames were compiling (a backward
+  compiled at its first run).
+
+Two passes running at once whose lines differ (threads of their own): autograd's threads do not
+say whose node they run, so their launches take the newest's name, marked CONCURRENT. A pass
+started inside another (reentrant checkpointing, on autograd's thread) is named after the outer
+one by the same rules, and so is not a second name. Nothing here runs per launch but one read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import FrameType
+
+from kname._locks import new_lock, reset_in_child
+from kname._warnings import report_fault
+from kname.callsite import COMPILE_MARK
+
+CONCURRENT = " [concurrent backward]"
+
+
+class Scope:
+    """One backward pass running: the name of the line that started it."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+_lock = new_lock()
+_namer: Callable[[FrameType], str] | None = None  # set while a profile collects
+_scopes: list[Scope] = []  # the passes running, oldest first
+_current: str | None = None  # what a frameless launch is named now (None: no pass runs)
+# Told every change: the C recorder's set_frameless (one collects at a time: CUPTI has one
+# subscriber per process).
+_listener: Callable[[str | None], object] | None = None
+
+
+def _never() -> bool:
+    return False
+
+
+# Whether this thread is running an autograd node now: the torch unit's test, once torch is in.
+_autograd_thread: Callable[[], bool] = _never
+
+
+def recognise_autograd_threads(test: Callable[[], bool]) -> None:
+    """`test()` says whether this thread is running an autograd node now (never raises)."""
+    global _autograd_thread
+    _autograd_thread = test
+
+
+def collect(namer: Callable[[FrameType], str] | None) -> None:
+    """While a profile collects, scopes are named by `namer(frame)`; None: no scope is opened
+    from now on (those open close as their passes end)."""
+    global _namer
+    _namer = namer
+
+
+def enter(frame: FrameType) -> Scope | None:
+    """A backward pass starts, called from `frame`; None when no profile collects."""
+    namer = _namer
+    if namer is None:
+        return None
+    scope = Scope(namer(frame))
+    with _lock:
+        _scopes.append(scope)
+        _changed()
+    return scope
+
+
+def leave(scope: Scope | None) -> None:
+    """The pass `enter` opened has ended (or raised)."""
+    if scope is None:
+        return
+    with _lock:
+        if scope in _scopes:
+            _scopes.remove(scope)
+        _changed()
+
+
+def frameless_name() -> str | None:
+    """The name of a launch with no Python frame now: None when no backward pass runs."""
+    return _current
+
+
+def library_code_name(name: str) -> str:
+    """The name of a launch whose frames are all library code (named `name` by them); compile
+    time work (a backward compiled at its first run) stays marked."""
+    current = _current
+    if current is None or not _autograd_thread():
+        return name
+    return current + COMPILE_MARK if name.endswith(COMPILE_MARK) else current
+
+
+def listen(listener: Callable[[str | None], object] | None) -> None:
+    """`listener(frameless_name())` now and at every change, in place of any before (the C
+    recorder's); None: nothing is told."""
+    global _listener
+    with _lock:
+        _listener = listener
+        _tell()
+
+
+def _changed() -> None:
+    """Under _lock: the name of frameless launches anew, told to every listener."""
+    global _current
+    if not _scopes:
+        _current = None
+    else:
+        newest = _scopes[-1].name
+        alone = all(scope.name == newest for scope in _scopes)
+        _current = newest if alone else newest + CONCURRENT
+    _tell()
+
+
+def _tell() -> None:
+    if _listener is None:
+        return
+    try:  # the user's backward pass runs on, whatever the listener does
+        _listener(_current)
+    except Exception as exc:
+        report_fault("naming a backward pass for kname profile", exc)
+
+
+def _nothing_runs_in_a_child() -> None:
+    """A forked child runs no pass of its parent's, and CUPTI does not follow it."""
+    global _namer, _current, _listener
+    _namer, _current, _listener = None, None, None
+    _scopes.clear()
+
+
+reset_in_child(_nothing_runs_in_a_child)

@@ -138,7 +138,14 @@ class Merge:
                     merged.lib = ""
                 if site["order"] < merged.order:
                     merged.order = site["order"]
-            _add_kernels(merged.kernels, site["kernels"])
+            kernels = merged.kernels
+            for kernel_name, kernel in site["kernels"].items():
+                total = kernels.get(kernel_name)
+                if total is None:
+                    kernels[kernel_name] = [kernel["launches"], kernel["gpu_ns"]]
+                else:
+                    total[0] += kernel["launches"]
+                    total[1] += kernel["gpu_ns"]
             launches, gpu_ns = merged.launches, merged.gpu_ns
             if len(launches) == one:  # the common case: this rank is the newest slot
                 launches.append(site["launches"])

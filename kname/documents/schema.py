@@ -168,52 +168,62 @@ def is_count(value: Any) -> bool:
 def _plain_profile_site(site: Any) -> bool:
     """Whether a profile site is certainly valid, by quick checks of the common form (JSON's
     own types); False sends it through _validate_site, which says what is wrong, if anything."""
-    if type(site) is not dict:
+    # Subscripts in one try, not .get(): a merge of 1,024 rank files checks 5 million sites.
+    try:
+        launches, gpu_ns, share, order = (
+            site["launches"],
+            site["gpu_ns"],
+            site["share"],
+            site["order"],
+        )
+        plain = (
+            type(site) is dict
+            and type(site["name"]) is str
+            and type(site["kernel"]) is str
+            and type(site["lib"]) is str
+            and type(launches) is int
+            and type(gpu_ns) is int
+            and type(order) is int
+            and order >= 0
+            and (type(share) is float or type(share) is int)
+            and 0 <= share <= 1
+        )
+        kernels = site["kernels"]
+    except (KeyError, TypeError, IndexError):
         return False
-    get = site.get
-    launches, gpu_ns, share, kernels = get("launches"), get("gpu_ns"), get("share"), get("kernels")
-    if not (
-        type(get("name")) is str
-        and type(get("kernel")) is str
-        and type(get("lib")) is str
-        and type(launches) is int
-        and type(gpu_ns) is int
-        and type(get("order")) is int
-        and get("order") >= 0
-        and (type(share) is float or type(share) is int)
-        and 0 <= share <= 1
-        and type(kernels) is dict
-    ):
+    if not plain or type(kernels) is not dict:
         return False
     kernel_launches = kernel_gpu_ns = 0
-    for kernel in kernels.values():
-        if type(kernel) is not dict:
-            return False
-        launched, timed = kernel.get("launches"), kernel.get("gpu_ns")
-        if type(launched) is not int or type(timed) is not int or launched < 0 or timed < 0:
-            return False
-        kernel_launches += launched
-        kernel_gpu_ns += timed
+    try:
+        for kernel in kernels.values():
+            launched, timed = kernel["launches"], kernel["gpu_ns"]
+            if type(launched) is not int or type(timed) is not int or launched < 0 or timed < 0:
+                return False
+            kernel_launches += launched
+            kernel_gpu_ns += timed
+    except (KeyError, TypeError, IndexError):
+        return False
     return kernel_launches == launches and kernel_gpu_ns == gpu_ns
 
 
 def _plain_census_site(site: Any) -> bool:
     """_plain_profile_site's twin for a census site."""
-    if type(site) is not dict:
+    try:
+        launches, order, share = site["launches"], site["order"], site["share"]
+        return (
+            type(site) is dict
+            and type(site["name"]) is str
+            and type(site["kernel"]) is str
+            and type(site["lib"]) is str
+            and type(launches) is int
+            and launches >= 0
+            and type(order) is int
+            and order >= 0
+            and (type(share) is float or type(share) is int)
+            and 0 <= share <= 1
+        )
+    except (KeyError, TypeError, IndexError):
         return False
-    get = site.get
-    launches, order, share = get("launches"), get("order"), get("share")
-    return (
-        type(get("name")) is str
-        and type(get("kernel")) is str
-        and type(get("lib")) is str
-        and type(launches) is int
-        and launches >= 0
-        and type(order) is int
-        and order >= 0
-        and (type(share) is float or type(share) is int)
-        and 0 <= share <= 1
-    )
 
 
 def _name_listed_twice(sites: list[dict[str, Any]], source: str) -> None:

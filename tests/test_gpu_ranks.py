@@ -54,11 +54,13 @@ def site(marker: str) -> str:
     return f"main ranks_demo.py:{LINE[marker]}"
 
 
-def profile_job(tmp_path: Path, *demo_args: str) -> subprocess.CompletedProcess:
+def profile_job(
+    tmp_path: Path, *demo_args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """`kname profile --json profile.json -- torchrun --standalone --nproc-per-node 2 ...`, with
     kname from the checkout (its start-up folder reaches torchrun and its workers)."""
     shutil.copy(DEMO, tmp_path / "ranks_demo.py")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KNAME")}
+    env = {k: v for k, v in {**os.environ, **(env or {})}.items() if not k.startswith("KNAME")}
     paths = [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
     env.update(PYTHONPATH=os.pathsep.join(paths), PYTHONUNBUFFERED="1")
     torchrun = shutil.which("torchrun")
@@ -95,7 +97,8 @@ def rank_files(tmp_path: Path) -> list[dict]:
 
 @pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
 def test_torchrun_on_one_gpu_gives_two_rank_files_and_a_report_with_the_spread(tmp_path):
-    done = profile_job(tmp_path, "--backend", "gloo")
+    # Both ranks on one GPU, also where the machine has more.
+    done = profile_job(tmp_path, "--backend", "gloo", env={"CUDA_VISIBLE_DEVICES": "0"})
     assert "kname profile (rank 0 of 2):" in done.stderr  # rank 0's table alone
     assert "kname profile (rank 1 of 2):" not in done.stderr
     for rank, document in enumerate(rank_files(tmp_path)):

@@ -260,10 +260,16 @@ def test_an_output_that_cannot_be_written_is_one_line(tmp_path):
 @pytest.fixture
 def no_exit_hooks(monkeypatch):
     """write_at_exit() without its atexit and SIGTERM hooks in this test process: the tests
-    call the exit's write themselves (programs that really end are run above)."""
+    call the exit's write themselves (programs that really end are run above). The owner's
+    marks it sets in the environment are taken away after the test, as other tests' programs
+    inherit this environment."""
+    from kname.documents.owner import OWNER_RANK_VARIABLE, OWNER_VARIABLE
     from kname.profiling import session as session_module
 
     monkeypatch.setattr(session_module, "at_exit", lambda write: write)
+    for variable in (OWNER_VARIABLE, OWNER_RANK_VARIABLE):
+        monkeypatch.setenv(variable, "")
+        monkeypatch.delenv(variable)
 
 
 def test_a_flush_rewrites_the_json_and_the_page_with_the_totals_so_far(

@@ -197,7 +197,7 @@ def _spread_cells(spread: Spread, show: Any, flagged: bool = False) -> tuple[str
     if spread.excess == float("inf"):
         over = " (median 0)"
     else:
-        over = f" (+{100 * spread.excess:.0f}%)" if spread.excess else ""
+        over = f" (+{100 * spread.excess:.0f}%)" if round(100 * spread.excess) else ""
     slowest = f"{'! ' if flagged else ''}rank {spread.slowest}{over}"
     return (show(spread.low), show(spread.median), show(spread.high), slowest)
 

@@ -101,12 +101,14 @@ CUPTI_SOURCES = [
     "kname/_native_cupti_callback.c",
     "kname/_native_cupti_activity.c",
     "kname/_native_cupti_join.c",
+    "kname/_native_cupti_graphs.c",
     "kname/_native_common.c",
 ]
 CUPTI_HEADERS = [
     "kname/_native_common.h",
     "kname/_native_cupti.h",
     "kname/_native_cupti_join.h",
+    "kname/_native_cupti_graphs.h",
     "kname/_cupti_abi.h",
 ]
 

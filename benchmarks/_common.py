@@ -7,6 +7,7 @@ library (if any) to import.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import importlib.metadata
 import importlib.util
@@ -378,6 +379,18 @@ def run_worker(script: str, args: list[str], env: dict[str, str], timeout: float
         return {"error": f"{script} {' '.join(args)} ran past {timeout:.0f} s"}
     finally:
         out.unlink(missing_ok=True)
+
+
+def no_gpu() -> str | None:
+    """Why no GPU benchmark can run here, or None: asks the CUDA driver for its devices."""
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return "no CUDA driver (libcuda.so.1 not found)"
+    count = ctypes.c_int(0)
+    if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return "the CUDA driver found no usable device"
+    return None if count.value > 0 else "no CUDA device"
 
 
 def write_json(path: str | Path, data: dict) -> None:

@@ -4,8 +4,12 @@
 
 Each workload is one launch repeated `batch` times: three kname wraps (a numba-cuda kernel, a
 CuPy RawKernel, a Triton kernel) and two it does not (a CuPy ufunc into a preallocated array,
-torch's in-place add), caught at the CUDA launch API. kname is installed throughout (its NVTX
-naming costs the same in every variant). The variants, interleaved in a new order every round:
+torch's in-place add), caught at the CUDA launch API; and the replay of a CUDA graph of 100
+CuPy kernels (`graph-100`: one launch API call and 100 GPU records per launch; captured again at
+each variant's start, so that kname profile sees its nodes made and ties each of the 100 records
+of a replay to its capture line). kname is installed throughout (its NVTX naming costs the same
+in every variant). Without a GPU it says so in one line and exits. The variants, interleaved in a
+new order every round:
 
     bare      no CUPTI at all;
     activity  CUPTI's activity records alone (kernels, copies, sets), their buffers freed unread
@@ -50,7 +54,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import round_orders, use_test_support  # noqa: E402
+from _common import no_gpu, round_orders, use_test_support  # noqa: E402
 
 import kname  # noqa: E402
 from kname import hotpath  # noqa: E402
@@ -60,6 +64,7 @@ from kname.profiling.session import ProfileSession  # noqa: E402
 ACTIVITIES = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET")
 VARIANTS = ("bare", "activity", "callbacks", "binding", "kname")
 N = 4096
+GRAPH_NODES = 100
 
 
 def numba_workload():
@@ -116,12 +121,36 @@ def triton_workload():
     return lambda: increment[(N // 256,)](x, N, BLOCK=256), torch.cuda.synchronize
 
 
+def cupy_graph_workload():
+    """A CUDA graph of GRAPH_NODES CuPy kernels, replayed; `capture` makes it again."""
+    import cupy as cp
+
+    a, out = cp.ones(N, dtype=cp.float32), cp.empty(N, dtype=cp.float32)
+    stream = cp.cuda.Stream(non_blocking=True)
+    graph: list[Any] = []
+
+    def capture() -> None:
+        with stream:
+            cp.add(a, a, out=out)  # compiled, and the pool warm, before the capture
+            stream.begin_capture()
+            for _ in range(GRAPH_NODES):
+                cp.add(a, a, out=out)
+            graph[:] = [stream.end_capture()]
+
+    capture()
+    return lambda: graph[0].launch(stream), stream.synchronize, capture
+
+
 WORKLOADS: dict[str, tuple[str, Callable]] = {
     "numba": ("numba-cuda kernel (wrapped)", numba_workload),
     "cupy-raw": ("CuPy RawKernel (wrapped)", cupy_raw_workload),
     "triton": ("Triton kernel (wrapped)", triton_workload),
     "cupy-ufunc": ("CuPy ufunc (at the launch API)", cupy_ufunc_workload),
     "torch": ("torch in-place add (at the launch API)", torch_workload),
+    "graph-100": (
+        f"a CUDA graph of {GRAPH_NODES} CuPy kernels, replayed (a launch is one replay)",
+        cupy_graph_workload,
+    ),
 }
 
 
@@ -248,15 +277,19 @@ def timed_flush(variants: Variants, variant: str) -> float:
     return time.perf_counter_ns() - start
 
 
-def measure(variants: Variants, launch, synchronize, rounds: int, batch: int, clock) -> dict:
+def measure(variants: Variants, workload: tuple, rounds: int, batch: int, clock: Callable) -> dict:
     """Per variant, [ns per launch of the loop] and [ns of the flush], one per round; and the
-    launch calls kname saw per launch."""
+    launch calls kname saw per launch. `workload` is (launch, synchronize[, prepare]): prepare()
+    runs once the variant has started (a graph captured again, seen by that variant)."""
+    launch, synchronize, *prepare = workload
     loops: dict[str, list[float]] = {name: [] for name in VARIANTS}
     flushes: dict[str, list[float]] = {name: [] for name in VARIANTS}
     calls = []
     for order in round_orders(VARIANTS, rounds):
         for variant in order:
             variants.start(variant)
+            for step in prepare:
+                step()
             launch()  # untimed: sites built, CUPTI's first launch of this kind made
             synchronize()
             variants.flush(variant)
@@ -280,7 +313,7 @@ def spread(values: tuple[float, float, float]) -> str:
     return f"{values[0]:+.2f} us [{values[1]:+.2f}, {values[2]:+.2f}]"
 
 
-def report(name: str, label: str, result: dict, batch: int) -> list[str]:
+def report(name: str, label: str, result: dict, batch: int, records: int = 1) -> list[str]:
     loops, flushes = result["loops"], result["flushes"]
     us = 1e-3  # ns -> us
     floor = added(loops["activity"], loops["bare"], us)
@@ -298,6 +331,15 @@ def report(name: str, label: str, result: dict, batch: int) -> list[str]:
         f"  kname profile in all, per launch: {loop[0] + reading[0]:+.2f} us "
         f"({loop[0] + reading[0] - floor[0]:+.2f} us above CUPTI's activity records alone, "
         f"{loop[0] + reading[0] - callbacks[0]:+.2f} us above them with an empty callback)",
+        *(
+            [
+                f"  per GPU record ({records} a launch): kname profile "
+                f"{(loop[0] + reading[0]) / records:+.3f} us, "
+                f"{(loop[0] + reading[0] - floor[0]) / records:+.3f} us above CUPTI's floor"
+            ]
+            if records > 1
+            else []
+        ),
     ]
 
 
@@ -309,6 +351,10 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(WORKLOADS), help="comma-separated workloads")
     args = parser.parse_args()
     clock = time.perf_counter_ns if args.clock == "wall" else time.thread_time_ns
+    missing = no_gpu()
+    if missing:
+        print(f"profile_cost: skipped, {missing}")
+        return
     kname.install()
     variants = Variants()
     print(
@@ -319,14 +365,15 @@ def main() -> None:
     for name in args.only.split(","):
         label, setup = WORKLOADS[name]
         try:
-            launch, synchronize = setup()
-            launch()  # compiles
-            synchronize()
+            workload = setup()
+            workload[0]()  # compiles
+            workload[1]()
         except ImportError as exc:
             print(f"{name}: skipped: {exc}")
             continue
-        result = measure(variants, launch, synchronize, args.rounds, args.batch, clock)
-        print("\n".join(report(name, label, result, args.batch)), flush=True)
+        result = measure(variants, workload, args.rounds, args.batch, clock)
+        records = GRAPH_NODES if name == "graph-100" else 1
+        print("\n".join(report(name, label, result, args.batch, records)), flush=True)
 
 
 if __name__ == "__main__":

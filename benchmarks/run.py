@@ -13,7 +13,6 @@ row means.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import sys
 import time
@@ -31,6 +30,7 @@ from _common import (
     clean_env,
     load_average,
     machine,
+    no_gpu,
     run_worker,
     tool_env,
     write_json,
@@ -192,18 +192,6 @@ def launch_suite(mode: str, tools: list[str], tool_lib) -> tuple[list, list]:
         if miss is not None:
             misses.append({"tool": tool, **miss})
     return launches, misses
-
-
-def no_gpu() -> str | None:
-    """Why no GPU suite can run here, or None: asks the CUDA driver for its devices."""
-    try:
-        driver = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return "no CUDA driver (libcuda.so.1 not found)"
-    count = ctypes.c_int(0)
-    if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
-        return "the CUDA driver found no usable device"
-    return None if count.value > 0 else "no CUDA device"
 
 
 def gpu_suite(

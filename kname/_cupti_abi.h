@@ -29,6 +29,16 @@ typedef uint32_t kn_CUptiResult;
 /* CUpti_CallbackDomain */
 #define KN_CUPTI_CB_DOMAIN_DRIVER_API 1
 #define KN_CUPTI_CB_DOMAIN_RUNTIME_API 2
+#define KN_CUPTI_CB_DOMAIN_RESOURCE 3
+
+/* CUpti_CallbackIdResource: the CUDA graph callbacks kname reads. GRAPH_NODE_UPDATED is
+ * CUPTI 13.0's (cudaGraphExecUpdate). */
+#define KN_CUPTI_CBID_RESOURCE_GRAPH_DESTROY_STARTING 10
+#define KN_CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED 13
+#define KN_CUPTI_CBID_RESOURCE_GRAPHNODE_DESTROY_STARTING 14
+#define KN_CUPTI_CBID_RESOURCE_GRAPHEXEC_DESTROY_STARTING 19
+#define KN_CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED 20
+#define KN_CUPTI_CBID_RESOURCE_GRAPH_NODE_UPDATED 22
 
 typedef uint32_t kn_CallbackDomain; /* CUpti_CallbackDomain */
 typedef uint32_t kn_CallbackId;     /* CUpti_CallbackId */
@@ -48,6 +58,34 @@ typedef struct {
     uint64_t *correlationData;
     uint32_t correlationId;
 } kn_CallbackData;
+
+/* CUcontext, CUstream, CUgraph, CUgraphNode, CUgraphExec: opaque pointers, CUDA's tags. */
+typedef struct CUctx_st *kn_CUcontext;
+typedef struct CUstream_st *kn_CUstream;
+typedef struct CUgraph_st *kn_CUgraph;
+typedef struct CUgraphNode_st *kn_CUgraphNode;
+typedef struct CUgraphExec_st *kn_CUgraphExec;
+
+/* CUpti_ResourceData: what a resource callback is given, valid during the call. For the graph
+ * callbacks, resourceDescriptor points to a CUpti_GraphData. */
+typedef struct {
+    kn_CUcontext context;
+    union {
+        kn_CUstream stream;
+    } resourceHandle;
+    void *resourceDescriptor;
+} kn_ResourceData;
+
+/* CUpti_GraphData */
+typedef struct {
+    kn_CUgraph graph;
+    kn_CUgraph originalGraph;     /* the graph `graph` is cloned from */
+    kn_CUgraphNode node;
+    kn_CUgraphNode originalNode;  /* the node `node` is cloned from (or, updated, takes after) */
+    uint32_t nodeType;            /* CUgraphNodeType */
+    kn_CUgraphNode dependency;
+    kn_CUgraphExec graphExec;
+} kn_GraphData;
 
 /* CUpti_SubscriberParams (cuptiSubscribe_v2, where the library has it). */
 #define KN_CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN 64
@@ -77,6 +115,11 @@ typedef kn_CUptiResult (*kn_EnableCallback)(uint32_t enable, kn_SubscriberHandle
                                             kn_CallbackDomain domain, kn_CallbackId cbid);
 typedef kn_CUptiResult (*kn_GetTimestamp)(uint64_t *timestamp);
 
+/* cuptiGetGraphNodeId, cuptiGetGraphId, cuptiGetGraphExecId (cupti_activity.h) */
+typedef kn_CUptiResult (*kn_GetGraphNodeId)(kn_CUgraphNode node, uint64_t *nodeId);
+typedef kn_CUptiResult (*kn_GetGraphId)(kn_CUgraph graph, uint32_t *pId);
+typedef kn_CUptiResult (*kn_GetGraphExecId)(kn_CUgraphExec graphExec, uint32_t *pId);
+
 /* ---- activity records (cupti_activity.h) */
 
 /* CUpti_ActivityKind: the kinds kname reads */
@@ -91,9 +134,6 @@ typedef kn_CUptiResult (*kn_GetTimestamp)(uint64_t *timestamp);
 
 /* ACTIVITY_RECORD_ALIGNMENT (cupti_common.h): how activity buffers and records are aligned */
 #define KN_CUPTI_ACTIVITY_RECORD_ALIGNMENT 8
-
-/* CUcontext: an opaque pointer, the same tag as CUDA's. */
-typedef struct CUctx_st *kn_CUcontext;
 
 /* CUpti_Activity: what every record begins with. */
 typedef struct {
@@ -118,7 +158,9 @@ typedef struct __attribute__((packed)) {
     uint32_t correlationId;
     uint8_t filler4[8]; /* gridId */
     const char *name;   /* CUPTI's: copied before the buffer is given back */
-    uint8_t filler5[44]; /* reserved0 .. shmemLimitConfig */
+    uint8_t filler5[32]; /* reserved0 .. sharedMemoryExecuted */
+    uint64_t graphNodeId;
+    uint8_t filler6[4]; /* shmemLimitConfig */
     uint32_t graphId;
 } kn_ActivityKernel;
 
@@ -132,7 +174,8 @@ typedef struct __attribute__((packed)) {
     uint8_t filler1[4]; /* contextId */
     uint32_t streamId;
     uint32_t correlationId;
-    uint8_t filler2[24]; /* runtimeCorrelationId .. graphNodeId */
+    uint8_t filler2[16]; /* runtimeCorrelationId .. reserved0 */
+    uint64_t graphNodeId;
     uint32_t graphId;
 } kn_ActivityMemcpy;
 
@@ -145,7 +188,8 @@ typedef struct __attribute__((packed)) {
     uint8_t filler1[4]; /* contextId */
     uint32_t streamId;
     uint32_t correlationId;
-    uint8_t filler2[24]; /* flags .. graphNodeId */
+    uint8_t filler2[16]; /* flags .. reserved0 */
+    uint64_t graphNodeId;
     uint32_t graphId;
 } kn_ActivityMemset;
 

@@ -48,6 +48,15 @@
  * buffer's records are joined right there, in C (kname.profiling.join's tables, steps and
  * bounds, for the path that keeps no stream log), and the totals are read with join_profile().
  *
+ * CUDA graphs: enable_graph(cbid, event) has CUPTI call back at one of its graph resource
+ * callbacks (a node made, cloned, updated, destroyed): each is kept as a C struct, as a launch
+ * is, with the ids cuptiGetGraphNodeId, cuptiGetGraphId and cuptiGetGraphExecId give, and, for a
+ * node made, the site of the launch call open on this thread (a captured launch), else of the
+ * wrapped launch running, else of the running frame (a node added explicitly); with the
+ * correlation id of the last launch call entered, which orders it among the launches.
+ * drain_graph_nodes(make_record) hands them over (GraphNodeRecord); with the join in C they go
+ * there, after the launches and before each buffer's records.
+ *
  * CUPTI itself: subscribe(path) dlopens the libcupti that cupti-python loaded (by its absolute
  * path, RTLD_NOLOAD first) and takes the functions of _cupti_abi.h; no CUDA header is needed to
  * build this extension. Linux, CPython 3.11+ with the GIL (a free-threaded build refuses
@@ -74,10 +83,14 @@
 #define MAX_CBID 4096    /* callback ids per domain (CUPTI 13: 877 driver, 567 runtime) */
 #define FIRST_GPU_ROOM 4096 /* GPU records the buffer first makes room for */
 #define COPY_KINDS 32       /* memcpy kinds whose names are kept (CUPTI 13: 0 to 12) */
+#define MAX_RESOURCE_CBID 64 /* resource callback ids (CUPTI 13: 26) */
 
 /* Interned at the module's import (_native_cupti_module.c): a site's `name`;
- * kname.profiling.records' KERNEL, MEMCPY and MEMSET, and the memset's work name (capture.py's). */
-INTERNAL extern PyObject *str_name, *str_kernel, *str_memcpy, *str_memset, *str_memset_name;
+ * kname.profiling.records' KERNEL, MEMCPY and MEMSET, and the memset's work name (capture.py's);
+ * its NODE_EVENTS, by their numbers (_native_cupti_graphs.h); and "". */
+INTERNAL extern PyObject *str_name, *str_kernel, *str_memcpy, *str_memset, *str_memset_name,
+    *str_empty;
+INTERNAL extern PyObject *graph_event_names[NODE_EVENT_COUNT + 1];
 
 /* Set once nothing may touch Python any more: at the end of finalization. */
 INTERNAL extern atomic_int python_gone;
@@ -114,9 +127,9 @@ typedef struct {
 
 INTERNAL extern _Thread_local ThreadCalls here; /* _native_cupti_callback.c */
 
-/* LaunchRecord's fields, ActivityRecord's and ExternalCorrelation's (kname.profiling.records),
- * each in the order of its constructor's arguments. */
-#define FIELDS 8 /* the most of any */
+/* LaunchRecord's fields, ActivityRecord's, ExternalCorrelation's and GraphNodeRecord's
+ * (kname.profiling.records), each in the order of its constructor's arguments. */
+#define FIELDS 9 /* the most of any */
 
 /* Where a plain slots class keeps those fields, learned once per class (and again after the
  * class is changed: its version tag moves). Such a class (a slots dataclass without
@@ -215,6 +228,18 @@ typedef struct {
      * a callback may read it on another thread while enable() writes another entry. */
     uint16_t apis_of[3][MAX_CBID];
 
+    /* CUDA graphs: resource cbid -> node event (0: not recorded), the id functions, the last
+     * launch call entered, and the events waiting for a drain (under `lock`, bounded as the
+     * launches are). */
+    uint8_t graph_events[MAX_RESOURCE_CBID];
+    kn_GetGraphNodeId get_graph_node_id;
+    kn_GetGraphId get_graph_id;
+    kn_GetGraphExecId get_graph_exec_id; /* NULL before CUPTI 12.4: no executable graph ids */
+    atomic_uint last_correlation_id;
+    NodeEvent *node_events;
+    Py_ssize_t node_event_count, node_event_capacity;
+    unsigned long long node_events_dropped;
+
     /* GPU records, read from CUPTI's activity buffers (take_activity_buffers), under their own
      * lock. `lock` may be taken with it held, never the other way round. */
     pthread_mutex_t activity_lock;
@@ -234,7 +259,7 @@ typedef struct {
 
     Join join; /* under activity_lock; on: GPU records are joined here, not handed over */
 
-    RecordLayout record_layout, activity_layout, external_layout;
+    RecordLayout record_layout, activity_layout, external_layout, node_layout;
     RecentSite recent[RECENT];
     RecentKind recent_kinds[RECENT];
 } Recorder;
@@ -266,6 +291,10 @@ calls_of(Recorder *r)
 INTERNAL void on_api(void *userdata, kn_CallbackDomain domain, kn_CallbackId cbid,
                      const void *cbdata);
 
+/* One of CUPTI's graph resource callbacks (`event`: NODE_CREATED...), on the thread making the
+ * node: kept for the next drain. */
+INTERNAL void graph_event(Recorder *r, int event, const kn_ResourceData *data);
+
 /* A launch API call starts on this thread (enter), or returns (exit). */
 INTERNAL void launch_enter(Recorder *r, uint32_t correlation_id, int api, uint64_t timestamp);
 INTERNAL void launch_exit(Recorder *r, uint32_t correlation_id, uint64_t timestamp);
@@ -280,6 +309,9 @@ INTERNAL void note_c_fault(Recorder *r, const char *where, const char *detail, l
 /* The finished calls taken out of the buffer (a copy, *count of them; NULL when none, or, with
  * *count left above 0, no memory: they stay). Any thread. */
 INTERNAL Launch *take_finished(Recorder *r, Py_ssize_t *count);
+
+/* The graph node events waiting, taken the same way. */
+INTERNAL NodeEvent *take_node_events(Recorder *r, Py_ssize_t *count);
 
 /* Where `kept` holds a name equal to `name`, that one (borrowed); NULL with an error. */
 INTERNAL PyObject *keep(Recorder *r, PyObject *name);

@@ -199,6 +199,7 @@ gpu_room(Recorder *r)
         (g)->stream = (work)->streamId;                                                        \
         (g)->device = (work)->deviceId;                                                        \
         (g)->graph_id = (work)->graphId;                                                       \
+        (g)->graph_node_id = (work)->graphNodeId;                                              \
     } while (0)
 
 static void
@@ -256,8 +257,8 @@ read_buffer(Recorder *r, uint8_t *buffer, size_t valid)
     pthread_mutex_unlock(&r->activity_lock);
 }
 
-/* With the join in C: the calls finished so far, then the GPU records read, joined (what the
- * collector does with a buffer on the Python join). Any thread, no GIL. */
+/* With the join in C: the calls finished so far, the graph node events, then the GPU records
+ * read, joined (what the collector does with a buffer on the Python join). Any thread, no GIL. */
 static void
 join_buffer(Recorder *r)
 {
@@ -270,6 +271,12 @@ join_buffer(Recorder *r)
         if (taken != NULL)
             join_launches(&r->join, taken, count, r->no_frame);
         free(taken);
+        NodeEvent *events = take_node_events(r, &count);
+        if (count && events == NULL)
+            r->join.no_memory = 1;
+        if (events != NULL)
+            join_graph_nodes(&r->join, events, count, r->no_frame);
+        free(events);
         join_records(&r->join, r->gpu, r->gpu_count);
         r->gpu_count = 0;
     }
@@ -407,6 +414,7 @@ gpu_object(Recorder *r, const GpuRecord *g, PyObject *make_activity, PyObject *m
         PyLong_FromUnsignedLong(g->stream),
         PyLong_FromUnsignedLong(g->device),
         PyLong_FromUnsignedLong(g->graph_id),
+        PyLong_FromUnsignedLongLong(g->graph_node_id),
     };
     return make(&r->activity_layout, make_activity, args);
 }
@@ -576,19 +584,21 @@ recorder_activity_counts(Recorder *r, PyObject *unused)
 
 /* ---- the join in C, from Python */
 
-/* join_in_c(max_pending, recent_window, unattributed): from now on the GPU records are joined
- * here (join.py's bounds; `unattributed`, its name for what no launch claims), not handed over;
- * take_activity_buffers() follows, with no on_buffer. */
+/* join_in_c(max_pending, recent_window, unattributed, max_nodes, recent_nodes): from now on
+ * the GPU records are joined here (join.py's bounds, graphs.py's for graph nodes;
+ * `unattributed`, its name for what no launch claims), not handed over; take_activity_buffers()
+ * follows, with no on_buffer. */
 PyObject *
 recorder_join_in_c(Recorder *r, PyObject *args)
 {
-    Py_ssize_t max_pending, recent_window;
+    Py_ssize_t max_pending, recent_window, max_nodes, recent_nodes;
     PyObject *unattributed;
-    if (!PyArg_ParseTuple(args, "nnU:join_in_c", &max_pending, &recent_window, &unattributed))
+    if (!PyArg_ParseTuple(args, "nnUnn:join_in_c", &max_pending, &recent_window, &unattributed,
+                          &max_nodes, &recent_nodes))
         return NULL;
-    if (max_pending < 1 || recent_window < 1) {
+    if (max_pending < 1 || recent_window < 1 || max_nodes < 0 || recent_nodes < 0) {
         PyErr_SetString(PyExc_ValueError, "join_in_c: max_pending and recent_window must be at "
-                                          "least 1");
+                                          "least 1, max_nodes and recent_nodes at least 0");
         return NULL;
     }
     PyObject *kept = keep(r, unattributed);
@@ -598,6 +608,8 @@ recorder_join_in_c(Recorder *r, PyObject *args)
     r->join.max_pending = max_pending;
     r->join.recent_window = recent_window;
     r->join.unattributed = kept;
+    r->join.nodes.max_nodes = max_nodes;
+    r->join.nodes.recent_nodes = recent_nodes;
     r->join.on = 1;
     pthread_mutex_unlock(&r->activity_lock);
     Py_RETURN_NONE;
@@ -620,11 +632,14 @@ recorder_join_counts(Recorder *r, PyObject *unused)
     pthread_mutex_lock(&r->activity_lock);
     const Join *j = &r->join;
     PyObject *counts = Py_BuildValue(
-        "{sKsKsKsnsnsnsnsnsnsisi}", "launches", j->launch_count, "records", j->record_count,
-        "dropped", j->dropped, "pending", (Py_ssize_t)j->pending.live, "children",
-        (Py_ssize_t)j->children.live, "recent", (Py_ssize_t)j->recent.live, "externals",
-        (Py_ssize_t)j->externals.live, "orphans", (Py_ssize_t)j->orphan_count, "graphs",
-        (Py_ssize_t)j->graphs.live, "trimmed", j->trimmed, "no_memory", j->no_memory);
+        "{sKsKsKsnsnsnsnsnsnsisisnsnsKsi}", "launches", j->launch_count, "records",
+        j->record_count, "dropped", j->dropped, "pending", (Py_ssize_t)j->pending.live,
+        "children", (Py_ssize_t)j->children.live, "recent", (Py_ssize_t)j->recent.live,
+        "externals", (Py_ssize_t)j->externals.live, "orphans", (Py_ssize_t)j->orphan_count,
+        "graphs", (Py_ssize_t)j->graphs.live, "trimmed", j->trimmed, "no_memory",
+        j->no_memory || j->nodes.no_memory, "nodes", (Py_ssize_t)j->nodes.live, "nodes_kept",
+        (Py_ssize_t)j->nodes.kept, "nodes_not_kept", (unsigned long long)j->nodes.not_kept,
+        "nodes_capped", j->nodes.capped);
     pthread_mutex_unlock(&r->activity_lock);
     return counts;
 }
@@ -639,7 +654,8 @@ work_name(Recorder *r, PyObject *memcpy_name, uint32_t work)
     return kernel_name(r, work);
 }
 
-/* (first, [(kernel name, launches, gpu_ns), ...]) of one site of the snapshot. */
+/* (first, [(kernel name, launches, gpu_ns)], [(replay site, launches, gpu_ns)],
+ * (unseen launches, unseen gpu_ns)) of one site of the snapshot. */
 static PyObject *
 site_object(Recorder *r, PyObject *memcpy_name, const Snapshot *s, const SiteCount *site)
 {
@@ -654,7 +670,21 @@ site_object(Recorder *r, PyObject *memcpy_name, const Snapshot *s, const SiteCou
         else
             PyList_SET_ITEM(kernels, (Py_ssize_t)i, kernel);
     }
-    return kernels == NULL ? NULL : Py_BuildValue("(kN)", (unsigned long)site->first, kernels);
+    PyObject *replays = kernels == NULL ? NULL : PyList_New((Py_ssize_t)site->replay_count);
+    for (size_t i = 0; replays != NULL && i < site->replay_count; i++) {
+        const ReplayCount *c = &s->replays[site->replay_start + i];
+        PyObject *replay = Py_BuildValue("(OKK)", (PyObject *)c->replay, c->launches, c->gpu_ns);
+        if (replay == NULL)
+            Py_CLEAR(replays);
+        else
+            PyList_SET_ITEM(replays, (Py_ssize_t)i, replay);
+    }
+    if (replays == NULL) {
+        Py_XDECREF(kernels);
+        return NULL;
+    }
+    return Py_BuildValue("(kNN(KK))", (unsigned long)site->first, kernels, replays,
+                         site->unseen_launches, site->unseen_gpu_ns);
 }
 
 /* join_profile(memcpy_name) -> (sites, unattributed, unmatched, dropped, earlier): the join's

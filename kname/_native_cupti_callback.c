@@ -3,7 +3,8 @@
  * the exit of each launch API call (on_api), on the launching thread: the calls open on each
  * thread, the site of the running Python frame (looked up as capture.site_of_frame finds a
  * cached one, in front of a table of recent look-ups), the buffer the finished calls wait in,
- * and the first fault, kept for take_fault().
+ * and the first fault, kept for take_fault(). And what it calls at CUPTI's graph resource
+ * callbacks (graph_event): the node's ids and, for a node made, its site.
  */
 #include "_native_cupti.h"
 
@@ -12,6 +13,7 @@
 
 static const char FINDING[] = "finding the call site of a CUDA launch";
 static const char RECORDING[] = "recording a CUDA launch for kname profile";
+static const char GRAPHING[] = "recording a CUDA graph node for kname profile";
 
 _Thread_local ThreadCalls here;
 
@@ -90,6 +92,43 @@ finish(Recorder *r, const Launch *launch)
     pthread_mutex_lock(&r->lock);
     r->records[r->count++] = *launch;
     r->open--;
+    pthread_mutex_unlock(&r->lock);
+}
+
+NodeEvent *
+take_node_events(Recorder *r, Py_ssize_t *count)
+{
+    pthread_mutex_lock(&r->lock);
+    *count = r->node_event_count;
+    NodeEvent *taken = *count ? malloc((size_t)*count * sizeof(NodeEvent)) : NULL;
+    if (taken != NULL) {
+        memcpy(taken, r->node_events, (size_t)*count * sizeof(NodeEvent));
+        r->node_event_count = 0;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return taken;
+}
+
+/* A graph node event into its buffer, up to max_pending (past that, or with no memory, counted
+ * in node_events_dropped). */
+static void
+keep_node_event(Recorder *r, const NodeEvent *e)
+{
+    pthread_mutex_lock(&r->lock);
+    if (r->node_event_count == r->node_event_capacity && r->node_event_count < r->max_pending) {
+        Py_ssize_t capacity = r->node_event_capacity ? 2 * r->node_event_capacity : 256;
+        if (capacity > r->max_pending)
+            capacity = r->max_pending;
+        NodeEvent *grown = realloc(r->node_events, (size_t)capacity * sizeof *grown);
+        if (grown != NULL) {
+            r->node_events = grown;
+            r->node_event_capacity = capacity;
+        }
+    }
+    if (r->node_event_count < r->node_event_capacity)
+        r->node_events[r->node_event_count++] = *e;
+    else
+        r->node_events_dropped++;
     pthread_mutex_unlock(&r->lock);
 }
 
@@ -325,6 +364,7 @@ launch_enter(Recorder *r, uint32_t correlation_id, int api, uint64_t timestamp)
     OpenCall *call = &t->calls[t->count++];
     call->launch = launch;
     call->recorded = reserve(r);
+    atomic_store_explicit(&r->last_correlation_id, correlation_id, memory_order_relaxed);
 }
 
 void
@@ -345,6 +385,47 @@ launch_exit(Recorder *r, uint32_t correlation_id, uint64_t timestamp)
     }
 }
 
+/* ---- CUDA graphs: what the callback calls at CUPTI's graph resource callbacks */
+
+/* An id through one of CUPTI's functions (0 for a null handle, or when it fails: said once). */
+#define GRAPH_ID(r, get, handle, id)                                                           \
+    do {                                                                                       \
+        if ((handle) != NULL && (get) != NULL) {                                               \
+            kn_CUptiResult status = (get)((handle), (id));                                     \
+            if (status != KN_CUPTI_SUCCESS) {                                                  \
+                note_c_fault((r), GRAPHING, #get " failed", (long)status);                     \
+                *(id) = 0;                                                                     \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
+
+void
+graph_event(Recorder *r, int event, const kn_ResourceData *data)
+{
+    const kn_GraphData *graph = (const kn_GraphData *)data->resourceDescriptor;
+    if (graph == NULL)
+        return;
+    NodeEvent e;
+    memset(&e, 0, sizeof e);
+    e.event = (uint8_t)event;
+    GRAPH_ID(r, r->get_graph_node_id, graph->node, &e.node);
+    GRAPH_ID(r, r->get_graph_node_id, graph->originalNode, &e.original);
+    GRAPH_ID(r, r->get_graph_id, graph->graph, &e.graph);
+    GRAPH_ID(r, r->get_graph_exec_id, graph->graphExec, &e.graph_exec);
+    if (event == NODE_CREATED) {
+        /* Made during stream capture: inside the launch call captured, which has its site. */
+        ThreadCalls *t = calls_of(r);
+        if (t->count > 0)
+            e.site = t->calls[t->count - 1].launch.site;
+        else if (t->wrapped != NULL)
+            e.site = t->wrapped;
+        else
+            e.site = site_here(r, t); /* added explicitly: the line that added it */
+    }
+    e.correlation_id = atomic_load_explicit(&r->last_correlation_id, memory_order_relaxed);
+    keep_node_event(r, &e);
+}
+
 static inline int
 api_of(Recorder *r, kn_CallbackDomain domain, kn_CallbackId cbid)
 {
@@ -360,6 +441,12 @@ on_api(void *userdata, kn_CallbackDomain domain, kn_CallbackId cbid, const void 
     const kn_CallbackData *data = (const kn_CallbackData *)cbdata;
     if (r == NULL || data == NULL || must_not_touch_python(r))
         return;
+    if (domain == KN_CUPTI_CB_DOMAIN_RESOURCE) { /* its data is a kn_ResourceData */
+        int event = cbid < MAX_RESOURCE_CBID ? r->graph_events[cbid] : 0;
+        if (event)
+            graph_event(r, event, (const kn_ResourceData *)cbdata);
+        return;
+    }
     uint64_t timestamp = 0;
     kn_CUptiResult status = r->get_timestamp(&timestamp);
     if (status != KN_CUPTI_SUCCESS) {

@@ -136,68 +136,6 @@ map_free(Map *m)
     memset(m, 0, sizeof *m);
 }
 
-/* ---- the table of 64-bit keys */
-
-static inline size_t
-table_home(const Table *t, uint64_t key)
-{
-    key ^= key >> 31;
-    key *= 0xbf58476d1ce4e5b9u;
-    key ^= key >> 29;
-    return (size_t)key & (t->size - 1);
-}
-
-/* The value under `key`, or -1. */
-static int64_t
-table_get(const Table *t, uint64_t key)
-{
-    if (t->count == 0)
-        return -1;
-    for (size_t i = table_home(t, key);; i = (i + 1) & (t->size - 1)) {
-        if (t->values[i] == 0)
-            return -1;
-        if (t->keys[i] == key)
-            return (int64_t)t->values[i] - 1;
-    }
-}
-
-static int
-table_set(Table *t, uint64_t key, uint32_t value)
-{
-    if ((t->count + 1) * 2 > t->size) {
-        Table grown = {NULL, NULL, t->size ? 2 * t->size : 64, 0};
-        grown.keys = malloc(grown.size * sizeof *grown.keys);
-        grown.values = calloc(grown.size, sizeof *grown.values);
-        if (grown.keys == NULL || grown.values == NULL) {
-            free(grown.keys);
-            free(grown.values);
-            return 0;
-        }
-        for (size_t i = 0; i < t->size; i++) {
-            if (t->values[i] != 0)
-                table_set(&grown, t->keys[i], t->values[i] - 1);
-        }
-        free(t->keys);
-        free(t->values);
-        *t = grown;
-    }
-    size_t i = table_home(t, key);
-    while (t->values[i] != 0)
-        i = (i + 1) & (t->size - 1);
-    t->keys[i] = key;
-    t->values[i] = value + 1;
-    t->count++;
-    return 1;
-}
-
-static void
-table_free(Table *t)
-{
-    free(t->keys);
-    free(t->values);
-    memset(t, 0, sizeof *t);
-}
-
 /* ---- the join's state */
 
 void
@@ -209,28 +147,17 @@ join_free(Join *j)
     map_free(&j->externals);
     map_free(&j->orphans);
     map_free(&j->graphs);
-    table_free(&j->site_of);
-    table_free(&j->kernel_of);
+    index_free(&j->site_of);
+    index_free(&j->kernel_of);
+    index_free(&j->replay_line);
+    index_free(&j->replay_of);
+    graph_nodes_free(&j->nodes);
     free(j->ids);
     free(j->records);
     free(j->sites);
     free(j->kernels);
+    free(j->replays);
     memset(j, 0, sizeof *j);
-}
-
-/* Room for one more of `count` items of `size` in *items; 0: no memory. */
-static int
-grow(void **items, size_t *room, size_t count, size_t size)
-{
-    if (count < *room)
-        return 1;
-    size_t more = *room ? 2 * *room : 64;
-    void *grown = realloc(*items, more * size);
-    if (grown == NULL)
-        return 0;
-    *items = grown;
-    *room = more;
-    return 1;
 }
 
 /* ---- lists */
@@ -301,27 +228,27 @@ duration_of(const GpuRecord *g)
 static int64_t
 site_totals(Join *j, const void *site)
 {
-    int64_t found = table_get(&j->site_of, (uint64_t)(uintptr_t)site);
+    int64_t found = index_get(&j->site_of, (uint64_t)(uintptr_t)site);
     if (found >= 0)
         return found;
     if (!grow((void **)&j->sites, &j->site_room, j->site_count, sizeof *j->sites)
-        || !table_set(&j->site_of, (uint64_t)(uintptr_t)site, (uint32_t)j->site_count))
+        || !index_set(&j->site_of, (uint64_t)(uintptr_t)site, (uint32_t)j->site_count))
         return -1;
-    j->sites[j->site_count] = (SiteTotal){site, 0, 0, 0, 0, 0};
+    j->sites[j->site_count] = (SiteTotal){site, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     return (int64_t)j->site_count++;
 }
 
-/* SiteTotals.add: one GPU record counted at `site`. */
-static void
+/* SiteTotals.add: one GPU record counted at `site`; the site's index, or -1 (no memory). */
+static int64_t
 count_record(Join *j, const void *site, const GpuRecord *g)
 {
     int64_t s = site_totals(j, site);
     uint32_t work = work_of(g);
     uint64_t key = ((uint64_t)s << 32) | work;
-    int64_t k = s < 0 ? -1 : table_get(&j->kernel_of, key);
+    int64_t k = s < 0 ? -1 : index_get(&j->kernel_of, key);
     if (s >= 0 && k < 0) {
         if (grow((void **)&j->kernels, &j->kernel_room, j->kernel_count, sizeof *j->kernels)
-            && table_set(&j->kernel_of, key, (uint32_t)j->kernel_count)) {
+            && index_set(&j->kernel_of, key, (uint32_t)j->kernel_count)) {
             k = (int64_t)j->kernel_count++;
             j->kernels[k] = (KernelTotal){work, 0, 0, 0};
             SiteTotal *t = &j->sites[s];
@@ -334,7 +261,7 @@ count_record(Join *j, const void *site, const GpuRecord *g)
     }
     if (k < 0) {
         j->no_memory = 1;
-        return;
+        return -1;
     }
     SiteTotal *t = &j->sites[s];
     uint64_t duration = duration_of(g);
@@ -344,6 +271,62 @@ count_record(Join *j, const void *site, const GpuRecord *g)
         t->first = g->correlation_id;
     j->kernels[k].launches++;
     j->kernels[k].gpu_ns += duration;
+    return s;
+}
+
+/* The totals of site `s` replayed at `replay`, made on first use; -1: no memory. */
+static int64_t
+replay_totals(Join *j, int64_t s, const void *replay)
+{
+    int64_t line = index_get(&j->replay_line, (uint64_t)(uintptr_t)replay);
+    if (line < 0) {
+        line = (int64_t)j->replay_line.count;
+        if (!index_set(&j->replay_line, (uint64_t)(uintptr_t)replay, (uint32_t)line))
+            return -1;
+    }
+    uint64_t key = ((uint64_t)s << 32) | (uint64_t)line;
+    int64_t r = index_get(&j->replay_of, key);
+    if (r >= 0)
+        return r;
+    if (!grow((void **)&j->replays, &j->replay_room, j->replay_count, sizeof *j->replays)
+        || !index_set(&j->replay_of, key, (uint32_t)j->replay_count))
+        return -1;
+    r = (int64_t)j->replay_count++;
+    j->replays[r] = (ReplayTotal){replay, 0, 0, 0};
+    SiteTotal *t = &j->sites[s];
+    if (t->replay_head == 0)
+        t->replay_head = (uint32_t)r + 1;
+    else
+        j->replays[t->replay_tail - 1].next = (uint32_t)r + 1;
+    t->replay_tail = (uint32_t)r + 1;
+    return r;
+}
+
+/* _count: a record launched at `site`; graph work goes to the line that made its node. */
+static void
+join_count(Join *j, const void *site, const GpuRecord *g)
+{
+    if (!(g->graph_node_id || g->graph_id)) {
+        count_record(j, site, g);
+        return;
+    }
+    const void *capture;
+    if (!graph_nodes_site(&j->nodes, g->graph_node_id, g->correlation_id, &capture)) {
+        int64_t s = count_record(j, site, g); /* add_unseen */
+        if (s >= 0) {
+            j->sites[s].unseen_launches++;
+            j->sites[s].unseen_gpu_ns += duration_of(g);
+        }
+        return;
+    }
+    int64_t s = count_record(j, capture, g); /* add_replayed */
+    int64_t r = s < 0 ? -1 : replay_totals(j, s, site);
+    if (s >= 0 && r < 0)
+        j->no_memory = 1;
+    if (r >= 0) {
+        j->replays[r].launches++;
+        j->replays[r].gpu_ns += duration_of(g);
+    }
 }
 
 /* ---- join.py's steps */
@@ -436,7 +419,7 @@ join_adopt(Join *j, uint32_t id)
         j->record_free = node;
         j->orphan_count--;
         const void *site = join_site_of(j, orphan.record.correlation_id);
-        count_record(j, site != NULL ? site : j->unattributed, &orphan.record);
+        join_count(j, site != NULL ? site : j->unattributed, &orphan.record);
         node = orphan.next;
     }
 }
@@ -514,7 +497,7 @@ join_record(Join *j, const GpuRecord *g)
     if (site == NULL)
         join_park(j, g);
     else
-        count_record(j, site, g);
+        join_count(j, site, g);
 }
 
 /* add_externals, for one link (there are no external sites: nothing was tagged) */
@@ -542,6 +525,13 @@ join_launches(Join *j, const Launch *launches, Py_ssize_t count, const void *no_
 }
 
 void
+join_graph_nodes(Join *j, const NodeEvent *events, Py_ssize_t count, const void *no_frame)
+{
+    for (Py_ssize_t i = 0; i < count; i++)
+        graph_nodes_add(&j->nodes, &events[i], no_frame);
+}
+
+void
 join_records(Join *j, const GpuRecord *records, Py_ssize_t count)
 {
     for (Py_ssize_t i = 0; i < count; i++) {
@@ -561,6 +551,7 @@ snapshot_free(Snapshot *s)
 {
     free(s->sites);
     free(s->kernels);
+    free(s->replays);
     memset(s, 0, sizeof *s);
 }
 
@@ -591,7 +582,8 @@ snapshot_count(Snapshot *s, SiteCount *site, const GpuRecord *g)
 static int
 snapshot_site(Snapshot *s, const Join *j, const SiteTotal *t, SiteCount *into)
 {
-    *into = (SiteCount){t->site, t->first, s->kernel_count, 0};
+    *into = (SiteCount){t->site, t->first, s->kernel_count, 0, s->replay_count, 0,
+                        t->unseen_launches, t->unseen_gpu_ns};
     for (uint32_t k = t->head; k != 0; k = j->kernels[k - 1].next) {
         if (!grow((void **)&s->kernels, &s->kernel_room, s->kernel_count, sizeof *s->kernels))
             return 0;
@@ -599,6 +591,14 @@ snapshot_site(Snapshot *s, const Join *j, const SiteTotal *t, SiteCount *into)
         s->kernels[s->kernel_count++] = (KernelCount){kernel->work, kernel->launches,
                                                       kernel->gpu_ns};
         into->count++;
+    }
+    for (uint32_t r = t->replay_head; r != 0; r = j->replays[r - 1].next) {
+        if (!grow((void **)&s->replays, &s->replay_room, s->replay_count, sizeof *s->replays))
+            return 0;
+        const ReplayTotal *replay = &j->replays[r - 1];
+        s->replays[s->replay_count++] = (ReplayCount){replay->replay, replay->launches,
+                                                      replay->gpu_ns};
+        into->replay_count++;
     }
     return 1;
 }
@@ -617,7 +617,8 @@ join_snapshot(const Join *j, Snapshot *s)
         else if (!snapshot_site(s, j, &j->sites[i], &s->sites[s->site_count++]))
             return 0;
     }
-    s->unattributed = (SiteCount){j->unattributed, 0, s->kernel_count, 0};
+    s->unattributed = (SiteCount){j->unattributed, 0, s->kernel_count, 0, s->replay_count, 0,
+                                  0, 0};
     if (unattributed != NULL && !snapshot_site(s, j, unattributed, &s->unattributed))
         return 0;
     for (size_t p = j->orphans.head; p < j->orphans.tail; p++) {

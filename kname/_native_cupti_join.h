@@ -6,12 +6,15 @@
  * _native_cupti_join.c is one of its, in the same order, and tests/test_native_cupti_join.py
  * checks that both give the same Profile for the same streams. Sites are the recorder's kept
  * names (one object per name: a pointer is a name); <unattributed> is the kept name given for it.
+ * The work of a CUDA graph replay goes to the line that made its node (the node table of
+ * _native_cupti_graphs.c), with the replay's line kept beside it, as join.py does.
  * Everything here runs under the recorder's activity_lock.
  */
 #ifndef KNAME_NATIVE_CUPTI_JOIN_H
 #define KNAME_NATIVE_CUPTI_JOIN_H
 
 #include "_native_common.h" /* first: it includes Python.h */
+#include "_native_cupti_graphs.h"
 
 #include <stdint.h>
 
@@ -32,6 +35,7 @@ enum { GPU_KERNEL = 1, GPU_MEMCPY, GPU_MEMSET, GPU_EXTERNAL };
 
 typedef struct {
     uint64_t start, end; /* GPU_EXTERNAL: `start` is the external id */
+    uint64_t graph_node_id;
     uint32_t correlation_id, stream, device, graph_id;
     uint32_t detail; /* GPU_KERNEL: the name's index in the recorder's names; GPU_MEMCPY: the
                       * copy kind (CUpti_ActivityMemcpyKind) */
@@ -55,14 +59,6 @@ typedef struct {
     size_t index_size; /* a power of 2, at least twice `live` */
 } Map;
 
-/* ---- an insert-only table of 64-bit keys (sites, and kernels per site) */
-
-typedef struct {
-    uint64_t *keys;
-    uint32_t *values; /* value + 1; 0: empty */
-    size_t size, count;
-} Table;
-
 /* ---- the join's state */
 
 /* What a site's totals count a record under: its kernel name's index, or a copy's kind, or the
@@ -75,11 +71,20 @@ typedef struct {
     uint64_t launches, gpu_ns;
 } KernelTotal;
 
+/* Of a site's graph work, what one line replayed (SiteTotals.replays). */
+typedef struct {
+    const void *replay;
+    uint32_t next; /* the site's next replay line + 1 (0: the last) */
+    uint64_t launches, gpu_ns;
+} ReplayTotal;
+
 typedef struct {
     const void *site;
     uint64_t launches, gpu_ns;
     uint32_t first;
     uint32_t head, tail; /* the site's kernels, in the order first seen (index + 1) */
+    uint32_t replay_head, replay_tail; /* its graph work by replay line (index + 1) */
+    uint64_t unseen_launches, unseen_gpu_ns; /* graph work replayed here, its nodes not seen */
 } SiteTotal;
 
 /* Lists of correlation ids (children) and of GPU records (orphans), in pools with free lists. */
@@ -111,7 +116,12 @@ typedef struct {
     size_t site_count, site_room;
     KernelTotal *kernels;
     size_t kernel_count, kernel_room;
-    Table site_of, kernel_of; /* site pointer -> site index; site index << 32 | work -> kernel */
+    ReplayTotal *replays;
+    size_t replay_count, replay_room;
+    Index64 site_of, kernel_of; /* site pointer -> site index; site index << 32 | work -> kernel */
+    Index64 replay_line, replay_of; /* replay site -> its number; site index << 32 | number ->
+                                   * replay */
+    GraphNodes nodes;
     uint64_t dropped, launch_count, record_count;
     uint32_t first;
     int trimmed;   /* launches were dropped at the bound: said at the next report */
@@ -126,9 +136,16 @@ typedef struct {
 } KernelCount;
 
 typedef struct {
+    const void *replay;
+    uint64_t launches, gpu_ns;
+} ReplayCount;
+
+typedef struct {
     const void *site;
     uint32_t first;
-    size_t start, count; /* its kernels in the snapshot's `kernels` */
+    size_t start, count;               /* its kernels in the snapshot's `kernels` */
+    size_t replay_start, replay_count; /* its replay lines in the snapshot's `replays` */
+    uint64_t unseen_launches, unseen_gpu_ns;
 } SiteCount;
 
 typedef struct {
@@ -136,6 +153,8 @@ typedef struct {
     size_t site_count;
     KernelCount *kernels;
     size_t kernel_count, kernel_room;
+    ReplayCount *replays;
+    size_t replay_count, replay_room;
     SiteCount unattributed;
     uint64_t unmatched, dropped, earlier;
 } Snapshot;
@@ -146,6 +165,11 @@ typedef struct {
  * frame (site NULL) at `no_frame`. */
 INTERNAL void join_launches(Join *j, const Launch *launches, Py_ssize_t count,
                             const void *no_frame);
+
+/* add_graph_node, for each of `count` events in the order they came (a made node with no Python
+ * frame at `no_frame`). */
+INTERNAL void join_graph_nodes(Join *j, const NodeEvent *events, Py_ssize_t count,
+                               const void *no_frame);
 
 /* One buffer's records, as the collector hands them to the Python join: its external
  * correlations first, then its work (add_externals, then add_activities). */

@@ -6,7 +6,13 @@
  */
 #include "_native_cupti.h"
 
-PyObject *str_name, *str_kernel, *str_memcpy, *str_memset, *str_memset_name;
+PyObject *str_name, *str_kernel, *str_memcpy, *str_memset, *str_memset_name, *str_empty;
+PyObject *graph_event_names[NODE_EVENT_COUNT + 1];
+
+/* kname.profiling.records.NODE_EVENTS, by their numbers here (_native_cupti_graphs.h). */
+static const char *const GRAPH_EVENTS[NODE_EVENT_COUNT + 1] = {
+    NULL, "created", "cloned", "updated", "destroyed", "graph_destroyed", "exec_destroyed",
+};
 atomic_int python_gone = 0;
 atomic_uint forks = 0;
 
@@ -46,9 +52,15 @@ PyInit__native_cupti(void)
         str_memcpy = PyUnicode_InternFromString("memcpy");
         str_memset = PyUnicode_InternFromString("memset");
         str_memset_name = PyUnicode_InternFromString("[memset]");
+        str_empty = PyUnicode_InternFromString("");
         if (str_name == NULL || str_kernel == NULL || str_memcpy == NULL || str_memset == NULL
-            || str_memset_name == NULL)
+            || str_memset_name == NULL || str_empty == NULL)
             return NULL;
+        for (int i = 1; i <= NODE_EVENT_COUNT; i++) {
+            graph_event_names[i] = PyUnicode_InternFromString(GRAPH_EVENTS[i]);
+            if (graph_event_names[i] == NULL)
+                return NULL;
+        }
         /* Without these (no room left), finalizing() and the collector's stop still hold. */
         (void)Py_AtExit(interpreter_finalized);
         (void)pthread_atfork(NULL, NULL, in_forked_child);
@@ -58,10 +70,17 @@ PyInit__native_cupti(void)
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL)
         return NULL;
-    if (recorder_ready(m) < 0 || PyModule_AddIntConstant(m, "MAX_OPEN", MAX_OPEN) < 0) {
+    PyObject *events = PyTuple_New(NODE_EVENT_COUNT);
+    for (int i = 1; events != NULL && i <= NODE_EVENT_COUNT; i++)
+        PyTuple_SET_ITEM(events, i - 1, Py_NewRef(graph_event_names[i]));
+    if (events == NULL || recorder_ready(m) < 0
+        || PyModule_AddIntConstant(m, "MAX_OPEN", MAX_OPEN) < 0
+        || PyModule_AddObjectRef(m, "GRAPH_EVENTS", events) < 0) {
+        Py_XDECREF(events);
         Py_DECREF(m);
         return NULL;
     }
+    Py_DECREF(events);
     return m;
 #endif
 }

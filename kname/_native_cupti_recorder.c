@@ -13,15 +13,19 @@
 
 static uint64_t next_serial = 1;
 
-/* LaunchRecord's fields, ActivityRecord's and ExternalCorrelation's (kname.profiling.records),
- * each in the order of its constructor's arguments. */
+/* LaunchRecord's fields, ActivityRecord's, ExternalCorrelation's and GraphNodeRecord's
+ * (kname.profiling.records), each in the order of its constructor's arguments. */
 static const char *const launch_fields[] = {
     "correlation_id", "thread", "site", "api", "start", "end", "graph", "parent", NULL,
 };
 static const char *const activity_fields[] = {
-    "kind", "correlation_id", "name", "start", "end", "stream", "device", "graph_id", NULL,
+    "kind", "correlation_id", "name", "start", "end", "stream", "device", "graph_id",
+    "graph_node_id", NULL,
 };
 static const char *const external_fields[] = {"correlation_id", "external_id", NULL};
+static const char *const node_fields[] = {
+    "event", "node", "graph", "graph_exec", "original", "site", "correlation_id", NULL,
+};
 
 /* ------------------------------------------------------------------ Python methods */
 
@@ -357,16 +361,17 @@ record_of(Recorder *r, PyObject *make_record, const Launch *launch)
     return make(&r->record_layout, make_record, args);
 }
 
+/* The `count` records at `taken` (each `size` bytes), made by one(r, make_record, record), as a
+ * list; `taken` is freed. NULL with an error: no memory (taken NULL with a count: they stay). */
 static PyObject *
-recorder_drain(Recorder *r, PyObject *make_record)
+records_list(Recorder *r, PyObject *make_record, void *taken, Py_ssize_t count, size_t size,
+             PyObject *(*one)(Recorder *, PyObject *, const void *))
 {
-    Py_ssize_t count;
-    Launch *taken = take_finished(r, &count);
     if (count && taken == NULL)
         return PyErr_NoMemory(); /* the records stay for the next drain */
     PyObject *list = PyList_New(count);
     for (Py_ssize_t i = 0; list != NULL && i < count; i++) {
-        PyObject *record = record_of(r, make_record, &taken[i]);
+        PyObject *record = one(r, make_record, (const char *)taken + (size_t)i * size);
         if (record == NULL)
             Py_CLEAR(list);
         else
@@ -374,6 +379,47 @@ recorder_drain(Recorder *r, PyObject *make_record)
     }
     free(taken);
     return list;
+}
+
+static PyObject *
+launch_record(Recorder *r, PyObject *make_record, const void *launch)
+{
+    return record_of(r, make_record, (const Launch *)launch);
+}
+
+static PyObject *
+recorder_drain(Recorder *r, PyObject *make_record)
+{
+    Py_ssize_t count;
+    Launch *taken = take_finished(r, &count);
+    return records_list(r, make_record, taken, count, sizeof *taken, launch_record);
+}
+
+static PyObject *
+node_record_of(Recorder *r, PyObject *make_record, const void *event)
+{
+    const NodeEvent *e = (const NodeEvent *)event;
+    PyObject *site = e->event != NODE_CREATED ? str_empty
+                     : e->site != NULL       ? (PyObject *)e->site
+                                             : r->no_frame;
+    PyObject *args[FIELDS] = {
+        Py_NewRef(graph_event_names[e->event]),
+        PyLong_FromUnsignedLongLong(e->node),
+        PyLong_FromUnsignedLong(e->graph),
+        PyLong_FromUnsignedLong(e->graph_exec),
+        PyLong_FromUnsignedLongLong(e->original),
+        Py_NewRef(site),
+        PyLong_FromUnsignedLong(e->correlation_id),
+    };
+    return make(&r->node_layout, make_record, args);
+}
+
+static PyObject *
+recorder_drain_graph_nodes(Recorder *r, PyObject *make_record)
+{
+    Py_ssize_t count;
+    NodeEvent *taken = take_node_events(r, &count);
+    return records_list(r, make_record, taken, count, sizeof *taken, node_record_of);
 }
 
 static PyObject *
@@ -414,10 +460,11 @@ recorder_counts(Recorder *r, PyObject *unused)
 {
     (void)unused;
     pthread_mutex_lock(&r->lock);
-    Py_ssize_t count = r->count, open = r->open;
-    unsigned long long dropped = r->dropped;
+    Py_ssize_t count = r->count, open = r->open, nodes = r->node_event_count;
+    unsigned long long dropped = r->dropped, nodes_dropped = r->node_events_dropped;
     pthread_mutex_unlock(&r->lock);
-    return Py_BuildValue("{snsnsK}", "finished", count, "open", open, "dropped", dropped);
+    return Py_BuildValue("{snsnsKsnsK}", "finished", count, "open", open, "dropped", dropped,
+                         "graph_nodes", nodes, "graph_nodes_dropped", nodes_dropped);
 }
 
 /* ---- CUPTI */
@@ -514,6 +561,42 @@ recorder_enable(Recorder *r, PyObject *args)
     return PyLong_FromUnsignedLong(status);
 }
 
+/* enable_graph(cbid, event) -> status: CUPTI calls back at that resource callback, kept as
+ * node event `event` (1 to NODE_EVENT_COUNT: GRAPH_EVENTS' numbers, from 1). */
+static PyObject *
+recorder_enable_graph(Recorder *r, PyObject *args)
+{
+    unsigned int cbid;
+    int event;
+    if (!PyArg_ParseTuple(args, "Ii:enable_graph", &cbid, &event))
+        return NULL;
+    if (event < 1 || event > NODE_EVENT_COUNT || cbid >= MAX_RESOURCE_CBID) {
+        PyErr_Format(PyExc_ValueError, "enable_graph: event must be 1 to %d, cbid below %d",
+                     NODE_EVENT_COUNT, MAX_RESOURCE_CBID);
+        return NULL;
+    }
+    if (r->subscriber == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "enable_graph() before subscribe()");
+        return NULL;
+    }
+    if (r->get_graph_node_id == NULL) {
+        kn_GetGraphNodeId node_id = (kn_GetGraphNodeId)symbol(r, "cuptiGetGraphNodeId");
+        kn_GetGraphId graph_id = (kn_GetGraphId)symbol(r, "cuptiGetGraphId");
+        if (node_id == NULL || graph_id == NULL)
+            return NULL;
+        r->get_graph_id = graph_id;
+        r->get_graph_exec_id = (kn_GetGraphExecId)dlsym(r->library, "cuptiGetGraphExecId");
+        r->get_graph_node_id = node_id; /* last: the callback reads the others once it is set */
+    }
+    r->graph_events[cbid] = (uint8_t)event; /* before CUPTI may call back with it */
+    kn_CUptiResult status;
+    kn_SubscriberHandle subscriber = r->subscriber;
+    Py_BEGIN_ALLOW_THREADS
+    status = r->enable_callback(1, subscriber, KN_CUPTI_CB_DOMAIN_RESOURCE, cbid);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromUnsignedLong(status);
+}
+
 /* unsubscribe() -> status: no callback after it; nothing touches Python from now on. */
 static PyObject *
 recorder_unsubscribe(Recorder *r, PyObject *unused)
@@ -560,11 +643,18 @@ static PyMethodDef recorder_methods[] = {
     {"take_forgotten", (PyCFunction)recorder_take_forgotten, METH_NOARGS,
      "take_forgotten() -> bool: whether open calls were forgotten (an exit missed) since."},
     {"counts", (PyCFunction)recorder_counts, METH_NOARGS,
-     "counts() -> {'finished', 'open', 'dropped'}: records waiting, calls open, calls dropped."},
+     "counts() -> {'finished', 'open', 'dropped', 'graph_nodes', 'graph_nodes_dropped'}: "
+     "records waiting, calls open, calls dropped; graph node events waiting, and dropped."},
     {"subscribe", (PyCFunction)recorder_subscribe, METH_VARARGS,
      "subscribe(libcupti_path) -> (status, holder or None)."},
     {"enable", (PyCFunction)recorder_enable, METH_VARARGS,
      "enable(domain, cbid, api) -> status."},
+    {"enable_graph", (PyCFunction)recorder_enable_graph, METH_VARARGS,
+     "enable_graph(cbid, event) -> status: CUPTI calls back at that graph resource callback, "
+     "kept as GRAPH_EVENTS[event - 1]."},
+    {"drain_graph_nodes", (PyCFunction)recorder_drain_graph_nodes, METH_O,
+     "drain_graph_nodes(make_record) -> list: the graph node events kept, as make_record(event, "
+     "node, graph, graph_exec, original, site, correlation_id), in the order they came."},
     {"unsubscribe", (PyCFunction)recorder_unsubscribe, METH_NOARGS, "unsubscribe() -> status."},
     {"take_activity_buffers", (PyCFunction)recorder_take_activity_buffers, METH_VARARGS,
      "take_activity_buffers(buffer_bytes, max_records, on_buffer) -> status: CUPTI's activity "
@@ -577,11 +667,12 @@ static PyMethodDef recorder_methods[] = {
     {"drain_activities", (PyCFunction)recorder_drain_activities, METH_VARARGS,
      "drain_activities(make_activity, make_external, memcpy_name) -> (work, externals): the GPU "
      "records read so far, as make_activity(kind, correlation_id, name, start, end, stream, "
-     "device, graph_id) and make_external(correlation_id, external_id); memcpy_name(copy_kind) "
-     "names a copy (asked once per kind)."},
+     "device, graph_id, graph_node_id) and make_external(correlation_id, external_id); "
+     "memcpy_name(copy_kind) names a copy (asked once per kind)."},
     {"join_in_c", (PyCFunction)recorder_join_in_c, METH_VARARGS,
-     "join_in_c(max_pending, recent_window, unattributed): GPU records are joined in C from now "
-     "on (kname.profiling.join's rules and bounds), not handed over."},
+     "join_in_c(max_pending, recent_window, unattributed, max_nodes, recent_nodes): GPU records "
+     "are joined in C from now on (kname.profiling.join's rules and bounds, graphs.py's for "
+     "graph nodes), not handed over."},
     {"join_now", (PyCFunction)recorder_join_now, METH_NOARGS,
      "join_now(): the finished calls, then the GPU records read so far, joined now."},
     {"join_counts", (PyCFunction)recorder_join_counts, METH_NOARGS,
@@ -589,8 +680,9 @@ static PyMethodDef recorder_methods[] = {
      "bound, the size of each of its tables, and whether it trimmed or lacked memory."},
     {"join_profile", (PyCFunction)recorder_join_profile, METH_O,
      "join_profile(memcpy_name) -> (sites, unattributed, unmatched, dropped, earlier): the join's "
-     "totals: sites [(name, first, [(kernel, launches, gpu_ns)])], unattributed (first, "
-     "kernels)."},
+     "totals: sites [(name, (first, kernels, replays, unseen))], unattributed (first, kernels, "
+     "replays, unseen); kernels [(kernel, launches, gpu_ns)], replays [(replay site, launches, "
+     "gpu_ns)], unseen (launches, gpu_ns)."},
     {"activity_counts", (PyCFunction)recorder_activity_counts, METH_NOARGS,
      "activity_counts() -> {'waiting', 'dropped', 'cupti_dropped', 'names', "
      "'names_past_bound'}: GPU records waiting, not kept past the bound, dropped by CUPTI; kernel "
@@ -640,6 +732,7 @@ recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     init_layout(&r->record_layout, launch_fields);
     init_layout(&r->activity_layout, activity_fields);
     init_layout(&r->external_layout, external_fields);
+    init_layout(&r->node_layout, node_fields);
     r->serial = next_serial++;
     r->forks = atomic_load(&forks);
     r->api_names = PyTuple_New(count);
@@ -693,6 +786,7 @@ recorder_traverse(Recorder *r, visitproc visit, void *arg)
     Py_VISIT(r->record_layout.type);
     Py_VISIT(r->activity_layout.type);
     Py_VISIT(r->external_layout.type);
+    Py_VISIT(r->node_layout.type);
     Py_VISIT(r->on_buffer);
     for (int i = 0; i < COPY_KINDS; i++)
         Py_VISIT(r->copy_names[i]);
@@ -705,6 +799,7 @@ recorder_clear(Recorder *r)
     /* The records point into `kept`: none may be read once it goes. */
     pthread_mutex_lock(&r->lock);
     r->count = 0;
+    r->node_event_count = 0;
     pthread_mutex_unlock(&r->lock);
     memset(r->recent, 0, sizeof r->recent);
     Py_CLEAR(r->api_names);
@@ -719,7 +814,9 @@ recorder_clear(Recorder *r)
     Py_CLEAR(r->record_layout.type);
     Py_CLEAR(r->activity_layout.type);
     Py_CLEAR(r->external_layout.type);
+    Py_CLEAR(r->node_layout.type);
     r->record_layout.fast = r->activity_layout.fast = r->external_layout.fast = 0;
+    r->node_layout.fast = 0;
     Py_CLEAR(r->on_buffer); /* never the owner's: CUPTI's hold keeps the owner reachable */
     for (int i = 0; i < COPY_KINDS; i++)
         Py_CLEAR(r->copy_names[i]);
@@ -735,6 +832,7 @@ recorder_dealloc(Recorder *r)
     PyObject_GC_UnTrack(r);
     recorder_clear(r);
     free(r->records);
+    free(r->node_events);
     free(r->graph_of);
     free(r->gpu);
     free(r->name_objects);

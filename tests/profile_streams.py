@@ -10,15 +10,25 @@ never seen. `expected_totals` computes what the join must give, by brute force. 
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import dataclass, field
+
 from hypothesis import strategies as st
 
 from kname.documents.build import profile_document
 from kname.profiling.join import UNATTRIBUTED, KernelTotals, Profile, SiteTotals
 from kname.profiling.records import (
+    EXEC_DESTROYED,
+    GRAPH_DESTROYED,
     KERNEL,
     MEMCPY,
     MEMSET,
+    NODE_CLONED,
+    NODE_CREATED,
+    NODE_DESTROYED,
+    NODE_UPDATED,
     ActivityRecord,
+    GraphNodeRecord,
     LaunchRecord,
     Streams,
 )
@@ -168,10 +178,13 @@ PROFILE_KERNELS = st.sampled_from(KERNEL_NAMES)
 
 @st.composite
 def profiles(draw, site_names=PROFILE_SITES, kernel_names=PROFILE_KERNELS) -> Profile:
-    """A join's result: sites with kernels, some unattributed work."""
+    """A join's result: sites with kernels (part of them CUDA graph work, by the sites that
+    replayed it, or replayed with its capture not seen), some unattributed work."""
     sites = {}
     for name in draw(st.lists(site_names, max_size=6, unique=True)):
         sites[name] = _totals(draw, draw(st.integers(1, 1000)), kernel_names)
+        if draw(st.booleans()):
+            _replayed(draw, sites[name], site_names)
     unattributed = _totals(draw, 0, kernel_names) if draw(st.booleans()) else SiteTotals()
     return Profile(sites, unattributed)
 
@@ -185,6 +198,19 @@ def _totals(draw, first: int, kernel_names) -> SiteTotals:
         totals.launches += launches
         totals.gpu_ns += gpu_ns
     return totals
+
+
+def _replayed(draw, totals: SiteTotals, site_names) -> None:
+    """Part of `totals` (never more) made graph work: by replay site, and unseen."""
+    launches, gpu_ns = totals.launches, totals.gpu_ns
+    for replay in draw(st.lists(site_names, max_size=3, unique=True)):
+        part = KernelTotals(draw(st.integers(0, launches)), draw(st.integers(0, gpu_ns)))
+        totals.replays[replay] = part
+        launches, gpu_ns = launches - part.launches, gpu_ns - part.gpu_ns
+    if draw(st.booleans()):
+        totals.unseen = KernelTotals(draw(st.integers(1, max(launches, 1))), 0)
+        totals.unseen.launches = min(totals.unseen.launches, launches)
+        totals.unseen.gpu_ns = draw(st.integers(0, gpu_ns))
 
 
 documents = profiles().map(profile_document)
@@ -249,3 +275,192 @@ def terminal_safe(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return text.endswith("\n") and all(line.isprintable() for line in text.split("\n"))
+
+
+# --------------------------------------------------------------------------
+# CUDA graphs: programs that capture, instantiate, update, replay and free graphs
+# --------------------------------------------------------------------------
+
+CAPTURE_SITES = ("layer model.py:21", "layer model.py:22", "layer model.py:23", "build app.py:8")
+REPLAY_SITES = ("run runner.py:26", "run runner.py:40", "<no Python frame>")
+INSTANTIATE_SITE = "compile runner.py:12"
+
+
+@dataclass
+class GraphProgram:
+    """What CUPTI would deliver for a program using CUDA graphs, and what the join must give.
+
+    `events` are in the order the join gets them: launch records and graph node records as the
+    callbacks make them (synchronously, in program order), and buffers of activity records,
+    which come later and in any order. `expected` is each site's records by kernel, `replays`
+    each site's replayed records by replay site, `unseen` each replay site's records of nodes
+    whose making was not seen: all worked out from the program's own state at each replay.
+    """
+
+    events: list = field(default_factory=list)
+    streams: Streams = field(default_factory=Streams)
+    expected: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
+    replays: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
+    unseen: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def launch(self, record: LaunchRecord) -> None:
+        self.events.append(record)
+        self.streams.launches.append(record)
+
+    def node(self, record: GraphNodeRecord) -> None:
+        self.events.append(record)
+        self.streams.graph_nodes.append(record)
+
+    def deliver(self, records: list[ActivityRecord]) -> None:
+        if records:
+            self.events.append(list(records))
+            self.streams.activities.extend(records)
+
+    def count(self, site: str, record: ActivityRecord, replay: str | None = "") -> None:
+        """The truth: `record` belongs to `site`; replayed at `replay` ("": launched there, not
+        replayed; None: replayed there, its node's making not seen)."""
+        duration = record.duration
+        kernels = self.expected.setdefault(site, {})
+        launches, gpu_ns = kernels.get(record.name, (0, 0))
+        kernels[record.name] = (launches + 1, gpu_ns + duration)
+        if replay is None:
+            launches, gpu_ns = self.unseen.get(site, (0, 0))
+            self.unseen[site] = (launches + 1, gpu_ns + duration)
+        elif replay:
+            by_replay = self.replays.setdefault(site, {})
+            launches, gpu_ns = by_replay.get(replay, (0, 0))
+            by_replay[replay] = (launches + 1, gpu_ns + duration)
+
+
+@st.composite
+def graph_programs(draw, max_steps: int = 24) -> GraphProgram:
+    """A program's graphs, step by step, with the events CUPTI gives for each step.
+
+    Graphs are captured (each launch captured makes a node inside its launch call) or built node
+    by node (each node the line that added it), some before profiling started (no event at all);
+    instantiated (each node cloned into the executable graph, CUPTI's copy sometimes also
+    reported as made, before or after the clone), some before profiling started; updated from
+    another graph with as many nodes (cudaGraphExecUpdate); replayed from several lines and
+    threads; freed (graphs, executable graphs, single nodes). Plain launches come between. The
+    GPU records of each launch and replay wait, and come in buffers at any later step, in any
+    order: after their graph was updated or freed, too.
+    """
+    program = GraphProgram()
+    ids = itertools.count(1)  # node, graph and executable graph ids: CUPTI's are unique
+    correlation = itertools.count(1)
+    last = 0  # the last launch call's correlation id
+    graphs: dict[int, list[tuple[int, str | None, str]]] = {}  # id -> (node, site, kernel)
+    execs: dict[int, list[list]] = {}  # id -> [node, site, kernel] per node, the site as now
+    waiting: list[ActivityRecord] = []
+    clock = 1_000
+
+    def record(correlation_id: int, kernel: str, node: int = 0, graph: int = 0):
+        nonlocal clock
+        clock += draw(st.integers(1, 1_000))
+        kind = MEMCPY if kernel.startswith("[memcpy") else KERNEL
+        return ActivityRecord(
+            kind, correlation_id, kernel, clock, clock + draw(durations),
+            draw(st.sampled_from([7, 13])), 0, graph, node,
+        )  # fmt: skip
+
+    def launch(site: str, graph: bool = False) -> int:
+        nonlocal last
+        last = next(correlation)
+        thread = draw(st.sampled_from([1, 2]))
+        api = "cudaGraphLaunch" if graph else "cudaLaunchKernel"
+        program.launch(LaunchRecord(last, thread, site, api, clock, clock + 5, graph))
+        return last
+
+    def make_graph(seen: bool) -> None:
+        graph = next(ids)
+        nodes = []
+        for _ in range(draw(st.integers(1, 4))):
+            site = draw(st.sampled_from(CAPTURE_SITES))
+            kernel = draw(st.sampled_from((*KERNEL_NAMES[:3], "[memcpy HtoD]")))
+            node = next(ids)
+            if seen:
+                if draw(st.booleans()):  # captured: made inside the launch call captured
+                    launch(site)
+                program.node(GraphNodeRecord(NODE_CREATED, node, graph, 0, 0, site, last))
+            nodes.append((node, site if seen else None, kernel))
+        graphs[graph] = nodes
+
+    def instantiate(graph: int, seen: bool) -> None:
+        graph_exec = next(ids)
+        copies = []
+        for original, site, kernel in graphs[graph]:
+            node = next(ids)
+            if seen:
+                cloned = GraphNodeRecord(NODE_CLONED, node, graph, graph_exec, original, "", last)
+                made = GraphNodeRecord(
+                    NODE_CREATED, node, graph, graph_exec, 0, INSTANTIATE_SITE, last
+                )
+                order = draw(st.sampled_from(["clone", "made, clone", "clone, made"]))
+                for event in (made, cloned) if order == "made, clone" else (cloned, made):
+                    if event is cloned or order != "clone":
+                        program.node(event)
+            copies.append([node, site if seen else None, kernel])
+        execs[graph_exec] = copies
+
+    def update(graph_exec: int, graph: int) -> None:
+        for copy_, (original, site, _) in zip(execs[graph_exec], graphs[graph], strict=False):
+            program.node(GraphNodeRecord(NODE_UPDATED, copy_[0], 0, graph_exec, original, "", last))
+            copy_[1] = site  # for the replays launched from now on
+
+    def replay(graph_exec: int) -> None:
+        site = draw(st.sampled_from(REPLAY_SITES))
+        correlation_id = launch(site, graph=True)
+        for node, capture, kernel in execs[graph_exec]:
+            work = record(correlation_id, kernel, node, graph_exec)
+            waiting.append(work)
+            if capture is None:
+                program.count(site, work, None)
+            else:
+                program.count(capture, work, site)
+
+    for _ in range(draw(st.integers(1, max_steps))):
+        step = draw(st.sampled_from(
+            ["graph", "graph", "old graph", "instantiate", "instantiate", "old exec", "update",
+             "update", "replay", "replay", "replay", "free graph", "free exec", "free node",
+             "launch", "deliver"]
+        ))  # fmt: skip
+        if step in ("graph", "old graph"):
+            make_graph(step == "graph")
+        elif step in ("instantiate", "old exec") and graphs:
+            instantiate(draw(st.sampled_from(sorted(graphs))), step == "instantiate")
+        elif step == "update" and execs:
+            graph_exec = draw(st.sampled_from(sorted(execs)))
+            fits = [g for g, nodes in graphs.items() if len(nodes) == len(execs[graph_exec])]
+            if fits:
+                if draw(st.booleans()):  # replayed just before: the update is not for it
+                    replay(graph_exec)
+                update(graph_exec, draw(st.sampled_from(sorted(fits))))
+        elif step == "replay" and execs:
+            for _ in range(draw(st.integers(1, 3))):
+                replay(draw(st.sampled_from(sorted(execs))))
+        elif step == "free graph" and graphs:
+            graph = draw(st.sampled_from(sorted(graphs)))
+            del graphs[graph]
+            program.node(GraphNodeRecord(GRAPH_DESTROYED, 0, graph, 0, 0, "", last))
+        elif step == "free exec" and execs:
+            graph_exec = draw(st.sampled_from(sorted(execs)))
+            del execs[graph_exec]
+            program.node(GraphNodeRecord(EXEC_DESTROYED, 0, 0, graph_exec, 0, "", last))
+        elif step == "free node" and graphs:
+            graph = draw(st.sampled_from(sorted(graphs)))
+            if graphs[graph]:
+                node = graphs[graph].pop()[0]
+                program.node(GraphNodeRecord(NODE_DESTROYED, node, graph, 0, 0, "", last))
+        elif step == "launch":
+            site = draw(st.sampled_from(CAPTURE_SITES))
+            work = record(launch(site), draw(st.sampled_from(KERNEL_NAMES)))
+            waiting.append(work)
+            program.count(site, work)
+        elif step == "deliver" and waiting:
+            order = draw(st.permutations(range(len(waiting))))
+            taken = draw(st.integers(1, len(waiting)))
+            program.deliver([waiting[i] for i in order[:taken]])
+            waiting[:] = [waiting[i] for i in order[taken:]]
+    program.deliver([waiting[i] for i in draw(st.permutations(range(len(waiting))))])
+    program.streams.meta["pid"] = 4242
+    return program

@@ -82,6 +82,19 @@ def test_quick_launch_suite_runs_to_the_end_and_prints_its_table(tmp_path):
     assert (tmp_path / "results.md").read_text().strip() == table.strip()
 
 
+def test_the_profile_cost_benchmark_says_in_one_line_that_it_needs_a_gpu(tmp_path):
+    """benchmarks/profile_cost.py (its graph-100 workload included) runs only on a GPU: without
+    one it says why in one line and ends well."""
+    if COMMON.no_gpu() is None:
+        pytest.skip("a GPU is here: the benchmark would run (tests/gpu runs it)")
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "profile_cost.py"), "--only", "graph-100"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"profile_cost: skipped, {COMMON.no_gpu()}"]
+
+
 # A venv as the README's first command makes (`pip install ".[auto]"`): no wheel package, or,
 # on Python 3.12+, not even setuptools. (make_venv's venv sees the test environment's packages:
 # a .pth hides the ones such a venv lacks.)

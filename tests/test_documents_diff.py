@@ -239,6 +239,18 @@ def test_the_rendered_diff_shows_the_total_and_each_change():
     assert "(-100.0%)" in lines[4]
 
 
+def test_a_site_of_graph_work_is_shown_with_the_line_that_replayed_it():
+    before = _document({"forward model.py:21": 2_000_000})
+    after = copy.deepcopy(before)
+    after["sites"][0].update(gpu_ns=3_000_000, kernels={"k": {"launches": 2, "gpu_ns": 3_000_000}})
+    after["sites"][0]["replayed_at"] = {"step runner.py:26": {"launches": 2, "gpu_ns": 3_000_000}}
+    after["total_gpu_ns"] = 3_000_000
+    lines = render_gpu_diff(before, after, ("a", "b"), 0.1).splitlines()
+    assert lines[2].startswith(
+        "slower        forward model.py:21  (graph replayed at step runner.py:26)  2.00 ms"
+    )
+
+
 def test_an_unchanged_profile_renders_one_summary_and_the_total():
     document = _document({"step app.py:12": 2_000_000})
     text = render_gpu_diff(document, copy.deepcopy(document), ("a", "b"), 0.1)

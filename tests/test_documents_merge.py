@@ -117,6 +117,24 @@ def test_a_census_merge_keeps_each_ranks_launches(parts) -> None:
     assert merged["total_launches"] == sum(part["total_launches"] for part in parts)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(any_profiles, min_size=1, max_size=4))
+def test_merging_sums_each_sites_graph_work_by_replay_line(parts) -> None:
+    merged = {s["name"]: s for s in merge_documents(parts)["sites"]}
+    for name, site in merged.items():
+        mine = [s for d in parts for s in d["sites"] if s["name"] == name]
+        replays = {r for s in mine for r in s.get("replayed_at", {})}
+        assert set(site.get("replayed_at", {})) == replays
+        for replay in replays:
+            counts = [s["replayed_at"][replay] for s in mine if replay in s.get("replayed_at", {})]
+            assert site["replayed_at"][replay] == {
+                "launches": sum(c["launches"] for c in counts),
+                "gpu_ns": sum(c["gpu_ns"] for c in counts),
+            }
+        unseen = sum(s.get("replayed_unseen", {}).get("launches", 0) for s in mine)
+        assert site.get("replayed_unseen", {}).get("launches", 0) == unseen
+
+
 @given(any_profiles)
 def test_merging_one_document_gives_it_back(document) -> None:
     assert merge_documents([document]) == document

@@ -80,6 +80,22 @@ def test_validate_names_the_file_and_the_fault_on_one_line(document, fault) -> N
         (lambda d: d["sites"].append(copy.deepcopy(d["sites"][0])), "is listed twice"),
         (lambda d: d.pop("unattributed"), "'unattributed' must be an object"),
         (lambda d: d.update(processes="2"), "'processes' must be a whole number"),
+        (lambda d: d["sites"][0].update(replayed_at=[]), r"sites\[0\].replayed_at must be"),
+        (
+            lambda d: d["sites"][0].update(replayed_at={"r.py:1": {"launches": -1, "gpu_ns": 0}}),
+            r"sites\[0\].replayed_at must be \{replay site: ",
+        ),
+        (
+            lambda d: d["sites"][0].update(replayed_unseen={"launches": 1}),
+            r"sites\[0\].replayed_unseen must be",
+        ),
+        (
+            lambda d: d["sites"][0].update(
+                replayed_at={"r.py:1": {"launches": 2, "gpu_ns": 20}},
+                replayed_unseen={"launches": 2, "gpu_ns": 0},
+            ),
+            "replayed_at and replayed_unseen add up to more than the site's launches",
+        ),
     ],
 )
 def test_a_bad_document_is_one_line_naming_the_file_and_the_fault(tmp_path, change, message):
@@ -95,6 +111,14 @@ def assert_one_line_fault(tmp_path, document: dict, message: str) -> None:
     with pytest.raises(DocumentError, match=message) as caught:
         load(str(path))
     assert str(caught.value).startswith(f"{path}: ") and "\n" not in str(caught.value)
+
+
+def test_a_profile_written_before_graph_fields_reads_as_sites_with_no_graph_work(tmp_path):
+    document = profile_document(profile_of({"main app.py:22": ("axpy", 3, 30)}))
+    assert "replayed_at" not in document["sites"][0]  # only where there is graph work
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(document))
+    assert load(str(path)) == document
 
 
 # --- ranks: who wrote a document, and a merged site's numbers on each rank -------------------
@@ -156,12 +180,13 @@ def test_bad_ranks_are_one_line_naming_the_file_and_the_fault(tmp_path, change, 
 json_values = st.one_of(
     st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=True), st.text(max_size=3),
     st.just([]), st.just({}), st.just({"axpy": {"launches": 1, "gpu_ns": 1}}),
+    st.just({"r.py:1": {"launches": 2, "gpu_ns": 0}}), st.just({"launches": 1, "gpu_ns": 1}),
 )  # fmt: skip
 
 
 @settings(max_examples=500, deadline=None)
 @given(st.sampled_from(["name", "kernel", "lib", "launches", "gpu_ns", "share", "order",
-                        "kernels"]), json_values)  # fmt: skip
+                        "kernels", "replayed_at", "replayed_unseen"]), json_values)  # fmt: skip
 def test_a_site_passes_validation_only_if_the_full_checks_pass_it(field, value) -> None:
     document = profile_document(profile_of({"main app.py:22": ("axpy", 1, 1)}))
     document["sites"][0][field] = value

@@ -71,6 +71,24 @@ def test_the_table_ranks_sites_by_gpu_time_with_share_mean_and_kernels():
     assert len(lines) == 4
 
 
+def test_graph_work_is_on_its_capture_line_with_the_replay_line_beside_it():
+    made = SiteTotals(60, 200_000, 1, {"gemm": KernelTotals(60, 200_000)})
+    made.replays = {
+        "step runner.py:26": KernelTotals(40, 150_000),
+        "warm runner.py:9": KernelTotals(10, 1),
+    }
+    again = SiteTotals(3, 30, 2, {"add": KernelTotals(3, 30)}, {"a.py:1": KernelTotals(3, 30)})
+    unseen = SiteTotals(4, 900, 3, {"add": KernelTotals(4, 900)}, unseen=KernelTotals(4, 900))
+    sites = {"y = x * 2.0  model.py:21": made, "z model.py:22": again, "step runner.py:40": unseen}
+    lines = render_profile_table(profile_document(Profile(sites, SiteTotals()))).splitlines()
+    assert lines[2].startswith(
+        "y = x * 2.0  model.py:21  (graph replayed at step runner.py:26, warm runner.py:9: "
+        "50 of 60 launches)    200 us"
+    )
+    assert lines[3].startswith("step runner.py:40  (graph replayed here, its capture not seen)")
+    assert lines[4].startswith("z model.py:22  (graph replayed at a.py:1) ")
+
+
 def test_top_shows_the_first_sites_and_sums_the_rest():
     document = document_of({f"f{i} app.py:{i}": {"k": (1, 1000 * (10 - i))} for i in range(5)})
     lines = render_profile_table(document, top=2).splitlines()

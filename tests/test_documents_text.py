@@ -4,7 +4,7 @@ and names made safe to print."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from profile_streams import hostile_names
 
@@ -31,6 +31,8 @@ def test_gpu_times_are_shown_in_the_largest_unit_that_fits(nanoseconds, shown) -
 
 
 @given(st.floats(0, 999e9))  # past 999 s, seconds have no larger unit to go to
+@example(99_950_000_000.0)  # 99.95 s rounds up to 100 s, not "100.0 s"
+@example(9_995_000.0)
 def test_a_duration_never_shows_four_digits_before_its_unit(ns):
     number = format_duration(ns).split()[0]
     assert len(number.replace(".", "").lstrip("0")) <= 3, number

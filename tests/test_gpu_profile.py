@@ -11,14 +11,10 @@ times differ a little between them) is left to a run of the demo itself.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
-from support import REPO, profile_missing_reason
+from support import REPO, profile_missing_reason, run_profile_demo
 
-from kname import hotpath
 from kname.documents.files import load
 from kname.profiling.records import load_streams
 
@@ -30,16 +26,9 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.skipif(profile_missing_reason() is not None, reason=str(profile_missing_reason()))
 @pytest.mark.parametrize("callbacks", ["native", "python"])
 def test_every_line_of_the_demo_shows_its_gpu_time(tmp_path, callbacks):
-    native, why = hotpath.choose(True).cupti()
-    if callbacks == "native" and native is None:
-        pytest.skip(f"no native CUPTI callback: {why}")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KNAME")}
-    env.update(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
-    env["KNAME_NATIVE"] = "1" if callbacks == "native" else "0"
-    done = subprocess.run(
-        [sys.executable, str(DEMO), str(tmp_path), "--iterations", "10", "--no-proton"],
-        env=env, cwd=REPO, capture_output=True, text=True, timeout=900, check=False,
-    )  # fmt: skip
+    done = run_profile_demo(
+        DEMO, callbacks, str(tmp_path), "--iterations", "10", "--no-proton", timeout=900
+    )
     output = done.stdout + done.stderr
     assert done.returncode == 0 and "PROFILE DEMO PASSED" in output, output[-6000:]
     (collector,) = [line for line in done.stdout.splitlines() if line.startswith("COLLECTOR ")]

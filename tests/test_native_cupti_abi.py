@@ -7,10 +7,11 @@ there) and a C compiler is found, a small C file includes both and asserts, at c
 that sizes, field offsets, enum values and function types agree, against every set of headers
 found; a copy of the header with one thing changed must fail to compile.
 
-Activity records are declared only as far as the fields kname reads: those fields' offsets and
-sizes are checked against the record versions CUPTI 13.0 writes (CUpti_ActivityKernel10,
-CUpti_ActivityMemcpy6, CUpti_ActivityMemset4) and against the newest version each set of
-headers declares (what that release writes).
+The resource callbacks' data (CUpti_ResourceData, CUpti_GraphData) and the graph id functions
+are checked the same way. Activity records are declared only as far as the fields kname reads:
+those fields' offsets and sizes are checked against the record versions CUPTI 13.0 writes
+(CUpti_ActivityKernel10, CUpti_ActivityMemcpy6, CUpti_ActivityMemset4) and against the newest
+version each set of headers declares (what that release writes).
 """
 
 from __future__ import annotations
@@ -36,16 +37,22 @@ SUBSCRIBER_PARAMS_FIELDS = (
     "oldSubscriberName",
     "oldSubscriberSize",
 )
+RESOURCE_DATA_FIELDS = ("context", "resourceHandle", "resourceDescriptor")
+GRAPH_DATA_FIELDS = (
+    "graph", "originalGraph", "node", "originalNode", "nodeType", "dependency", "graphExec",
+)  # fmt: skip
 # kname's record: (CUPTI's record without its version number, the fields kname reads).
 RECORDS = {
     "kn_ActivityKernel": ("CUpti_ActivityKernel", (
-        "kind", "start", "end", "deviceId", "streamId", "correlationId", "name", "graphId",
+        "kind", "start", "end", "deviceId", "streamId", "correlationId", "name", "graphNodeId",
+        "graphId",
     )),
     "kn_ActivityMemcpy": ("CUpti_ActivityMemcpy", (
-        "kind", "copyKind", "start", "end", "deviceId", "streamId", "correlationId", "graphId",
+        "kind", "copyKind", "start", "end", "deviceId", "streamId", "correlationId",
+        "graphNodeId", "graphId",
     )),
     "kn_ActivityMemset": ("CUpti_ActivityMemset", (
-        "kind", "start", "end", "deviceId", "streamId", "correlationId", "graphId",
+        "kind", "start", "end", "deviceId", "streamId", "correlationId", "graphNodeId", "graphId",
     )),
     "kn_ActivityExternalCorrelation": ("CUpti_ActivityExternalCorrelation", (
         "kind", "externalKind", "externalId", "correlationId",
@@ -72,6 +79,18 @@ VALUES = {
     "KN_CUPTI_API_EXIT": "CUPTI_API_EXIT",
     "KN_CUPTI_CB_DOMAIN_DRIVER_API": "CUPTI_CB_DOMAIN_DRIVER_API",
     "KN_CUPTI_CB_DOMAIN_RUNTIME_API": "CUPTI_CB_DOMAIN_RUNTIME_API",
+    "KN_CUPTI_CB_DOMAIN_RESOURCE": "CUPTI_CB_DOMAIN_RESOURCE",
+    **{
+        f"KN_CUPTI_CBID_RESOURCE_{name}": f"CUPTI_CBID_RESOURCE_{name}"
+        for name in (
+            "GRAPH_DESTROY_STARTING",
+            "GRAPHNODE_CREATED",
+            "GRAPHNODE_DESTROY_STARTING",
+            "GRAPHEXEC_DESTROY_STARTING",
+            "GRAPHNODE_CLONED",
+            "GRAPH_NODE_UPDATED",
+        )
+    },
     "KN_CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN": "CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN",
     "sizeof(kn_SubscriberParams)": (
         "CUPTI_CALLBACK_STRUCT_SIZE(CUpti_SubscriberParams, oldSubscriberSize)"
@@ -94,6 +113,13 @@ SAME_TYPES = {
         "kn_CUptiResult (*)(kn_SubscriberHandle *, kn_CallbackFunc, void *, kn_SubscriberParams *)"
     ),
     "kn_CUcontext": "CUcontext",
+    "kn_CUstream": "CUstream",
+    "kn_CUgraph": "CUgraph",
+    "kn_CUgraphNode": "CUgraphNode",
+    "kn_CUgraphExec": "CUgraphExec",
+    "kn_GetGraphNodeId": "__typeof__(&cuptiGetGraphNodeId)",
+    "kn_GetGraphId": "__typeof__(&cuptiGetGraphId)",
+    "kn_GetGraphExecId": "__typeof__(&cuptiGetGraphExecId)",
     "kn_BuffersRequested": "CUpti_BuffersCallbackRequestFunc",
     "kn_BuffersCompleted": "CUpti_BuffersCallbackCompleteFunc",
     "kn_ActivityRegisterCallbacks": "__typeof__(&cuptiActivityRegisterCallbacks)",
@@ -165,6 +191,18 @@ def check_source(includes: list[Path]) -> str:
         f"SAME_FIELD(kn_SubscriberParams, CUpti_SubscriberParams, {f});"
         for f in SUBSCRIBER_PARAMS_FIELDS
     ]
+    lines += [
+        f"SAME_FIELD(kn_ResourceData, CUpti_ResourceData, {f});" for f in RESOURCE_DATA_FIELDS
+    ]
+    lines += [f"SAME_FIELD(kn_GraphData, CUpti_GraphData, {f});" for f in GRAPH_DATA_FIELDS]
+    lines += [
+        "_Static_assert(sizeof(kn_ResourceData) == sizeof(CUpti_ResourceData), "
+        '"not the same size: CUpti_ResourceData");',
+        "_Static_assert(sizeof(kn_GraphData) == sizeof(CUpti_GraphData), "
+        '"not the same size: CUpti_GraphData");',
+        "_Static_assert(sizeof(uint32_t) == sizeof(CUgraphNodeType), "
+        '"not the same size: CUgraphNodeType");',
+    ]
     lines.append("SAME_FIELD(kn_Activity, CUpti_Activity, kind);")
     for mine, types in record_versions(includes).items():
         for theirs in types:
@@ -218,10 +256,24 @@ def test_the_records_checked_include_those_cupti_13_0_writes(headers):
          "CUpti_SubscriberParams.oldSubscriberSize"),
         ("    uint8_t filler3[40]; /* gridX", "    uint8_t filler3[36]; /* gridX",
          "CUpti_ActivityKernel10.correlationId"),
-        ("    uint8_t filler5[44];", "    uint8_t filler5[48];", "CUpti_ActivityKernel10.graphId"),
+        ("    uint8_t filler6[4];", "    uint8_t filler6[8];", "CUpti_ActivityKernel10.graphId"),
+        ("    uint8_t filler5[32];", "    uint8_t filler5[28];",
+         "CUpti_ActivityKernel10.graphNodeId"),
+        ("    uint8_t filler2[16]; /* runtimeCorrelationId", "    uint8_t filler2[12]; /* r",
+         "CUpti_ActivityMemcpy6.graphNodeId"),
+        ("    kn_CUgraph originalGraph; ", "    uint32_t originalGraph; ",
+         "CUpti_GraphData.originalGraph"),
+        ("    void *resourceDescriptor;", "    uint32_t resourceDescriptor;",
+         "CUpti_ResourceData.resourceDescriptor"),
+        ("    uint32_t nodeType; ", "    uint64_t nodeType; ", "CUpti_GraphData.nodeType"),
+        ("#define KN_CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED 20",
+         "#define KN_CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED 21",
+         "KN_CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED"),
+        ("(kn_CUgraphNode node, uint64_t *nodeId)", "(kn_CUgraphNode node, uint32_t *nodeId)",
+         "kn_GetGraphNodeId"),
         ("    uint8_t copyKind; ", "    uint16_t copyKind; ", "CUpti_ActivityMemcpy6.copyKind"),
-        ("    uint8_t filler2[24]; /* flags", "    uint8_t filler2[28]; /* flags",
-         "CUpti_ActivityMemset4.graphId"),
+        ("    uint8_t filler2[16]; /* flags", "    uint8_t filler2[20]; /* flags",
+         "CUpti_ActivityMemset4.graphNodeId"),
         ("    uint64_t externalId;", "    uint32_t externalId;",
          "CUpti_ActivityExternalCorrelation.externalId"),
         ("#define KN_CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL 10",

@@ -94,12 +94,12 @@ def collecting(cupti, fake_libcupti):
 
 def test_the_records_drained_are_those_cupti_wrote(collecting):
     cupti = collecting.cupti
-    cupti.fake_kernel(CONCURRENT_KERNEL, 5, 100, 250, 7, 1, 0, b"axpy")
+    cupti.fake_kernel(CONCURRENT_KERNEL, 5, 100, 250, 7, 1, 0, 0, b"axpy")
     cupti.fake_other(RUNTIME)  # an API record: passed over
-    cupti.fake_kernel(KERNEL, 6, 300, 310, 13, 0, 4, b"_Z9scale_rawPfi")
-    cupti.fake_memcpy(7, COPY_KINDS["HTOD"], 400, 900, 14, 0, 0)
-    cupti.fake_memcpy(8, COPY_KINDS["DTOH"], 1000, 1100, 14, 0, 0)
-    cupti.fake_memset(9, 1200, 1210, 7, 0, 3)
+    cupti.fake_kernel(KERNEL, 6, 300, 310, 13, 0, 4, 44, b"_Z9scale_rawPfi")
+    cupti.fake_memcpy(7, COPY_KINDS["HTOD"], 400, 900, 14, 0, 0, 0)
+    cupti.fake_memcpy(8, COPY_KINDS["DTOH"], 1000, 1100, 14, 0, 0, 0)
+    cupti.fake_memset(9, 1200, 1210, 7, 0, 3, 33)
     cupti.fake_external(9, 2**40 + 77)
     cupti.fake_other(12345)  # a kind kname does not know at all
     assert collecting.recorder.flush_activities(1) == 0
@@ -107,10 +107,10 @@ def test_the_records_drained_are_those_cupti_wrote(collecting):
     work, externals = collecting.drain()
     assert work == [
         ActivityRecord(KERNEL_WORK, 5, "axpy", 100, 250, 7, 1, 0),
-        ActivityRecord(KERNEL_WORK, 6, "_Z9scale_rawPfi", 300, 310, 13, 0, 4),
+        ActivityRecord(KERNEL_WORK, 6, "_Z9scale_rawPfi", 300, 310, 13, 0, 4, 44),
         ActivityRecord(MEMCPY, 7, "[memcpy HtoD]", 400, 900, 14, 0, 0),
         ActivityRecord(MEMCPY, 8, "[memcpy DtoH]", 1000, 1100, 14, 0, 0),
-        ActivityRecord(MEMSET, 9, MEMSET_NAME, 1200, 1210, 7, 0, 3),
+        ActivityRecord(MEMSET, 9, MEMSET_NAME, 1200, 1210, 7, 0, 3, 33),
     ]
     assert {record.kind for record in work} <= set(ACTIVITY_KINDS)
     assert externals == [ExternalCorrelation(9, 2**40 + 77)]
@@ -124,10 +124,10 @@ def test_kernel_names_outlive_cuptis_buffer_and_each_is_made_once(collecting):
     cupti = collecting.cupti
     names = [b"axpy", "k\N{GREEK SMALL LETTER ALPHA}<1>".encode(), b"bad \xff utf-8", None]
     for number, name in enumerate(names * 3):
-        cupti.fake_kernel(CONCURRENT_KERNEL, number, 0, 1, 7, 0, 0, name)
+        cupti.fake_kernel(CONCURRENT_KERNEL, number, 0, 1, 7, 0, 0, 0, name)
     collecting.recorder.flush_activities(1)  # the stand-in overwrites and frees the names now
     first, _ = collecting.drain()
-    cupti.fake_kernel(CONCURRENT_KERNEL, 99, 0, 1, 7, 0, 0, b"axpy")
+    cupti.fake_kernel(CONCURRENT_KERNEL, 99, 0, 1, 7, 0, 0, 0, b"axpy")
     collecting.recorder.flush_activities(1)
     later, _ = collecting.drain()
     expected = ["axpy", "k\N{GREEK SMALL LETTER ALPHA}<1>", "bad \N{REPLACEMENT CHARACTER} utf-8"]
@@ -140,7 +140,7 @@ def test_kernel_names_outlive_cuptis_buffer_and_each_is_made_once(collecting):
 def test_records_come_whole_across_many_buffers(collecting):
     cupti = collecting.cupti
     for number in range(1, 501):
-        cupti.fake_kernel(CONCURRENT_KERNEL, number, number, number + 7, 7, 0, 0, b"k")
+        cupti.fake_kernel(CONCURRENT_KERNEL, number, number, number + 7, 7, 0, 0, 0, b"k")
     collecting.recorder.flush_activities(1)
     work, _ = collecting.drain()
     assert [(r.correlation_id, r.duration) for r in work] == [(n, 7) for n in range(1, 501)]
@@ -163,12 +163,12 @@ def test_past_the_bound_records_are_counted_and_said_once(collecting, capsys, mo
     callbacks = native_callbacks(collecting)
     assert callbacks.take_activity_buffers(BUFFER_BYTES, lambda: None) == 0
     for number in range(15):
-        collecting.cupti.fake_kernel(CONCURRENT_KERNEL, number, 0, 1, 7, 0, 0, b"k")
+        collecting.cupti.fake_kernel(CONCURRENT_KERNEL, number, 0, 1, 7, 0, 0, 0, b"k")
     callbacks.flush_activities(1)
     assert collecting.recorder.activity_counts()["dropped"] == 5
     work, _ = callbacks.drain_activities(memcpy_name)
     assert [r.correlation_id for r in work] == list(range(10))
-    collecting.cupti.fake_kernel(CONCURRENT_KERNEL, 20, 0, 1, 7, 0, 0, b"k")  # room again
+    collecting.cupti.fake_kernel(CONCURRENT_KERNEL, 20, 0, 1, 7, 0, 0, 0, b"k")  # room again
     callbacks.flush_activities(1)
     work, _ = callbacks.drain_activities(memcpy_name)
     assert [r.correlation_id for r in work] == [20]
@@ -179,7 +179,7 @@ def test_past_the_bound_records_are_counted_and_said_once(collecting, capsys, mo
 def test_records_cupti_dropped_are_said_once(collecting, capsys):
     callbacks = native_callbacks(collecting)
     collecting.cupti.fake_drop(3)
-    collecting.cupti.fake_kernel(CONCURRENT_KERNEL, 1, 0, 1, 7, 0, 0, b"k")
+    collecting.cupti.fake_kernel(CONCURRENT_KERNEL, 1, 0, 1, 7, 0, 0, 0, b"k")
     for _ in range(2):
         callbacks.flush_activities(1)
         callbacks.drain_activities(memcpy_name)
@@ -194,7 +194,7 @@ def test_kernel_names_past_their_bound_share_one_name_said_once(collecting, caps
     for start in range(0, kept + 10, 50_000):
         for number in range(start, min(start + 50_000, kept + 10)):
             name = f"kernel_{number}".encode()
-            collecting.cupti.fake_kernel(CONCURRENT_KERNEL, number, 0, 1, 7, 0, 0, name)
+            collecting.cupti.fake_kernel(CONCURRENT_KERNEL, number, 0, 1, 7, 0, 0, 0, name)
         callbacks.flush_activities(1)
     work, _ = callbacks.drain_activities(memcpy_name)
     assert len(work) == kept + 10
@@ -221,7 +221,7 @@ def test_a_buffer_read_on_cuptis_thread_is_handed_over_there_with_the_gil(collec
     recorder = collecting.recorder
     assert recorder.take_activity_buffers(BUFFER_BYTES, 1_000_000, on_buffer) == 0
     collecting.cupti.fake_complete_on_thread(1)
-    collecting.cupti.fake_kernel(CONCURRENT_KERNEL, 1, 0, 5, 7, 0, 0, b"k")
+    collecting.cupti.fake_kernel(CONCURRENT_KERNEL, 1, 0, 5, 7, 0, 0, 0, b"k")
     collecting.cupti.fake_complete()  # as CUPTI's thread does when a buffer fills
     ((thread, work),) = handed
     assert thread != threading.get_ident() and [r.correlation_id for r in work] == [1]
@@ -230,7 +230,7 @@ def test_a_buffer_read_on_cuptis_thread_is_handed_over_there_with_the_gil(collec
         raise RuntimeError("join failed")
 
     recorder.take_activity_buffers(BUFFER_BYTES, 1_000_000, broken)
-    collecting.cupti.fake_kernel(CONCURRENT_KERNEL, 2, 0, 5, 7, 0, 0, b"k")
+    collecting.cupti.fake_kernel(CONCURRENT_KERNEL, 2, 0, 5, 7, 0, 0, 0, b"k")
     collecting.cupti.fake_complete()
     where, exc = recorder.take_fault()
     assert where == "reading CUPTI's activity records" and str(exc) == "join failed"
@@ -240,7 +240,7 @@ def test_a_buffer_read_on_cuptis_thread_is_handed_over_there_with_the_gil(collec
 def test_after_release_buffers_are_freed_unread(collecting):
     assert collecting.recorder.release_activity_buffers() is True
     assert collecting.recorder.release_activity_buffers() is False
-    collecting.cupti.fake_kernel(CONCURRENT_KERNEL, 1, 0, 5, 7, 0, 0, b"k")
+    collecting.cupti.fake_kernel(CONCURRENT_KERNEL, 1, 0, 5, 7, 0, 0, 0, b"k")
     collecting.cupti.fake_complete()
     assert collecting.cupti.fake_buffers_handed_over() == 1
     assert collecting.recorder.activity_counts()["waiting"] == 0
@@ -253,7 +253,7 @@ def test_a_forked_child_records_no_gpu_record(collecting):
     if pid == 0:  # the child: CUPTI does not follow the fork
         status = 1
         try:
-            cupti.fake_kernel(CONCURRENT_KERNEL, 1, 0, 5, 7, 0, 0, b"k")
+            cupti.fake_kernel(CONCURRENT_KERNEL, 1, 0, 5, 7, 0, 0, 0, b"k")
             cupti.fake_complete()
             counts = collecting.recorder.activity_counts()
             if cupti.fake_buffers_handed_over() == 1 and counts["waiting"] == 0:
@@ -261,7 +261,7 @@ def test_a_forked_child_records_no_gpu_record(collecting):
         finally:
             os._exit(status)
     assert os.waitpid(pid, 0)[1] == 0
-    cupti.fake_kernel(CONCURRENT_KERNEL, 2, 0, 5, 7, 0, 0, b"k")  # the parent still records
+    cupti.fake_kernel(CONCURRENT_KERNEL, 2, 0, 5, 7, 0, 0, 0, b"k")  # the parent still records
     cupti.fake_complete()
     assert [r.correlation_id for r in collecting.drain()[0]] == [2]
 
@@ -309,10 +309,10 @@ def test_the_collector_hands_each_buffer_over_after_the_launches_and_flushes_at_
 
     for number in (1, 2):
         launch(number)
-        cupti.fake_kernel(CONCURRENT_KERNEL, number, 10, 30, 7, 0, 0, b"k")
+        cupti.fake_kernel(CONCURRENT_KERNEL, number, 10, 30, 7, 0, 0, 0, b"k")
     cupti.fake_complete()  # a buffer fills: CUPTI's thread hands it over
     launch(3)
-    cupti.fake_memcpy(3, COPY_KINDS["DTOH"], 40, 45, 7, 0, 0)
+    cupti.fake_memcpy(3, COPY_KINDS["DTOH"], 40, 45, 7, 0, 0, 0)
     cupti.fake_external(3, 77)
     collector.stop()  # flushed: the last buffer, after its launch
     assert [event for event in join.events if event[1]] == [
@@ -325,7 +325,7 @@ def test_the_collector_hands_each_buffer_over_after_the_launches_and_flushes_at_
     assert list(sites["site 3"].kernels) == ["[memcpy DtoH]"]
     assert [r.correlation_id for r in log.activities] == [1, 2, 3]
     assert log.externals == [ExternalCorrelation(3, 77)]
-    cupti.fake_kernel(CONCURRENT_KERNEL, 4, 0, 5, 7, 0, 0, b"k")  # after stop: freed unread
+    cupti.fake_kernel(CONCURRENT_KERNEL, 4, 0, 5, 7, 0, 0, 0, b"k")  # after stop: freed unread
     cupti.fake_complete()
     assert recorder.activity_counts()["waiting"] == 0 and join.record_count == 3
     assert collector.activity_counts() == recorder.activity_counts()
@@ -429,6 +429,6 @@ def test_a_recorder_of_no_launch_api_holds_the_buffers_and_frees_them_unread(cup
     assert recorder.release_activity_buffers()
     with pytest.raises(IndexError):
         recorder.enable(DRIVER, CUDA_LAUNCH_KERNEL, 0)
-    cupti.fake_kernel(CONCURRENT_KERNEL, 1, 0, 5, 7, 0, 0, b"k")
+    cupti.fake_kernel(CONCURRENT_KERNEL, 1, 0, 5, 7, 0, 0, 0, b"k")
     assert recorder.flush_activities(1) == 0 and cupti.fake_buffers_handed_over() == 1
     assert recorder.activity_counts()["waiting"] == 0 and recorder.unsubscribe() == 0

@@ -22,14 +22,17 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from profile_streams import profiles, streams
+from profile_streams import graph_programs, profiles, streams
 from support.cupti_stand_in import (
     CONCURRENT_KERNEL,
+    CUDA_GRAPH_LAUNCH,
     CUDA_LAUNCH_KERNEL,
     DRIVER,
+    GRAPH_CALLBACK_IDS,
     RUNTIME,
     StandInBinding,
     built_or_skip,
+    fire_graph_event,
     memcpy_name,
     queue_record,
     stand_in_library,
@@ -37,14 +40,20 @@ from support.cupti_stand_in import (
 
 from kname import _warnings, hotpath
 from kname.profiling import launch_callbacks
-from kname.profiling.capture import LaunchCapture
+from kname.profiling.capture import LaunchCapture, select_graph_callbacks
 from kname.profiling.cupti_collector import CuptiCollector
-from kname.profiling.join import RECENT_WINDOW, UNATTRIBUTED, Join
+from kname.profiling.graphs import MAX_NODES, RECENT_NODES
+from kname.profiling.join import RECENT_WINDOW, UNATTRIBUTED, Join, KernelTotals
 from kname.profiling.native_join import NativeJoin, site_totals, summed
 from kname.profiling.records import (
+    EXEC_DESTROYED,
     KERNEL,
+    NODE_CLONED,
+    NODE_CREATED,
+    NODE_EVENTS,
     ActivityRecord,
     ExternalCorrelation,
+    GraphNodeRecord,
     LaunchRecord,
 )
 from kname.profiling.session import ProfileSession
@@ -65,8 +74,15 @@ def cupti(fake_libcupti, monkeypatch):
     return SimpleNamespace(library=stand_in_library(fake_libcupti), path=str(fake_libcupti))
 
 
-def new_recorder(cupti, max_pending: int = 1_000_000, recent_window: int = RECENT_WINDOW):
-    """A recorder on the stand-in, joining in C with these bounds."""
+def new_recorder(
+    cupti,
+    max_pending: int = 1_000_000,
+    recent_window: int = RECENT_WINDOW,
+    max_nodes: int = MAX_NODES,
+    recent_nodes: int = RECENT_NODES,
+):
+    """A recorder on the stand-in, joining in C with these bounds, with CUPTI's graph resource
+    callbacks enabled."""
     cupti.library.fake_reset_activity()
     recorder = native.Recorder(
         apis=APIS, sites={}, kinds={}, site_of_frame=lambda frame: "s", site_key="k",
@@ -74,7 +90,9 @@ def new_recorder(cupti, max_pending: int = 1_000_000, recent_window: int = RECEN
         max_open_calls=8,
     )  # fmt: skip
     assert recorder.subscribe(cupti.path)[0] == 0
-    recorder.join_in_c(max_pending, recent_window, UNATTRIBUTED)
+    for cbid, event in select_graph_callbacks(GRAPH_CALLBACK_IDS).items():
+        assert recorder.enable_graph(cbid, NODE_EVENTS.index(event) + 1) == 0
+    recorder.join_in_c(max_pending, recent_window, UNATTRIBUTED, max_nodes, recent_nodes)
     assert recorder.take_activity_buffers(BUFFER_BYTES, 1_000_000, None) == 0
     return recorder
 
@@ -92,12 +110,20 @@ def close(recorder) -> None:
 class Both:
     """The C join (through the recorder and the stand-in's buffers) and join.py's, fed alike."""
 
-    def __init__(self, cupti, max_pending: int, recent_window: int) -> None:
+    def __init__(
+        self,
+        cupti,
+        max_pending: int,
+        recent_window: int,
+        max_nodes: int = MAX_NODES,
+        recent_nodes: int = RECENT_NODES,
+    ) -> None:
         self.cupti = cupti.library
-        self.recorder = new_recorder(cupti, max_pending, recent_window)
+        self.recorder = new_recorder(cupti, max_pending, recent_window, max_nodes, recent_nodes)
         self.native = NativeJoin(self.recorder, memcpy_name)
-        self.python = Join(max_pending, recent_window)
+        self.python = Join(max_pending, recent_window, max_nodes, recent_nodes)
         self.finished: list[LaunchRecord] = []  # launch records the recorder holds, in order
+        self.nodes: list[GraphNodeRecord] = []  # graph node records the recorder holds
 
     def launch(self, outer: LaunchRecord, inner: LaunchRecord | None) -> None:
         """A launch call (with the driver call made inside it): the recorder keeps the calls
@@ -113,9 +139,19 @@ class Both:
         recorder.unmark()
         self.finished.append(outer)
 
+    def graph_node(self, record: GraphNodeRecord) -> None:
+        """CUPTI's graph resource callback for `record`, on this thread; a node made there is
+        made inside the launch kname wraps at its site (so the recorder names it so)."""
+        if record.event == NODE_CREATED:
+            self.recorder.mark(record.site)
+        assert fire_graph_event(self.cupti, record) == 1
+        if record.event == NODE_CREATED:
+            self.recorder.unmark()
+        self.nodes.append(record)
+
     def buffer(self, records: list[ActivityRecord | ExternalCorrelation]) -> None:
-        """A buffer completes: the launches finished so far, then its external correlations,
-        then its work (as the collector gives them to join.py)."""
+        """A buffer completes: the launches finished so far and the graph node records, then
+        its external correlations, then its work (as the collector gives them to join.py)."""
         for record in records:
             queue_record(self.cupti, record)
         self.recorder.flush_activities(1)
@@ -127,6 +163,9 @@ class Both:
         for launch in self.finished:
             self.python.add_launch(launch)
         self.finished.clear()
+        for node in self.nodes:
+            self.python.add_graph_node(node)
+        self.nodes.clear()
 
     def end(self) -> None:
         self.recorder.join_now()
@@ -244,6 +283,63 @@ def test_a_site_named_unattributed_is_the_unattributed_site(cupti):
     assert (profile.unattributed.launches, profile.unattributed.gpu_ns) == (2, 12)
 
 
+@given(program=graph_programs(), small=st.booleans())
+@settings(
+    max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None
+)
+def test_the_c_join_attributes_graph_replays_as_join_py_does(cupti, program, small):
+    """Synthetic graph programs (tests/profile_streams.py), their callbacks made by the stand-in
+    libcupti as CUPTI makes them: the same Profile, replays and unseen work included, with
+    bounds small enough for the cap on live nodes and the window of destroyed ones."""
+    max_nodes, recent_nodes = (3, 2) if small else (MAX_NODES, RECENT_NODES)
+    both = Both(cupti, 1_000_000, RECENT_WINDOW, max_nodes, recent_nodes)
+    for event in program.events:
+        if isinstance(event, LaunchRecord):
+            both.launch(event, None)
+        elif isinstance(event, GraphNodeRecord):
+            both.graph_node(event)
+        else:
+            both.buffer(event)
+    both.end()
+    assert both.native.profile() == both.python.profile()
+    counts = both.native.counts()
+    nodes = both.python.nodes
+    assert (counts["nodes"], counts["nodes_kept"]) == (nodes.live, nodes.kept)
+    assert counts["nodes_not_kept"] == nodes.not_kept and not counts["no_memory"]
+    if not small:
+        assert both.native.profile().sites.keys() == program.expected.keys() - {UNATTRIBUTED}
+
+
+def test_graph_node_records_drained_from_the_recorder_are_those_cupti_reported(cupti):
+    recorder = new_recorder(cupti)
+    recorder.mark("layer model.py:21")
+    recorder.enter(7, 0, 1)  # a launch call captured: the node is made inside it
+    recorder.unmark()
+    made = GraphNodeRecord(NODE_CREATED, 2**40 + 1, 3, 0, 0, "", 0)
+    fire_graph_event(cupti.library, made)
+    recorder.exit(7, 2)
+    clone = GraphNodeRecord(NODE_CLONED, 2**40 + 2, 0, 9, 2**40 + 1, "", 0)
+    fire_graph_event(cupti.library, clone)
+    fire_graph_event(cupti.library, GraphNodeRecord(EXEC_DESTROYED, graph_exec=9))
+    drained = recorder.drain_graph_nodes(GraphNodeRecord)
+    assert drained == [
+        GraphNodeRecord(NODE_CREATED, 2**40 + 1, 3, 0, 0, "layer model.py:21", 7),
+        GraphNodeRecord(NODE_CLONED, 2**40 + 2, 0, 9, 2**40 + 1, "", 7),
+        GraphNodeRecord(EXEC_DESTROYED, 0, 0, 9, 0, "", 7),
+    ]
+    assert recorder.drain_graph_nodes(GraphNodeRecord) == []
+    assert native.GRAPH_EVENTS == NODE_EVENTS
+    close(recorder)
+
+
+def test_a_node_added_outside_any_launch_call_is_named_after_the_running_frame(cupti):
+    recorder = new_recorder(cupti)  # its site_of_frame names every frame "s"
+    fire_graph_event(cupti.library, GraphNodeRecord(NODE_CREATED, 5, 1))
+    (record,) = recorder.drain_graph_nodes(GraphNodeRecord)
+    assert record.site == "s"
+    close(recorder)
+
+
 @given(first=profiles(), then=profiles())
 def test_two_runs_summed_count_every_record_of_both_once(first, then):
     before = copy.deepcopy((first, then))
@@ -281,7 +377,7 @@ def test_memory_stays_bounded_on_a_long_run(cupti):
         recorder.mark(f"site {correlation_id % 7}")
         recorder.enter(correlation_id, 0, 0)
         recorder.exit(correlation_id, 0)
-        library.fake_kernel(CONCURRENT_KERNEL, correlation_id, 0, 1, 7, 0, 0, b"k")
+        library.fake_kernel(CONCURRENT_KERNEL, correlation_id, 0, 1, 7, 0, 0, 0, b"k")
         if correlation_id % 50 == 0:  # a buffer of 50: fewer launches wait than the bound
             recorder.flush_activities(1)
             counts = recorder.join_counts()
@@ -306,7 +402,7 @@ def test_records_joined_in_c_make_no_python_object(cupti):
     for correlation_id in range(1, 20_001):
         recorder.enter(correlation_id, 0, 0)
         recorder.exit(correlation_id, 0)
-        library.fake_kernel(CONCURRENT_KERNEL, correlation_id, 0, 3, 7, 0, 0, b"k")
+        library.fake_kernel(CONCURRENT_KERNEL, correlation_id, 0, 3, 7, 0, 0, 0, b"k")
     recorder.unmark()
     tracemalloc.start()
     try:
@@ -338,10 +434,12 @@ def run_session(cupti, keep_streams: bool) -> ProfileSession:
         library.fake_callback(DRIVER, CUDA_LAUNCH_KERNEL, 0, number)
         library.fake_callback(DRIVER, CUDA_LAUNCH_KERNEL, 1, number)
         recorder.unmark()
-        library.fake_kernel(CONCURRENT_KERNEL, number, 10 * number, 10 * number + 4, 7, 0, 0, b"k")
+        library.fake_kernel(
+            CONCURRENT_KERNEL, number, 10 * number, 10 * number + 4, 7, 0, 0, 0, b"k"
+        )
         if number == 2:
             library.fake_complete()  # on CUPTI's thread, as a buffer fills
-    library.fake_memcpy(3, 1, 100, 109, 7, 0, 0)
+    library.fake_memcpy(3, 1, 100, 109, 7, 0, 0, 0)
     session.stop()
     return session
 
@@ -396,6 +494,42 @@ def test_what_the_c_join_dropped_at_its_bound_is_said_once_at_stop(cupti, monkey
     assert len([line for line in lines if "more than 5 launches are waiting" in line]) == 1
 
 
+@pytest.mark.parametrize("keep_streams", [False, True], ids=["join in C", "stream log"])
+def test_the_collector_ties_replayed_kernels_to_the_line_that_captured_them(
+    cupti, monkeypatch, keep_streams
+):
+    """The collector's whole native path, on the stand-in: CUPTI's graph callbacks subscribed,
+    a node made inside a captured launch, cloned at instantiation, then a replay's kernels."""
+    monkeypatch.setitem(sys.modules, "cupti", SimpleNamespace(cupti=StandInBinding()))
+    monkeypatch.setattr(launch_callbacks, "libcupti_path", lambda: cupti.path)
+    cupti.library.fake_reset_activity()
+    session = ProfileSession(keep_streams=keep_streams)
+    assert session.start()
+    recorder = session.collector._callbacks.recorder
+    library = cupti.library
+    for correlation_id, site, api in (
+        (1, "layer model.py:21", CUDA_LAUNCH_KERNEL),
+        (2, "run runner.py:26", CUDA_GRAPH_LAUNCH),
+    ):
+        recorder.mark(site)
+        library.fake_callback(DRIVER, api, 0, correlation_id)
+        if correlation_id == 1:  # captured: the graph's node is made inside the launch call
+            fire_graph_event(library, GraphNodeRecord(NODE_CREATED, 40, 3))
+            fire_graph_event(library, GraphNodeRecord(NODE_CLONED, 41, 3, 8, 40))
+        library.fake_callback(DRIVER, api, 1, correlation_id)
+        recorder.unmark()
+    library.fake_kernel(CONCURRENT_KERNEL, 2, 0, 30, 7, 0, 8, 41, b"gemm")  # the replay's
+    library.fake_kernel(CONCURRENT_KERNEL, 2, 0, 5, 7, 0, 8, 99, b"add")  # a node not seen
+    session.stop()
+    assert isinstance(session.join, NativeJoin) != keep_streams
+    sites = session.join.profile().sites
+    assert sites["layer model.py:21"].replays == {"run runner.py:26": KernelTotals(1, 30)}
+    assert sites["run runner.py:26"].unseen == KernelTotals(1, 5)
+    assert set(sites) == {"layer model.py:21", "run runner.py:26"}
+    if keep_streams:
+        assert [n.event for n in session.streams().graph_nodes] == [NODE_CREATED, NODE_CLONED]
+
+
 def test_a_collector_started_again_goes_on_from_its_last_runs_totals(cupti, monkeypatch):
     monkeypatch.setitem(sys.modules, "cupti", SimpleNamespace(cupti=StandInBinding()))
     monkeypatch.setattr(launch_callbacks, "libcupti_path", lambda: cupti.path)
@@ -410,8 +544,8 @@ def test_a_collector_started_again_goes_on_from_its_last_runs_totals(cupti, monk
             cupti.library.fake_callback(DRIVER, CUDA_LAUNCH_KERNEL, 0, number)
             cupti.library.fake_callback(DRIVER, CUDA_LAUNCH_KERNEL, 1, number)
             recorder.unmark()
-            cupti.library.fake_kernel(CONCURRENT_KERNEL, number, 0, 10 + run, 7, 0, 0, b"k")
-        cupti.library.fake_kernel(CONCURRENT_KERNEL, 99, 0, 1, 7, 0, 0, b"lost")
+            cupti.library.fake_kernel(CONCURRENT_KERNEL, number, 0, 10 + run, 7, 0, 0, 0, b"k")
+        cupti.library.fake_kernel(CONCURRENT_KERNEL, 99, 0, 1, 7, 0, 0, 0, b"lost")
         collector.stop()
     totals = collector.totals
     profile = totals.profile()
@@ -430,7 +564,7 @@ def test_records_cupti_dropped_are_said_once_at_stop_with_the_join_in_c(cupti, m
     collector = CuptiCollector(LaunchCapture(join), join)
     assert collector.start() and isinstance(collector.totals, NativeJoin)
     cupti.library.fake_drop(3)  # no buffer was free: CUPTI counts what it lost
-    cupti.library.fake_kernel(CONCURRENT_KERNEL, 1, 0, 5, 7, 0, 0, b"k")
+    cupti.library.fake_kernel(CONCURRENT_KERNEL, 1, 0, 5, 7, 0, 0, 0, b"k")
     cupti.library.fake_complete()
     collector.stop()
     lines = capsys.readouterr().err.splitlines()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -132,3 +133,63 @@ def test_wrapped_launches_are_tagged_through_the_bindings_external_correlation_c
     kind = int(cupti.ExternalCorrelationKind.CUSTOM0)
     assert (push.func, push.args) == (cupti.activity_push_external_correlation_id, (kind,))
     assert (pop.func, pop.args) == (cupti.activity_pop_external_correlation_id, (kind,))
+
+
+class GraphBinding:
+    """cupti-python's callback and graph API, which need a GPU (a stand-in: the handles are
+    their own ids; `data` of a resource callback points at a GraphData by its key here)."""
+
+    ApiCallbackSite = SimpleNamespace(API_ENTER=0, API_EXIT=1)
+    CallbackDomain = SimpleNamespace(DRIVER_API=1, RUNTIME_API=2, RESOURCE=3)
+
+    def __init__(self) -> None:
+        self.enabled: list[tuple[int, int]] = []
+        self.graph_data: dict[int, SimpleNamespace] = {}
+        self.GraphData = SimpleNamespace(from_ptr=lambda ptr, readonly: self.graph_data[ptr])
+
+    def subscribe(self, callback, userdata) -> int:
+        return 1
+
+    def enable_callback(self, enable, subscriber, domain, cbid) -> None:
+        self.enabled.append((domain, cbid))
+
+    def get_timestamp(self) -> int:
+        return 0
+
+    get_graph_node_id = get_graph_id = get_graph_exec_id = staticmethod(int)
+
+
+def test_the_python_callbacks_name_a_node_after_the_launch_it_was_captured_in_or_its_line():
+    from kname.profiling.capture import select_graph_callbacks
+    from kname.profiling.launch_callbacks import PythonCallbacks
+    from kname.profiling.records import StreamLog
+
+    join, log = Join(), StreamLog()
+    binding = GraphBinding()
+    callbacks = PythonCallbacks(LaunchCapture(join, log), "a test")
+    graphs = select_graph_callbacks({"GRAPHNODE_CREATED": 13, "GRAPHNODE_CLONED": 20})
+    callbacks.subscribe(binding, {1: {307: ("cuLaunchKernel", False)}}, graphs)
+    assert (3, 13) in binding.enabled and (3, 20) in binding.enabled
+    binding.graph_data[1] = SimpleNamespace(node=40, graph=3, graph_exec=0, original_node=0)
+    binding.graph_data[2] = SimpleNamespace(node=41, graph=3, graph_exec=8, original_node=40)
+    binding.graph_data[3] = SimpleNamespace(node=50, graph=4, graph_exec=0, original_node=0)
+    enter = SimpleNamespace(callback_site=0, correlation_id=7)
+    callbacks._on_api(None, 1, 307, enter)  # a launch call, captured into a graph...
+    callbacks._on_api(None, 3, 13, SimpleNamespace(resource_descriptor=1))  # ...makes a node
+    callbacks._on_api(None, 1, 307, SimpleNamespace(callback_site=1, correlation_id=7))
+    callbacks._on_api(None, 3, 20, SimpleNamespace(resource_descriptor=2))  # instantiated
+    here = this_line(+1)
+    callbacks._on_api(None, 3, 13, SimpleNamespace(resource_descriptor=3))  # added by hand
+    made, cloned, added = log.graph_nodes
+    captured_at = log.launches[0].site
+    assert (made.node, made.graph, made.site, made.correlation_id) == (40, 3, captured_at, 7)
+    assert (cloned.event, cloned.node, cloned.original, cloned.graph_exec) == ("cloned", 41, 40, 8)
+    assert added.site == here and join.nodes.site_of(41, 8) == captured_at
+
+
+def this_line(offset: int = 0) -> str:
+    """The call-site name kname gives the caller's line (+ offset)."""
+    import sys
+
+    frame = sys._getframe(1)
+    return f"{frame.f_code.co_name} test_profile_collector.py:{frame.f_lineno + offset}"

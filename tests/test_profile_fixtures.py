@@ -4,7 +4,10 @@ tests/gpu/profile_demo.py records the launch and activity streams of a real prog
 CuPy, torch with cuBLAS and a CUDA graph, Triton, copies and sets, two threads) into
 tests/data/profile_*.json. Each such file is replayed here without a GPU: every GPU record must
 go to a call site, every marked line of the demo must show GPU time, and the replay must give
-the totals the live run printed.
+the totals the live run printed. tests/gpu/graphs_demo.py records CUDA graphs captured, built
+node by node, updated and replayed (with their graph node records) into tests/data/graphs_*.json:
+each replayed GPU record must go to the line that captured or added its node, under the lines
+that replayed it, as the live run printed.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from kname.profiling.records import StreamsError, load_streams, streams_from_jso
 from kname.profiling.trace import trace_json
 
 FIXTURES = sorted((Path(__file__).parent / "data").glob("profile_*.json"))
+GRAPH_FIXTURES = sorted((Path(__file__).parent / "data").glob("graphs_*.json"))
 
 
 @given(streams())
@@ -36,8 +40,8 @@ def test_streams_survive_their_json_form(stream):
     ("text", "message"),
     [
         ("{", "not valid JSON"),
-        ("[]", "not kname streams of format 1"),
-        ('{"kname_streams": 2}', "not kname streams of format 1"),
+        ("[]", "not kname streams of format 1 or 2"),
+        ('{"kname_streams": 3}', "not kname streams of format 1 or 2"),
         ('{"kname_streams": 1, "launches": [{"nope": 1}], "activities": []}', "malformed record"),
         (
             '{"kname_streams": 1, "launches": [], "activities": [{"kind": "copy", '
@@ -95,3 +99,29 @@ def test_a_recorded_program_makes_a_trace_and_a_page(path):
     page = render_page(profile_document(replay(recorded)))
     for name in recorded.meta["expected_sites"].values():
         assert f'<tr data-site="{escape(name)}">' in page
+
+
+@pytest.mark.parametrize("path", GRAPH_FIXTURES, ids=[p.name for p in GRAPH_FIXTURES])
+def test_a_recorded_graph_program_replays_each_kernel_to_its_capture_line(path):
+    recorded = load_streams(str(path))
+    meta = recorded.meta
+    assert recorded.graph_nodes, "no graph node record: recorded before kname read them?"
+    profile = replay(recorded)
+    assert profile.unattributed.launches == 0, profile.unattributed.kernels
+    assert profile.total_gpu_ns == sum(r.duration for r in recorded.activities)
+    document = validate(profile_document(profile), path.name)
+    sites = {site["name"]: site for site in document["sites"]}
+    assert not [name for name, site in sites.items() if "replayed_unseen" in site]
+    for marker, name in meta["captures"].items():
+        assert sorted(sites[name].get("replayed_at", {})) == meta["replayed_at"][marker], marker
+        assert sites[name]["gpu_ns"] > 0
+    totals = {
+        name: [s["launches"], s["gpu_ns"], s.get("replayed_at", {})] for name, s in sites.items()
+    }
+    assert totals == meta["live_totals"]
+    events = [e for e in json.loads(trace_json(recorded))["traceEvents"] if e["ph"] == "X"]
+    for marker, name in meta["captures"].items():
+        mine = [e for e in events if e["name"].startswith(f"{name} / ")]
+        assert mine and all(
+            e["args"].get("replayed_at") in meta["replayed_at"][marker] for e in mine
+        ), marker

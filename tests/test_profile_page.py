@@ -16,6 +16,7 @@ from hypothesis import given
 from profile_streams import documents
 
 from kname.documents.build import profile_document
+from kname.documents.tables import graph_note
 from kname.profiling.join import KernelTotals, Profile, SiteTotals, replay
 from kname.profiling.page import BAR_WIDTH, BARS_SHOWN, render_page
 from kname.profiling.records import load_streams
@@ -87,8 +88,27 @@ def test_the_table_has_every_site_with_its_numbers(document):
     assert [row["site"] for row in page.rows] == [site["name"] for site in document["sites"]]
     for row, site in zip(page.rows, document["sites"], strict=True):
         name, _time, _share, launches, _mean, kernels = row["cells"]
-        assert name == site["name"] and int(launches) == site["launches"]
+        note = graph_note(site, text=str).strip().removeprefix("(").removesuffix(")")
+        assert name == site["name"] + note and int(launches) == site["launches"]
         assert kernels.count(":") >= len(site["kernels"])
+
+
+def test_a_site_of_graph_work_shows_the_lines_that_replayed_it_beneath_its_own():
+    made = SiteTotals(50, 183_000, 1, {"gemm": KernelTotals(50, 183_000)})
+    made.replays["step runner.py:26"] = KernelTotals(50, 183_000)
+    replay_line = SiteTotals(4, 900, 2, {"add": KernelTotals(4, 900)}, unseen=KernelTotals(4, 900))
+    page = render_page(
+        profile_document(
+            Profile(
+                {"y = x * 2.0  model.py:21": made, "step runner.py:40": replay_line}, SiteTotals()
+            )
+        )
+    )
+    assert (
+        '<td class="site">y = x * 2.0  model.py:21'
+        '<div class="graph">graph replayed at step runner.py:26</div></td>'
+    ) in page
+    assert '<div class="graph">graph replayed here, its capture not seen</div>' in page
 
 
 @given(documents)

@@ -14,7 +14,14 @@ from hypothesis import given
 from profile_streams import streams
 
 from kname.profiling.join import UNATTRIBUTED
-from kname.profiling.records import ActivityRecord, LaunchRecord, Streams
+from kname.profiling.records import (
+    NODE_CLONED,
+    NODE_CREATED,
+    ActivityRecord,
+    GraphNodeRecord,
+    LaunchRecord,
+    Streams,
+)
 from kname.profiling.trace import GPU_PID_BASE, trace_json
 
 
@@ -76,6 +83,31 @@ def test_every_kernel_of_a_graph_gets_an_arrow_from_the_graph_launch():
     assert all(e["ts"] == 0.0 for e in starts)
     graph = [e for e in events if e["ph"] == "X" and e["cat"] == "kernel"]
     assert [e["args"]["graph_id"] for e in graph] == [2, 2]
+
+
+def test_a_replayed_kernel_is_named_by_its_capture_line_and_carries_its_replay_line():
+    launches = [
+        LaunchRecord(1, 1, "forward model.py:21", "cudaLaunchKernel", 500, 600),  # captured
+        LaunchRecord(5, 1, "step runner.py:26", "cudaGraphLaunch", 1_000, 2_000, True),
+    ]
+    nodes = [
+        GraphNodeRecord(NODE_CREATED, 40, 1, 0, 0, "forward model.py:21", 1),
+        GraphNodeRecord(NODE_CLONED, 41, 1, 3, 40, "", 1),
+    ]
+    work = [
+        ActivityRecord("kernel", 5, "gemm", 3_000, 3_500, 7, 0, 3, 41),
+        ActivityRecord("kernel", 5, "add", 3_600, 3_700, 7, 0, 3, 99),  # made before profiling
+    ]
+    events = parsed(Streams(launches, work, graph_nodes=nodes))
+    gemm, add = [e for e in events if e["ph"] == "X" and e["cat"] == "kernel"]
+    assert gemm["name"] == "forward model.py:21 / gemm"
+    assert gemm["args"] == {
+        "site": "forward model.py:21", "kernel": "gemm", "correlation_id": 5,
+        "replayed_at": "step runner.py:26", "graph_id": 3, "graph_node_id": 41,
+    }  # fmt: skip
+    assert add["name"] == "step runner.py:26 / add"
+    assert add["args"]["replayed_at"] == "step runner.py:26"
+    assert add["args"]["capture_seen"] is False
 
 
 @given(streams())

@@ -186,3 +186,66 @@ def test_kernel_name_is_asked_of_the_driver_once_per_kernel(monkeypatch):
     assert names == ["k1", "k2", "k1", "k2"]
     assert asked == [first, second]
     assert cuda_core.kernel_name([]) == "list"  # unhashable: not a cuda.core Kernel
+
+
+# cuda-core before 0.6 (cuda.core.experimental._graph, cuda.core._graph): a Python Graph class.
+# That release is not installed here (cuda-core 1.x maps cuda.core's submodules to its own): a
+# stand-in of its shape, run as cuda.core._graph, which kname's finder catches up with at the
+# next import it sees, as with any module imported past it.
+OLD_GRAPH_MODULE = '''
+"""A stand-in for cuda-core 0.x's cuda.core._graph: Graph.launch(self, stream) in Python."""
+
+LAUNCHED = []
+
+
+class Graph:
+    def launch(self, stream):
+        LAUNCHED.append(stream)
+'''
+
+
+def test_a_graph_replay_is_named_where_cuda_cores_graph_is_a_python_class(inject_lib, tmp_path):
+    (tmp_path / "old_graph.py").write_text(OLD_GRAPH_MODULE)
+    source, out, capture = run_app(
+        f"""
+        import importlib.util
+        kname.install()
+        spec = importlib.util.spec_from_file_location(
+            "cuda.core._graph", {str(tmp_path / "old_graph.py")!r}
+        )
+        _graph = sys.modules["cuda.core._graph"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(_graph)
+        import fakenumba  # any import: kname's finder catches up with cuda.core._graph
+
+        def replay(graph):
+            graph.launch("s")  # replay-line
+
+        replay(_graph.Graph())
+        print(_graph.LAUNCHED, vars(_graph.Graph)["launch"]._kname_wrapper)
+        kname.uninstall()
+        replay(_graph.Graph())  # cuda-core's own again: no range
+        print(_graph.LAUNCHED, hasattr(vars(_graph.Graph)["launch"], "_kname_wrapper"))
+        """,
+        inject_lib,
+        tmp_path,
+    )
+    assert out.split("\n")[:2] == ["['s'] True", "['s', 's'] False"], out
+    assert capture.ranges("kname") == [f"cuda graph|replay|{line_of(source, 'replay-line')}"]
+
+
+def test_cuda_cores_cython_graph_is_left_as_it_is_without_a_word(inject_lib, tmp_path):
+    """cuda-core 1.x's Graph refuses attribute assignment: kname does not touch it, and says
+    nothing (kname profile still names the replayed kernels by their capture lines)."""
+    _, out, _ = run_app(
+        """
+        import io
+        kname.install()
+        said = io.StringIO()
+        with contextlib.redirect_stderr(said):
+            from cuda.core.graph import _graph_builder
+        print(type(_graph_builder.Graph.__dict__["launch"]).__name__, repr(said.getvalue()))
+        """,
+        inject_lib,
+        tmp_path,
+    )
+    assert out.split("\n")[0] == "cython_function_or_method ''", out

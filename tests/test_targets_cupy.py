@@ -334,3 +334,59 @@ def test_disable_gives_cupy_back_all_its_own_and_enable_names_again(
         f"made_enabled|launch_both|{line_of(source, 'raw-line')}",
         f"made_enabled_too|launch_both|{line_of(source, 'elementwise-line')}",
     ]
+
+
+def test_a_graph_replay_is_named_after_the_line_that_launches_it(inject_lib, tmp_path):
+    """CuPy's Graph needs a GPU to exist (only stream capture makes one): here a stand-in
+    graph, with CuPy's `launch(stream=None)`, goes through the real end_capture wrapper on
+    cupy.cuda.Stream (its CuPy end_capture replaced by one that hands the stand-in back)."""
+    source, out, capture = run_app(
+        """
+        kname.install()
+        import cupy
+        from cupy.cuda import stream as cupy_stream
+        from kname.targets.cupy.graph import named_end_capture
+
+        class StandInGraph:  # what CuPy's end_capture makes, with a GPU
+            launched = []
+
+            def launch(self, stream=None):
+                self.launched.append(stream)
+
+            def upload(self, stream=None):
+                return "uploaded"
+
+        wrapped = vars(cupy_stream.Stream)["end_capture"]
+        print(wrapped._kname_wrapper, vars(cupy_stream.ExternalStream)["end_capture"] is not None)
+        print(wrapped.__wrapped__ is cupy_stream._BaseStream.end_capture)
+        end_capture = named_end_capture(lambda stream: StandInGraph())  # CuPy's, stood in for
+
+        def replay(graph):
+            graph.launch()  # first-replay
+            graph.launch(stream="s")  # second-replay
+
+        graph = end_capture(None)
+        replay(graph)
+        print(StandInGraph.launched, graph.upload(), isinstance(graph, StandInGraph))
+        kname.disable()
+        graph.launch()  # CuPy's own: no range
+        print(StandInGraph.launched[-1], "end_capture" in vars(cupy_stream.Stream))
+        kname.enable()
+        kname.uninstall()
+        print(*("end_capture" in vars(c) for c in (cupy_stream.Stream, cupy_stream.ExternalStream)))
+        """,
+        inject_lib,
+        tmp_path,
+    )
+    lines = out.split("\n")
+    assert lines[:5] == [
+        "True True",
+        "True",
+        "[None, 's'] uploaded True",
+        "None False",
+        "False False",
+    ], out
+    assert capture.ranges("kname") == [
+        f"cuda graph|replay|{line_of(source, 'first-replay')}",
+        f"cuda graph|replay|{line_of(source, 'second-replay')}",
+    ]

@@ -8,7 +8,14 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from kname._version import __version__
-from kname.documents.schema import CENSUS_SCHEMA, PROFILE_SCHEMA, RANKS, kernel_sums
+from kname.documents.schema import (
+    CENSUS_SCHEMA,
+    PROFILE_SCHEMA,
+    RANKS,
+    REPLAYED_AT,
+    REPLAYED_UNSEEN,
+    kernel_sums,
+)
 
 
 class KernelTotals(Protocol):
@@ -25,6 +32,8 @@ class SiteTotals(Protocol):
     gpu_ns: int
     first: int  # the site's first-seen rank
     kernels: Mapping[str, KernelTotals]
+    replays: Mapping[str, KernelTotals]  # its graph work, by the line that replayed it
+    unseen: KernelTotals  # graph work replayed here whose node's making was not seen
 
 
 class Profile(Protocol):
@@ -59,6 +68,7 @@ def profile_document(
     order = {name: rank for rank, (name, _) in enumerate(ranked_by_first, 1)}
     sites = [
         _site(name, "", totals.launches, totals.gpu_ns, order[name], _kernels(totals))
+        | graph_fields(_counts(totals.replays), _count(totals.unseen))
         for name, totals in profile.sites.items()
     ]
     return _with_rank(profile_of_sites(sites, _kernels(profile.unattributed), processes), ranks)
@@ -112,8 +122,28 @@ def _site(
     }
 
 
+def graph_fields(
+    replays: Mapping[str, Mapping[str, int]], unseen: Mapping[str, int]
+) -> dict[str, Any]:
+    """A site's graph fields, present only where it has graph work (schema.py)."""
+    fields: dict[str, Any] = {}
+    if replays:
+        fields[REPLAYED_AT] = ranked_kernels(replays)
+    if unseen["launches"]:
+        fields[REPLAYED_UNSEEN] = {"launches": unseen["launches"], "gpu_ns": unseen["gpu_ns"]}
+    return fields
+
+
 def _kernels(totals: SiteTotals) -> dict[str, dict[str, int]]:
-    return {k: {"launches": v.launches, "gpu_ns": v.gpu_ns} for k, v in totals.kernels.items()}
+    return _counts(totals.kernels)
+
+
+def _counts(totals: Mapping[str, KernelTotals]) -> dict[str, dict[str, int]]:
+    return {k: _count(v) for k, v in totals.items()}
+
+
+def _count(totals: KernelTotals) -> dict[str, int]:
+    return {"launches": totals.launches, "gpu_ns": totals.gpu_ns}
 
 
 def ranked_kernels(kernels: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from kname.documents.kernel_names import display_name
 from kname.documents.schema import PROFILE_SCHEMA
+from kname.documents.tables import graph_note
 from kname.documents.text import columns, count_of, format_duration, printable
 
 DEFAULT_MIN_TIME_NS = 50_000
@@ -119,6 +120,7 @@ class GpuChange:
     after_ns: int
     before_launches: int
     after_launches: int
+    note: str = ""  # graph_note of the site (where a graph replay ran its work)
 
 
 def is_slower(before_ns: int, after_ns: int, threshold: float, min_time_ns: int) -> bool:
@@ -147,6 +149,7 @@ def compare_gpu(
             now["gpu_ns"] if now else 0,
             was["launches"] if was else 0,
             now["launches"] if now else 0,
+            graph_note(now or was),
         )
         if kind is None:
             change = _judged(change, threshold, min_time_ns)
@@ -244,7 +247,7 @@ def _row(c: GpuChange) -> tuple[str, ...]:
     launches = f"{count_of(c.before_launches, 'launch')} -> {c.after_launches}"
     return (
         c.kind if c.name != TOTAL else f"total {c.kind}",
-        printable(c.name),
+        printable(c.name) + c.note,
         format_duration(c.before_ns),
         "->",
         format_duration(c.after_ns),

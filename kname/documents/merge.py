@@ -1,10 +1,11 @@
 """Documents of one kind merged into one, each rank's numbers kept: what `kname report a.json
 b.json` does with one file per rank or process.
 
-Sites are summed: a profile's by call site (launches, GPU time, each kernel's), a census's by
-call site, kernel and library (launches). A merged site's `order` is its earliest first-seen
-rank in any input, its library the one all inputs agree on (else ""); share and kernel are
-derived again, and a profile's `processes` is the sum of its inputs'.
+Sites are summed: a profile's by call site (launches, GPU time, each kernel's, its CUDA graph
+work by replay line), a census's by call site, kernel and library (launches). A merged site's
+`order` is its earliest first-seen rank in any input, its library the one all inputs agree on
+(else ""); share and kernel are derived again, and a profile's `processes` is the sum of its
+inputs'.
 
 Each rank's numbers are kept (schema.py: `ranks`, `by_rank`): the merged document's rank table
 lists the ranks its inputs came from, by rank, and each site's `by_rank` lists, aligned with
@@ -28,12 +29,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from kname._version import __version__
-from kname.documents.build import profile_of_sites, ranked_kernels
+from kname.documents.build import graph_fields, profile_of_sites, ranked_kernels
 from kname.documents.schema import (
     BY_RANK,
     CENSUS_SCHEMA,
     PROFILE_SCHEMA,
     RANKS,
+    REPLAYED_AT,
+    REPLAYED_UNSEEN,
     UNKNOWN_RANK,
     DocumentError,
 )
@@ -55,7 +58,7 @@ class _Site:
     """One merged site: library, earliest order, kernels summed, and per-rank numbers (one
     machine integer per rank slot, in the order ranks were first seen)."""
 
-    __slots__ = ("gpu_ns", "kernels", "launches", "lib", "order")
+    __slots__ = ("gpu_ns", "kernels", "launches", "lib", "order", "replays", "unseen")
 
     def __init__(self, lib: str, order: int) -> None:
         self.lib = lib
@@ -63,6 +66,9 @@ class _Site:
         self.kernels: dict[str, list[int]] = {}  # kernel -> [launches, gpu_ns] (profiles)
         self.launches = array("q")
         self.gpu_ns = array("q")
+        # Graph work (schema.py): by the line that replayed it, and replayed unseen.
+        self.replays: dict[str, list[int]] = {}
+        self.unseen = [0, 0]
 
 
 class Merge:
@@ -146,6 +152,8 @@ class Merge:
                 else:
                     total[0] += kernel["launches"]
                     total[1] += kernel["gpu_ns"]
+            if REPLAYED_AT in site or REPLAYED_UNSEEN in site:
+                _add_graph_work(merged, site)
             launches, gpu_ns = merged.launches, merged.gpu_ns
             if len(launches) == one:  # the common case: this rank is the newest slot
                 launches.append(site["launches"])
@@ -194,6 +202,9 @@ class Merge:
                     mine.lib = ""
                 mine.order = min(mine.order, theirs.order)
             _add_kernels(mine.kernels, theirs.kernels)
+            _add_kernels(mine.replays, theirs.replays)
+            mine.unseen[0] += theirs.unseen[0]
+            mine.unseen[1] += theirs.unseen[1]
             for values, added in ((mine.launches, theirs.launches), (mine.gpu_ns, theirs.gpu_ns)):
                 if appended:  # machine integers copied whole, at C's speed
                     _pad(values, before)
@@ -222,6 +233,8 @@ class Merge:
                 "kernels": ranked_kernels(_as_counts(merged.kernels)),
             }
             site["kernel"] = next(iter(site["kernels"]), "")
+            unseen = {"launches": merged.unseen[0], "gpu_ns": merged.unseen[1]}
+            site |= graph_fields(_as_counts(merged.replays), unseen)
             if arrange is not None:
                 site[BY_RANK] = {
                     "launches": arrange(merged.launches),
@@ -337,6 +350,15 @@ def _add_kernels(into: dict[str, list[int]], kernels: Mapping[str, Any]) -> None
         else:
             total[0] += launches
             total[1] += gpu_ns
+
+
+def _add_graph_work(merged: _Site, site: Mapping[str, Any]) -> None:
+    """A profile site's graph work (replayed_at, replayed_unseen) added to `merged`'s."""
+    _add_kernels(merged.replays, site.get(REPLAYED_AT, {}))
+    unseen = site.get(REPLAYED_UNSEEN)
+    if unseen:
+        merged.unseen[0] += unseen["launches"]
+        merged.unseen[1] += unseen["gpu_ns"]
 
 
 def _pad(values: array, size: int) -> None:

@@ -42,6 +42,21 @@ Schema 2, a GPU profile (`kname profile --json`, `KNAME_MODE=profile`):
 Copies and sets are kernels named `[memcpy HtoD]`, `[memset]`, ... A site's launches and gpu_ns
 are the sums over its kernels; the totals are the sums over the sites plus `unattributed`.
 
+CUDA graphs. The GPU work of a graph replay goes to the line that made each node (the launch
+captured into the graph, or the line that added the node), and the line that replayed the graph
+is kept beside it. Two fields of a site say so, each only where there is such work:
+
+        {"name": "forward model.py:21", ...,
+         "replayed_at": {                  of its launches, those made at this line as graph
+           "step runner.py:26":            nodes, by the line that replayed their graph
+             {"launches": 50, "gpu_ns": 183000}},
+         "replayed_unseen":                of its launches, graph work replayed at this line
+           {"launches": 4, "gpu_ns": 900}} whose nodes kname did not see made (the graph was
+                                           captured before profiling started): it stays here
+
+Each is part of the site's launches and gpu_ns (its sums are not above them). Files written
+before these fields read as sites with no graph work.
+
 Ranks, in either schema. A document says who wrote it in `ranks`, after the totals: one record
 for a file one process wrote, one per rank in a merge of several (merge.py), in rank order:
 
@@ -80,6 +95,9 @@ SITE_FIELDS = {
     CENSUS_SCHEMA: ("name", "kernel", "lib", "launches", "share", "order"),
     PROFILE_SCHEMA: ("name", "kernel", "lib", "launches", "gpu_ns", "share", "order", "kernels"),
 }
+# A profile site's optional fields, for its CUDA graph work (see above).
+REPLAYED_AT = "replayed_at"
+REPLAYED_UNSEEN = "replayed_unseen"
 # The fields after the sites, in the order they are written.
 TOTAL_FIELDS = {
     CENSUS_SCHEMA: ("total_launches",),
@@ -178,6 +196,8 @@ def _plain_profile_site(site: Any) -> bool:
         )
         plain = (
             type(site) is dict
+            and REPLAYED_AT not in site  # graph work: the full checks, which know its fields
+            and REPLAYED_UNSEEN not in site
             and type(site["name"]) is str
             and type(site["kernel"]) is str
             and type(site["lib"]) is str
@@ -319,19 +339,47 @@ def _validate_site(site: Any, where: str, fields: tuple[str, ...]) -> None:
         _validate_kernels(site["kernels"], where)
         if kernel_sums(site["kernels"]) != (site["launches"], site["gpu_ns"]):
             raise DocumentError(f"{where}: launches and gpu_ns are not the sums of its kernels")
+        _validate_graph_fields(site, where)
 
 
 def _validate_kernels(kernels: Any, where: str) -> None:
     if not isinstance(kernels, dict):
         raise DocumentError(f"{where}.kernels must be an object {{kernel: {{launches, gpu_ns}}}}")
     for name, kernel in kernels.items():
-        if not isinstance(kernel, dict) or not all(
-            is_count(kernel.get(key)) for key in ("launches", "gpu_ns")
-        ):
+        if not _is_counts(kernel):
             raise DocumentError(
                 f"{where}.kernels[{name!r}] must be {{'launches': n, 'gpu_ns': t}} "
                 "with whole numbers >= 0"
             )
+
+
+def _validate_graph_fields(site: dict[str, Any], where: str) -> None:
+    """replayed_at and replayed_unseen, where present: counts, together within the site's."""
+    replays = site.get(REPLAYED_AT, {})
+    if not isinstance(replays, dict) or not all(_is_counts(v) for v in replays.values()):
+        raise DocumentError(
+            f"{where}.{REPLAYED_AT} must be {{replay site: {{'launches': n, 'gpu_ns': t}}}} "
+            "with whole numbers >= 0"
+        )
+    unseen = site.get(REPLAYED_UNSEEN, {"launches": 0, "gpu_ns": 0})
+    if not _is_counts(unseen):
+        raise DocumentError(
+            f"{where}.{REPLAYED_UNSEEN} must be {{'launches': n, 'gpu_ns': t}} "
+            "with whole numbers >= 0"
+        )
+    launches, gpu_ns = kernel_sums(replays)
+    if (
+        launches + unseen["launches"] > site["launches"]
+        or gpu_ns + unseen["gpu_ns"] > site["gpu_ns"]
+    ):
+        raise DocumentError(
+            f"{where}: {REPLAYED_AT} and {REPLAYED_UNSEEN} add up to more than the site's "
+            "launches or gpu_ns"
+        )
+
+
+def _is_counts(value: Any) -> bool:
+    return isinstance(value, dict) and all(is_count(value.get(k)) for k in ("launches", "gpu_ns"))
 
 
 def _validate_profile_totals(document: dict[str, Any], source: str) -> None:

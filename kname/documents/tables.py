@@ -14,6 +14,12 @@ least, median and most GPU time of one rank (a census: launches), and the slowes
 far it is over the median (`!` where that makes it a straggler, when asked). `by_rank` tables
 show each site's row on each rank instead.
 
+The GPU work of a CUDA graph replay is on the lines that made the graph's nodes, each with the
+line that replayed it beside its name (graph_note):
+
+    forward model.py:21  (graph replayed at step runner.py:26)   183 us  42.5%  50  3.66 us  ...
+    step runner.py:40  (graph replayed here, its capture not seen)  ...
+
 Kernels are shown by their readable names (kernel_names.py), at most three per site. Names and
 file labels are written through text.printable: a name read from a file, or made from a hostile
 path, cannot move the terminal's cursor or stop the write with an unencodable character.
@@ -21,11 +27,11 @@ path, cannot move the terminal's cursor or stop the write with an unencodable ch
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kname.documents.kernel_names import display_name
-from kname.documents.schema import BY_RANK, CENSUS_SCHEMA, RANKS
+from kname.documents.schema import BY_RANK, CENSUS_SCHEMA, RANKS, REPLAYED_AT, REPLAYED_UNSEEN
 from kname.documents.spread import (
     Spread,
     is_straggler,
@@ -37,6 +43,7 @@ from kname.documents.spread import (
 from kname.documents.text import columns, count_of, format_duration, printable
 
 KERNELS_SHOWN = 3
+REPLAY_SITES_SHOWN = 2
 UNATTRIBUTED_ROW = "<unattributed>"
 
 
@@ -98,7 +105,7 @@ def render_profile_table(
     rows = []
     for index in shown:
         site = document["sites"][index]
-        row = _profile_row(printable(site["name"]), site, total)
+        row = _profile_row(printable(site["name"]) + graph_note(site), site, total)
         if spread:
             flagged = straggler is not None and is_straggler(spread[index], *straggler)
             row = row[:-1] + _spread_cells(spread[index], format_duration, flagged) + row[-1:]
@@ -208,6 +215,29 @@ def _versus(value: int, median: float) -> str:
         return "-" if value else "0"
     percent = 100 * (value - median) / median
     return f"{percent:+.1f}%" if abs(percent) >= 0.05 else "0.0%"
+
+
+def graph_note(site: Mapping[str, Any], text: Callable[[str], str] = printable) -> str:
+    """`  (graph replayed at step runner.py:26)` for a site with graph work, else "": the lines
+    that replayed it (most GPU time first, each through `text`), and how many of its launches,
+    when not all."""
+    notes = []
+    replays = site.get(REPLAYED_AT)
+    if replays:
+        names = [text(name) for name in replays]
+        shown = names[:REPLAY_SITES_SHOWN]
+        if len(names) > len(shown):
+            shown.append(f"+{len(names) - len(shown)} more")
+        notes.append(f"graph replayed at {', '.join(shown)}{_part_of(site, replays.values())}")
+    unseen = site.get(REPLAYED_UNSEEN)
+    if unseen:
+        notes.append(f"graph replayed here, its capture not seen{_part_of(site, [unseen])}")
+    return f"  ({'; '.join(notes)})" if notes else ""
+
+
+def _part_of(site: Mapping[str, Any], counts: Iterable[Mapping[str, int]]) -> str:
+    launches = sum(count["launches"] for count in counts)
+    return "" if launches == site["launches"] else f": {launches} of {site['launches']} launches"
 
 
 def _origin(document: Mapping[str, Any], source: str) -> str:

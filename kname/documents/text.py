@@ -28,10 +28,17 @@ def format_duration(ns: float) -> str:
     """`812 ns`, `12.3 us`, `4.56 ms`, `1.23 s`: three significant digits, ASCII units."""
     for scale, unit in _UNITS:
         if ns >= scale * 0.9995:  # what rounds to 1000 of the unit below is 1.00 of this one
-            value = ns / scale
-            digits = 2 if value < 10 else 1 if value < 100 else 0
-            return f"{value:.{digits}f} {unit}"
+            return f"{_three_digits(ns / scale)} {unit}"
     return f"{ns:.0f} ns"
+
+
+def _three_digits(value: float) -> str:
+    """`value` (1 to 999.5) to three significant digits, judged after rounding: 99.95 -> 100."""
+    if value < 9.995:
+        return f"{value:.2f}"
+    if value < 99.95:
+        return f"{value:.1f}"
+    return f"{value:.0f}"
 
 
 def columns(rows: list[tuple[str, ...]], right_aligned: tuple[int, ...]) -> str:

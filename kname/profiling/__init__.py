@@ -8,6 +8,7 @@ sets) that carry the same correlation id and their device start and end times. T
 
     records.py          launch and activity records; the recorded streams as JSON fixtures
     join.py             correlation id -> site, the per-site and per-kernel totals
+    graphs.py           CUDA graph node -> the line that made it (a replayed kernel's site)
     trace.py            Chrome trace-event JSON (Perfetto, chrome://tracing)
     page.py             one self-contained HTML page: a bar chart and the table
     capture.py          launch API callbacks -> launch records; CUPTI objects -> records

@@ -17,6 +17,12 @@ thread's launch calls their site, so no frame is walked. When the collector tags
 launches (tag_with), the push also pushes the site's CUPTI external correlation id, so that its
 GPU records find the site even through a launch API no callback saw.
 
+CUDA graph nodes are reported by CUPTI's resource callbacks, on the thread that makes them
+(graph_node): a node made during stream capture is made inside the captured launch call, and
+takes that call's site as the call's own records do (no second walk); a node made outside any
+launch call (added explicitly, cudaGraphAddKernelNode) is named after the frame running, by the
+same rules. Clones, updates and destructions carry node and graph ids only.
+
 The native callback (kname._native_cupti, used where it is built) does enter and exit in C, by
 the same rules and with site_of_frame below for what its cache does not answer; the push then
 marks the site in C (mark_wrapped_with: with no external tagging, push and pop are themselves C
@@ -37,11 +43,18 @@ from kname._warnings import report_fault, warn_once
 from kname.profiling import backward
 from kname.profiling.join import Join
 from kname.profiling.records import (
+    EXEC_DESTROYED,
+    GRAPH_DESTROYED,
     KERNEL,
     MEMCPY,
     MEMSET,
+    NODE_CLONED,
+    NODE_CREATED,
+    NODE_DESTROYED,
+    NODE_UPDATED,
     ActivityRecord,
     ExternalCorrelation,
+    GraphNodeRecord,
     LaunchRecord,
     StreamLog,
 )
@@ -57,6 +70,16 @@ SITE_KEY = "kname.profile"
 _KEPT = object()  # what a profile site keeps alive in place of a kernel object
 
 _RUNTIME_VERSION = re.compile(r"_v\d{4,5}$")
+# CUPTI's resource callbacks kname profile subscribes to (CUpti_CallbackIdResource, by the
+# binding's names) and the graph node record each becomes. GRAPH_NODE_UPDATED is CUPTI 13.0's.
+GRAPH_CALLBACKS = {
+    "GRAPHNODE_CREATED": NODE_CREATED,
+    "GRAPHNODE_CLONED": NODE_CLONED,
+    "GRAPH_NODE_UPDATED": NODE_UPDATED,
+    "GRAPHNODE_DESTROY_STARTING": NODE_DESTROYED,
+    "GRAPH_DESTROY_STARTING": GRAPH_DESTROYED,
+    "GRAPHEXEC_DESTROY_STARTING": EXEC_DESTROYED,
+}
 
 
 def say_open_calls_forgotten() -> None:
@@ -104,6 +127,39 @@ def select_launch_apis(callback_ids: Mapping[str, int]) -> dict[int, tuple[str, 
     return chosen
 
 
+def select_graph_callbacks(callback_ids: Mapping[str, int]) -> dict[int, str]:
+    """{callback id: graph node event} for the graph resource callbacks this CUPTI has."""
+    return {
+        int(callback_ids[name]): event
+        for name, event in GRAPH_CALLBACKS.items()
+        if name in callback_ids
+    }
+
+
+class GraphIds(NamedTuple):
+    """The CUPTI ids a graph resource callback is about (0 where its handle is null)."""
+
+    node: int
+    graph: int
+    graph_exec: int
+    original: int
+
+
+def graph_ids(data: Any, node_id: Callable, graph_id: Callable, exec_id: Callable) -> GraphIds:
+    """The ids of CUPTI's CUpti_GraphData `data` (handles as ints: node, graph, graph_exec,
+    original_node), through cuptiGetGraphNodeId, cuptiGetGraphId and cuptiGetGraphExecId."""
+
+    def id_of(handle: int, get: Callable) -> int:
+        return int(get(handle)) if handle else 0
+
+    return GraphIds(
+        id_of(data.node, node_id),
+        id_of(data.graph, graph_id),
+        id_of(data.graph_exec, exec_id),
+        id_of(data.original_node, node_id),
+    )
+
+
 def copy_kind_label(enum_name: str) -> str:
     """CUPTI's memcpy kind name as people write it: `HTOD` -> `HtoD`, `PTOP` -> `PtoP`."""
     if len(enum_name) == 4 and enum_name[1:3] == "TO":
@@ -148,6 +204,7 @@ def activity_records(
                 activity.stream_id,
                 activity.device_id,
                 activity.graph_id,
+                getattr(activity, "graph_node_id", 0),
             )
         )
     return work, externals
@@ -167,6 +224,9 @@ class LaunchCapture:
         self._external_ids: dict[str, int] = {}
         self.external_sites: dict[int, str] = {}  # external correlation id -> site name
         self._ids_lock = new_lock()  # a kname lock: a forked child gets it free
+        # The correlation id of the last launch call entered (any thread): orders graph node
+        # records among launches (a node updated applies to the replays launched after it).
+        self._last_correlation_id = 0
 
     def tag_with(self, push_external: Callable[[int], Any], pop_external: Callable[[], Any]):
         """CUPTI's push and pop of an external correlation id, for the sites built from now on."""
@@ -275,10 +335,36 @@ class LaunchCapture:
             correlation_id, threading.get_ident(), site, api, timestamp, 0, graph, parent
         )
         open_calls.append(record)
+        self._last_correlation_id = correlation_id
         self._join.add_launch(record)
         if self._log is not None:
             self._log.launch(record)
         return record
+
+    def graph_node(self, frame: FrameType | None, event: str, ids: GraphIds) -> GraphNodeRecord:
+        """A graph resource callback on this thread; `frame` is the Python frame running."""
+        site = ""
+        if event == NODE_CREATED:
+            # Made during stream capture: inside the launch call captured, which has its site.
+            open_calls = getattr(self._local, "open_calls", None)
+            if open_calls:
+                site = open_calls[-1].site
+            else:
+                site = getattr(self._local, "wrapped", None) or site_of_frame(frame)
+        record = GraphNodeRecord(
+            event, ids.node, ids.graph, ids.graph_exec, ids.original, site,
+            self._last_correlation_id,
+        )  # fmt: skip
+        self.add_graph_nodes((record,))
+        return record
+
+    def add_graph_nodes(self, records: Iterable[GraphNodeRecord]) -> None:
+        """Graph node records (made here, or by the native callback) into the join and the log."""
+        join, log = self._join, self._log
+        for record in records:
+            join.add_graph_node(record)
+            if log is not None:
+                log.graph_node(record)
 
     def add(self, records: Iterable[LaunchRecord]) -> None:
         """Launch records made elsewhere (by the native callback) into the join and the log."""

@@ -27,6 +27,11 @@ The API used (cupti-python 13.0.1, module `cupti.cupti`):
     enable_callback(1, subscriber, CallbackDomain.DRIVER_API | RUNTIME_API, cbid)
         cbids from driver_api_trace_cbid / runtime_api_trace_cbid, chosen by name
     CallbackData.callback_site (ApiCallbackSite.API_ENTER / API_EXIT), .correlation_id
+    enable_callback(1, subscriber, CallbackDomain.RESOURCE, cbid): CallbackIdResource's graph
+        callbacks (GRAPHNODE_CREATED, GRAPHNODE_CLONED, GRAPH_NODE_UPDATED, *_DESTROY_STARTING);
+        the callback's data is then a ResourceData, whose .resource_descriptor points to the
+        CUpti_GraphData (GraphData.from_ptr: .node, .graph, .graph_exec, .original_node);
+        get_graph_node_id(node), get_graph_id(graph), get_graph_exec_id(graph_exec)
     activity_register_callbacks(requested() -> (size, max_records), completed(list of records))
         records are ActivityKernel10 / ActivityMemcpy6 / ActivityMemset4 /
         ActivityExternalCorrelation objects, read inside the callback only (the Python path;
@@ -56,10 +61,17 @@ from kname.profiling.capture import (
     LaunchCapture,
     activity_records,
     memcpy_work_name,
+    select_graph_callbacks,
 )
 from kname.profiling.capture import select_launch_apis as _select
 from kname.profiling.join import Join
-from kname.profiling.launch_callbacks import Apis, NativeUnavailable, PythonCallbacks, choose
+from kname.profiling.launch_callbacks import (
+    Apis,
+    GraphCallbacks,
+    NativeUnavailable,
+    PythonCallbacks,
+    choose,
+)
 from kname.profiling.native_join import NativeJoin
 from kname.profiling.records import ActivityRecord, ExternalCorrelation, StreamLog
 
@@ -115,6 +127,7 @@ class CuptiCollector:
             return False
         self._cupti = cupti
         apis = launch_apis(cupti)
+        graphs = select_graph_callbacks(cupti.CallbackIdResource.__members__)
         kinds = cupti.ActivityKind
         self._kinds = ActivityKinds(
             frozenset({int(kinds.CONCURRENT_KERNEL), int(kinds.KERNEL)}),
@@ -122,7 +135,7 @@ class CuptiCollector:
             int(kinds.MEMSET),
             int(kinds.EXTERNAL_CORRELATION),
         )
-        if not self._subscribe(cupti, apis):
+        if not self._subscribe(cupti, apis, graphs):
             return False
         try:
             # Buffers before kinds: records may be produced as soon as a kind is enabled.
@@ -312,18 +325,18 @@ class CuptiCollector:
             self._copy_kinds[copy_kind] = name
         return name
 
-    def _subscribe(self, cupti: Any, apis: dict[int, dict[int, tuple[str, bool]]]) -> bool:
-        """Launch callbacks on (native where it can reach CUPTI's functions); False, said in
-        one line, when CUPTI refuses."""
+    def _subscribe(self, cupti: Any, apis: Apis, graphs: GraphCallbacks) -> bool:
+        """Launch and graph callbacks on (native where it can reach CUPTI's functions); False,
+        said in one line, when CUPTI refuses."""
         self._callbacks = choose(self._capture)
         self._holder = None
         try:
             try:
-                self._callbacks.subscribe(cupti, apis)
+                self._callbacks.subscribe(cupti, apis, graphs)
             except NativeUnavailable as exc:
                 self._callbacks.unsubscribe()
                 self._callbacks = PythonCallbacks(self._capture, f"the native one: {exc}")
-                self._callbacks.subscribe(cupti, apis)
+                self._callbacks.subscribe(cupti, apis, graphs)
         except Exception as exc:
             self._holder = self._callbacks.holder
             self._say_not_started(cupti, exc)

@@ -1,10 +1,13 @@
 """The join: each GPU activity record goes to the call site of the API call that caused it.
 
 CUPTI gives an activity record the correlation id of the launch API call behind it; the launch
-callback recorded that call's site under the same id. Kernels of a CUDA graph carry the
-correlation id of the graph launch (cuGraphLaunch/cudaGraphLaunch), so they go to the line that
-launched the graph. Totals are kept per site and per kernel within a site: launches (GPU
-records) and gpu_ns (their device time, end - start).
+callback recorded that call's site under the same id. Kernels, copies and sets of a CUDA graph
+carry the correlation id of the graph launch (cuGraphLaunch/cudaGraphLaunch) and the id of the
+graph node they ran as: each goes to the line that made its node (graphs.py: the launch captured
+into the graph, or the line that added the node), with the line that replayed the graph kept as
+its parent (`replays`); a node kname did not see made stays with the replay line, counted apart
+(`unseen`). Totals are kept per site and per kernel within a site: launches (GPU records) and
+gpu_ns (their device time, end - start).
 
 Memory stays bounded on long runs: a launch's entry leaves the pending table when its GPU record
 arrives (graph launches stay until the end: their kernels keep arriving), and is kept a little
@@ -24,10 +27,18 @@ import itertools
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from kname._locks import new_lock
 from kname._warnings import warn_once
-from kname.profiling.records import ActivityRecord, ExternalCorrelation, LaunchRecord, Streams
+from kname.profiling.graphs import MAX_NODES, RECENT_NODES, GraphNodes
+from kname.profiling.records import (
+    ActivityRecord,
+    ExternalCorrelation,
+    GraphNodeRecord,
+    LaunchRecord,
+    Streams,
+)
 
 MAX_PENDING = 1_000_000
 RECENT_WINDOW = 65_536
@@ -50,6 +61,10 @@ class SiteTotals:
     gpu_ns: int = 0
     first: int = 0  # the smallest correlation id attributed: the site's first-seen rank
     kernels: dict[str, KernelTotals] = field(default_factory=dict)
+    # Of the above, the graph work made at this site, by the site that replayed its graph.
+    replays: dict[str, KernelTotals] = field(default_factory=dict)
+    # Of the above, graph work replayed here whose node kname did not see made.
+    unseen: KernelTotals = field(default_factory=KernelTotals)
 
     def add(self, record: ActivityRecord) -> None:
         """Count one GPU record."""
@@ -64,10 +79,35 @@ class SiteTotals:
         kernel.launches += 1
         kernel.gpu_ns += duration
 
+    def add_replayed(self, record: ActivityRecord, replay: str) -> None:
+        """Count one GPU record of a graph node made here, replayed at `replay`."""
+        self.add(record)
+        totals = self.replays.get(replay)
+        if totals is None:
+            totals = self.replays[replay] = KernelTotals()
+        totals.launches += 1
+        totals.gpu_ns += record.duration
+
+    def add_unseen(self, record: ActivityRecord) -> None:
+        """Count one GPU record of a graph replayed here, its node's making not seen."""
+        self.add(record)
+        self.unseen.launches += 1
+        self.unseen.gpu_ns += record.duration
+
     def copy(self) -> SiteTotals:
         """An independent copy (a snapshot while records keep arriving)."""
         kernels = {k: KernelTotals(v.launches, v.gpu_ns) for k, v in self.kernels.items()}
-        return SiteTotals(self.launches, self.gpu_ns, self.first, kernels)
+        replays = {k: KernelTotals(v.launches, v.gpu_ns) for k, v in self.replays.items()}
+        unseen = KernelTotals(self.unseen.launches, self.unseen.gpu_ns)
+        return SiteTotals(self.launches, self.gpu_ns, self.first, kernels, replays, unseen)
+
+
+class Attribution(NamedTuple):
+    """Where one GPU record goes: its site, and for graph work the line that replayed it."""
+
+    site: str
+    replayed_at: str = ""  # "" unless graph work
+    capture_seen: bool = True  # False: graph work whose node kname did not see made
 
 
 @dataclass
@@ -94,7 +134,13 @@ class Profile:
 class Join:
     """Launch records in (any thread), activity records in (CUPTI's thread), totals out."""
 
-    def __init__(self, max_pending: int = MAX_PENDING, recent_window: int = RECENT_WINDOW):
+    def __init__(
+        self,
+        max_pending: int = MAX_PENDING,
+        recent_window: int = RECENT_WINDOW,
+        max_nodes: int = MAX_NODES,
+        recent_nodes: int = RECENT_NODES,
+    ):
         self.max_pending = max_pending
         self.recent_window = recent_window
         self._pending: dict[int, LaunchRecord] = {}
@@ -111,7 +157,11 @@ class Join:
         self._first = 0  # the smallest correlation id of a launch seen (CUPTI's ids only grow)
         self.launch_count = 0  # launch records seen
         self.record_count = 0  # activity records seen
+        self.nodes = GraphNodes(max_nodes, recent_nodes)
         self._lock = new_lock()  # freed in a forked child, whoever held it
+        # Graph node records come on the threads that make graphs, while CUPTI's thread may hold
+        # _lock for a whole buffer: their own lock, and the join reads the table without one.
+        self._nodes_lock = new_lock()
 
     def add_launch(self, record: LaunchRecord) -> None:
         """A launch API call and its site. Called on the launching thread: no lock taken."""
@@ -129,6 +179,11 @@ class Join:
         if len(self._pending) > self.max_pending:
             self._trim()
 
+    def add_graph_node(self, record: GraphNodeRecord) -> None:
+        """A graph node made, cloned, updated or destroyed (when CUPTI said so)."""
+        with self._nodes_lock:
+            self.nodes.add(record)
+
     def add_activities(self, records: Iterable[ActivityRecord]) -> None:
         """GPU records (one CUPTI buffer's worth): attribute each to its site."""
         with self._lock:
@@ -138,7 +193,7 @@ class Join:
                 if site is None:
                     self._park(record)
                 else:
-                    self._totals(site).add(record)
+                    self._count(site, record)
 
     def add_externals(
         self, records: Iterable[ExternalCorrelation], sites: Mapping[int, str] | None = None
@@ -168,6 +223,16 @@ class Join:
             return self._recent[correlation_id]
         external = self._externals.get(correlation_id)
         return None if external is None else self._external_sites.get(external)
+
+    def attribution(self, record: ActivityRecord) -> Attribution:
+        """Where `record` would go now, without consuming anything (for the trace)."""
+        site = self.site_of(record.correlation_id) or UNATTRIBUTED
+        if not (record.graph_node_id or record.graph_id):
+            return Attribution(site)
+        capture = self.nodes.site_of(record.graph_node_id, record.correlation_id)
+        if capture is None:
+            return Attribution(site, site, capture_seen=False)
+        return Attribution(capture, site)
 
     def profile(self) -> Profile:
         """A snapshot of the totals; records still waiting for their launch count unattributed.
@@ -231,7 +296,18 @@ class Join:
             if waiting:
                 self._orphan_count -= len(waiting)
                 for orphan in waiting:
-                    self._totals(self._site_of(orphan.correlation_id) or UNATTRIBUTED).add(orphan)
+                    self._count(self._site_of(orphan.correlation_id) or UNATTRIBUTED, orphan)
+
+    def _count(self, site: str, record: ActivityRecord) -> None:
+        """Count `record`, launched at `site`: graph work goes to the line that made its node."""
+        if not (record.graph_node_id or record.graph_id):
+            self._totals(site).add(record)
+            return
+        capture = self.nodes.site_of(record.graph_node_id, record.correlation_id)
+        if capture is None:
+            self._totals(site).add_unseen(record)
+        else:
+            self._totals(capture).add_replayed(record, site)
 
     def _park(self, record: ActivityRecord) -> None:
         if self._orphan_count >= self.max_pending:
@@ -277,12 +353,17 @@ def replay(streams: Streams) -> Profile:
 
 
 def replay_join(streams: Streams) -> Join:
-    """A join that holds every launch and external correlation of `streams` (none dropped)."""
+    """A join that holds every launch, external correlation and graph node of `streams` (none
+    dropped, destroyed nodes kept for the records that come after)."""
     join = Join(
         max_pending=len(streams.launches) + 1,
         recent_window=max(RECENT_WINDOW, len(streams.externals) + len(streams.launches) + 1),
+        max_nodes=len(streams.graph_nodes) + 1,
+        recent_nodes=len(streams.graph_nodes) + 1,
     )
     for launch in streams.launches:
         join.add_launch(launch)
+    for node in streams.graph_nodes:
+        join.add_graph_node(node)
     join.add_externals(streams.externals, streams.external_sites)
     return join

@@ -14,6 +14,9 @@ by capture.py's rules; they differ in what runs per launch:
                       LaunchCapture.enter and exit: about 20-50 us of CPU time per launch. The
                       activity buffers are then cupti-python's (a Python object per record).
 
+Both also take CUPTI's graph resource callbacks (`graphs`: node made, cloned, updated,
+destroyed; capture.GRAPH_CALLBACKS), which tie each CUDA graph node to its line.
+
 The hot path of this install decides (kname.hotpath: the extension where built; KNAME_NATIVE=0:
 Python). The rest of the activity side (kinds, flush, what the records become) is the
 collector's (cupti_collector.py).
@@ -35,15 +38,25 @@ from kname.profiling.capture import (
     SITE_KEY,
     UNNAMED,
     LaunchCapture,
+    graph_ids,
     say_open_calls_forgotten,
     site_of_frame,
 )
+from kname.profiling.graphs import MAX_NODES, RECENT_NODES, say_nodes_not_kept
 from kname.profiling.join import MAX_PENDING, RECENT_WINDOW, UNATTRIBUTED, say_pending_dropped
 from kname.profiling.native_join import NativeJoin
-from kname.profiling.records import ActivityRecord, ExternalCorrelation, LaunchRecord
+from kname.profiling.records import (
+    NODE_EVENTS,
+    ActivityRecord,
+    ExternalCorrelation,
+    GraphNodeRecord,
+    LaunchRecord,
+)
 
 # {CUPTI callback domain: {callback id: (API name, is a graph launch)}}
 Apis = dict[int, dict[int, tuple[str, bool]]]
+# {CUPTI resource callback id: graph node event} (capture.select_graph_callbacks)
+GraphCallbacks = dict[int, str]
 SUBSCRIBER_NAME = "kname"
 MAX_WAITING_RECORDS = 1_000_000  # GPU records read in C and not yet handed to the join
 PYTHON_CALLBACK_COST = "about 20-50 us of CPU time per launch"
@@ -78,14 +91,18 @@ class PythonCallbacks:
         """What collects, for the line said at start."""
         return f"CUPTI's Python binding ({self._why}), which adds {PYTHON_CALLBACK_COST}"
 
-    def subscribe(self, cupti: Any, apis: Apis) -> None:
-        """Subscribe and enable `apis`; raises the binding's error (status) on failure."""
-        self._cupti, self._apis = cupti, apis
+    def subscribe(self, cupti: Any, apis: Apis, graphs: GraphCallbacks | None = None) -> None:
+        """Subscribe and enable `apis` and `graphs`; raises the binding's error (status) on
+        failure."""
+        self._cupti, self._apis, self._graphs = cupti, apis, graphs or {}
         self._enter = int(cupti.ApiCallbackSite.API_ENTER)
+        self._resource = int(cupti.CallbackDomain.RESOURCE)
         self._subscriber = self._subscribe(cupti)
         for domain, chosen in apis.items():
             for cbid in chosen:
                 cupti.enable_callback(1, self._subscriber, domain, cbid)
+        for cbid in self._graphs:
+            cupti.enable_callback(1, self._subscriber, self._resource, cbid)
 
     def unsubscribe(self) -> None:
         """No callback after this; raises the binding's error."""
@@ -112,7 +129,9 @@ class PythonCallbacks:
     # CUPTI's callback: never raises into CUPTI.
     def _on_api(self, userdata: Any, domain: int, cbid: int, data: Any) -> None:
         try:
-            if data.callback_site == self._enter:
+            if domain == self._resource:
+                self._on_graph(self._graphs[cbid], data)
+            elif data.callback_site == self._enter:
                 api, graph = self._apis[domain][cbid]
                 try:
                     frame = sys._getframe(1)  # the Python frame that called into the library
@@ -125,6 +144,29 @@ class PythonCallbacks:
                 self._capture.exit(data.correlation_id, self._cupti.get_timestamp())
         except Exception as exc:
             report_fault("recording a CUDA launch for kname profile", exc)
+
+    def _on_graph(self, event: str, data: Any) -> None:
+        """A graph resource callback: `data` is CUPTI's CUpti_ResourceData, whose descriptor is
+        the CUpti_GraphData."""
+        cupti = self._cupti
+        if not data.resource_descriptor:
+            return  # no CUpti_GraphData: nothing to tie
+        graph_data = cupti.GraphData.from_ptr(data.resource_descriptor, readonly=True)
+        ids = graph_ids(
+            graph_data,
+            cupti.get_graph_node_id,
+            cupti.get_graph_id,
+            getattr(cupti, "get_graph_exec_id", _no_id),  # cuptiGetGraphExecId: CUPTI 12.4+
+        )
+        try:
+            frame = sys._getframe(2)  # the Python frame that called into the library
+        except ValueError:
+            frame = None
+        self._capture.graph_node(frame, event, ids)
+
+
+def _no_id(handle: int) -> int:
+    return 0
 
 
 class NativeCallbacks:
@@ -164,9 +206,10 @@ class NativeCallbacks:
         self._capture.mark_wrapped_with(recorder.mark, recorder.unmark, recorder.site_calls)
         backward.listen(recorder.set_frameless)
 
-    def subscribe(self, cupti: Any, apis: Apis) -> None:
-        """Subscribe and enable `apis`; raises the binding's error for a CUPTI status, and
-        NativeUnavailable when libcupti's functions cannot be had (nothing subscribed then)."""
+    def subscribe(self, cupti: Any, apis: Apis, graphs: GraphCallbacks | None = None) -> None:
+        """Subscribe and enable `apis` (and `graphs`); raises the binding's error for a CUPTI
+        status, and NativeUnavailable when libcupti's functions cannot be had (nothing
+        subscribed then)."""
         cupti.get_timestamp()  # the binding loads libcupti now (and raises without a driver)
         path = libcupti_path()
         pairs = sorted({pair for chosen in apis.values() for pair in chosen.values()})
@@ -183,6 +226,10 @@ class NativeCallbacks:
                 status = recorder.enable(domain, cbid, index[pair])
                 if status:
                     raise cupti.cuptiError(status)
+        for cbid, event in (graphs or {}).items():
+            status = recorder.enable_graph(cbid, NODE_EVENTS.index(event) + 1)
+            if status:
+                raise cupti.cuptiError(status)
         self.take_wrapped_sites()
 
     def unsubscribe(self) -> None:
@@ -199,6 +246,7 @@ class NativeCallbacks:
             return
         try:
             self._capture.add(recorder.drain(LaunchRecord))
+            self._capture.add_graph_nodes(recorder.drain_graph_nodes(GraphNodeRecord))
         except Exception as exc:
             report_fault("reading kname's native launch records", exc)
             return
@@ -217,7 +265,7 @@ class NativeCallbacks:
                 report_fault(*fault)
             if recorder.take_forgotten():
                 say_open_calls_forgotten()
-            dropped = recorder.counts()["dropped"]
+            counts = recorder.counts()
             joined = recorder.join_counts()
             read = recorder.activity_counts()
         except Exception as exc:
@@ -226,17 +274,26 @@ class NativeCallbacks:
         say_activity_losses(read)  # with the join in C, no drain_activities() says them
         if joined["trimmed"]:
             say_pending_dropped(MAX_PENDING)
+        if joined["nodes_capped"]:
+            say_nodes_not_kept(MAX_NODES)
         if joined["no_memory"]:
             warn_once(
                 "profile:native-memory",
                 "profile: kname ran out of memory while joining GPU records; some were not counted",
             )
-        if dropped:
+        if counts["dropped"]:
             warn_once(
                 "profile:native-pending",
                 f"profile: more than {MAX_PENDING} launch calls waited for CUPTI's activity "
                 "records; later ones were not recorded, and the GPU work they caused counts "
                 "as unattributed",
+            )
+        if counts["graph_nodes_dropped"]:
+            warn_once(
+                "profile:native-graph-nodes",
+                f"profile: more than {MAX_PENDING} CUDA graph node events waited to be joined; "
+                "later ones were not recorded, and the GPU work of those nodes counts under "
+                "the line that replayed their graph",
             )
 
     # --- CUPTI's activity buffers, read in C -------------------------------------------------
@@ -253,7 +310,7 @@ class NativeCallbacks:
         """From now on the recorder joins the GPU records itself, in C (join.py's rules and
         bounds); what it keeps (after `earlier`'s), read as a Join. Before
         take_activity_buffers()."""
-        self.recorder.join_in_c(MAX_PENDING, RECENT_WINDOW, UNATTRIBUTED)
+        self.recorder.join_in_c(MAX_PENDING, RECENT_WINDOW, UNATTRIBUTED, MAX_NODES, RECENT_NODES)
         return NativeJoin(self.recorder, memcpy_name, earlier)
 
     def join_now(self) -> None:

@@ -1,9 +1,10 @@
 """The join kname._native_cupti's recorder keeps in C, read as join.Join is read.
 
 With kname's native CUPTI callback and no stream log (no --trace, no external correlation
-tagging), launch records and GPU records meet in C, in CUPTI's thread, by join.py's rules and
-within its bounds (kname/_native_cupti_join.c): no Python object is made per record. What the
-session and the collector read of that join is here: its counts, and profile() as Join gives it.
+tagging), launch records, graph node records and GPU records meet in C, in CUPTI's thread, by
+join.py's and graphs.py's rules and within their bounds (kname/_native_cupti_join.c,
+_native_cupti_graphs.c): no Python object is made per record. What the session and the
+collector read of that join is here: its counts, and profile() as Join gives it.
 """
 
 from __future__ import annotations
@@ -77,24 +78,38 @@ def _plus(totals: SiteTotals, more: SiteTotals) -> SiteTotals:
     if more.first and (not totals.first or more.first < totals.first):
         totals.first = more.first
     for name, kernel in more.kernels.items():
-        mine = totals.kernels.setdefault(name, KernelTotals())
-        mine.launches += kernel.launches
-        mine.gpu_ns += kernel.gpu_ns
+        _add(totals.kernels, name, kernel.launches, kernel.gpu_ns)
         totals.launches += kernel.launches
         totals.gpu_ns += kernel.gpu_ns
+    for replay, counts in more.replays.items():
+        _add(totals.replays, replay, counts.launches, counts.gpu_ns)
+    totals.unseen.launches += more.unseen.launches
+    totals.unseen.gpu_ns += more.unseen.gpu_ns
     return totals
 
 
-def site_totals(first: int, kernels: Iterable[tuple[str, int, int]]) -> SiteTotals:
+def site_totals(
+    first: int,
+    kernels: Iterable[tuple[str, int, int]],
+    replays: Iterable[tuple[str, int, int]] = (),
+    unseen: tuple[int, int] = (0, 0),
+) -> SiteTotals:
     """A site's totals from (kernel name, launches, gpu_ns) counts; counts of the same name
-    are one kernel (two copy kinds that CUPTI's enum does not name are both `unknown`)."""
-    totals = SiteTotals(first=first)
+    are one kernel (two copy kinds that CUPTI's enum does not name are both `unknown`). Its graph
+    work: (replay site, launches, gpu_ns) counts, and (launches, gpu_ns) replayed here unseen."""
+    totals = SiteTotals(first=first, unseen=KernelTotals(*unseen))
     for name, launches, gpu_ns in kernels:
-        kernel = totals.kernels.get(name)
-        if kernel is None:
-            kernel = totals.kernels[name] = KernelTotals()
-        kernel.launches += launches
-        kernel.gpu_ns += gpu_ns
+        _add(totals.kernels, name, launches, gpu_ns)
         totals.launches += launches
         totals.gpu_ns += gpu_ns
+    for replay, launches, gpu_ns in replays:
+        _add(totals.replays, replay, launches, gpu_ns)
     return totals
+
+
+def _add(into: dict[str, KernelTotals], name: str, launches: int, gpu_ns: int) -> None:
+    counts = into.get(name)
+    if counts is None:
+        counts = into[name] = KernelTotals()
+    counts.launches += launches
+    counts.gpu_ns += gpu_ns

@@ -2,7 +2,8 @@
 
 No script, no style sheet or font from elsewhere, no network: inline SVG and CSS only, so the page
 opens from a CI artifact or an e-mail. Each bar carries its data (`data-site`, `data-gpu-ns`) for
-tests and for anyone reading the source.
+tests and for anyone reading the source. A site with CUDA graph work says beneath its name which
+lines replayed its graph (`<div class="graph">`, as the table's note says it).
 
 A merged document of several ranks shows each line's spread across them (documents/spread.py):
 the least, median and most GPU time of one rank, drawn as a range with the median marked
@@ -17,7 +18,7 @@ from typing import Any
 
 from kname.documents.kernel_names import display_name
 from kname.documents.spread import Spread, spreads
-from kname.documents.tables import ranked_sites
+from kname.documents.tables import graph_note, ranked_sites
 from kname.documents.text import count_of, format_duration
 
 BARS_SHOWN = 40
@@ -45,6 +46,7 @@ th, td { padding: 0.25em 0.8em; border-bottom: 1px solid #ddd; text-align: left;
 th { white-space: nowrap; }
 td.number { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 td.site { font-family: ui-monospace, monospace; white-space: nowrap; }
+td.site .graph { color: #555; font-size: 0.9em; }
 ul.kernels { margin: 0; padding-left: 1.2em; }
 ul.kernels .kernel { overflow-wrap: anywhere; }
 ul.kernels .time { white-space: nowrap; }
@@ -127,8 +129,11 @@ def _table(sites: list[Mapping[str, Any]], total: int, spread: list[Spread] | No
             "</li>"
             for name, k in site["kernels"].items()
         )
+        note = graph_note(site, text=str).strip().removeprefix("(").removesuffix(")")
+        graph = f'<div class="graph">{escape(note)}</div>' if note else ""
         rows.append(
-            f'<tr data-site="{escape(site["name"])}"><td class="site">{escape(site["name"])}</td>'
+            f'<tr data-site="{escape(site["name"])}"><td class="site">{escape(site["name"])}'
+            f"{graph}</td>"
             f'<td class="number">{escape(format_duration(site["gpu_ns"]))}</td>'
             f'<td class="number">{share}</td><td class="number">{launches}</td>'
             f'<td class="number">{escape(mean)}</td>'

@@ -1,8 +1,12 @@
-"""The two streams a profile is made of, and their JSON form (recorded on a GPU, replayed in CI).
+"""The streams a profile is made of, and their JSON form (recorded on a GPU, replayed in CI).
 
 A launch record is written at a launch API call: its correlation id, the thread, the call site.
-An activity record comes later from CUPTI: what ran on the GPU (a kernel, a copy, a set), when,
-where, and the correlation id of the API call that caused it. Timestamps are CUPTI's, in ns.
+A graph node record is written when CUPTI reports a CUDA graph node created (during stream
+capture, inside a launch call; or added explicitly), cloned (at instantiation), updated
+(cudaGraphExecUpdate) or destroyed: it ties the node to the line that made it. An activity record
+comes later from CUPTI: what ran on the GPU (a kernel, a copy, a set), when, where, the
+correlation id of the API call that caused it and, for graph work, the node it ran as.
+Timestamps are CUPTI's, in ns.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from kname._locks import new_lock
 
 KERNEL, MEMCPY, MEMSET = "kernel", "memcpy", "memset"
 ACTIVITY_KINDS = (KERNEL, MEMCPY, MEMSET)
-STREAMS_FORMAT = 1
+STREAMS_FORMAT = 2  # 2 added graph node records and activity records' graph_node_id
+READ_FORMATS = (1, 2)
 MAX_LOGGED = 2_000_000  # records a StreamLog keeps (for --trace and fixtures), of every kind
 
 
@@ -46,11 +51,37 @@ class ActivityRecord:
     stream: int = 0
     device: int = 0
     graph_id: int = 0  # nonzero for work launched as part of a CUDA graph
+    graph_node_id: int = 0  # the graph node it ran as (CUPTI's graphNodeId), 0 if none
 
     @property
     def duration(self) -> int:
         """Device time in ns (0 when CUPTI could not time it)."""
         return self.end - self.start if self.end > self.start else 0
+
+
+# What happened to a graph node (CUPTI's resource callbacks), in GraphNodeRecord.event.
+NODE_CREATED = "created"  # GRAPHNODE_CREATED: `site` made `node` in `graph`
+NODE_CLONED = "cloned"  # GRAPHNODE_CLONED: `node` is a copy of `original` (instantiation, clones)
+NODE_UPDATED = "updated"  # GRAPH_NODE_UPDATED: `node` (of an executable graph) took `original`'s
+NODE_DESTROYED = "destroyed"  # GRAPHNODE_DESTROY_STARTING
+GRAPH_DESTROYED = "graph_destroyed"  # GRAPH_DESTROY_STARTING: every node of `graph`
+EXEC_DESTROYED = "exec_destroyed"  # GRAPHEXEC_DESTROY_STARTING: every node of `graph_exec`
+NODE_EVENTS = (
+    NODE_CREATED, NODE_CLONED, NODE_UPDATED, NODE_DESTROYED, GRAPH_DESTROYED, EXEC_DESTROYED,
+)  # fmt: skip
+
+
+@dataclass(slots=True)
+class GraphNodeRecord:
+    """One of CUPTI's graph resource callbacks, as the join needs it (ids are CUPTI's)."""
+
+    event: str  # one of NODE_EVENTS
+    node: int = 0  # cuptiGetGraphNodeId
+    graph: int = 0  # cuptiGetGraphId of the graph the node is in (or the graph destroyed)
+    graph_exec: int = 0  # cuptiGetGraphExecId of the executable graph it is in, 0 if none
+    original: int = 0  # cloned or updated: the node it copies
+    site: str = ""  # created: the line that made it (the launch call captured, or the caller)
+    correlation_id: int = 0  # the last launch API call entered before it (orders it among them)
 
 
 @dataclass(slots=True)
@@ -70,6 +101,7 @@ class Streams:
     externals: list[ExternalCorrelation] = field(default_factory=list)
     external_sites: dict[int, str] = field(default_factory=dict)  # external id -> site name
     meta: dict[str, Any] = field(default_factory=dict)
+    graph_nodes: list[GraphNodeRecord] = field(default_factory=list)  # in the order they came
 
 
 class StreamsError(ValueError):
@@ -84,31 +116,31 @@ class StreamLog:
         self.launches: list[LaunchRecord] = []
         self.activities: list[ActivityRecord] = []
         self.externals: list[ExternalCorrelation] = []
+        self.graph_nodes: list[GraphNodeRecord] = []
         self.dropped = 0  # records not kept once the bound was reached
         self._lock = new_lock()  # freed in a forked child, whoever held it
 
     def launch(self, record: LaunchRecord) -> None:
         """Keep a launch record (the same object: its exit time is filled in later)."""
-        if len(self.launches) + len(self.activities) + len(self.externals) < self.max_records:
+        if self._kept() < self.max_records:
             self.launches.append(record)  # list.append is atomic: no lock on the launch path
+        else:
+            self.dropped += 1
+
+    def graph_node(self, record: GraphNodeRecord) -> None:
+        """Keep a graph node record (in the order CUPTI's callbacks came)."""
+        if self._kept() < self.max_records:
+            self.graph_nodes.append(record)
         else:
             self.dropped += 1
 
     def add_activities(self, records: list[ActivityRecord]) -> None:
         """Keep activity records, up to the bound."""
-        with self._lock:
-            room = self.max_records - len(self.launches) - len(self.activities)
-            room -= len(self.externals)
-            self.activities.extend(records[: max(room, 0)])
-            self.dropped += max(len(records) - max(room, 0), 0)
+        self._add(self.activities, records)
 
     def add_externals(self, records: list[ExternalCorrelation]) -> None:
         """Keep external correlation records (one per API call inside a wrapped launch)."""
-        with self._lock:
-            room = self.max_records - len(self.launches) - len(self.activities)
-            room -= len(self.externals)
-            self.externals.extend(records[: max(room, 0)])
-            self.dropped += max(len(records) - max(room, 0), 0)
+        self._add(self.externals, records)
 
     def streams(self, external_sites: Mapping[int, str] | None = None, **meta: Any) -> Streams:
         """A snapshot of what was kept, with `meta` describing the run."""
@@ -119,7 +151,19 @@ class StreamLog:
                 list(self.externals),
                 dict(external_sites or {}),
                 dict(meta, dropped_records=self.dropped),
+                list(self.graph_nodes),
             )
+
+    def _kept(self) -> int:
+        return (
+            len(self.launches) + len(self.activities) + len(self.externals) + len(self.graph_nodes)
+        )
+
+    def _add(self, kept: list, records: list) -> None:
+        with self._lock:
+            room = max(self.max_records - self._kept(), 0)
+            kept.extend(records[:room])
+            self.dropped += max(len(records) - room, 0)
 
 
 def streams_to_json(streams: Streams) -> str:
@@ -137,7 +181,8 @@ def streams_to_json(streams: Streams) -> str:
         f'  "launches": {lines(streams.launches)},\n'
         f'  "activities": {lines(streams.activities)},\n'
         f'  "external_correlations": {lines(streams.externals)},\n'
-        f'  "external_sites": {json.dumps(sites, ensure_ascii=False)}\n'
+        f'  "external_sites": {json.dumps(sites, ensure_ascii=False)},\n'
+        f'  "graph_nodes": {lines(streams.graph_nodes)}\n'
         "}\n"
     )
 
@@ -148,17 +193,19 @@ def streams_from_json(text: str, source: str) -> Streams:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise StreamsError(f"{source}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(data, dict) or data.get("kname_streams") != STREAMS_FORMAT:
-        raise StreamsError(f"{source}: not kname streams of format {STREAMS_FORMAT}")
+    if not isinstance(data, dict) or data.get("kname_streams") not in READ_FORMATS:
+        read = " or ".join(map(str, READ_FORMATS))
+        raise StreamsError(f"{source}: not kname streams of format {read}")
     try:
         launches = [_launch(item) for item in data["launches"]]
         activities = [_activity(item) for item in data["activities"]]
         externals = [ExternalCorrelation(**item) for item in data.get("external_correlations", [])]
         sites = {int(k): str(v) for k, v in data.get("external_sites", {}).items()}
         meta = dict(data.get("meta", {}))
+        nodes = [_graph_node(item) for item in data.get("graph_nodes", [])]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise StreamsError(f"{source}: malformed record ({type(exc).__name__}: {exc})") from None
-    return Streams(launches, activities, externals, sites, meta)
+    return Streams(launches, activities, externals, sites, meta, nodes)
 
 
 def load_streams(path: str) -> Streams:
@@ -182,4 +229,11 @@ def _activity(item: dict) -> ActivityRecord:
     record = ActivityRecord(**item)
     if record.kind not in ACTIVITY_KINDS or not isinstance(record.name, str):
         raise ValueError(f"bad activity record {item!r}")
+    return record
+
+
+def _graph_node(item: dict) -> GraphNodeRecord:
+    record = GraphNodeRecord(**item)
+    if record.event not in NODE_EVENTS or not isinstance(record.site, str):
+        raise ValueError(f"bad graph node record {item!r}")
     return record

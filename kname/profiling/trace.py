@@ -2,7 +2,9 @@
 
 Kernels, copies and sets sit on one track per GPU stream (a process per device, a thread per
 stream), named `call site / kernel`; launch API calls sit on one track per CPU thread of the
-program; a flow arrow joins each launch to the GPU work it caused. Events are complete events
+program; a flow arrow joins each launch to the GPU work it caused. The work of a CUDA graph
+replay is named after the line that made its node (the launch captured), and its args carry the
+line that replayed it (`replayed_at`), the graph and the node. Events are complete events
 (`"ph": "X"`) in microseconds from the first timestamp; `"M"` events name the tracks.
 """
 
@@ -13,7 +15,7 @@ from typing import Any
 
 from kname._version import __version__
 from kname.documents.kernel_names import display_name
-from kname.profiling.join import UNATTRIBUTED, replay_join
+from kname.profiling.join import Attribution, replay_join
 from kname.profiling.records import ActivityRecord, LaunchRecord, Streams
 
 GPU_PID_BASE = 1 << 30  # GPU device d is trace process GPU_PID_BASE + d
@@ -36,8 +38,7 @@ def trace_events(streams: Streams) -> list[dict[str, Any]]:
     for launch in timed_launches:
         events.append(_launch_event(launch, cpu_pid, threads[launch.thread], origin))
     for number, record in enumerate(timed_work, 1):
-        site = join.site_of(record.correlation_id) or UNATTRIBUTED
-        events.append(_work_event(record, site, origin))
+        events.append(_work_event(record, join.attribution(record), origin))
         launch = launches_by_id.get(record.correlation_id)
         if launch is not None:
             events += _flow(number, launch, cpu_pid, threads[launch.thread], record, origin)
@@ -93,18 +94,24 @@ def _launch_event(launch: LaunchRecord, pid: int, tid: int, origin: int) -> dict
     }
 
 
-def _work_event(record: ActivityRecord, site: str, origin: int) -> dict[str, Any]:
+def _work_event(record: ActivityRecord, where: Attribution, origin: int) -> dict[str, Any]:
     args: dict[str, Any] = {
-        "site": site,
+        "site": where.site,
         "kernel": record.name,
         "correlation_id": record.correlation_id,
     }
+    if where.replayed_at:
+        args["replayed_at"] = where.replayed_at
+        if not where.capture_seen:
+            args["capture_seen"] = False
     if record.graph_id:
         args["graph_id"] = record.graph_id
+    if record.graph_node_id:
+        args["graph_node_id"] = record.graph_node_id
     return {
         "ph": "X",
         "cat": record.kind,
-        "name": f"{site}{NAME_SEPARATOR}{display_name(record.name)}",
+        "name": f"{where.site}{NAME_SEPARATOR}{display_name(record.name)}",
         "pid": GPU_PID_BASE + record.device,
         "tid": record.stream,
         "ts": _us(record.start - origin),

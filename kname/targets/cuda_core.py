@@ -14,6 +14,14 @@ exactly one kname range either way.
 
 The kernel's name comes from the driver (`cuKernelGetName`, CUDA 12.3+), once per kernel object;
 cuda-core's Kernel has no name attribute.
+
+CUDA graphs: the replay of a graph, `graph.launch(stream)`, is named after its line where
+cuda-core's `Graph` is a Python class (`cuda.core.experimental._graph`, `cuda.core._graph`:
+cuda-core before 0.6). In later releases (`cuda.core.graph`) it is a Cython type that refuses
+attribute assignment, made only by Cython code (GraphBuilder.complete, GraphDefinition.
+instantiate): kname leaves it alone, and a replay has no range of its own there. Either way,
+`kname profile` gives each kernel of a replay the line that captured or added it (CUPTI sees the
+graph's nodes made, whatever the library).
 """
 
 from __future__ import annotations
@@ -23,10 +31,14 @@ from typing import Any
 
 from kname.launch import KernelArg, LaunchSpec
 from kname.patching import Change, Rebind, is_wrapper
-from kname.targets import Library, Options, Target
+from kname.targets import Library, Options, Target, wraps
 
 LIB = "cuda.core"
 LAUNCHER_MODULES = ("cuda.core._launcher", "cuda.core.experimental._launcher")
+# Where cuda-core's Graph was a Python class (its launch is wrapped in place).
+GRAPH_MODULES = ("cuda.core.experimental._graph", "cuda.core._graph")
+GRAPH_KERNEL_NAME = "cuda graph"  # what a graph launch is counted as, in the census and range
+IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: a type that refuses attribute assignment
 # Modules that bind `launch` by name: the package (re-export) and known importers.
 NUMBA_DISPATCHER = "numba.cuda.dispatcher"
 REBINDERS = ("cuda.core", "cuda.core.experimental", NUMBA_DISPATCHER)
@@ -104,6 +116,20 @@ def unwrap_in_numba(dispatcher: ModuleType, options: Options) -> list[Change]:
 
 LAUNCH = LaunchSpec(LIB, kernel_name, kernel_of)
 
+
+def graph_name(graph: Any) -> str:
+    return GRAPH_KERNEL_NAME
+
+
+GRAPH_LAUNCH = LaunchSpec(LIB, graph_name, KernelArg(0))  # Graph.launch(self, stream)
+
+
+def has_python_graph(module: ModuleType) -> bool:
+    """Whether `module` has a Graph class whose `launch` can be wrapped in place."""
+    graph = getattr(module, "Graph", None)
+    return isinstance(graph, type) and not graph.__flags__ & IMMUTABLE_TYPE
+
+
 LIBRARY = Library(
     name="cuda_core",
     packages=("cuda",),
@@ -111,5 +137,14 @@ LIBRARY = Library(
     targets=(
         *(Target("cuda_core", module, "launch", bind_wrapper) for module in LAUNCHER_MODULES),
         Target("cuda_core", NUMBA_DISPATCHER, "launch", unwrap_in_numba),
+        *(
+            Target(
+                "cuda_core",
+                module,
+                "Graph.launch",
+                wraps("Graph.launch", GRAPH_LAUNCH, has_python_graph),
+            )
+            for module in GRAPH_MODULES
+        ),
     ),
 )

@@ -233,7 +233,8 @@ def gpu_missing_reason() -> str | None:
 
 
 def profile_missing_reason() -> str | None:
-    """Why `kname profile` cannot collect here (no CUDA driver, no cupti-python), or None."""
+    """Why the GPU tests of kname profile cannot run here (no CUDA driver, no cupti-python), or
+    None."""
     import ctypes
 
     try:
@@ -243,6 +244,28 @@ def profile_missing_reason() -> str | None:
     if importlib.util.find_spec("cupti") is None:
         return "cupti-python is not installed"
     return None
+
+
+def run_profile_demo(
+    demo: Path, callbacks: str, *args: str, timeout: int
+) -> subprocess.CompletedProcess:
+    """A tests/gpu demo of kname profile run from the checkout, with kname's native CUPTI
+    callback (`callbacks` "native") or the Python one (KNAME_NATIVE=0); skipped where the native
+    one is asked for and is not built."""
+    import pytest
+
+    from kname import hotpath
+
+    native, why = hotpath.choose(True).cupti()
+    if callbacks == "native" and native is None:
+        pytest.skip(f"no native CUPTI callback: {why}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KNAME")}
+    env.update(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    env["KNAME_NATIVE"] = "1" if callbacks == "native" else "0"
+    return subprocess.run(
+        [sys.executable, str(demo), *args], env=env, cwd=REPO, capture_output=True, text=True,
+        timeout=timeout, check=False,
+    )  # fmt: skip
 
 
 def check_rename_demo_under_ncu(demo: Path, cwd: Path, passed: str, sites: int, *ncu: str) -> None:

@@ -23,6 +23,12 @@ SUPPORT = REPO / "tests" / "support"
 # CUPTI's numbers the tests use: the driver's domain and two of its callback ids, record kinds.
 DRIVER, CUDA_LAUNCH_KERNEL, CUDA_GRAPH_LAUNCH = 1, 307, 514
 MEMCPY, MEMSET, KERNEL, CONCURRENT_KERNEL, RUNTIME, EXTERNAL_CORRELATION = 1, 2, 3, 10, 5, 39
+# The resource domain and its graph callback ids (CUpti_CallbackIdResource, cupti_callbacks.h).
+RESOURCE = 3
+GRAPH_CALLBACK_IDS = {
+    "GRAPH_DESTROY_STARTING": 10, "GRAPHNODE_CREATED": 13, "GRAPHNODE_DESTROY_STARTING": 14,
+    "GRAPHEXEC_DESTROY_STARTING": 19, "GRAPHNODE_CLONED": 20, "GRAPH_NODE_UPDATED": 22,
+}  # fmt: skip
 
 
 def cupti_include() -> Path | None:
@@ -109,15 +115,29 @@ def queue_record(library: ctypes.CDLL, record) -> None:
     elif r.kind == KERNEL_WORK:
         library.fake_kernel(
             CONCURRENT_KERNEL, r.correlation_id, r.start, r.end, r.stream, r.device, r.graph_id,
-            r.name.encode(),
+            r.graph_node_id, r.name.encode(),
         )  # fmt: skip
     elif r.kind == MEMCPY_WORK:
         copy_kinds = {memcpy_name(kind): kind for kind in StandInBinding.ActivityMemcpyKind}
         library.fake_memcpy(
-            r.correlation_id, copy_kinds[r.name], r.start, r.end, r.stream, r.device, r.graph_id
-        )
+            r.correlation_id, copy_kinds[r.name], r.start, r.end, r.stream, r.device, r.graph_id,
+            r.graph_node_id,
+        )  # fmt: skip
     else:
-        library.fake_memset(r.correlation_id, r.start, r.end, r.stream, r.device, r.graph_id)
+        library.fake_memset(
+            r.correlation_id, r.start, r.end, r.stream, r.device, r.graph_id, r.graph_node_id
+        )
+
+
+def fire_graph_event(library: ctypes.CDLL, record) -> int:
+    """A kname GraphNodeRecord made by the stand-in as CUPTI's graph resource callback that
+    reports it (handles whose ids are the record's); 0 when that callback is not enabled."""
+    from kname.profiling.capture import GRAPH_CALLBACKS
+
+    cbid = {event: GRAPH_CALLBACK_IDS[name] for name, event in GRAPH_CALLBACKS.items()}
+    return library.fake_graph_callback(
+        cbid[record.event], record.graph, record.node, record.original, record.graph_exec
+    )
 
 
 def stand_in_library(built: Path) -> ctypes.CDLL:
@@ -130,9 +150,10 @@ def stand_in_library(built: Path) -> ctypes.CDLL:
         function = getattr(library, name)
         function.restype = None
     u32, u64 = ctypes.c_uint32, ctypes.c_uint64
-    library.fake_kernel.argtypes = [u32, u32, u64, u64, u32, u32, u32, ctypes.c_char_p]
-    library.fake_memcpy.argtypes = [u32, ctypes.c_uint8, u64, u64, u32, u32, u32]
-    library.fake_memset.argtypes = [u32, u64, u64, u32, u32, u32]
+    library.fake_kernel.argtypes = [u32, u32, u64, u64, u32, u32, u32, u64, ctypes.c_char_p]
+    library.fake_memcpy.argtypes = [u32, ctypes.c_uint8, u64, u64, u32, u32, u32, u64]
+    library.fake_memset.argtypes = [u32, u64, u64, u32, u32, u32, u64]
+    library.fake_graph_callback.argtypes = [u32, u32, u64, u64, u32]
     library.fake_external.argtypes = [u32, u64]
     library.fake_drop.argtypes = [ctypes.c_size_t]
     return library
@@ -153,7 +174,8 @@ class StandInBinding:
             super().__init__(f"CUPTI status {status}")
             self.status = status
 
-    CallbackDomain = SimpleNamespace(DRIVER_API=1, RUNTIME_API=2)
+    CallbackDomain = SimpleNamespace(DRIVER_API=1, RUNTIME_API=2, RESOURCE=3)
+    CallbackIdResource = SimpleNamespace(__members__=GRAPH_CALLBACK_IDS)
     driver_api_trace_cbid = SimpleNamespace(
         __members__={"cuLaunchKernel": CUDA_LAUNCH_KERNEL, "cuGraphLaunch": CUDA_GRAPH_LAUNCH}
     )

@@ -1,7 +1,9 @@
 /*
  * A stand-in libcupti for tests without a GPU: the functions kname._native_cupti takes from the
  * real one (declared as in kname/_cupti_abi.h), and calls that make it call back as CUPTI does:
- * at a launch API's enter and exit, on the calling thread, for enabled callbacks only; and with
+ * at a launch API's enter and exit, on the calling thread, for enabled callbacks only; at a graph
+ * resource callback (a node made, cloned, updated, destroyed), its data laid out as CUPTI's, with
+ * each handle's id its address (cuptiGetGraphNodeId and the others read it back); and with
  * buffers of activity records the tests queued, laid out as CUPTI's own structs (built with
  * CUPTI's header where there is one, see tests/support.cupti_stand_in.py), at a flush.
  */
@@ -16,7 +18,7 @@ static kn_CallbackFunc callback, last_callback;
 static void *userdata, *last_userdata;
 static kn_CUptiResult refusal;
 static const char *holder = "";
-static uint32_t enabled[3][4096];
+static uint32_t enabled[4][4096];
 static uint64_t now = 1000;
 static int subscriber;
 
@@ -53,7 +55,7 @@ kn_CUptiResult
 cuptiEnableCallback(uint32_t enable, kn_SubscriberHandle handle, kn_CallbackDomain domain,
                     kn_CallbackId cbid)
 {
-    if (handle != (kn_SubscriberHandle)&subscriber || domain > 2 || cbid >= 4096)
+    if (handle != (kn_SubscriberHandle)&subscriber || domain > 3 || cbid >= 4096)
         return 1; /* CUPTI_ERROR_INVALID_PARAMETER */
     enabled[domain][cbid] = enable;
     return KN_CUPTI_SUCCESS;
@@ -65,6 +67,20 @@ cuptiGetTimestamp(uint64_t *timestamp)
     *timestamp = __atomic_fetch_add(&now, 1, __ATOMIC_RELAXED);
     return KN_CUPTI_SUCCESS;
 }
+
+/* Graph ids: a handle's id is its address (0 is a null handle, which CUPTI refuses). */
+#define ID_OF(function, handle_type, id_type)                                                  \
+    kn_CUptiResult function(handle_type handle, id_type *id)                                   \
+    {                                                                                          \
+        if (handle == NULL)                                                                    \
+            return 1;                                                                          \
+        *id = (id_type)(uintptr_t)handle;                                                      \
+        return KN_CUPTI_SUCCESS;                                                               \
+    }
+
+ID_OF(cuptiGetGraphNodeId, kn_CUgraphNode, uint64_t)
+ID_OF(cuptiGetGraphId, kn_CUgraph, uint32_t)
+ID_OF(cuptiGetGraphExecId, kn_CUgraphExec, uint32_t)
 
 /* ---- for the tests */
 
@@ -94,6 +110,26 @@ fake_callback(uint32_t domain, uint32_t cbid, uint32_t site, uint32_t correlatio
     if (callback == NULL || domain > 2 || cbid >= 4096 || !enabled[domain][cbid])
         return 0;
     call(callback, userdata, domain, cbid, site, correlation_id);
+    return 1;
+}
+
+/* A graph resource callback (domain 3) with these ids as handles; 0 when CUPTI would not call. */
+int
+fake_graph_callback(uint32_t cbid, uint32_t graph, uint64_t node, uint64_t original,
+                    uint32_t graph_exec)
+{
+    if (callback == NULL || cbid >= 4096 || !enabled[3][cbid])
+        return 0;
+    kn_GraphData data;
+    memset(&data, 0, sizeof data);
+    data.graph = (kn_CUgraph)(uintptr_t)graph;
+    data.node = (kn_CUgraphNode)(uintptr_t)node;
+    data.originalNode = (kn_CUgraphNode)(uintptr_t)original;
+    data.graphExec = (kn_CUgraphExec)(uintptr_t)graph_exec;
+    kn_ResourceData resource;
+    memset(&resource, 0, sizeof resource);
+    resource.resourceDescriptor = &data;
+    callback(userdata, 3, cbid, &resource);
     return 1;
 }
 

@@ -56,11 +56,13 @@ fake_record_size(uint32_t kind)
         (record)->streamId = stream;                                                           \
         (record)->deviceId = device;                                                           \
         (record)->graphId = graph_id;                                                          \
+        (record)->graphNodeId = graph_node_id;                                                 \
     } while (0)
 
 void
 fake_kernel(uint32_t kind, uint32_t correlation_id, uint64_t start, uint64_t end,
-            uint32_t stream, uint32_t device, uint32_t graph_id, const char *name)
+            uint32_t stream, uint32_t device, uint32_t graph_id, uint64_t graph_node_id,
+            const char *name)
 {
     KernelRecord *k = fake_queue_record(kind);
     SET_WORK(k);
@@ -69,7 +71,7 @@ fake_kernel(uint32_t kind, uint32_t correlation_id, uint64_t start, uint64_t end
 
 void
 fake_memcpy(uint32_t correlation_id, uint8_t copy_kind, uint64_t start, uint64_t end,
-            uint32_t stream, uint32_t device, uint32_t graph_id)
+            uint32_t stream, uint32_t device, uint32_t graph_id, uint64_t graph_node_id)
 {
     MemcpyRecord *m = fake_queue_record(1);
     SET_WORK(m);
@@ -78,7 +80,7 @@ fake_memcpy(uint32_t correlation_id, uint8_t copy_kind, uint64_t start, uint64_t
 
 void
 fake_memset(uint32_t correlation_id, uint64_t start, uint64_t end, uint32_t stream,
-            uint32_t device, uint32_t graph_id)
+            uint32_t device, uint32_t graph_id, uint64_t graph_node_id)
 {
     MemsetRecord *m = fake_queue_record(2);
     SET_WORK(m);

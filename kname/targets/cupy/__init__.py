@@ -1,5 +1,6 @@
 """CuPy: RawKernel (also from RawModule.get_function), ElementwiseKernel, ReductionKernel,
-cupyx.jit.rawkernel and cupy.fuse.
+cupyx.jit.rawkernel and cupy.fuse; and the replay of a CUDA graph, `graph.launch()` (graph.py,
+beside this file).
 
 CuPy's kernel classes are Cython types that refuse attribute assignment, so their `__call__`
 cannot be wrapped in place. kname makes, once per process, a Python subclass of each, with the
@@ -43,7 +44,7 @@ from typing import Any
 from kname.launch import KernelArg, LaunchSpec
 from kname.patching import WRAPPER_MARK, Change, Patch, Rebind, mark_wrapper
 from kname.targets import Library, Options, Target, wraps
-from kname.targets.cupy import rename
+from kname.targets.cupy import graph, rename
 
 LIB = "cupy"
 # Modules that re-export the kernel classes under the same names (cupy/__init__ takes
@@ -237,5 +238,6 @@ LIBRARY = Library(
             "_JitRawKernel.__call__",
             wraps("_JitRawKernel.__call__", LaunchSpec(LIB, jit_kernel_name, _first)),
         ),
+        Target("cupy", "cupy.cuda.stream", "Stream.end_capture (Graph.launch)", graph.name_graphs),
     ),
 )

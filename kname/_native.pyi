@@ -22,7 +22,7 @@ class LaunchWrapper:
         switch: Any,
         sites: dict[tuple, Any],
         resolve: Callable[[FrameType, Any], Any],
-        fault: Callable[..., None],
+        fault: Callable[..., bool],
         kinds: dict[int, int],
     ) -> None: ...
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...

@@ -200,28 +200,94 @@ find_site(LaunchWrapper *w, Frame *caller, PyObject *kernel)
     return site;
 }
 
-/* After kname's own error (set): hand it to fault(frame, kernel, site, exc, where), which says it
- * once and makes the line launch as if kname were off (callsite.pass_through); `frame` is the
- * caller's, the running one. 0: the launch is to go on; -1: the error is not an Exception
- * (KeyboardInterrupt, SystemExit), still set, and propagates as from the Python wrapper. */
+/* The error set now, with `exc` (a reference it steals) as its context, as an exception raised
+ * in an except clause has the one handled there. */
+static COLD void
+raise_in_context(PyObject *exc)
+{
+    PyObject *raised = take_error();
+    if (raised != exc)
+        PyException_SetContext(raised, exc); /* steals exc */
+    else
+        Py_DECREF(exc);
+    restore_error(raised);
+}
+
+/* After an error (set) while `where`: hand it to fault(frame, kernel, site, exc, where, again)
+ * (callsite.pass_through), which says whether it was kname's own fault; `frame` is the caller's,
+ * the running one. `again`: what the failed step raised when taken once more (Py_None: nothing),
+ * NULL where it was not taken again. 0: kname's, said once and that line launches as if kname
+ * were off; the launch is to go on. -1: the error is set and propagates, before the launch, as
+ * from the Python wrapper: a BaseException that is not an Exception (KeyboardInterrupt), one
+ * raised into kname from outside (a signal handler's, another thread's), or what the fault
+ * handler raised (raised into it from outside in turn: at the recursion limit the launch runs). */
 static COLD int
-handle_fault(LaunchWrapper *w, PyObject *where, PyObject *kernel, PyObject *site)
+handle_fault(LaunchWrapper *w, PyObject *where, PyObject *kernel, PyObject *site, PyObject *again)
 {
     if (!PyErr_ExceptionMatches(PyExc_Exception))
         return -1;
     PyObject *exc = take_error();
     PyFrameObject *frame = PyEval_GetFrame(); /* made now, if it was not yet */
-    PyObject *fault_args[5] = {frame ? (PyObject *)frame : Py_None, kernel ? kernel : Py_None,
-                               site ? site : Py_None, exc ? exc : Py_None, where};
-    PyObject *r = PyObject_Vectorcall(w->fault, fault_args, 5, NULL);
-    Py_XDECREF(exc);
-    if (r == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_Exception))
-            return -1;
-        PyErr_Clear(); /* reporting a fault failed: the launch still runs */
-    }
+    PyObject *fault_args[6] = {frame ? (PyObject *)frame : Py_None, kernel ? kernel : Py_None,
+                               site ? site : Py_None, exc, where, again ? again : exc};
+    PyObject *r = PyObject_Vectorcall(w->fault, fault_args, 6, NULL);
+    int own = r == NULL ? -1 : PyObject_IsTrue(r);
     Py_XDECREF(r);
-    return 0;
+    if (own > 0 || (own < 0 && PyErr_ExceptionMatches(PyExc_RecursionError))) {
+        PyErr_Clear();
+        Py_DECREF(exc);
+        return 0;
+    }
+    if (own == 0) {
+        restore_error(exc);
+        return -1;
+    }
+    raise_in_context(exc);
+    return -1;
+}
+
+/* Finding the site once more, uncounted, after it failed (the error taken): Py_None where it did
+ * not fail again, else the Exception it raised; NULL with the error set where that is a
+ * BaseException that is not an Exception. As the Python wrapper's second try. */
+static COLD PyObject *
+find_again(LaunchWrapper *w, const Args *a, Frame *caller, Frame *in_progress)
+{
+    PyObject *kernel = kernel_of(w, a);
+    int failed = kernel == NULL;
+    if (!failed && kernel != Py_None && caller != NULL && caller != in_progress) {
+        PyObject *site = find_site(w, caller, kernel);
+        failed = site == NULL && PyErr_Occurred();
+        Py_XDECREF(site);
+    }
+    Py_XDECREF(kernel);
+    if (!failed)
+        return Py_NewRef(Py_None);
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return NULL;
+    return take_error();
+}
+
+/* handle_fault for a failure to find the site or count the launch (set), finding it taken once
+ * more first: a fault of kname's own fails again, alike; one raised into it from outside does
+ * not. Not at the recursion limit (no room), nor once the site was found: the count is not
+ * undone (and only a counter in Python, never kname's, can fail). */
+static COLD int
+finding_failed(LaunchWrapper *w, const Args *a, Frame *caller, Frame *in_progress,
+               PyObject *kernel, PyObject *site)
+{
+    if (site != NULL || !PyErr_ExceptionMatches(PyExc_Exception)
+        || PyErr_ExceptionMatches(PyExc_RecursionError))
+        return handle_fault(w, str_finding, kernel, site, NULL);
+    PyObject *exc = take_error();
+    PyObject *again = find_again(w, a, caller, in_progress);
+    if (again == NULL) { /* a KeyboardInterrupt, say: it propagates, in an except clause */
+        raise_in_context(exc);
+        return -1;
+    }
+    restore_error(exc);
+    int r = handle_fault(w, str_finding, kernel, site, again);
+    Py_DECREF(again);
+    return r;
 }
 
 #define SMALL_STACK 8
@@ -251,7 +317,7 @@ pop_after(LaunchWrapper *w, PyObject *pop, PyObject *result, PyObject *kernel, P
 {
     PyObject *pending = result == NULL ? take_error() : NULL;
     PyObject *r = call_range(pop);
-    if (r == NULL && handle_fault(w, str_closing, kernel, site) < 0) {
+    if (r == NULL && handle_fault(w, str_closing, kernel, site, NULL) < 0) {
         Py_XDECREF(result);
         if (pending != NULL) {
             PyObject *raised = take_error();
@@ -323,7 +389,7 @@ launch_in_full(LaunchWrapper *w, const Args *a, Frame *caller, Frame **in_progre
     }
     else {
         PyObject *r = call_range(push);
-        if (r == NULL && handle_fault(w, str_opening, kernel, site) == 0)
+        if (r == NULL && handle_fault(w, str_opening, kernel, site, NULL) == 0)
             r = Py_NewRef(Py_None); /* said once; the launch runs, its range still closed */
         if (r != NULL) {
             Py_DECREF(r);
@@ -338,7 +404,7 @@ launch_in_full(LaunchWrapper *w, const Args *a, Frame *caller, Frame **in_progre
     goto done;
 
 finding_fault:
-    if (handle_fault(w, str_finding, kernel, site) < 0)
+    if (finding_failed(w, a, caller, *in_progress, kernel, site) < 0)
         goto done;
 unnamed:
     result = run_launch(w->original, caller, a, in_progress);

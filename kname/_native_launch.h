@@ -22,9 +22,13 @@
  * Recent), and takes these steps with no reference taken and no error possible; launch_in_full
  * takes every step for any other. Through kname's C slot on CuPy's kernels (direct_call), the
  * common launch is shorter still: it reads no field of the wrapper.
- * kname's own Exceptions (steps 2-4, not the launch's) go to fault(where, exc, frame, args) and
- * the launch runs unnamed; BaseExceptions that are not Exceptions (KeyboardInterrupt) propagate,
- * as from the Python wrapper. The launch's own result and exceptions pass through unchanged.
+ * Exceptions in steps 2-4 (not the launch's) go to fault(frame, kernel, site, exc, where, again)
+ * (callsite.pass_through), after steps 2-3 are taken once more, uncounted, for `again`: kname's
+ * own faults (they recur; kname.faults) are said once and the launch runs unnamed; an exception
+ * raised into kname from outside (by a signal handler, or another thread: only while kname calls
+ * Python code, as resolve, a Python kernel_of, push or pop) propagates before the launch, and
+ * so do BaseExceptions that are not Exceptions (KeyboardInterrupt), as from the Python wrapper.
+ * The launch's own result and exceptions pass through unchanged.
  *
  * Nesting: the Python wrapper's frame on the stack marks a launch in progress (callsite's walk
  * stops at it). This wrapper has no frame, so each thread keeps the caller frame of the innermost
@@ -115,7 +119,8 @@ INTERNAL extern PyTypeObject CounterType;
  * key tuple and hashes nothing. An entry answers for (wrapper, caller's position, kernel) while
  * the dict is unchanged since the hit (a dict watcher's count on 3.12+, the dict's version tag on
  * 3.11): the dict would then give the same site. The site is borrowed: the unchanged dict holds
- * it, and it holds its code object, so no other code can be at that position meanwhile. (A known
+ * it, and it leaves the dict as its code object is freed (kname.callsite's weak references), so
+ * no other code can be at that position while the dict is unchanged. (A known
  * miss may outlive its code: a code object made since in that memory has keys that the unchanged
  * dict, last changed while the memory was the old code's, does not have either.)
  *

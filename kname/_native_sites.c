@@ -32,7 +32,7 @@ empty_recent(void)
 static PyObject *
 site_key(PyCodeObject *code, int code_lasti, PyObject *kernel_key)
 {
-    PyObject *code_id = PyLong_FromVoidPtr(code); /* the site keeps the code, so its id, alive */
+    PyObject *code_id = PyLong_FromVoidPtr(code); /* a site leaves as its code is freed */
     if (code_id == NULL)
         return NULL;
     PyObject *lasti = PyLong_FromLong(code_lasti);

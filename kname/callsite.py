@@ -5,10 +5,11 @@ Per launch, the wrapper looks up `sites[(id(code), f_lasti, kernel_key)]` for it
 frames, classifying code objects, building names and NVTX attributes.
 
 Code objects are never hashed: CPython hashes code by value, on every look-up (0.5 µs for a small
-module, 10 µs for one of 300 functions). Keys use id(code), and each cache entry holds the code
-object, so an id cannot be reused while its entry exists. Kernels are keyed by id too, but a site
-never keeps its kernel alive (a kernel may hold gigabytes): a weak reference takes the kernel's
-sites out of the cache when it is freed, before its id can be reused.
+module, 10 µs for one of 300 functions). Keys use id(code), and kernels are keyed by id too. Yet
+nothing here keeps either alive (a kernel may hold gigabytes; generated code, its constants):
+weak references take a kernel's or a code object's sites, and the decision on a code object, out
+of the cache as it is freed, before its id can be reused. A code object's are plain dict pops
+bound to their key: a callback that runs no bytecode, where nothing can be raised into it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import itertools
 import os
 import re
 import sys
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from types import CodeType, FrameType
 from typing import Any
 
-from kname import counters, hotpath, naming, ranges
+from kname import counters, faults, hotpath, naming, ranges
 from kname._locks import new_lock, reset_in_child
 from kname._warnings import report_fault, warn_once
 from kname._watched import Watched
@@ -90,10 +92,10 @@ class Site(Watched):
     """
 
     __slots__ = (
-        "code", "counter", "identifier", "kernel", "launch", "lib", "name", "pop", "push",
+        "code_refs", "counter", "identifier", "kernel", "launch", "lib", "name", "pop", "push",
     )  # fmt: skip
 
-    def __init__(self, name, identifier, kernel, lib, calls, code, counter):
+    def __init__(self, name, identifier, kernel, lib, calls, code_refs, counter):
         # Set as plain slots, without telling (Watched): no launch has remembered a new site.
         init = object.__setattr__
         init(self, "name", name)  # the display name, as the profiler shows it
@@ -105,7 +107,8 @@ class Site(Watched):
         push, pop = (None, None) if calls is None else calls
         init(self, "push", push)
         init(self, "pop", pop)
-        init(self, "code", code)  # keeps the keyed code objects (and so their ids) alive
+        # Weak references to the code objects its key holds: as one is freed, the site leaves.
+        init(self, "code_refs", code_refs)
         # Shared by every site of this name (kname.counters): next() is atomic, so no count is
         # lost across threads, nor when the site leaves the cache while a launch still holds it.
         init(self, "counter", counter)
@@ -159,8 +162,10 @@ sites: dict[tuple, Site] = {}
 _lock = new_lock()
 _rules = Rules()
 _kinds: dict[int, int] = {}
-_codes: dict[int, CodeType] = {}
+# id(code) -> a weak reference to the code decided on, which takes its decision away with it
+_codes: dict[int, weakref.ref] = {}
 _wrapper_code_ids: set[int] = set()
+_wrapper_codes: list[CodeType] = []  # kname's own, kept: their ids mean a launch in progress
 # (key, site) in the order the sites were cached: eviction pops the oldest in O(1). An entry whose
 # site is no longer cached under its key is stale, skipped once.
 _queue: collections.deque[tuple[tuple, Site]] = collections.deque()
@@ -172,14 +177,17 @@ _held: collections.OrderedDict[int, None] = collections.OrderedDict()
 class _KernelSites:
     """The keys of the cached sites of one kernel, and how kname learns that the kernel died."""
 
-    __slots__ = ("held", "keys", "ref")
+    __slots__ = ("held", "keys", "limit", "ref")
 
     def __init__(self, kernel: Any) -> None:
         self.keys: set[tuple] = set()
+        self.limit = QUEUE_SLACK  # past this many keys, those no longer cached are dropped
         try:
             self.ref: Any = weakref.ref(kernel, functools.partial(_kernel_freed, id(kernel)))
             self.held = False
-        except TypeError:  # no weak references: kept alive while it has sites (bounded)
+        except TypeError as exc:  # no weak references: kept alive while it has sites (bounded)
+            if faults.from_outside(exc, weakref.ref, kernel):
+                raise
             self.ref, self.held = kernel, True
 
 
@@ -208,9 +216,9 @@ def configure(
             tuple(skip), template, depth, emit_nvtx, library, site_calls, tuple(user),
             tuple(compile_modules), makers,
         )  # fmt: skip
+        _forget_sites()
         _kinds.clear()
         _codes.clear()
-        _forget_sites()
 
 
 def use_site_calls(factory: Callable[[Site], tuple[Any, Any]] | None = None) -> None:
@@ -229,16 +237,16 @@ def use_site_calls(factory: Callable[[Site], tuple[Any, Any]] | None = None) -> 
 def clear() -> None:
     """Forget cached code classifications and call sites, and their counts."""
     with _lock:
+        _forget_sites()
         _kinds.clear()
         _codes.clear()
-        _forget_sites()
         counters.clear()
 
 
 def register_wrapper_code(code: CodeType) -> None:
     """Mark kname's own launch wrapper: a launch found beneath one is nested, and not named."""
+    _wrapper_codes.append(code)
     _wrapper_code_ids.add(id(code))
-    _codes[id(code)] = code
 
 
 def resolve(
@@ -272,27 +280,42 @@ def resolve(
 
 
 def pass_through(
-    frame: FrameType, kernel: Any, site: Site | None, exc: BaseException, where: str
-) -> None:
-    """After kname failed (while `where`) at a launch of `kernel` from `frame`: count the
-    launch, say so once, and from then on launch from its call site as if kname were off.
+    frame: FrameType,
+    kernel: Any,
+    site: Site | None,
+    exc: BaseException,
+    where: str,
+    again: BaseException | None,
+) -> bool:
+    """After `exc` while `where` at a launch of `kernel` from `frame`: whether it was kname's own
+    fault (kname.faults). If it was: count the launch, say so once, and from then on launch
+    from its call site as if kname were off; the launch runs. If not (raised into kname from
+    outside), nothing changes: the wrapper raises `exc`, before the launch.
 
-    `site` is the site the launch had found (it was counted then), or None; `kernel` is None if
-    even the kernel is unknown. Only the launch's own call site gives up, never a library line
-    that others call through. At the recursion limit nothing gives up: a launch from higher up
-    is named. Never raises. The launch wrapper calls this from its error path only.
+    `again`: what the failed step raised when taken once more (None: nothing), or `exc` itself
+    where it was not taken again. `site` is the site the launch had found (it was counted then),
+    or None; `kernel` is None if even the kernel is unknown. Only the launch's own call site
+    gives up, never a library line that others call through. At the recursion limit nothing
+    gives up: a launch from higher up is named. The launch wrapper calls this from its error
+    path only; what it raises was raised into it from outside.
     """
-    try:
-        if isinstance(exc, RecursionError):
+    if isinstance(exc, RecursionError):
+        try:
             # Counted here and at once: at the limit there may be no room for another call.
             if site is None or not hotpath.is_counter(site.counter):
                 next(counters.at_recursion_limit)
             _say_recursion_limit()
-        else:
-            report_fault(where, exc)
-            _give_up(frame, kernel, site)
-    except Exception:  # at the recursion limit even this may fail: the launch must still run
+        except RecursionError:  # at the limit even this may fail: the launch must still run
+            pass
+        return True
+    if not faults.is_kname_fault(exc, again, _wrapper_code_ids):
+        return False
+    try:
+        report_fault(where, exc)
+        _give_up(frame, kernel, site)
+    except RecursionError:
         pass
+    return True
 
 
 def kind_of(code: CodeType, module: object) -> int:
@@ -301,13 +324,14 @@ def kind_of(code: CodeType, module: object) -> int:
     if kind is None:
         kind = _judge(code, module)
         with _lock:
-            if len(_kinds) >= MAX_CODES:
+            if len(_codes) >= MAX_CODES:  # the decisions on freed code are counted too
                 _kinds.clear()
                 _codes.clear()
                 for wrapper_id in _wrapper_code_ids:
                     _kinds[wrapper_id] = WRAPPER
+            # First: no decision on a code object that could be freed unseen.
+            _codes[id(code)] = weakref.ref(code, functools.partial(_kinds.pop, id(code)))
             _kinds[id(code)] = kind
-            _codes[id(code)] = code
     return kind
 
 
@@ -444,27 +468,62 @@ def _build(
     rename: Any = None,
     compiling: bool = False,
 ) -> Site:
+    """The site for `key`, built and cached (another thread's, if it was first).
+
+    An exception raised into naming from outside is raised once the site is cached with the name
+    it should have; a fault of kname's own caches it unnamed, said once."""
     try:
-        name, identifier = _names(frames, kernel_name, lib, rules.template)
-        if compiling:
-            name += COMPILE_MARK
-        calls = ranges.range_for(name, kernel_name, lib) if rules.emit_nvtx else None
+        name, identifier, calls = _naming(frames, kernel_name, lib, rules, compiling)
+        outside = None
     except RecursionError:
         raise  # no room on the stack to name it here: not a fault, and not cached
     except Exception as exc:
-        # The site still launches, counted but without a range, and the fault is said once.
-        report_fault("naming a call site", exc)
-        name, identifier, calls = f"{kernel_name} {UNNAMED}", "", None
+        failed = _naming_failed(exc, frames, kernel_name, lib, rules, compiling)
+        name, identifier, calls, outside = failed
     codes = tuple(f.f_code for f in frames)
     with _lock:
         site = sites.get(key)
         if site is None:
             counter = counters.counter_for(name, kernel_name, lib)
-            site = Site(name, identifier, kernel_name, lib, calls, codes, counter)
+            site = Site(name, identifier, kernel_name, lib, calls, _code_refs(key, codes), counter)
             if rename is not None and identifier:
-                site.launch = _renamed_launch(rename, kernel, site)
+                site.launch, raised = _renamed_launch(rename, kernel, site)
+                outside = raised if outside is None else outside
             _store(key, site, kernel, kernel_key)
+    if outside is not None:
+        raise outside
     return site
+
+
+def _naming_failed(
+    exc: Exception,
+    frames: list[FrameType],
+    kernel_name: str,
+    lib: str,
+    rules: Rules,
+    compiling: bool,
+) -> tuple[str, str, Any, BaseException | None]:
+    """After naming a new site raised `exc`: its name, identifier and range calls, and `exc`
+    where it was raised into naming from outside (None: it was kname's fault), to raise once
+    the site is cached."""
+    own, done, named = faults.take_again(exc, _naming, frames, kernel_name, lib, rules, compiling)
+    if not own:
+        if not done:
+            raise exc
+        return (*named, exc)
+    # The site still launches, counted but without a range, and the fault is said once.
+    report_fault("naming a call site", exc)
+    return f"{kernel_name} {UNNAMED}", "", None, None
+
+
+def _naming(
+    frames: list[FrameType], kernel_name: str, lib: str, rules: Rules, compiling: bool
+) -> tuple[str, str, Any]:
+    name, identifier = _names(frames, kernel_name, lib, rules.template)
+    if compiling:
+        name += COMPILE_MARK
+    calls = ranges.range_for(name, kernel_name, lib) if rules.emit_nvtx else None
+    return name, identifier, calls
 
 
 def _names(frames: list[FrameType], kernel_name: str, lib: str, template: str) -> tuple[str, str]:
@@ -476,23 +535,29 @@ def _names(frames: list[FrameType], kernel_name: str, lib: str, template: str) -
     return name, naming.identifier_name(kernel_name, facts[0])
 
 
-def _renamed_launch(rename: Any, kernel: Any, site: Site) -> Any:
-    """The target's launch of `site`'s renamed kernel; None (the kernel's own name) on failure."""
+def _renamed_launch(rename: Any, kernel: Any, site: Site) -> tuple[Any, BaseException | None]:
+    """The target's launch of `site`'s renamed kernel (None: the kernel's own name, on a fault
+    of kname's), and an exception raised into renaming from outside (None: none)."""
     try:
-        return rename(kernel, site)
+        return rename(kernel, site), None
     except RecursionError:
         raise
     except Exception as exc:
+        own, done, launch = faults.take_again(exc, rename, kernel, site)
+        if not own:
+            if not done:
+                raise
+            return launch, exc
         warn_once(
             f"rename:{site.lib}:{type(exc).__name__}",
             f"KNAME_MODE=rename: could not rename {site.kernel} for {site.name} "
             f"({type(exc).__name__}: {exc}); such launches keep the kernel's own name",
         )
-        return None
+        return None, None
 
 
 # --------------------------------------------------------------------------
-# The cache: bounded, oldest out first, and never keeping a kernel alive
+# The cache: bounded, oldest out first, and never keeping a kernel or code object alive
 # --------------------------------------------------------------------------
 
 
@@ -500,12 +565,26 @@ def _store(key: tuple, site: Site, kernel: Any, kernel_key: Any) -> None:
     """Cache `site` under `key` (under _lock), making room first if the cache is full."""
     if len(sites) >= MAX_SITES:
         _evict_oldest()
-    if kernel is not None and kernel_key == id(kernel):
-        _track(kernel, key)  # before the site is cached: no cached site without its kernel's watch
-    sites[key] = site
-    _queue.append((key, site))
+    try:
+        # Cached, then watched: a kernel's record keeps the keys that are cached (_track), and a
+        # signal handler may store a site in between. Cached and watched, or not cached at all.
+        sites[key] = site
+        if kernel is not None and kernel_key == id(kernel):
+            _track(kernel, key)
+        _queue.append((key, site))
+    except BaseException:
+        sites.pop(key, None)
+        raise
     if len(_queue) > 2 * len(sites) + QUEUE_SLACK:
         _compact_queue()
+
+
+def _code_refs(key: tuple, codes: tuple[CodeType, ...]) -> tuple[weakref.ref, ...]:
+    """Weak references to the code objects keying `key`, each taking the site at `key` out of
+    the cache as it is freed. Whatever site is cached there then is keyed by that code's id, and
+    the callback is C alone (dict.pop), so no exception can be raised into it."""
+    forget = functools.partial(sites.pop, key)  # called with the reference: pop(key, default)
+    return tuple(map(weakref.ref, codes, itertools.repeat(forget)))
 
 
 def _evict_oldest() -> None:
@@ -518,10 +597,16 @@ def _evict_oldest() -> None:
 
 
 def _compact_queue() -> None:
-    """Drop the stale entries: after at least as many were added, so O(1) per site."""
-    live = [(key, site) for key, site in _queue if sites.get(key) is site]
-    _queue.clear()
-    _queue.extend(live)
+    """Drop the stale entries: after at least as many were added, so O(1) per site.
+
+    Each entry is taken from the front and put back at the end if live, never iterated over: a
+    signal handler storing a site meanwhile appends to the queue, and its entry is kept."""
+    for _ in range(len(_queue)):
+        if not _queue:  # a signal handler's eviction took the rest
+            return
+        key, site = _queue.popleft()
+        if sites.get(key) is site:
+            _queue.append((key, site))
 
 
 def _track(kernel: Any, key: tuple) -> None:
@@ -534,6 +619,12 @@ def _track(kernel: Any, key: tuple) -> None:
             if len(_held) > MAX_HELD_KERNELS:
                 oldest, _ = _held.popitem(last=False)
                 _forget_kernel(oldest, _kernels.get(oldest))
+    elif len(entry.keys) >= entry.limit:
+        # Keys of sites that left with their code are dropped here, in amortized O(1); from a
+        # copy, in place: a signal handler may add a key meanwhile, its site cached first.
+        for stale in [k for k in list(entry.keys) if k not in sites]:
+            entry.keys.discard(stale)
+        entry.limit = 2 * len(entry.keys) + QUEUE_SLACK
     entry.keys.add(key)
 
 
@@ -607,7 +698,8 @@ def _fault_site(frame: FrameType, kernel: Any) -> Site | None:
     site = sites.get(key)
     if site is None:
         codes = tuple(f.f_code for f in frames)
-        site = Site(UNNAMED, "", "", "", None, codes, counters.counter_for(UNNAMED, "", ""))
+        counter = counters.counter_for(UNNAMED, "", "")
+        site = Site(UNNAMED, "", "", "", None, _code_refs(key, codes), counter)
         _store(key, site, kernel, id(kernel))
     return site
 

@@ -16,6 +16,8 @@ import re
 import sys
 from types import FrameType
 
+from kname import faults
+
 _INPUT_NAME = re.compile(r"<ipython-input-([0-9]+)-[0-9a-f]+>")
 _TRACEBACK_NAME = re.compile(r"In\s*\[\s*([0-9]+)\s*\]")
 # The file names of code compiled by %time and %%time (IPython.core.magics.execution), and by
@@ -59,7 +61,9 @@ def cell_number(filename: str) -> int | None:
     """The execution number of the cell compiled as `filename`, or None; never raises."""
     try:
         number = _number_from_shell(filename)
-    except Exception:  # a shell half torn down, an IPython of another age: fall back
+    except Exception as exc:  # a shell half torn down, an IPython of another age: fall back
+        if faults.from_outside(exc, _number_from_shell, filename):
+            raise
         number = None
     if number is None:
         match = _INPUT_NAME.fullmatch(filename)

@@ -50,7 +50,9 @@ class LaunchWrapperFactory(Protocol):
         switch: Any,  # reads `.on` at each launch
         sites: dict[tuple, Any],
         resolve: Callable[[FrameType, Any], Any],  # on a miss: resolve(frame, kernel) -> site
-        fault: Callable[..., None],  # fault(frame, kernel, site, exc, where): the launch runs on
+        # fault(frame, kernel, site, exc, where, again): True, kname's own (the launch runs on);
+        # False, raised into it from outside (it propagates)
+        fault: Callable[..., bool],
         kinds: dict[int, int],  # id(code) -> callsite's USER, LIBRARY, ... (for the C walk)
     ) -> Callable[..., Any]: ...
 

@@ -9,13 +9,15 @@ wrapper needs is handed to it when it is made; it never looks up kname's lifecyc
 
 What every launch wrapper keeps (a native one too):
 - Switched off: the original is called, nothing else.
-- Naming (kernel, call-site look-up, count) fails with an Exception: said once, that line runs
-  unnamed from then on, this launch runs. Any other exception (KeyboardInterrupt) propagates,
-  and no range was opened.
+- Naming (kernel, call-site look-up, count) fails with an Exception of kname's own (it fails
+  again when taken once more; kname.faults): said once, that line runs unnamed from then on,
+  this launch runs. An exception raised into it from outside (a signal handler's TimeoutError,
+  one another thread sent) propagates before the launch, as if raised just before it, and the
+  line keeps its name; so does any BaseException (KeyboardInterrupt). No range was opened.
 - Once push() is called, pop() is called exactly once as the wrapper is left, however it is
   left: the launch's return or exception, an async exception at any point, a failing push.
-- The launch's result and exception reach the caller unchanged; a failing push or pop is said
-  once and unnames that line from then on.
+- The launch's result and exception reach the caller unchanged; a push or pop failing by
+  kname's fault is said once and unnames that line from then on.
 """
 
 from __future__ import annotations

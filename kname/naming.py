@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from types import CodeType, FrameType
 
-from kname import cells
+from kname import cells, faults
 from kname._warnings import warn_once
 from kname.config import MAX_NAME_LENGTH
 from kname.paths import short_path
@@ -192,8 +192,10 @@ def _created_names_in(filename: str, module_globals: dict) -> dict[tuple[str, in
         _collect_created_names(module, module.co_name, names)
     except RecursionError:
         return names  # named near the recursion limit: bare names, this time only
-    except (SyntaxError, ValueError, MemoryError):
-        pass  # the file changed since it was run, or is not Python: bare names
+    except (SyntaxError, ValueError, MemoryError) as exc:
+        # The file changed since it was run, or is not Python: bare names.
+        if faults.from_outside(exc, compile, "".join(lines), filename, "exec", 0, True):
+            raise
     if lines:
         if len(_created_names) >= _MAX_FILES:
             _created_names.pop(next(iter(_created_names), ""), None)
@@ -270,7 +272,9 @@ def _cut(name: str) -> str:
 def _attribute(thing: object, attribute: str) -> object:
     try:
         return getattr(thing, attribute, None)
-    except Exception:  # a __getattr__ that queries a driver (PyCUDA's Function) may fail
+    except Exception as exc:  # a __getattr__ that queries a driver (PyCUDA's Function) may fail
+        if faults.from_outside(exc, getattr, thing, attribute, None):
+            raise
         return None
 
 
@@ -286,12 +290,16 @@ def _identifier_piece(text: str) -> str:
 def _absolute(path: str) -> str:
     try:
         return os.path.abspath(path) if path else ""
-    except (OSError, ValueError):
+    except (OSError, ValueError) as exc:  # (a TimeoutError from outside is an OSError too)
+        if faults.from_outside(exc, os.path.abspath, path):
+            raise
         return ""
 
 
 def _cwd() -> str:
     try:
         return os.getcwd()
-    except OSError:  # the working directory was deleted
+    except OSError as exc:  # the working directory was deleted
+        if faults.from_outside(exc, os.getcwd):
+            raise
         return ""

@@ -17,7 +17,10 @@ from typing import Any
 
 # The C Counter's twin: next() on it is atomic under the GIL, so no launch is lost to threads.
 Counter = itertools.count
-FINDING = "finding a launch's name"  # where a fault happened, as the C wrapper says it too
+# Where a fault happened, as the C wrapper says it too.
+FINDING = "finding a launch's name"
+OPENING = "opening a launch's NVTX range"
+CLOSING = "closing a launch's NVTX range"
 
 
 class KernelArg:
@@ -47,14 +50,17 @@ def launch_wrapper(
     switch: Any,
     sites: dict[tuple, Any],
     resolve: Callable[[FrameType, Any], Any],
-    fault: Callable[..., None],
+    fault: Callable[..., bool],
     kinds: dict[int, int],
 ) -> Callable[..., Any]:
     """The twin of kname._native.LaunchWrapper: a closure that names each call of `original`.
 
     `kernel`: None (`original` is the kernel), (index, attribute) or a callable of the args.
-    A miss calls `resolve(frame, kernel)`; kname's own faults go to `fault(frame, kernel, site,
-    exc, where)` and the launch runs. `kinds` is for the C wrapper's walk (here, resolve walks).
+    A miss calls `resolve(frame, kernel)`. A failure goes to `fault(frame, kernel, site, exc,
+    where, again)`, which says whether it was kname's own (kname.callsite.pass_through): then the
+    launch runs; else the exception propagates, before the launch. Finding the site is taken
+    once more first, its failure (or None) as `again`: a fault of kname's own recurs. `kinds` is
+    for the C wrapper's walk (here, resolve walks).
     """
     kernel_of = KernelArg(*kernel) if isinstance(kernel, tuple) else kernel
     getframe = sys._getframe
@@ -69,16 +75,32 @@ def launch_wrapper(
                 try:
                     frame = getframe(1)
                 except ValueError:  # called from C with no Python frame above: unnamed
-                    frame = None
+                    frame = _caller_of_caller()
+                    if frame is not None:  # not getframe's: raised into kname from outside
+                        raise
                 if frame is not None:
                     site = sites.get((id(frame.f_code), frame.f_lasti, id(kernel)))
                     if site is None:
                         site = resolve(frame, kernel)
                     if site is not None:
                         next(site.counter)
-        except Exception as exc:  # kname's own failure: this launch runs unnamed, counted
+        except Exception as exc:  # kname's own fault, or raised into kname from outside
             kernel = locals().get("kernel")  # unbound if kernel_of itself failed
-            fault(frame or _caller_of_caller(), kernel, site, exc, FINDING)
+            frame = frame or _caller_of_caller()
+            # Not taken again at the recursion limit (no room), nor once the site was found (the
+            # count is not undone: a counter fails in its own code, anything at once after it).
+            again = exc
+            if site is None and not isinstance(exc, RecursionError):
+                try:  # the same steps in this frame, uncounted: a fault of kname's fails alike
+                    kernel = original if kernel_of is None else kernel_of(args)
+                    key = None if frame is None else (id(frame.f_code), frame.f_lasti, id(kernel))
+                    if kernel is not None and key is not None and sites.get(key) is None:
+                        resolve(frame, kernel)
+                    again = None
+                except Exception as failed:
+                    again = failed
+            if not fault(frame, kernel, site, exc, FINDING, again):
+                raise  # from outside: it reaches the caller as if raised just before the launch
             site = None
         if site is None:
             return original(*args, **kwargs)
@@ -88,18 +110,22 @@ def launch_wrapper(
             return run(*args, **kwargs)
         # Async exceptions (KeyboardInterrupt from a signal handler) are raised only once a call
         # has returned: one arriving as push() returns is inside this try, and nothing is pushed
-        # before it, so the range is closed however the wrapper is left.
+        # before it, so the range is closed however the wrapper is left. An Exception arriving
+        # so is told from a failing push by kname.faults (push and pop are calls into C, which
+        # run no bytecode of their own: not taken again, as each call opens or closes a range).
         try:
             try:
                 push()
-            except Exception as exc:  # the launch still runs, unnamed from now on
-                fault(frame, kernel, site, exc, "opening a launch's NVTX range")
+            except Exception as exc:  # kname's: the launch still runs, unnamed from now on
+                if not fault(frame, kernel, site, exc, OPENING, exc):
+                    raise  # from outside: no launch, and the range is closed all the same
             return run(*args, **kwargs)
         finally:
             try:
                 pop()
             except Exception as exc:
-                fault(frame, kernel, site, exc, "closing a launch's NVTX range")
+                if not fault(frame, kernel, site, exc, CLOSING, exc):
+                    raise  # as a finally that raises: the launch's exception is its context
 
     return kname_launch
 
@@ -112,10 +138,7 @@ WRAPPER_CODE = next(
 
 def _caller_of_caller() -> FrameType | None:
     """The frame that called the function calling this, or None (called from C)."""
-    try:
-        return sys._getframe(2)
-    except ValueError:
-        return None
+    return sys._getframe(1).f_back  # no exception to catch: one from outside propagates
 
 
 def skip_beneath(hook: Callable[..., Any], kinds: dict[int, int]) -> Callable[..., Any]:

@@ -1,5 +1,10 @@
 """Fixtures: kname reset around every test, the hot path it runs under; the NVTX capture library,
-kname's wheel, and a venv with it installed (built once per session)."""
+kname's wheel, and a venv with it installed (built once per run, shared by pytest-xdist's workers).
+
+A test whose outcome depends on the per-launch wrapper (the hot path) is marked `launches`: it
+runs on each hot path `--hot-path` names (`python`, `native` or `both`, the default); the other
+tests run once, on the default one (the C one where it is built).
+"""
 
 from __future__ import annotations
 
@@ -8,36 +13,46 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import HOT_PATH_VARIABLE, Venv, build_extensions_in_place, build_wheel, make_venv
+from support import (
+    HOT_PATH_VARIABLE,
+    Venv,
+    build_extensions_in_place,
+    build_wheel,
+    exclusive,
+    made_once,
+    make_venv,
+)
 from support.nvtx_capture import InjectionUnavailable, build_injection_library
 
 import kname
 from kname import _warnings, callsite, hotpath, naming
 
-# Test modules whose every test runs twice: on the pure-Python per-launch wrapper and on the C one.
-BOTH_HOT_PATHS = {
-    "test_callsite", "test_callsite_bounds", "test_callsite_faults", "test_census", "test_ipython",
-    "test_launch", "test_lifecycle", "test_profile_capture", "test_profile_mode",
-    "test_profile_session", "test_reliability_async", "test_targets_user",
-    "test_launch_function_names",
-    "test_reliability", "test_reliability_concurrency", "test_reliability_imports",
-    "test_reliability_resources", "test_rename", "test_rename_libraries", "test_targets_cuda_core",
-    "test_targets_cupy", "test_targets_pycuda", "test_targets_triton", "test_targets_torch",
-}  # fmt: skip
 HOT_PATHS = {"python": "0", "native": "1"}  # KNAME_NATIVE for each
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--hot-path", choices=[*HOT_PATHS, "both"], default="both",
+        help="the per-launch wrapper(s) the tests marked `launches` run on (default: both)",
+    )  # fmt: skip
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Build kname's C extensions into the checkout (tests import kname from it), as
-    `pip install` builds them into a wheel."""
+    `pip install` builds them into a wheel. pytest-xdist's workers start after the controller
+    has built them, and leave the checkout alone."""
+    if hasattr(session.config, "workerinput"):
+        return
     problem = build_extensions_in_place()
     if problem:
         print(f"kname's extensions, built for the tests:\n{problem}", file=sys.stderr)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if metafunc.module.__name__ in BOTH_HOT_PATHS:
-        metafunc.parametrize("hot_path", list(HOT_PATHS), indirect=True)
+    if metafunc.definition.get_closest_marker("launches"):
+        chosen = metafunc.config.getoption("hot_path")
+        paths = list(HOT_PATHS) if chosen == "both" else [chosen]
+        metafunc.parametrize("hot_path", paths, indirect=True)
 
 
 @pytest.fixture(autouse=True)
@@ -59,7 +74,7 @@ def fresh_kname(monkeypatch: pytest.MonkeyPatch):
 
 @pytest.fixture(autouse=True)
 def hot_path(request: pytest.FixtureRequest, fresh_kname, monkeypatch: pytest.MonkeyPatch):
-    """The per-launch wrapper of this test: "python" or "native" in the BOTH_HOT_PATHS modules
+    """The per-launch wrapper of this test: "python" or "native" for a test marked `launches`
     (KNAME_NATIVE, inherited by its child processes), else the default (None)."""
     path = getattr(request, "param", None)
     if path is None:
@@ -84,14 +99,37 @@ def inject_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def kname_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """kname's wheel, built from this checkout once per session."""
-    return build_wheel(tmp_path_factory.mktemp("wheel"))
+def run_root(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The temporary folder of this whole run: each pytest-xdist worker has its own inside it."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if hasattr(pytestconfig, "workerinput") else base
+
+
+@pytest.fixture(autouse=True)
+def one_gpu_test_at_a_time(request: pytest.FixtureRequest, run_root: Path):
+    """The GPU tests share one GPU, and ncu or CUPTI on it: across pytest-xdist's workers, they
+    run one at a time."""
+    if request.node.get_closest_marker("gpu") is None:
+        yield
+        return
+    with exclusive(run_root / "gpu.lock"):
+        yield
 
 
 @pytest.fixture(scope="session")
-def kname_venv(tmp_path_factory: pytest.TempPathFactory, kname_wheel: Path) -> Venv:
-    """A fresh venv with kname's wheel installed (shared: tests must not change it)."""
-    made = make_venv(tmp_path_factory.mktemp("venv") / "env")
-    made.install(str(kname_wheel))
-    return made
+def kname_wheel(run_root: Path) -> Path:
+    """kname's wheel, built from this checkout once per run."""
+    return made_once(run_root / "wheel", build_wheel)
+
+
+@pytest.fixture(scope="session")
+def kname_venv(run_root: Path, kname_wheel: Path) -> Venv:
+    """A fresh venv with kname's wheel installed, made once per run (shared: tests must not
+    change it)."""
+
+    def make(folder: Path) -> Path:
+        made = make_venv(folder / "env")
+        made.install(str(kname_wheel))
+        return made.root
+
+    return Venv(made_once(run_root / "venv", make))

@@ -10,7 +10,6 @@ import importlib.util
 import itertools
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from support import REPO, make_venv
+from support import REPO, copy_checkout, make_venv
 
 RUN = REPO / "benchmarks" / "run.py"
 
@@ -110,9 +109,7 @@ MISSING = {
 def test_a_fresh_checkout_benchmarks_its_c_hot_path_or_says_in_one_line_what_is_missing(
     tmp_path: Path, lacking: str
 ) -> None:
-    checkout = tmp_path / "checkout"  # as cloned: no extension built in it
-    ignored = shutil.ignore_patterns(".git", ".venv", "build", "dist", "results", "*.so", "*cache*")
-    shutil.copytree(REPO, checkout, ignore=ignored)
+    checkout = copy_checkout(tmp_path / "checkout")  # as cloned: no extension built in it
     venv = make_venv(tmp_path / "venv")
     (venv.site_packages / "zz_lacking.pth").write_text(
         f"import sys; sys.modules[{lacking!r}] = None\n"

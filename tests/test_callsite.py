@@ -2,7 +2,8 @@
 
 In-process tests launch through a user-named target (`fakegpu:launch`, a module written into
 tmp_path); the numba simulator and NVTX capture run in subprocesses (NVTX picks its tool at a
-process's first NVTX call).
+process's first NVTX call): numba's launches are in test_targets_numba.py, the ranges a profiler
+sees in test_ranges.py.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from pathlib import Path
 
 import pytest
 from support import FAKEGPU, REPO, cleaned, line_of
-from support.nvtx_capture import run_captured
 
 import kname
 from kname import callsite
-from kname.ranges import colour_of
+
+pytestmark = pytest.mark.launches
 
 
 class Sandbox:
@@ -351,7 +352,7 @@ def test_names_are_counted_in_first_seen_order(user: Sandbox) -> None:
 
 
 # --------------------------------------------------------------------------
-# Subprocesses: the numba simulator, install prefixes, NVTX capture
+# Subprocesses: install prefixes (numba's simulator: test_targets_numba.py; NVTX: test_ranges.py)
 # --------------------------------------------------------------------------
 
 
@@ -372,82 +373,6 @@ def run_python(script: Path, env: dict[str, str | None], cwd: Path) -> dict[str,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
-
-
-SIMULATOR = """
-import json
-
-import kname
-
-kname.install()
-
-import numpy as np
-from numba import cuda
-
-
-@cuda.jit(device=True)
-def twice(x):
-    return 2 * x
-
-
-@cuda.jit
-def axpy(out, x):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = twice(x[i])
-
-
-@cuda.jit
-def scale(out):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = twice(out[i])
-
-
-def step(out, x):
-    axpy[2, 4](out, x)  # L:direct
-    axpy.forall(out.size)(out, x)  # L:forall
-
-
-out, x = np.zeros(8), np.arange(8.0)
-for _ in range(3):
-    step(out, x)
-scale[1, 8](out)  # L:scale
-assert (out == 4 * x).all(), out
-print(json.dumps(kname.names()))
-"""
-
-
-def simulator_script(tmp_path: Path) -> tuple[Path, dict[str, str | None]]:
-    script = tmp_path / "sim_app.py"
-    script.write_text(textwrap.dedent(SIMULATOR))
-    return script, clean_env(NUMBA_ENABLE_CUDASIM="1")
-
-
-def simulator_names() -> dict[str, int]:
-    return {
-        f"step sim_app.py:{line_of(SIMULATOR, 'L:direct')}": 3,
-        f"step sim_app.py:{line_of(SIMULATOR, 'L:forall')}": 3,
-        f"<module> sim_app.py:{line_of(SIMULATOR, 'L:scale')}": 1,
-    }
-
-
-def test_simulator_launches_forall_and_device_calls_are_named_by_user_lines(tmp_path) -> None:
-    script, env = simulator_script(tmp_path)
-    # forall names the user's line, not numba's; device function calls add no sites.
-    assert run_python(script, env, tmp_path) == simulator_names()
-
-
-def test_simulator_ranges_are_one_per_launch_and_balanced(inject_lib, tmp_path) -> None:
-    script, env = simulator_script(tmp_path)
-    done, cap = run_captured([sys.executable, str(script)], inject_lib, tmp_path, env=env,
-                             cwd=tmp_path, timeout=120)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    expected = simulator_names()
-    direct, forall, scale = expected
-    assert cap.ranges("kname") == [direct, forall] * 3 + [scale]
-    assert cap.balanced(), cap.stack_errors()
-    assert cap.max_depth("kname") == 1  # device functions open no nested range
 
 
 MYPKG = """
@@ -486,117 +411,6 @@ def test_the_same_file_under_two_install_prefixes_gets_the_same_name(tmp_path) -
         pythonpath = os.pathsep.join([str(site), str(tmp_path / "libs"), str(REPO)])
         results.append(run_python(driver, clean_env(PYTHONPATH=pythonpath), cwd=site))
     assert results[0] == results[1] == {f"run mypkg/m.py:{line_of(MYPKG, 'L:mypkg')}": 2}
-
-
-# NVTX capture through the fakegpu target.
-
-CAPTURED = """
-import json
-import sys
-
-sys.path.insert(0, {root!r})
-import kname
-
-kname.install(targets=["fakegpu:launch", "fakegpu:launch_a", "fakegpu:fail"])
-import fakegpu
-
-
-def sites():
-    fakegpu.launch(1)  # L:one
-    fakegpu.launch(2)  # L:two
-
-
-for _ in range(3):
-    sites()
-fakegpu.launch_a()  # L:a
-
-caught = None
-try:
-    fakegpu.fail("boom: the launch failed")  # L:fail
-except ValueError as exc:
-    caught = exc
-print(json.dumps({{"type": type(caught).__name__, "message": str(caught)}}))
-print(json.dumps(kname.names()))
-"""
-
-
-def run_fakegpu_captured(inject_lib: Path, tmp_path: Path, **env: str | None):
-    """Run CAPTURED under NVTX capture; return (names, exception seen, capture)."""
-    (tmp_path / "fakegpu.py").write_text(FAKEGPU)
-    script = tmp_path / "captured_app.py"
-    script.write_text(CAPTURED.format(root=str(tmp_path)))
-    done, cap = run_captured([sys.executable, str(script)], inject_lib, tmp_path,
-                             env=clean_env(**env), cwd=tmp_path, timeout=120)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    *_, caught, names = done.stdout.splitlines()
-    return json.loads(names), json.loads(caught), cap
-
-
-def captured_name(marker: str, function: str) -> str:
-    return f"{function} captured_app.py:{line_of(CAPTURED, marker)}"
-
-
-def test_ranges_are_pushed_and_popped_in_launch_order(inject_lib, tmp_path) -> None:
-    _, _, cap = run_fakegpu_captured(inject_lib, tmp_path)
-    one, two = captured_name("L:one", "sites"), captured_name("L:two", "sites")
-    a, fail = captured_name("L:a", "<module>"), captured_name("L:fail", "<module>")
-    assert cap.ranges("kname") == [one, two] * 3 + [a, fail]
-    kinds = [e.kind for e in cap.events if e.domain == "kname" and e.kind in ("push", "pop")]
-    assert kinds == ["push", "pop"] * 8
-    assert cap.balanced(), cap.stack_errors()
-    assert cap.max_depth("kname") == 1
-
-
-def test_each_site_registers_its_string_once(inject_lib, tmp_path) -> None:
-    names, _, cap = run_fakegpu_captured(inject_lib, tmp_path)
-    registered = cap.registered_strings("kname")
-    assert sorted(registered) == sorted(names)
-    assert len(registered) == len(set(registered)) == 4
-    assert names[captured_name("L:one", "sites")] == 3
-
-
-def test_a_failing_launch_closes_its_range_and_raises_unchanged(inject_lib, tmp_path) -> None:
-    names, caught, cap = run_fakegpu_captured(inject_lib, tmp_path)
-    assert caught == {"type": "ValueError", "message": "boom: the launch failed"}
-    assert names[captured_name("L:fail", "<module>")] == 1
-    assert cap.ranges("kname")[-1] == captured_name("L:fail", "<module>")
-    last = [e.kind for e in cap.events if e.domain == "kname" and e.kind in ("push", "pop")][-2:]
-    assert last == ["push", "pop"]  # the failed launch's range was closed
-    assert cap.balanced(), cap.stack_errors()
-
-
-def test_a_kernel_has_the_same_colour_in_every_run(inject_lib, tmp_path) -> None:
-    colours = []
-    for seed in ("1", "2"):
-        _, _, cap = run_fakegpu_captured(inject_lib, tmp_path, PYTHONHASHSEED=seed)
-        colours.append({e.message: e.color for e in cap.of("push", "kname")})
-    assert colours[0] == colours[1]
-    one, two = captured_name("L:one", "sites"), captured_name("L:two", "sites")
-    assert colours[0][one] == colours[0][two]  # same kernel, same colour
-    assert colours[0][one] == colour_of("launch")
-
-
-def test_ranges_are_in_the_kname_domain_unless_kname_domain_says(inject_lib, tmp_path) -> None:
-    names, _, cap = run_fakegpu_captured(inject_lib, tmp_path)
-    assert "kname" in cap.domains()
-    assert len(cap.ranges("kname")) == sum(names.values())
-    names, _, mine = run_fakegpu_captured(inject_lib, tmp_path, KNAME_DOMAIN="mine")
-    assert len(mine.ranges("mine")) == sum(names.values())
-    assert mine.ranges("kname") == []
-    assert "kname" not in mine.domains()
-
-
-def test_census_mode_counts_launches_but_emits_no_ranges(inject_lib, tmp_path) -> None:
-    names, caught, cap = run_fakegpu_captured(inject_lib, tmp_path, KNAME_MODE="census")
-    assert names == {
-        captured_name("L:one", "sites"): 3,
-        captured_name("L:two", "sites"): 3,
-        captured_name("L:a", "<module>"): 1,
-        captured_name("L:fail", "<module>"): 1,
-    }
-    assert caught["type"] == "ValueError"
-    assert cap.of("push") == [] and cap.of("pop") == []
-    assert cap.registered_strings("kname") == []
 
 
 # --------------------------------------------------------------------------

@@ -12,11 +12,13 @@ import gc
 import json
 import operator
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 import threading
 import weakref
+from types import CodeType
 
 import pytest
 from support import REPO, cleaned
@@ -24,6 +26,8 @@ from support import REPO, cleaned
 import kname
 from kname import callsite
 from kname.launch import LaunchSpec, Switch, make_launch_wrapper
+
+pytestmark = pytest.mark.launches
 
 
 class Kernel:
@@ -139,6 +143,79 @@ def test_a_kernel_without_weak_references_is_let_go_when_its_sites_are_evicted(m
     assert total_launches() == 6
 
 
+# --------------------------------------------------------------------------
+# Issue 32 item 2: sites do not own code objects
+# --------------------------------------------------------------------------
+
+PAYLOAD = 1 << 20  # bytes of the constant each snippet holds
+
+
+def snippet(n: int, source: str = "launch(kernel, {n})") -> CodeType:
+    """Generated code launching once, holding a 1 MB constant (as a template's code may)."""
+    code = compile(source.format(n=n), f"snippet{n}.py", "exec")
+    return code.replace(co_consts=(*code.co_consts, bytes(PAYLOAD)))
+
+
+def test_generated_code_launched_once_and_dropped_is_freed_with_its_constants() -> None:
+    launch, kernel = kernel_launcher(), Kernel("k")
+    refs, ids = [], []
+    for n in range(50):
+        code = snippet(n)
+        exec(code, {"launch": launch, "kernel": kernel})
+        refs.append(weakref.ref(code))
+        ids.append(id(code))
+        del code
+    gc.collect()
+    assert [r for r in refs if r() is not None] == []  # kept, they would hold 50 MB
+    # Their sites and decisions left with them; their launches are still counted.
+    assert callsite.sites == {}
+    assert not set(ids) & set(callsite._kinds)
+    assert kname.names() == {f"<module> snippet{n}.py:1": 1 for n in range(50)}
+
+
+def launch_via(launch, kernel, n):
+    return launch(kernel, n)  # L:via
+
+
+VIA = f"launch_via test_callsite_bounds.py:{launch_via.__code__.co_firstlineno + 1}"
+
+
+def test_code_named_through_a_helper_that_stays_is_freed_and_kname_keeps_no_trace_of_it():
+    """KNAME_DEPTH=2: each site is keyed by the snippet's code and the helper's; the snippet's
+    going takes the site with it, and the kernel, which stays, keeps no growing record of it."""
+    callsite.configure(depth=2)
+    launch, kernel = kernel_launcher(), Kernel("k")
+    refs = []
+    for n in range(500):
+        code = snippet(n, "launch_via(launch, kernel, {n})")
+        exec(code, {"launch_via": launch_via, "launch": launch, "kernel": kernel})
+        refs.append(weakref.ref(code))
+        del code
+    gc.collect()
+    assert [r for r in refs if r() is not None] == []
+    assert callsite.sites == {}
+    assert len(callsite._kernels[id(kernel)].keys) <= 2 * callsite.QUEUE_SLACK
+    assert kname.names() == {f"{VIA} < <module> snippet{n}.py:1": 1 for n in range(500)}
+
+
+def test_a_code_object_made_where_a_freed_one_was_is_named_after_its_own_line() -> None:
+    """A site is keyed by its code's id: once the code is freed, CPython may give a new code
+    object of the same size its address, and so its id, and the same offsets: the new code's
+    launch must not be taken for the old one's (nor, on the C path, its recent entry)."""
+    launch, kernel = kernel_launcher(), Kernel("k")
+    seen: set[int] = set()
+    reused = 0
+    for n in range(200):
+        code = compile("launch(kernel)", f"file{n}.py", "exec")
+        reused += id(code) in seen
+        seen.add(id(code))
+        for _ in range(3):  # the second and third from the C path's recent entry
+            exec(code, {"launch": launch, "kernel": kernel})
+        del code
+    assert reused, "no code object was made where a freed one was: the test proves nothing"
+    assert kname.names() == {f"<module> file{n}.py:1": 3 for n in range(200)}
+
+
 SIMULATOR_MEMORY = """
 import gc
 import json
@@ -244,8 +321,9 @@ def test_each_eviction_takes_the_oldest_site_in_bounded_work(monkeypatch, counte
     launch = kernel_launcher()
     kernel = Kernel("k")
     longest = 0
-    for i in range(6):
-        generated_lines(1000, f"gen{i}")(launch, kernel)
+    runs = [generated_lines(1000, f"gen{i}") for i in range(6)]  # kept: sites go by eviction
+    for i, run in enumerate(runs):
+        run(launch, kernel)
         longest = max(longest, len(counted_queue))
         # The cache holds exactly the newest 1000 sites: the last function's lines.
         files = {site.name.split()[1] for site in callsite.sites.values()}
@@ -279,6 +357,53 @@ def test_eviction_past_sites_of_dead_kernels_stays_bounded(monkeypatch, counted_
     assert cached == {id(k) for k in kept[-len(cached) :]}
     assert len(cached) >= 49
     assert total_launches() == stored
+
+
+class InterruptedDeque(collections.deque):
+    """The eviction queue, where a signal arrives once while kname takes entries out of it."""
+
+    armed = False
+
+    def interrupt(self) -> None:
+        if self.armed:
+            self.armed = False
+            signal.raise_signal(signal.SIGUSR1)  # its handler runs before this returns
+
+    def popleft(self):
+        entry = super().popleft()
+        self.interrupt()
+        return entry
+
+    def __iter__(self):
+        for entry in super().__iter__():
+            yield entry
+            self.interrupt()
+
+
+def test_a_site_a_signal_handler_stores_while_the_queue_is_compacted_is_kept(monkeypatch) -> None:
+    """Compaction runs inside kname's critical section; a handler launching from a new line there
+    stores a site (kname's locks are re-entrant), whose queue entry is kept, and nothing fails."""
+    launch, kept = kernel_launcher(), Kernel("kept")
+    run = generated_lines(10)
+    for _ in range(5):
+        run(launch, Kernel("dying"))  # 50 stale queue entries
+    run(launch, kept)
+    queue = InterruptedDeque(callsite._queue)
+    monkeypatch.setattr(callsite, "_queue", queue)
+    handler_line = compile("launch(kernel)", "handler.py", "exec")
+
+    def on_signal(signum, frame):
+        exec(handler_line, {"launch": launch, "kernel": kept})
+
+    previous = signal.signal(signal.SIGUSR1, on_signal)
+    try:
+        with callsite._lock:  # as _store holds it
+            queue.armed = True
+            callsite._compact_queue()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert kname.names()["<module> handler.py:1"] == 1
+    assert sorted(key for key, _ in queue) == sorted(callsite.sites)  # each live site, once
 
 
 # --------------------------------------------------------------------------

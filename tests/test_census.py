@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import Venv, cleaned, line_of
+from support import Venv, cleaned, kernels, line_of
 from support.nvtx_capture import run_captured
 
 import kname
@@ -24,21 +24,13 @@ from kname.documents.files import load
 from kname.documents.merge import merge_documents
 from kname.documents.owner import OWNER_VARIABLE
 
-APP = """\
+pytestmark = pytest.mark.launches
+
+APP = kernels.program("""\
 import os
 import sys
 
-import numpy as np
-from numba import cuda
-
 import kname
-
-
-@cuda.jit
-def axpy(out, a, x):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = a * x[i] + out[i]
 
 
 @cuda.jit
@@ -67,7 +59,7 @@ def main():
 
 
 main()
-"""
+""")
 
 # (name, kernel, launches) of APP's call sites, in first-seen order.
 EXPECTED = [
@@ -272,20 +264,11 @@ def test_kname_report_to_a_fifo_without_reader_is_one_line(kname_venv: Venv, app
 
 # --- children's censuses (item 24): every worker's file is written, and they merge ----------
 
-POOL_APP = """\
+POOL_APP = kernels.program(
+    """\
 import multiprocessing
 import os
 import sys
-
-import numpy as np
-from numba import cuda
-
-
-@cuda.jit
-def inc(out):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] += 1
 
 
 def work(n):
@@ -313,7 +296,9 @@ if __name__ == "__main__":
         assert pool.map(work, [1, 2, 3, 4], chunksize=1) == [1, 2, 3, 4]
         pool.close()
         pool.join()
-"""
+""",
+    kernels.INC,
+)
 
 
 @pytest.mark.slow
@@ -337,21 +322,11 @@ def test_every_multiprocessing_child_writes_its_census(
     assert 1 <= len(children) <= 2
 
 
-SIGTERM_APP = """\
+SIGTERM_APP = kernels.program(
+    """\
 import signal
 import sys
 import time
-
-import numpy as np
-from numba import cuda
-
-
-@cuda.jit
-def inc(out):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] += 1
-
 
 out = np.zeros(4)
 for _ in range(3):
@@ -360,7 +335,9 @@ if sys.argv[1:] == ["own-handler"]:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))
 print("ready", flush=True)
 time.sleep(60)
-"""
+""",
+    kernels.INC,
+)
 
 
 @pytest.mark.slow

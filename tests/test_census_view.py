@@ -1,19 +1,13 @@
-"""A census of one stretch (a cell, a test body): the snapshot difference, how it is shown and
-asked about, and how IPython cell file names become `<cell N>`. Pure functions, in-process; the
-live counting is tested in real IPython shells (test_ipython.py) and pytest runs
-(test_pytest_plugin.py).
+"""A census of one stretch (a cell, a test body): how it is shown and asked about. Pure functions,
+in-process; the snapshot difference is in test_stretch.py, and the live counting is tested in real
+IPython shells (test_ipython.py) and pytest runs (test_pytest_plugin.py).
 """
 
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from kname import stretch
-from kname.cells import cell_path
 from kname.census_view import Census, render_html, render_text
-from kname.documents.schema import validate
 
 
 def site(name, kernel="axpy", lib="numba", launches=1, order=1, **extra):
@@ -96,40 +90,3 @@ def test_names_and_repr_say_what_was_counted() -> None:
         "<kname census of this test: 47 launches from 4 call sites: step solver.py:12 [axpy] 30, "
     )
     assert str(census) == render_text(STEP, "kname census of this test")
-
-
-counts = st.integers(min_value=0, max_value=10**6)
-keys = st.tuples(st.sampled_from(["step a.py:1", "main a.py:2", "f b.py:3"]),
-                 st.sampled_from(["axpy", "scale"]), st.just("numba"))  # fmt: skip
-
-
-@given(st.dictionaries(keys, st.tuples(counts, counts), max_size=6))
-def test_a_difference_counts_exactly_the_launches_added_meanwhile(grown) -> None:
-    before = {key: {"launches": old} for key, (old, _) in grown.items()}
-    after = {key: {"launches": old + new} for key, (old, new) in grown.items()}
-    result = validate(stretch.difference(before, after), "difference")
-    added = {key: new for key, (_, new) in grown.items() if new}
-    assert {(s["name"], s["kernel"], s["lib"]): s["launches"] for s in result["sites"]} == added
-    assert result["total_launches"] == sum(added.values())
-    assert [s["order"] for s in result["sites"]] == list(range(1, len(added) + 1))
-
-
-def test_a_difference_subtracts_gpu_time_too() -> None:
-    key = ("step a.py:1", "axpy", "numba")
-    result = stretch.difference(
-        {key: {"launches": 2, "gpu_ns": 500}}, {key: {"launches": 5, "gpu_ns": 2000}}
-    )
-    assert result["sites"][0]["launches"] == 3 and result["sites"][0]["gpu_ns"] == 1500
-
-
-@given(st.integers(min_value=0, max_value=10**9), st.text("0123456789abcdef", min_size=1))
-def test_an_ipython_input_name_is_its_cell_number(number: int, digest: str) -> None:
-    assert cell_path(f"<ipython-input-{number}-{digest}>") == f"<cell {number}>"
-
-
-@pytest.mark.parametrize(
-    "filename", ["<stdin>", "app.py", "/tmp/ipykernel_1/2914741263.py", "<ipython-input-x-1>"]
-)
-def test_other_names_are_no_cell_outside_a_shell(filename: str) -> None:
-    # No IPython shell runs in this process: only the terminal's own pattern is recognised.
-    assert cell_path(filename) is None

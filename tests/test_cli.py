@@ -12,25 +12,15 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from support import REPO, Venv, line_of, make_venv, run
+from support import REPO, Venv, copy_checkout, kernels, line_of, make_venv, run
 
 import kname
 from kname.documents.owner import OWNER_VARIABLE
 
 pytestmark = pytest.mark.slow
 
-APP = """\
+APP = kernels.program("""\
 import sys
-
-import numpy as np
-from numba import cuda
-
-
-@cuda.jit
-def axpy(out, a, x):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = a * x[i] + out[i]
 
 
 def main():
@@ -42,7 +32,7 @@ def main():
 
 
 main()
-"""
+""")
 
 PROBE = """\
 import os, sys
@@ -267,8 +257,7 @@ def editable_venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
     """kname installed as `pip install -e .` installs it: an editable wheel (a finder, no
     kname.pth) built by setuptools from a copy of the checkout."""
     root = tmp_path_factory.mktemp("editable")
-    ignored = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__")
-    shutil.copytree(REPO, root / "source", ignore=ignored)
+    copy_checkout(root / "source")
     (root / "dist").mkdir()
     build = f"import setuptools.build_meta as b; b.build_editable({str(root / 'dist')!r})"
     run([sys.executable, "-c", build], cwd=root / "source")

@@ -1,7 +1,7 @@
 """Which process owns the saved files, and the name of a file beside the owner's.
 
 Processes that really start beneath an owner are run in test_census.py (the census) and
-test_profile_mode.py (a profile's files); these are the rules in-process.
+test_profiling_mode.py (a profile's files); these are the rules in-process.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """kname.hotpath: the one place that chooses the C hot path or its Python twin, once per install.
 
-The launch behaviour of both paths is tested on both (tests/conftest.py's BOTH_HOT_PATHS); here:
+The launch behaviour of both paths is tested on both (the tests marked `launches`); here:
 the choice, its reasons, when it is made (KNAME_NATIVE read once, by kname.config), and that no
 other module imports the extensions or reads the variable.
 """

@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import REPO, cleaned, line_of
+from support import REPO, cleaned, kernels, line_of
 
 pytest.importorskip("IPython")
 from kname.ipython import _ends_in_semicolon
+
+pytestmark = pytest.mark.launches
 
 SHELL = """\
 import json, sys
@@ -42,21 +44,10 @@ for cell in json.load(open(sys.argv[1])):
 print(json.dumps(results))
 """
 
-KERNELS = """\
-import numpy as np
-from numba import cuda
-
-
-@cuda.jit
-def axpy(out, a, x):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = a * x[i]
-
-
+KERNELS = kernels.program("""\
 def step(out, x):
     axpy[1, 8](out, 2.0, x)  # step-line
-"""
+""")
 
 COUNTED = """\
 %%kname
@@ -114,7 +105,7 @@ def test_a_kname_cell_shows_the_launches_of_that_cell_alone(tmp_path: Path) -> N
         f"step <cell 2>:{STEP_LINE}     axpy    numba           3  75.0%\n"
         f"<module> <cell 4>:{DIRECT_LINE}  axpy    numba           1  25.0%\n"
     )
-    assert "Out[4]: np.float64(28.0)" in results[3]["stdout"]  # the cell's value, as without
+    assert "Out[4]: np.float64(196.0)" in results[3]["stdout"]  # the cell's value, as without
     # kname's own counts were not reset: cell 3's five launches are still there.
     assert f"'step <cell 2>:{STEP_LINE}': 8" in results[4]["stdout"]
 
@@ -323,7 +314,7 @@ def test_a_profile_config_loads_kname_in_terminal_ipython(tmp_path: Path) -> Non
     assert re.fullmatch(
         rf"<module> <cell {number}>:{DIRECT_LINE} +axpy +numba +1 +25\.0%", table[3]
     )
-    assert f"Out[{number}]: np.float64(28.0)" in done.stdout  # the number its prompt showed
+    assert f"Out[{number}]: np.float64(196.0)" in done.stdout  # the number its prompt showed
     assert "<table" not in done.stdout  # a terminal shows the text table only
 
 

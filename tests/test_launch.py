@@ -14,6 +14,8 @@ import pytest
 from kname import callsite
 from kname.launch import LaunchSpec, Switch, make_launch_wrapper
 
+pytestmark = pytest.mark.launches
+
 
 class Interrupt(BaseException):
     """An async exception (a KeyboardInterrupt stand-in pytest does not treat specially)."""

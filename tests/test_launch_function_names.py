@@ -17,6 +17,8 @@ from support import FAKEGPU, line_of
 
 import kname
 
+pytestmark = pytest.mark.launches
+
 MODEL = """\
 import fakegpu
 

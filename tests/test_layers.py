@@ -41,6 +41,7 @@ LAYERS = [
     {"kname.hotpath", "kname.pyhotpath"},
     {
         "kname.config",
+        "kname.faults",
         "kname.patching",
         "kname._locks",
         "kname._sigterm",

@@ -22,6 +22,8 @@ from wrapt import importer
 import kname
 from kname import census, importhooks, lifecycle, patching
 
+pytestmark = pytest.mark.launches
+
 
 @pytest.fixture
 def gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

@@ -25,14 +25,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from support import REPO, build_wheel_of, extension_inputs, make_venv
+from support import REPO, build_wheel_of, copy_checkout, extension_inputs, make_venv
 from support.nvtx_capture import nvtx_include_dir
 
 from kname import callsite, counters, hotpath, launch, targets
 
 WHY_NOT_NATIVE = hotpath.choose(True).why_python  # "" where the C hot path is in use
 EXTENSION = None if WHY_NOT_NATIVE else sys.modules[hotpath.NATIVE]
-BOTH = pytest.mark.parametrize("hot_path", ["python", "native"], indirect=True)
 COMPILER = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
 
 
@@ -46,7 +45,7 @@ def wrap(original, kernel_of=None, switch=None, kernel_name=lambda _kernel: "ker
     return launch.make_launch_wrapper(original, spec, switch or launch.Switch())
 
 
-@BOTH
+@pytest.mark.launches
 def test_the_wrapper_passes_arguments_results_and_identity_through(hot_path) -> None:
     wrapper = wrap(noop)
     assert wrapper(1, 2, key=3) == (1, 2)
@@ -145,7 +144,7 @@ def launcher_class(kernel_of=None, switch=None, kernel_name=lambda _kernel: "ker
     return Launcher
 
 
-@BOTH
+@pytest.mark.launches
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_no_way_through_the_wrapper_leaks_a_reference(hot_path, name: str, capsys) -> None:
     check_no_leak(Scenario(name), capsys)
@@ -176,7 +175,7 @@ def check_no_leak(scenario: Scenario, capsys) -> None:
 # --------------------------------------------------------------------------
 
 
-@BOTH
+@pytest.mark.launches
 def test_a_launch_after_its_site_was_dropped_gets_a_new_site(hot_path) -> None:
     wrapper = wrap(noop)
     seen = []
@@ -193,7 +192,7 @@ def test_a_launch_after_its_site_was_dropped_gets_a_new_site(hot_path) -> None:
     assert [site.launches() for site in seen] == [2, 2, 1]  # counted per name, none lost
 
 
-@BOTH
+@pytest.mark.launches
 def test_a_site_changed_in_place_is_read_afresh_at_each_launch(hot_path) -> None:
     calls = []
     wrapper = wrap(noop)
@@ -223,7 +222,7 @@ def launch_from_one_line(launcher, *args):
     return launcher(*args)  # one line, one kernel: one site, its launch cached after the first
 
 
-@BOTH
+@pytest.mark.launches
 @THROUGH
 def test_a_cached_launch_counts_on_the_counter_its_site_has_now(hot_path, through: str) -> None:
     """The C wrapper remembers a cached launch's counter; a site given another one (as a fork's
@@ -239,7 +238,7 @@ def test_a_cached_launch_counts_on_the_counter_its_site_has_now(hot_path, throug
     assert [counters.value(counter) for counter in made] == [3, 3, 3, 3]
 
 
-@BOTH
+@pytest.mark.launches
 @THROUGH
 def test_a_cached_launch_follows_its_switch(hot_path, through: str) -> None:
     """The C wrapper remembers that a cached launch's switch was on; switched off, a launch from
@@ -255,7 +254,7 @@ def test_a_cached_launch_follows_its_switch(hot_path, through: str) -> None:
     assert counted == [3, 3, 6, 6]
 
 
-@BOTH
+@pytest.mark.launches
 @THROUGH
 def test_a_site_whose_range_is_python_code_runs_it_at_every_launch(hot_path, through) -> None:
     """A cached launch is one whose range is NVTX's own (or none): one whose push and pop are
@@ -271,7 +270,7 @@ def test_a_site_whose_range_is_python_code_runs_it_at_every_launch(hot_path, thr
     assert site.launches() == 5
 
 
-@BOTH
+@pytest.mark.launches
 @THROUGH
 def test_a_launch_inside_a_cached_one_from_the_same_line_is_not_named(hot_path, through) -> None:
     """A launcher launched from a line, then again from C inside another launch from that line
@@ -292,7 +291,7 @@ def test_a_launch_inside_a_cached_one_from_the_same_line_is_not_named(hot_path, 
     assert sum(counters.counts().values()) == 6  # three of each, none of those nested
 
 
-@BOTH
+@pytest.mark.launches
 @THROUGH
 def test_a_cached_launch_keeps_no_reference(hot_path, through: str) -> None:
     """The leak scenarios above change their sites before each launch; here nothing changes,
@@ -346,7 +345,7 @@ def test_a_wrapper_made_where_a_freed_one_was_remembers_nothing_of_it() -> None:
     assert sum(counters.counts().values()) == counted  # switched off: not counted
 
 
-@BOTH
+@pytest.mark.launches
 def test_a_launch_inside_a_switched_off_wrapper_is_left_to_it(hot_path) -> None:
     """A wrapper whose switch is off (one kept after its install was undone) still marks its
     launch as in progress, on both paths: a live wrapper called from inside it, with only
@@ -647,7 +646,7 @@ def test_the_c_counter_counts_as_itertools_count_does() -> None:
         type(counter)(5)  # always from 0
 
 
-@BOTH
+@pytest.mark.launches
 def test_a_site_counts_with_the_counter_of_its_hot_path(hot_path) -> None:
     wrapper = wrap(noop)
     for _ in range(4):
@@ -734,7 +733,7 @@ def test_the_caller_of_the_running_native_launch_is_known_by_its_frame() -> None
         is_launch_caller(1)
 
 
-@BOTH
+@pytest.mark.launches
 def test_a_guarded_hook_runs_except_inside_a_native_launch(hot_path) -> None:
     """Triton's launch hooks are guarded so: a launch kname's C wrapper names costs them nothing
     (on the Python path the hook runs and its walk finds the wrapper's frame)."""
@@ -780,9 +779,7 @@ def test_each_c_file_compiles_without_warnings(tmp_path: Path, with_nvtx: bool, 
 
 @pytest.mark.slow
 def test_without_a_compiler_kname_still_installs_and_says_so(tmp_path: Path, monkeypatch) -> None:
-    source = tmp_path / "source"
-    ignored = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "*.so")
-    shutil.copytree(REPO, source, ignore=ignored)
+    source = copy_checkout(tmp_path / "source")
     monkeypatch.setenv("CC", "false")  # a compiler that always fails
     wheel = build_wheel_of(source, tmp_path / "dist")
     monkeypatch.undo()
@@ -854,9 +851,7 @@ def test_the_sdist_holds_every_file_the_extensions_are_built_from(tmp_path: Path
     sources and the headers they include."""
     import tarfile
 
-    source = tmp_path / "source"
-    ignored = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "*.so")
-    shutil.copytree(REPO, source, ignore=ignored)
+    source = copy_checkout(tmp_path / "source")
     subprocess.run(
         [sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path / "dist")], cwd=source,
         capture_output=True, text=True, check=True,

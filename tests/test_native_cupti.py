@@ -6,7 +6,7 @@ unpacks CUPTI's callback data first), from real Python frames: the sites must be
 threads, and the bounds said. The CUPTI callback itself is driven through a stand-in libcupti
 (tests/support/fake_cupti.c, built here with the C compiler) that calls back as CUPTI does; and
 the collector, with it, drains every launch before the activity records that name it. The
-behaviour shared with the Python callback is tested on both in test_profile_capture.py.
+behaviour shared with the Python callback is tested on both in test_profiling_capture.py.
 """
 
 from __future__ import annotations

@@ -10,25 +10,19 @@ import json
 import os
 
 import pytest
-from support import REPO, Venv, line_of
+from support import REPO, Venv, kernels, line_of
 
 pytest_plugins = ["pytester"]
 
 # Every inner session loads the plugin from this checkout; `no:kname` keeps out the entry point
 # of a kname installed in the test environment, which would register the module a second time.
 PLUGIN = ("-p", "no:kname", "-p", "kname.pytest_plugin")
+# Plugins of the test environment the inner sessions have no use for: hypothesis's alone takes
+# half of an inner session's start.
+UNUSED = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")
 
-SUITE = """\
-import numpy as np
+SUITE = kernels.program("""\
 import pytest
-from numba import cuda
-
-
-@cuda.jit
-def axpy(out, a, x):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = a * x[i]
 
 
 def step(out, x, times):
@@ -51,7 +45,7 @@ def test_direct():
 
 def test_quiet():
     pass
-"""
+""")
 
 STEP_LINE = line_of(SUITE, "step-line")
 DIRECT_LINE = line_of(SUITE, "direct-line")
@@ -82,7 +76,7 @@ def inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.
 
 
 def run(inner: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return inner.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", *args, timeout=300)
+    return inner.runpytest_subprocess(*PLUGIN, *UNUSED, *args, timeout=300)
 
 
 def test_the_report_lists_each_tests_launches_per_call_site(inner: pytest.Pytester) -> None:

@@ -11,32 +11,21 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support import REPO, Venv
+from support import REPO, Venv, kernels
 
 pytestmark = pytest.mark.slow
 
 README = (REPO / "README.md").read_text()
 CI_RUN = (REPO / ".ci" / "run").read_text()
 
-APP = """\
-import numpy as np
-from numba import cuda
-
-
-@cuda.jit
-def axpy(out, a, x):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = a * x[i]
-
-
+APP = kernels.program("""\
 x = np.arange(8.0)
 out = np.zeros(8)
 for _ in range(3):
     axpy[1, 8](out, 2.0, x)
 axpy[1, 8](out, 3.0, x)
 print("app ran")
-"""
+""")
 
 
 def indented_commands() -> list[str]:
@@ -52,10 +41,26 @@ def marked_block(marker: str) -> str:
     return match.group(1)
 
 
+def readme_test_command() -> str:
+    return next(c for c in indented_commands() if "pytest" in c and "pip install" in c)
+
+
 def test_ci_runs_exactly_the_readme_test_command() -> None:
-    commands = indented_commands()
-    test_command = next(c for c in commands if "pytest" in c and "pip install" in c)
-    assert test_command in CI_RUN.splitlines()
+    assert readme_test_command() in CI_RUN.splitlines()
+
+
+def test_ci_fails_when_any_step_of_the_test_command_fails(tmp_path: Path) -> None:
+    # .ci/run with each step of the command made `true` but one, `false`, and nothing else run.
+    test_command = readme_test_command()
+    steps = test_command.split(" && ")
+    script = CI_RUN.replace('cd "$(dirname "$0")/.."', f"cd {tmp_path}")
+    script = script.replace("rm -rf .venv", "true").replace(".venv/bin/ruff check .", "echo ruff")
+    for failing in range(len(steps)):
+        command = " && ".join("false" if n == failing else "true" for n in range(len(steps)))
+        done = subprocess.run(
+            ["bash", "-c", script.replace(test_command, command)], capture_output=True, text=True
+        )
+        assert (done.returncode, done.stdout) == (1, ""), (steps[failing], done)
 
 
 def test_the_readme_demo_command_is_the_demo_in_examples() -> None:

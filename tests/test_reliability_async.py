@@ -15,7 +15,7 @@ import pytest
 from support import line_of
 from test_reliability import NOOP_TARGET, count_ranges, kname_lines, run_program
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.launches]
 
 # --------------------------------------------------------------------------
 # A signal handler that launches (and warns, and names) inside a kname critical section

@@ -17,7 +17,7 @@ import pytest
 from support import REPO, cleaned, line_of
 from test_reliability import NOOP_TARGET, count_ranges, run_program, write_program
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.launches]
 
 THREADS = 16
 LAUNCHES = 1000  # per thread and call site

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
-from support import PARENT_PTH, Venv, cleaned, line_of, make_venv
+from support import PARENT_PTH, Venv, cleaned, kernels, line_of, make_venv
 from test_reliability import NOOP_TARGET, count_ranges, kname_lines, run_program
 
 import kname
 from kname import _warnings, callsite, lifecycle, naming
 from kname.config import parse_switch
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.launches]
 
 SIM = {"NUMBA_ENABLE_CUDASIM": "1"}
 
@@ -28,40 +28,32 @@ SIM = {"NUMBA_ENABLE_CUDASIM": "1"}
 # Imported before install, reloaded, installed and uninstalled again and again
 # --------------------------------------------------------------------------
 
-BEFORE_AND_RELOAD = """\
+BEFORE_AND_RELOAD = kernels.program(
+    """\
 import importlib
 import json
 
-import numpy as np
-from numba import cuda
-
 import noop
-
-
-@cuda.jit
-def add_one(out):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] += 1
-
 
 import kname  # only now: the target modules are already imported
 
 out = np.zeros(4)
 noop.launch(1)  # before-install
-add_one[1, 4](out)  # sim-before-install
+inc[1, 4](out)  # sim-before-install
 kname.install(targets=["noop:launch", "numba"])
 noop.launch(2)  # after-install
-add_one[1, 4](out)  # sim-after-install
+inc[1, 4](out)  # sim-after-install
 importlib.reload(noop)
 noop.launch(3)  # after-reload
 kname.uninstall()
 noop.launch(4)  # after-uninstall
-add_one[1, 4](out)  # sim-after-uninstall
+inc[1, 4](out)  # sim-after-uninstall
 importlib.reload(noop)
 noop.launch(5)  # reloaded-after-uninstall
 print(json.dumps({"out": out.tolist()}))
-"""
+""",
+    kernels.INC,
+)
 
 
 def test_targets_imported_before_install_then_reloaded_are_named_once(

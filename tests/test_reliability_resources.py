@@ -23,7 +23,7 @@ from test_reliability import NOOP_TARGET, count_ranges, run_program, write_progr
 import kname
 from kname import callsite, counters, naming
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.launches]
 
 GENERATED = """\
 import json

@@ -24,12 +24,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import REPO, check_rename_demo_under_ncu, cleaned, line_of
+from support.kernels import program
 from support.nvtx_capture import run_captured
 
 import kname
 from kname import _warnings, callsite, naming, rename
 from kname.naming import MAX_IDENTIFIER, FrameFacts, identifier_name
 from kname.targets.numba import rename as numba_rename
+
+pytestmark = pytest.mark.launches
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PROPERTY = settings(max_examples=300, deadline=None)
@@ -474,33 +477,18 @@ def test_the_disk_cache_never_serves_the_plain_kernel_as_the_renamed_one_or_back
     assert plain_again == {**plain, "hits": 1, "misses": 0}
 
 
-SIMULATED = """\
-import numpy as np
-
-import kname
-
-kname.install(["numba"])
-
-from numba import cuda
-
-
-@cuda.jit
-def axpy(out, x):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = 2 * x[i] + out[i]
-
-
+# kname installed before numba is imported.
+SIMULATED = 'import kname\n\nkname.install(["numba"])\n\n' + program("""\
 def step(out, x):
-    axpy[1, 8](out, x)  # L:sim-a
-    axpy[1, 8](out, x)  # L:sim-b
+    axpy[1, 8](out, 2.0, x)  # L:sim-a
+    axpy[1, 8](out, 2.0, x)  # L:sim-b
 
 
 out, x = np.zeros(8), np.arange(8.0)
 for _ in range(2):
     step(out, x)
 print(out.tolist(), sorted(kname.names().items()))
-"""
+""")
 
 
 @pytest.mark.slow

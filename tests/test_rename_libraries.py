@@ -26,6 +26,8 @@ from kname.targets.cupy import rename as cupy_rename
 from kname.targets.triton import rename as triton_rename
 from kname.targets.triton.rename import triton_site_launch
 
+pytestmark = pytest.mark.launches
+
 SOURCE = Path(__file__).read_text()
 
 

@@ -3,8 +3,8 @@ is left alone. While writers run, signals wait for them: a program's handler run
 Ctrl-C at exit is dropped, a SIGTERM ends the process once every writer is done. In real
 subprocesses: the signal and the exit status are the point.
 
-The census and a profile's outputs on SIGTERM: test_census.py, test_profile_session.py,
-test_profile_mode.py.
+The census and a profile's outputs on SIGTERM: test_census.py, test_profiling_session.py,
+test_profiling_mode.py.
 """
 
 from __future__ import annotations

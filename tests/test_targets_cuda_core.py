@@ -17,6 +17,8 @@ import pytest
 from support import REPO, line_of
 from support.nvtx_capture import Capture, run_captured
 
+pytestmark = pytest.mark.launches
+
 pytest.importorskip("cuda.core", reason="cuda-core is not installed")
 
 FORMAT = "{kernel}|{function}|{line}"

@@ -16,6 +16,8 @@ import pytest
 from support import REPO, line_of
 from support.nvtx_capture import Capture, run_captured
 
+pytestmark = pytest.mark.launches
+
 pytest.importorskip("cupy", reason="CuPy is not installed")
 
 FORMAT = "{kernel}|{function}|{line}"

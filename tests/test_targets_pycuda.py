@@ -15,8 +15,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from support import REPO, line_of
 from support.nvtx_capture import Capture, run_captured
+
+pytestmark = pytest.mark.launches
 
 FORMAT = "{kernel}|{function}|{line}"
 DOUBLE = {

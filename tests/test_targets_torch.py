@@ -35,6 +35,8 @@ from kname.targets.torch import (
     inductor_output,
 )
 
+pytestmark = pytest.mark.launches
+
 SITE_PACKAGES = "/venv/lib/python3.11/site-packages"
 KEY = "cab5u7tiw2gcs6ggluapbfvgu3k2uc7bxj5oo2jqfth3eshsy4cw"  # as the table showed it
 
@@ -161,7 +163,8 @@ def test_every_frame_torch_runs_and_makes_is_passed_over(app) -> None:
     judged = {
         code.co_name: kind
         for code_id, kind in callsite._kinds.items()
-        if (code := callsite._codes[code_id]).co_filename != app.app.__file__
+        if (code := callsite._codes[code_id]()) is not None  # a weak reference to the code
+        and code.co_filename != app.app.__file__
     }
     for function in ("_fn", "forward", "call", "run", "launcher"):
         assert judged[function] == callsite.LIBRARY, function

@@ -18,6 +18,8 @@ import pytest
 from support import REPO, line_of
 from support.nvtx_capture import Capture, run_captured
 
+pytestmark = pytest.mark.launches
+
 pytest.importorskip("triton.knobs", reason="Triton 3.4+ is not installed")
 
 FORMAT = "{kernel}|{function}|{line}"

@@ -14,26 +14,18 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from support import REPO, cleaned, line_of
+from support import REPO, cleaned, kernels, line_of
 from support.nvtx_capture import Capture, run_captured
+
+pytestmark = pytest.mark.launches
 
 # --------------------------------------------------------------------------
 # A kernel inside a user-named launcher: one range, counted once
 # --------------------------------------------------------------------------
 
-GPU = """
-from numba import cuda
-
-
-@cuda.jit
-def axpy(out, x):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = 2 * x[i] + out[i]
-
-
+GPU = kernels.program("""\
 def _run(out, x):
-    axpy[1, 32](out, x)  # inner-launch
+    axpy[1, 32](out, 2.0, x)  # inner-launch
 
 
 def launch(out, x):
@@ -49,7 +41,7 @@ def launch_twice(out, x):
 def other(out, x):
     \"\"\"Not a target: launches through the same helper.\"\"\"
     _run(out, x)
-"""
+""")
 
 HEADER = """
 import numpy as np

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from support import REPO, cleaned
 from test_ipython import environment, run_cells, shown_text
-from test_pytest_plugin import PLUGIN
+from test_pytest_plugin import PLUGIN, UNUSED
 
 README = (REPO / "README.md").read_text()
 SOURCE = README
@@ -69,7 +69,7 @@ def pytest_in(folder: Path, command: str) -> subprocess.CompletedProcess:
     )
     env.pop("PYTEST_ADDOPTS", None)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", *PLUGIN, "-p", "no:cacheprovider", *words[1:]],
+        [sys.executable, "-m", "pytest", *PLUGIN, *UNUSED, *words[1:]],
         cwd=folder, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
 
@@ -138,7 +138,7 @@ def test_failed():
 """
 
 
-@pytest.mark.parametrize("hot_path", ["python", "native"], indirect=True)
+@pytest.mark.launches
 def test_a_launch_that_raises_is_still_counted_in_a_cell_and_in_a_test(tmp_path, hot_path):
     _, kernels, _ = blocks("notebook-cell")
     results = run_cells(tmp_path, "%load_ext kname", kernels, RAISING_CELL)

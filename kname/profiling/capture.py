@@ -419,7 +419,10 @@ def names_user_line(site: callsite.Site) -> bool:
     decision forgotten since counts as the user's: the site is then named as before).
     """
     passed_over = (callsite.LIBRARY, callsite.COMPILE)
-    return bool(site.code) and callsite._kinds.get(id(site.code[0])) not in passed_over
+    if not site.code_refs:
+        return False
+    code = site.code_refs[0]()  # None once freed: its decision is forgotten too
+    return code is None or callsite._kinds.get(id(code)) not in passed_over
 
 
 def _caller_of_wrapper(frame: FrameType | None) -> FrameType | None:

@@ -6,6 +6,8 @@ nvtx) through a .pth that adds the parent's site-packages; kname itself comes fr
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import importlib.util
 import os
@@ -14,6 +16,7 @@ import subprocess
 import sys
 import sysconfig
 import venv
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -73,12 +76,71 @@ def run(args: list[str], **kwargs) -> subprocess.CompletedProcess:
     return result
 
 
+@contextlib.contextmanager
+def exclusive(lock_path: Path) -> Iterator[None]:
+    """Hold the lock file `lock_path` (made if missing): one process at a time gets past it."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        yield
+
+
+def made_once(folder: Path, make: Callable[[Path], Path]) -> Path:
+    """`make(folder)`'s answer, made by the first process to ask and handed to the others.
+
+    pytest-xdist's workers of one run share a temporary root: the first to ask for a wheel (or a
+    venv) builds it in `folder` while the others wait on the lock; they then take the same path.
+    A build that failed leaves no answer, so the next to ask tries again.
+    """
+    answer = folder.with_name(f"{folder.name}.made")
+    with exclusive(folder.with_name(f"{folder.name}.lock")):
+        if answer.exists():
+            return Path(answer.read_text())
+        shutil.rmtree(folder, ignore_errors=True)  # what a failed build left
+        folder.mkdir()
+        made = make(folder)
+        answer.write_text(str(made))
+        return made
+
+
+def checkout_files(root: Path = REPO) -> list[str]:
+    """The files a clone of `root` would hold, with the changes not yet committed: what git
+    tracks or would track. Never a virtual environment, a build or an extension built in place
+    (copying a venv with torch and triton filled CI's disk)."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=root, capture_output=True, check=True,
+        ).stdout.decode()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):  # no git, or a copy without .git
+        return _files_outside_ignored_folders(root)
+    return [name for name in listed.split("\0") if name and (root / name).is_file()]
+
+
+def _files_outside_ignored_folders(root: Path) -> list[str]:
+    skipped = {".git", ".venv", "build", "dist", "__pycache__", ".hypothesis", "results"}
+    names = []
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = [
+            s for s in subfolders if s not in skipped and not s.endswith(("cache", ".egg-info"))
+        ]
+        relative = Path(folder).relative_to(root)
+        names += [str(relative / f) for f in files if not f.endswith((".so", ".pyc"))]
+    return names
+
+
+def copy_checkout(dest: Path, root: Path = REPO) -> Path:
+    """Copy the checkout's files (see `checkout_files`) to a new folder `dest`."""
+    for name in checkout_files(root):
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / name, target)
+    return dest
+
+
 def build_wheel(out_dir: Path) -> Path:
     """Build kname's wheel from a copy of the checkout (no network, no build isolation)."""
-    source = out_dir / "source"
-    ignored = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__")
-    shutil.copytree(REPO, source, ignore=ignored)
-    return build_wheel_of(source, out_dir)
+    return build_wheel_of(copy_checkout(out_dir / "source"), out_dir)
 
 
 def build_wheel_of(source: Path, out_dir: Path) -> Path:

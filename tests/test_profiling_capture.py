@@ -18,6 +18,7 @@ import importlib
 import sys
 import textwrap
 import threading
+import weakref
 from types import SimpleNamespace
 
 import pytest
@@ -53,6 +54,8 @@ from kname.profiling.records import (
     Streams,
 )
 from kname.targets.torch import backward_scope
+
+pytestmark = pytest.mark.launches
 
 FAKE_CUDA = '''
 """Stands in for CUPTI at a CUDA API call, calling one launch callback: the Python one is handed
@@ -161,9 +164,10 @@ SOURCES = ["python", "native"]
 
 
 def user_site(name: str, push=None, pop=None) -> SimpleNamespace:
-    """What capture reads of a wrapped launch's site named after a user's line (its code, of a
-    user's function: never judged library code)."""
-    return SimpleNamespace(name=name, push=push, pop=pop, code=(user_site.__code__,))
+    """What capture reads of a wrapped launch's site named after a user's line (a weak reference
+    to its code, of a user's function: never judged library code)."""
+    code_refs = (weakref.ref(user_site.__code__),)
+    return SimpleNamespace(name=name, push=push, pop=pop, code_refs=code_refs)
 
 
 class User(SimpleNamespace):

@@ -31,6 +31,8 @@ from kname.documents.files import load
 from kname.documents.owner import OWNER_VARIABLE
 from kname.profiling import mode
 
+pytestmark = pytest.mark.launches
+
 NOT_COLLECTED = "GPU times are not collected in this run; launches are still named"
 
 
@@ -349,7 +351,7 @@ def test_kname_profile_profiles_a_block_and_installs_kname(scripted, tmp_path) -
         scripted.cuda_launch("axpy", 2_000)  # L:block
     assert not profile.collecting and kname.is_installed()
     line = line_of(Path(__file__).read_text(), "L:" + "block")  # not this line itself
-    here = f"test_kname_profile_profiles_a_block_and_installs_kname test_profile_mode.py:{line}"
+    here = f"test_kname_profile_profiles_a_block_and_installs_kname test_profiling_mode.py:{line}"
     assert [(s["name"], s["launches"], s["gpu_ns"]) for s in profile.sites] == [(here, 1, 2_000)]
     assert profile.table().startswith("kname profile: 2.00 us of GPU time in 1 launch from 1 ")
     profile.save(tmp_path / "p.json")

@@ -7,7 +7,7 @@ documentation (cupti_callbacks.h: GRAPHNODE_CREATED inside the launch call captu
 instantiation, GRAPH_NODE_UPDATED at cudaGraphExecUpdate, *_DESTROY_STARTING; cupti_activity.h:
 graphNodeId and graphId on kernel, memcpy and memset records) and from NVIDIA's
 cuda_graphs_trace sample; the brute-force truth is worked out from each program's state at
-each replay. Streams recorded on a GPU are replayed in test_profile_fixtures.py.
+each replay. Streams recorded on a GPU are replayed in test_profiling_records.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """kname.profiling.backward, the registry of backward passes running: what a launch with no user
 frame is named while passes open and close, on any thread; what the C recorder is told. The
-launches themselves, on both callbacks, are in test_profile_capture.py."""
+launches themselves, on both callbacks, are in test_profiling_capture.py."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from support import Venv, line_of
+from support import Venv, kernels, line_of
 from support.nvtx_capture import run_captured
 from test_cli import SIMULATOR, run_kname
 
@@ -21,19 +21,9 @@ from kname import show_ranges
 
 pytestmark = pytest.mark.slow
 
-APP = """\
+APP = kernels.program("""\
 import multiprocessing
 import sys
-
-import numpy as np
-from numba import cuda
-
-
-@cuda.jit
-def axpy(out, a, x):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = a * x[i] + out[i]
 
 
 def step(out, x):
@@ -58,7 +48,7 @@ def main():
 
 
 main()
-"""
+""")
 STEP = f"step app.py:{line_of(APP, 'step-line')}"
 MAIN = f"main app.py:{line_of(APP, 'main-line')}"
 

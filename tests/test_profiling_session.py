@@ -26,6 +26,8 @@ from kname.documents.files import load
 from kname.profiling.records import ActivityRecord, load_streams
 from kname.profiling.session import ProfileSession
 
+pytestmark = pytest.mark.launches
+
 SCRIPTED = '''
 import sys
 

@@ -192,4 +192,4 @@ def this_line(offset: int = 0) -> str:
     import sys
 
     frame = sys._getframe(1)
-    return f"{frame.f_code.co_name} test_profile_collector.py:{frame.f_lineno + offset}"
+    return f"{frame.f_code.co_name} test_profiling_cupti_collector.py:{frame.f_lineno + offset}"

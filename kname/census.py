@@ -105,13 +105,13 @@ def _write_now() -> None:
         return
     try:
         document = census()
-        if os.getpid() != _owner_pid and not document["total_launches"]:
-            return  # beneath the owner, a process that launched nothing has nothing to add
-        if output is None:  # a table on stderr stays on stderr, in a child too
+        launched = bool(document["total_launches"])
+        if output is not None:  # in a child, its own file beside the owner's
+            what = "launch census (KNAME_REPORT)"
+            write_output(output, render_json(document), what, launched=launched)
+        elif launched or os.getpid() == _owner_pid:  # a table on stderr stays there, in a child too
             sys.stderr.write(render_census_table(document))
             sys.stderr.flush()
-        else:  # in a child, its own file beside the owner's
-            write_output(output, render_json(document), "launch census (KNAME_REPORT)")
     except Exception as exc:  # never a traceback at exit
         reason = f"{type(exc).__name__}: {exc.strerror if isinstance(exc, OSError) else exc}"
         shown = destination if output is None else output.path

@@ -91,6 +91,28 @@ def test_a_process_beneath_the_owner_writes_beside_it_without_a_word(tmp_path, m
     assert os.listdir(tmp_path) == [f"c.pid{os.getpid()}.json"]
 
 
+@pytest.mark.parametrize("beneath", [False, True])
+def test_a_process_that_launched_nothing_writes_nothing_beside_another_processs_file(
+    tmp_path, owner, monkeypatch, capsys, beneath
+) -> None:
+    if beneath:
+        monkeypatch.setenv(OWNER_VARIABLE, "1")
+    output = claim(str(tmp_path / "c.json"))
+    (tmp_path / "c.json").write_text("another process's")
+    assert write_output(output, "nothing launched", "census", launched=False) is None
+    assert os.listdir(tmp_path) == ["c.json"]
+    assert (tmp_path / "c.json").read_text() == "another process's"
+    assert capsys.readouterr().err == ""
+
+
+def test_an_owner_that_launched_nothing_still_writes_its_own_path(tmp_path, owner) -> None:
+    output = claim(str(tmp_path / "c.json"))
+    assert write_output(output, "nothing launched", "census", launched=False) == str(
+        tmp_path / "c.json"
+    )
+    assert (tmp_path / "c.json").read_text() == "nothing launched"
+
+
 def test_while_another_holds_the_directory_this_process_writes_beside(tmp_path, owner, monkeypatch):
     import fcntl
 

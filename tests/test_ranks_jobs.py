@@ -5,7 +5,9 @@ launchers are stand-ins, since none is installed here: each starts its processes
 variables the real one gives them (kname.ranks.LAUNCHERS says where those are documented) and
 nothing else of it. torchrun's is a Python program named torchrun, as the real one's console
 script is: kname starts in it too, and must know it for the launcher it is. mpirun's and srun's
-are shell scripts, as the real ones are no Python. `kname report` then merges the rank files.
+are shell scripts, as the real ones are no Python. A script may also start the ranks itself,
+with multiprocessing. `kname report` then merges the rank files. Each test runs on both hot
+paths (KNAME_NATIVE reaches every process).
 """
 
 from __future__ import annotations
@@ -18,25 +20,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support import Venv, line_of
+from support import Venv, cleaned, kernels, line_of
 
 from kname.documents.owner import OWNER_RANK_VARIABLE, OWNER_VARIABLE
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.launches]
 
-APP = """\
+APP = kernels.program("""\
 import os
-import sys
-
-import numpy as np
-from numba import cuda
-
-
-@cuda.jit
-def axpy(out, a, x):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = a * x[i] + out[i]
 
 
 def rank():
@@ -52,8 +43,9 @@ def main():
         axpy[1, 4](out, 2.0, x)  # L:work
 
 
-main()
-"""
+if __name__ == "__main__":
+    main()
+""")
 WORK = f"main app.py:{line_of(APP, 'L:work')}"
 
 # torchrun's agent, as far as kname sees it: workers with torchrun's variables (its
@@ -117,7 +109,7 @@ def job(tmp_path: Path, kname_venv: Venv) -> Path:
 
 def run(venv: Venv, job: Path, *command: str, **env: str) -> subprocess.CompletedProcess:
     """`command` in `job`, from a shell with the venv and the launchers on PATH."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("KNAME", "NVTX_"))}
+    environ = {k: v for k, v in os.environ.items() if not cleaned(k)}  # KNAME_NATIVE stays
     for variable in ("PYTHONPATH", OWNER_VARIABLE, OWNER_RANK_VARIABLE):
         environ.pop(variable, None)
     path = [str(job / "bin"), str(venv.root / "bin"), environ.get("PATH", "")]
@@ -204,25 +196,42 @@ def test_a_bad_placeholder_is_one_line_at_start_up_and_nothing_is_written(kname_
     assert censuses(job) == {}
 
 
+# A script that starts a job's processes itself with multiprocessing, giving each torchrun's
+# variables: a spawned process takes the environment as it is when it starts.
 SPAWNER = """\
-import os, subprocess, sys
+import multiprocessing
+import os
+import sys
 
-# A script that starts a job's processes itself, giving each its rank as torchrun would.
-workers = [
-    subprocess.Popen([sys.executable, "app.py"],
-                     env=dict(os.environ, RANK=str(rank), WORLD_SIZE="4", LOCAL_RANK=str(rank)))
-    for rank in range(4)
-]
-sys.exit(max(worker.wait() for worker in workers))
+import app
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("spawn")
+    workers = []
+    for rank in range(4):
+        os.environ.update(RANK=str(rank), WORLD_SIZE="4", LOCAL_RANK=str(rank))
+        workers.append(context.Process(target=app.main))
+        workers[-1].start()
+    for variable in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        del os.environ[variable]  # this script is no rank
+    for worker in workers:
+        worker.join()
+    sys.exit(max(worker.exitcode for worker in workers))
 """
 
 
-def test_workers_a_script_starts_with_ranks_own_their_files_and_the_script_its_own(kname_venv, job):
+def test_workers_multiprocessing_starts_with_ranks_own_their_files_and_the_script_its_own(
+    kname_venv, job
+):
     (job / "spawner.py").write_text(SPAWNER)
-    run(kname_venv, job, "kname", "run", "--report", "census.json", "--", "python", "spawner.py")
+    done = run(kname_venv, job, "kname", "run", "--report", "census.json", "--",
+               "python", "spawner.py")  # fmt: skip
     written = censuses(job)
+    # multiprocessing's resource tracker, started with rank 0's variables, launched nothing: it
+    # writes no file beside rank 0's
     assert sorted(written) == ["census.json", *(f"census.rank{rank}.json" for rank in range(4))]
+    assert "another process wrote" not in done.stderr
     assert written["census.json"]["total_launches"] == 0  # the script launched nothing itself
-    assert [who_and_what(written[f"census.rank{r}.json"])[::3] for r in range(4)] == [
-        (0, 2), (1, 3), (2, 4), (3, 5),
-    ]  # fmt: skip
+    assert [who_and_what(written[f"census.rank{r}.json"]) for r in range(4)] == [
+        (rank, 4, "torchrun", 2 + rank) for rank in range(4)
+    ]

@@ -73,22 +73,26 @@ def _rank_mark(rank: Rank) -> str:
     return "" if rank.launcher is None else f"{rank.launcher} {rank.rank}/{rank.world_size}"
 
 
-def write_output(output: Output, text: str, what: str) -> str:
+def write_output(output: Output, text: str, what: str, launched: bool = True) -> str | None:
     """Write `text` as `output` and return the path written; `what` names it in a message
     ("launch census (KNAME_REPORT)").
 
     A process beneath the owner (a forked child too) writes its own file beside the owner's.
     The owner replaces the file at its path if that is still what it found, or what it wrote
     itself; if another process wrote it meanwhile, it writes beside it and says so in one line.
-    Errors are OSErrors, for the caller to say.
+    A process that `launched` nothing writes nothing beside another's file (None): it has
+    nothing to add (multiprocessing's resource tracker, started with a rank's variables, is
+    no rank). Errors are OSErrors, for the caller to say.
     """
     if os.getpid() != output.owner:
-        return _write(beside(output.path), text)
+        return _write(beside(output.path), text) if launched else None
     with _directory_locked(output.path) as locked:
         current = identity(output.path)
         unchanged = current is None or current in (output.found, written_here(output.path))
         if locked and unchanged:
             return _write(output.path, text)
+    if not launched:
+        return None
     path = _write(beside(output.path), text)
     warn_once(
         f"moved:{output.path}",

@@ -299,11 +299,12 @@ class ProfileSession:
         """The outputs of `kinds` that write_at_exit() set up, each replaced whole; a failure
         is one line per output."""
         texts = {"json": self._json_text, "trace": self._trace_text, "html": self._page_text}
+        launched = self._launched()  # if not, no file beside another process's
         for kind, output in self._exit_outputs.items():
             if kind not in kinds:
                 continue
             try:
-                write_output(output, texts[kind](), _EXIT_OUTPUTS[kind][1])
+                write_output(output, texts[kind](), _EXIT_OUTPUTS[kind][1], launched=launched)
             except Exception as exc:
                 reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
                 warn_once(

@@ -4,15 +4,18 @@ median and most, the slowest rank, and when that rank is a straggler."""
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from profile_streams import profile_of
 
 from kname.documents.build import profile_document
 from kname.documents.merge import merge_documents
 from kname.documents.spread import Spread, is_straggler, spread_of, spreads, stragglers
+from kname.profiling.join import replay
+from kname.profiling.records import load_streams
 from kname.ranks import Rank, meta
 
 per_rank = st.lists(st.integers(0, 10**12), min_size=1, max_size=64)
@@ -62,3 +65,44 @@ def test_a_merged_profiles_spreads_and_stragglers_are_those_of_its_sites() -> No
     assert site["name"] == "step app.py:1" and spread.slowest == 2
     assert stragglers(merged, 3.5) == []
     assert spreads(parts[0]) == {}  # one rank: no spread
+
+
+# --- the recorded H200 profile as each rank's -------------------------------------------------
+
+RECORDED = profile_document(
+    replay(load_streams(str(Path(__file__).parent / "data" / "profile_h200.json")))
+)
+# How many times each rank of a job ran the recorded program (each run a file of its own).
+runs_per_rank = st.lists(st.integers(1, 4), min_size=2, max_size=8)
+# Odd twentieths: never the slowest rank's excess exactly (a ratio of runs of at most 4), where
+# rounding could tip the comparison either way.
+thresholds = st.integers(0, 60).map(lambda k: (2 * k + 1) / 20)
+
+
+@settings(max_examples=50, deadline=None)
+@given(runs_per_rank, st.randoms(use_true_random=False), thresholds)
+def test_ranks_that_ran_the_recorded_profile_m_times_spread_as_m_times_each_sites_time(
+    runs, shuffle, threshold
+) -> None:
+    world = len(runs)
+    files = [
+        {**RECORDED, "ranks": [meta(Rank(rank, rank, world, "torchrun"), host="n", pid=run)]}
+        for rank, count in enumerate(runs)
+        for run in range(count)
+    ]
+    shuffle.shuffle(files)  # the files come in any order
+    merged = merge_documents(files)
+    assert merged["total_gpu_ns"] == sum(runs) * RECORDED["total_gpu_ns"]
+    assert merged["processes"] == len(files)
+    gpu_ns = {site["name"]: site["gpu_ns"] for site in RECORDED["sites"]}
+    slowest = runs.index(max(runs))  # of two ranks with the most runs, the lower
+    expected = {
+        name: Spread(min(runs) * ns, statistics.median(runs) * ns, max(runs) * ns, slowest)
+        for name, ns in gpu_ns.items()
+    }
+    sites = merged["sites"]
+    assert {sites[index]["name"]: spread for index, spread in spreads(merged).items()} == expected
+    # Every site is as much slower on the slowest rank: all straggle, or none does.
+    over = max(runs) - statistics.median(runs)
+    flagged = [site["name"] for site, _ in stragglers(merged, threshold, min_time_ns=0)]
+    assert sorted(flagged) == (sorted(gpu_ns) if over > threshold * statistics.median(runs) else [])

@@ -524,12 +524,18 @@ def launches_in(path: Path) -> int | None:
     return load(str(path))["total_launches"] if path.exists() else None
 
 
-def test_a_job_killed_after_sigterm_leaves_the_profile_of_its_last_flush(tmp_path) -> None:
-    outputs = {"KNAME_REPORT": "p.json", "KNAME_PROFILE_HTML": "p.html"}
+# A lone process, and rank 1 of a Slurm step of 2 (its own files: p.rank1.json, p.rank1.html).
+@pytest.mark.parametrize(
+    ("rank", "suffix"), [({}, ""), ({"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2"}, ".rank1")]
+)
+def test_a_job_killed_after_sigterm_leaves_the_profile_of_its_last_flush(
+    tmp_path, rank, suffix
+) -> None:
+    outputs = {"KNAME_REPORT": "p.json", "KNAME_PROFILE_HTML": "p.html", **rank}
     program = start_program(tmp_path, {**outputs, "KNAME_PROFILE_FLUSH": "0.1"}, STUCK)
     with program:
         assert program.stdout.readline() == "ready\n"
-        wait_for(lambda: launches_in(tmp_path / "p.json") == 4)
+        wait_for(lambda: launches_in(tmp_path / f"p{suffix}.json") == 4)
         # A scheduler's time limit: SIGTERM, a grace period, then SIGKILL.
         program.send_signal(signal.SIGTERM)
         time.sleep(0.5)
@@ -537,10 +543,11 @@ def test_a_job_killed_after_sigterm_leaves_the_profile_of_its_last_flush(tmp_pat
         program.kill()
         program.communicate(timeout=60)
     assert program.returncode == -signal.SIGKILL
-    saved = load(str(tmp_path / "p.json"))  # whole, and valid
+    saved = load(str(tmp_path / f"p{suffix}.json"))  # whole, and valid
     assert (saved["total_launches"], saved["total_gpu_ns"]) == (4, 15_000)
     assert saved["ranks"][0]["pid"] == program.pid
-    assert (tmp_path / "p.html").read_text().endswith("</body></html>\n")
+    assert saved["ranks"][0]["rank"] == (1 if suffix else 0)
+    assert (tmp_path / f"p{suffix}.html").read_text().endswith("</body></html>\n")
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 

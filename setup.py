@@ -94,7 +94,12 @@ NATIVE_SOURCES = [
     "kname/targets/cupy/_native_cupy.c",
     "kname/targets/triton/_native_triton.c",
 ]
-NATIVE_HEADERS = ["kname/_native_common.h", "kname/_native_launch.h", "kname/_native_nvtx.h"]
+NATIVE_HEADERS = [
+    "kname/_native_common.h",
+    "kname/_native_launch.h",
+    "kname/_native_nvtx.h",
+    "kname/_native_profiled.h",
+]
 CUPTI_SOURCES = [
     "kname/_native_cupti_module.c",
     "kname/_native_cupti_recorder.c",
@@ -102,6 +107,7 @@ CUPTI_SOURCES = [
     "kname/_native_cupti_activity.c",
     "kname/_native_cupti_join.c",
     "kname/_native_cupti_graphs.c",
+    "kname/_native_cupti_trace.c",
     "kname/_native_common.c",
 ]
 CUPTI_HEADERS = [
@@ -109,6 +115,8 @@ CUPTI_HEADERS = [
     "kname/_native_cupti.h",
     "kname/_native_cupti_join.h",
     "kname/_native_cupti_graphs.h",
+    "kname/_native_cupti_trace.h",
+    "kname/_native_profiled.h",
     "kname/_cupti_abi.h",
 ]
 

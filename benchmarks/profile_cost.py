@@ -20,14 +20,17 @@ new order every round:
               of any profiler that sees each launch at its API, before its own work;
     binding   the same records handed to cupti-python, which makes a Python object of each, to
               a consumer that drops them (what kname's Python fallback reads through);
-    kname     a kname profile session (launch callbacks, the join, the totals).
+    kname     a kname profile session (launch callbacks, the join, the totals): `--json`;
+    trace     the same with the trace kept (`--trace`, KNAME_PROFILE_TRACE): its records kept
+              in C and, after the flush, its JSON written (timed apart, per launch).
 
 Two costs are timed apart. The launch loop: `batch` launches and a synchronize (by the wall
 clock, or with --clock thread by the launching thread's CPU time). Reading the records: the
 forced flush of CUPTI's buffers after the loop (wall clock), which hands every record of the
 batch over; kname's reading cost per launch is its flush time less the activity variant's (the
-flush itself costs the same in both), over the batch. Prints, per workload, the medians over
-rounds, with the lower and upper quartiles of the per-round differences. Needs cupti-python of
+flush itself costs the same in both), over the batch. The trace's cost is given over the kname
+variant's (`--trace` over `--json` alone, in the same rounds). Prints, per workload, the medians
+over rounds, with the lower and upper quartiles of the per-round differences. Needs cupti-python of
 the machine's CUDA release, kname._native_cupti (built in place: setup.py build_ext) and a C
 compiler.
 """
@@ -35,10 +38,8 @@ compiler.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -54,7 +55,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import no_gpu, round_orders, use_test_support  # noqa: E402
+from _common import no_gpu, round_orders  # noqa: E402
+from cupti_floor import CallbackFloor  # noqa: E402
 
 import kname  # noqa: E402
 from kname import hotpath  # noqa: E402
@@ -62,7 +64,8 @@ from kname.profiling.capture import LaunchCapture  # noqa: E402
 from kname.profiling.session import ProfileSession  # noqa: E402
 
 ACTIVITIES = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET")
-VARIANTS = ("bare", "activity", "callbacks", "binding", "kname")
+VARIANTS = ("bare", "activity", "callbacks", "binding", "kname", "trace")
+SESSIONS = {"kname": False, "trace": True}  # the kname variants: keep_streams
 N = 4096
 GRAPH_NODES = 100
 
@@ -164,6 +167,7 @@ class Variants:
         self.session: ProfileSession | None = None
         self.floor: Any = None  # the activity variant's recorder (kname._native_cupti)
         self.callback_floor = CallbackFloor()
+        self.trace_writes: list[int] = []  # ns to write the trace's JSON, one per trace round
 
     def start(self, variant: str) -> None:
         cupti = self.cupti
@@ -173,8 +177,8 @@ class Variants:
             self.callback_floor.start(cupti)
         elif variant == "binding":
             cupti.activity_register_callbacks(lambda: (8 << 20, 0), lambda activities: None)
-        elif variant == "kname":
-            self.session = ProfileSession()
+        elif variant in SESSIONS:
+            self.session = ProfileSession(keep_streams=SESSIONS[variant])
             if not self.session.start():
                 raise SystemExit("kname profile could not start CUPTI here")
         if variant in ("activity", "callbacks", "binding"):
@@ -192,8 +196,12 @@ class Variants:
             self.floor = None
         elif variant == "callbacks":
             self.callback_floor.stop()
-        elif variant == "kname" and self.session is not None:
+        elif variant in SESSIONS and self.session is not None:
             self.session.stop()
+            if variant == "trace":  # what --trace costs at exit: its JSON written
+                start = time.perf_counter_ns()
+                self.session._trace_text()
+                self.trace_writes.append(time.perf_counter_ns() - start)
             self.session = None
 
     def flush(self, variant: str) -> None:
@@ -201,46 +209,6 @@ class Variants:
             self.floor.flush_activities(1)
         elif variant != "bare":
             self.cupti.activity_flush_all(1)  # forced: every buffer is handed over now
-
-
-class CallbackFloor:
-    """benchmarks/cupti_callback_floor.c, compiled on first use: an empty launch callback on
-    kname profile's launch APIs, and activity buffers freed unread."""
-
-    def __init__(self) -> None:
-        self.library: Any = None
-
-    def start(self, cupti: Any) -> None:
-        from kname.profiling.cupti_collector import launch_apis
-        from kname.profiling.launch_callbacks import libcupti_path
-
-        if self.library is None:
-            self.library = self._build()
-        cupti.get_timestamp()  # the binding loads libcupti
-        pairs = [(domain, cbid) for domain, chosen in launch_apis(cupti).items() for cbid in chosen]
-        domains = (ctypes.c_uint32 * len(pairs))(*(domain for domain, _ in pairs))
-        cbids = (ctypes.c_uint32 * len(pairs))(*(cbid for _, cbid in pairs))
-        status = self.library.floor_start(libcupti_path().encode(), domains, cbids, len(pairs))
-        if status:
-            raise SystemExit(f"CUPTI refused the callbacks variant's subscriber (status {status})")
-
-    def stop(self) -> None:
-        self.library.floor_stop()
-
-    @staticmethod
-    def _build() -> Any:
-        use_test_support()
-        from support.nvtx_capture import compile_c
-
-        out = Path(tempfile.mkdtemp(prefix="kname-cupti-floor-")) / "libcupti_floor.so"
-        source = Path(__file__).resolve().parent / "cupti_callback_floor.c"
-        built = compile_c(source, out, "-shared", "-fPIC", f"-I{REPO}", "-ldl")
-        library = ctypes.CDLL(str(built))
-        library.floor_start.argtypes = [
-            ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32),
-            ctypes.c_int,
-        ]  # fmt: skip
-        return library
 
 
 def floor_recorder(cupti: Any) -> Any:
@@ -299,7 +267,14 @@ def measure(variants: Variants, workload: tuple, rounds: int, batch: int, clock:
             if variants.session is not None:
                 calls.append((variants.session.join.launch_count - before) / batch)
             variants.stop(variant)
-    return {"loops": loops, "flushes": flushes, "calls": statistics.median(calls) if calls else 0}
+    writes = [ns / (batch + 1) for ns in variants.trace_writes]  # the untimed launch too
+    variants.trace_writes.clear()
+    return {
+        "loops": loops,
+        "flushes": flushes,
+        "calls": statistics.median(calls) if calls else 0,
+        "trace_writes": writes,
+    }
 
 
 def added(samples: list[float], base: list[float], scale: float) -> tuple[float, float, float]:
@@ -321,6 +296,10 @@ def report(name: str, label: str, result: dict, batch: int, records: int = 1) ->
     loop = added(loops["kname"], loops["bare"], us)
     reading = added(flushes["kname"], flushes["activity"], us / batch)
     binding = added(flushes["binding"], flushes["activity"], us / batch)
+    trace_loop = added(loops["trace"], loops["kname"], us)
+    trace_reading = added(flushes["trace"], flushes["kname"], us / batch)
+    writes = result["trace_writes"]
+    write = statistics.median(writes) * us if writes else 0.0
     return [
         f"{name} - {label}: bare {statistics.median(loops['bare']) * us:.2f} us per launch, "
         f"{result['calls']:.0f} launch API call(s) each",
@@ -331,6 +310,9 @@ def report(name: str, label: str, result: dict, batch: int, records: int = 1) ->
         f"  kname profile in all, per launch: {loop[0] + reading[0]:+.2f} us "
         f"({loop[0] + reading[0] - floor[0]:+.2f} us above CUPTI's activity records alone, "
         f"{loop[0] + reading[0] - callbacks[0]:+.2f} us above them with an empty callback)",
+        f"  --trace over --json alone, per launch: launch loop {spread(trace_loop)}, reading "
+        f"{spread(trace_reading)}, in all {trace_loop[0] + trace_reading[0]:+.2f} us; its JSON "
+        f"written at exit {write:.2f} us",
         *(
             [
                 f"  per GPU record ({records} a launch): kname profile "

@@ -3,11 +3,12 @@
     python benchmarks/run.py [--quick] [--gpu] [--only SUITES] [--out DIR] [--clock wall|thread]
 
 Suites: launch (kname's own cost per launch on the CPU, and the cache miss), memory, startup,
-ranks (`kname report` merging one profile per rank), and gpu (numba-cuda, CuPy, Triton on a real
-GPU; with --gpu, or when --only names it). Each
-launch suite runs one interpreter per NVTX tool setting (none, or the tests' injection library
-in null mode), because NVTX picks its tool once per process. benchmarks/README.md says what each
-row means.
+ranks (`kname report` merging one profile per rank), gpu (numba-cuda, CuPy, Triton on a real
+GPU) and program (kname profile on a whole program, benchmarks/profile_program.py, beside
+CUPTI's floor and Proton; --breakdown adds its per-line breakdown); the last two with --gpu, or
+when --only names them. Each launch suite runs one interpreter per NVTX tool setting (none, or
+the tests' injection library in null mode), because NVTX picks its tool once per process.
+benchmarks/README.md says what each row means.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from _common import (
     write_json,
 )
 
-SUITES = ("launch", "memory", "startup", "ranks", "gpu")
+SUITES = ("launch", "memory", "startup", "ranks", "gpu", "program")
+GPU_SUITES = ("gpu", "program")
 CLOCK_LABELS = {
     "wall": "the wall clock (perf_counter_ns)",
     "thread": "the launching thread's CPU time (thread_time_ns)",
@@ -50,6 +52,7 @@ SETTINGS = {
     "miss_pairs": {"quick": 300, "full": 2000},
     "memory_sites": {"quick": 20_000, "full": 120_000},
     "ranks": {"quick": (64, 1000), "full": (1024, 5000)},  # (rank files, sites in each)
+    "program": {"quick": (3, 500), "full": (5, 1500)},  # rounds, iterations
 }
 
 VARIANT_TEXT = {
@@ -85,6 +88,9 @@ def main() -> None:
         "--gpu-rounds", type=int, help="gpu suite: rounds (more read finer; default 400)"
     )
     parser.add_argument(
+        "--breakdown", action="store_true", help="program suite: the per-line breakdown too"
+    )
+    parser.add_argument(
         "--clock",
         choices=sorted(CLOCKS),
         default="wall",
@@ -92,7 +98,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     os.environ[CLOCK_VARIABLE] = args.clock  # the workers time their batches with it
-    suites = [s for s in SUITES if s != "gpu" or args.gpu]
+    suites = [s for s in SUITES if s not in GPU_SUITES or args.gpu]
     if args.only:
         wanted = {s.strip() for s in args.only.split(",") if s.strip()}
         unknown = wanted - set(SUITES)
@@ -160,6 +166,9 @@ def main() -> None:
         else:
             results["gpu"] = gpu_suite(mode, tools, tool_lib, libraries, args.gpu_rounds)
 
+    if "program" in suites:
+        results["program"] = program_suite(mode, args.breakdown)
+
     results["notes"] += sanity_notes(results)
     results["load_average_after"] = load_average()
     results["seconds"] = round(time.perf_counter() - started, 1)
@@ -213,6 +222,19 @@ def gpu_suite(
     return runs
 
 
+def program_suite(mode: str, breakdown: bool) -> dict:
+    """benchmarks/profile_program.py in a worker: its rows and its Markdown (or why not)."""
+    missing = no_gpu()
+    if missing:
+        say(f"program: skipped, {missing}")
+        return {"skipped": missing}
+    rounds, iterations = SETTINGS["program"][mode]
+    say(f"program: {rounds} rounds of whole processes, {iterations} iterations each")
+    argv = ["--rounds", str(rounds), "--iterations", str(iterations)]
+    argv += ["--breakdown"] if breakdown else []
+    return run_worker("profile_program.py", argv, clean_env({"NUMBA_ENABLE_CUDASIM": None}), 900)
+
+
 # ---------------------------------------------------------------- checks
 
 
@@ -229,6 +251,9 @@ def sanity_notes(results: dict) -> list[str]:
             notes.append(f"{where}: kname named no launch; its rows are not kname's")
         if run.get("stderr"):
             notes.append(f"{where}: worker said: {one_line(run['stderr'])}")
+    program = results.get("program", {})
+    if program.get("stderr"):
+        notes.append(f"program: worker said: {one_line(program['stderr'])}")
     memory = results.get("memory", {})
     if memory.get("stderr"):
         notes.append(f"memory: worker said: {one_line(memory['stderr'])}")
@@ -327,6 +352,14 @@ def render(results: dict) -> str:
         lines += render_memory(results["memory"])
     if results.get("ranks"):
         lines += render_ranks(results["ranks"])
+    program = results.get("program")
+    if program:
+        lines.append("")
+        if "markdown" in program:
+            lines.append(program["markdown"].rstrip("\n"))
+        else:
+            why = program.get("skipped") or f"error: {one_line(program.get('error', '?'))}"
+            lines += ["## kname profile on a whole program", "", f"skipped: {why}"]
     if results["budget"]:
         lines += ["", "## Budget", ""]
         lines += ["| item | setting | measured | budget | met |", "|---|---|---:|---:|:-:|"]

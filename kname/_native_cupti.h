@@ -48,6 +48,11 @@
  * buffer's records are joined right there, in C (kname.profiling.join's tables, steps and
  * bounds, for the path that keeps no stream log), and the totals are read with join_profile().
  *
+ * The trace: after keep_trace(max_records), what the join in C is given is also kept, as C
+ * structs, for --trace (_native_cupti_trace.h), and trace_json() writes the Chrome trace from
+ * it. Launch calls are timed (cuptiGetTimestamp at enter and exit) only while time_launches()
+ * says so: a trace or a stream log reads the times, nothing else does.
+ *
  * CUDA graphs: enable_graph(cbid, event) has CUPTI call back at one of its graph resource
  * callbacks (a node made, cloned, updated, destroyed): each is kept as a C struct, as a launch
  * is, with the ids cuptiGetGraphNodeId, cuptiGetGraphId and cuptiGetGraphExecId give, and, for a
@@ -67,7 +72,9 @@
 
 #include "_native_common.h" /* first: it includes Python.h */
 #include "_native_cupti_join.h"
+#include "_native_cupti_trace.h"
 #include "_cupti_abi.h"
+#include "_native_profiled.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -258,6 +265,10 @@ typedef struct {
     kn_ActivityFlushAll flush_all;
 
     Join join; /* under activity_lock; on: GPU records are joined here, not handed over */
+    TraceLog trace; /* under activity_lock; on: what the join is given is kept for --trace */
+    /* Launch calls get CPU timestamps (cuptiGetTimestamp at enter and exit): only the trace and
+     * the stream log read them. */
+    atomic_int timed;
 
     RecordLayout record_layout, activity_layout, external_layout, node_layout;
     RecentSite recent[RECENT];
@@ -327,6 +338,19 @@ INTERNAL PyObject *make(RecordLayout *layout, PyObject *make_record, PyObject **
 /* libcupti's function `name`; NULL with OSError when it has none. */
 INTERNAL void *symbol(Recorder *r, const char *name);
 
+/* A launch call, a graph node event, a GPU record as the Python record made by make_record
+ * (records.py's LaunchRecord, GraphNodeRecord; ActivityRecord or, for an external correlation,
+ * make_external's ExternalCorrelation): a new reference, NULL with an error. */
+INTERNAL PyObject *launch_object(Recorder *r, PyObject *make_record, const Launch *launch);
+INTERNAL PyObject *node_object(Recorder *r, PyObject *make_record, const NodeEvent *event);
+INTERNAL PyObject *gpu_object(Recorder *r, const GpuRecord *g, PyObject *make_activity,
+                              PyObject *make_external, PyObject *memcpy_name);
+
+/* The str of kernel name `index`, made once; memcpy_name(copy_kind), asked once per copy kind
+ * (new references, NULL with an error). */
+INTERNAL PyObject *kernel_name(Recorder *r, uint32_t index);
+INTERNAL PyObject *copy_name(Recorder *r, PyObject *memcpy_name, uint32_t copy_kind);
+
 /* Recorder and SiteCall made ready, and Recorder added to `module`. 0, or -1 with an error. */
 INTERNAL int recorder_ready(PyObject *module);
 
@@ -343,6 +367,12 @@ INTERNAL PyObject *recorder_join_in_c(Recorder *r, PyObject *args);
 INTERNAL PyObject *recorder_join_now(Recorder *r, PyObject *unused);
 INTERNAL PyObject *recorder_join_counts(Recorder *r, PyObject *unused);
 INTERNAL PyObject *recorder_join_profile(Recorder *r, PyObject *memcpy_name);
+
+/* In _native_cupti_trace.c: the trace kept in C, and its JSON. */
+INTERNAL PyObject *recorder_keep_trace(Recorder *r, PyObject *args);
+INTERNAL PyObject *recorder_trace_counts(Recorder *r, PyObject *unused);
+INTERNAL PyObject *recorder_trace_streams(Recorder *r, PyObject *args);
+INTERNAL PyObject *recorder_trace_json(Recorder *r, PyObject *args);
 
 /* The kernel names kept, freed (the recorder's end). */
 INTERNAL void names_free(Names *n);

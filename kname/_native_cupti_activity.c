@@ -258,7 +258,8 @@ read_buffer(Recorder *r, uint8_t *buffer, size_t valid)
 }
 
 /* With the join in C: the calls finished so far, the graph node events, then the GPU records
- * read, joined (what the collector does with a buffer on the Python join). Any thread, no GIL. */
+ * read, joined (what the collector does with a buffer on the Python join), and kept for the trace
+ * when it is kept. Any thread, no GIL. */
 static void
 join_buffer(Recorder *r)
 {
@@ -268,15 +269,20 @@ join_buffer(Recorder *r)
         Launch *taken = take_finished(r, &count);
         if (count && taken == NULL)
             r->join.no_memory = 1; /* they stay for the next buffer */
-        if (taken != NULL)
+        if (taken != NULL) {
+            trace_launches(&r->trace, taken, count);
             join_launches(&r->join, taken, count, r->no_frame);
+        }
         free(taken);
         NodeEvent *events = take_node_events(r, &count);
         if (count && events == NULL)
             r->join.no_memory = 1;
-        if (events != NULL)
+        if (events != NULL) {
+            trace_nodes(&r->trace, events, count);
             join_graph_nodes(&r->join, events, count, r->no_frame);
+        }
         free(events);
+        trace_work(&r->trace, r->gpu, r->gpu_count);
         join_records(&r->join, r->gpu, r->gpu_count);
         r->gpu_count = 0;
     }
@@ -335,7 +341,7 @@ buffer_completed(kn_CUcontext context, uint32_t stream, uint8_t *buffer, size_t 
 /* ---- records as Python objects, with the GIL */
 
 /* The str of kernel name `index` (a new reference), made once. */
-static PyObject *
+PyObject *
 kernel_name(Recorder *r, uint32_t index)
 {
     if (index >= r->name_objects_room) {
@@ -361,7 +367,7 @@ kernel_name(Recorder *r, uint32_t index)
 }
 
 /* memcpy_name(copy_kind) (a new reference), asked once per copy kind. */
-static PyObject *
+PyObject *
 copy_name(Recorder *r, PyObject *memcpy_name, uint32_t copy_kind)
 {
     if (copy_kind < COPY_KINDS && r->copy_names[copy_kind] != NULL)
@@ -381,7 +387,7 @@ copy_name(Recorder *r, PyObject *memcpy_name, uint32_t copy_kind)
     return name;
 }
 
-static PyObject *
+PyObject *
 gpu_object(Recorder *r, const GpuRecord *g, PyObject *make_activity, PyObject *make_external,
            PyObject *memcpy_name)
 {

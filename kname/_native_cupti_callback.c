@@ -447,11 +447,13 @@ on_api(void *userdata, kn_CallbackDomain domain, kn_CallbackId cbid, const void 
             graph_event(r, event, (const kn_ResourceData *)cbdata);
         return;
     }
-    uint64_t timestamp = 0;
-    kn_CUptiResult status = r->get_timestamp(&timestamp);
-    if (status != KN_CUPTI_SUCCESS) {
-        note_c_fault(r, RECORDING, "cuptiGetTimestamp failed", (long)status);
-        timestamp = 0;
+    uint64_t timestamp = 0; /* 0: not timed (no trace or stream log reads it) */
+    if (atomic_load_explicit(&r->timed, memory_order_relaxed)) {
+        kn_CUptiResult status = r->get_timestamp(&timestamp);
+        if (status != KN_CUPTI_SUCCESS) {
+            note_c_fault(r, RECORDING, "cuptiGetTimestamp failed", (long)status);
+            timestamp = 0;
+        }
     }
     if (data->callbackSite == KN_CUPTI_API_ENTER) {
         int api = api_of(r, domain, cbid);

@@ -208,16 +208,6 @@ append_record(Join *j, MapEntry *list, const GpuRecord *record)
 
 /* ---- totals */
 
-static uint32_t
-work_of(const GpuRecord *g)
-{
-    if (g->kind == GPU_MEMCPY)
-        return WORK_MEMCPY | g->detail;
-    if (g->kind == GPU_MEMSET)
-        return WORK_MEMSET;
-    return g->detail;
-}
-
 static inline uint64_t
 duration_of(const GpuRecord *g)
 {

@@ -66,6 +66,17 @@ typedef struct {
 #define WORK_MEMCPY 0x40000000u
 #define WORK_MEMSET 0x80000000u
 
+/* What a GPU record counts as (a copy or a set is one work per kind, whatever it copied). */
+static inline uint32_t
+work_of(const GpuRecord *g)
+{
+    if (g->kind == GPU_MEMCPY)
+        return WORK_MEMCPY | g->detail;
+    if (g->kind == GPU_MEMSET)
+        return WORK_MEMSET;
+    return g->detail;
+}
+
 typedef struct {
     uint32_t work, next; /* next: the site's next kernel + 1 (0: the last) */
     uint64_t launches, gpu_ns;

@@ -131,6 +131,16 @@ recorder_unmark(Recorder *r, PyObject *unused)
 }
 
 static PyObject *
+recorder_time_launches(Recorder *r, PyObject *flag)
+{
+    int timed = PyObject_IsTrue(flag);
+    if (timed < 0)
+        return NULL;
+    atomic_store(&r->timed, timed);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
 recorder_set_frameless(Recorder *r, PyObject *name)
 {
     PyObject *kept = NULL; /* None: no_frame again */
@@ -146,40 +156,57 @@ recorder_set_frameless(Recorder *r, PyObject *name)
  * marks are this recorder's and no external correlation is pushed, with no Python frame and no
  * look-up per call. push: nvtx_push() (when given), then the site marked on this thread; pop: the
  * mark removed, then nvtx_pop(). An error from an NVTX call is the call's (the launch wrapper
- * says it), as from the closures. */
+ * says it), as from the closures. Its head (_native_profiled.h) lets kname._native's cached
+ * launch do the same without calling it. */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
+    KnameProfiled profiled; /* its nvtx: NULL, no range */
     Recorder *recorder;
     PyObject *name; /* held by the recorder's `kept` too: `wrapped` may point at it */
-    PyObject *nvtx; /* NULL: no range */
-    int is_pop;
 } SiteCall;
+
+static void
+site_mark(const KnameProfiled *profiled)
+{
+    const SiteCall *call = (const SiteCall *)((const char *)profiled - offsetof(SiteCall, profiled));
+    if (call->recorder != NULL)
+        calls_of(call->recorder)->wrapped = call->name;
+}
+
+static void
+site_unmark(const KnameProfiled *profiled)
+{
+    const SiteCall *call = (const SiteCall *)((const char *)profiled - offsetof(SiteCall, profiled));
+    if (call->recorder != NULL)
+        calls_of(call->recorder)->wrapped = NULL;
+}
 
 static PyObject *
 site_call_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     (void)args;
     SiteCall *call = (SiteCall *)op;
+    int is_pop = call->profiled.is_pop;
     if (call->recorder == NULL) { /* cleared by the collector, yet called from a finalizer */
         PyErr_SetString(PyExc_RuntimeError, "kname site call used after it was cleared");
         return NULL;
     }
     if (PyVectorcall_NARGS(nargsf) != 0 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
-        PyErr_SetString(PyExc_TypeError, call->is_pop ? "pop() takes no arguments"
-                                                      : "push() takes no arguments");
+        PyErr_SetString(PyExc_TypeError, is_pop ? "pop() takes no arguments"
+                                                : "push() takes no arguments");
         return NULL;
     }
-    if (call->is_pop)
-        calls_of(call->recorder)->wrapped = NULL;
-    if (call->nvtx != NULL) {
-        PyObject *result = PyObject_CallNoArgs(call->nvtx);
+    if (is_pop)
+        site_unmark(&call->profiled);
+    if (call->profiled.nvtx != NULL) {
+        PyObject *result = PyObject_CallNoArgs(call->profiled.nvtx);
         if (result == NULL)
             return NULL;
         Py_DECREF(result);
     }
-    if (!call->is_pop)
-        calls_of(call->recorder)->wrapped = call->name;
+    if (!is_pop)
+        site_mark(&call->profiled);
     Py_RETURN_NONE;
 }
 
@@ -189,7 +216,7 @@ site_call_traverse(SiteCall *call, visitproc visit, void *arg)
     Py_VISIT(Py_TYPE(call));
     Py_VISIT(call->recorder);
     Py_VISIT(call->name);
-    Py_VISIT(call->nvtx);
+    Py_VISIT(call->profiled.nvtx);
     return 0;
 }
 
@@ -198,7 +225,8 @@ site_call_clear(SiteCall *call)
 {
     Py_CLEAR(call->recorder);
     Py_CLEAR(call->name);
-    Py_CLEAR(call->nvtx);
+    Py_CLEAR(call->profiled.nvtx);
+    call->profiled.nvtx_attributes = NULL;
     return 0;
 }
 
@@ -213,8 +241,8 @@ site_call_dealloc(SiteCall *call)
 static PyObject *
 site_call_repr(SiteCall *call)
 {
-    return PyUnicode_FromFormat("<kname profile %s of %R>", call->is_pop ? "pop" : "push",
-                                call->name);
+    return PyUnicode_FromFormat("<kname profile %s of %R>",
+                                call->profiled.is_pop ? "pop" : "push", call->name);
 }
 
 static PyTypeObject SiteCallType = {
@@ -238,10 +266,12 @@ new_site_call(Recorder *r, PyObject *name, PyObject *nvtx, int is_pop)
     if (call == NULL)
         return NULL;
     call->vectorcall = site_call_vectorcall;
+    call->profiled = (KnameProfiled){
+        KNAME_PROFILED_MAGIC, site_mark, site_unmark, r, nvtx == Py_None ? NULL : Py_NewRef(nvtx),
+        is_pop, NULL, NULL,
+    };
     call->recorder = (Recorder *)Py_NewRef((PyObject *)r);
     call->name = Py_NewRef(name);
-    call->nvtx = nvtx == Py_None ? NULL : Py_NewRef(nvtx);
-    call->is_pop = is_pop;
     PyObject_GC_Track(call);
     return (PyObject *)call;
 }
@@ -345,8 +375,8 @@ done:
     return record;
 }
 
-static PyObject *
-record_of(Recorder *r, PyObject *make_record, const Launch *launch)
+PyObject *
+launch_object(Recorder *r, PyObject *make_record, const Launch *launch)
 {
     PyObject *args[FIELDS] = {
         PyLong_FromUnsignedLong(launch->correlation_id),
@@ -384,7 +414,7 @@ records_list(Recorder *r, PyObject *make_record, void *taken, Py_ssize_t count, 
 static PyObject *
 launch_record(Recorder *r, PyObject *make_record, const void *launch)
 {
-    return record_of(r, make_record, (const Launch *)launch);
+    return launch_object(r, make_record, (const Launch *)launch);
 }
 
 static PyObject *
@@ -395,10 +425,9 @@ recorder_drain(Recorder *r, PyObject *make_record)
     return records_list(r, make_record, taken, count, sizeof *taken, launch_record);
 }
 
-static PyObject *
-node_record_of(Recorder *r, PyObject *make_record, const void *event)
+PyObject *
+node_object(Recorder *r, PyObject *make_record, const NodeEvent *e)
 {
-    const NodeEvent *e = (const NodeEvent *)event;
     PyObject *site = e->event != NODE_CREATED ? str_empty
                      : e->site != NULL       ? (PyObject *)e->site
                                              : r->no_frame;
@@ -415,11 +444,17 @@ node_record_of(Recorder *r, PyObject *make_record, const void *event)
 }
 
 static PyObject *
+node_record(Recorder *r, PyObject *make_record, const void *event)
+{
+    return node_object(r, make_record, (const NodeEvent *)event);
+}
+
+static PyObject *
 recorder_drain_graph_nodes(Recorder *r, PyObject *make_record)
 {
     Py_ssize_t count;
     NodeEvent *taken = take_node_events(r, &count);
-    return records_list(r, make_record, taken, count, sizeof *taken, node_record_of);
+    return records_list(r, make_record, taken, count, sizeof *taken, node_record);
 }
 
 static PyObject *
@@ -629,6 +664,9 @@ static PyMethodDef recorder_methods[] = {
     {"mark", (PyCFunction)recorder_mark, METH_O,
      "mark(name): the launch kname wraps that starts on this thread has this site."},
     {"unmark", (PyCFunction)recorder_unmark, METH_NOARGS, "unmark(): that launch is over."},
+    {"time_launches", (PyCFunction)recorder_time_launches, METH_O,
+     "time_launches(flag): whether launch calls get CPU timestamps at their enter and exit "
+     "(cuptiGetTimestamp, twice a call): only a trace or a stream log reads them (default True)."},
     {"set_frameless", (PyCFunction)recorder_set_frameless, METH_O,
      "set_frameless(name or None): a launch with no Python frame has this site from now on "
      "(None: no_frame)."},
@@ -683,6 +721,20 @@ static PyMethodDef recorder_methods[] = {
      "totals: sites [(name, (first, kernels, replays, unseen))], unattributed (first, kernels, "
      "replays, unseen); kernels [(kernel, launches, gpu_ns)], replays [(replay site, launches, "
      "gpu_ns)], unseen (launches, gpu_ns)."},
+    {"keep_trace", (PyCFunction)recorder_keep_trace, METH_VARARGS,
+     "keep_trace(max_records): what the join in C is given is kept for the trace too (launch "
+     "calls, graph node events, GPU records: max_records of them at most), and launch calls are "
+     "timed. After join_in_c(), before take_activity_buffers()."},
+    {"trace_counts", (PyCFunction)recorder_trace_counts, METH_NOARGS,
+     "trace_counts() -> {'launches', 'graph_nodes', 'records', 'dropped', 'max_records'}: what "
+     "the trace keeps, and what it did not keep past its cap."},
+    {"trace_streams", (PyCFunction)recorder_trace_streams, METH_VARARGS,
+     "trace_streams(make_launch, make_activity, make_external, make_node, memcpy_name) -> "
+     "(launches, activities, externals, graph_nodes): what the trace keeps, as Python records."},
+    {"trace_json", (PyCFunction)recorder_trace_json, METH_VARARGS,
+     "trace_json(pid, program, version, unattributed, escape, display_name, memcpy_name) -> str: "
+     "kname.profiling.trace.trace_json of what the trace keeps, written in C (escape: json's "
+     "string encoder; each name asked once)."},
     {"activity_counts", (PyCFunction)recorder_activity_counts, METH_NOARGS,
      "activity_counts() -> {'waiting', 'dropped', 'cupti_dropped', 'names', "
      "'names_past_bound'}: GPU records waiting, not kept past the bound, dropped by CUPTI; kernel "
@@ -734,6 +786,7 @@ recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     init_layout(&r->external_layout, external_fields);
     init_layout(&r->node_layout, node_fields);
     r->serial = next_serial++;
+    atomic_store(&r->timed, 1);
     r->forks = atomic_load(&forks);
     r->api_names = PyTuple_New(count);
     r->graph_of = calloc(count ? (size_t)count : 1, 1);
@@ -801,6 +854,9 @@ recorder_clear(Recorder *r)
     r->count = 0;
     r->node_event_count = 0;
     pthread_mutex_unlock(&r->lock);
+    pthread_mutex_lock(&r->activity_lock);
+    r->trace.launch_count = r->trace.node_count = 0;
+    pthread_mutex_unlock(&r->activity_lock);
     memset(r->recent, 0, sizeof r->recent);
     Py_CLEAR(r->api_names);
     Py_CLEAR(r->sites);
@@ -838,6 +894,7 @@ recorder_dealloc(Recorder *r)
     free(r->name_objects);
     names_free(&r->names);
     join_free(&r->join);
+    trace_free(&r->trace);
     pthread_mutex_destroy(&r->lock);
     pthread_mutex_destroy(&r->activity_lock);
     Py_TYPE(r)->tp_free((PyObject *)r);

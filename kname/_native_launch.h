@@ -53,6 +53,7 @@
 
 #include "_native_common.h" /* first: it includes Python.h */
 #include "_native_nvtx.h"
+#include "_native_profiled.h"
 
 #include <stddef.h>
 
@@ -363,30 +364,43 @@ typedef struct {
     void *domain;
 } CachedRange;
 
+/* A remembered range whose `domain` is this is kname profile's site calls (_native_profiled.h):
+ * `attributes` is the push's KnameProfiled. Out of line: not the common launch without kname
+ * profile. (_native_sites.c) */
+INTERNAL extern char profiled_range;
+INTERNAL void open_profiled(const void *profiled);
+INTERNAL void close_profiled(const void *profiled);
+
 /* The common launch's steps before the call, as its recent entry remembers them: no reference
- * taken, no error of kname's possible. */
+ * taken (but kname profile's push, held until the pop), no error of kname's possible. */
 static inline CachedRange
 open_cached(const Recent *entry)
 {
     entry->counter->next++;
     CachedRange range = {entry->attributes, entry->domain};
+    if (range.attributes != NULL) {
+        if (range.domain == &profiled_range)
+            open_profiled(range.attributes);
 #ifdef KNAME_NVTX
-    if (range.attributes != NULL)
-        nvtxDomainRangePushEx((nvtxDomainHandle_t)range.domain,
-                              (const nvtxEventAttributes_t *)range.attributes);
+        else
+            nvtxDomainRangePushEx((nvtxDomainHandle_t)range.domain,
+                                  (const nvtxEventAttributes_t *)range.attributes);
 #endif
+    }
     return range;
 }
 
 static inline void
 close_cached(CachedRange range)
 {
+    if (range.attributes != NULL) {
+        if (range.domain == &profiled_range)
+            close_profiled(range.attributes);
 #ifdef KNAME_NVTX
-    if (range.attributes != NULL)
-        nvtxDomainRangePop((nvtxDomainHandle_t)range.domain);
-#else
-    (void)range;
+        else
+            nvtxDomainRangePop((nvtxDomainHandle_t)range.domain);
 #endif
+    }
 }
 
 static inline PyObject *

@@ -75,6 +75,8 @@ switch_reads_on(LaunchWrapper *w)
  * rename) and its range NVTX's own calls (or none); all read in place, from a switch and a site
  * that tell of their changes. Anything else leaves the entry's counter NULL: that launch takes
  * every step (launch_in_full), as does one whose kernel is not read in place (cached_kernel). */
+static int remember_profiled(PyObject *push, PyObject *pop);
+
 static void
 remember_launch(LaunchWrapper *w, PyObject *site, Recent *entry)
 {
@@ -104,8 +106,71 @@ remember_launch(LaunchWrapper *w, PyObject *site, Recent *entry)
         entry->attributes = &((NvtxCall *)push)->attributes;
         entry->domain = ((NvtxCall *)push)->domain;
         entry->counter = (Counter *)counter;
+        return;
     }
 #endif
+    if (remember_profiled(push, pop)) {
+        entry->attributes = &((KnameProfiledCall *)push)->profiled;
+        entry->domain = &profiled_range;
+        entry->counter = (Counter *)counter;
+    }
+}
+
+/* ---- kname profile's site calls, run by a cached launch */
+
+char profiled_range; /* its address marks a remembered range as theirs */
+
+/* Whether `push` and `pop` are one site's calls of kname profile whose NVTX calls, if any, are
+ * this module's (their range then noted in the push's head, for open_profiled). */
+static int
+remember_profiled(PyObject *push, PyObject *pop)
+{
+    KnameProfiledCall *opening = profiled_call(push), *closing = profiled_call(pop);
+    if (opening == NULL || closing == NULL || opening->profiled.is_pop || !closing->profiled.is_pop
+        || opening->profiled.owner != closing->profiled.owner)
+        return 0;
+    PyObject *nvtx_push = opening->profiled.nvtx, *nvtx_pop = closing->profiled.nvtx;
+    if (nvtx_push == NULL && nvtx_pop == NULL) {
+        opening->profiled.nvtx_attributes = NULL;
+        return 1;
+    }
+#ifdef KNAME_NVTX
+    if (nvtx_push != NULL && Py_IS_TYPE(nvtx_push, &NvtxCallType)
+        && ((NvtxCall *)nvtx_push)->pop != NULL && nvtx_pop == ((NvtxCall *)nvtx_push)->pop) {
+        opening->profiled.nvtx_attributes = &((NvtxCall *)nvtx_push)->attributes;
+        opening->profiled.nvtx_domain = ((NvtxCall *)nvtx_push)->domain;
+        return 1;
+    }
+#endif
+    return 0;
+}
+
+/* The push: its NVTX range opened, then its site marked, the call held until the pop (the
+ * launch may run Python code that drops the site and its calls). */
+void
+open_profiled(const void *profiled)
+{
+    const KnameProfiled *p = profiled;
+    Py_INCREF((PyObject *)((const char *)p - offsetof(KnameProfiledCall, profiled)));
+#ifdef KNAME_NVTX
+    if (p->nvtx_attributes != NULL)
+        nvtxDomainRangePushEx((nvtxDomainHandle_t)p->nvtx_domain,
+                              (const nvtxEventAttributes_t *)p->nvtx_attributes);
+#endif
+    p->mark(p);
+}
+
+/* The pop: the mark removed, then the NVTX range closed. */
+void
+close_profiled(const void *profiled)
+{
+    const KnameProfiled *p = profiled;
+    p->unmark(p);
+#ifdef KNAME_NVTX
+    if (p->nvtx_attributes != NULL)
+        nvtxDomainRangePop((nvtxDomainHandle_t)p->nvtx_domain);
+#endif
+    Py_DECREF((PyObject *)((const char *)p - offsetof(KnameProfiledCall, profiled)));
 }
 
 COLD PyObject *

@@ -24,6 +24,8 @@ DEFAULT_FORMAT = "{function} {path}:{line}"
 DEFAULT_DOMAIN = "kname"
 MAX_DEPTH = 16
 DEFAULT_TOP = 20  # call sites in the table `kname profile` prints at exit
+# Records `kname profile --trace` keeps at most: launch calls, GPU records, graph node events.
+DEFAULT_TRACE_MAX = 2_000_000
 # KNAME_MODE=profile's outputs besides KNAME_REPORT (its JSON) -> the Config field each sets.
 PROFILE_OUTPUTS = {"KNAME_PROFILE_TRACE": "trace", "KNAME_PROFILE_HTML": "html"}
 # KNAME_MODE=profile's other settings, read only in that mode; those in seconds -> their field.
@@ -32,7 +34,7 @@ PROFILE_SECONDS = {
     "KNAME_PROFILE_DELAY": "delay",
     "KNAME_PROFILE_DURATION": "duration",
 }
-PROFILE_SETTINGS = ("KNAME_PROFILE_TOP", *PROFILE_SECONDS)
+PROFILE_SETTINGS = ("KNAME_PROFILE_TOP", "KNAME_PROFILE_TRACE_MAX", *PROFILE_SECONDS)
 # What a bad value of each setting in seconds is replaced by.
 _SECONDS_DEFAULTS = {
     "KNAME_PROFILE_FLUSH": "none: the profile is written at exit only",
@@ -80,6 +82,7 @@ class Config:
     flush: float | None = None  # KNAME_MODE=profile: seconds between rewrites (None: at exit)
     delay: float | None = None  # KNAME_MODE=profile: seconds before profiling starts
     duration: float | None = None  # KNAME_MODE=profile: seconds profiling lasts (None: to exit)
+    trace_max: int = DEFAULT_TRACE_MAX  # KNAME_MODE=profile: records the trace keeps at most
     ranks: RankSpans | None = None  # KNAME_RANKS: the ranks that profile (None: every rank)
     strict: bool = False
     native: bool = True  # KNAME_NATIVE: the C hot path where built (False: the pure-Python one)
@@ -305,7 +308,8 @@ def _read_mode(value: str | None, problems: list[str]) -> str:
 def _read_profile_settings(
     env: Mapping[str, str], mode: str, problems: list[str]
 ) -> dict[str, str | int | float | None]:
-    """KNAME_PROFILE_TRACE, _HTML, _TOP and _FLUSH (read with KNAME_MODE=profile only)."""
+    """KNAME_PROFILE_TRACE, _HTML, _TOP, _FLUSH and _TRACE_MAX (read with KNAME_MODE=profile
+    only)."""
     settings: dict[str, str | int | float | None] = {}
     given = {v: (env.get(v) or "").strip() for v in (*PROFILE_OUTPUTS, *PROFILE_SETTINGS)}
     for variable in [v for v, text in given.items() if text and mode != "profile"]:
@@ -317,16 +321,23 @@ def _read_profile_settings(
         return settings
     for variable, attribute in PROFILE_OUTPUTS.items():
         settings[attribute] = _read_output(variable, given[variable], problems)
-    top = given["KNAME_PROFILE_TOP"]
-    if top:
-        # The length check first: int() refuses strings of over 4300 digits.
-        if top.isascii() and top.isdigit() and len(top) <= 9 and int(top) >= 1:
-            settings["top"] = int(top)
-        else:
-            problems.append(
-                f"KNAME_PROFILE_TOP={env['KNAME_PROFILE_TOP']!r} is not a whole number of 1 or "
-                f"more (call sites in the table); using {DEFAULT_TOP}"
-            )
+    counts = {
+        "top": ("KNAME_PROFILE_TOP", "call sites in the table", DEFAULT_TOP),
+        "trace_max": (
+            "KNAME_PROFILE_TRACE_MAX",
+            "launch calls, GPU records and graph node events the trace keeps",
+            DEFAULT_TRACE_MAX,
+        ),
+    }
+    for attribute, (variable, what, default) in counts.items():
+        if given[variable]:
+            settings[attribute] = _read_count(given[variable])
+            if settings[attribute] is None:
+                settings[attribute] = default
+                problems.append(
+                    f"{variable}={env[variable]!r} is not a whole number of 1 or more ({what}); "
+                    f"using {default}"
+                )
     for variable, attribute in PROFILE_SECONDS.items():
         if given[variable]:
             settings[attribute] = parse_seconds(given[variable])
@@ -349,6 +360,14 @@ def _read_output(variable: str, value: str | None, problems: list[str]) -> str |
         problems.append(f"{problem}; nothing is written there")
         return None
     return text
+
+
+def _read_count(text: str) -> int | None:
+    """A whole number of 1 or more written in at most 9 digits ('20'), else None."""
+    # The length check first: int() refuses strings of over 4300 digits.
+    if text.isascii() and text.isdigit() and len(text) <= 9 and int(text) >= 1:
+        return int(text)
+    return None
 
 
 def parse_seconds(text: str) -> float | None:

@@ -479,6 +479,7 @@ def _check_configuration() -> tuple[Config, list[tuple[str, str]]]:
         "KNAME_PROFILE_FLUSH": f"every {config.flush:g} s" if config.flush else "at exit only",
         "KNAME_PROFILE_DELAY": f"{config.delay:g} s" if config.delay else "none (from the start)",
         "KNAME_PROFILE_DURATION": f"{config.duration:g} s" if config.duration else "to the end",
+        "KNAME_PROFILE_TRACE_MAX": f"{config.trace_max} records in a trace at most",
     }
     lines.extend(("", f"    {variable:<14} {value}") for variable, value in settings.items())
     return config, lines

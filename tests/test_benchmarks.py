@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import REPO, copy_checkout, make_venv
 
@@ -167,3 +167,200 @@ def test_the_rank_merge_benchmark_merges_every_rank_file(tmp_path) -> None:
     assert result["workers"] >= 1 and result["peak_megabytes"] > 0
     assert result["table_head"][0].startswith("kname profile (profile.rank*.json, written by")
     assert "40 ranks" in result["table_head"][0]
+
+
+# --- kname profile on a whole program (benchmarks/profile_program.py) ----------------------
+
+
+def test_the_whole_program_benchmark_says_in_one_line_that_it_needs_a_gpu(tmp_path):
+    if COMMON.no_gpu() is None:
+        pytest.skip("a GPU is here: the benchmark would run (run.py --only program runs it)")
+    out = tmp_path / "result.json"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "profile_program.py"), "--json", str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"profile_program: skipped, {COMMON.no_gpu()}"]
+    assert json.loads(out.read_text()) == {"skipped": COMMON.no_gpu()}
+    done = subprocess.run(
+        [sys.executable, str(RUN), "--only", "program", "--out", str(tmp_path / "out")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"[bench] program: skipped, {COMMON.no_gpu()}\n" in done.stderr
+    assert f"skipped: {COMMON.no_gpu()}" in (tmp_path / "out" / "results.md").read_text()
+
+
+def test_the_mixed_program_runs_each_line_as_user_code_and_says_what_it_skipped(tmp_path):
+    """benchmarks/mixed_program.py on the CUDA simulator: numba-cuda's line runs (each other
+    library's runs or is skipped with its reason), the lines it reports are those of the loop it
+    wrote, timed together and apart, and their Python calls counted."""
+    out = tmp_path / "result.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KNAME", "NVTX_"))}
+    env.update(NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(REPO))
+    args = ["--out", str(out), "--iterations", "2", "--warmup", "1", "--elements", "32"]
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "mixed_program.py"), *args, "--lines",
+         "--count-calls"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    labels = [line["label"] for line in result["lines"]]
+    assert "numba" in labels
+    families = {label.split("-")[0] for label in labels}
+    assert families | set(result["skipped"]) == {"numba", "cupy", "torch", "triton"}
+    source = (tmp_path / "mixed_loop.py").read_text().splitlines()
+    for line in result["lines"]:
+        assert source[line["line"] - 1].strip() == source[line["timed_line"] - 1].strip()
+    assert "nb_scale[" in source[result["lines"][labels.index("numba")]["line"] - 1]
+    assert result["loop_ns"] > 0 and set(result["line_ns"]) == set(labels)
+    assert result["python_calls"]["numba"] > 0  # the simulator runs the kernel in Python
+    assert "launch_calls" not in result  # no kname profile collecting here
+
+
+# --- its CPU side: options, and the table made from measured numbers -----------------------
+
+
+def load_program_benchmark():
+    """benchmarks/profile_program.py as a module (its imports found beside it, sys.path kept)."""
+    kept = list(sys.path)
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "bench_profile_program", REPO / "benchmarks" / "profile_program.py"
+        )
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = kept
+    return module
+
+
+PROGRAM_BENCH = load_program_benchmark()
+
+
+def test_the_whole_program_benchmark_options_default_and_refuse_what_is_not_above_zero():
+    args = PROGRAM_BENCH.parse_args([])
+    assert (args.rounds, args.iterations, args.max_seconds, args.table) == (5, 1500, 330.0, None)
+    args = PROGRAM_BENCH.parse_args(["--rounds", "9", "--max-seconds", "500", "--breakdown"])
+    assert (args.rounds, args.max_seconds, args.breakdown) == (9, 500.0, True)
+    for option, value in [("--rounds", "0"), ("--iterations", "-3"), ("--max-seconds", "nan"),
+                          ("--rounds", "two"), ("--warmup", "1.5")]:  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, str(REPO / "benchmarks" / "profile_program.py"), option, value],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 2 and done.stdout == ""
+        assert done.stderr.splitlines()[-1].endswith(
+            f"argument {option}: expected a number above 0, not {value!r}"
+        )
+
+
+# Per variant, µs a GPU launch adds in every round (the unprofiled run's is 0), in hundredths.
+ADDED = st.integers(-500, 5_000).map(lambda hundredths: hundredths / 100)
+
+
+@st.composite
+def measured_runs(draw):
+    """What measure() returns for a run whose variants each add a fixed time per launch."""
+    bench = PROGRAM_BENCH
+    rounds = draw(st.integers(1, 9))
+    base = draw(st.lists(st.integers(10**6, 10**9), min_size=rounds, max_size=rounds))
+    others = draw(st.lists(st.sampled_from(bench.VARIANTS[1:]), unique=True, min_size=1))
+    variants = [v for v in bench.VARIANTS if v in (bench.BARE, *others)]  # as measure() keeps them
+    added = {v: 0.0 if v == bench.BARE else draw(ADDED) for v in variants}
+    per_iteration, iterations = draw(st.integers(1, 20)), draw(st.integers(1, 3000))
+    launches = per_iteration * iterations
+    loops = {v: [b + added[v] * launches * 1e3 for b in base] for v in variants}
+    measured = {
+        "loops": loops,
+        "processes": {v: [2e9 + n for n in range(rounds)] for v in variants},
+        "notes": draw(st.lists(st.sampled_from(["a note", "another"]), max_size=2)),
+        "launches_per_iteration": float(per_iteration),
+        "api_calls_per_iteration": draw(st.none() | st.floats(1, 40)),
+        "iterations": iterations,
+        "lines": [{"label": "numba", "line": 3, "timed_line": 9}],
+        "skipped": draw(st.dictionaries(st.sampled_from(["torch", "triton"]), st.just("absent"))),
+    }
+    return measured, added
+
+
+def table_rows(text: str) -> dict[str, list[str]]:
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    header, rule, *body = [line.strip("| ").split(" | ") for line in lines]
+    assert len(rule) == len(header) and set(rule) <= {"---", "---:"}
+    assert all(len(row) == len(header) for row in body)
+    return {row[0]: row[1:] for row in body}
+
+
+@given(measured_runs())
+def test_a_variant_that_adds_the_same_time_every_round_reads_it_at_both_quartiles(run):
+    """Every variant measured has a row, in the benchmark's order; the added time per launch
+    (lower quartile, median) of a variant is the time it added; the A/A row is the host's."""
+    measured, added = run
+    rows = PROGRAM_BENCH.summary(measured)
+    text = PROGRAM_BENCH.render(measured, rows, "python benchmarks/profile_program.py")
+    table = table_rows(text)
+    assert list(table) == [v for v in PROGRAM_BENCH.VARIANTS if v in added]
+    for variant, cells in table.items():
+        expected = "—" if variant == PROGRAM_BENCH.BARE else f"{added[variant]:+.2f} µs"
+        assert cells[:2] == [expected, expected]
+    assert all(f"- note: {note}" in text for note in measured["notes"])
+    assert all(f"- skipped: {lib}" in text for lib in measured["skipped"])
+    assert f"{measured['iterations']} iterations" in text
+
+
+@given(measured_runs())
+def test_the_facts_under_the_table_are_differences_of_the_variants_added_times(run):
+    measured, added = run
+    bench = PROGRAM_BENCH
+    text = bench.render(measured, bench.summary(measured), "cmd")
+    facts = [
+        ("kname --json above CUPTI's floor", bench.JSON, bench.FLOOR),
+        ("--trace over --json alone", bench.TRACE, bench.JSON),
+        ("Proton above CUPTI's floor", bench.PROTON, bench.FLOOR),
+    ]
+    for label, variant, base in facts:
+        if variant in added and base in added:
+            assert f"{label}: {added[variant] - added[base]:+.2f} µs per launch" in text
+        else:
+            assert label not in text
+    kname, proton = added.get(bench.JSON), added.get(bench.PROTON)
+    if kname is not None and proton:
+        assert f"kname's added time is {kname / proton:.0%} of Proton's" in text
+
+
+@settings(max_examples=5, deadline=None)
+@given(measured_runs())
+def test_a_saved_run_prints_the_same_table_again_without_a_gpu(tmp_path_factory, run):
+    measured, _ = run
+    bench = PROGRAM_BENCH
+    command = "python benchmarks/profile_program.py --rounds 3"
+    text = bench.render(measured, bench.summary(measured), command)
+    saved = tmp_path_factory.mktemp("saved") / "program.json"
+    saved.write_text(json.dumps({"measured": measured, "markdown": text, "command": command}))
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "profile_program.py"), "--table", str(saved)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == text
+
+
+def test_the_cpu_profile_benchmark_runs_without_a_gpu_and_prints_a_row_per_variant(tmp_path):
+    """benchmarks/profile_cpu.py with CUPTI played by the stand-in: kname's own part of the
+    cost per launch, or one line saying what this machine lacks."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KNAME", "NVTX_"))}
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "profile_cpu.py"), "--rounds", "2",
+         "--batch", "20"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    if done.stdout.startswith("profile_cpu: skipped, "):
+        assert len(done.stdout.splitlines()) == 1
+        return
+    rows = [line.split(" | ")[0] for line in done.stdout.splitlines() if line.startswith("| ")]
+    assert rows == ["| variant", "| ---", "| kname", "| --json", "| --trace"]
+    assert "2 rounds; the launch wrapper: " in done.stdout

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from kname.config import (
     DEFAULT_DOMAIN,
     DEFAULT_FORMAT,
+    DEFAULT_TRACE_MAX,
     FORMAT_FIELDS,
     KNOWN_VARIABLES,
     MAX_DEPTH,
@@ -598,3 +599,50 @@ def test_output_paths_with_placeholders_are_kept_as_written() -> None:
     cfg = config(mode="profile", report="out/{host}/p.{rank}.json", profile_html="p{{x}}.html")
     assert (cfg.report, cfg.html, cfg.problems) == ("out/{host}/p.{rank}.json", "p{{x}}.html", ())
     assert config(report="-").report == "-"
+
+
+# --------------------------------------------------------------------------
+# KNAME_PROFILE_TRACE_MAX (issue 31): records a trace keeps at most
+# --------------------------------------------------------------------------
+
+
+def test_a_trace_keeps_at_most_the_default_unless_told() -> None:
+    assert config(mode="profile").trace_max == DEFAULT_TRACE_MAX
+    assert config(mode="profile").trace_max == Config().trace_max
+
+
+@given(st.integers(1, 999_999_999), st.sampled_from(["", " ", "\t"]))
+def test_any_whole_number_of_1_or_more_in_nine_digits_is_the_trace_cap(number, space) -> None:
+    cfg = config(mode="profile", profile_trace_max=f"{space}{number}{space}")
+    assert (cfg.trace_max, cfg.problems) == (number, ())
+
+
+def ascii_digits(text: str) -> bool:
+    return text.strip().isascii() and text.strip().isdigit()
+
+
+@given(st.text(max_size=12).filter(lambda text: not ascii_digits(text)) | st.just("000"))
+def test_anything_else_as_the_trace_cap_is_one_line_naming_it_and_the_default(value) -> None:
+    cfg = config(mode="profile", profile_trace_max=value)
+    if not value.strip():
+        assert (cfg.trace_max, cfg.problems) == (DEFAULT_TRACE_MAX, ())  # unset
+        return
+    problem = the_problem(cfg)
+    assert problem.startswith(f"KNAME_PROFILE_TRACE_MAX={value!r} is not a whole number of 1 ")
+    assert problem.endswith(f"the trace keeps); using {DEFAULT_TRACE_MAX}")
+    assert len(problem.splitlines()) == 1
+    assert cfg.trace_max == DEFAULT_TRACE_MAX
+
+
+def test_a_trace_cap_of_ten_digits_is_refused() -> None:
+    problem = the_problem(config(mode="profile", profile_trace_max="1" * 10))
+    assert problem.startswith("KNAME_PROFILE_TRACE_MAX='1111111111' is not a whole number")
+
+
+def test_kname_profile_trace_max_outside_profile_mode_is_one_line_and_ignored() -> None:
+    cfg = config(mode="census", profile_trace_max="5")
+    assert the_problem(cfg) == (
+        "KNAME_PROFILE_TRACE_MAX='5' is only read with KNAME_MODE=profile (KNAME_MODE is census); "
+        "ignoring it"
+    )
+    assert cfg.trace_max == DEFAULT_TRACE_MAX

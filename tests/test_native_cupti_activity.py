@@ -295,7 +295,10 @@ def test_the_collector_hands_each_buffer_over_after_the_launches_and_flushes_at_
     monkeypatch.setitem(sys.modules, "cupti", SimpleNamespace(cupti=binding))
     monkeypatch.setattr(launch_callbacks, "libcupti_path", lambda: str(fake_libcupti))
     join, log = OrderedJoin(), StreamLog()
-    collector = CuptiCollector(LaunchCapture(join, log), join, log, buffer_bytes=BUFFER_BYTES)
+    # Tagging wrapped launches keeps the Python join (untagged, the join is in C: no hand-over).
+    collector = CuptiCollector(
+        LaunchCapture(join, log), join, log, buffer_bytes=BUFFER_BYTES, external_correlation=True
+    )
     assert collector.start() and not binding.registered  # not cupti-python's buffers
     assert collector.activity_reader == "native"
     recorder = collector._callbacks.recorder

@@ -28,11 +28,11 @@ from support.cupti_stand_in import (
     CUDA_GRAPH_LAUNCH,
     CUDA_LAUNCH_KERNEL,
     DRIVER,
-    GRAPH_CALLBACK_IDS,
     RUNTIME,
     StandInBinding,
     built_or_skip,
     fire_graph_event,
+    joining_recorder,
     memcpy_name,
     queue_record,
     stand_in_library,
@@ -40,7 +40,7 @@ from support.cupti_stand_in import (
 
 from kname import _warnings, hotpath
 from kname.profiling import launch_callbacks
-from kname.profiling.capture import LaunchCapture, select_graph_callbacks
+from kname.profiling.capture import LaunchCapture
 from kname.profiling.cupti_collector import CuptiCollector
 from kname.profiling.graphs import MAX_NODES, RECENT_NODES
 from kname.profiling.join import RECENT_WINDOW, UNATTRIBUTED, Join, KernelTotals
@@ -83,18 +83,8 @@ def new_recorder(
 ):
     """A recorder on the stand-in, joining in C with these bounds, with CUPTI's graph resource
     callbacks enabled."""
-    cupti.library.fake_reset_activity()
-    recorder = native.Recorder(
-        apis=APIS, sites={}, kinds={}, site_of_frame=lambda frame: "s", site_key="k",
-        no_frame="<no Python frame>", unnamed="<unnamed>", max_pending=1_000_000,
-        max_open_calls=8,
-    )  # fmt: skip
-    assert recorder.subscribe(cupti.path)[0] == 0
-    for cbid, event in select_graph_callbacks(GRAPH_CALLBACK_IDS).items():
-        assert recorder.enable_graph(cbid, NODE_EVENTS.index(event) + 1) == 0
-    recorder.join_in_c(max_pending, recent_window, UNATTRIBUTED, max_nodes, recent_nodes)
-    assert recorder.take_activity_buffers(BUFFER_BYTES, 1_000_000, None) == 0
-    return recorder
+    bounds = (max_pending, recent_window, max_nodes, recent_nodes)
+    return joining_recorder(native, cupti, APIS, BUFFER_BYTES, bounds)
 
 
 def close(recorder) -> None:
@@ -451,9 +441,10 @@ def test_a_session_without_streams_keeps_its_totals_in_c_and_the_same_document(c
     in_c = run_session(cupti, keep_streams=False)
     assert isinstance(in_c.join, NativeJoin) and in_c.collector.totals is in_c.join
     assert (in_c.join.launch_count, in_c.join.record_count) == (3, 4)
-    in_python = run_session(cupti, keep_streams=True)  # --trace: the Python join, and the log
-    assert isinstance(in_python.join, Join)
-    assert in_c.document() == in_python.document()
+    traced = run_session(cupti, keep_streams=True)  # --trace: the join in C too, the trace kept
+    assert isinstance(traced.join, NativeJoin) and traced.collector.trace is not None
+    assert in_c.collector.trace is None
+    assert in_c.document() == traced.document()
     sites = {site["name"]: site["gpu_ns"] for site in in_c.sites}
     assert sites == {"a.py:1": 4 + 4 + 9, "b.py:2": 4}
 
@@ -494,7 +485,7 @@ def test_what_the_c_join_dropped_at_its_bound_is_said_once_at_stop(cupti, monkey
     assert len([line for line in lines if "more than 5 launches are waiting" in line]) == 1
 
 
-@pytest.mark.parametrize("keep_streams", [False, True], ids=["join in C", "stream log"])
+@pytest.mark.parametrize("keep_streams", [False, True], ids=["join in C", "trace in C"])
 def test_the_collector_ties_replayed_kernels_to_the_line_that_captured_them(
     cupti, monkeypatch, keep_streams
 ):
@@ -521,7 +512,7 @@ def test_the_collector_ties_replayed_kernels_to_the_line_that_captured_them(
     library.fake_kernel(CONCURRENT_KERNEL, 2, 0, 30, 7, 0, 8, 41, b"gemm")  # the replay's
     library.fake_kernel(CONCURRENT_KERNEL, 2, 0, 5, 7, 0, 8, 99, b"add")  # a node not seen
     session.stop()
-    assert isinstance(session.join, NativeJoin) != keep_streams
+    assert isinstance(session.join, NativeJoin)  # with the trace kept (in C) too
     sites = session.join.profile().sites
     assert sites["layer model.py:21"].replays == {"run runner.py:26": KernelTotals(1, 30)}
     assert sites["run runner.py:26"].unseen == KernelTotals(1, 5)

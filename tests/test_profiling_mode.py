@@ -294,6 +294,22 @@ def test_the_table_shows_the_top_call_sites(tmp_path) -> None:
     assert "... and 1 more call site: 6.00 us (40.0%)" in done.stderr
 
 
+def test_kname_profile_trace_max_caps_the_trace_file_which_stays_valid_json(tmp_path) -> None:
+    timed = {}
+    for cap in ("", "3"):
+        done = run_program(
+            tmp_path, {"KNAME_PROFILE_TRACE": f"t{cap}.json", "KNAME_PROFILE_TRACE_MAX": cap}
+        )
+        assert done.returncode == 0, done.stderr
+        events = json.loads((tmp_path / f"t{cap}.json").read_text())["traceEvents"]
+        timed[cap] = len([e for e in events if e["ph"] == "X"])
+    # Three records: launch calls, GPU records and the wrapped launches' external correlations.
+    assert 0 < timed["3"] <= 3 < timed[""]
+    (said,) = [line for line in done.stderr.splitlines() if "the trace keeps" in line]
+    assert said.startswith("kname: profile: the trace keeps at most 3 records (")
+    assert "KNAME_PROFILE_TRACE_MAX" in said
+
+
 def test_no_launch_census_is_written_in_profile_mode(tmp_path) -> None:
     done = run_program(tmp_path, {"KNAME_REPORT": "p.json"})
     assert done.returncode == 0, done.stderr

@@ -130,6 +130,28 @@ def test_the_outputs_are_written_and_read_back(session, tmp_path):
     assert streams.activities == [ActivityRecord("kernel", 1, "axpy", 1_500, 3_500, 7)]
 
 
+@pytest.mark.parametrize(("launches", "cap"), [(3, 1), (3, 4), (3, 6), (3, 7), (5, 9)])
+def test_a_trace_past_its_cap_keeps_the_first_records_and_is_said_once(
+    launches, cap, tmp_path, capsys
+):
+    callsite.configure((), DEFAULT_FORMAT, 1, False)
+    session = ProfileSession(keep_streams=True, collector=ScriptedCupti, max_records=cap)
+    with session:
+        for _ in range(launches):
+            session.collector.launch("axpy", 2_000)
+    session.save_trace(tmp_path / "first.json")
+    session.save_trace(tmp_path / "again.json")  # a flush, then the exit: one line still
+    events = json.loads((tmp_path / "again.json").read_text())["traceEvents"]
+    # A launch call, then its kernel: the first `cap` of them are the trace's timed events.
+    assert len([e for e in events if e["ph"] == "X"]) == min(cap, 2 * launches)
+    said = [line for line in capsys.readouterr().err.splitlines() if "the trace keeps" in line]
+    dropped = 2 * launches - cap
+    assert said == [
+        f"kname: profile: the trace keeps at most {cap} records (launch calls, GPU records, "
+        f"graph node events; KNAME_PROFILE_TRACE_MAX); {dropped} later ones are not in it"
+    ] * (dropped > 0)
+
+
 def test_streams_need_a_session_that_keeps_them():
     plain = ProfileSession(collector=ScriptedCupti)
     with pytest.raises(ValueError, match="keep_streams=True"):

@@ -6,12 +6,13 @@ where it is built, else cupti-python's, the slower fallback (on the H200 with cu
 The activity buffers go with them: with the C callback they are read in C too (its recorder
 registers CUPTI's buffer callbacks, copies each record out in CUPTI's thread, then calls
 _native_buffer_completed with the GIL), else cupti-python reads them into a Python object per
-record (_buffer_completed). With the C callback and no stream log or tagging, the recorder also
-joins the records in C (native_join.py): `totals` is then that join, and no Python code runs per
-record or per buffer. The rest (kinds, flush, the messages) is here, the same for both:
-before each buffer's records go to the join, the native callback's finished calls are drained
-into it, so every GPU record finds its launch. Everything but the CUPTI calls lives in
-capture.py and join.py.
+record (_buffer_completed). With the C callback and no tagging, the recorder also joins the
+records in C (native_join.py): `totals` is then that join, and no Python code runs per record or
+per buffer; with a stream log asked for (--trace), the recorder keeps the trace's records in C
+as well (native_trace.py: `trace`), and launch calls are timed only then. The rest (kinds,
+flush, the messages) is here, the same for both: before each buffer's records go to the join,
+the native callback's finished calls are drained into it, so every GPU record finds its launch.
+Everything but the CUPTI calls lives in capture.py and join.py.
 
 Versions: the binding must match the CUPTI library of the CUDA release in use. cupti-python
 13.0.* with CUPTI 13.0 (nvidia-cuda-cupti 13.0.x) records everything; cupti-python 13.4 against
@@ -73,6 +74,7 @@ from kname.profiling.launch_callbacks import (
     choose,
 )
 from kname.profiling.native_join import NativeJoin
+from kname.profiling.native_trace import NativeTrace
 from kname.profiling.records import ActivityRecord, ExternalCorrelation, StreamLog
 
 BUFFER_BYTES = 8 << 20  # per CUPTI activity buffer; cupti-python or the recorder allocates them
@@ -110,6 +112,7 @@ class CuptiCollector:
         self._copy_kinds: dict[int, str] = {}
         self._native_buffers = False  # the native recorder reads CUPTI's buffers
         self._totals: Join | NativeJoin = join  # where the totals are kept: here, or in C
+        self._trace: NativeTrace | None = None  # the trace kept in C (the log then stays empty)
         self._holder: str | None = None
         self.started = False
 
@@ -206,9 +209,15 @@ class CuptiCollector:
 
     @property
     def totals(self) -> Join | NativeJoin:
-        """The join that keeps the totals: the one given, or, with the native recorder and no
-        stream log or tagging, the recorder's own join in C (read as a Join)."""
+        """The join that keeps the totals: the one given, or, with the native recorder and
+        nothing tagged, the recorder's own join in C (read as a Join)."""
         return self._totals
+
+    @property
+    def trace(self) -> NativeTrace | None:
+        """With the native recorder, nothing tagged and a stream log asked for: the trace it
+        keeps in C (the log gets the records of earlier runs only); else None."""
+        return self._trace
 
     @property
     def activity_reader(self) -> str:
@@ -293,11 +302,18 @@ class CuptiCollector:
         if not self._native_buffers:
             cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
             return
-        # With nothing to log or tag, the records need not become Python objects at all.
-        in_c = self._log is None and not self._external_correlation
+        # With nothing tagged, the records need not become Python objects at all: the join is
+        # in C, and so is the trace when one is kept. Only the trace reads launch times.
+        in_c = not self._external_correlation
+        self._callbacks.time_launches(self._log is not None)
         if in_c:
             earlier = self._totals if isinstance(self._totals, NativeJoin) else None
             self._totals = self._callbacks.join_in_c(self._memcpy_name, earlier)
+            if self._log is not None:
+                if self._trace is not None:  # started again: the last run's trace to the log
+                    self._trace.move_into(self._log)
+                room = max(self._log.max_records - self._log.kept, 0)  # one cap for every run
+                self._trace = self._callbacks.keep_trace(room, self._memcpy_name)
         completed = None if in_c else self._native_buffer_completed
         status = self._callbacks.take_activity_buffers(self._buffer_bytes, completed)
         if status:

@@ -18,7 +18,7 @@ call inside a launch kname wraps to that launch's site) are kept only for calls 
 record names, and in a window of the same size as the recent ids.
 
 This is also the specification of the join kname._native_cupti keeps in C for the native path
-without a stream log (native_join.py): the same tables and steps, the same Profile.
+where nothing is tagged (native_join.py): the same tables and steps, the same Profile.
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ by capture.py's rules; they differ in what runs per launch:
                       each activity buffer is read, and at stop). It also reads CUPTI's activity
                       buffers in C (reads_activity_buffers): each record copied out of the
                       buffer into a C struct in CUPTI's thread, handed to the collector after;
-                      or, with no stream log, joined to its launch right there, in C
-                      (join_in_c: native_join.py), with no Python object per record.
+                      or, with nothing tagged, joined to its launch right there, in C
+                      (join_in_c: native_join.py), with no Python object per record, and kept
+                      there for the trace when one is asked for (keep_trace: native_trace.py).
     PythonCallbacks   cupti-python calls a Python function, which hands the frame to
                       LaunchCapture.enter and exit: about 20-50 us of CPU time per launch. The
                       activity buffers are then cupti-python's (a Python object per record).
@@ -45,6 +46,7 @@ from kname.profiling.capture import (
 from kname.profiling.graphs import MAX_NODES, RECENT_NODES, say_nodes_not_kept
 from kname.profiling.join import MAX_PENDING, RECENT_WINDOW, UNATTRIBUTED, say_pending_dropped
 from kname.profiling.native_join import NativeJoin
+from kname.profiling.native_trace import NativeTrace
 from kname.profiling.records import (
     NODE_EVENTS,
     ActivityRecord,
@@ -312,6 +314,18 @@ class NativeCallbacks:
         take_activity_buffers()."""
         self.recorder.join_in_c(MAX_PENDING, RECENT_WINDOW, UNATTRIBUTED, MAX_NODES, RECENT_NODES)
         return NativeJoin(self.recorder, memcpy_name, earlier)
+
+    def keep_trace(self, max_records: int, memcpy_name: Callable[[int], str]) -> NativeTrace:
+        """From now on what the join in C is given is kept for the trace too, in C (at most
+        `max_records` records), launch calls timed. After join_in_c(), before
+        take_activity_buffers()."""
+        self.recorder.keep_trace(max_records)
+        return NativeTrace(self.recorder, memcpy_name)
+
+    def time_launches(self, timed: bool) -> None:
+        """Whether launch calls get CPU timestamps (two cuptiGetTimestamp calls each): only a
+        trace or a stream log reads them."""
+        self.recorder.time_launches(timed)
 
     def join_now(self) -> None:
         """The calls finished and the GPU records read so far, joined in C now."""

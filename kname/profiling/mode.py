@@ -33,7 +33,7 @@ def start(config: Config) -> ProfileSession | None:
     global _session
     if _session is not None and _session.collecting:
         return _session  # install() again after uninstall(): the same session goes on
-    session = ProfileSession(keep_streams=config.trace is not None)
+    session = ProfileSession(keep_streams=config.trace is not None, max_records=config.trace_max)
     if config.delay is None and not _start_window(session, config):
         return None
     files = {"json": None if config.report in (None, "-") else config.report}

@@ -46,7 +46,7 @@ th, td { padding: 0.25em 0.8em; border-bottom: 1px solid #ddd; text-align: left;
 th { white-space: nowrap; }
 td.number { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 td.site { font-family: ui-monospace, monospace; white-space: nowrap; }
-td.site .graph { color: #555; font-size: 0.9em; }
+td.site .graph { color: #555; font-size: 0.9em; white-space: normal; }
 ul.kernels { margin: 0; padding-left: 1.2em; }
 ul.kernels .kernel { overflow-wrap: anywhere; }
 ul.kernels .time { white-space: nowrap; }

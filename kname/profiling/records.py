@@ -17,12 +17,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kname._locks import new_lock
+from kname.config import DEFAULT_TRACE_MAX
 
 KERNEL, MEMCPY, MEMSET = "kernel", "memcpy", "memset"
 ACTIVITY_KINDS = (KERNEL, MEMCPY, MEMSET)
 STREAMS_FORMAT = 2  # 2 added graph node records and activity records' graph_node_id
 READ_FORMATS = (1, 2)
-MAX_LOGGED = 2_000_000  # records a StreamLog keeps (for --trace and fixtures), of every kind
+MAX_LOGGED = DEFAULT_TRACE_MAX  # records a StreamLog keeps (for --trace and fixtures), all kinds
 
 
 @dataclass(slots=True)
@@ -122,14 +123,14 @@ class StreamLog:
 
     def launch(self, record: LaunchRecord) -> None:
         """Keep a launch record (the same object: its exit time is filled in later)."""
-        if self._kept() < self.max_records:
+        if self.kept < self.max_records:
             self.launches.append(record)  # list.append is atomic: no lock on the launch path
         else:
             self.dropped += 1
 
     def graph_node(self, record: GraphNodeRecord) -> None:
         """Keep a graph node record (in the order CUPTI's callbacks came)."""
-        if self._kept() < self.max_records:
+        if self.kept < self.max_records:
             self.graph_nodes.append(record)
         else:
             self.dropped += 1
@@ -154,14 +155,16 @@ class StreamLog:
                 list(self.graph_nodes),
             )
 
-    def _kept(self) -> int:
+    @property
+    def kept(self) -> int:
+        """Records kept, of every kind."""
         return (
             len(self.launches) + len(self.activities) + len(self.externals) + len(self.graph_nodes)
         )
 
     def _add(self, kept: list, records: list) -> None:
         with self._lock:
-            room = max(self.max_records - self._kept(), 0)
+            room = max(self.max_records - self.kept, 0)
             kept.extend(records[:room])
             self.dropped += max(len(records) - room, 0)
 

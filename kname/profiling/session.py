@@ -42,8 +42,9 @@ from kname.profiling import backward
 from kname.profiling.capture import LaunchCapture, site_of_frame
 from kname.profiling.join import Join
 from kname.profiling.native_join import NativeJoin
+from kname.profiling.native_trace import NativeTrace, merged
 from kname.profiling.page import render_page
-from kname.profiling.records import StreamLog, Streams, streams_to_json
+from kname.profiling.records import MAX_LOGGED, StreamLog, Streams, streams_to_json
 from kname.profiling.trace import trace_json
 from kname.ranks import find_rank, meta, visible_device
 
@@ -78,9 +79,10 @@ class ProfileSession:
         self,
         keep_streams: bool = False,
         collector: Callable[[LaunchCapture, Join, StreamLog | None], Collector] | None = None,
+        max_records: int = MAX_LOGGED,
     ) -> None:
         self.join: Join | NativeJoin = Join()
-        self.log = StreamLog() if keep_streams else None
+        self.log = StreamLog(max_records) if keep_streams else None
         self.capture = LaunchCapture(self.join, self.log)
         if collector is None:
             from kname.profiling.cupti_collector import CuptiCollector as collector
@@ -174,9 +176,10 @@ class ProfileSession:
         """The recorded streams (needs keep_streams=True), with facts about the run."""
         if self.log is None:
             raise ValueError("this session keeps no streams: ProfileSession(keep_streams=True)")
-        meta.setdefault("pid", os.getpid())
-        meta.setdefault("program", " ".join(sys.argv) or sys.executable)
-        return self.log.streams(self.capture.external_sites, **meta)
+        meta = _run_facts(meta)
+        streams = self.log.streams(self.capture.external_sites, **meta)
+        native = self._native_trace()
+        return streams if native is None else merged(streams, native.streams())
 
     def save(self, path: str | os.PathLike) -> None:
         """The document as JSON."""
@@ -194,7 +197,27 @@ class ProfileSession:
         return render_json(self.document())
 
     def _trace_text(self) -> str:
-        return trace_json(self.streams())
+        native = self._native_trace()
+        if native is not None and self.log is not None and not self.log.kept:
+            text, dropped = native.trace_json(_run_facts({})), native.counts()["dropped"]
+        else:
+            streams = self.streams()  # the Python path, or earlier runs' records in the log
+            text, dropped = trace_json(streams), streams.meta["dropped_records"]
+        if dropped:
+            warn_once(
+                "profile:trace-cap",
+                f"profile: the trace keeps at most {self._trace_cap()} records (launch calls, "
+                f"GPU records, graph node events; KNAME_PROFILE_TRACE_MAX); {dropped} later ones "
+                "are not in it",
+            )
+        return text
+
+    def _native_trace(self) -> NativeTrace | None:
+        """The trace the native recorder keeps in C, where it keeps one."""
+        return getattr(self.collector, "trace", None)
+
+    def _trace_cap(self) -> int:
+        return self.log.max_records if self.log is not None else MAX_LOGGED
 
     def _page_text(self) -> str:
         return render_page(self.document())
@@ -312,3 +335,11 @@ class ProfileSession:
                     f"profile: the {kind} output {output.path!r} could not be written "
                     f"({type(exc).__name__}: {reason})",
                 )
+
+
+def _run_facts(meta: dict[str, Any]) -> dict[str, Any]:
+    """`meta` with this process's pid and command line where it does not say them."""
+    meta = dict(meta)
+    meta.setdefault("pid", os.getpid())
+    meta.setdefault("program", " ".join(sys.argv) or sys.executable)
+    return meta

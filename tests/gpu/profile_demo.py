@@ -331,7 +331,12 @@ def kname_phase(args, work: Workload, checks: Checks) -> tuple[dict[int, int], d
         {name: [s["launches"], s["gpu_ns"]] for name, s in _sites(replayed).items()} == live,
         "the recorded streams do not replay to the live totals",
     )
-    trace = json.loads(trace_json(streams))
+    trace_text = trace_json(streams)
+    if session.collector.trace is not None:  # the native path: the trace kept and written in C
+        checks.check(
+            "trace-from-c-as-trace-py", session._trace_text() == trace_text, "the texts differ"
+        )
+    trace = json.loads(trace_text)
     complete = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     timed_count = sum(1 for r in records if r.start) + sum(1 for r in streams.launches if r.start)
     checks.check("trace-parses", len(complete) == timed_count, f"{len(complete)} vs {timed_count}")

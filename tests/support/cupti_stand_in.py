@@ -140,6 +140,38 @@ def fire_graph_event(library: ctypes.CDLL, record) -> int:
     )
 
 
+def joining_recorder(
+    native,
+    cupti,
+    apis: list[tuple[str, bool]],
+    buffer_bytes: int,
+    bounds: tuple[int, int, int, int],
+    trace: int | None = None,
+):
+    """A recorder of kname._native_cupti (`native`) on the stand-in (`cupti`: its library and
+    path) with CUPTI's graph resource callbacks enabled, joining in C with these bounds
+    (max_pending, recent_window, max_nodes, recent_nodes), keeping the trace (at most `trace`
+    records) when asked, its activity buffers taken."""
+    from kname.profiling.capture import select_graph_callbacks
+    from kname.profiling.join import UNATTRIBUTED
+    from kname.profiling.records import NODE_EVENTS
+
+    cupti.library.fake_reset_activity()
+    recorder = native.Recorder(
+        apis=apis, sites={}, kinds={}, site_of_frame=lambda frame: "s", site_key="k",
+        no_frame="<no Python frame>", unnamed="<unnamed>", max_pending=1_000_000,
+        max_open_calls=8,
+    )  # fmt: skip
+    assert recorder.subscribe(cupti.path)[0] == 0
+    for cbid, event in select_graph_callbacks(GRAPH_CALLBACK_IDS).items():
+        assert recorder.enable_graph(cbid, NODE_EVENTS.index(event) + 1) == 0
+    recorder.join_in_c(bounds[0], bounds[1], UNATTRIBUTED, bounds[2], bounds[3])
+    if trace is not None:
+        recorder.keep_trace(trace)
+    assert recorder.take_activity_buffers(buffer_bytes, 1_000_000, None) == 0
+    return recorder
+
+
 def stand_in_library(built: Path) -> ctypes.CDLL:
     """The built stand-in, loaded (once per process: its state is global), made fresh: no
     refusal, no record queued. ctypes calls release the GIL, as torch does around its launches."""
@@ -156,6 +188,7 @@ def stand_in_library(built: Path) -> ctypes.CDLL:
     library.fake_graph_callback.argtypes = [u32, u32, u64, u64, u32]
     library.fake_external.argtypes = [u32, u64]
     library.fake_drop.argtypes = [ctypes.c_size_t]
+    library.fake_timestamps_taken.restype = ctypes.c_ulong
     return library
 
 

@@ -20,6 +20,7 @@ static kn_CUptiResult refusal;
 static const char *holder = "";
 static uint32_t enabled[4][4096];
 static uint64_t now = 1000;
+static unsigned long timestamps_taken;
 static int subscriber;
 
 kn_CUptiResult
@@ -65,6 +66,7 @@ kn_CUptiResult
 cuptiGetTimestamp(uint64_t *timestamp)
 {
     *timestamp = __atomic_fetch_add(&now, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&timestamps_taken, 1, __ATOMIC_RELAXED);
     return KN_CUPTI_SUCCESS;
 }
 
@@ -272,13 +274,22 @@ cuptiActivityFlushAll(uint32_t flag)
 
 /* ---- for the tests */
 
-/* Nothing queued, dropped or handed over yet; flushes on the caller's thread. */
+/* Nothing queued, dropped or handed over yet, no timestamp taken; flushes on the caller's
+ * thread. */
 void
 fake_reset_activity(void)
 {
     queued = 0;
     dropped_records = 0;
     complete_on_thread = misaligned = handed_over = 0;
+    timestamps_taken = 0;
+}
+
+/* cuptiGetTimestamp calls since the last reset. */
+unsigned long
+fake_timestamps_taken(void)
+{
+    return timestamps_taken;
 }
 
 /* CUPTI dropped this many records (no buffer space). */

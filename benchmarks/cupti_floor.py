@@ -1,0 +1,70 @@
+"""CUPTI's floor for kname profile's benchmarks: its activity records, plus a launch callback that
+returns at once on the launch APIs kname profile subscribes to (cupti_callback_floor.c).
+
+    floor = CallbackFloor()               # compiles cupti_callback_floor.c on first use
+    floor.start(cupti)                     # cupti-python's module: kinds are enabled by the caller
+    ...
+    floor.stop()
+
+What any profiler that sees each launch at its API and reads kernel records pays, before it does
+any work of its own. `build()` compiles the library once (the whole-program benchmark builds it
+in the runner and hands its path to each program it starts).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import tempfile
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+
+
+def build(out_dir: Path | None = None) -> Path:
+    """cupti_callback_floor.c compiled (with the tests' compiler and flags): its path."""
+    import sys
+
+    if str(REPO / "tests") not in sys.path:
+        sys.path.insert(0, str(REPO / "tests"))
+    from support.nvtx_capture import compile_c
+
+    out_dir = out_dir or Path(tempfile.mkdtemp(prefix="kname-cupti-floor-"))
+    source = BENCH_DIR / "cupti_callback_floor.c"
+    return compile_c(source, out_dir / "libcupti_floor.so", "-shared", "-fPIC", f"-I{REPO}", "-ldl")
+
+
+class CallbackFloor:
+    """An empty launch callback on kname profile's launch APIs, and activity buffers freed
+    unread; `library`: a built cupti_callback_floor.c (built on first start when not given)."""
+
+    def __init__(self, library: Path | None = None) -> None:
+        self.path = library
+        self.library: Any = None
+
+    def start(self, cupti: Any) -> None:
+        from kname.profiling.cupti_collector import launch_apis
+        from kname.profiling.launch_callbacks import libcupti_path
+
+        if self.library is None:
+            self.library = _load(self.path or build())
+        cupti.get_timestamp()  # the binding loads libcupti
+        pairs = [(domain, cbid) for domain, chosen in launch_apis(cupti).items() for cbid in chosen]
+        domains = (ctypes.c_uint32 * len(pairs))(*(domain for domain, _ in pairs))
+        cbids = (ctypes.c_uint32 * len(pairs))(*(cbid for _, cbid in pairs))
+        status = self.library.floor_start(libcupti_path().encode(), domains, cbids, len(pairs))
+        if status:
+            raise SystemExit(f"CUPTI refused the floor's subscriber (status {status})")
+
+    def stop(self) -> None:
+        self.library.floor_stop()
+
+
+def _load(path: Path) -> Any:
+    library = ctypes.CDLL(str(path))
+    library.floor_start.argtypes = [
+        ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32),
+        ctypes.c_int,
+    ]  # fmt: skip
+    return library

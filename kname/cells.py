@@ -23,7 +23,7 @@ _TRACEBACK_NAME = re.compile(r"In\s*\[\s*([0-9]+)\s*\]")
 # The file names of code compiled by %time and %%time (IPython.core.magics.execution), and by
 # %timeit and %%timeit, which runs it in a function of its own, `inner`.
 _TIMEIT_FILE = "<magic-timeit>"
-_TIMED_FILES = frozenset({"<timed eval>", "<timed exec>", _TIMEIT_FILE})
+TIMED_FILES = frozenset({"<timed eval>", "<timed exec>", _TIMEIT_FILE})
 _TIMEIT_FUNCTION = "inner"
 # How IPython calls a magic from a cell's code: `%time x` on the magic's own line, `%%time`'s
 # body on the lines below it.
@@ -37,7 +37,7 @@ def cell_place(frame: FrameType) -> tuple[str, int] | None:
     path = cell_path(filename)
     if path is not None:
         return path, frame.f_lineno or 0
-    return _timed_place(frame) if filename in _TIMED_FILES else None
+    return _timed_place(frame) if filename in TIMED_FILES else None
 
 
 def untimed_name(filename: str, qualname: str) -> str:
@@ -81,7 +81,7 @@ def _timed_place(frame: FrameType) -> tuple[str, int] | None:
     magic = frame.f_back
     while magic is not None and not _is_magic_call(magic):
         other = magic.f_code.co_filename
-        if other != filename and (other in _TIMED_FILES or cell_number(other) is not None):
+        if other != filename and (other in TIMED_FILES or cell_number(other) is not None):
             return None  # called by code of another cell or magic, not by its magic
         magic = magic.f_back
     place = None if magic is None or magic.f_back is None else cell_place(magic.f_back)

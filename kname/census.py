@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import IO, Any
 
-from kname import counters
+from kname import counters, naming
 from kname._locks import reset_in_child
 from kname._sigterm import at_exit
 from kname._warnings import warn_once
@@ -22,6 +22,7 @@ from kname.documents.build import census_document
 from kname.documents.files import write_atomically
 from kname.documents.owner import Output, claim, owner_pid, write_output
 from kname.documents.schema import render_json
+from kname.documents.sources import with_sources
 from kname.documents.tables import render_census_table
 from kname.ranks import find_rank, meta, visible_device
 
@@ -55,7 +56,10 @@ def report(file: IO[str] | str | os.PathLike | None = None, format: str = "table
     if format not in FORMATS:
         raise ValueError(f"report(format={format!r}): accepted formats are 'table' and 'json'")
     document = census()
-    text = render_json(document) if format == "json" else render_census_table(document)
+    if format == "json":  # a saved census keeps the source of its lines, for its page
+        text = render_json(with_sources(document, naming.shown_files()))
+    else:
+        text = render_census_table(document)
     if file is None or hasattr(file, "write"):
         stream = sys.stdout if file is None else file
         stream.write(text)
@@ -108,7 +112,8 @@ def _write_now() -> None:
         launched = bool(document["total_launches"])
         if output is not None:  # in a child, its own file beside the owner's
             what = "launch census (KNAME_REPORT)"
-            write_output(output, render_json(document), what, launched=launched)
+            text = render_json(with_sources(document, naming.shown_files()))
+            write_output(output, text, what, launched=launched)
         elif launched or os.getpid() == _owner_pid:  # a table on stderr stays there, in a child too
             sys.stderr.write(render_census_table(document))
             sys.stderr.flush()

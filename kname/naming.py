@@ -39,6 +39,10 @@ _INLINED = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>"})
 _MAX_FILES = 64
 _created_names: dict[str, tuple[list[str], dict[tuple[str, int], list]]] = {}
 _LOAD_CONST, _STORE_NAME = dis.opmap["LOAD_CONST"], dis.opmap["STORE_NAME"]
+# The file each `{path}` shown in a name was read from (a cell's code too), for the source a
+# saved document keeps (kname.documents.sources): the first file of a path wins.
+_MAX_SHOWN_FILES = 4096
+_shown_files: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -56,10 +60,14 @@ def frame_facts(frame: FrameType) -> FrameFacts:
     """Read the name-relevant facts of a live frame."""
     # Notebook and IPython cell code is named by its cell (`<cell 3>`) and line there, else by
     # its file and line.
+    filename = frame.f_code.co_filename
     place = cells.cell_place(frame)
     if place is None:
-        place = _short_path(frame.f_code.co_filename, path_roots()), frame.f_lineno or 0
+        place = _short_path(filename, path_roots()), frame.f_lineno or 0
     path, line = place
+    if len(_shown_files) < _MAX_SHOWN_FILES and filename not in cells.TIMED_FILES:
+        # As the name shows it: UTF-8, an undecodable byte replaced (display_name).
+        _shown_files.setdefault(path.encode("utf-8", "replace").decode("utf-8"), filename)
     module = frame.f_globals.get("__name__")
     return FrameFacts(
         function=function_name(frame),
@@ -68,6 +76,11 @@ def frame_facts(frame: FrameType) -> FrameFacts:
         file=path.rsplit("/", 1)[-1],
         line=line,
     )
+
+
+def shown_files() -> dict[str, str]:
+    """{`{path}` as this process's names show it: the file it was read from}."""
+    return dict(_shown_files)
 
 
 def function_name(frame: FrameType) -> str:

@@ -23,6 +23,7 @@ import kname
 from kname.documents.files import load
 from kname.documents.merge import merge_documents
 from kname.documents.owner import OWNER_VARIABLE
+from kname.documents.sources import lines_of
 
 pytestmark = pytest.mark.launches
 
@@ -74,7 +75,7 @@ SITE_KEYS = {"name", "kernel", "lib", "launches", "share", "order"}
 def assert_census_schema(document: object) -> None:
     """Schema 1, checked independently of kname's own validate()."""
     assert isinstance(document, dict)
-    assert set(document) == {"kname", "schema", "sites", "total_launches", "ranks"}
+    assert set(document) - {"sources"} == {"kname", "schema", "sites", "total_launches", "ranks"}
     (record,) = document["ranks"]  # who wrote it: a lone process, rank 0 of 1
     assert (record["rank"], record["world_size"], record["launcher"]) == (0, 1, None)
     assert record["host"] == socket.gethostname() and type(record["pid"]) is int
@@ -91,6 +92,16 @@ def assert_census_schema(document: object) -> None:
         assert site["order"] == order
         assert isinstance(site["share"], float)
         assert site["share"] == round(site["launches"] / total, 6)
+
+
+def assert_keeps_the_source_of_its_lines(document: dict) -> None:
+    """The saved census holds app.py's source, as it is, around each of its sites' lines."""
+    assert list(document["sources"]) == ["app.py"]
+    kept = lines_of(document["sources"]["app.py"])
+    source = APP.splitlines()
+    assert kept and all(kept[number] == source[number - 1] for number in kept)
+    for name, _kernel, _launches in EXPECTED:
+        assert int(name.rsplit(":", 1)[1]) in kept
 
 
 def expected_sites() -> list[dict]:
@@ -128,6 +139,7 @@ def test_report_json_follows_schema_1_and_counts_each_call_site(kname_venv: Venv
     assert_census_schema(document)
     assert document["sites"] == expected_sites()
     assert document["total_launches"] == TOTAL
+    assert_keeps_the_source_of_its_lines(document)
 
 
 @pytest.mark.slow
@@ -163,6 +175,7 @@ def test_kname_report_path_writes_the_json_census_atomically(kname_venv: Venv, a
     document = json.loads((app / "census.json").read_text())
     assert_census_schema(document)
     assert document["sites"] == expected_sites()
+    assert_keeps_the_source_of_its_lines(document)  # read at exit, after a chdir
     # The temporary file was renamed into place: nothing else is left beside it.
     assert sorted(p.name for p in app.iterdir() if p.name != "__pycache__") == [
         "app.py",

@@ -13,6 +13,7 @@ import copy
 import json
 
 import pytest
+from html_pages import sourced_profiles
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from profile_streams import census_of, documents, profile_of, site_counts
@@ -27,6 +28,7 @@ from kname.documents.schema import (
     render_json,
     validate,
 )
+from kname.documents.sources import SOURCES, lines_of, merge_sources
 from kname.ranks import Rank, meta
 
 WORLD = 4  # ranks drawn from 0..3: a merge of a few documents often has two of one rank
@@ -225,6 +227,57 @@ def test_files_merged_one_at_a_time_or_in_workers_give_the_in_memory_merge(
         path.write_text(render_json(part))
         paths.append(str(path))
     assert merge_files(paths[::-1], load, workers=workers) == merge_documents(parts)
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_a_merge_of_rank_files_keeps_the_source_each_kept_also_in_workers(
+    tmp_path, workers
+) -> None:
+    parts, paths = [], []
+    for rank in range(2 * WORLD):  # ranks 0..3, each twice: a rank's file and its helper's
+        line = 10 * (rank % WORLD + 1)
+        profile = profile_document(profile_of({f"step app.py:{line}": ("axpy", 1, 1000)}))
+        kept = {"app.py": [{"first": line, "lines": [f"step({line})", "pass"]}]}
+        if rank == 2:
+            kept["ops.py"] = [{"first": 3, "lines": ["def op():"]}]
+        parts.append(with_rank(profile, rank % WORLD, pid=rank) | {SOURCES: kept})
+        paths.append(tmp_path / f"p{rank}.json")
+        paths[-1].write_text(render_json(parts[-1]))
+    merged = validate(merge_files([str(p) for p in paths], load, workers=workers), "merged")
+    assert merged[SOURCES] == merge_sources(parts)
+    assert lines_of(merged[SOURCES]["app.py"]) == {
+        n + offset: text
+        for n in (10, 20, 30, 40)
+        for offset, text in enumerate([f"step({n})", "pass"])
+    }
+    assert merged[SOURCES]["ops.py"] == [{"first": 3, "lines": ["def op():"]}]
+    assert merged == merge_documents(parts)
+
+
+@settings(deadline=None)
+@given(st.lists(sourced_profiles().map(lambda made: made[0]), min_size=1, max_size=4), st.data())
+def test_a_merge_keeps_every_kept_line_each_with_the_text_an_input_kept_there(parts, data):
+    merge, half = Merge(), Merge()
+    for part in parts:  # in two groups, absorbed: as worker processes merge
+        (half if data.draw(st.booleans()) else merge).add(part)
+    merge.absorb(half)
+    merged = validate(merge.result(), "merged")
+    kept = {
+        (path, number): text
+        for part in parts
+        for path, spans in part[SOURCES].items()
+        for number, text in lines_of(spans).items()
+    }
+    shown = {
+        (path, number): text
+        for path, spans in merged.get(SOURCES, {}).items()
+        for number, text in lines_of(spans).items()
+    }
+    assert shown.keys() == kept.keys()
+    assert all(
+        any(lines_of(part[SOURCES].get(path, [])).get(number) == text for part in parts)
+        for (path, number), text in shown.items()
+    )
 
 
 def test_a_bad_file_is_named_in_its_one_line(tmp_path) -> None:

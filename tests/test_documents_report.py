@@ -8,11 +8,13 @@ and test_documents_diff.py, and the installed `kname report` command in test_cli
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
 import pytest
+from html_pages import ParsedPage
 from support import REPO
 
 from kname.cli import main
@@ -426,3 +428,89 @@ def test_the_straggler_options_are_for_profiles(files, capsys) -> None:
     files(c0=census(step_app_py__12=3), c1=census(step_app_py__12=2))
     code, _, err = run(capsys, "c0.json", "c1.json", "--straggler", "20%")
     assert code == 2 and "--straggler is for GPU profiles (schema 2)" in err
+
+
+# --- --html ---------------------------------------------------------------------------------
+
+
+def sites_on_page(path) -> dict[str, str]:
+    """{site: its link} of the first view of a page written by --html."""
+    page = ParsedPage(path.read_text(encoding="utf-8"))
+    first = page.views[0]
+    return {row.attributes["data-site"]: row.links[0] for row in page.sites(first)}
+
+
+@pytest.mark.parametrize(
+    ("documents", "args"),
+    [
+        ({"p": OLD}, ["p.json"]),
+        ({"c": census(step_app_py__12=3, main_app_py__30=1)}, ["c.json"]),
+        ({"r0": OLD, "r1": SLOWER}, ["r0.json", "r1.json"]),
+    ],
+)
+def test_html_writes_the_page_beside_the_same_table(files, capsys, tmp_path, documents, args):
+    files(**documents)
+    code, table, err = run(capsys, *args)
+    assert run(capsys, *args, "--html", "page.html") == (code, table, err) == (0, table, "")
+    assert sites_on_page(tmp_path / "page.html") == {
+        "step app.py:12": "#f1-L12",
+        "main app.py:30": "#f1-L30",
+    }
+
+
+def test_html_of_merged_files_shows_the_source_each_kept(files, capsys, tmp_path):
+    kept = {"app.py": [{"first": 12, "lines": ["step()"]}]}
+    files(r0=OLD | {"sources": kept}, r1=SLOWER)
+    assert run(capsys, "r0.json", "r1.json", "--html", "page.html")[0] == 0
+    rows = ParsedPage((tmp_path / "page.html").read_text()).lines("f1")
+    assert rows[12].cells[3][1] == "step()" and rows[30].cells[3][1] == ""
+
+
+def test_html_with_diff_writes_the_diff_page_and_keeps_the_exit_code(files, capsys, tmp_path):
+    files(old=OLD, new=SLOWER)
+    args = ["old.json", "--diff", "new.json", "--fail-on-slower", "10%"]
+    code, out, _ = run(capsys, *args)
+    assert run(capsys, *args, "--html", "diff.html")[:2] == (code, out) == (1, out)
+    page = ParsedPage((tmp_path / "diff.html").read_text())
+    assert {
+        r.attributes["data-site"]: r.attributes["data-change"] for r in page.sites("changes")
+    } == {
+        "step app.py:12": "up",
+        "main app.py:30": "same",
+    }
+
+
+def test_html_with_a_census_diff_writes_its_page(files, capsys, tmp_path):
+    files(old=census(step_app_py__12=3), new=census(step_app_py__12=5, main_app_py__30=1))
+    assert run(capsys, "old.json", "--diff", "new.json", "--html", "diff.html")[0] == 0
+    page = ParsedPage((tmp_path / "diff.html").read_text())
+    assert {r.attributes["data-site"]: r.cells[0][1] for r in page.sites("changes")} == {
+        "step app.py:12": "more",
+        "main app.py:30": "new",
+    }
+
+
+@pytest.mark.parametrize("where", ["missing/page.html", "."])
+def test_an_unwritable_html_path_is_one_line_and_exit_2(files, capsys, where):
+    files(p=OLD)
+    code, out, err = run(capsys, "p.json", "--html", where)
+    assert code == 2 and out.startswith("kname profile")
+    assert (
+        err.startswith(f"kname report: --html {where}: cannot write it (") and err.count("\n") == 1
+    )
+
+
+def test_html_of_a_jobs_rank_files_shows_each_ranks_source_and_the_spread(job, capsys, tmp_path):
+    for rank, path in enumerate(job):  # each rank kept the source of the lines it ran
+        document = json.loads((tmp_path / path).read_text())
+        kept = {"app.py": [{"first": 12, "lines": ["step()"]}]} if rank == 0 else {}
+        kept |= {"app.py": [{"first": 40, "lines": ["save()"]}]} if rank == 3 else {}
+        (tmp_path / path).write_text(json.dumps(document | {"sources": kept}))
+    args = [*job, "--fail-on-straggler", "--min-time", "100us"]
+    code, out, err = run(capsys, *args)
+    assert run(capsys, *args, "--html", "page.html") == (code, out, err) == (1, out, err)
+    page = ParsedPage((tmp_path / "page.html").read_text())
+    rows = page.lines("f1")
+    assert (rows[12].cells[3][1], rows[40].cells[3][1]) == ("step()", "save()")
+    step = {row.attributes["data-site"]: row for row in page.sites("ranking")}["step app.py:12"]
+    assert [cell for _, cell in step.cells[5:7]] == ["800 us / 820 us / 1.60 ms", "rank 2"]

@@ -21,9 +21,9 @@ from hypothesis import given
 from profile_streams import streams
 
 from kname.documents.build import profile_document
+from kname.documents.pages.profile import render_profile_page as render_page
 from kname.documents.schema import validate
 from kname.profiling.join import replay
-from kname.profiling.page import render_page
 from kname.profiling.records import StreamsError, load_streams, streams_from_json, streams_to_json
 from kname.profiling.trace import trace_json
 

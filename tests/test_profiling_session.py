@@ -16,6 +16,7 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from support import REPO, ended_by_sigterm
@@ -23,6 +24,7 @@ from support import REPO, ended_by_sigterm
 from kname import callsite, naming
 from kname.config import DEFAULT_FORMAT
 from kname.documents.files import load
+from kname.documents.sources import lines_of
 from kname.profiling.records import ActivityRecord, load_streams
 from kname.profiling.session import ProfileSession
 
@@ -102,6 +104,19 @@ def test_a_session_collects_and_ranks_gpu_time_per_line(session):
     table = session.table().splitlines()
     assert table[0] == "kname profile: 15.0 us of GPU time in 4 launches from 2 call sites"
     assert "scale_raw 9.00 us (1)" in table[2]
+
+
+def test_the_saved_profile_keeps_the_source_of_its_lines(session, tmp_path):
+    with session as profile:
+        axpy = this_line(+1)
+        profile.collector.launch("axpy", 2_000)  # the line the page shows
+    session.save(tmp_path / "p.json")
+    document = load(str(tmp_path / "p.json"))
+    path, line = axpy.rsplit(" ", 1)[1].rsplit(":", 1)
+    kept = lines_of(document["sources"][path])
+    assert kept[int(line)].endswith("# the line the page shows")
+    source = Path(__file__).read_text().splitlines()
+    assert all(source[number - 1] == text for number, text in kept.items())
 
 
 def test_start_twice_starts_once(session):

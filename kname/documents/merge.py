@@ -13,6 +13,10 @@ that table, its launches (and a profile's GPU time) on each rank. Inputs of one 
 file and the files its helper processes wrote beside it) add up to that rank's numbers; a
 document written before ranks were recorded counts as rank 0 of no launcher.
 
+The source the inputs kept (documents/sources.py) is kept too: each file's lines are those of
+every input, a line kept by several being the first one's to be folded in (with worker
+processes, the first in its worker's share: the same text wherever the ranks ran one program).
+
 Merging is exact (whole numbers, summed) and associative and commutative: documents merged in
 any grouping and order give the same document. It streams: `Merge.add` folds a document in and
 keeps nothing of it but its sums, so `merge_files` holds one file's document at a time, and a
@@ -40,6 +44,7 @@ from kname.documents.schema import (
     UNKNOWN_RANK,
     DocumentError,
 )
+from kname.documents.sources import SOURCES, add_lines, bounded_sources, keep_lines
 
 _ZERO = bytes(8)  # one machine integer of 0, for array('q').frombytes
 
@@ -83,6 +88,7 @@ class Merge:
         self._slot_of: dict[int, int] = {}  # rank -> slot
         self._sites: dict[Any, _Site] = {}  # a profile's by name; a census's by (name, kernel, lib)
         self._unattributed: dict[str, list[int]] = {}
+        self._sources: dict[str, dict[int, str]] = {}  # {path: {line number: text}} kept
 
     def add(self, document: Mapping[str, Any]) -> None:
         """Fold a valid document (schema.validate) in; DocumentError for one of another kind."""
@@ -101,6 +107,7 @@ class Merge:
                 self._add_census(document, slots)
         except OverflowError:  # a hostile count: past what 64 bits hold
             raise DocumentError("a launch count or GPU time is too large to add up") from None
+        keep_lines(self._sources, document.get(SOURCES, {}))
         self.documents += 1
         self.processes += document.get("processes", 1)
 
@@ -116,6 +123,9 @@ class Merge:
             document = self._census(arrange)
         if self.ranked:
             document[RANKS] = [dict(self._records[slot]) for slot in by_rank]
+        sources = bounded_sources(self._sources)
+        if sources:
+            document[SOURCES] = sources
         return document
 
     # --- folding in --------------------------------------------------------------------------
@@ -212,6 +222,7 @@ class Merge:
                 else:
                     _add_each(values, slots[: len(added)], added)
         _add_kernels(self._unattributed, other._unattributed)
+        add_lines(self._sources, other._sources)
         self.ranked = self.ranked or other.ranked
         self.documents += other.documents
         self.processes += other.processes

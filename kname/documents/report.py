@@ -12,6 +12,9 @@
                                                     a job's ranks merged: the spread of each
                                                     site across ranks, or its row per rank;
                                                     the slowest rank flagged (and exit 1)
+    kname report X.json [--diff Y.json] --html PAGE.html
+                                                    ... and as one self-contained web page:
+                                                    the ranking, each line beside its source
 
 Files of one kind are read, each once, and summed, each rank's numbers kept (merge.py: one
 file at a time, in several processes for many files); a shell pattern that matched no file
@@ -26,7 +29,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kname.documents.diff import (
@@ -41,8 +44,10 @@ from kname.documents.diff import (
     render_gpu_diff,
     slower,
 )
-from kname.documents.files import read_json
+from kname.documents.files import read_json, write_atomically
 from kname.documents.merge import MixedKinds, merge_files
+from kname.documents.pages import render_page
+from kname.documents.pages.diff import render_diff_page
 from kname.documents.pytest_report import is_pytest_report, suite_census, validate_pytest_report
 from kname.documents.schema import PROFILE_SCHEMA, DocumentError, validate
 from kname.documents.spread import ranks_of, stragglers
@@ -83,6 +88,12 @@ A job's ranks (kname profile --json profile.json -- torchrun ...: profile.rank0.
                                                      mark (!) each site whose slowest rank
                                                      takes over 20% (and --min-time) more than
                                                      the median; exit 1 if there is one (CI)
+
+Web pages (one self-contained file: the ranking, each file's source with every line's numbers
+beside it, the call tree when names carry callers):
+  kname report profile.json --html profile.html      a profile (or census) as a page
+  kname report before.json --diff after.json --html diff.html
+                                                     the diff: lines slower, faster, new, gone
 
 Errors (a missing file, bad JSON, not a census of schema 1 or 2) are one line on stderr and exit 2.
 """
@@ -145,6 +156,11 @@ def add_command(commands: argparse._SubParsersAction) -> None:
         "--fail-on-straggler", action="store_true",
         help=f"with --straggler (default {DEFAULT_STRAGGLER}%): exit 1 if a call site has one",
     )  # fmt: skip
+    report.add_argument(
+        "--html", metavar="PATH",
+        help="also write the document (or with --diff, the comparison) as a self-contained "
+        "web page",
+    )  # fmt: skip
     report.set_defaults(handler=lambda options, parser: run(options))
 
 
@@ -182,10 +198,16 @@ def run(options: argparse.Namespace) -> int:
         return _usage_error(f"--top {options.top}: expected a whole number of 1 or more")
     labels = (_label(files), options.diff)
     if after is None:
-        return _one_document(before, labels[0], options)
+        shown = _one_document(before, labels[0], options)
+        if shown == 2:  # a usage error: no page either
+            return shown
+        return _write_page(options.html, lambda: render_page(before)) or shown
     if PROFILE_SCHEMA in schemas:
         return _profile_diff(before, after, labels, options)
     sys.stdout.write(render_diff(before, after, labels, options.ignore_lines))
+    page = _write_page(options.html, lambda: render_diff_page(before, after, labels))
+    if page:
+        return page
     return 1 if options.fail_on_change and compare(before, after, options.ignore_lines) else 0
 
 
@@ -296,6 +318,11 @@ def _profile_diff(
         return _usage_error(str(exc))
     sys.stdout.write(render_gpu_diff(before, after, labels, threshold, min_time))
     sys.stdout.write(render_count_changes(before, after, labels))
+    page = _write_page(
+        options.html, lambda: render_diff_page(before, after, labels, threshold, min_time)
+    )
+    if page:
+        return page
     failed = 0
     if options.fail_on_slower is not None:
         worse = slower(compare_gpu(before, after, threshold, min_time))
@@ -321,6 +348,17 @@ def _min_time(options: argparse.Namespace) -> int:
 
 def _flag(option: str) -> str:
     return f"--{option.replace('_', '-')}"
+
+
+def _write_page(path: str | None, page: Callable[[], str]) -> int:
+    """Write `page()` to `path` (if given); 2 after one line when it cannot be written."""
+    if path is None:
+        return 0
+    try:
+        write_atomically(path, page())
+    except OSError as exc:
+        return _usage_error(f"--html {printable(path)}: cannot write it ({exc.strerror or exc})")
+    return 0
 
 
 def _label(files: list[str]) -> str:

@@ -78,6 +78,10 @@ With more than one rank, each site keeps its numbers on each rank, in lists alig
 
 A record of one rank may hold other fields. Files written before ranks were recorded have no
 `ranks`: they read as documents of an unknown rank (merged, rank 0).
+
+Either schema may end with `sources`: the lines of source around each site's line, kept when
+the document was written, for its page (kname.documents.sources). Files without it read as
+documents whose source was not kept.
 """
 
 from __future__ import annotations
@@ -87,6 +91,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kname._version import __version__
+from kname.documents.sources import SOURCES, validate_sources
 
 CENSUS_SCHEMA = 1
 PROFILE_SCHEMA = 2
@@ -145,6 +150,11 @@ def validate(document: Any, source: str, schemas: tuple[int, ...] = SCHEMAS) -> 
         _validate_ranks(document, source)
     elif any(BY_RANK in site for site in sites):
         raise DocumentError(f"{source}: sites have {BY_RANK!r} but the document has no {RANKS!r}")
+    if SOURCES in document:
+        try:
+            validate_sources(document[SOURCES], source)
+        except ValueError as exc:
+            raise DocumentError(str(exc)) from None
     return document
 
 
@@ -162,6 +172,12 @@ def render_json(document: Mapping[str, Any]) -> str:
     ]
     if RANKS in document:
         fields.append(_json_list(RANKS, document[RANKS]))
+    if SOURCES in document:  # one file per line
+        files = ",\n".join(
+            f"    {json.dumps(path, ensure_ascii=False)}: {json.dumps(spans, ensure_ascii=False)}"
+            for path, spans in document[SOURCES].items()
+        )
+        fields.append(f'  "{SOURCES}": {{\n{files}\n  }}' if files else f'  "{SOURCES}": {{}}')
     return "{\n" + ",\n".join(fields) + "\n}\n"
 
 

@@ -10,7 +10,6 @@ sets) that carry the same correlation id and their device start and end times. T
     join.py             correlation id -> site, the per-site and per-kernel totals
     graphs.py           CUDA graph node -> the line that made it (a replayed kernel's site)
     trace.py            Chrome trace-event JSON (Perfetto, chrome://tracing)
-    page.py             one self-contained HTML page: a bar chart and the table
     capture.py          launch API callbacks -> launch records; CUPTI objects -> records
     cupti_collector.py  the CUPTI collector (activity buffers via cupti-python), imported only when
                         profiling starts
@@ -19,8 +18,8 @@ sets) that carry the same correlation id and their device start and end times. T
     session.py          a profiling session: start, stop, outputs (what kname.profile() returns)
     mode.py             KNAME_MODE=profile: the process's session and its outputs at exit
 
-The document a profile is saved as (schema 2), its table, its diff and `kname report` are
-kname.documents, shared with the launch census.
+The document a profile is saved as (schema 2), its table, its page, its diff and `kname report`
+are kname.documents, shared with the launch census.
 
 Nothing here is imported by `import kname`: install() in profile mode and kname.profile() import
 what they use.

@@ -29,21 +29,22 @@ import threading
 from collections.abc import Callable
 from typing import IO, Any
 
-from kname import callsite
+from kname import callsite, naming
 from kname._locks import new_lock, reset_in_child
 from kname._sigterm import at_exit
 from kname._warnings import warn_once
 from kname.documents.build import profile_document
 from kname.documents.files import write_atomically
 from kname.documents.owner import Output, claim, write_output
+from kname.documents.pages.profile import render_profile_page
 from kname.documents.schema import render_json
+from kname.documents.sources import with_sources
 from kname.documents.tables import render_profile_table
 from kname.profiling import backward
 from kname.profiling.capture import LaunchCapture, site_of_frame
 from kname.profiling.join import Join
 from kname.profiling.native_join import NativeJoin
 from kname.profiling.native_trace import NativeTrace, merged
-from kname.profiling.page import render_page
 from kname.profiling.records import MAX_LOGGED, StreamLog, Streams, streams_to_json
 from kname.profiling.trace import trace_json
 from kname.ranks import find_rank, meta, visible_device
@@ -150,7 +151,11 @@ class ProfileSession:
         return bool(self.collector.started)
 
     def document(self) -> dict[str, Any]:
-        """The census document of schema 2 (see kname.documents.schema), with who made it."""
+        """The census document of schema 2 (see kname.documents.schema), with who made it and
+        the source of its sites' lines."""
+        return with_sources(self._totals(), naming.shown_files())
+
+    def _totals(self) -> dict[str, Any]:
         record = meta(find_rank(), device=self.device())
         return profile_document(self.join.profile(), ranks=record)
 
@@ -166,11 +171,11 @@ class ProfileSession:
     @property
     def sites(self) -> list[dict[str, Any]]:
         """Every call site, most GPU time first, as in the document."""
-        return self.document()["sites"]
+        return self._totals()["sites"]
 
     def table(self, top: int | None = None) -> str:
         """The ranked table, `top` sites at most."""
-        return render_profile_table(self.document(), top=top)
+        return render_profile_table(self._totals(), top=top)
 
     def streams(self, **meta: Any) -> Streams:
         """The recorded streams (needs keep_streams=True), with facts about the run."""
@@ -220,7 +225,7 @@ class ProfileSession:
         return self.log.max_records if self.log is not None else MAX_LOGGED
 
     def _page_text(self) -> str:
-        return render_page(self.document())
+        return render_profile_page(self.document())
 
     def save_streams(self, path: str | os.PathLike, **meta: Any) -> None:
         """The raw streams as JSON, to replay without a GPU (needs keep_streams=True)."""
@@ -260,7 +265,7 @@ class ProfileSession:
 
     def _launched(self) -> bool:
         try:
-            return bool(self.document()["total_launches"])
+            return bool(self._totals()["total_launches"])
         except Exception:  # at exit: write what can be written, as before
             return True
 

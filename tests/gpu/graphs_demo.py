@@ -409,9 +409,9 @@ def check_document(
 def check_outputs(streams, document: dict, expected: dict, checks: Checks) -> None:
     """The table, the trace, the page and the recorded streams say the same."""
     from kname.documents.build import profile_document
+    from kname.documents.pages.profile import render_profile_page as render_page
     from kname.documents.tables import render_profile_table
     from kname.profiling.join import replay
-    from kname.profiling.page import render_page
     from kname.profiling.records import streams_from_json, streams_to_json
     from kname.profiling.trace import trace_json
 
@@ -447,10 +447,10 @@ def totals_of(document: dict) -> dict[str, list]:
 def profiled_phase(args, sections: list, marks: Marks, checks: Checks) -> None:
     """Profiled with a stream log: checks, and the files written."""
     from kname.documents.files import load
+    from kname.documents.pages.profile import render_profile_page as render_page
     from kname.documents.schema import render_json, validate
     from kname.documents.tables import render_table
     from kname.profiling.cupti_collector import binding_versions
-    from kname.profiling.page import render_page
     from kname.profiling.records import streams_to_json
     from kname.profiling.session import ProfileSession
     from kname.profiling.trace import trace_json

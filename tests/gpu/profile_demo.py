@@ -271,10 +271,10 @@ def kname_phase(args, work: Workload, checks: Checks) -> tuple[dict[int, int], d
     """Profile the work with kname; check and write everything; {line: gpu_ns} per marked line
     and {marker: site name}."""
     from kname.documents.build import profile_document
+    from kname.documents.pages.profile import render_profile_page as render_page
     from kname.documents.schema import render_json, validate
     from kname.profiling.cupti_collector import binding_versions
     from kname.profiling.join import replay
-    from kname.profiling.page import render_page
     from kname.profiling.records import streams_from_json, streams_to_json
     from kname.profiling.session import ProfileSession
     from kname.profiling.trace import trace_json

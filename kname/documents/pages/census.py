@@ -1,0 +1,105 @@
+"""A launch census's page (schema 1): the ranking by launches, a source view per file, the tree.
+
+As a profile's page (pages/profile.py), with launches where a profile has GPU time: each line
+of source shows how many launches it made, of which kernels, coloured by its share of all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kname.documents.kernel_names import display_name
+from kname.documents.pages import source, tree
+from kname.documents.pages.layout import View, heat, percent, render, site_name, text
+from kname.documents.pages.source import CODE, SourceFiles, file_views, files_view, linked
+from kname.documents.text import count_of
+
+SOURCE_HEADERS = ("launches", CODE, "kernels")
+# A kernel name (up to 80 characters without a space) may break anywhere, as on a profile's page.
+STYLE = """
+table.sites td.kernel { overflow-wrap: anywhere; }
+"""
+
+
+def render_census_page(document: Mapping[str, Any], title: str = "kname census") -> str:
+    """The page for a schema-1 document."""
+    sites = sorted(document["sites"], key=lambda s: (-s["launches"], s["order"]))
+    total = document["total_launches"]
+    files = SourceFiles((site["name"] for site in sites), [document])
+    launches = per_line(sites, files)
+    sums = {
+        path: f"{count_of(sum(k.values()), 'launch')} ({percent(sum(k.values()), total)}) "
+        f"from {count_of(len(k), 'kernel')} on its lines"
+        for path, k in _per_file(launches).items()
+    }
+    views = [View("ranking", "ranking", _table(sites, total, files)), files_view(files, sums)]
+    views += file_views(files, _line_rows(launches, total), SOURCE_HEADERS, sums)
+    if tree.has_callers(files):
+        values: dict[str, int] = {}
+        for site in sites:
+            values[site["name"]] = values.get(site["name"], 0) + site["launches"]
+        views.append(tree.tree_view(values, files, total, lambda n: count_of(n, "launch")))
+    summary = (
+        f"{count_of(total, 'launch')} from "
+        f"{count_of(len({s['name'] for s in sites}), 'call site')} "
+        f"(kname {document.get('kname', '?')})"
+    )
+    return render(title, summary, views, STYLE + source.STYLE + tree.STYLE)
+
+
+def per_line(
+    sites: list[Mapping[str, Any]], files: SourceFiles
+) -> dict[tuple[str, int], dict[str, int]]:
+    """{(path, line): {kernel: launches}} of the lines the sites launched from."""
+    lines: dict[tuple[str, int], dict[str, int]] = {}
+    for site in sites:
+        frame = files.chains[site["name"]][0]
+        if frame.path:
+            kernels = lines.setdefault((frame.path, frame.line), {})
+            kernels[site["kernel"]] = kernels.get(site["kernel"], 0) + site["launches"]
+    return lines
+
+
+def _per_file(lines: Mapping[tuple[str, int], dict[str, int]]) -> dict[str, dict[str, int]]:
+    files: dict[str, dict[str, int]] = {}
+    for (path, _line), kernels in lines.items():
+        counted = files.setdefault(path, {})
+        for kernel, launches in kernels.items():
+            counted[kernel] = counted.get(kernel, 0) + launches
+    return files
+
+
+def _table(sites: list[Mapping[str, Any]], total: int, files: SourceFiles) -> str:
+    rows = [
+        '<table class="sites">',
+        "<tr><th>call site</th><th>kernel</th><th>library</th><th>launches</th><th>share</th></tr>",
+    ]
+    rows += [
+        f'<tr data-site="{text(site["name"])}"><td class="site">'
+        f"{linked(site_name(site['name']), files.site_link(site['name']))}</td>"
+        f'<td class="kernel">{text(display_name(site["kernel"]) or "?")}</td>'
+        f"<td>{text(site['lib'] or '?')}</td>"
+        f'<td class="number {heat(site["launches"] / total if total else 0)}">'
+        f"{site['launches']}</td>"
+        f'<td class="number">{percent(site["launches"], total)}</td></tr>'
+        for site in sites
+    ]
+    rows.append("</table>")
+    return "\n".join(rows)
+
+
+def _line_rows(
+    lines: Mapping[tuple[str, int], dict[str, int]], total: int
+) -> dict[tuple[str, int], list[str]]:
+    rows = {}
+    for place, kernels in lines.items():
+        launches = sum(kernels.values())
+        ranked = sorted(kernels, key=lambda kernel: -kernels[kernel])
+        shown = ", ".join(f"{display_name(k) or '?'} ({kernels[k]})" for k in ranked)
+        rows[place] = [
+            f'<td class="number {heat(launches / total if total else 0)}" '
+            f'title="{percent(launches, total)}">{launches}</td>',
+            f'<td class="kernels" title="{text(shown)}">{text(shown)}</td>',
+        ]
+    return rows

@@ -1,0 +1,234 @@
+"""A GPU profile's page (schema 2): the ranking, a source view per file, and the call tree.
+
+The ranking is a bar chart of GPU time by call site (inline SVG) and the table, one row per
+site (`site_row`), its name a link to its line. Each file's view shows every line's GPU time,
+launches and kernels beside the source, the time coloured by its share of the total. The call
+tree is drawn when names carry callers (KNAME_DEPTH above 1). Each bar carries its data
+(`data-site`, `data-gpu-ns`), and each row its site (`data-site`), for tests and for anyone
+reading the source. A site with CUDA graph work says beneath its name which lines replayed its
+graph (`<div class="graph">`, as the table's note says it).
+
+A merged document of several ranks shows, in the ranking, each line's spread across them
+(documents/spread.py): the least, median and most GPU time of one rank, drawn as a range with the
+median marked (`data-min-ns`, `data-median-ns`, `data-max-ns`), and the slowest rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kname.documents.kernel_names import display_name
+from kname.documents.pages import source, tree
+from kname.documents.pages.layout import View, heat, percent, render, site_name, text
+from kname.documents.pages.source import CODE, SourceFiles, file_views, files_view, linked
+from kname.documents.spread import Spread, spreads
+from kname.documents.tables import graph_note, ranked_sites
+from kname.documents.text import count_of, format_duration
+
+BARS_SHOWN = 40
+BAR_WIDTH = 600  # px, the longest bar
+ROW_HEIGHT = 22
+LABEL_WIDTH = 360
+KERNELS_SHOWN = 3  # on a line of source; the ranking lists them all
+SPREAD_WIDTH = 120  # px, a line's range across ranks, from 0 to the most loaded rank of any line
+
+# The chart scales down to the window, and a kernel name (up to 80 characters without a space)
+# may break anywhere; call sites, times and headings stay on one line.
+STYLE = """
+svg.chart { max-width: 100%; height: auto; }
+svg text { font: 12px ui-monospace, monospace; fill: #222; }
+svg .value { fill: #555; }
+svg rect { fill: #4e79a7; }
+svg.spread line.range { stroke: #4e79a7; stroke-width: 4; }
+svg.spread line.median { stroke: #e15759; stroke-width: 2; }
+td.spread { white-space: normal; }
+td.spread .value { white-space: nowrap; }
+td.site .graph { color: #555; font-size: 0.9em; white-space: normal; }
+ul.kernels { margin: 0; padding-left: 1.2em; }
+ul.kernels .kernel { overflow-wrap: anywhere; }
+ul.kernels .time { white-space: nowrap; }
+"""
+SOURCE_HEADERS = ("GPU time", "launches", CODE, "kernels")
+
+
+def render_profile_page(document: Mapping[str, Any], title: str = "kname profile") -> str:
+    """The page for a schema-2 document."""
+    order = ranked_sites(document, "gpu_ns")
+    sites = [document["sites"][index] for index in order]
+    spread = spreads(document)
+    total = document["total_gpu_ns"]
+    files = SourceFiles((site["name"] for site in sites), [document])
+    summary = (
+        f"{format_duration(total)} of GPU time in "
+        f"{count_of(document['total_launches'], 'launch')} from "
+        f"{count_of(len(sites), 'call site')} (kname {document.get('kname', '?')})"
+    )
+    across = [spread[index] for index in order] if spread else None
+    ranking = [
+        _unattributed(document),
+        _chart(sites[:BARS_SHOWN]),
+        _table(sites, total, files, across),
+    ]
+    sums = _file_sums(sites, total, files)
+    views = [View("ranking", "ranking", "\n".join(filter(None, ranking))), files_view(files, sums)]
+    views += file_views(files, _line_rows(sites, total, files), SOURCE_HEADERS, sums)
+    if tree.has_callers(files):
+        values = {site["name"]: site["gpu_ns"] for site in sites}
+        views.append(tree.tree_view(values, files, total, format_duration))
+    return render(title, summary, views, STYLE + source.STYLE + tree.STYLE)
+
+
+def site_row(site: Mapping[str, Any], total: int, href: str | None, spread_cells: str = "") -> str:
+    """One site's row of the ranking table, its name a link to its line (`href`), with its
+    cells across ranks (`spread_cells`, HTML) before its kernels."""
+    launches = site["launches"]
+    mean = format_duration(site["gpu_ns"] / launches) if launches else "-"
+    kernels = "".join(
+        f'<li title="{text(name)}"><span class="kernel">{text(display_name(name))}</span>: '
+        f'<span class="time">{text(format_duration(k["gpu_ns"]))} ({k["launches"]})</span>'
+        "</li>"
+        for name, k in site["kernels"].items()
+    )
+    note = graph_note(site, text=str).strip().removeprefix("(").removesuffix(")")
+    graph = f'<div class="graph">{text(note)}</div>' if note else ""
+    return (
+        f'<tr data-site="{text(site["name"])}"><td class="site">'
+        f"{linked(site_name(site['name']), href)}{graph}</td>"
+        f'<td class="number {heat(site["gpu_ns"] / total if total else 0)}">'
+        f"{text(format_duration(site['gpu_ns']))}</td>"
+        f'<td class="number">{percent(site["gpu_ns"], total)}</td>'
+        f'<td class="number">{launches}</td><td class="number">{text(mean)}</td>'
+        f'{spread_cells}<td><ul class="kernels">{kernels}</ul></td></tr>'
+    )
+
+
+def _unattributed(document: Mapping[str, Any]) -> str:
+    unattributed = document["unattributed"]
+    if not unattributed["launches"]:
+        return ""
+    return (
+        f'<p class="warning">{unattributed["launches"]} GPU records '
+        f"({text(format_duration(unattributed['gpu_ns']))}) could not be attributed to a "
+        "call site.</p>"
+    )
+
+
+def _chart(sites: list[Mapping[str, Any]]) -> str:
+    longest = max((site["gpu_ns"] for site in sites), default=0)
+    height = ROW_HEIGHT * len(sites) + 4
+    width = LABEL_WIDTH + BAR_WIDTH + 120
+    rows = [
+        f'<svg class="chart" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        'role="img" aria-label="GPU time by call site">'
+    ]
+    for index, site in enumerate(sites):
+        y = index * ROW_HEIGHT + 2
+        bar = round(BAR_WIDTH * site["gpu_ns"] / longest, 1) if longest else 0.0
+        label = site["name"] if len(site["name"]) <= 48 else site["name"][:45] + "..."
+        rows.append(
+            f'<g class="bar" data-site="{text(site["name"])}" data-gpu-ns="{site["gpu_ns"]}">'
+            f"<title>{text(site['name'])}: {text(format_duration(site['gpu_ns']))}</title>"
+            f'<text x="{LABEL_WIDTH - 8}" y="{y + 15}" text-anchor="end">{text(label)}</text>'
+            f'<rect x="{LABEL_WIDTH}" y="{y + 3}" width="{bar}" height="{ROW_HEIGHT - 6}"/>'
+            f'<text class="value" x="{LABEL_WIDTH + bar + 6}" y="{y + 15}">'
+            f"{text(format_duration(site['gpu_ns']))}</text></g>"
+        )
+    rows.append("</svg>")
+    return "\n".join(rows)
+
+
+def _table(
+    sites: list[Mapping[str, Any]],
+    total: int,
+    files: SourceFiles,
+    spread: list[Spread] | None = None,
+) -> str:
+    """The ranking table; with `spread` (each site's, in the same order), its cells across
+    ranks."""
+    ranks = "<th>across ranks:<br>min / median / max</th><th>slowest</th>" if spread else ""
+    rows = [
+        '<table class="sites">',
+        "<tr><th>call site</th><th>GPU time</th><th>share</th><th>launches</th><th>mean</th>"
+        f"{ranks}<th>kernels</th></tr>",
+    ]
+    widest = max((s.high for s in spread), default=0) if spread else 0
+    rows += [
+        site_row(
+            site,
+            total,
+            files.site_link(site["name"]),
+            _spread_cells(spread[index], widest) if spread else "",
+        )
+        for index, site in enumerate(sites)
+    ]
+    rows.append("</table>")
+    return "\n".join(rows)
+
+
+def _spread_cells(spread: Spread, widest: int) -> str:
+    """A line's spread across ranks: the numbers, a range drawn to the page's one scale, and
+    the slowest rank."""
+    values = (spread.low, spread.median, spread.high)
+    x = [round(SPREAD_WIDTH * value / widest, 1) if widest else 0.0 for value in values]
+    low, median, high = (text(format_duration(value)) for value in values)
+    drawing = (
+        f'<svg class="spread" width="{SPREAD_WIDTH + 4}" height="12" role="img" '
+        f'aria-label="{low} to {high}, median {median}" '
+        f'data-min-ns="{spread.low}" data-median-ns="{round(spread.median)}" '
+        f'data-max-ns="{spread.high}">'
+        f'<line class="range" x1="{x[0] + 2}" y1="6" x2="{x[2] + 2}" y2="6"/>'
+        f'<line class="median" x1="{x[1] + 2}" y1="1" x2="{x[1] + 2}" y2="11"/></svg>'
+    )
+    numbers = " / ".join(f'<span class="value">{value}</span>' for value in (low, median, high))
+    return (
+        f'<td class="number spread">{numbers}<br>{drawing}</td>'
+        f'<td class="number">rank {spread.slowest}</td>'
+    )
+
+
+def _line_rows(
+    sites: list[Mapping[str, Any]], total: int, files: SourceFiles
+) -> dict[tuple[str, int], list[str]]:
+    """Each launching line's cells: GPU time (coloured by share), launches, kernels."""
+    lines: dict[tuple[str, int], dict[str, Any]] = {}
+    for site in sites:
+        frame = files.chains[site["name"]][0]
+        if not frame.path:
+            continue
+        line = lines.setdefault(
+            (frame.path, frame.line), {"gpu_ns": 0, "launches": 0, "kernels": {}}
+        )
+        line["gpu_ns"] += site["gpu_ns"]
+        line["launches"] += site["launches"]
+        for name, kernel in site["kernels"].items():
+            line["kernels"][name] = line["kernels"].get(name, 0) + kernel["gpu_ns"]
+    rows = {}
+    for place, line in lines.items():
+        ranked = sorted(line["kernels"], key=lambda name: -line["kernels"][name])
+        names = ", ".join(display_name(name) for name in ranked[:KERNELS_SHOWN])
+        more = f" +{len(ranked) - KERNELS_SHOWN}" if len(ranked) > KERNELS_SHOWN else ""
+        share = line["gpu_ns"] / total if total else 0
+        rows[place] = [
+            f'<td class="number {heat(share)}" title="{percent(line["gpu_ns"], total)}">'
+            f"{text(format_duration(line['gpu_ns']))}</td>",
+            f'<td class="number">{line["launches"]}</td>',
+            f'<td class="kernels" title="{text(", ".join(ranked))}">{text(names + more)}</td>',
+        ]
+    return rows
+
+
+def _file_sums(sites: list[Mapping[str, Any]], total: int, files: SourceFiles) -> dict[str, str]:
+    """Each file's line of text: the GPU time launched from its lines."""
+    sums: dict[str, list[int]] = {}
+    for site in sites:
+        frame = files.chains[site["name"]][0]
+        if frame.path:
+            counted = sums.setdefault(frame.path, [0, 0])
+            counted[0] += site["gpu_ns"]
+            counted[1] += 1
+    return {
+        path: f"{format_duration(gpu_ns)} of GPU time ({percent(gpu_ns, total)}) from "
+        f"{count_of(count, 'call site')} in this file"
+        for path, (gpu_ns, count) in sums.items()
+    }

@@ -3,12 +3,12 @@
     python benchmarks/run.py [--quick] [--gpu] [--only SUITES] [--out DIR] [--clock wall|thread]
 
 Suites: launch (kname's own cost per launch on the CPU, and the cache miss), memory, startup,
-gpu (numba-cuda, CuPy, Triton on a real GPU) and program (kname profile on a whole program,
-benchmarks/profile_program.py, beside CUPTI's floor and Proton; --breakdown adds its per-line
-breakdown); the last two with --gpu, or when --only names them. Each
-launch suite runs one interpreter per NVTX tool setting (none, or the tests' injection library
-in null mode), because NVTX picks its tool once per process. benchmarks/README.md says what each
-row means.
+ranks (`kname report` merging one profile per rank), gpu (numba-cuda, CuPy, Triton on a real
+GPU) and program (kname profile on a whole program, benchmarks/profile_program.py, beside
+CUPTI's floor and Proton; --breakdown adds its per-line breakdown); the last two with --gpu, or
+when --only names them. Each launch suite runs one interpreter per NVTX tool setting (none, or
+the tests' injection library in null mode), because NVTX picks its tool once per process.
+benchmarks/README.md says what each row means.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from _common import (
     write_json,
 )
 
-SUITES = ("launch", "memory", "startup", "gpu", "program")
+SUITES = ("launch", "memory", "startup", "ranks", "gpu", "program")
 GPU_SUITES = ("gpu", "program")
 CLOCK_LABELS = {
     "wall": "the wall clock (perf_counter_ns)",
@@ -51,6 +51,7 @@ SETTINGS = {
     "gpu": {"quick": (40, 50), "full": (400, 100)},
     "miss_pairs": {"quick": 300, "full": 2000},
     "memory_sites": {"quick": 20_000, "full": 120_000},
+    "ranks": {"quick": (64, 1000), "full": (1024, 5000)},  # (rank files, sites in each)
     "program": {"quick": (3, 500), "full": (5, 1500)},  # rounds, iterations
 }
 
@@ -144,6 +145,11 @@ def main() -> None:
         say(f"memory: tool {tool!r}")
         argv = ["--sites", str(SETTINGS["memory_sites"][mode])]
         results["memory"] = run_worker("memory.py", argv, worker_env(tool, tool_lib), 600)
+    if "ranks" in suites:
+        files, sites = SETTINGS["ranks"][mode]
+        say(f"ranks: merging {files} rank files of {sites} call sites")
+        argv = ["--ranks", str(files), "--sites", str(sites)]
+        results["ranks"] = run_worker("merge_ranks.py", argv, clean_env(), 3600)
     if "startup" in suites:
         import startup
 
@@ -272,6 +278,8 @@ BUDGET = {
     "numba": ("numba-cuda launch: added share", "%", {"none": 2, "null": 3}),
     "cupy": ("CuPy RawKernel launch: added share", "%", 3),
     "triton": ("Triton `k[grid]` launch: added share", "%", 5),
+    "merge_s": ("merging 1,024 rank files of 5,000 call sites: wall clock", "s", 10),
+    "merge_mb": ("merging 1,024 rank files of 5,000 call sites: peak memory", "MB", 1024),
 }
 
 
@@ -312,6 +320,14 @@ def budget(results: dict) -> list[dict]:
         )
         add("startup_on", None, pc["on_over_bare_ns"] / 1e6, c_path, setting)
         add("startup_on_cpu", None, pc["cpu_on_over_bare_ns"] / 1e6, c_path, setting)
+    ranks = results.get("ranks", {})
+    if ranks.get("ranks") == 1024 and ranks.get("sites") == 5000:  # the budget's size only
+        add("merge_s", None, ranks["merge_seconds"])
+        add(
+            "merge_mb",
+            None,
+            ranks["peak_megabytes"] + ranks["workers"] * ranks["worker_peak_megabytes"],
+        )
     for run in results.get("gpu", []):
         if run.get("workload") in BUDGET and "variants" in run:
             v = run["variants"]
@@ -354,6 +370,8 @@ def render(results: dict) -> str:
             lines += render_startup(startup)
     if results.get("memory"):
         lines += render_memory(results["memory"])
+    if results.get("ranks"):
+        lines += render_ranks(results["ranks"])
     program = results.get("program")
     if program:
         lines.append("")
@@ -493,6 +511,25 @@ def render_memory(memory: dict) -> list[str]:
         "",
         "Largest allocating lines: "
         + "; ".join(f"{a['where']} {a['bytes'] / 2**20:.1f} MiB" for a in memory["top"][:6]),
+    ]
+
+
+def render_ranks(ranks: dict) -> list[str]:
+    lines = ["", "## kname report across ranks (merging one profile per rank)", ""]
+    if "error" in ranks:
+        return [*lines, f"error: {one_line(ranks['error'])}"]
+    return [
+        *lines,
+        "| rank files × call sites | JSON read | merge, wall | merge, CPU (all processes) "
+        "| workers | peak memory, all processes (the merging one alone) | table |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        f"| {ranks['ranks']} × {ranks['sites']} | {ranks['files_megabytes']:,.0f} MB "
+        f"| {ranks['merge_seconds']:.1f} s | {ranks['merge_cpu_seconds']:.1f} s "
+        f"| {ranks['workers']} | {ranks['peak_megabytes']} MB "
+        f"({ranks['merging_process_peak_megabytes']} MB) | {ranks['table_seconds']:.2f} s |",
+        "",
+        "Wall clock on a shared host: the CPU time is the steadier figure "
+        "(kname.documents.merge.merge_files, each file validated; then the table with the spread).",
     ]
 
 

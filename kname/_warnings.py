@@ -18,9 +18,11 @@ def warn_once(key: str, message: str) -> None:
         if key in _said:
             return
         _said.add(key)
-    # A closed or broken stderr must not break the user's program.
+    # A closed or broken stderr must not break the user's program. One write of the whole line
+    # (print writes the newline apart): the ranks of a job sharing one stderr keep their lines.
     with contextlib.suppress(Exception):
-        print(f"kname: {message}", file=sys.stderr, flush=True)
+        sys.stderr.write(f"kname: {message}\n")
+        sys.stderr.flush()
 
 
 def report_fault(where: str, exc: BaseException) -> None:

@@ -38,10 +38,12 @@ def names() -> dict[str, int]:
 
 
 def census() -> dict[str, Any]:
-    """The census so far, as the JSON document of schema 1 (see kname.documents.schema)."""
+    """The census so far, as the JSON document of schema 1 (see kname.documents.schema), with
+    who made it: this process's rank, host and device (kname.ranks.meta)."""
     from kname.documents.build import census_document
+    from kname.ranks import find_rank, meta, visible_device
 
-    return census_document(_rows())
+    return census_document(_rows(), ranks=meta(find_rank(), device=visible_device()))
 
 
 def _rows() -> dict[tuple[str, str, str], int]:
@@ -88,6 +90,9 @@ def write_at_exit(destination: str, strict: bool = False) -> None:
     With `strict` (KNAME_STRICT=1), a census that cannot be written makes the exit status 2.
     """
     global _exit_destination, _exit_output, _exit_registered, _exit_writer, _owner_pid, _strict
+    import socket  # noqa: F401  (ranks.meta's host name: no import at exit)
+
+    from kname import ranks  # noqa: F401  (for census(): who wrote it)
     from kname.documents import build, schema, sources, tables  # noqa: F401  (for _write_now)
     from kname.documents.owner import claim, owner_pid
 
@@ -95,7 +100,7 @@ def write_at_exit(destination: str, strict: bool = False) -> None:
     _exit_destination = destination
     # Claimed now: a relative path means where the program started, even if it changes
     # directory; a file another process writes while this one runs is not replaced.
-    _exit_output = None if destination == "-" else claim(destination)
+    _exit_output = None if destination == "-" else claim(destination, "KNAME_REPORT")
     if _owner_pid is None:
         _owner_pid = owner_pid()
     if not _exit_registered:
@@ -123,14 +128,14 @@ def _write_now() -> None:
 
     try:
         document = census()
-        if os.getpid() != _owner_pid and not document["total_launches"]:
-            return  # beneath the owner, a process that launched nothing has nothing to add
-        if output is None:  # a table on stderr stays on stderr, in a child too
+        launched = bool(document["total_launches"])
+        if output is not None:  # in a child, its own file beside the owner's
+            what = "launch census (KNAME_REPORT)"
+            text = render_json(with_sources(document, naming.shown_files()))
+            write_output(output, text, what, launched=launched)
+        elif launched or os.getpid() == _owner_pid:  # a table on stderr stays there, in a child too
             sys.stderr.write(render_census_table(document))
             sys.stderr.flush()
-        else:  # in a child, its own file beside the owner's
-            text = render_json(with_sources(document, naming.shown_files()))
-            write_output(output, text, "launch census (KNAME_REPORT)")
     except Exception as exc:  # never a traceback at exit
         reason = f"{type(exc).__name__}: {exc.strerror if isinstance(exc, OSError) else exc}"
         shown = destination if output is None else output.path

@@ -253,6 +253,17 @@ examples:
   kname report old.json --diff new.json --fail-on-slower 10%
                                           exit 1 if a call site got 10% slower (CI)
 
+jobs of several processes (each rank writes its own file: profile.rank0.json, ...):
+  kname profile --json profile.json -- torchrun --nproc-per-node 8 train.py
+  kname profile --json profile.json -- mpirun -n 4 python app.py
+  srun -n 16 kname profile --json profile.json -- python app.py
+  kname profile --json 'out/{host}/p.{rank}.json' --ranks 0-3 -- torchrun ...
+                                          placeholders {rank} {host} {pid}; only ranks 0 to 3
+  kname report profile.rank*.json --straggler 20%
+                                          every rank's GPU time per line, the slowest flagged
+  kname profile --json p.json --flush-every 60 --delay 300 --duration 600 -- python train.py
+                                          minutes 5 to 15 of a long run, saved every minute
+
 It needs the CUPTI binding (pip install 'kname[profile]') and no profiler of its own: under
 Nsight, which holds CUPTI, one line says so and launches are still named. The same without the
 command: KNAME=1 KNAME_MODE=profile KNAME_REPORT=profile.json python app.py.
@@ -264,6 +275,10 @@ PROFILE_OPTIONS = {
     "trace": "KNAME_PROFILE_TRACE",
     "html": "KNAME_PROFILE_HTML",
     "top": "KNAME_PROFILE_TOP",
+    "flush_every": "KNAME_PROFILE_FLUSH",
+    "delay": "KNAME_PROFILE_DELAY",
+    "duration": "KNAME_PROFILE_DURATION",
+    "ranks": "KNAME_RANKS",
 }
 
 
@@ -276,16 +291,63 @@ def _add_profile_command(commands: argparse._SubParsersAction) -> None:
         epilog=PROFILE_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    profile.add_argument("--json", metavar="PATH", help="write the profile (schema 2) as JSON")
-    profile.add_argument("--trace", metavar="PATH", help="write a Chrome trace-event timeline")
-    profile.add_argument("--html", metavar="PATH", help="write a self-contained HTML page")
+    each_rank = (
+        "; in a job, each rank its own (PATH.rankN, or where {rank}, {host}, {pid} in PATH say)"
+    )
+    profile.add_argument(
+        "--json", metavar="PATH", help=f"write the profile (schema 2) as JSON{each_rank}"
+    )
+    profile.add_argument(
+        "--trace", metavar="PATH", help=f"write a Chrome trace-event timeline{each_rank}"
+    )
+    profile.add_argument(
+        "--html", metavar="PATH", help=f"write a self-contained HTML page{each_rank}"
+    )
     profile.add_argument(
         "--top", metavar="N", type=_call_sites, help="call sites in the table (default 20)"
     )
+    profile.add_argument(
+        "--ranks", metavar="LIST", type=_ranks,
+        help="profile only these ranks of a job, e.g. 0,3 or 0-7 (the others only name)",
+    )  # fmt: skip
+    profile.add_argument(
+        "--flush-every", metavar="SECONDS", type=_seconds,
+        help="rewrite the JSON and the page every SECONDS while the program runs (a job "
+        "killed at its time limit keeps its profile up to the last rewrite)",
+    )  # fmt: skip
+    profile.add_argument(
+        "--delay", metavar="SECONDS", type=_seconds,
+        help="start profiling SECONDS after the program starts",
+    )  # fmt: skip
+    profile.add_argument(
+        "--duration", metavar="SECONDS", type=_seconds,
+        help="stop profiling SECONDS after it started (the outputs are still written at exit)",
+    )  # fmt: skip
     for option in ("targets", "skip", "format", "depth", "domain"):
         profile.add_argument(f"--{option}", metavar="VALUE", help=f"sets {RUN_OPTIONS[option]}")
     profile.add_argument("program", nargs=argparse.REMAINDER, help="the command, after --")
     profile.set_defaults(handler=_profile)
+
+
+def _seconds(text: str) -> str:
+    from kname.config import parse_seconds
+
+    if parse_seconds(text.strip()) is None:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds above 0, such as 30 or 0.5, not {text!r}"
+        )
+    return text.strip()
+
+
+def _ranks(text: str) -> str:
+    from kname.config import read_config
+
+    problems = read_config({"KNAME_RANKS": text}).problems
+    if problems or not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"expected ranks such as 0,3 or 0-7 (whole numbers), not {text!r}"
+        )
+    return text
 
 
 def _call_sites(text: str) -> str:

@@ -12,6 +12,9 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kname.rank_paths import template_problem
+from kname.ranks import RankSpans
+
 SWITCH_ON = ("1", "true", "yes", "on")
 SWITCH_OFF = ("", "0", "false", "no", "off")
 MODES = ("nvtx", "rename", "census", "profile")
@@ -24,8 +27,19 @@ DEFAULT_TOP = 20  # call sites in the table `kname profile` prints at exit
 DEFAULT_TRACE_MAX = 2_000_000
 # KNAME_MODE=profile's outputs besides KNAME_REPORT (its JSON) -> the Config field each sets.
 PROFILE_OUTPUTS = {"KNAME_PROFILE_TRACE": "trace", "KNAME_PROFILE_HTML": "html"}
-# KNAME_MODE=profile's other settings, read only in that mode (KNAME_PROFILE_FLUSH: seconds).
-PROFILE_SETTINGS = ("KNAME_PROFILE_TOP", "KNAME_PROFILE_FLUSH", "KNAME_PROFILE_TRACE_MAX")
+# KNAME_MODE=profile's other settings, read only in that mode; those in seconds -> their field.
+PROFILE_SECONDS = {
+    "KNAME_PROFILE_FLUSH": "flush",
+    "KNAME_PROFILE_DELAY": "delay",
+    "KNAME_PROFILE_DURATION": "duration",
+}
+PROFILE_SETTINGS = ("KNAME_PROFILE_TOP", "KNAME_PROFILE_TRACE_MAX", *PROFILE_SECONDS)
+# What a bad value of each setting in seconds is replaced by.
+_SECONDS_DEFAULTS = {
+    "KNAME_PROFILE_FLUSH": "none: the profile is written at exit only",
+    "KNAME_PROFILE_DELAY": "none: profiling starts at once",
+    "KNAME_PROFILE_DURATION": "none: profiling goes on to the end",
+}
 # KNAME_RANKS: ranks are whole numbers of at most 9 digits (int() refuses over 4300 digits).
 MAX_RANK = 999_999_999
 # Longer call-site names are cut to this many characters, ending in a digest of the whole name.
@@ -43,10 +57,6 @@ LIKENESS = 0.6
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 _USER_TARGET = re.compile(rf"^({_DOTTED}):({_DOTTED})$")
 _MODULE_PREFIX = re.compile(rf"^{_DOTTED}$")
-
-
-# KNAME_RANKS as sorted, disjoint, non-adjacent (first, last) spans, both ends included.
-RankSpans = tuple[tuple[int, int], ...]
 
 
 class ConfigError(ValueError):
@@ -69,6 +79,8 @@ class Config:
     html: str | None = None  # KNAME_MODE=profile: HTML page written at exit
     top: int = DEFAULT_TOP  # KNAME_MODE=profile: call sites in the table printed at exit
     flush: float | None = None  # KNAME_MODE=profile: seconds between rewrites (None: at exit)
+    delay: float | None = None  # KNAME_MODE=profile: seconds before profiling starts
+    duration: float | None = None  # KNAME_MODE=profile: seconds profiling lasts (None: to exit)
     trace_max: int = DEFAULT_TRACE_MAX  # KNAME_MODE=profile: records the trace keeps at most
     ranks: RankSpans | None = None  # KNAME_RANKS: the ranks that profile (None: every rank)
     strict: bool = False
@@ -158,7 +170,7 @@ def read_config(
         format=_read_format(env.get("KNAME_FORMAT"), problems),
         depth=_read_depth(env.get("KNAME_DEPTH"), problems),
         mode=mode,
-        report=(env.get("KNAME_REPORT") or "").strip() or None,
+        report=_read_output("KNAME_REPORT", env.get("KNAME_REPORT"), problems),
         domain=_read_domain(env.get("KNAME_DOMAIN"), problems),
         **_read_profile_settings(env, mode, problems),
         ranks=_read_ranks(env.get("KNAME_RANKS"), problems),
@@ -309,7 +321,7 @@ def _read_profile_settings(
     if mode != "profile":
         return settings
     for variable, attribute in PROFILE_OUTPUTS.items():
-        settings[attribute] = given[variable] or None
+        settings[attribute] = _read_output(variable, given[variable], problems)
     counts = {
         "top": ("KNAME_PROFILE_TOP", "call sites in the table", DEFAULT_TOP),
         "trace_max": (
@@ -327,15 +339,28 @@ def _read_profile_settings(
                     f"{variable}={env[variable]!r} is not a whole number of 1 or more ({what}); "
                     f"using {default}"
                 )
-    flush = given["KNAME_PROFILE_FLUSH"]
-    if flush:
-        settings["flush"] = _read_seconds(flush)
-        if settings["flush"] is None:
-            problems.append(
-                f"KNAME_PROFILE_FLUSH={env['KNAME_PROFILE_FLUSH']!r} is not a number of seconds "
-                "above 0 (such as 30 or 0.5); using none: the profile is written at exit only"
-            )
+    for variable, attribute in PROFILE_SECONDS.items():
+        if given[variable]:
+            settings[attribute] = parse_seconds(given[variable])
+            if settings[attribute] is None:
+                problems.append(
+                    f"{variable}={env[variable]!r} is not a number of seconds above 0 (such as "
+                    f"30 or 0.5); using {_SECONDS_DEFAULTS[variable]}"
+                )
     return settings
+
+
+def _read_output(variable: str, value: str | None, problems: list[str]) -> str | None:
+    """An output path, whose placeholders ({rank}, {host}, {pid}) are checked now, at start-up:
+    a path with an unknown one is a problem, and nothing is written there."""
+    text = (value or "").strip()
+    if not text or text == "-":
+        return text or None
+    problem = template_problem(variable, text)
+    if problem is not None:
+        problems.append(f"{problem}; nothing is written there")
+        return None
+    return text
 
 
 def _read_count(text: str) -> int | None:
@@ -346,8 +371,9 @@ def _read_count(text: str) -> int | None:
     return None
 
 
-def _read_seconds(text: str) -> float | None:
-    """A positive number of seconds written as digits with at most one point ('30', '0.5')."""
+def parse_seconds(text: str) -> float | None:
+    """A positive number of seconds written as digits with at most one point ('30', '0.5'),
+    or None for anything else."""
     # Digits only: float() would also take 'nan', 'inf', '1e400' and '١'.
     if not re.fullmatch(r"[0-9]{1,9}(\.[0-9]{0,9})?|\.[0-9]{1,9}", text):
         return None

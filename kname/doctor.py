@@ -27,6 +27,8 @@ from kname.config import (
     switch_state,
     unknown_variables,
 )
+from kname.rank_paths import expand
+from kname.ranks import find_rank
 from kname.targets import BUILTIN, library
 
 OK, PROBLEM, NOTE = "✓", "✗", "–"
@@ -475,6 +477,8 @@ def _check_configuration() -> tuple[Config, list[tuple[str, str]]]:
         "KNAME_NATIVE": "on (where built)" if config.native else "off (pure Python)",
         "KNAME_RANKS": "every rank" if config.ranks is None else format_ranks(config.ranks),
         "KNAME_PROFILE_FLUSH": f"every {config.flush:g} s" if config.flush else "at exit only",
+        "KNAME_PROFILE_DELAY": f"{config.delay:g} s" if config.delay else "none (from the start)",
+        "KNAME_PROFILE_DURATION": f"{config.duration:g} s" if config.duration else "to the end",
         "KNAME_PROFILE_TRACE_MAX": f"{config.trace_max} records in a trace at most",
     }
     lines.extend(("", f"    {variable:<14} {value}") for variable, value in settings.items())
@@ -498,6 +502,8 @@ def _check_unknown_variables(problems: tuple[str, ...]) -> list[tuple[str, str]]
 def _check_report_destination(destination: str | None) -> list[tuple[str, str]]:
     if destination in (None, "-"):
         return []
+    # This process's own path ({rank}, {host}, {pid} filled in; config checked the template).
+    destination = expand(destination, find_rank(), variable="KNAME_REPORT")
     directory = os.path.dirname(os.path.abspath(destination))
     if not os.path.isdir(directory):
         problem = f"its directory {directory} does not exist"

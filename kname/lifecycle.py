@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from kname import _sigterm, callsite, hotpath, ranges
+from kname import _sigterm, callsite, hotpath, ranges, ranks
 from kname._locks import new_lock
 from kname._warnings import exit_at_once, warn_once
 from kname.census import write_at_exit
@@ -97,10 +97,13 @@ def install(targets: Iterable[str] | str | None = None) -> None:
         _state.given = dict.fromkeys(config.targets or (), source)
         _state.config = config
         _check_at_exit()  # before the census's: atexit runs it after, so strict's exit loses none
-        if config.mode == "profile":
-            _start_profiling(config)  # KNAME_REPORT is then the profile's JSON
-        elif config.report:
-            write_at_exit(config.report, strict=config.strict)
+        outputs = config.mode == "profile" or config.report
+        # A launcher, or a rank KNAME_RANKS leaves out, only names: nothing collected, no file.
+        if outputs and _writes_outputs(config):
+            if config.mode == "profile":
+                _start_profiling(config)  # KNAME_REPORT is then the profile's JSON
+            else:
+                write_at_exit(config.report, strict=config.strict)
         _watch_targets(Switch(_state.enabled))
 
 
@@ -180,6 +183,16 @@ def is_enabled() -> bool:
 def current_config() -> Config | None:
     """The configuration install() read, or None when not installed."""
     return _state.config
+
+
+def _writes_outputs(config: Config) -> bool:
+    """Whether this process profiles and writes its census or profile: not a job's launcher
+    (torchrun's agent: its workers are the ranks), nor a rank that KNAME_RANKS leaves out. A
+    launcher's problems with its variables are said here, once."""
+    rank = ranks.find_rank()
+    for problem in rank.problems:
+        warn_once(problem, problem)
+    return ranks.is_launcher() is None and ranks.selected(rank, config.ranks)
 
 
 def _start_profiling(config: Config) -> None:

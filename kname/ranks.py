@@ -8,12 +8,14 @@ not a rank is one line (in `Rank.problems`, for the caller to say) and never an 
 from __future__ import annotations
 
 import os
-import socket
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from kname.config import RankSpans
+# KNAME_RANKS as sorted, disjoint, non-adjacent (first, last) spans, both ends included (parsed
+# by kname.config, which checks output paths with kname.rank_paths, which imports this module).
+RankSpans = tuple[tuple[int, int], ...]
 
 
 class Launcher(NamedTuple):
@@ -48,6 +50,14 @@ LAUNCHERS = (
     Launcher("slurm", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID"),
 )
 MAX_WHOLE_DIGITS = 9  # no job has a billion processes
+
+# Launchers that are Python programs themselves: started under `kname profile`, their own process
+# (torchrun's agent, which has no RANK while the workers it starts do) is not a rank, so it
+# profiles nothing and writes no file. Console scripts by file name, and modules run with -m.
+LAUNCHER_SCRIPTS = ("torchrun",)
+LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+# Python's options that take a value as the next argument (`python -X kname -m torch...`).
+_OPTIONS_WITH_VALUE = ("-X", "-W", "--check-hash-based-pycs")
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,44 @@ def selected(rank: Rank, ranks: RankSpans | None) -> bool:
     return any(first <= rank.rank <= last for first, last in ranks)
 
 
+def is_launcher(argv: Sequence[str] | None = None) -> str | None:
+    """The launcher this process is (torchrun's agent: `torchrun`, `python -m
+    torch.distributed.run`), from its command line (default: sys.orig_argv); None for any other
+    program."""
+    args = list(getattr(sys, "orig_argv", sys.argv) if argv is None else argv)[1:]
+    while args:
+        arg = args.pop(0)
+        if arg.startswith("-m"):  # -m torch.distributed.run, or -mtorch.distributed.run
+            module = arg[2:] or (args[0] if args else "")
+            return module if module in LAUNCHER_MODULES else None
+        if arg.startswith("-c"):
+            return None  # a command: no program file
+        if arg in _OPTIONS_WITH_VALUE:
+            args = args[1:]
+        elif not arg.startswith("-") or arg == "-":
+            name = os.path.basename(arg)
+            return name if name in LAUNCHER_SCRIPTS else None
+    return None
+
+
+def visible_device(
+    environ: Mapping[str, str] | None = None, ordinal: int | None = None
+) -> str | None:
+    """This process's GPU as CUDA_VISIBLE_DEVICES names it ('3', 'GPU-8f0c...'): the one it
+    leaves, or the entry at `ordinal` (the device a CUDA context is on, where known), or the
+    ordinal itself where the variable is not set; None where none of these says."""
+    env = os.environ if environ is None else environ
+    text = env.get("CUDA_VISIBLE_DEVICES", "").strip()
+    entries = [part.strip() for part in text.split(",")] if text else []
+    if len(entries) == 1:
+        return entries[0]
+    if ordinal is None or ordinal < 0:
+        return None
+    if not entries:
+        return str(ordinal)
+    return entries[ordinal] if ordinal < len(entries) else None
+
+
 def meta(
     rank: Rank, *, device: str | int | None = None, host: str | None = None, pid: int | None = None
 ) -> dict[str, object]:
@@ -102,6 +150,8 @@ def meta(
 
 def host_name() -> str:
     """This machine's name, or '' where it cannot be read."""
+    import socket  # here: kname's start-up imports this module, and rarely needs a host name
+
     try:
         return socket.gethostname()
     except OSError:

@@ -23,12 +23,14 @@ from kname.profiling.join import KernelTotals, Profile, SiteTotals
 # Every tag and attribute a page writes: data that got out of its escaping makes others.
 TAGS = {
     "html", "head", "meta", "title", "style", "body", "nav", "a", "h1", "h2", "p", "section",
-    "table", "tr", "th", "td", "span", "div", "ul", "li", "svg", "g", "text", "rect",
+    "table", "tr", "th", "td", "span", "div", "ul", "li", "svg", "g", "text", "rect", "br",
+    "line",
 }  # fmt: skip
 ATTRIBUTES = {
     "lang", "charset", "name", "content", "href", "id", "class", "title", "style", "colspan",
     "data-site", "data-gpu-ns", "data-value", "data-change", "width", "height", "viewbox", "role",
-    "aria-label", "x", "y", "text-anchor",
+    "aria-label", "x", "y", "text-anchor", "x1", "y1", "x2", "y2", "data-min-ns",
+    "data-median-ns", "data-max-ns",
 }  # fmt: skip
 HEAT = re.compile(r"\bh([1-6])\b")
 

@@ -153,6 +153,22 @@ def test_no_variant_always_follows_the_same_one():
     assert followed == set(itertools.permutations(variants, 2))
 
 
+def test_the_rank_merge_benchmark_merges_every_rank_file(tmp_path) -> None:
+    out = tmp_path / "ranks.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KNAME", "NVTX_"))}
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "merge_ranks.py"), "--ranks", "40",
+         "--sites", "30", "--json", str(out)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    assert (result["merged_ranks"], result["merged_sites"]) == (40, 30)
+    assert result["workers"] >= 1 and result["peak_megabytes"] > 0
+    assert result["table_head"][0].startswith("kname profile (profile.rank*.json, written by")
+    assert "40 ranks" in result["table_head"][0]
+
+
 # --- kname profile on a whole program (benchmarks/profile_program.py) ----------------------
 
 

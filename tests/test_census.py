@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -19,8 +20,8 @@ from support import Venv, cleaned, kernels, line_of
 from support.nvtx_capture import run_captured
 
 import kname
-from kname.documents.build import merge_documents
 from kname.documents.files import load
+from kname.documents.merge import merge_documents
 from kname.documents.owner import OWNER_VARIABLE
 from kname.documents.sources import lines_of
 
@@ -74,7 +75,10 @@ SITE_KEYS = {"name", "kernel", "lib", "launches", "share", "order"}
 def assert_census_schema(document: object) -> None:
     """Schema 1, checked independently of kname's own validate()."""
     assert isinstance(document, dict)
-    assert set(document) - {"sources"} == {"kname", "schema", "sites", "total_launches"}
+    assert set(document) - {"sources"} == {"kname", "schema", "sites", "total_launches", "ranks"}
+    (record,) = document["ranks"]  # who wrote it: a lone process, rank 0 of 1
+    assert (record["rank"], record["world_size"], record["launcher"]) == (0, 1, None)
+    assert record["host"] == socket.gethostname() and type(record["pid"]) is int
     assert document["kname"] == kname.__version__
     assert document["schema"] == 1
     sites = document["sites"]

@@ -15,7 +15,8 @@ import os, sys
 import kname
 print(kname.is_installed(), *(os.environ.get(v) for v in ("KNAME", "KNAME_MODE", "KNAME_REPORT",
       "KNAME_PROFILE_TRACE", "KNAME_PROFILE_HTML", "KNAME_PROFILE_TOP", "KNAME_SKIP",
-      "KNAME_DEPTH")), sep="|")
+      "KNAME_DEPTH", "KNAME_PROFILE_FLUSH", "KNAME_PROFILE_DELAY", "KNAME_PROFILE_DURATION",
+      "KNAME_RANKS")), sep="|")
 sys.exit(3)
 """
 
@@ -25,12 +26,14 @@ def test_profile_sets_the_mode_and_its_outputs_and_passes_the_exit_code(
 ) -> None:
     (tmp_path / "probe.py").write_text(PROBE)
     result = run_kname(
-        kname_venv, "profile", "--json", "p.json", "--trace", "t.json", "--html", "p.html",
-        "--top", "7", "--skip", "mypkg.ops", "--depth", "2", "--", "python", "probe.py",
-        cwd=tmp_path,
+        kname_venv, "profile", "--json", "p.{rank}.json", "--trace", "t.json", "--html", "p.html",
+        "--top", "7", "--skip", "mypkg.ops", "--depth", "2", "--flush-every", "60", "--delay",
+        "0.5", "--duration", "600", "--ranks", "0-3", "--", "python", "probe.py", cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 3, result.stderr
-    assert result.stdout.strip() == "True|1|profile|p.json|t.json|p.html|7|mypkg.ops|2"
+    assert result.stdout.strip() == (
+        "True|1|profile|p.{rank}.json|t.json|p.html|7|mypkg.ops|2|60|0.5|600|0-3"
+    )
 
 
 def test_profile_without_a_gpu_says_so_in_one_line_and_names_launches(
@@ -60,6 +63,15 @@ def test_profile_without_a_gpu_says_so_in_one_line_and_names_launches(
         (["profile"], "kname profile: needs a command"),
         (["profile", "--", "no-such-command-here"], "kname profile: command not found: no-such"),
         (["profile", "--top", "0", "--", "python"], "argument --top: expected a whole number"),
+        (
+            ["profile", "--flush-every", "0", "--", "python"],
+            "argument --flush-every: expected a number of seconds above 0, such as 30 or 0.5",
+        ),
+        (["profile", "--delay", "5min", "--", "python"], "argument --delay: expected a number"),
+        (
+            ["profile", "--ranks", "0-x", "--", "python"],
+            "argument --ranks: expected ranks such as 0,3 or 0-7",
+        ),
     ],
 )
 def test_profile_usage_errors_are_one_line_and_exit_2(kname_venv: Venv, args, message) -> None:

@@ -559,6 +559,49 @@ def test_kname_profile_flush_outside_profile_mode_is_one_line_and_ignored() -> N
 
 
 # --------------------------------------------------------------------------
+# KNAME_PROFILE_DELAY and KNAME_PROFILE_DURATION (issue 30): a window of a long run
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("variable", "field"), [("delay", "delay"), ("duration", "duration")])
+def test_a_profile_window_is_read_in_seconds_and_a_bad_one_is_one_line(variable, field) -> None:
+    assert getattr(config(mode="profile", **{f"profile_{variable}": "90"}), field) == 90.0
+    bad = config(mode="profile", **{f"profile_{variable}": "5min"})
+    problem = the_problem(bad)
+    assert problem.startswith(f"KNAME_PROFILE_{variable.upper()}='5min' is not a number of seconds")
+    assert getattr(bad, field) is None
+    assert "profile" in the_problem(config(mode="nvtx", **{f"profile_{variable}": "90"}))
+
+
+# --------------------------------------------------------------------------
+# Output paths (issue 30): {rank}, {host}, {pid}, checked at start-up
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("variables", "field"),
+    [({"report": "p.{rnak}.json"}, "report"),
+     ({"mode": "profile", "profile_trace": "t{.json"}, "trace"),
+     ({"mode": "profile", "profile_html": "out/{hostname}/p.html"}, "html")],
+)  # fmt: skip
+def test_an_output_path_with_an_unknown_placeholder_is_one_line_and_not_written(
+    variables, field
+) -> None:
+    cfg = config(**variables)
+    (variable,) = [f"KNAME_{k.upper()}" for k in variables if k != "mode"]
+    problem = the_problem(cfg)
+    assert problem.startswith(f"{variable}=") and "accepted: {rank} {host} {pid}" in problem
+    assert problem.endswith("; nothing is written there") and "\n" not in problem
+    assert getattr(cfg, field) is None
+
+
+def test_output_paths_with_placeholders_are_kept_as_written() -> None:
+    cfg = config(mode="profile", report="out/{host}/p.{rank}.json", profile_html="p{{x}}.html")
+    assert (cfg.report, cfg.html, cfg.problems) == ("out/{host}/p.{rank}.json", "p{{x}}.html", ())
+    assert config(report="-").report == "-"
+
+
+# --------------------------------------------------------------------------
 # KNAME_PROFILE_TRACE_MAX (issue 31): records a trace keeps at most
 # --------------------------------------------------------------------------
 

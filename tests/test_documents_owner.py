@@ -7,10 +7,19 @@ test_profiling_mode.py (a profile's files); these are the rules in-process.
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 
-from kname.documents.owner import OWNER_VARIABLE, beside, claim, owner_pid, write_output
+from kname.documents.owner import (
+    OWNER_RANK_VARIABLE,
+    OWNER_VARIABLE,
+    beside,
+    claim,
+    owner_pid,
+    write_output,
+)
+from kname.rank_paths import PathTemplateError
 
 
 def test_beside_puts_the_pid_before_the_suffix() -> None:
@@ -82,6 +91,28 @@ def test_a_process_beneath_the_owner_writes_beside_it_without_a_word(tmp_path, m
     assert os.listdir(tmp_path) == [f"c.pid{os.getpid()}.json"]
 
 
+@pytest.mark.parametrize("beneath", [False, True])
+def test_a_process_that_launched_nothing_writes_nothing_beside_another_processs_file(
+    tmp_path, owner, monkeypatch, capsys, beneath
+) -> None:
+    if beneath:
+        monkeypatch.setenv(OWNER_VARIABLE, "1")
+    output = claim(str(tmp_path / "c.json"))
+    (tmp_path / "c.json").write_text("another process's")
+    assert write_output(output, "nothing launched", "census", launched=False) is None
+    assert os.listdir(tmp_path) == ["c.json"]
+    assert (tmp_path / "c.json").read_text() == "another process's"
+    assert capsys.readouterr().err == ""
+
+
+def test_an_owner_that_launched_nothing_still_writes_its_own_path(tmp_path, owner) -> None:
+    output = claim(str(tmp_path / "c.json"))
+    assert write_output(output, "nothing launched", "census", launched=False) == str(
+        tmp_path / "c.json"
+    )
+    assert (tmp_path / "c.json").read_text() == "nothing launched"
+
+
 def test_while_another_holds_the_directory_this_process_writes_beside(tmp_path, owner, monkeypatch):
     import fcntl
 
@@ -109,3 +140,49 @@ def test_special_files_are_written_in_place_by_every_process(tmp_path, owner) ->
         assert os.read(reader, 100) == b"through the FIFO"
     finally:
         os.close(reader)
+
+
+# --- ranks: each rank owns its own path -------------------------------------------------------
+
+
+@pytest.fixture
+def rank_2_of_4(monkeypatch) -> None:
+    """This process is torchrun's worker of rank 2 of 4; no owner marked yet."""
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    # Set first, so that monkeypatch takes owner_pid()'s marks away after the test.
+    monkeypatch.setenv(OWNER_VARIABLE, "")
+    monkeypatch.setenv(OWNER_RANK_VARIABLE, "")
+
+
+def test_a_rank_claims_its_own_path(tmp_path, rank_2_of_4) -> None:
+    output = claim(str(tmp_path / "p.json"), "KNAME_REPORT")
+    assert output.path == str(tmp_path / "p.rank2.json")
+    assert claim(str(tmp_path / "{host}" / "p.{rank}.json")).path == str(
+        tmp_path / socket.gethostname() / "p.2.json"
+    )
+    with pytest.raises(PathTemplateError, match=r"^KNAME_REPORT='p\.\{rnak\}\.json' has an"):
+        claim("p.{rnak}.json", "KNAME_REPORT")
+
+
+def test_a_worker_of_another_rank_owns_its_own_files_beneath_a_lone_owner(rank_2_of_4, monkeypatch):
+    # A script started the job's processes itself: it owns its files, and each rank its own.
+    monkeypatch.setenv(OWNER_VARIABLE, "1")
+    assert owner_pid() == os.getpid()
+    assert (os.environ[OWNER_VARIABLE], os.environ[OWNER_RANK_VARIABLE]) == (
+        str(os.getpid()),
+        "torchrun 2/4",
+    )
+
+
+def test_a_helper_process_of_a_rank_writes_beside_that_ranks_file(
+    tmp_path, rank_2_of_4, monkeypatch
+):
+    # A DataLoader worker inherits its rank's variables, and its rank's mark.
+    monkeypatch.setenv(OWNER_VARIABLE, "1")
+    monkeypatch.setenv(OWNER_RANK_VARIABLE, "torchrun 2/4")
+    output = claim(str(tmp_path / "p.json"))
+    assert output.owner == 1
+    written = write_output(output, "the worker's", "census")
+    assert written == str(tmp_path / f"p.rank2.pid{os.getpid()}.json")

@@ -19,8 +19,10 @@ import pytest
 from recorded_pages import h200_census, h200_document, h200_halves
 from support import REPO
 
+from kname.documents.merge import merge_documents
 from kname.documents.pages import render_page
 from kname.documents.pages.diff import render_diff_page
+from kname.ranks import Rank, meta
 
 CHROMIUM = next(
     filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None
@@ -110,6 +112,16 @@ def pages(deep_page) -> dict[str, str]:
     }
 
 
+def h200_ranks(depth: int) -> list[dict]:
+    """The recording as four ranks' files, rank 2 having run it twice: the ranking's spread."""
+    document = h200_document(depth)
+    return [
+        {**document, "ranks": [meta(Rank(rank, rank, 4, "torchrun"), host="n", pid=run)]}
+        for rank in range(4)
+        for run in range(2 if rank == 2 else 1)
+    ]
+
+
 @pytest.mark.parametrize("kind", ["profile", "census", "diff"])
 def test_every_link_of_every_page_goes_to_an_element_the_browser_finds(tmp_path, pages, kind):
     shown = browse(tmp_path, pages[kind])
@@ -158,3 +170,11 @@ def test_the_screenshots_are_made_at_their_sizes(tmp_path):
         assert png_size(tmp_path / shot.file) == shot.size
         assert (REPO / "docs" / shot.file).exists(), f"docs/{shot.file} is not in the repository"
         assert f"]({shot.file})" in (REPO / "docs" / "pages.md").read_text(encoding="utf-8")
+
+
+def test_the_ranking_of_a_jobs_ranks_fits_a_wide_window(tmp_path):
+    """Two more columns, each line's spread and slowest rank: at 1100 px (not yet at 800)."""
+    page = render_page(merge_documents(h200_ranks(depth=3)))
+    shown = browse(tmp_path, page, width=1100)
+    assert shown["views"] == ["ranking"]
+    assert shown["scroll_width"] <= shown["window_width"]

@@ -17,12 +17,15 @@ from profile_streams import documents, hostile_documents, hostile_names
 from recorded_pages import h200_document
 
 from kname.documents.build import profile_document
+from kname.documents.merge import merge_documents
 from kname.documents.pages.layout import text
 from kname.documents.pages.profile import BAR_WIDTH, BARS_SHOWN, render_profile_page
+from kname.documents.schema import RANKS
 from kname.documents.sources import SOURCES, lines_of
 from kname.documents.tables import graph_note
 from kname.documents.text import format_duration, printable
 from kname.profiling.join import KernelTotals, Profile, SiteTotals
+from kname.ranks import Rank, meta
 
 BARS = re.compile(r'<g class="bar" data-site="([^"]*)" data-gpu-ns="(\d+)">.*?width="([\d.]+)"')
 
@@ -89,6 +92,26 @@ def test_names_are_escaped_and_read_back_exactly():
     assert rows[0].cells[5][1] == "scale_raw: 10.0 us (3)"
     assert "b" not in ParsedPage(page).tags
     assert [float(width) for *_, width in BARS.findall(page)] == [BAR_WIDTH, BAR_WIDTH / 2]
+
+
+def test_a_merged_profile_of_several_ranks_shows_each_lines_spread():
+    parts = []
+    for rank, gpu_ns in enumerate([2_000, 3_000, 9_000]):
+        part = document_of({"step app.py:12": gpu_ns, "save app.py:30": 500 if rank else 0})
+        parts.append({**part, RANKS: [meta(Rank(rank, rank, 3, "slurm"), pid=rank)]})
+    page = render_profile_page(merge_documents(parts))
+    parsed = ParsedPage(page)
+    (step,) = [
+        row for row in parsed.sites("ranking") if row.attributes["data-site"] == "step app.py:12"
+    ]
+    assert [cell for _, cell in step.cells[5:7]] == ["2.00 us / 3.00 us / 9.00 us", "rank 2"]
+    spreads = re.findall(r'data-min-ns="(\d+)" data-median-ns="(\d+)" data-max-ns="(\d+)"', page)
+    assert spreads == [("2000", "3000", "9000"), ("0", "500", "500")]
+    headers = [cell for _, cell in parsed.rows_of("ranking")[0].cells]
+    assert headers[5:7] == ["across ranks:min / median / max", "slowest"]
+    assert set(parsed.tags) <= TAGS
+    assert {name for name, _ in parsed.attributes} <= ATTRIBUTES
+    assert "across ranks" not in render_profile_page(parts[0])  # one rank: no spread
 
 
 def test_unattributed_work_is_a_warning_on_the_page():

@@ -8,6 +8,7 @@ and test_documents_diff.py, and the installed `kname report` command in test_cli
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from kname.documents.report import parse_duration, parse_threshold
 from kname.documents.schema import render_json
 from kname.profiling.join import KernelTotals, Profile, SiteTotals
 from kname.pytest_plugin import write_report
+from kname.ranks import Rank, meta
 
 
 def profile(**sites: tuple[str, int, int]) -> dict:
@@ -326,6 +328,108 @@ def test_a_broken_pytest_report_is_one_line(files, tmp_path, capsys) -> None:
     )
 
 
+# --- a job's rank files -------------------------------------------------------------------------
+
+
+def rank_file(rank: int, world: int = 4, **sites: tuple[str, int, int]) -> dict:
+    """A profile as rank `rank` of a job of `world` writes it."""
+    return {**profile(**sites), "ranks": [meta(Rank(rank, rank, world, "torchrun"), pid=rank)]}
+
+
+@pytest.fixture
+def job(files):
+    """profile.rank0.json to profile.rank3.json: `step` runs twice as long on rank 2; `save`
+    runs on rank 0 alone."""
+    ranks = {}
+    for rank in range(4):
+        step = ("axpy", 20, 1_600_000 if rank == 2 else 800_000 + 10_000 * rank)
+        reduce = ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 10, 300_000 + 1_000 * rank)
+        save = {"save_app_py__40": ("[memcpy DtoH]", 1, 90_000)} if rank == 0 else {}
+        document = rank_file(rank, step_app_py__12=step, reduce_app_py__30=reduce, **save)
+        ranks[f"profile.rank{rank}"] = document
+    return files(**ranks)
+
+
+def test_a_jobs_rank_files_are_one_table_with_each_sites_spread(job, capsys) -> None:
+    code, out, err = run(capsys, *job)
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0].startswith("kname profile (profile.rank0.json + 3 more files, written by ")
+    assert ", 4 ranks): 5.34 ms of GPU time in 121 launches from 3 call sites" in lines[0]
+    assert lines[1].split()[7:] == ["rank", "min", "median", "max", "slowest", "kernels"]
+    assert lines[2].split()[:17] == [
+        "step", "app.py:12", "4.04", "ms", "75.7%", "80", "50.5", "us",
+        "800", "us", "820", "us", "1.60", "ms", "rank", "2", "(+95%)",
+    ]  # fmt: skip
+    assert lines[4].split()[:2] == ["save", "app.py:40"] and "rank 0 (median 0)" in lines[4]
+
+
+def test_by_rank_shows_each_sites_row_on_each_rank(job, capsys) -> None:
+    code, out, _ = run(capsys, *job, "--by-rank", "--top", "1")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[1].split() == ["call", "site", "rank", "GPU", "time", "launches", "mean", "vs",
+                                "median"]  # fmt: skip
+    assert [line.split()[-7:] for line in lines[2:]] == [
+        ["0", "800", "us", "20", "40.0", "us", "-2.4%"],
+        ["1", "810", "us", "20", "40.5", "us", "-1.2%"],
+        ["2", "1.60", "ms", "20", "80.0", "us", "+95.1%"],
+        ["3", "830", "us", "20", "41.5", "us", "+1.2%"],
+    ]
+    assert lines[2].startswith("step app.py:12") and lines[3].startswith(" ")
+
+
+@pytest.mark.parametrize(
+    ("threshold", "minimum", "flagged"),
+    [("20%", None, ["step app.py:12", "save app.py:40"]), ("150", None, ["save app.py:40"]),
+     ("20%", "100us", ["step app.py:12"]), ("20%", "1ms", [])],
+)  # fmt: skip
+def test_a_straggler_is_a_rank_over_the_median_by_the_threshold_and_the_minimum_time(
+    job, capsys, threshold, minimum, flagged
+) -> None:
+    extra = ["--min-time", minimum] if minimum else []
+    code, out, err = run(capsys, *job, "--straggler", threshold, *extra)
+    assert code == 0
+    marked = [line for line in out.splitlines() if "! rank" in line]
+    assert [" ".join(line.split()[:2]) for line in marked] == flagged
+    if flagged:
+        assert err.startswith(f"kname report: {len(flagged)} call site")
+        assert "with a straggler: the slowest rank over the median by more than" in err
+    else:
+        assert err == ""
+
+
+def test_fail_on_straggler_fails_a_ci_job_only_for_a_straggler(job, files, capsys) -> None:
+    code, _, err = run(capsys, *job, "--fail-on-straggler", "--min-time", "100us")
+    assert code == 1  # 20% unless --straggler says otherwise
+    assert "(--fail-on-straggler): step app.py:12 (rank 2)" in err
+    balanced = [f"profile.rank{rank}.json" for rank in (0, 1, 3)]
+    assert run(capsys, *balanced, "--fail-on-straggler", "--min-time", "100us")[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--by-rank"], "--by-rank needs files of several ranks"),
+        (["--straggler", "20%"], "--straggler needs profiles of several ranks"),
+        (["--straggler", "much"], "--straggler 'much': expected a percentage"),
+        (["--diff", "p.json", "--by-rank"], "--by-rank is for files of several ranks, not --diff"),
+        (["--min-time", "1ms"], "--min-time needs --diff OTHER.json or --straggler PCT"),
+    ],
+)
+def test_rank_options_used_wrongly_are_one_line_and_exit_2(files, capsys, args, message) -> None:
+    files(p=OLD)
+    code, out, err = run(capsys, "p.json", *args)
+    assert (code, out) == (2, "")
+    assert err.startswith(f"kname report: {message}") and err.count("\n") == 1
+
+
+def test_the_straggler_options_are_for_profiles(files, capsys) -> None:
+    files(c0=census(step_app_py__12=3), c1=census(step_app_py__12=2))
+    code, _, err = run(capsys, "c0.json", "c1.json", "--straggler", "20%")
+    assert code == 2 and "--straggler is for GPU profiles (schema 2)" in err
+
+
 # --- --html ---------------------------------------------------------------------------------
 
 
@@ -394,3 +498,19 @@ def test_an_unwritable_html_path_is_one_line_and_exit_2(files, capsys, where):
     assert (
         err.startswith(f"kname report: --html {where}: cannot write it (") and err.count("\n") == 1
     )
+
+
+def test_html_of_a_jobs_rank_files_shows_each_ranks_source_and_the_spread(job, capsys, tmp_path):
+    for rank, path in enumerate(job):  # each rank kept the source of the lines it ran
+        document = json.loads((tmp_path / path).read_text())
+        kept = {"app.py": [{"first": 12, "lines": ["step()"]}]} if rank == 0 else {}
+        kept |= {"app.py": [{"first": 40, "lines": ["save()"]}]} if rank == 3 else {}
+        (tmp_path / path).write_text(json.dumps(document | {"sources": kept}))
+    args = [*job, "--fail-on-straggler", "--min-time", "100us"]
+    code, out, err = run(capsys, *args)
+    assert run(capsys, *args, "--html", "page.html") == (code, out, err) == (1, out, err)
+    page = ParsedPage((tmp_path / "page.html").read_text())
+    rows = page.lines("f1")
+    assert (rows[12].cells[3][1], rows[40].cells[3][1]) == ("step()", "save()")
+    step = {row.attributes["data-site"]: row for row in page.sites("ranking")}["step app.py:12"]
+    assert [cell for _, cell in step.cells[5:7]] == ["800 us / 820 us / 1.60 ms", "rank 2"]

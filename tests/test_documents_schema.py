@@ -7,12 +7,20 @@ import copy
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from profile_streams import census_of, documents, profile_of, site_counts
 
 from kname.documents.build import profile_document
 from kname.documents.files import load
-from kname.documents.schema import CENSUS_SCHEMA, DocumentError, render_json, validate
+from kname.documents.schema import (
+    CENSUS_SCHEMA,
+    SITE_FIELDS,
+    DocumentError,
+    _validate_site,
+    render_json,
+    validate,
+)
 
 GOOD = census_of({("step app.py:3", "axpy"): 2})
 
@@ -93,6 +101,11 @@ def test_validate_names_the_file_and_the_fault_on_one_line(document, fault) -> N
 def test_a_bad_document_is_one_line_naming_the_file_and_the_fault(tmp_path, change, message):
     document = profile_document(profile_of({"main app.py:22": ("axpy", 3, 30)}))
     change(document)
+    assert_one_line_fault(tmp_path, document, message)
+
+
+def assert_one_line_fault(tmp_path, document: dict, message: str) -> None:
+    """`document`, saved, is refused on one line naming the file and matching `message`."""
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(document))
     with pytest.raises(DocumentError, match=message) as caught:
@@ -106,3 +119,79 @@ def test_a_profile_written_before_graph_fields_reads_as_sites_with_no_graph_work
     path = tmp_path / "old.json"
     path.write_text(json.dumps(document))
     assert load(str(path)) == document
+
+
+# --- ranks: who wrote a document, and a merged site's numbers on each rank -------------------
+
+RECORD = {"rank": 0, "local_rank": 0, "world_size": 2, "launcher": "torchrun", "host": "n0",
+          "pid": 11, "device": "0"}  # fmt: skip
+
+
+def two_ranks() -> dict:
+    """A merged profile of two ranks, written by hand: a site of 3 launches (1 + 2), 30 ns."""
+    document = profile_document(profile_of({"main app.py:22": ("axpy", 3, 30)}))
+    document["ranks"] = [dict(RECORD), {**RECORD, "rank": 1, "local_rank": 1, "pid": 12}]
+    document["sites"][0]["by_rank"] = {"launches": [1, 2], "gpu_ns": [10, 20]}
+    return document
+
+
+def test_a_document_of_two_ranks_survives_its_json_form() -> None:
+    document = two_ranks()
+    text = render_json(document)
+    assert validate(json.loads(text), "x.json") == document
+    assert text.splitlines()[-4:-1] == [
+        f"    {json.dumps(document['ranks'][0])},",
+        f"    {json.dumps(document['ranks'][1])}",
+        "  ]",
+    ]  # one rank per line
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.update(ranks=[]), "'ranks' must be a list of one or more rank records"),
+        (lambda d: d["ranks"][0].pop("host"), r"ranks\[0\] must be an object with rank, "),
+        (lambda d: d["ranks"][1].update(rank=-1), r"ranks\[1\].rank cannot be -1"),
+        (lambda d: d["ranks"][1].update(world_size=0), r"ranks\[1\].world_size cannot be 0"),
+        (lambda d: d["ranks"][0].update(device=1.5), r"ranks\[0\].device cannot be 1.5"),
+        (lambda d: d["ranks"][0].update(launcher=3), r"ranks\[0\].launcher cannot be 3"),
+        (lambda d: d["ranks"].reverse(), r"ranks\[1\]: ranks must be listed once each, in order"),
+        (lambda d: d["ranks"][1].update(rank=0), r"ranks\[1\]: ranks must be listed once each"),
+        (lambda d: d["sites"][0].pop("by_rank"), r"sites\[0\] needs 'by_rank'.* has 2 ranks"),
+        (
+            lambda d: d["sites"][0]["by_rank"].update(gpu_ns=[10]),
+            r"sites\[0\].gpu_ns: by_rank must list 2 whole numbers >= 0, one per rank",
+        ),
+        (lambda d: d["sites"][0]["by_rank"].update(gpu_ns=[-10, 40]), "whole numbers >= 0"),
+        (lambda d: d["sites"][0]["by_rank"].update(launches=[True, 2]), "whole numbers >= 0"),
+        (lambda d: d["sites"][0]["by_rank"].update(launches=[2, 2]), "does not add up to"),
+        (lambda d: d.pop("ranks"), "sites have 'by_rank' but the document has no 'ranks'"),
+        (lambda d: d["ranks"].pop(), r"sites\[0\] has 'by_rank' but the document has one rank"),
+    ],
+)
+def test_bad_ranks_are_one_line_naming_the_file_and_the_fault(tmp_path, change, message) -> None:
+    document = two_ranks()
+    change(document)
+    assert_one_line_fault(tmp_path, document, message)
+
+
+# Values a saved site's fields may hold, of every JSON type: the quick check of the common form
+# must never pass what the full checks refuse.
+json_values = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=True), st.text(max_size=3),
+    st.just([]), st.just({}), st.just({"axpy": {"launches": 1, "gpu_ns": 1}}),
+    st.just({"r.py:1": {"launches": 2, "gpu_ns": 0}}), st.just({"launches": 1, "gpu_ns": 1}),
+)  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sampled_from(["name", "kernel", "lib", "launches", "gpu_ns", "share", "order",
+                        "kernels", "replayed_at", "replayed_unseen"]), json_values)  # fmt: skip
+def test_a_site_passes_validation_only_if_the_full_checks_pass_it(field, value) -> None:
+    document = profile_document(profile_of({"main app.py:22": ("axpy", 1, 1)}))
+    document["sites"][0][field] = value
+    try:
+        _validate_site(document["sites"][0], "x", SITE_FIELDS[2])
+    except DocumentError:
+        with pytest.raises(DocumentError):
+            validate(document, "x.json")

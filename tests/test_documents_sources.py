@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from kname import _warnings, naming
 from kname.documents import sources
-from kname.documents.build import merge_documents
+from kname.documents.merge import merge_documents
 from kname.documents.schema import DocumentError, render_json, validate
 from kname.documents.sources import CONTEXT, CUT, MAX_LINE_CHARS, SOURCES, chain, lines_of
 

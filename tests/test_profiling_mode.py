@@ -13,9 +13,11 @@ from __future__ import annotations
 import functools
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from html import escape
 from pathlib import Path
 
@@ -150,6 +152,8 @@ def cuda_launch(kernel, gpu_ns, seen=True):
     when `seen` is false: an API no callback is enabled for), and CUPTI links the call to the
     external id pushed on this thread, if any, in a record that arrives after the kernel's."""
     collector = COLLECTOR
+    if collector is None or not collector.started:
+        return  # CUPTI calls back only while kname is subscribed
     collector.next_id += 1
     number = collector.next_id
     if seen:
@@ -504,3 +508,130 @@ def test_the_kname_command_started_in_profile_mode_leaves_the_users_profile_alon
     assert "15.0 us" in done.stdout  # the report of the user's profile
     assert "kname profile:" not in done.stderr  # no table of the command's own
     assert (tmp_path / "p.json").read_bytes() == before
+
+
+# --- long jobs: the flush, and a window of the run (issue 30) ---------------------------------
+
+STUCK = """
+import signal, time
+signal.signal(signal.SIGTERM, lambda *_: None)  # a shutdown that never comes: SIGKILL will
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def start_program(tmp_path, env: dict[str, str], ending: str) -> subprocess.Popen:
+    environ = write_program(tmp_path, env, ending)
+    return subprocess.Popen(
+        [sys.executable, "app.py"], cwd=tmp_path, env=environ, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+
+def wait_for(check, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "waited too long"
+        time.sleep(0.05)
+
+
+def launches_in(path: Path) -> int | None:
+    """The launches of the profile at `path`, or None while there is none."""
+    return load(str(path))["total_launches"] if path.exists() else None
+
+
+# A lone process, and rank 1 of a Slurm step of 2 (its own files: p.rank1.json, p.rank1.html).
+@pytest.mark.parametrize(
+    ("rank", "suffix"), [({}, ""), ({"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2"}, ".rank1")]
+)
+def test_a_job_killed_after_sigterm_leaves_the_profile_of_its_last_flush(
+    tmp_path, rank, suffix
+) -> None:
+    outputs = {"KNAME_REPORT": "p.json", "KNAME_PROFILE_HTML": "p.html", **rank}
+    program = start_program(tmp_path, {**outputs, "KNAME_PROFILE_FLUSH": "0.1"}, STUCK)
+    with program:
+        assert program.stdout.readline() == "ready\n"
+        wait_for(lambda: launches_in(tmp_path / f"p{suffix}.json") == 4)
+        # A scheduler's time limit: SIGTERM, a grace period, then SIGKILL.
+        program.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert program.poll() is None  # the program's own handler ignored it
+        program.kill()
+        program.communicate(timeout=60)
+    assert program.returncode == -signal.SIGKILL
+    saved = load(str(tmp_path / f"p{suffix}.json"))  # whole, and valid
+    assert (saved["total_launches"], saved["total_gpu_ns"]) == (4, 15_000)
+    assert saved["ranks"][0]["pid"] == program.pid
+    assert saved["ranks"][0]["rank"] == (1 if suffix else 0)
+    assert (tmp_path / f"p{suffix}.html").read_text().endswith("</body></html>\n")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+ENDLESS = """
+import time
+print("ready", flush=True)
+while True:
+    scripted.cuda_launch("axpy", 1_000)  # launches keep coming while the flushes write
+    time.sleep(0.001)
+"""
+
+
+@pytest.mark.parametrize("after", [0.3, 0.55, 0.8])
+def test_a_profile_killed_at_any_moment_of_its_flushes_is_whole(tmp_path, after) -> None:
+    program = start_program(tmp_path, {"KNAME_REPORT": "p.json", "KNAME_PROFILE_FLUSH": "0.01"},
+                            ENDLESS)  # fmt: skip
+    with program:
+        assert program.stdout.readline() == "ready\n"
+        wait_for(lambda: (tmp_path / "p.json").exists())
+        time.sleep(after)
+        program.kill()
+        program.communicate(timeout=60)
+    saved = load(str(tmp_path / "p.json"))
+    assert saved["total_launches"] >= 4 and saved["total_gpu_ns"] >= 15_000
+
+
+WINDOW = """
+from kname.profiling import mode
+def wait(collecting):
+    while mode._session is None or mode._session.collecting is not collecting:
+        time.sleep(0.01)
+import time
+wait(True)
+scripted.cuda_launch("_Z6insidev", 5_000)  # L:inside
+wait(False)
+scripted.cuda_launch("_Z5afterv", 7_000)  # L:after
+"""
+
+
+def test_a_delay_and_a_duration_profile_a_window_of_the_run(tmp_path) -> None:
+    window = {"KNAME_PROFILE_DELAY": "0.5", "KNAME_PROFILE_DURATION": "0.5"}
+    done = run_program(tmp_path, {"KNAME_REPORT": "p.json", **window}, WINDOW)
+    assert done.returncode == 0, done.stderr
+    saved = load(str(tmp_path / "p.json"))
+    # The launches before the window (the program's first four) and after it are not in it.
+    assert [(s["kernel"], s["launches"]) for s in saved["sites"]] == [("_Z6insidev", 1)]
+    assert "kname profile: 5.00 us of GPU time in 1 launch from 1 call site" in done.stderr
+
+
+# --- ranks ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_each_rank_writes_its_own_profile_and_rank_0_alone_prints_its_table(tmp_path, rank):
+    job = {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
+           "CUDA_VISIBLE_DEVICES": str(4 + rank)}  # fmt: skip
+    done = run_program(tmp_path, {"KNAME_REPORT": "p.json", **job})
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in tmp_path.glob("p*.json")] == [f"p.rank{rank}.json"]
+    (record,) = load(str(tmp_path / f"p.rank{rank}.json"))["ranks"]
+    assert (record["rank"], record["world_size"], record["device"]) == (rank, 2, str(4 + rank))
+    heading = "kname profile (rank 0 of 2): 15.0 us of GPU time in 4 launches from 2 call sites"
+    assert (heading in done.stderr) is (rank == 0)
+    assert ("kname profile" in done.stderr) is (rank == 0)
+
+
+def test_a_rank_kname_ranks_leaves_out_collects_nothing_and_writes_nothing(tmp_path) -> None:
+    job = {"RANK": "1", "WORLD_SIZE": "2", "KNAME_RANKS": "0"}
+    done = run_program(tmp_path, {"KNAME_REPORT": "p.json", **job})
+    assert done.returncode == 0, done.stderr
+    assert list(tmp_path.glob("p*.json")) == [] and "kname profile" not in done.stderr

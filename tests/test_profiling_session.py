@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -290,3 +291,73 @@ def test_an_output_that_cannot_be_written_is_one_line(tmp_path):
     assert len(problems) == 1 and "missing/dir/p.json" in problems[0]
     assert "Traceback" not in done.stderr
     assert (tmp_path / "out" / "t.json").exists()
+
+
+# --- a long run's flushes, and who made the profile (issue 30) -----------------------------------
+
+
+@pytest.fixture
+def no_exit_hooks(monkeypatch):
+    """write_at_exit() without its atexit and SIGTERM hooks in this test process: the tests
+    call the exit's write themselves (programs that really end are run above). The owner's
+    marks it sets in the environment are taken away after the test, as other tests' programs
+    inherit this environment."""
+    from kname.documents.owner import OWNER_RANK_VARIABLE, OWNER_VARIABLE
+    from kname.profiling import session as session_module
+
+    monkeypatch.setattr(session_module, "at_exit", lambda write: write)
+    for variable in (OWNER_VARIABLE, OWNER_RANK_VARIABLE):
+        monkeypatch.setenv(variable, "")
+        monkeypatch.delenv(variable)
+
+
+def test_a_flush_rewrites_the_json_and_the_page_with_the_totals_so_far(
+    session, tmp_path, no_exit_hooks
+):
+    session.start()
+    session.write_at_exit(
+        json=str(tmp_path / "p.json"), trace=str(tmp_path / "t.json"),
+        html=str(tmp_path / "p.html"), print_table=False,
+    )  # fmt: skip
+    session.collector.launch("axpy", 2_000)
+    session.flush()
+    assert load(str(tmp_path / "p.json"))["total_launches"] == 1
+    assert 'data-gpu-ns="2000"' in (tmp_path / "p.html").read_text()
+    assert not (tmp_path / "t.json").exists()  # the trace is written at exit only
+    session.collector.launch("axpy", 2_000)
+    session.flush()
+    assert load(str(tmp_path / "p.json"))["total_launches"] == 2
+    session._at_exit()
+    assert (tmp_path / "t.json").exists()
+    session.collector.launch("axpy", 2_000)
+    session.flush()  # after the exit's write: nothing
+    assert load(str(tmp_path / "p.json"))["total_launches"] == 2
+
+
+def test_flush_every_flushes_from_a_thread_until_the_exit(session, tmp_path, no_exit_hooks):
+    session.start()
+    session.write_at_exit(json=str(tmp_path / "p.json"), print_table=False)
+    session.collector.launch("axpy", 2_000)
+    session.flush_every(0.01)
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "p.json").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    session._at_exit()
+    session._flusher.join(timeout=30)
+    assert not session._flusher.is_alive()
+
+
+@pytest.mark.parametrize(
+    ("visible", "ordinal", "device"), [("2,3", 1, "3"), (None, 1, "1"), ("5", None, "5")]
+)
+def test_the_profile_names_its_gpu_as_cuda_visible_devices_does(
+    session, monkeypatch, visible, ordinal, device
+) -> None:
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    session.collector.current_device = lambda: ordinal  # the device of this thread's context
+    (record,) = session.document()["ranks"]
+    assert record["device"] == device and record["pid"] == os.getpid()

@@ -18,7 +18,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kname.config import format_ranks, read_config
-from kname.ranks import LAUNCHERS, LONE, Rank, find_rank, meta, selected
+from kname.ranks import (
+    LAUNCHERS,
+    LONE,
+    Rank,
+    find_rank,
+    is_launcher,
+    meta,
+    selected,
+    visible_device,
+)
 
 # What each launcher gives one process: rank 5 of 8, the second on its node.
 TORCHRUN = {
@@ -264,3 +273,43 @@ def test_meta_takes_the_device_from_the_profiler_and_host_and_pid_when_given() -
     record = meta(LONE, device="NVIDIA H200 (0)", host="node7", pid=12)
     assert (record["device"], record["host"], record["pid"]) == ("NVIDIA H200 (0)", "node7", 12)
     assert (record["rank"], record["world_size"], record["launcher"]) == (0, 1, None)
+
+
+# --------------------------------------------------------------------------
+# The launcher's own process, and the device
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "launcher"),
+    [
+        (["/venv/bin/python3", "/venv/bin/torchrun", "--nproc-per-node", "2", "train.py"],
+         "torchrun"),
+        (["python", "-m", "torch.distributed.run", "--nnodes", "1", "train.py"],
+         "torch.distributed.run"),
+        (["python", "-X", "kname", "-mtorch.distributed.launch", "train.py"],
+         "torch.distributed.launch"),
+        (["python", "-u", "-W", "ignore", "/usr/bin/torchrun", "t.py"], "torchrun"),
+        (["python", "train.py", "torchrun"], None),  # a worker whose argument is the word
+        (["python", "-c", "import torchrun"], None),
+        (["python", "-m", "pytest", "torchrun.py"], None),
+        (["python"], None),
+        (["/venv/bin/python3", "/venv/bin/torchrun.py"], None),
+    ],
+)  # fmt: skip
+def test_a_python_launcher_is_known_by_its_command_line(argv, launcher) -> None:
+    assert is_launcher(argv) == launcher
+
+
+def test_this_test_run_is_no_launcher() -> None:
+    assert is_launcher() is None
+
+
+@pytest.mark.parametrize(
+    ("visible", "ordinal", "device"),
+    [(None, None, None), (None, 3, "3"), ("2", None, "2"), ("2", 0, "2"), ("4,5", None, None),
+     ("4,5", 1, "5"), ("4,5", 7, None), ("GPU-8f0c", None, "GPU-8f0c")],
+)  # fmt: skip
+def test_the_device_is_named_as_cuda_visible_devices_names_it(visible, ordinal, device) -> None:
+    environ = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+    assert visible_device(environ, ordinal) == device

@@ -511,3 +511,47 @@ def test_a_real_torch_program_is_named_after_its_own_lines(tmp_path, hot_path) -
     named = json.loads(done.stdout.splitlines()[-1])
     assert named[:6] == expected
     assert set(named[6:]) == {line("L:benchmarked") + callsite.COMPILE_MARK}  # run several times
+
+
+# --------------------------------------------------------------------------
+# Collectives (issue 30): NCCL's kernels are launched inside the collective call
+# --------------------------------------------------------------------------
+
+COLLECTIVES = """
+def all_reduce(tensor, op=None, group=None, async_op=False):
+    work = _launch(tensor)  # ProcessGroupNCCL::allreduce, in C++: NCCL launches here
+    return work if async_op else None
+"""
+LOGGER = """
+import functools
+
+def _exception_logger(func):
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        return func(*args, **kwargs)
+    return wrapper
+"""
+TRAIN = """
+def step(dist, grad):
+    dist.all_reduce(grad)  # L:blocking
+    work = dist.all_reduce(grad, async_op=True)  # L:async
+    return work
+"""
+
+
+def test_an_nccl_kernel_is_named_after_the_line_that_called_the_collective() -> None:
+    """ProcessGroupNCCL makes the kernel's launch API call on the calling thread, inside the
+    collective, even for async_op=True (the kernel then runs on NCCL's stream): CUPTI's callback
+    sees the collective's frames above it, torch's, all library code, then the user's line."""
+    from kname.profiling.capture import site_of_frame
+
+    kname.install(targets=[])
+    seen: list[str] = []
+    c10d = torch_code(COLLECTIVES, "torch.distributed.distributed_c10d")
+    c10d["_launch"] = lambda tensor: seen.append(site_of_frame(sys._getframe(1)))
+    logger = torch_code(LOGGER, "torch.distributed.c10d_logger")
+    dist = types.SimpleNamespace(all_reduce=logger["_exception_logger"](c10d["all_reduce"]))
+    train = torch_code(TRAIN, "train", "/home/alice/train.py")
+    train["step"](dist, object())
+    lines = [line_of(TRAIN, marker) for marker in ("L:blocking", "L:async")]
+    assert seen == [f"step alice/train.py:{line}" for line in lines]

@@ -1,9 +1,12 @@
 """Which process writes the saved files, and where the others write theirs.
 
-The first process to ask owns the outputs (KNAME_REPORT, a profile's files) and marks itself in
-the environment; processes started beneath it (a subprocess, a multiprocessing worker) inherit
-the mark and write files of their own beside the owner's (`census.pid4242.json`), so that none
-overwrites another and `kname report` can merge them.
+Each rank of a job writes its own path (kname.rank_paths: `{rank}`, `{host}` and `{pid}` in it,
+and `.rank3` before its suffix in a job of more than one rank), so that no rank overwrites
+another. The first process of a rank to ask owns that rank's outputs (KNAME_REPORT, a
+profile's files) and marks itself in the environment, with its rank; processes started beneath
+it (a subprocess, a DataLoader worker) inherit the mark and write files of their own beside the
+owner's (`census.rank3.pid4242.json`), so that none overwrites another and `kname report` can
+merge them. A process of another rank (a worker its launcher started) owns its own.
 
 Processes started apart (not beneath one another) that name one path each own it: the first
 to finish writes it, and each later one finds that the file changed while it ran and writes its
@@ -21,9 +24,13 @@ from dataclasses import dataclass
 
 from kname._warnings import warn_once
 from kname.documents.files import Identity, identity, write_atomically, written_here
+from kname.rank_paths import expand
+from kname.ranks import Rank, find_rank
 
-# Marks the process that owns the outputs; processes started beneath it inherit it.
+# Mark the process that owns the outputs, and its rank; processes started beneath it inherit
+# them. A process whose rank is not the mark's (a worker torchrun started) owns its own.
 OWNER_VARIABLE = "_KNAME_REPORT_PID"
+OWNER_RANK_VARIABLE = "_KNAME_REPORT_RANK"
 # How long a process waits for another that is deciding and writing in the same directory.
 LOCK_WAIT_SECONDS = 10.0
 
@@ -37,40 +44,55 @@ class Output:
     found: Identity | None  # the file at `path` when it was claimed (None: none)
 
 
-def owner_pid() -> int:
-    """The pid of the process that owns the outputs: the inherited mark, else this process,
-    which marks itself for its children."""
+def owner_pid(rank: Rank | None = None) -> int:
+    """The pid of the process that owns this rank's outputs (`rank`, default: this process's):
+    the inherited mark where it is of the same rank, else this process, which marks itself for
+    its children."""
+    rank = find_rank() if rank is None else rank
     inherited = os.environ.get(OWNER_VARIABLE, "")
-    owner = int(inherited) if inherited.isascii() and inherited.isdigit() else os.getpid()
-    os.environ[OWNER_VARIABLE] = str(owner)
-    return owner
+    same_rank = os.environ.get(OWNER_RANK_VARIABLE, "") == _rank_mark(rank)
+    if same_rank and inherited.isascii() and inherited.isdigit():
+        return int(inherited)
+    os.environ[OWNER_VARIABLE] = str(os.getpid())
+    os.environ[OWNER_RANK_VARIABLE] = _rank_mark(rank)
+    return os.getpid()
 
 
-def claim(requested: str) -> Output:
-    """The output that `requested` names for this process: the one place that decides the path.
+def claim(requested: str, variable: str = "the output path", rank: Rank | None = None) -> Output:
+    """The output that `requested` (the value of `variable`) names for this process: the one
+    place that decides the path. This rank's own (rank_paths.expand, which raises a
+    PathTemplateError for a bad placeholder), made absolute now (the program may change
+    directory before it ends), with what is there now."""
+    rank = find_rank() if rank is None else rank
+    path = os.path.abspath(expand(requested, rank, variable=variable))
+    return Output(path, owner_pid(rank), identity(path))
 
-    Made absolute now (the program may change directory before it ends), with what is there now.
-    """
-    path = os.path.abspath(requested)
-    return Output(path, owner_pid(), identity(path))
+
+def _rank_mark(rank: Rank) -> str:
+    """The rank in the owner's mark: '' for a lone process, else `launcher rank/world size`."""
+    return "" if rank.launcher is None else f"{rank.launcher} {rank.rank}/{rank.world_size}"
 
 
-def write_output(output: Output, text: str, what: str) -> str:
+def write_output(output: Output, text: str, what: str, launched: bool = True) -> str | None:
     """Write `text` as `output` and return the path written; `what` names it in a message
     ("launch census (KNAME_REPORT)").
 
     A process beneath the owner (a forked child too) writes its own file beside the owner's.
     The owner replaces the file at its path if that is still what it found, or what it wrote
     itself; if another process wrote it meanwhile, it writes beside it and says so in one line.
-    Errors are OSErrors, for the caller to say.
+    A process that `launched` nothing writes nothing beside another's file (None): it has
+    nothing to add (multiprocessing's resource tracker, started with a rank's variables, is
+    no rank). Errors are OSErrors, for the caller to say.
     """
     if os.getpid() != output.owner:
-        return _write(beside(output.path), text)
+        return _write(beside(output.path), text) if launched else None
     with _directory_locked(output.path) as locked:
         current = identity(output.path)
         unchanged = current is None or current in (output.found, written_here(output.path))
         if locked and unchanged:
             return _write(output.path, text)
+    if not launched:
+        return None
     path = _write(beside(output.path), text)
     warn_once(
         f"moved:{output.path}",

@@ -21,8 +21,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from kname._version import __version__
-from kname.documents.build import census_document, merge_documents
+from kname.documents.build import census_document
 from kname.documents.files import read_json
+from kname.documents.merge import merge_documents
 from kname.documents.schema import CENSUS_SCHEMA, DocumentError, validate
 
 REPORT_SCHEMA = 1

@@ -100,10 +100,27 @@ def merge_sources(documents: Iterable[Mapping[str, Any]]) -> dict[str, list]:
     """The sources of several documents as one: a line kept by several is the first one's."""
     read: dict[str, dict[int, str]] = {}
     for document in documents:
-        for path, spans in document.get(SOURCES, {}).items():
-            kept = read.setdefault(path, {})
-            for number, text in lines_of(spans).items():
-                kept.setdefault(number, text)
+        keep_lines(read, document.get(SOURCES, {}))
+    return bounded_sources(read)
+
+
+def keep_lines(read: dict[str, dict[int, str]], sources: Mapping[str, Any]) -> None:
+    """A sources field's lines added to `read` ({path: {line number: text}}), the lines
+    `read` holds already kept as they are: how merges fold in one document at a time."""
+    add_lines(read, {path: lines_of(spans) for path, spans in sources.items()})
+
+
+def add_lines(read: dict[str, dict[int, str]], more: Mapping[str, Mapping[int, str]]) -> None:
+    """The lines of `more` added to `read` (both {path: {line number: text}}), where `read`
+    has none of that number already."""
+    for path, lines in more.items():
+        kept = read.setdefault(path, {})
+        for number, text in lines.items():
+            kept.setdefault(number, text)
+
+
+def bounded_sources(read: Mapping[str, Mapping[int, str]]) -> dict[str, list]:
+    """The sources field of lines gathered by keep_lines, files in order while MAX_LINES allows."""
     return _bounded(read)[0]
 
 

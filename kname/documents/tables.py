@@ -9,6 +9,11 @@
     step app.py:12    8.10 ms  65.3%        20   405 us  axpy 8.10 ms (20)
     main app.py:30    2.00 ms  16.1%        40  50.0 us  ampere_sgemm_128x64_nn 1.50 ms (20), ...
 
+A merged document of several ranks gains, per site, the spread across ranks (spread.py): the
+least, median and most GPU time of one rank (a census: launches), and the slowest rank with how
+far it is over the median (`!` where that makes it a straggler, when asked). `by_rank` tables
+show each site's row on each rank instead.
+
 The GPU work of a CUDA graph replay is on the lines that made the graph's nodes, each with the
 line that replayed it beside its name (graph_note):
 
@@ -26,7 +31,15 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kname.documents.kernel_names import display_name
-from kname.documents.schema import CENSUS_SCHEMA, REPLAYED_AT, REPLAYED_UNSEEN
+from kname.documents.schema import BY_RANK, CENSUS_SCHEMA, RANKS, REPLAYED_AT, REPLAYED_UNSEEN
+from kname.documents.spread import (
+    Spread,
+    is_straggler,
+    metric_of,
+    ranks_of,
+    spread_of,
+    spreads,
+)
 from kname.documents.text import columns, count_of, format_duration, printable
 
 KERNELS_SHOWN = 3
@@ -34,49 +47,76 @@ REPLAY_SITES_SHOWN = 2
 UNATTRIBUTED_ROW = "<unattributed>"
 
 
-def render_table(document: Mapping[str, Any], source: str = "", top: int | None = None) -> str:
-    """The table of a document of either schema; `top` limits a profile's rows."""
+# A straggler rule: (threshold, a fraction of the median; the least excess that counts, in ns).
+Straggler = tuple[float, int]
+
+
+def render_table(
+    document: Mapping[str, Any],
+    source: str = "",
+    top: int | None = None,
+    straggler: Straggler | None = None,
+) -> str:
+    """The table of a document of either schema; `top` limits a profile's rows; `straggler`
+    marks a profile's sites whose slowest rank is a straggler by that rule."""
     if document["schema"] == CENSUS_SCHEMA:
         return render_census_table(document, source=source)
-    return render_profile_table(document, source=source, top=top)
+    return render_profile_table(document, source=source, top=top, straggler=straggler)
 
 
 def render_census_table(document: Mapping[str, Any], source: str = "") -> str:
     """A census as an aligned table, most launches first, with a one-line heading."""
-    sites = sorted(document["sites"], key=lambda s: (-s["launches"], s["order"]))
-    launches = count_of(document["total_launches"], "launch")
-    heading = f"kname census{_origin(document, source)}: {launches} from "
-    heading += count_of(len(sites), "call site")
-    if not sites:
+    spread = spreads(document)
+    order = ranked_sites(document, "launches")
+    heading = _heading(document, source)
+    if not order:
         return heading + "\n"
     header = ("call site", "kernel", "library", "launches", "share", "first seen")
-    rows = [
-        (printable(s["name"]), printable(s["kernel"] or "?"), printable(s["lib"] or "?"),
-         str(s["launches"]), f"{100 * s['share']:.1f}%", str(s["order"]))
-        for s in sites
-    ]  # fmt: skip
-    return heading + "\n" + columns([header, *rows], right_aligned=(3, 4, 5))
+    header += SPREAD_HEADER if spread else ()
+    rows = []
+    for index in order:
+        s = document["sites"][index]
+        row = (printable(s["name"]), printable(s["kernel"] or "?"), printable(s["lib"] or "?"),
+               str(s["launches"]), f"{100 * s['share']:.1f}%", str(s["order"]))  # fmt: skip
+        rows.append(row + (_spread_cells(spread[index], str) if spread else ()))
+    right = (3, 4, 5, 6, 7, 8) if spread else (3, 4, 5)
+    return heading + "\n" + columns([header, *rows], right_aligned=right)
+
+
+SPREAD_HEADER = ("rank min", "median", "max", "slowest")
 
 
 def render_profile_table(
-    document: Mapping[str, Any], source: str = "", top: int | None = None
+    document: Mapping[str, Any],
+    source: str = "",
+    top: int | None = None,
+    straggler: Straggler | None = None,
 ) -> str:
-    """A profile as an aligned table, most GPU time first, with a heading line."""
-    sites = sorted(document["sites"], key=lambda s: (-s["gpu_ns"], s["order"]))
+    """A profile as an aligned table, most GPU time first, with a heading line; with several
+    ranks, each site's spread across them (`straggler`: the rule that marks one with `!`)."""
+    spread = spreads(document)
+    order = ranked_sites(document, "gpu_ns")
+    sites = [document["sites"][index] for index in order]
     total = document["total_gpu_ns"]
-    lines = [
-        f"kname profile{_origin(document, source)}: {format_duration(total)} of GPU time in "
-        f"{count_of(document['total_launches'], 'launch')} from "
-        f"{count_of(len(sites), 'call site')}"
-    ]
-    shown = sites if top is None else sites[: max(top, 0)]
-    header = ("call site", "GPU time", "share", "launches", "mean", "kernels")
-    rows = [_profile_row(printable(site["name"]) + graph_note(site), site, total) for site in shown]
+    lines = [_heading(document, source)]
+    shown = order if top is None else order[: max(top, 0)]
+    header = ("call site", "GPU time", "share", "launches", "mean")
+    header += (*SPREAD_HEADER, "kernels") if spread else ("kernels",)
+    rows = []
+    for index in shown:
+        site = document["sites"][index]
+        row = _profile_row(printable(site["name"]) + graph_note(site), site, total)
+        if spread:
+            flagged = straggler is not None and is_straggler(spread[index], *straggler)
+            row = row[:-1] + _spread_cells(spread[index], format_duration, flagged) + row[-1:]
+        rows.append(row)
     unattributed = document["unattributed"]
     if unattributed["launches"]:
-        rows.append(_profile_row(UNATTRIBUTED_ROW, unattributed, total))
+        row = _profile_row(UNATTRIBUTED_ROW, unattributed, total)
+        rows.append(row[:-1] + ("",) * len(SPREAD_HEADER) + row[-1:] if spread else row)
     if rows:
-        lines.append(columns([header, *rows], right_aligned=(1, 2, 3, 4)).rstrip("\n"))
+        right = (1, 2, 3, 4, 5, 6, 7) if spread else (1, 2, 3, 4)
+        lines.append(columns([header, *rows], right_aligned=right).rstrip("\n"))
     hidden = sites[len(shown) :]
     if hidden:
         hidden_ns = sum(site["gpu_ns"] for site in hidden)
@@ -93,6 +133,13 @@ def render_profile_table(
     return "\n".join(lines) + "\n"
 
 
+def ranked_sites(document: Mapping[str, Any], metric: str) -> list[int]:
+    """The indices of a document's sites, most of `metric` (gpu_ns, launches) first, then in
+    first-seen order: the rows of a table."""
+    sites = document["sites"]
+    return sorted(range(len(sites)), key=lambda i: (-sites[i][metric], sites[i]["order"]))
+
+
 def kernels_cell(kernels: Mapping[str, Mapping[str, int]], shown: int = KERNELS_SHOWN) -> str:
     """The first `shown` kernels with their GPU time and launches, then how many more."""
     items = list(kernels.items())
@@ -103,6 +150,71 @@ def kernels_cell(kernels: Mapping[str, Mapping[str, int]], shown: int = KERNELS_
     if len(items) > shown:
         cells.append(f"+{len(items) - shown} more")
     return ", ".join(cells)
+
+
+def render_by_rank(document: Mapping[str, Any], source: str = "", top: int | None = None) -> str:
+    """Each site's row on each rank (a document of several ranks): its GPU time (a census:
+    launches), and how far that is from the site's median rank."""
+    ranks = ranks_of(document)
+    profile = document["schema"] != CENSUS_SCHEMA
+    heading = _heading(document, source)
+    if len(ranks) < 2:
+        return heading + "\nkname report: --by-rank needs files of several ranks\n"
+    metric = metric_of(document)
+    order = ranked_sites(document, metric)
+    shown = order if top is None else order[: max(top, 0)]
+    if profile:
+        header = ("call site", "rank", "GPU time", "launches", "mean", "vs median")
+    else:
+        header = ("call site", "kernel", "rank", "launches", "vs median")
+    rows: list[tuple[str, ...]] = []
+    for index in shown:
+        site = document["sites"][index]
+        per_rank = site[BY_RANK]
+        median = spread_of(per_rank[metric], ranks).median
+        label = [printable(site["name"])] + ([] if profile else [printable(site["kernel"] or "?")])
+        for position, rank in enumerate(ranks):
+            value, launches = per_rank[metric][position], per_rank["launches"][position]
+            if profile:
+                mean = format_duration(value / launches) if launches else "-"
+                cells = (str(rank), format_duration(value), str(launches), mean)
+            else:
+                cells = (str(rank), str(launches))
+            rows.append((*label, *cells, _versus(value, median)))
+            label = [""] * len(label)
+    right = (1, 2, 3, 4, 5) if profile else (2, 3, 4)
+    return heading + "\n" + columns([header, *rows], right_aligned=right)
+
+
+def _heading(document: Mapping[str, Any], source: str) -> str:
+    """`kname profile (FILE, ...): 12.4 ms of GPU time in 345 launches from 7 call sites`, or a
+    census's `kname census (FILE, ...): 50 launches from 3 call sites`."""
+    launches = count_of(document["total_launches"], "launch")
+    sites = count_of(len(document["sites"]), "call site")
+    if document["schema"] == CENSUS_SCHEMA:
+        return f"kname census{_origin(document, source)}: {launches} from {sites}"
+    time = format_duration(document["total_gpu_ns"])
+    return (
+        f"kname profile{_origin(document, source)}: {time} of GPU time in {launches} from {sites}"
+    )
+
+
+def _spread_cells(spread: Spread, show: Any, flagged: bool = False) -> tuple[str, ...]:
+    """min, median, max and the slowest rank (with how far over the median it is)."""
+    if spread.excess == float("inf"):
+        over = " (median 0)"
+    else:
+        over = f" (+{100 * spread.excess:.0f}%)" if round(100 * spread.excess) else ""
+    slowest = f"{'! ' if flagged else ''}rank {spread.slowest}{over}"
+    return (show(spread.low), show(spread.median), show(spread.high), slowest)
+
+
+def _versus(value: int, median: float) -> str:
+    """`+12.5%`: how far `value` is from the median; `0.0%` within a twentieth of a percent."""
+    if not median:
+        return "-" if value else "0"
+    percent = 100 * (value - median) / median
+    return f"{percent:+.1f}%" if abs(percent) >= 0.05 else "0.0%"
 
 
 def graph_note(site: Mapping[str, Any], text: Callable[[str], str] = printable) -> str:
@@ -129,13 +241,23 @@ def _part_of(site: Mapping[str, Any], counts: Iterable[Mapping[str, int]]) -> st
 
 
 def _origin(document: Mapping[str, Any], source: str) -> str:
-    """` (FILE, written by kname X, N processes)` for a saved document, "" for a live one."""
+    """` (FILE, written by kname X, N processes, M ranks)` for a saved document; for a live one,
+    only ` (rank R of W)` in a job of several ranks."""
+    records = document.get(RANKS, ())
+    if len(records) > 1:
+        who = [count_of(len(records), "rank")]
+    elif records and records[0]["world_size"] > 1:
+        who = [f"rank {records[0]['rank']} of {records[0]['world_size']}"]
+    else:
+        who = []
     if not source:
-        return ""
+        return f" ({who[0]})" if who else ""
     processes = document.get("processes", 1)
-    merged = f", {count_of(processes, 'process')}" if processes != 1 else ""
+    # As many processes as ranks: the ranks say it.
+    merged = [count_of(processes, "process")] if processes not in (1, len(records)) else []
     written_by = printable(document.get("kname", "?"))
-    return f" ({printable(source)}, written by kname {written_by}{merged})"
+    details = "".join(f", {part}" for part in [*merged, *who])
+    return f" ({printable(source)}, written by kname {written_by}{details})"
 
 
 def _profile_row(name: str, site: Mapping[str, Any], total: int) -> tuple[str, ...]:

@@ -50,6 +50,7 @@ Without a CUDA driver every call raises cupti._internal.utils.NotSupportedError.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 from collections.abc import Callable
 from importlib import metadata
@@ -166,13 +167,7 @@ class CuptiCollector:
         except Exception as exc:
             report_fault("flushing CUPTI's activity buffers", exc)
         self._undo()
-        # Calls that finished after the last buffer (no GPU record), and records left over.
-        if self._totals is not self._join:
-            self._join_in_c_now()
-        elif self._native_buffers:
-            self._native_buffer_completed()
-        else:
-            self._callbacks.drain()
+        self._take_what_is_left()
         launches = self._totals.launch_count
         if launches and not self._totals.record_count:
             versions = ", ".join(f"{k} {v}" for k, v in binding_versions().items())
@@ -183,6 +178,29 @@ class CuptiCollector:
                 "CUPTI library must come from the same CUDA release (for CUDA 13.0: "
                 "pip install 'cupti-python==13.0.*' 'nvidia-cuda-cupti==13.0.*')",
             )
+
+    def flush(self) -> None:
+        """Hand every GPU record finished so far to the join, and collect on (a flush of a long
+        run's profile; the session's lock keeps it apart from stop())."""
+        if not self.started:
+            return
+        try:
+            self._flush()
+        except Exception as exc:
+            report_fault("flushing CUPTI's activity buffers", exc)
+        self._take_what_is_left()
+
+    def current_device(self) -> int | None:
+        """The ordinal of the device of the calling thread's CUDA context (the GPU a rank's
+        main thread works on), or None where it has none."""
+        try:
+            driver = ctypes.CDLL("libcuda.so.1")
+            ordinal = ctypes.c_int(-1)
+            if driver.cuCtxGetDevice(ctypes.byref(ordinal)) == 0:
+                return ordinal.value
+        except (OSError, AttributeError):
+            pass
+        return None
 
     @property
     def launch_callbacks(self) -> str:
@@ -248,6 +266,16 @@ class CuptiCollector:
             self._add(*self._callbacks.drain_activities(self._memcpy_name))
         except Exception as exc:
             report_fault("reading CUPTI's activity records", exc)
+
+    def _take_what_is_left(self) -> None:
+        """After a flush: calls that finished after the last buffer (no GPU record), and
+        records left over, to the join."""
+        if self._totals is not self._join:
+            self._join_in_c_now()
+        elif self._native_buffers:
+            self._native_buffer_completed()
+        else:
+            self._callbacks.drain()
 
     def _join_in_c_now(self) -> None:
         try:

@@ -10,7 +10,11 @@
 It is also a context manager (what `with kname.profile() as p:` returns). The outputs are
 written atomically. write_at_exit() arranges for stop() and the outputs at interpreter exit,
 also when the program ends through an exception or sys.exit, or is ended by a SIGTERM it leaves
-at its default action (it still dies of it).
+at its default action (it still dies of it). flush_every(seconds) also rewrites the JSON and
+the page while the program runs, from the totals so far: a job killed outright (a scheduler's
+SIGKILL after its grace period) leaves the profile of its last flush.
+
+A document says who made it (kname.ranks.meta): the process's rank in its job, host, and GPU.
 
 CUPTI takes one subscriber per process, so one session collects at a time. A child forked from
 the process inherits the session but not CUPTI's collection: there it stops and writes nothing
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -42,12 +47,13 @@ from kname.profiling.native_join import NativeJoin
 from kname.profiling.native_trace import NativeTrace, merged
 from kname.profiling.records import MAX_LOGGED, StreamLog, Streams, streams_to_json
 from kname.profiling.trace import trace_json
+from kname.ranks import find_rank, meta, visible_device
 
-# What each output at exit is, in a line that says another process wrote its file.
+# Each output at exit: the variable that names it, and what it is, in messages.
 _EXIT_OUTPUTS = {
-    "json": "profile (KNAME_REPORT)",
-    "trace": "trace (KNAME_PROFILE_TRACE)",
-    "html": "page (KNAME_PROFILE_HTML)",
+    "json": ("KNAME_REPORT", "profile (KNAME_REPORT)"),
+    "trace": ("KNAME_PROFILE_TRACE", "trace (KNAME_PROFILE_TRACE)"),
+    "html": ("KNAME_PROFILE_HTML", "page (KNAME_PROFILE_HTML)"),
 }
 
 Collector = Any  # start() -> bool, stop(), started: bool (CuptiCollector or a stand-in)
@@ -87,6 +93,9 @@ class ProfileSession:
         self._lock = new_lock()
         self._pid = os.getpid()  # a forked child inherits the session, not CUPTI's collection
         self._exit_outputs: dict[str, Output] = {}
+        self._device: str | None = None  # the GPU, once known
+        self._flushing = threading.Event()  # set: the flush thread stops
+        self._flusher: threading.Thread | None = None
 
     def start(self) -> bool:
         """Start collecting; False when CUPTI cannot be used (the program runs on)."""
@@ -142,12 +151,22 @@ class ProfileSession:
         return bool(self.collector.started)
 
     def document(self) -> dict[str, Any]:
-        """The census document of schema 2 (see kname.documents.schema), with the source of
-        its sites' lines."""
+        """The census document of schema 2 (see kname.documents.schema), with who made it and
+        the source of its sites' lines."""
         return with_sources(self._totals(), naming.shown_files())
 
     def _totals(self) -> dict[str, Any]:
-        return profile_document(self.join.profile())
+        record = meta(find_rank(), device=self.device())
+        return profile_document(self.join.profile(), ranks=record)
+
+    def device(self) -> str | None:
+        """This process's GPU as CUDA_VISIBLE_DEVICES names it (or its ordinal where that is
+        not set): the one that variable leaves, else the device of the calling thread's CUDA
+        context, if the collector can tell; None where neither says."""
+        if self._device is None:
+            ordinal = getattr(self.collector, "current_device", lambda: None)()
+            self._device = visible_device(ordinal=ordinal)
+        return self._device
 
     @property
     def sites(self) -> list[dict[str, Any]]:
@@ -232,7 +251,9 @@ class ProfileSession:
         """
         first = not self._exit_outputs
         paths = {"json": json, "trace": trace, "html": html}
-        self._exit_outputs = {kind: claim(path) for kind, path in paths.items() if path}
+        self._exit_outputs = {
+            kind: claim(path, _EXIT_OUTPUTS[kind][0]) for kind, path in paths.items() if path
+        }
         self._exit_table = table if print_table else None
         self._exit_print = print_table
         self._exit_top = top
@@ -252,10 +273,44 @@ class ProfileSession:
         """Nothing at exit after all: no table, no file (write_at_exit undone)."""
         self._exit_outputs = {}
         self._exit_print = False
+        self._flushing.set()
+
+    def flush_every(self, seconds: float) -> None:
+        """Every `seconds`, while the program runs, rewrite the JSON and the page that
+        write_at_exit() set up, from the totals so far (each file replaced whole); at exit
+        they are written once more, with everything. The trace is written at exit only."""
+        if self._flusher is not None:
+            return
+        self._flusher = threading.Thread(
+            target=self._flush_loop, args=(seconds,), name="kname-profile-flush", daemon=True
+        )
+        self._flusher.start()
+
+    def flush(self) -> None:
+        """Write the JSON and the page now, from what the GPU finished so far."""
+        # The session's lock: a flush and stop() (at exit, on SIGTERM) take turns, so the
+        # exit's write is the last and CUPTI is never flushed from two threads at once.
+        with self._lock:
+            if self._flushing.is_set() or os.getpid() != self._pid:
+                return
+            flush = getattr(self.collector, "flush", None)
+            if flush is not None and self.collecting:
+                flush()  # CUPTI's buffers so far to the join
+            if not self._exit_if_launched or self._launched():
+                self._write_outputs(("json", "html"))
+
+    def _flush_loop(self, seconds: float) -> None:
+        while not self._flushing.wait(seconds):
+            try:
+                self.flush()
+            except Exception as exc:  # the program runs on; the exit writes again
+                warn_once("profile:flush", f"profile: a flush failed ({type(exc).__name__}: {exc})")
 
     def _at_exit(self) -> None:
         if os.getpid() != self._pid:
             return  # a forked child: its parent reports what was collected
+        with self._lock:  # after a flush under way, and no flush after this
+            self._flushing.set()
         self.stop()
         if self._exit_if_launched and not self._launched():
             return
@@ -266,10 +321,18 @@ class ProfileSession:
                 stream.flush()
             except Exception as exc:  # a closed stderr must not give a traceback at exit
                 warn_once("profile:table", f"profile: the table could not be printed ({exc})")
+        self._write_outputs(tuple(self._exit_outputs))
+
+    def _write_outputs(self, kinds: tuple[str, ...]) -> None:
+        """The outputs of `kinds` that write_at_exit() set up, each replaced whole; a failure
+        is one line per output."""
         texts = {"json": self._json_text, "trace": self._trace_text, "html": self._page_text}
+        launched = self._launched()  # if not, no file beside another process's
         for kind, output in self._exit_outputs.items():
+            if kind not in kinds:
+                continue
             try:
-                write_output(output, texts[kind](), _EXIT_OUTPUTS[kind])
+                write_output(output, texts[kind](), _EXIT_OUTPUTS[kind][1], launched=launched)
             except Exception as exc:
                 reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
                 warn_once(

@@ -7,6 +7,10 @@ tree is drawn when names carry callers (KNAME_DEPTH above 1). Each bar carries i
 (`data-site`, `data-gpu-ns`), and each row its site (`data-site`), for tests and for anyone
 reading the source. A site with CUDA graph work says beneath its name which lines replayed its
 graph (`<div class="graph">`, as the table's note says it).
+
+A merged document of several ranks shows, in the ranking, each line's spread across them
+(documents/spread.py): the least, median and most GPU time of one rank, drawn as a range with the
+median marked (`data-min-ns`, `data-median-ns`, `data-max-ns`), and the slowest rank.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from kname.documents.kernel_names import display_name
 from kname.documents.pages import source, tree
 from kname.documents.pages.layout import View, heat, percent, render, site_name, text
 from kname.documents.pages.source import CODE, SourceFiles, file_views, files_view, linked
-from kname.documents.tables import graph_note
+from kname.documents.spread import Spread, spreads
+from kname.documents.tables import graph_note, ranked_sites
 from kname.documents.text import count_of, format_duration
 
 BARS_SHOWN = 40
@@ -26,6 +31,7 @@ BAR_WIDTH = 600  # px, the longest bar
 ROW_HEIGHT = 22
 LABEL_WIDTH = 360
 KERNELS_SHOWN = 3  # on a line of source; the ranking lists them all
+SPREAD_WIDTH = 120  # px, a line's range across ranks, from 0 to the most loaded rank of any line
 
 # The chart scales down to the window, and a kernel name (up to 80 characters without a space)
 # may break anywhere; call sites, times and headings stay on one line.
@@ -34,6 +40,10 @@ svg.chart { max-width: 100%; height: auto; }
 svg text { font: 12px ui-monospace, monospace; fill: #222; }
 svg .value { fill: #555; }
 svg rect { fill: #4e79a7; }
+svg.spread line.range { stroke: #4e79a7; stroke-width: 4; }
+svg.spread line.median { stroke: #e15759; stroke-width: 2; }
+td.spread { white-space: normal; }
+td.spread .value { white-space: nowrap; }
 td.site .graph { color: #555; font-size: 0.9em; white-space: normal; }
 ul.kernels { margin: 0; padding-left: 1.2em; }
 ul.kernels .kernel { overflow-wrap: anywhere; }
@@ -44,7 +54,9 @@ SOURCE_HEADERS = ("GPU time", "launches", CODE, "kernels")
 
 def render_profile_page(document: Mapping[str, Any], title: str = "kname profile") -> str:
     """The page for a schema-2 document."""
-    sites = sorted(document["sites"], key=lambda s: (-s["gpu_ns"], s["order"]))
+    order = ranked_sites(document, "gpu_ns")
+    sites = [document["sites"][index] for index in order]
+    spread = spreads(document)
     total = document["total_gpu_ns"]
     files = SourceFiles((site["name"] for site in sites), [document])
     summary = (
@@ -52,7 +64,12 @@ def render_profile_page(document: Mapping[str, Any], title: str = "kname profile
         f"{count_of(document['total_launches'], 'launch')} from "
         f"{count_of(len(sites), 'call site')} (kname {document.get('kname', '?')})"
     )
-    ranking = [_unattributed(document), _chart(sites[:BARS_SHOWN]), _table(sites, total, files)]
+    across = [spread[index] for index in order] if spread else None
+    ranking = [
+        _unattributed(document),
+        _chart(sites[:BARS_SHOWN]),
+        _table(sites, total, files, across),
+    ]
     sums = _file_sums(sites, total, files)
     views = [View("ranking", "ranking", "\n".join(filter(None, ranking))), files_view(files, sums)]
     views += file_views(files, _line_rows(sites, total, files), SOURCE_HEADERS, sums)
@@ -62,8 +79,9 @@ def render_profile_page(document: Mapping[str, Any], title: str = "kname profile
     return render(title, summary, views, STYLE + source.STYLE + tree.STYLE)
 
 
-def site_row(site: Mapping[str, Any], total: int, href: str | None) -> str:
-    """One site's row of the ranking table, its name a link to its line (`href`)."""
+def site_row(site: Mapping[str, Any], total: int, href: str | None, spread_cells: str = "") -> str:
+    """One site's row of the ranking table, its name a link to its line (`href`), with its
+    cells across ranks (`spread_cells`, HTML) before its kernels."""
     launches = site["launches"]
     mean = format_duration(site["gpu_ns"] / launches) if launches else "-"
     kernels = "".join(
@@ -81,7 +99,7 @@ def site_row(site: Mapping[str, Any], total: int, href: str | None) -> str:
         f"{text(format_duration(site['gpu_ns']))}</td>"
         f'<td class="number">{percent(site["gpu_ns"], total)}</td>'
         f'<td class="number">{launches}</td><td class="number">{text(mean)}</td>'
-        f'<td><ul class="kernels">{kernels}</ul></td></tr>'
+        f'{spread_cells}<td><ul class="kernels">{kernels}</ul></td></tr>'
     )
 
 
@@ -120,15 +138,53 @@ def _chart(sites: list[Mapping[str, Any]]) -> str:
     return "\n".join(rows)
 
 
-def _table(sites: list[Mapping[str, Any]], total: int, files: SourceFiles) -> str:
+def _table(
+    sites: list[Mapping[str, Any]],
+    total: int,
+    files: SourceFiles,
+    spread: list[Spread] | None = None,
+) -> str:
+    """The ranking table; with `spread` (each site's, in the same order), its cells across
+    ranks."""
+    ranks = "<th>across ranks:<br>min / median / max</th><th>slowest</th>" if spread else ""
     rows = [
         '<table class="sites">',
         "<tr><th>call site</th><th>GPU time</th><th>share</th><th>launches</th><th>mean</th>"
-        "<th>kernels</th></tr>",
+        f"{ranks}<th>kernels</th></tr>",
     ]
-    rows += [site_row(site, total, files.site_link(site["name"])) for site in sites]
+    widest = max((s.high for s in spread), default=0) if spread else 0
+    rows += [
+        site_row(
+            site,
+            total,
+            files.site_link(site["name"]),
+            _spread_cells(spread[index], widest) if spread else "",
+        )
+        for index, site in enumerate(sites)
+    ]
     rows.append("</table>")
     return "\n".join(rows)
+
+
+def _spread_cells(spread: Spread, widest: int) -> str:
+    """A line's spread across ranks: the numbers, a range drawn to the page's one scale, and
+    the slowest rank."""
+    values = (spread.low, spread.median, spread.high)
+    x = [round(SPREAD_WIDTH * value / widest, 1) if widest else 0.0 for value in values]
+    low, median, high = (text(format_duration(value)) for value in values)
+    drawing = (
+        f'<svg class="spread" width="{SPREAD_WIDTH + 4}" height="12" role="img" '
+        f'aria-label="{low} to {high}, median {median}" '
+        f'data-min-ns="{spread.low}" data-median-ns="{round(spread.median)}" '
+        f'data-max-ns="{spread.high}">'
+        f'<line class="range" x1="{x[0] + 2}" y1="6" x2="{x[2] + 2}" y2="6"/>'
+        f'<line class="median" x1="{x[1] + 2}" y1="1" x2="{x[1] + 2}" y2="11"/></svg>'
+    )
+    numbers = " / ".join(f'<span class="value">{value}</span>' for value in (low, median, high))
+    return (
+        f'<td class="number spread">{numbers}<br>{drawing}</td>'
+        f'<td class="number">rank {spread.slowest}</td>'
+    )
 
 
 def _line_rows(

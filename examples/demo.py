@@ -1,10 +1,12 @@
 """kname demo: numba kernels launched from several places, each named after its call site.
 
-    KNAME=1 KNAME_SKIP=demo_launchers python examples/demo.py
+    KNAME=1 KNAME_SKIP=demo_launchers python examples/demo.py [--steps N]
 
-Runs on the GPU when there is one, else on numba's CUDA simulator (on the CPU).
+Runs on the GPU when there is one, else on numba's CUDA simulator (on the CPU). `--steps` (3 by
+default) is how many times `step` runs: the README's CI check compares two runs that differ in it.
 """
 
+import argparse
 import ctypes
 import os
 import sys
@@ -52,9 +54,12 @@ def step(x, y):
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description="numba kernels launched from several lines")
+    parser.add_argument("--steps", type=int, default=3, help="times step() runs (default 3)")
+    steps = max(1, parser.parse_args().steps)
     x = np.arange(64, dtype=np.float64)
     y = np.ones(64)
-    for _ in range(3):
+    for _ in range(steps):
         out = step(x, y)
     scale.forall(out.size)(out, 0.5)  # forall: named after this line, not numba's ForAll
     expected = ((2.0 * x + y) * 0.5 + y) * 3.0 * 0.5

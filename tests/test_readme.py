@@ -5,27 +5,24 @@ GPU-only recipes (ncu, nsys) are checked on the H200 by tests/test_gpu_*.py, not
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from support import REPO, Venv, kernels
+from support import REPO, Venv
+
+from kname.documents.build import profile_document
+from kname.profiling.join import replay
+from kname.profiling.records import load_streams
 
 pytestmark = pytest.mark.slow
 
 README = (REPO / "README.md").read_text()
 CI_RUN = (REPO / ".ci" / "run").read_text()
-
-APP = kernels.program("""\
-x = np.arange(8.0)
-out = np.zeros(8)
-for _ in range(3):
-    axpy[1, 8](out, 2.0, x)
-axpy[1, 8](out, 3.0, x)
-print("app ran")
-""")
 
 
 def indented_commands() -> list[str]:
@@ -93,20 +90,80 @@ def run_shell(command: str, venv: Venv, cwd: Path) -> subprocess.CompletedProces
     )
 
 
-def test_the_census_recipes_run_as_written(kname_venv: Venv, tmp_path: Path) -> None:
-    (tmp_path / "app.py").write_text(APP)
-    # The CI-check recipe compares against a census saved earlier.
-    saved = run_shell("kname run --report before.json -- python app.py", kname_venv, tmp_path)
-    assert saved.returncode == 0, saved.stderr
-    recipes = [c for c in indented_commands() if c.startswith(("kname ", "KNAME=1 KNAME_REPORT"))]
-    assert len(recipes) >= 5, recipes
-    outputs = {}
-    for command in recipes:
-        result = run_shell(command, kname_venv, tmp_path)
-        assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
-        outputs[command] = result.stdout + result.stderr
-    table = outputs["KNAME=1 KNAME_REPORT=- python app.py"]
-    assert "kname census: 4 launches from 2 call sites" in table
-    assert "<module> app.py:15" in table and "<module> app.py:16" in table
-    diff = next(out for command, out in outputs.items() if "--diff" in command)
-    assert "before.json (4 launches) -> after.json (4 launches): no change" in diff
+def section(title: str) -> str:
+    """The README's text from the heading `title` to the next heading of any level."""
+    start = README.index(f"{title}\n")
+    following = re.search(r"^#{2,3} ", README[start + len(title) :], flags=re.MULTILINE)
+    return README[start : start + len(title) + (following.start() if following else len(README))]
+
+
+def section_commands(title: str) -> list[str]:
+    return re.findall(r"^    (\S.*)$", section(title), flags=re.MULTILINE)
+
+
+CENSUS = "### Launch census, and a CI check on launch counts (run here)"
+
+
+def test_the_census_recipe_prints_the_table_shown(kname_venv: Venv, tmp_path: Path) -> None:
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
+    table_command, *_ = section_commands(CENSUS)
+    result = run_shell(table_command, kname_venv, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == marked_block("census-table")
+
+
+def test_the_ci_check_recipe_prints_the_diff_shown_and_fails(
+    kname_venv: Venv, tmp_path: Path
+) -> None:
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
+    _, *ci_check = section_commands(CENSUS)
+    assert len(ci_check) == 3 and "--fail-on-change" in ci_check[-1], ci_check
+    for command in ci_check[:-1]:
+        saved = run_shell(command, kname_venv, tmp_path)
+        assert saved.returncode == 0, f"{command}\n{saved.stderr}"
+    diff = run_shell(ci_check[-1], kname_venv, tmp_path)
+    assert diff.returncode == 1, diff.stderr
+    assert diff.stdout + diff.stderr == marked_block("census-diff")
+
+
+def test_the_profile_table_is_kname_report_of_the_recorded_h200_run(
+    kname_venv: Venv, tmp_path: Path
+) -> None:
+    """The table shown is `kname report` of the profile made from the H200 run's CUPTI records."""
+    document = profile_document(replay(load_streams(str(REPO / "tests/data/profile_h200.json"))))
+    (tmp_path / "profile.json").write_text(json.dumps(document))
+    command = "kname report profile.json --top 4"
+    assert command in section("### Where does my GPU time go? (run on the H200)")
+    shown = run_shell(command, kname_venv, tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout + shown.stderr == marked_block("profile-table")
+
+
+def test_the_ranks_recipe_prints_the_merged_census_shown(kname_venv: Venv, tmp_path: Path) -> None:
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
+    *tasks, report = section_commands("### Multi-GPU jobs: torchrun, mpirun, srun")
+    for command in tasks:
+        started = run_shell(command, kname_venv, tmp_path)
+        assert started.returncode == 0, f"{command}\n{started.stderr}"
+    assert sorted(p.name for p in tmp_path.glob("census*.json")) == [
+        f"census.rank{rank}.json" for rank in range(4)
+    ]
+    merged = run_shell(report, kname_venv, tmp_path)
+    assert merged.returncode == 0, merged.stderr
+    assert merged.stdout + merged.stderr == marked_block("ranks-census")
+
+
+def test_the_readme_is_at_most_20_kb() -> None:
+    assert len(README.encode()) <= 20 * 1024
+
+
+def test_every_sample_output_in_the_readme_is_checked_by_a_test() -> None:
+    """A fenced block that is not commands (`shell`) is output or code a test runs: marked."""
+    blocks = re.finditer(r"(?:<!-- readme-test: ([\w-]+) -->\n)?```(\w*)\n", README)
+    opening = [match for n, match in enumerate(blocks) if n % 2 == 0]  # every other fence opens
+    unmarked = [m.group(0) for m in opening if m.group(2) != "shell" and not m.group(1)]
+    assert unmarked == []
+    tests = "".join(p.read_text() for p in (REPO / "tests").glob("test_*.py"))
+    for match in opening:
+        if match.group(1):
+            assert match.group(1) in tests, f"no test reads the block {match.group(1)!r}"

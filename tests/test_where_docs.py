@@ -1,5 +1,5 @@
-"""The README's "In a notebook" and "In your test suite" sections tell the truth: their cells,
-test file and commands run as written (simulator kernels) and print the tables shown.
+"""docs/notebook.md and docs/pytest.md tell the truth: their cells, test file and commands run
+as written (simulator kernels) and print the tables shown.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from support import REPO, cleaned
 from test_ipython import environment, run_cells, shown_text
 from test_pytest_plugin import PLUGIN, UNUSED
 
-README = (REPO / "README.md").read_text()
-SOURCE = README
+SOURCE = "".join((REPO / "docs" / name).read_text() for name in ("notebook.md", "pytest.md"))
 SHOWN_PROJECT = "/home/me/project"  # the folder the docs show the commands run in
 
 

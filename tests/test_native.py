@@ -337,8 +337,17 @@ def test_a_wrapper_made_where_a_freed_one_was_remembers_nothing_of_it() -> None:
     for _ in range(3):
         launch_from_one_line(wrapper)  # cached
     address = id(wrapper)
-    del wrapper
-    again = make(off)
+    # No other thread (pytest-xdist's I/O thread) may take the GIL, nor the collector run, and
+    # allocate the freed memory between the free and the new wrapper.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(60.0)
+    gc.disable()
+    try:
+        del wrapper
+        again = make(off)
+    finally:
+        gc.enable()
+        sys.setswitchinterval(interval)
     assert id(again) == address  # the freed wrapper's memory, the first of its size to be taken
     counted = sum(counters.counts().values())
     launch_from_one_line(again)

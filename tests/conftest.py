@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from support import (
@@ -22,6 +23,7 @@ from support import (
     made_once,
     make_venv,
 )
+from support.cupti_stand_in import built_or_skip, stand_in_library
 from support.nvtx_capture import InjectionUnavailable, build_injection_library
 
 import kname
@@ -133,3 +135,19 @@ def kname_venv(run_root: Path, kname_wheel: Path) -> Venv:
         return made.root
 
     return Venv(made_once(run_root / "venv", make))
+
+
+@pytest.fixture(scope="module")
+def fake_libcupti(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The stand-in libcupti (tests/support/fake_cupti.c), built for each test module: each
+    module loads its own copy, with its own state. Skipped without the native callback or a C
+    compiler."""
+    return built_or_skip(tmp_path_factory.mktemp("fake_cupti"))
+
+
+@pytest.fixture
+def cupti(fake_libcupti: Path, monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
+    """The stand-in loaded (`library`, whose fake_* calls feed the recorder) and its `path`;
+    kname's one-time messages said afresh."""
+    monkeypatch.setattr(_warnings, "_said", set())
+    return SimpleNamespace(library=stand_in_library(fake_libcupti), path=str(fake_libcupti))

@@ -27,13 +27,11 @@ from support.cupti_stand_in import (
     KERNEL,
     RUNTIME,
     StandInBinding,
-    built_or_skip,
     memcpy_name,
     queue_record,
-    stand_in_library,
 )
 
-from kname import _warnings, hotpath
+from kname import hotpath
 from kname.profiling import launch_callbacks
 from kname.profiling.capture import MEMSET_NAME, LaunchCapture
 from kname.profiling.cupti_collector import CuptiCollector
@@ -56,17 +54,6 @@ COPY_KINDS = {"HTOD": 1, "DTOH": 2}  # CUpti_ActivityMemcpyKind
 BUFFER_BYTES = 1024  # a few records a buffer: many buffers
 
 
-@pytest.fixture(scope="module")
-def fake_libcupti(tmp_path_factory):
-    return built_or_skip(tmp_path_factory.mktemp("fake_cupti"))
-
-
-@pytest.fixture
-def cupti(fake_libcupti, monkeypatch):
-    monkeypatch.setattr(_warnings, "_said", set())
-    return stand_in_library(fake_libcupti)
-
-
 class Collecting(SimpleNamespace):
     """A recorder subscribed to the stand-in, its buffers taken, and what it handed over."""
 
@@ -82,7 +69,7 @@ def collecting(cupti, fake_libcupti):
     )  # fmt: skip
     assert recorder.subscribe(str(fake_libcupti))[0] == 0
     assert recorder.take_activity_buffers(BUFFER_BYTES, 1_000_000, None) == 0
-    yield Collecting(recorder=recorder, cupti=cupti)
+    yield Collecting(recorder=recorder, cupti=cupti.library)
     recorder.release_activity_buffers()
     recorder.unsubscribe()
 
@@ -291,6 +278,7 @@ class OrderedJoin(Join):
 def test_the_collector_hands_each_buffer_over_after_the_launches_and_flushes_at_stop(
     cupti, fake_libcupti, monkeypatch, capsys
 ):
+    cupti = cupti.library
     binding = StandInBinding()
     monkeypatch.setitem(sys.modules, "cupti", SimpleNamespace(cupti=binding))
     monkeypatch.setattr(launch_callbacks, "libcupti_path", lambda: str(fake_libcupti))
@@ -423,6 +411,7 @@ def totals(profile) -> tuple:
 def test_a_recorder_of_no_launch_api_holds_the_buffers_and_frees_them_unread(cupti, fake_libcupti):
     """The least a CUPTI-based profiler pays for its records (benchmarks/profile_cost.py's
     floor): a recorder with no launch API subscribed, its buffers released, read by nobody."""
+    cupti = cupti.library
     recorder = native.Recorder(
         apis=[], sites={}, kinds={}, site_of_frame=lambda frame: "s", site_key="k",
         no_frame="<no frame>", unnamed="<unnamed>", max_pending=10, max_open_calls=8,

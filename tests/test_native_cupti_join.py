@@ -30,15 +30,13 @@ from support.cupti_stand_in import (
     DRIVER,
     RUNTIME,
     StandInBinding,
-    built_or_skip,
     fire_graph_event,
     joining_recorder,
     memcpy_name,
     queue_record,
-    stand_in_library,
 )
 
-from kname import _warnings, hotpath
+from kname import hotpath
 from kname.profiling import launch_callbacks
 from kname.profiling.capture import LaunchCapture
 from kname.profiling.cupti_collector import CuptiCollector
@@ -61,17 +59,6 @@ from kname.profiling.session import ProfileSession
 native, _ = hotpath.choose(True).cupti()
 APIS = [("cuLaunchKernel", False), ("cudaGraphLaunch", True)]
 BUFFER_BYTES = 1 << 16
-
-
-@pytest.fixture(scope="module")
-def fake_libcupti(tmp_path_factory):
-    return built_or_skip(tmp_path_factory.mktemp("fake_cupti"))
-
-
-@pytest.fixture
-def cupti(fake_libcupti, monkeypatch):
-    monkeypatch.setattr(_warnings, "_said", set())
-    return SimpleNamespace(library=stand_in_library(fake_libcupti), path=str(fake_libcupti))
 
 
 def new_recorder(

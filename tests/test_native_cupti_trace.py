@@ -29,16 +29,14 @@ from support.cupti_stand_in import (
     CUDA_LAUNCH_KERNEL,
     DRIVER,
     StandInBinding,
-    built_or_skip,
     fire_graph_event,
     joining_recorder,
     memcpy_name,
     queue_record,
-    stand_in_library,
 )
 
 import kname
-from kname import _warnings, hotpath
+from kname import hotpath
 from kname.profiling import cupti_collector, launch_callbacks
 from kname.profiling.graphs import MAX_NODES, RECENT_NODES
 from kname.profiling.join import MAX_PENDING, RECENT_WINDOW
@@ -60,17 +58,6 @@ APIS = [("cudaLaunchKernel", False), ("cudaLaunchKernel", True), ("cuLaunchKerne
         ("cudaGraphLaunch", True)]  # fmt: skip
 API_INDEX = {pair: index for index, pair in enumerate(APIS)}
 META = {"pid": 4242, "program": "python app.py --steps 3"}
-
-
-@pytest.fixture(scope="module")
-def fake_libcupti(tmp_path_factory):
-    return built_or_skip(tmp_path_factory.mktemp("fake_cupti"))
-
-
-@pytest.fixture
-def cupti(fake_libcupti, monkeypatch):
-    monkeypatch.setattr(_warnings, "_said", set())
-    return SimpleNamespace(library=stand_in_library(fake_libcupti), path=str(fake_libcupti))
 
 
 @pytest.fixture(scope="module")

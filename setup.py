@@ -103,6 +103,7 @@ NATIVE_HEADERS = [
 CUPTI_SOURCES = [
     "kname/_native_cupti_module.c",
     "kname/_native_cupti_recorder.c",
+    "kname/_native_cupti_site_calls.c",
     "kname/_native_cupti_callback.c",
     "kname/_native_cupti_activity.c",
     "kname/_native_cupti_join.c",

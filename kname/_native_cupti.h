@@ -351,8 +351,16 @@ INTERNAL PyObject *gpu_object(Recorder *r, const GpuRecord *g, PyObject *make_ac
 INTERNAL PyObject *kernel_name(Recorder *r, uint32_t index);
 INTERNAL PyObject *copy_name(Recorder *r, PyObject *memcpy_name, uint32_t copy_kind);
 
-/* Recorder and SiteCall made ready, and Recorder added to `module`. 0, or -1 with an error. */
+/* Recorder made ready and added to `module`. 0, or -1 with an error. */
 INTERNAL int recorder_ready(PyObject *module);
+
+/* In _native_cupti_site_calls.c: a wrapped launch's push and pop in C (SiteCall). */
+
+/* site_calls(name, nvtx_push, nvtx_pop) -> (push, pop), the Recorder's method. */
+INTERNAL PyObject *recorder_site_calls(Recorder *r, PyObject *args);
+
+/* SiteCall made ready. 0, or -1 with an error. */
+INTERNAL int site_call_ready(void);
 
 /* ------------------------------------------------------------------ activity buffers */
 

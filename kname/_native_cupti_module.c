@@ -1,8 +1,8 @@
 /*
  * kname._native_cupti, the module: PyInit__native_cupti interns the strings the other files
  * share, tells them when the interpreter is finalized or the process forked, starts the dict
- * watcher of _native_common.c and adds the Recorder (_native_cupti_recorder.c). What the
- * extension does is told in _native_cupti.h.
+ * watcher of _native_common.c, readies SiteCall (_native_cupti_site_calls.c) and adds the
+ * Recorder (_native_cupti_recorder.c). What the extension does is told in _native_cupti.h.
  */
 #include "_native_cupti.h"
 
@@ -73,7 +73,7 @@ PyInit__native_cupti(void)
     PyObject *events = PyTuple_New(NODE_EVENT_COUNT);
     for (int i = 1; events != NULL && i <= NODE_EVENT_COUNT; i++)
         PyTuple_SET_ITEM(events, i - 1, Py_NewRef(graph_event_names[i]));
-    if (events == NULL || recorder_ready(m) < 0
+    if (events == NULL || site_call_ready() < 0 || recorder_ready(m) < 0
         || PyModule_AddIntConstant(m, "MAX_OPEN", MAX_OPEN) < 0
         || PyModule_AddObjectRef(m, "GRAPH_EVENTS", events) < 0) {
         Py_XDECREF(events);

@@ -17,8 +17,8 @@ import sys
 from collections.abc import Callable, Collection, Sequence
 from importlib.machinery import ModuleSpec
 
-# How alike (difflib's ratio) a name must be to an importable one to be offered as what was
-# meant: one letter off in a name of five or more letters (`physic` for `physics`: 0.92).
+# How alike a name must be to an importable one to be offered as what was meant: one letter off
+# in a name of five or more letters (`physic` for `physics`: 0.92), or two letters swapped.
 LIKENESS = 0.8
 
 
@@ -56,12 +56,35 @@ def nearest_name(name: str, children: Callable[[str], Collection[str]]) -> str |
     for part in name.split("."):
         known = children(found)
         if part not in known:
-            alike = difflib.get_close_matches(part, list(known), n=1, cutoff=LIKENESS)
-            if not alike:
+            score, alike = max(((likeness(part, k), k) for k in known), default=(0.0, ""))
+            if score < LIKENESS:
                 return None
-            part = alike[0]
+            part = alike
         found = f"{found}.{part}" if found else part
     return found
+
+
+def likeness(typed: str, known: str) -> float:
+    """How alike two names are, 0 to 1: the better of difflib's ratio (which sees two letters
+    swapped) and one less the edits between them over the longer length (which sees one letter
+    off where difflib's greedy blocks do not: `vavaa` for `vaaaa` is 0.6 to difflib)."""
+    longer = max(len(typed), len(known)) or 1
+    return max(
+        difflib.SequenceMatcher(None, typed, known).ratio(), 1 - _edits(typed, known) / longer
+    )
+
+
+def _edits(a: str, b: str) -> int:
+    """Levenshtein's distance: the letters to insert, delete or change to make `a` into `b`."""
+    previous = list(range(len(b) + 1))
+    for i, letter in enumerate(a, 1):
+        current = [i]
+        for j, other in enumerate(b, 1):
+            current.append(
+                min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (letter != other))
+            )
+        previous = current
+    return previous[-1]
 
 
 def _find_part(name: str, parent: ModuleSpec | None, first: Sequence[str]) -> ModuleSpec | None:

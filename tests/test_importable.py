@@ -72,6 +72,20 @@ def test_a_chain_of_modules_is_found_from_one_letter_off_in_each_part(chain, dat
     assert importable.nearest_name(".".join(misspelled), lookup(tree)) == ".".join(chain)
 
 
+def test_one_letter_off_in_a_name_of_one_repeated_letter_is_found() -> None:
+    """difflib's greedy blocks put `vavaa` at 0.6 of `vaaaa` (hypothesis found it)."""
+    tree = {"aaaaa": {"vaaaa": {}}}
+    assert importable.nearest_name("aaaaa.vavaa", lookup(tree)) == "aaaaa.vaaaa"
+
+
+@given(st.from_regex(r"\A[a-z]{1,12}\Z"), st.from_regex(r"\A[a-z]{1,12}\Z"))
+def test_likeness_is_one_for_the_same_name_and_symmetric_in_its_edits(a, b) -> None:
+    assert importable.likeness(a, a) == 1.0
+    assert 0.0 <= importable.likeness(a, b) <= 1.0
+    assert importable._edits(a, b) == importable._edits(b, a)
+    assert (importable._edits(a, b) == 0) == (a == b)
+
+
 @pytest.fixture
 def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """`loud`, a package whose import raises: finding must never run it."""

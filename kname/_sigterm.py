@@ -65,16 +65,22 @@ def shielded_at_exit(work: Callable[[], None]) -> Callable[[], None]:
     done_in: list[int] = []  # the pid of the process that ran it (a forked child has its own)
 
     def once() -> None:
-        while os.getpid() not in done_in:
+        # Each way out is inside the try: CPython raises a pending Ctrl-C at a loop's backward
+        # jump, and a Ctrl-C just after the shield is down would be raised there, outside it.
+        while True:
             try:
                 with _shielded():
                     if os.getpid() not in done_in:
                         done_in.append(os.getpid())
                         work()
+                return
             except KeyboardInterrupt:
-                continue  # a Ctrl-C from just before the shield was up: the work is still owed
+                continue  # before the shield was up, the work is still owed; after, it is done
 
-    atexit.register(once)
+    try:  # a Ctrl-C pending as it begins is dropped in C, not raised at its first line
+        atexit.register(importlib.import_module("kname._sigterm_guard").call_at_exit, once)
+    except ImportError:  # not built: such a Ctrl-C is a traceback from its first line
+        atexit.register(once)
     return once
 
 

@@ -34,6 +34,7 @@
 #include <semaphore.h>
 #include <sched.h>
 #include <signal.h>
+#include <string.h>
 #include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
@@ -272,7 +273,42 @@ installed(PyObject *module, PyObject *unused)
     return PyBool_FromLong(guard_in_place());
 }
 
+/* call_at_exit(fn): fn(), for atexit, with no Ctrl-C raised as its first line runs.
+ *
+ * CPython raises a pending signal's exception at the first line of Python that runs next, which
+ * would be fn's, before fn can hold its signals: a traceback from kname's exit code, fn's work
+ * undone. So SIGINT is ignored (for the whole process: it may land on any thread) until fn has
+ * begun, and a Ctrl-C that came before is handled here, in C. The process is ending: such a
+ * Ctrl-C is dropped, as kname._sigterm drops one that comes while its writers run; any other
+ * handler's exception stands. fn (kname._sigterm's shielded work) puts a handler of its own on
+ * SIGINT as it begins; what SIGINT had before is put back when fn returns. */
+static PyObject *
+call_at_exit(PyObject *module, PyObject *fn)
+{
+    (void)module;
+    struct sigaction ignore, before;
+    memset(&ignore, 0, sizeof ignore);
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    int ignoring = sigaction(SIGINT, &ignore, &before) == 0;
+    PyObject *result = NULL;
+    if (PyErr_CheckSignals() < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+            goto done;
+        }
+        PyErr_Clear();
+    }
+    result = PyObject_CallNoArgs(fn);
+done:
+    if (ignoring) {
+        sigaction(SIGINT, &before, NULL);
+    }
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"call_at_exit", call_at_exit, METH_O,
+     "call_at_exit(fn): fn(), after the signals that came before it, a Ctrl-C's dropped."},
     {"install", install, METH_O,
      "install(grace): guard the SIGTERM handler CPython has in place; False where there is none "
      "(OSError where the watchdog thread cannot start)."},

@@ -289,3 +289,35 @@ def test_the_c_file_compiles_without_warnings(tmp_path: Path) -> None:
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+
+
+# A Ctrl-C that came just before an exit callback of kname's: blocked while the program ends,
+# then let through by libc (no Python call, which would take it first) by the callback that
+# atexit runs before kname's, so it is pending as kname's begins.
+CTRL_C_BEFORE_KNAME_EXIT = """
+import atexit, ctypes, os, signal, sys
+if sys.argv[1] == "unguarded":
+    sys.modules["kname._sigterm_guard"] = None
+from kname import _sigterm
+
+_sigterm.shielded_at_exit(lambda: print("kname's exit work ran"))
+libc = ctypes.CDLL(None)
+interrupt = ctypes.create_string_buffer(128)  # a sigset_t
+libc.sigemptyset(interrupt)
+libc.sigaddset(interrupt, signal.SIGINT)
+atexit.register(libc.pthread_sigmask, signal.SIG_UNBLOCK, interrupt, None)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+os.kill(os.getpid(), signal.SIGINT)
+"""
+
+
+@NEEDS_GUARD
+def test_a_ctrl_c_pending_as_an_exit_callback_begins_is_dropped_and_its_work_done() -> None:
+    done = run(CTRL_C_BEFORE_KNAME_EXIT.replace("sys.argv[1]", "'guarded'"))
+    assert (done.returncode, done.stdout, done.stderr) == (0, "kname's exit work ran\n", "")
+
+
+def test_without_the_guard_that_ctrl_c_is_a_traceback_from_the_callbacks_first_line() -> None:
+    done = run(CTRL_C_BEFORE_KNAME_EXIT.replace("sys.argv[1]", "'unguarded'"))
+    assert done.stdout == "" and "KeyboardInterrupt" in done.stderr
+    assert "_sigterm.py" in done.stderr

@@ -351,7 +351,9 @@ def _ranks(text: str) -> str:
 
 
 def _call_sites(text: str) -> str:
-    if not (text.isascii() and text.isdigit() and len(text) <= 9 and int(text) >= 1):
+    from kname.config import parse_count
+
+    if parse_count(text) is None:
         raise argparse.ArgumentTypeError(f"expected a whole number of 1 or more, not {text!r}")
     return text
 

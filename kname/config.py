@@ -332,7 +332,7 @@ def _read_profile_settings(
     }
     for attribute, (variable, what, default) in counts.items():
         if given[variable]:
-            settings[attribute] = _read_count(given[variable])
+            settings[attribute] = parse_count(given[variable])
             if settings[attribute] is None:
                 settings[attribute] = default
                 problems.append(
@@ -363,7 +363,7 @@ def _read_output(variable: str, value: str | None, problems: list[str]) -> str |
     return text
 
 
-def _read_count(text: str) -> int | None:
+def parse_count(text: str) -> int | None:
     """A whole number of 1 or more written in at most 9 digits ('20'), else None."""
     # The length check first: int() refuses strings of over 4300 digits.
     if text.isascii() and text.isdigit() and len(text) <= 9 and int(text) >= 1:

@@ -337,18 +337,26 @@ def test_a_wrapper_made_where_a_freed_one_was_remembers_nothing_of_it() -> None:
     for _ in range(3):
         launch_from_one_line(wrapper)  # cached
     address = id(wrapper)
-    # No other thread (pytest-xdist's I/O thread) may take the GIL, nor the collector run, and
-    # allocate the freed memory between the free and the new wrapper.
+    # The allocator hands the freed block out again once the free blocks of its size ahead of it
+    # are taken: make wrappers, keeping each, until one lands there. The list is made first, so
+    # that its growth takes no block; no other thread (pytest-xdist's I/O thread) may take the
+    # GIL, nor the collector run, and allocate the freed block meanwhile.
+    kept: list = [None] * 200_000
     interval = sys.getswitchinterval()
     sys.setswitchinterval(60.0)
     gc.disable()
     try:
         del wrapper
-        again = make(off)
+        for index in range(len(kept)):
+            again = make(off)
+            if id(again) == address:
+                break
+            kept[index] = again
     finally:
         gc.enable()
         sys.setswitchinterval(interval)
-    assert id(again) == address  # the freed wrapper's memory, the first of its size to be taken
+    assert id(again) == address, f"no wrapper made at the freed one's address in {len(kept)}"
+    del kept
     counted = sum(counters.counts().values())
     launch_from_one_line(again)
     assert sum(counters.counts().values()) == counted  # switched off: not counted

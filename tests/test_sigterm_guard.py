@@ -23,13 +23,12 @@ from pathlib import Path
 import pytest
 from support import REPO
 
-from kname import _sigterm
-
 COMPILER = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="kname._sigterm_guard is built on Linux only"
 )
 HANG = 30  # seconds: far past the grace; a process alive then would have hung
+GRACE = 0.3  # the programs' grace, in place of kname's 2 s: the tests that wait past it wait less
 try:  # the guard's behaviour needs it built; test_native's build tests fail where it should be
     import kname._sigterm_guard as GUARD
 except ImportError as exc:
@@ -57,8 +56,10 @@ import ctypes, os, sys
 library, guard, where = sys.argv[1:]
 if guard == "no-guard":  # as where the extension is not built
     sys.modules["kname._sigterm_guard"] = None
+from kname import _sigterm
 from kname._sigterm import write_on_sigterm
 
+_sigterm.GRACE_SECONDS = float(os.environ["GRACE"])
 write_on_sigterm(lambda: print("written", flush=True))
 if where == "forked-child":
     child = os.fork()
@@ -105,7 +106,7 @@ def blocking_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def started(*args: str) -> Iterator[subprocess.Popen]:
     """The program running; killed at the end if it still runs (a test that failed by a hang
     must not hang the suite)."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=str(REPO), GRACE=str(GRACE))
     with subprocess.Popen(
         [sys.executable, "-c", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True,
@@ -145,7 +146,7 @@ def test_without_the_guard_that_sigterm_is_lost_and_the_process_hangs(
         assert program.stdout.readline() == "ready\n"
         program.send_signal(signal.SIGTERM)
         with pytest.raises(subprocess.TimeoutExpired):
-            program.wait(timeout=2 * _sigterm.GRACE_SECONDS + 1)
+            program.wait(timeout=2 * GRACE + 1)
 
 
 @NEEDS_GUARD
@@ -179,13 +180,15 @@ PyObject *trip_then_call(PyObject *callable, PyObject *argument)
 """
 
 TRIP_THEN_SLEEP = """
-import ctypes, sys, time
+import ctypes, os, sys, time
 
 library, guard = sys.argv[1:]
 if guard == "no-guard":  # as where the extension is not built
     sys.modules["kname._sigterm_guard"] = None
+from kname import _sigterm
 from kname._sigterm import write_on_sigterm
 
+_sigterm.GRACE_SECONDS = float(os.environ["GRACE"])
 write_on_sigterm(lambda: print("written", flush=True))
 trip_then_call = ctypes.PyDLL(library).trip_then_call
 trip_then_call.restype = ctypes.py_object
@@ -220,7 +223,7 @@ def test_without_the_guard_a_sigterm_taken_just_before_a_sleep_waits_for_the_sle
     with started(TRIP_THEN_SLEEP, str(tripping_library), "no-guard") as program:
         assert program.stdout.readline() == "ready\n"
         with pytest.raises(subprocess.TimeoutExpired):
-            program.wait(timeout=2 * _sigterm.GRACE_SECONDS + 1)
+            program.wait(timeout=2 * GRACE + 1)
 
 
 SLOW_WRITER = """

@@ -496,11 +496,13 @@ def test_a_signal_at_any_moment_of_the_exit_write_leaves_the_census_whole(
 
 
 @pytest.mark.slow
+@pytest.mark.after
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
 def test_a_signal_sent_from_outside_during_a_large_census_write_leaves_it_whole(
     kname_venv: Venv, signal_app: Path, name: str
 ) -> None:
-    """A census of many call sites (megabytes), signalled from outside at delays into its write."""
+    """A census of many call sites (megabytes), signalled from outside at delays into its write:
+    the write is the same code on both hot paths (the test above runs on each)."""
     import signal
 
     sites = 15_000

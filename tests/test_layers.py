@@ -7,6 +7,7 @@ a function body counts too.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,7 @@ def kname_imports(path: Path) -> set[str]:
     return found
 
 
+@functools.cache  # parsed once for all the tests below
 def graph() -> dict[str, set[str]]:
     return {module_name(p): kname_imports(p) for p in sorted(PACKAGE.rglob("*.py"))}
 

@@ -3,8 +3,9 @@ kname's wheel, and a venv with it installed (built once per run, shared by pytes
 
 A test whose outcome depends on the per-launch wrapper (the hot path) is marked `launches`: it
 runs on each hot path `--hot-path` names (`python`, `native` or `both`, the default); the other
-tests run once, on the default one (the C one where it is built), as does a test marked `after`,
-which launches in a module marked `launches` but tests what follows the launches.
+tests run once, on the default one (the C one where it is built), as does a test marked
+`any_hot_path`: it launches, but what it checks (the files written after, the settings read
+before) is the same code on either path.
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    definition = metafunc.definition
-    if definition.get_closest_marker("launches") and not definition.get_closest_marker("after"):
+    marked = metafunc.definition.get_closest_marker
+    if marked("launches") and not marked("any_hot_path"):
         chosen = metafunc.config.getoption("hot_path")
         paths = list(HOT_PATHS) if chosen == "both" else [chosen]
         metafunc.parametrize("hot_path", paths, indirect=True)

@@ -496,7 +496,7 @@ def test_a_signal_at_any_moment_of_the_exit_write_leaves_the_census_whole(
 
 
 @pytest.mark.slow
-@pytest.mark.after
+@pytest.mark.any_hot_path
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
 def test_a_signal_sent_from_outside_during_a_large_census_write_leaves_it_whole(
     kname_venv: Venv, signal_app: Path, name: str

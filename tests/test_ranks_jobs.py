@@ -6,8 +6,9 @@ variables the real one gives them (kname.ranks.LAUNCHERS says where those are do
 nothing else of it. torchrun's is a Python program named torchrun, as the real one's console
 script is: kname starts in it too, and must know it for the launcher it is. mpirun's and srun's
 are shell scripts, as the real ones are no Python. A script may also start the ranks itself,
-with multiprocessing. `kname report` then merges the rank files. Each test runs on both hot
-paths (KNAME_NATIVE reaches every process).
+with multiprocessing. `kname report` then merges the rank files. Which rank a process is and
+where its files go is the same code on either hot path: the tests run on the default one (the
+census tests count launches on both).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from support import Venv, cleaned, kernels, line_of
 
 from kname.documents.owner import OWNER_RANK_VARIABLE, OWNER_VARIABLE
 
-pytestmark = [pytest.mark.slow, pytest.mark.launches]
+pytestmark = [pytest.mark.slow, pytest.mark.launches, pytest.mark.any_hot_path]
 
 APP = kernels.program("""\
 import os

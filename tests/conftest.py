@@ -41,6 +41,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )  # fmt: skip
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: a worker more than the CPUs this process may run on. Many tests wait on a
+    subprocess; the extra worker keeps the CPUs busy meanwhile (2 CPUs: 3:51 in place of 3:58)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (cpus or 1) + 1
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Build kname's C extensions into the checkout (tests import kname from it), as
     `pip install` builds them into a wheel. pytest-xdist's workers start after the controller

@@ -18,6 +18,7 @@ from kname.documents.owner import (
     claim,
     owner_pid,
     write_output,
+    write_outputs,
 )
 from kname.rank_paths import PathTemplateError
 
@@ -81,6 +82,43 @@ def test_a_file_another_process_wrote_meanwhile_is_kept_and_this_one_goes_beside
         f"kname: another process wrote {tmp_path / 'c.json'} while this one ran; this process's "
         f"launch census (KNAME_REPORT) is in {written} instead\n"
     )
+
+
+def test_a_profile_and_its_page_stay_together_when_another_process_took_one(
+    tmp_path, owner, capsys
+) -> None:
+    """Two processes ending together, each writing its profile and then its page: had each
+    file been decided alone, one process could take the profile and the other the page. Here
+    another process took only the profile: this one's page goes beside it too."""
+    profile, page = claim(str(tmp_path / "p.json")), claim(str(tmp_path / "p.html"))
+    (tmp_path / "p.json").write_text("another process's")
+    written = write_outputs(
+        [(profile, lambda: "this profile", "profile"), (page, lambda: "this page", "page")]
+    )
+    assert written == [str(tmp_path / f"p.pid{owner}.json"), str(tmp_path / f"p.pid{owner}.html")]
+    assert sorted(os.listdir(tmp_path)) == ["p.json", f"p.pid{owner}.html", f"p.pid{owner}.json"]
+    assert capsys.readouterr().err == (
+        f"kname: another process wrote {tmp_path / 'p.json'} while this one ran; this process's "
+        f"profile is in {written[0]} instead\n"
+        f"kname: this process's page is in {written[1]}, beside its other files, not "
+        f"{tmp_path / 'p.html'}\n"
+    )
+
+
+def test_an_output_that_cannot_be_made_is_told_and_the_others_are_written(tmp_path, owner):
+    profile, page = claim(str(tmp_path / "p.json")), claim(str(tmp_path / "p.html"))
+    failures = []
+
+    def broken() -> str:
+        raise ValueError("no page")
+
+    written = write_outputs(
+        [(profile, lambda: "this profile", "profile"), (page, broken, "page")],
+        failed=lambda output, error: failures.append((output.path, str(error))),
+    )
+    assert written == [str(tmp_path / "p.json"), None]
+    assert failures == [(str(tmp_path / "p.html"), "no page")]
+    assert os.listdir(tmp_path) == ["p.json"]
 
 
 def test_a_process_beneath_the_owner_writes_beside_it_without_a_word(tmp_path, monkeypatch, capsys):

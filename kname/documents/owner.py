@@ -10,7 +10,9 @@ merge them. A process of another rank (a worker its launcher started) owns its o
 
 Processes started apart (not beneath one another) that name one path each own it: the first
 to finish writes it, and each later one finds that the file changed while it ran and writes its
-own beside it, in one line. A file left by an earlier run is replaced: it did not change.
+own beside it, in one line. A process's files (a profile, its trace, its page) are decided
+together: all in place or all beside. A file left by an earlier run is replaced: it did not
+change.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import contextlib
 import errno
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from kname._warnings import warn_once
@@ -42,6 +44,9 @@ class Output:
     path: str  # absolute: where the owner writes it
     owner: int  # the pid of the process that owns the outputs
     found: Identity | None  # the file at `path` when it was claimed (None: none)
+
+
+Write = tuple[Output, Callable[[], str], str]  # an output, its text (made when written), its name
 
 
 def owner_pid(rank: Rank | None = None) -> int:
@@ -75,31 +80,66 @@ def _rank_mark(rank: Rank) -> str:
 
 def write_output(output: Output, text: str, what: str, launched: bool = True) -> str | None:
     """Write `text` as `output` and return the path written; `what` names it in a message
-    ("launch census (KNAME_REPORT)").
+    ("launch census (KNAME_REPORT)"). write_outputs() for one output; its errors are raised."""
 
-    A process beneath the owner (a forked child too) writes its own file beside the owner's.
-    The owner replaces the file at its path if that is still what it found, or what it wrote
-    itself; if another process wrote it meanwhile, it writes beside it and says so in one line.
-    A process that `launched` nothing writes nothing beside another's file (None): it has
-    nothing to add (multiprocessing's resource tracker, started with a rank's variables, is
-    no rank). Errors are OSErrors, for the caller to say.
+    def raise_it(output: Output, error: Exception) -> None:
+        raise error
+
+    (written,) = write_outputs([(output, lambda: text, what)], launched, raise_it)
+    return written
+
+
+def write_outputs(
+    writes: Sequence[Write],
+    launched: bool = True,
+    failed: Callable[[Output, Exception], None] | None = None,
+) -> list[str | None]:
+    """Write this process's outputs together and return the path each went to (None: not
+    written). `failed(output, error)` is told of an output that could not be written (an
+    OSError, or what making its text raised); the others are written still.
+
+    A process beneath the owner (a forked child too) writes its own files beside the owner's.
+    The owner replaces the files at its paths if each is still what it found, or what it wrote
+    itself; if another process wrote any of them meanwhile, all go beside (a profile and its
+    page stay together), with one line each. A process that `launched` nothing writes nothing
+    beside another's file: it has nothing to add (multiprocessing's resource tracker, started
+    with a rank's variables, is no rank).
     """
-    if os.getpid() != output.owner:
-        return _write(beside(output.path), text) if launched else None
-    with _directory_locked(output.path) as locked:
-        current = identity(output.path)
-        unchanged = current is None or current in (output.found, written_here(output.path))
-        if locked and unchanged:
-            return _write(output.path, text)
+    if not writes:
+        return []
+    outputs = [output for output, _, _ in writes]
+    taken: list[Output] = []
+    if os.getpid() == outputs[0].owner:
+        with _directories_locked([output.path for output in outputs]) as locked:
+            taken = [output for output in outputs if not locked or _changed(output)]
+            if not taken:
+                return [_write(output.path, text, failed, output) for output, text, _ in writes]
     if not launched:
-        return None
-    path = _write(beside(output.path), text)
-    warn_once(
-        f"moved:{output.path}",
-        f"another process wrote {output.path} while this one ran; this process's {what} is in "
-        f"{path} instead",
-    )
-    return path
+        return [None] * len(writes)
+    written = []
+    for output, text, what in writes:
+        path = _write(beside(output.path), text, failed, output)
+        written.append(path)
+        if path is not None and taken:
+            _say_moved(output, path, what, output in taken)
+    return written
+
+
+def _changed(output: Output) -> bool:
+    """Whether another process wrote `output`'s path since this one claimed it."""
+    current = identity(output.path)
+    return current is not None and current not in (output.found, written_here(output.path))
+
+
+def _say_moved(output: Output, path: str, what: str, taken: bool) -> None:
+    if taken:
+        message = (
+            f"another process wrote {output.path} while this one ran; this process's {what} is "
+            f"in {path} instead"
+        )
+    else:
+        message = f"this process's {what} is in {path}, beside its other files, not {output.path}"
+    warn_once(f"moved:{output.path}", message)
 
 
 def beside(path: str) -> str:
@@ -108,30 +148,43 @@ def beside(path: str) -> str:
     return f"{stem}.pid{os.getpid()}{suffix or '.json'}"
 
 
-def _write(path: str, text: str) -> str:
-    write_atomically(path, text)
+def _write(
+    path: str,
+    text: Callable[[], str],
+    failed: Callable[[Output, Exception], None] | None,
+    output: Output,
+) -> str | None:
+    try:
+        write_atomically(path, text())
+    except Exception as error:
+        if failed is None:
+            raise
+        failed(output, error)
+        return None
     return path
 
 
 @contextlib.contextmanager
-def _directory_locked(path: str) -> Iterator[bool]:
-    """Hold an exclusive lock on the directory of `path` (symlinks followed) while this process
-    decides whether the file is its own and writes it, so that two processes ending together
-    cannot both take it. Yields True when held, or when locking is not possible here (then the
-    check alone decides); False when another process held it for LOCK_WAIT_SECONDS: then this
-    one writes beside it, which loses nothing.
+def _directories_locked(paths: Sequence[str]) -> Iterator[bool]:
+    """Hold an exclusive lock on the directories of `paths` (symlinks followed) while this
+    process decides whether the files are its own and writes them, so that two processes ending
+    together cannot both take one, nor each take some. Yields True when held, or when locking
+    is not possible here (then the check alone decides); False when another process held one
+    for LOCK_WAIT_SECONDS: then this one writes beside them, which loses nothing.
     """
-    try:
-        descriptor = os.open(os.path.dirname(os.path.realpath(path)), os.O_RDONLY)
-    except OSError:  # no such directory, or not readable: the write itself says what is wrong
-        descriptor = None
-    if descriptor is None:
+    # Always in the same order: two processes never wait on each other's directory.
+    directories = sorted({os.path.dirname(os.path.realpath(path)) for path in paths})
+    with contextlib.ExitStack() as held:
+        for directory in directories:
+            try:
+                descriptor = os.open(directory, os.O_RDONLY)
+            except OSError:  # no such directory, or not readable: the write says what is wrong
+                continue
+            held.callback(os.close, descriptor)  # which releases the lock
+            if not _lock(descriptor):
+                yield False
+                return
         yield True
-        return
-    try:
-        yield _lock(descriptor)
-    finally:
-        os.close(descriptor)  # which releases the lock
 
 
 def _lock(descriptor: int) -> bool:

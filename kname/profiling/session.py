@@ -35,7 +35,7 @@ from kname._sigterm import at_exit
 from kname._warnings import warn_once
 from kname.documents.build import profile_document
 from kname.documents.files import write_atomically
-from kname.documents.owner import Output, claim, write_output
+from kname.documents.owner import Output, claim, write_outputs
 from kname.documents.pages.profile import render_profile_page
 from kname.documents.schema import render_json
 from kname.documents.sources import with_sources
@@ -327,19 +327,25 @@ class ProfileSession:
         """The outputs of `kinds` that write_at_exit() set up, each replaced whole; a failure
         is one line per output."""
         texts = {"json": self._json_text, "trace": self._trace_text, "html": self._page_text}
-        launched = self._launched()  # if not, no file beside another process's
-        for kind, output in self._exit_outputs.items():
-            if kind not in kinds:
-                continue
-            try:
-                write_output(output, texts[kind](), _EXIT_OUTPUTS[kind][1], launched=launched)
-            except Exception as exc:
-                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-                warn_once(
-                    f"profile:{kind}",
-                    f"profile: the {kind} output {output.path!r} could not be written "
-                    f"({type(exc).__name__}: {reason})",
-                )
+        kind_of = {id(output): kind for kind, output in self._exit_outputs.items()}
+
+        def failed(output: Output, exc: Exception) -> None:
+            kind = kind_of[id(output)]
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            warn_once(
+                f"profile:{kind}",
+                f"profile: the {kind} output {output.path!r} could not be written "
+                f"({type(exc).__name__}: {reason})",
+            )
+
+        writes = [
+            (output, texts[kind], _EXIT_OUTPUTS[kind][1])
+            for kind, output in self._exit_outputs.items()
+            if kind in kinds
+        ]
+        # Together: a profile, its trace and its page go to one place (documents/owner.py).
+        # If nothing was launched, no file beside another process's.
+        write_outputs(writes, launched=self._launched(), failed=failed)
 
 
 def _run_facts(meta: dict[str, Any]) -> dict[str, Any]:

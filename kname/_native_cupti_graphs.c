@@ -295,16 +295,17 @@ keep(GraphNodes *g, uint64_t id, const void *site, const NodeEvent *e)
     n->site = site;
 }
 
-/* _update: from the next replay on, the node runs as `original` does, with its site. */
+/* _update: from the next replay on, the executable graph's node (`original`) runs as the
+ * update's graph's `node` does, with its site. */
 static void
 update(GraphNodes *g, const NodeEvent *e)
 {
-    const void *site = site_now(g, e->original);
-    GraphNode *n = find(g, e->node);
+    const void *site = site_now(g, e->node);
+    GraphNode *n = find(g, e->original);
     if ((n == NULL || (n->site == NULL && n->updates == 0)) && site == NULL)
         return; /* neither made where kname saw it: the replay line's, before and after */
     if (n == NULL || n->updates == 0) {
-        n = keep_live(g, e->node, e); /* its site so far stays, for the replays before */
+        n = keep_live(g, e->original, e); /* its site so far stays, for the replays before */
         if (n == NULL)
             return;
     }

@@ -404,7 +404,7 @@ def graph_programs(draw, max_steps: int = 24) -> GraphProgram:
 
     def update(graph_exec: int, graph: int) -> None:
         for copy_, (original, site, _) in zip(execs[graph_exec], graphs[graph], strict=False):
-            program.node(GraphNodeRecord(NODE_UPDATED, copy_[0], 0, graph_exec, original, "", last))
+            program.node(GraphNodeRecord(NODE_UPDATED, original, 0, graph_exec, copy_[0], "", last))
             copy_[1] = site  # for the replays launched from now on
 
     def replay(graph_exec: int) -> None:

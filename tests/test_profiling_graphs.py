@@ -132,7 +132,7 @@ def test_an_update_names_the_replays_launched_after_it_only():
     nodes.add(made(1, "old model.py:1"))
     nodes.add(made(2, "new model.py:2"))
     nodes.add(GraphNodeRecord(NODE_CLONED, 3, 1, 5, 1, "", 10))
-    nodes.add(GraphNodeRecord(NODE_UPDATED, 3, 0, 5, 2, "", 20))  # after launch call 20
+    nodes.add(GraphNodeRecord(NODE_UPDATED, 2, 0, 5, 3, "", 20))  # 3 takes 2's, after call 20
     assert nodes.site_of(3, 20) == "old model.py:1"  # launched before the update
     assert nodes.site_of(3, 21) == "new model.py:2"
 

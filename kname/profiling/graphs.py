@@ -128,14 +128,15 @@ class GraphNodes:
         self._sites[node] = site
 
     def _update(self, record: GraphNodeRecord) -> None:
-        """From the next replay on, the node runs as `original` does: with its site."""
-        site = self._sites_of(record.original)
-        current = self._sites.get(record.node)
+        """From the next replay on, the executable graph's node (`original`) runs as the
+        update's graph's `node` does: with its site."""
+        site = self._sites_of(record.node)
+        current = self._sites.get(record.original)
         if current is None and site is None:
             return  # neither made where kname saw it: the replay line's, before and after
         if not isinstance(current, Updated):
             current = Updated(current)
-            self._keep(record.node, current, record)
+            self._keep(record.original, current, record)
         current.changes.append((record.correlation_id, site))
 
     def _destroy(self, node: int) -> None:

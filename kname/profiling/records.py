@@ -63,7 +63,10 @@ class ActivityRecord:
 # What happened to a graph node (CUPTI's resource callbacks), in GraphNodeRecord.event.
 NODE_CREATED = "created"  # GRAPHNODE_CREATED: `site` made `node` in `graph`
 NODE_CLONED = "cloned"  # GRAPHNODE_CLONED: `node` is a copy of `original` (instantiation, clones)
-NODE_UPDATED = "updated"  # GRAPH_NODE_UPDATED: `node` (of an executable graph) took `original`'s
+# GRAPH_NODE_UPDATED (cudaGraphExecUpdate): `original`, a node of executable graph `graph_exec`,
+# takes the parameters of `node`, of the graph given to the update (as CUPTI 13.0 gave them on
+# the H200: tests/data/graphs_h200.json).
+NODE_UPDATED = "updated"
 NODE_DESTROYED = "destroyed"  # GRAPHNODE_DESTROY_STARTING
 GRAPH_DESTROYED = "graph_destroyed"  # GRAPH_DESTROY_STARTING: every node of `graph`
 EXEC_DESTROYED = "exec_destroyed"  # GRAPHEXEC_DESTROY_STARTING: every node of `graph_exec`
@@ -80,7 +83,7 @@ class GraphNodeRecord:
     node: int = 0  # cuptiGetGraphNodeId
     graph: int = 0  # cuptiGetGraphId of the graph the node is in (or the graph destroyed)
     graph_exec: int = 0  # cuptiGetGraphExecId of the executable graph it is in, 0 if none
-    original: int = 0  # cloned or updated: the node it copies
+    original: int = 0  # cloned: the node it copies; updated: the executable graph's node
     site: str = ""  # created: the line that made it (the launch call captured, or the caller)
     correlation_id: int = 0  # the last launch API call entered before it (orders it among them)
 

@@ -104,12 +104,22 @@ def section_commands(title: str) -> list[str]:
 CENSUS = "### Launch census, and a CI check on launch counts (run here)"
 
 
-def test_the_census_recipe_prints_the_table_shown(kname_venv: Venv, tmp_path: Path) -> None:
+def test_the_census_recipe_prints_the_table_of_the_multi_gpu_example_for_one_rank(
+    kname_venv: Venv, tmp_path: Path
+) -> None:
+    """The README says so in place of showing it: the census table has the merged one's columns
+    (before the ranks') and the same call sites, kernels and libraries."""
     shutil.copytree(REPO / "examples", tmp_path / "examples")
     table_command, *_ = section_commands(CENSUS)
     result = run_shell(table_command, kname_venv, tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stderr == marked_block("census-table")
+    title, header, *rows = result.stderr.splitlines()
+    _, merged_header, *merged_rows = marked_block("ranks-census").splitlines()
+    assert title.startswith("kname census: ")
+    assert merged_header.startswith(header.rstrip())
+    assert {tuple(row.split()[:4]) for row in rows} == {
+        tuple(row.split()[:4]) for row in merged_rows
+    }
 
 
 def test_the_ci_check_recipe_prints_the_diff_shown_and_fails(
@@ -132,11 +142,24 @@ def test_the_profile_table_is_kname_report_of_the_recorded_h200_run(
     """The table shown is `kname report` of the profile made from the H200 run's CUPTI records."""
     document = profile_document(replay(load_streams(str(REPO / "tests/data/profile_h200.json"))))
     (tmp_path / "profile.json").write_text(json.dumps(document))
-    command = "kname report profile.json --top 4"
+    command = "kname report profile.json --top 3"
     assert command in section("### Where does my GPU time go? (run on the H200)")
     shown = run_shell(command, kname_venv, tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout + shown.stderr == marked_block("profile-table")
+
+
+def test_the_torch_table_is_kname_report_of_the_profile_written_on_the_h200(
+    kname_venv: Venv, tmp_path: Path
+) -> None:
+    """The table shown is `kname report` of what `kname profile --json` wrote for
+    tests/gpu/torch_demo.py on the H200 (tests/test_gpu_torch.py runs it there)."""
+    shutil.copy(REPO / "tests/data/torch_h200.json", tmp_path / "torch.json")
+    command = "kname report torch.json --top 4"
+    assert command in section("### PyTorch (run on the H200)")
+    shown = run_shell(command, kname_venv, tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout + shown.stderr == marked_block("torch-table")
 
 
 def test_the_ranks_recipe_prints_the_merged_census_shown(kname_venv: Venv, tmp_path: Path) -> None:

@@ -105,24 +105,37 @@ def write_outputs(
     beside another's file: it has nothing to add (multiprocessing's resource tracker, started
     with a rank's variables, is no rank).
     """
-    if not writes:
-        return []
+    written: list[str | None] = [None] * len(writes)
+    # The texts are made first: the directories stay locked only while deciding and writing.
+    texts = [_text(output, text, failed) for output, text, _ in writes]
     outputs = [output for output, _, _ in writes]
     taken: list[Output] = []
-    if os.getpid() == outputs[0].owner:
+    if outputs and os.getpid() == outputs[0].owner:
         with _directories_locked([output.path for output in outputs]) as locked:
             taken = [output for output in outputs if not locked or _changed(output)]
             if not taken:
-                return [_write(output.path, text, failed, output) for output, text, _ in writes]
+                for at, output in enumerate(outputs):
+                    written[at] = _write(output.path, texts[at], failed, output)
+                return written
     if not launched:
-        return [None] * len(writes)
-    written = []
-    for output, text, what in writes:
-        path = _write(beside(output.path), text, failed, output)
-        written.append(path)
+        return written
+    for at, (output, _, what) in enumerate(writes):
+        written[at] = path = _write(beside(output.path), texts[at], failed, output)
         if path is not None and taken:
             _say_moved(output, path, what, output in taken)
     return written
+
+
+def _text(
+    output: Output, text: Callable[[], str], failed: Callable[[Output, Exception], None] | None
+) -> str | None:
+    try:
+        return text()
+    except Exception as error:
+        if failed is None:
+            raise
+        failed(output, error)
+        return None
 
 
 def _changed(output: Output) -> bool:
@@ -150,12 +163,15 @@ def beside(path: str) -> str:
 
 def _write(
     path: str,
-    text: Callable[[], str],
+    text: str | None,
     failed: Callable[[Output, Exception], None] | None,
     output: Output,
 ) -> str | None:
+    """Write `text` at `path` (None: its text could not be made, nothing to write)."""
+    if text is None:
+        return None
     try:
-        write_atomically(path, text())
+        write_atomically(path, text)
     except Exception as error:
         if failed is None:
             raise

@@ -122,6 +122,10 @@ def test_a_recorded_graph_program_replays_each_kernel_to_its_capture_line(path):
     events = [e for e in json.loads(trace_json(recorded))["traceEvents"] if e["ph"] == "X"]
     for marker, name in meta["captures"].items():
         mine = [e for e in events if e["name"].startswith(f"{name} / ")]
-        assert mine and all(
-            e["args"].get("replayed_at") in meta["replayed_at"][marker] for e in mine
+        # A line that also runs eagerly (torch.compile's first calls) has kernels of no graph.
+        replayed = [e for e in mine if e["args"].get("graph_id")]
+        assert replayed and all(
+            e["args"].get("replayed_at") in meta["replayed_at"][marker] for e in replayed
         ), marker
+        eager = marker.split("-")[0] in meta.get("eager", ())
+        assert eager or len(replayed) == len(mine), marker

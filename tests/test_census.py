@@ -314,10 +314,31 @@ if __name__ == "__main__":
 )
 
 
+ENDINGS = ["terminate", "close", "process"]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
-@pytest.mark.parametrize("ending", ["terminate", "close", "process"])
-def test_every_multiprocessing_child_writes_its_census(
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_every_forked_multiprocessing_child_writes_its_census(
+    kname_venv: Venv, tmp_path: Path, ending: str
+) -> None:
+    """A forked child starts with its parent's launch counters and caches, in C or in Python."""
+    check_children_write_their_censuses(kname_venv, tmp_path, "fork", ending)
+
+
+@pytest.mark.slow
+@pytest.mark.any_hot_path
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_every_spawned_multiprocessing_child_writes_its_census(
+    kname_venv: Venv, tmp_path: Path, method: str, ending: str
+) -> None:
+    """A new interpreter: its hot path is chosen anew, as in any process (the census tests
+    above count on each); what is checked is that each ending still writes the census."""
+    check_children_write_their_censuses(kname_venv, tmp_path, method, ending)
+
+
+def check_children_write_their_censuses(
     kname_venv: Venv, tmp_path: Path, method: str, ending: str
 ) -> None:
     (tmp_path / "pool_app.py").write_text(POOL_APP)

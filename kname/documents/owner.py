@@ -81,11 +81,7 @@ def _rank_mark(rank: Rank) -> str:
 def write_output(output: Output, text: str, what: str, launched: bool = True) -> str | None:
     """Write `text` as `output` and return the path written; `what` names it in a message
     ("launch census (KNAME_REPORT)"). write_outputs() for one output; its errors are raised."""
-
-    def raise_it(output: Output, error: Exception) -> None:
-        raise error
-
-    (written,) = write_outputs([(output, lambda: text, what)], launched, raise_it)
+    (written,) = write_outputs([(output, lambda: text, what)], launched)
     return written
 
 

@@ -12,6 +12,7 @@ from typing import NoReturn
 from kname import doctor
 from kname._version import __version__
 from kname.documents import report as report_command
+from kname.documents.text import stdout_to_devnull
 
 EXAMPLES = """\
 examples:
@@ -79,9 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return options.handler(options, parser)
     except BrokenPipeError:
-        # `kname report big.json | head`: the reader left; say nothing more, as other tools do.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        # `kname doctor | head`: the reader left before the command ended; say nothing more,
+        # and exit 1 as Python advises, never a success the command did not reach. (`kname
+        # report` prints last and keeps its own exit code: documents/report.py.)
+        stdout_to_devnull()
+        return 1
 
 
 def _parser() -> argparse.ArgumentParser:

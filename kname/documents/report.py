@@ -60,7 +60,7 @@ from kname.documents.schema import (
 )
 from kname.documents.spread import ranks_of, stragglers
 from kname.documents.tables import render_by_rank, render_table
-from kname.documents.text import count_of, format_duration, printable
+from kname.documents.text import count_of, format_duration, printable, stdout_to_devnull
 
 NEEDS_DIFF = ("ignore_lines", "fail_on_slower", "fail_on_change")
 PROFILE_ONLY = ("fail_on_slower", "min_time", "top", "straggler", "fail_on_straggler")
@@ -102,11 +102,7 @@ def print_quietly(text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
     except BrokenPipeError:
-        # Python's advice (the signal module's note on SIGPIPE): stdout onto devnull, so that
-        # the flush at exit fails no more.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+        stdout_to_devnull()
 
 
 def _report(options: argparse.Namespace, printed: Printed) -> int:

@@ -22,6 +22,8 @@ from support import REPO
 
 from kname.cli import main
 from kname.documents.build import profile_document
+from kname.documents.merge import merge_documents
+from kname.documents.pytest_report import render_pytest_report
 from kname.documents.report import parse_duration, parse_threshold
 from kname.documents.schema import render_json
 from kname.profiling.join import KernelTotals, Profile, SiteTotals
@@ -671,7 +673,12 @@ def replaced(document, path, value):
     return copy
 
 
-CRAFTED_FROM = [marked_profile(0), marked_census(), json.loads(render_json(OLD))]
+CRAFTED_FROM = [
+    marked_profile(0),
+    marked_census(),
+    json.loads(render_json(merge_documents([marked_profile(0), marked_profile(1)]))),
+    json.loads(render_pytest_report({"t.py::t": {"outcome": "passed", **marked_census()}})),
+]
 
 
 @st.composite

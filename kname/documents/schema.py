@@ -172,6 +172,8 @@ def validate(document: Any, source: str, schemas: tuple[int, ...] = SCHEMAS) -> 
             validate_sources(document[SOURCES], source)
         except ValueError as exc:
             raise DocumentError(str(exc)) from None
+        if not all(map(is_text, document[SOURCES])):
+            raise DocumentError(f"{source}: {SOURCES}: a file's path must be {TEXT_RULE}")
     return document
 
 

@@ -54,6 +54,9 @@ def test_a_document_survives_its_json_form(document):
         ({**GOOD, "sites": [{**GOOD["sites"][0], "launches": True}]}, "sites[0].launches"),
         ({**GOOD, "sites": [{**GOOD["sites"][0], "share": 1.5}]}, "sites[0].share"),
         ({**GOOD, "total_launches": "2"}, "'total_launches' must be a whole number"),
+        ({**GOOD, "total_launches": 2**63}, "'total_launches' must be a whole number from 0 to"),
+        ({**GOOD, "total_launches": 0}, "total_launches (0) is not the sum of the sites'"),
+        ({**GOOD, "kname": "v" * 65_537}, "'kname' (the version that wrote it) must be a str"),
     ],
 )
 def test_validate_names_the_file_and_the_fault_on_one_line(document, fault) -> None:

@@ -162,7 +162,7 @@ def validate(document: Any, source: str, schemas: tuple[int, ...] = SCHEMAS) -> 
     if profile:
         _validate_profile_totals(document, source)
     else:
-        _validate_count(document, "total_launches", source)
+        _validate_census_total(document, source)
     if RANKS in document:
         _validate_ranks(document, source)
     elif any(BY_RANK in site for site in sites):
@@ -479,6 +479,16 @@ def _validate_profile_totals(document: dict[str, Any], source: str) -> None:
             f"{source}: totals ({document['total_launches']} launches, "
             f"{document['total_gpu_ns']} ns) are not the sums of the sites "
             f"({launches} launches, {gpu_ns} ns)"
+        )
+
+
+def _validate_census_total(document: dict[str, Any], source: str) -> None:
+    _validate_count(document, "total_launches", source)
+    launches = sum(site["launches"] for site in document["sites"])
+    if launches != document["total_launches"]:
+        raise DocumentError(
+            f"{source}: total_launches ({document['total_launches']}) is not the sum of the "
+            f"sites' launches ({launches})"
         )
 
 

@@ -24,16 +24,15 @@ def load(path: str, kinds: tuple[int | str, ...] = SCHEMAS) -> dict[str, Any]:
     (a hostile file too) is a one-line DocumentError naming `path`. The one way kname reads a
     saved file: `kname report`, the pytest plugin and the tests all come here."""
     value = read_json(path)
+    schemas = tuple(kind for kind in kinds if isinstance(kind, int))
     if PYTEST_REPORT in kinds:
         # Here, not at the top: the census written at exit imports this module to write, and
         # needs none of the report's (merge, build).
         from kname.documents.pytest_report import is_pytest_report, validate_pytest_report
 
-        schemas = tuple(kind for kind in kinds if isinstance(kind, int))
         if is_pytest_report(value) or not schemas:
             return validate_pytest_report(value, path)
-        return validate(value, path, schemas)
-    return validate(value, path, tuple(kind for kind in kinds if isinstance(kind, int)))
+    return validate(value, path, schemas)
 
 
 def read_json(path: str) -> Any:

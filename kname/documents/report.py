@@ -18,8 +18,9 @@
 
 Files of one kind are read, each once, and summed, each rank's numbers kept (merge.py: one
 file at a time, in several processes for many files); a shell pattern that matched no file
-(passed on as it was) is left out, with a line saying so. Every error is one line on stderr and
-exit 2.
+(passed on as it was) is left out, with a line saying so. Every error, a bad file's included, is
+one line on stderr and exit 2. The page asked for is written before anything is printed, so a
+reader that leaves early (`| head`) changes neither the files written nor the exit code.
 """
 
 from __future__ import annotations

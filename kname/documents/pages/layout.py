@@ -16,6 +16,7 @@ is; no page module writes markup with an f-string (a test reads them all to hold
 
 from __future__ import annotations
 
+import functools
 import string
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -75,23 +76,26 @@ class Html(str):
 EMPTY = Html("")
 
 
-class _Escaping(string.Formatter):
-    """str.format with each field's value escaped (`text`), unless it is Html."""
-
-    def format_field(self, value: object, format_spec: str) -> str:
-        if isinstance(value, Html):
-            return str(value)
-        return text(format(value, format_spec))
-
-
-_ESCAPING = _Escaping()
-
-
 def html(template: str, /, **values: object) -> Html:
-    """`template`, markup written in this package (never data), with each `{field}` filled by
-    its value in `values` escaped (`text`), unless that value is Html: how a page writes any
-    value."""
-    return Html(_ESCAPING.vformat(template, (), values))
+    """`template`, markup written in this package (never data), with each `{name}` (or
+    `{name:spec}`) filled by its value in `values` escaped (`text`), unless that value is Html:
+    how a page writes any value."""
+    parts = []
+    for literal, name, spec in _fields(template):
+        parts.append(literal)
+        if name is not None:
+            value = values[name]
+            parts.append(value if isinstance(value, Html) else text(format(value, spec)))
+    return Html("".join(parts))
+
+
+@functools.cache
+def _fields(template: str) -> tuple[tuple[str, str | None, str], ...]:
+    """`template` parsed once (a page fills one template thousands of times): its (literal
+    text, field name or None, format spec) parts."""
+    return tuple(
+        (literal, name, spec or "") for literal, name, spec, _ in string.Formatter().parse(template)
+    )
 
 
 def joined(parts: Iterable[object], separator: str = "") -> Html:

@@ -12,6 +12,7 @@ from typing import NoReturn
 from kname import doctor
 from kname._version import __version__
 from kname.documents import report as report_command
+from kname.documents.text import stdout_to_devnull
 
 EXAMPLES = """\
 examples:
@@ -79,9 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return options.handler(options, parser)
     except BrokenPipeError:
-        # `kname report big.json | head`: the reader left; say nothing more, as other tools do.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        # `kname doctor | head`: the reader left before the command ended; say nothing more,
+        # and exit 1 as Python advises, never a success the command did not reach. (`kname
+        # report` prints last and keeps its own exit code: documents/report.py.)
+        stdout_to_devnull()
+        return 1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -119,7 +122,7 @@ def _parser() -> argparse.ArgumentParser:
     doctor_command.set_defaults(
         handler=lambda options, parser: doctor.main(profile_check=options.profile_check)
     )
-    report_command.add_command(commands)
+    _add_report_command(commands)
     return parser
 
 
@@ -371,6 +374,111 @@ def _profile(options: argparse.Namespace, parser: argparse.ArgumentParser) -> in
             os.environ[variable] = value
     options.mode, options.report = "profile", options.json
     return _run(options, parser)
+
+
+REPORT_EXAMPLES = """\
+examples:
+  kname run --report census.json -- python app.py    save a census (or KNAME_REPORT=census.json)
+  kname report census.json                           print it as a table
+  kname report before.json --diff after.json         launches per call site: added, removed,
+                                                     changed (with the difference)
+  kname report before.json --diff after.json --fail-on-change
+                                                     ... and exit 1 if anything changed (CI)
+  kname report before.json --diff after.json --fail-on-change --ignore-lines
+                                                     ... per function, file and kernel: code
+                                                     that only moved is no change
+  kname report census.json census.pid*.json          a program and its children, merged
+  kname report tests.json                            pytest --kname-report's file: one census
+                                                     of the whole suite (each test's summed)
+
+GPU profiles (kname profile --json FILE.json, schema 2), and several files at once:
+  kname report profile.json --top 10                 the ten call sites with most GPU time
+  kname report rank0.json rank1.json                 one table: the files' sites summed (one
+                                                     file per rank or process, of one kind)
+  kname report before.json --diff after.json         GPU time and launches per call site
+  kname report before.json --diff after.json --fail-on-slower 10%
+                                                     ... and exit 1 if a call site's (or the
+                                                     total) GPU time grew by more than 10% and
+                                                     by at least --min-time (default 50us)
+
+A job's ranks (kname profile --json profile.json -- torchrun ...: profile.rank0.json, ...):
+  kname report profile.rank*.json                    one table: per site, its GPU time on the
+                                                     least, median and most loaded rank, and
+                                                     the slowest rank
+  kname report profile.rank*.json --by-rank          each site's row on each rank
+  kname report profile.rank*.json --straggler 20% --fail-on-straggler
+                                                     mark (!) each site whose slowest rank
+                                                     takes over 20% (and --min-time) more than
+                                                     the median; exit 1 if there is one (CI)
+
+Web pages (one self-contained file: the ranking, each file's source with every line's numbers
+beside it, the call tree when names carry callers):
+  kname report profile.json --html profile.html      a profile (or census) as a page
+  kname report before.json --diff after.json --html diff.html
+                                                     the diff: lines slower, faster, new, gone
+
+Errors (a missing file, bad JSON, not a census of schema 1 or 2) are one line on stderr and exit 2.
+"""
+
+
+def _add_report_command(commands: argparse._SubParsersAction) -> None:
+    """`kname report` and its options; documents/report.py does the work."""
+    report = commands.add_parser(
+        "report",
+        help="print a saved launch census or GPU profile, merge several, or compare two",
+        description="Print a launch census saved as JSON (KNAME_REPORT=FILE.json or "
+        "kname run --report FILE.json) or a GPU profile (kname profile --json FILE.json), "
+        "or compare it with another.",
+        epilog=REPORT_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    report.add_argument(
+        "files", nargs="*", metavar="FILE.json",
+        help="a saved census or profile; several files of one kind (one per rank or process) "
+        "are summed",
+    )  # fmt: skip
+    report.add_argument(
+        "--diff", metavar="OTHER.json", help="compare FILE.json (before) with OTHER.json (after)"
+    )
+    report.add_argument(
+        "--fail-on-change", action="store_true",
+        help="with --diff: exit 1 if any call site's launch count changed",
+    )  # fmt: skip
+    report.add_argument(
+        "--ignore-lines", action="store_true",
+        help="with --diff of launch censuses: compare per function, file and kernel, ignoring "
+        "line numbers (the number after each ':' in a name), so code that only moved is no change",
+    )  # fmt: skip
+    report.add_argument(
+        "--fail-on-slower", metavar="PCT",
+        help="with --diff of profiles: exit 1 if a call site's GPU time (or the total) grew by "
+        "more than PCT percent, e.g. 10%%, and by at least --min-time",
+    )  # fmt: skip
+    report.add_argument(
+        "--min-time", metavar="TIME",
+        help="with --diff of profiles: smaller growth is never slower (default 50us)",
+    )  # fmt: skip
+    report.add_argument("--top", metavar="N", type=int, help="call sites in a profile's table")
+    report.add_argument(
+        "--by-rank", action="store_true",
+        help="files of several ranks: each call site's row on each rank",
+    )  # fmt: skip
+    report.add_argument(
+        "--straggler", metavar="PCT",
+        help="profiles of several ranks: mark (!) each call site whose slowest rank takes more "
+        "than PCT percent over the median rank, e.g. 20%%, and at least --min-time",
+    )  # fmt: skip
+    report.add_argument(
+        "--fail-on-straggler", action="store_true",
+        help=f"with --straggler (default {report_command.DEFAULT_STRAGGLER}%): exit 1 if a "
+        "call site has one",
+    )  # fmt: skip
+    report.add_argument(
+        "--html", metavar="PATH",
+        help="also write the document (or with --diff, the comparison) as a self-contained "
+        "web page",
+    )  # fmt: skip
+    report.set_defaults(handler=lambda options, parser: report_command.run(options))
 
 
 def _usage_error(message: str) -> int:

@@ -24,9 +24,9 @@ import pytest
 import kname
 from kname import stretch
 from kname.documents.diff import compare, kinds_of, render_diff
-from kname.documents.files import write_atomically
-from kname.documents.pytest_report import load_pytest_report, render_pytest_report
-from kname.documents.schema import DocumentError
+from kname.documents.files import load, write_atomically
+from kname.documents.pytest_report import render_pytest_report
+from kname.documents.schema import PYTEST_REPORT, DocumentError
 from kname.documents.text import count_of
 
 _CENSUS = pytest.StashKey[dict]()
@@ -239,7 +239,7 @@ def load_report(path: str, option: str) -> dict[str, Any]:
             f"{option} {path}: no such file (write it first with --kname-update-baseline)"
         )
     try:
-        return load_pytest_report(path)
+        return load(path, (PYTEST_REPORT,))
     except DocumentError as exc:
         raise pytest.UsageError(f"{option} {exc}") from None
 

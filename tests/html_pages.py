@@ -241,3 +241,12 @@ def sourced_censuses(draw) -> tuple[dict, dict[str, list]]:
         for kernel in draw(st.lists(st.sampled_from(KERNELS), min_size=1, max_size=2, unique=True))
     }
     return draw(sourced(census_document(rows))), chains_of
+
+
+def assert_no_injected_markup(page: str) -> None:
+    """Every tag and attribute of `page` is one a page writes, and no text holds a `<`: markup
+    from the data came out escaped (no script, no element, no attribute of its own)."""
+    parsed = ParsedPage(page)
+    assert set(parsed.tags) <= TAGS, set(parsed.tags) - TAGS
+    assert {name for name, _ in parsed.attributes} <= ATTRIBUTES
+    assert "<" not in "".join(parsed.raw_text)

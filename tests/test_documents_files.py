@@ -3,15 +3,24 @@ writing one atomically (never half-written; a device, a FIFO or a link kept what
 
 from __future__ import annotations
 
+import ast
 import os
 from pathlib import Path
 
 import pytest
 from profile_streams import census_of, profile_of
+from support import REPO
 
 from kname.documents.build import profile_document
 from kname.documents.files import identity, load, write_atomically, written_here
-from kname.documents.schema import PROFILE_SCHEMA, DocumentError, render_json
+from kname.documents.schema import (
+    CENSUS_SCHEMA,
+    PROFILE_SCHEMA,
+    PYTEST_REPORT,
+    DocumentError,
+    render_json,
+)
+from kname.pytest_plugin import write_report
 
 
 def test_load_says_what_is_wrong_with_the_file(tmp_path: Path) -> None:
@@ -26,6 +35,40 @@ def test_load_says_what_is_wrong_with_the_file(tmp_path: Path) -> None:
     assert "bad.json: not valid JSON (Expecting" in messages["bad.json"]
     assert "line 1, column 14" in messages["bad.json"]
     assert "binary.json: cannot be read" in messages["binary.json"]
+
+
+def test_load_reads_each_kind_only_where_asked(tmp_path: Path) -> None:
+    """One reader for every saved file (kname report, the pytest plugin, the tests): censuses,
+    profiles, and the pytest plugin's report where asked."""
+    census = tmp_path / "census.json"
+    census.write_text(render_json(census_of({("step app.py:1", "axpy"): 2})))
+    report = tmp_path / "tests.json"
+    write_report(str(report), {"t.py::test": {"outcome": "passed", **census_of({})}})
+    assert load(str(census))["schema"] == CENSUS_SCHEMA
+    assert load(str(report), (CENSUS_SCHEMA, PYTEST_REPORT))["report"] == PYTEST_REPORT
+    assert load(str(report), (PYTEST_REPORT,))["tests"]["t.py::test"]["total_launches"] == 0
+    with pytest.raises(DocumentError, match=r"tests\.json: not a kname census"):
+        load(str(report))
+    with pytest.raises(DocumentError, match=r"census\.json: not a kname test report"):
+        load(str(census), (PYTEST_REPORT,))
+    with pytest.raises(DocumentError, match="census schema 1 is not supported"):
+        load(str(census), (PROFILE_SCHEMA, PYTEST_REPORT))
+
+
+def test_no_module_but_files_reads_a_saved_file() -> None:
+    """`kname report` had its own loader beside files.load (#37): read_json is files.load's."""
+    callers = [
+        f"{path.relative_to(REPO)}:{node.lineno}"
+        for path in (REPO / "kname").rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "read_json"
+    ]
+    assert callers == ["kname/documents/files.py:" + str(_line_of_read_json_in_load())]
+
+
+def _line_of_read_json_in_load() -> int:
+    source = (REPO / "kname" / "documents" / "files.py").read_text().splitlines()
+    return next(i for i, line in enumerate(source, 1) if "value = read_json(path)" in line)
 
 
 @pytest.mark.parametrize(

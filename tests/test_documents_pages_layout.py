@@ -3,13 +3,16 @@ of a share. The views, laid out by a browser, are test_documents_pages_browser.p
 
 from __future__ import annotations
 
+import ast
 from html import unescape
 
+from html_pages import ParsedPage
 from hypothesis import given
 from hypothesis import strategies as st
 from profile_streams import TERMINAL_HOSTILE
+from support import REPO
 
-from kname.documents.pages.layout import HEAT_FROM, code, heat, site_name, text
+from kname.documents.pages.layout import HEAT_FROM, Html, code, heat, html, joined, site_name, text
 from kname.documents.text import printable
 from kname.naming import CALLER_SEPARATOR
 
@@ -52,3 +55,46 @@ def test_heat_grows_with_share(shares):
 def test_each_heat_level_starts_at_its_share():
     assert [heat(share) for share in HEAT_FROM[1:]] == ["h2", "h3", "h4", "h5", "h6"]
     assert heat(1e-9) == "h1" and heat(1.0) == "h6"
+
+
+# --- escaping is the default -----------------------------------------------------------------
+
+values = st.one_of(hostile, st.integers(), st.floats(allow_nan=False), st.none())
+
+
+@given(values, values)
+def test_html_writes_every_value_escaped_as_text_does_and_markup_made_here_as_it_is(one, two):
+    made = html("<b>{one}</b>", one=one)
+    page = html('<td title="{one}">{made}{two}</td>', one=one, made=made, two=two)
+    assert page == f'<td title="{text(one)}"><b>{text(one)}</b>{text(two)}</td>'
+    parsed = ParsedPage(f"<table><tr>{page}</tr></table>")
+    assert parsed.tags == ["table", "tr", "td", "b"]
+    assert parsed.rows[0].titles == [printable(one)]
+    assert parsed.rows[0].text(0) == printable(one) + printable(two)
+
+
+@given(st.lists(st.one_of(hostile, hostile.map(lambda v: html("<i>{v}</i>", v=v)))))
+def test_joined_escapes_each_part_that_is_not_markup_made_here(parts):
+    assert joined(parts, "\n") == "\n".join(p if isinstance(p, Html) else text(p) for p in parts)
+
+
+def test_no_page_module_writes_markup_but_through_html():
+    """Escaping is the default: markup is written only in `html` templates (whose fields are
+    escaped unless they hold Html), never in an f-string, `%` or str.format, which would write
+    their values as they are. The outside trial's script got in through an f-string field."""
+    found = []
+    for path in sorted((REPO / "kname" / "documents" / "pages").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.JoinedStr):
+                template = "".join(
+                    part.value for part in node.values if isinstance(part, ast.Constant)
+                )
+            elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+                template = node.left.value if isinstance(node.left, ast.Constant) else ""
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "format":
+                template = getattr(node.func.value, "value", "")
+            else:
+                continue
+            if "<" in str(template) or '="' in str(template):
+                found.append(f"{path.name}:{node.lineno}")
+    assert found == []

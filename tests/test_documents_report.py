@@ -8,17 +8,22 @@ and test_documents_diff.py, and the installed `kname report` command in test_cli
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
 import sys
 
 import pytest
-from html_pages import ParsedPage
+from html_pages import ParsedPage, assert_no_injected_markup
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from support import REPO
 
 from kname.cli import main
 from kname.documents.build import profile_document
+from kname.documents.merge import merge_documents
+from kname.documents.pytest_report import render_pytest_report
 from kname.documents.report import parse_duration, parse_threshold
 from kname.documents.schema import render_json
 from kname.profiling.join import KernelTotals, Profile, SiteTotals
@@ -514,3 +519,255 @@ def test_html_of_a_jobs_rank_files_shows_each_ranks_source_and_the_spread(job, c
     assert (rows[12].cells[3][1], rows[40].cells[3][1]) == ("step()", "save()")
     step = {row.attributes["data-site"]: row for row in page.sites("ranking")}["step app.py:12"]
     assert [cell for _, cell in step.cells[5:7]] == ["800 us / 820 us / 1.60 ms", "rank 2"]
+
+
+# --- hostile files: one line, or a page with none of their markup ---------------------------
+
+MARKUP = '<script>alert(1)</script><img src=x onerror="alert(2)">\'"&'
+MARKED_FILE = '<img src=x onerror="alert(3)">&.json'  # a file name holds no slash
+
+
+def marked_profile(rank: int) -> dict:
+    """A valid profile of rank `rank` (of 2) with markup in every string a page or table could
+    show: names, kernels, library, graph replay lines, unattributed kernels, the version, the
+    rank's host, launcher and device, source paths and lines."""
+    path = "<b>app.py"
+    site = SiteTotals(
+        3, 3_000_000, 1, {MARKUP: KernelTotals(2, 2_000_000), "k": KernelTotals(1, 1_000_000)},
+        replays={f"{MARKUP} {path}:40": KernelTotals(1, 1000)},
+    )  # fmt: skip
+    unattributed = SiteTotals(2, 500, 0, {MARKUP: KernelTotals(2, 500)})
+    document = profile_document(Profile({f"{MARKUP} {path}:12": site}, unattributed))
+    document["sites"][0]["lib"] = MARKUP
+    record = meta(Rank(rank, None, 2, MARKUP), device=MARKUP, host=MARKUP, pid=1)
+    sources = {path: [{"first": 11, "lines": [MARKUP, f"\t{MARKUP}"]}]}
+    return document | {"kname": MARKUP, "ranks": [record], "sources": sources}
+
+
+def marked_census() -> dict:
+    return census(step_app_py__12=3) | {"kname": MARKUP} | {
+        "sites": [{"name": f"{MARKUP} <b>app.py:12", "kernel": MARKUP, "lib": MARKUP,
+                   "launches": 3, "share": 1.0, "order": 1}]
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["r0.json", "--html", "page.html"],
+        ["r0.json", "r1.json", "--html", "page.html"],
+        ["r0.json", "r1.json", "--by-rank", "--html", "page.html"],
+        ["r0.json", "r1.json", "--straggler", "0%", "--min-time", "0", "--html", "page.html"],
+        ["r0.json", "--diff", "r1.json", "--html", "page.html"],
+        ["c.json", "--html", "page.html"],
+        ["c.json", "--diff", "c.json", "--html", "page.html"],
+        [MARKED_FILE, "--html", "page.html"],
+        ["r0.json", "--diff", MARKED_FILE, "--html", "page.html"],
+    ],
+)
+def test_markup_in_every_string_of_a_file_reaches_no_page_unescaped(files, capsys, tmp_path, args):
+    files(r0=marked_profile(0), r1=marked_profile(1), c=marked_census())
+    (tmp_path / MARKED_FILE).write_text(render_json(marked_profile(1)))
+    code, _, err = run(capsys, *args)
+    assert code in (0, 1), err
+    assert_no_injected_markup((tmp_path / "page.html").read_text())
+
+
+def test_markup_where_a_number_goes_is_one_line_and_no_page(files, capsys, tmp_path):
+    """The outside trial's file: `unattributed.launches` was never checked, and the page wrote it
+    as it was."""
+    document = marked_profile(0)
+    document["unattributed"]["launches"] = MARKUP
+    files(x=document)
+    code, out, err = run(capsys, "x.json", "--html", "page.html")
+    assert (code, out) == (2, "") and err.count("\n") == 1, err
+    assert "x.json: unattributed: 'launches' must be a whole number from 0 to 2**63-1" in err
+    assert not (tmp_path / "page.html").exists()
+
+
+GOOD_PROFILE = profile(step_app_py__12=("axpy", 20, 2_000_000))
+
+
+def hostile(change) -> dict:
+    document = json.loads(json.dumps(GOOD_PROFILE))
+    change(document)
+    return document
+
+
+def _huge_time(d: dict) -> None:
+    d["sites"][0]["gpu_ns"] = d["sites"][0]["kernels"]["axpy"]["gpu_ns"] = 10**400
+    d["total_gpu_ns"] = 10**400
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        (hostile(_huge_time), "sites[0].gpu_ns must be a whole number from 0 to 2**63-1"),
+        (hostile(lambda d: d["unattributed"].pop("launches")), "'unattributed' must be an obj"),
+        (hostile(lambda d: d["sites"][0].update(launches="20")), "sites[0].launches must be a w"),
+        (hostile(lambda d: d.update(total_launches=2.5)), "'total_launches' must be a whole"),
+        (hostile(lambda d: d["sites"][0].update(name="x" * 70_000)), "at most 65,536 characters"),
+        (hostile(lambda d: d.update(kname=[1])), "'kname' (the version that wrote it) must be"),
+    ],
+)
+def test_hostile_numbers_and_fields_are_one_line_saying_the_bound(files, capsys, document, message):
+    files(bad=document, p=OLD)
+    for args in (["bad.json"], ["p.json", "--diff", "bad.json"], ["bad.json", "--html", "x.html"]):
+        code, out, err = run(capsys, *args)
+        assert (code, out) == (2, "") and err.count("\n") == 1, err
+        assert err.startswith("kname report: bad.json: ") and message in err, err
+
+
+@pytest.mark.parametrize("seconds", ["1000000000000000000000000000000s", "1" + "0" * 400 + "s"])
+def test_a_min_time_past_2_63_ns_is_one_line_saying_the_bound(files, capsys, seconds):
+    files(old=OLD, new=SLOWER)
+    code, out, err = run(capsys, "old.json", "--diff", "new.json", "--min-time", seconds)
+    assert (code, out) == (2, "") and err.count("\n") == 1, err
+    assert "expected a duration of at most 2**63-1 ns" in err
+
+
+@pytest.mark.parametrize("workers", ["one process", "the parallel merge"])
+def test_counts_that_add_up_past_2_63_are_one_line(files, capsys, tmp_path, workers):
+    """32 files of 2**62 launches each: a sum that overflows the 64 bits a count is kept in.
+    With no ranks each file counts as rank 0 (its slot's 64 bits overflow); with a rank each,
+    each slot holds but the site's total does not."""
+    share = 2**62 if workers == "one process" else 2**63 // 32 + 1
+    document = profile(step_app_py__12=("axpy", share, share))
+    paths = files(**{f"p{i:02}": document for i in range(32)})
+    code, out, err = run(capsys, *paths)
+    assert (code, out) == (2, "") and err.count("\n") == 1, err
+    assert "too large to add up (past 2**63-1" in err, err
+    ranked = {f"r{i:02}": {**document, "ranks": [meta(Rank(i, i, 32), pid=i)]} for i in range(32)}
+    code, out, err = run(capsys, *files(**ranked))
+    assert (code, out) == (2, "") and err.count("\n") == 1, err
+    assert "total_launches adds up to" in err and "past the 2**63-1" in err, err
+
+
+# Values a crafted file puts where a field was: markup, numbers past every bound, wrong types.
+hostile_values = st.one_of(
+    st.sampled_from([MARKUP, "", "x" * 70_000, None, True, [], {}, -1, 2**63, 10**400, 0.5]),
+    st.sampled_from(["nan", "inf"]).map(float),
+    st.integers(),
+    st.text(st.sampled_from("<>&\"' a"), max_size=8),
+)
+
+
+def field_paths(value, path=()):
+    """The path of every value inside a JSON value, itself included."""
+    yield path
+    if isinstance(value, (dict, list)):
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, inner in items:
+            yield from field_paths(inner, (*path, key))
+
+
+def replaced(document, path, value):
+    copy = json.loads(json.dumps(document))
+    if not path:
+        return value
+    *parents, last = path
+    inner = copy
+    for key in parents:
+        inner = inner[key]
+    inner[last] = value
+    return copy
+
+
+CRAFTED_FROM = [
+    marked_profile(0),
+    marked_census(),
+    json.loads(render_json(merge_documents([marked_profile(0), marked_profile(1)]))),
+    json.loads(render_pytest_report({"t.py::t": {"outcome": "passed", **marked_census()}})),
+]
+
+
+@st.composite
+def crafted_documents(draw):
+    """A valid document with one field (anywhere, a whole object too) replaced by a hostile
+    value, or a key renamed to markup."""
+    document = draw(st.sampled_from(CRAFTED_FROM))
+    path = draw(st.sampled_from(list(field_paths(document))))
+    if path and draw(st.booleans()) and isinstance(path[-1], str):  # a key renamed
+        parent = json.loads(json.dumps(document))
+        inner = parent
+        for key in path[:-1]:
+            inner = inner[key]
+        inner[MARKUP + path[-1]] = inner.pop(path[-1])
+        return parent
+    return replaced(document, path, draw(hostile_values))
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(document=crafted_documents())
+def test_a_crafted_file_is_one_line_and_exit_2_or_a_page_with_none_of_its_markup(
+    tmp_path, document
+):
+    path = tmp_path / "crafted.json"
+    page = tmp_path / "page.html"
+    page.unlink(missing_ok=True)
+    path.write_text(json.dumps(document))
+    done = subprocess_free_report(str(path), "--html", str(page))
+    code, out, err = done
+    if code == 2:
+        assert out == "" and err.count("\n") == 1 and err.startswith("kname report: "), err
+        assert not page.exists()
+    else:
+        assert code == 0, err
+        assert_no_injected_markup(page.read_text())
+
+
+def subprocess_free_report(*args: str) -> tuple[int, str, str]:
+    """`kname report ARGS` in this process, its stdout and stderr captured (no capsys: a
+    hypothesis test runs many examples in one test)."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["report", *args])
+    return code, out.getvalue(), err.getvalue()
+
+
+# --- a reader that leaves early ---------------------------------------------------------------
+
+
+def test_a_reader_that_leaves_early_changes_neither_the_exit_code_nor_the_files_written(tmp_path):
+    """`kname report a.json --diff b.json --fail-on-slower 10% --html p.html | head -1` exited
+    0 (the BrokenPipeError was taken for success) and never wrote the page: a CI gate that
+    passed. A real pipe, read one line and closed, under a diff too long for the pipe's buffer."""
+    sites = {f"step_app_py__{line}": ("axpy", 10, 1_000_000) for line in range(1, 3001)}
+    slower = {name: ("axpy", 10, 2_000_000) for name in sites}
+    (tmp_path / "a.json").write_text(render_json(profile(**sites)))
+    (tmp_path / "b.json").write_text(render_json(profile(**slower)))
+    args = ["a.json", "--diff", "b.json", "--fail-on-slower", "10%", "--html", "p.html"]
+    # Buffered, as from a shell: unbuffered (PYTHONUNBUFFERED), CPython takes a pipe's partial
+    # write for a whole one and drops the rest without an error.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env["PYTHONPATH"] = str(REPO)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kname", "report", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    first = process.stdout.readline()
+    process.stdout.close()  # as `head -1` does
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 1, err
+    assert first.startswith(b"kname profile diff: a.json")
+    assert err == (
+        "kname report: 3000 call sites and the total got slower by more than 10% and 50.0 us "
+        "(--fail-on-slower)\n"
+    )
+    assert len(ParsedPage((tmp_path / "p.html").read_text()).sites("changes")) == 3000
+
+
+def test_report_py_keeps_the_logic_and_cli_py_the_wiring() -> None:
+    """Every command's argparse wiring is in cli.py (#37); report.py adds no argument."""
+    tree = ast.parse((REPO / "kname" / "documents" / "report.py").read_text())
+    calls = {
+        node.func.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+    }
+    assert not calls & {"add_parser", "add_argument", "set_defaults"}

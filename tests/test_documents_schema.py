@@ -54,6 +54,9 @@ def test_a_document_survives_its_json_form(document):
         ({**GOOD, "sites": [{**GOOD["sites"][0], "launches": True}]}, "sites[0].launches"),
         ({**GOOD, "sites": [{**GOOD["sites"][0], "share": 1.5}]}, "sites[0].share"),
         ({**GOOD, "total_launches": "2"}, "'total_launches' must be a whole number"),
+        ({**GOOD, "total_launches": 2**63}, "'total_launches' must be a whole number from 0 to"),
+        ({**GOOD, "total_launches": 0}, "total_launches (0) is not the sum of the sites'"),
+        ({**GOOD, "kname": "v" * 65_537}, "'kname' (the version that wrote it) must be a str"),
     ],
 )
 def test_validate_names_the_file_and_the_fault_on_one_line(document, fault) -> None:
@@ -96,6 +99,21 @@ def test_validate_names_the_file_and_the_fault_on_one_line(document, fault) -> N
             ),
             "replayed_at and replayed_unseen add up to more than the site's launches",
         ),
+        # Bounds (#45): every count and time within 2**63-1, every text within 65,536 chars.
+        (lambda d: d["unattributed"].pop("launches"), "with 'launches', 'gpu_ns' and 'kernels'"),
+        (
+            lambda d: d["unattributed"].update(launches="<b>"),
+            r"unattributed: 'launches' must be a whole number from 0 to 2\*\*63-1",
+        ),
+        (lambda d: d["unattributed"].update(gpu_ns=5), "unattributed: launches and gpu_ns are"),
+        (
+            lambda d: d["sites"][0].update(gpu_ns=10**400),
+            r"gpu_ns must be a whole number from 0 to 2\*\*63-1 .*, not 1000000000.*\.\.\.$",
+        ),
+        (lambda d: d["sites"][0].update(order=2**63), r"sites\[0\].order must be a whole number"),
+        (lambda d: d["sites"][0].update(kernel="k" * 65_537), "at most 65,536 characters"),
+        (lambda d: d["sites"][0]["kernels"].update({"k" * 65_537: {}}), "a kernel's name must"),
+        (lambda d: d.update(kname=2), "'kname' .* must be a string of at most 65,536"),
     ],
 )
 def test_a_bad_document_is_one_line_naming_the_file_and_the_fault(tmp_path, change, message):

@@ -113,6 +113,11 @@ def test_a_document_s_source_survives_its_json_form(made):
         ({"a.py": [{"first": True, "lines": []}]}, "line number from 1"),
         ({"a.py": [{"first": 5, "lines": ["a"]}, {"first": 2, "lines": ["b"]}]}, "in order"),
         ({"a.py": [{"first": 1, "lines": ["a", "b"]}, {"first": 2, "lines": ["c"]}]}, "overlap"),
+        # Past the bounds a document is written within (#45).
+        ({"a.py": [{"first": 10**9, "lines": []}]}, "line number from 1 to 999,999,999"),
+        ({"a.py": [{"first": 1, "lines": ["x" * 401]}]}, "lines of at most 400 characters"),
+        ({"a.py": [{"first": 1, "lines": [""] * 20_001}]}, "at most 20,000 lines"),
+        ({"p" * 65_537: []}, "a file's path must be a string of at most 65,536 characters"),
     ],
 )
 def test_a_malformed_source_field_is_one_line_naming_the_file(value, message):

@@ -15,13 +15,24 @@ import stat
 import sys
 from typing import Any
 
-from kname.documents.schema import SCHEMAS, DocumentError, validate
+from kname.documents.schema import PYTEST_REPORT, SCHEMAS, DocumentError, validate
 
 
-def load(path: str, schemas: tuple[int, ...] = SCHEMAS) -> dict[str, Any]:
-    """Read and validate a saved document of one of `schemas`; every failure is a one-line
-    DocumentError."""
-    return validate(read_json(path), path, schemas)
+def load(path: str, kinds: tuple[int | str, ...] = SCHEMAS) -> dict[str, Any]:
+    """The saved document at `path`, validated whole: a census or profile of one of the schemas
+    in `kinds`, or the pytest plugin's report where `kinds` has PYTEST_REPORT. Every failure
+    (a hostile file too) is a one-line DocumentError naming `path`. The one way kname reads a
+    saved file: `kname report`, the pytest plugin and the tests all come here."""
+    value = read_json(path)
+    schemas = tuple(kind for kind in kinds if isinstance(kind, int))
+    if PYTEST_REPORT in kinds:
+        # Here, not at the top: the census written at exit imports this module to write, and
+        # needs none of the report's (merge, build).
+        from kname.documents.pytest_report import is_pytest_report, validate_pytest_report
+
+        if is_pytest_report(value) or not schemas:
+            return validate_pytest_report(value, path)
+    return validate(value, path, schemas)
 
 
 def read_json(path: str) -> Any:

@@ -47,6 +47,7 @@ from kname.documents.schema import (
 from kname.documents.sources import SOURCES, add_lines, bounded_sources, keep_lines
 
 _ZERO = bytes(8)  # one machine integer of 0, for array('q').frombytes
+TOO_LARGE = "a launch count or GPU time is too large to add up (past 2**63-1, what 64 bits hold)"
 
 
 class MixedKinds(DocumentError):
@@ -106,7 +107,7 @@ class Merge:
             else:
                 self._add_census(document, slots)
         except OverflowError:  # a hostile count: past what 64 bits hold
-            raise DocumentError("a launch count or GPU time is too large to add up") from None
+            raise DocumentError(TOO_LARGE) from None
         keep_lines(self._sources, document.get(SOURCES, {}))
         self.documents += 1
         self.processes += document.get("processes", 1)
@@ -308,7 +309,10 @@ def merge_files(
     merge = Merge()
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
         for partial in pool.map(_merged, shares, [load] * workers):
-            merge.absorb(partial)
+            try:
+                merge.absorb(partial)
+            except OverflowError:  # hostile counts: the shares' sums past what 64 bits hold
+                raise DocumentError(TOO_LARGE) from None
     return merge.result()
 
 

@@ -22,9 +22,17 @@ from typing import Any
 
 from kname._version import __version__
 from kname.documents.build import census_document
-from kname.documents.files import read_json
 from kname.documents.merge import merge_documents
-from kname.documents.schema import CENSUS_SCHEMA, DocumentError, validate
+from kname.documents.schema import (
+    CENSUS_SCHEMA,
+    COUNT_RULE,
+    PYTEST_REPORT,
+    TEXT_RULE,
+    DocumentError,
+    is_count,
+    is_text,
+    validate,
+)
 
 REPORT_SCHEMA = 1
 _JSON_TYPES = ((type(None), "null"), (bool, "a boolean"), (list, "a list"), (str, "a string"),
@@ -33,7 +41,7 @@ _JSON_TYPES = ((type(None), "null"), (bool, "a boolean"), (list, "a list"), (str
 
 def is_pytest_report(value: Any) -> bool:
     """Whether a JSON value read from a file says it is the pytest plugin's report."""
-    return isinstance(value, dict) and value.get("report") == "pytest"
+    return isinstance(value, dict) and value.get("report") == PYTEST_REPORT
 
 
 def render_pytest_report(tests: Mapping[str, Mapping[str, Any]]) -> str:
@@ -60,12 +68,6 @@ def render_pytest_report(tests: Mapping[str, Mapping[str, Any]]) -> str:
     )
 
 
-def load_pytest_report(path: str) -> dict[str, Any]:
-    """Read and validate a report file; every failure (hostile files too) is a one-line
-    DocumentError naming `path`."""
-    return validate_pytest_report(read_json(path), path)
-
-
 def validate_pytest_report(value: Any, source: str) -> dict[str, Any]:
     """`value` if it is a valid report, else a one-line DocumentError naming `source`."""
     if not is_pytest_report(value):
@@ -75,13 +77,21 @@ def validate_pytest_report(value: Any, source: str) -> dict[str, Any]:
             f"{source}: test report schema {value.get('schema')!r} is not supported "
             f"(kname {__version__} reads schema {REPORT_SCHEMA}, with a 'tests' object)"
         )
+    if "kname" in value and not is_text(value["kname"]):
+        raise DocumentError(f"{source}: 'kname' (the version that wrote it) must be {TEXT_RULE}")
     for nodeid, test in value["tests"].items():
+        if not is_text(nodeid):
+            raise DocumentError(f"{source}: a test's node id must be {TEXT_RULE}")
         if not isinstance(test, dict):
             raise DocumentError(
                 f"{source}: test {nodeid!r} must be an object with 'sites' and "
                 f"'total_launches', not {_json_type(test)}"
             )
+        if "outcome" in test and not is_text(test["outcome"]):
+            raise DocumentError(f"{source}: test {nodeid!r}: 'outcome' must be {TEXT_RULE}")
         validate({**test, "schema": CENSUS_SCHEMA}, f"{source}: {nodeid}", (CENSUS_SCHEMA,))
+    if not is_count(value.get("total_launches")):
+        raise DocumentError(f"{source}: 'total_launches' must be {COUNT_RULE}")
     return value
 
 

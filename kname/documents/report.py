@@ -18,8 +18,9 @@
 
 Files of one kind are read, each once, and summed, each rank's numbers kept (merge.py: one
 file at a time, in several processes for many files); a shell pattern that matched no file
-(passed on as it was) is left out, with a line saying so. Every error is one line on stderr and
-exit 2.
+(passed on as it was) is left out, with a line saying so. Every error, a bad file's included, is
+one line on stderr and exit 2. The page asked for is written before anything is printed, so a
+reader that leaves early (`| head`) changes neither the files written nor the exit code.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from kname.documents.diff import (
@@ -44,59 +46,23 @@ from kname.documents.diff import (
     render_gpu_diff,
     slower,
 )
-from kname.documents.files import read_json, write_atomically
+from kname.documents.files import load, write_atomically
 from kname.documents.merge import MixedKinds, merge_files
 from kname.documents.pages import render_page
 from kname.documents.pages.diff import render_diff_page
-from kname.documents.pytest_report import is_pytest_report, suite_census, validate_pytest_report
-from kname.documents.schema import PROFILE_SCHEMA, DocumentError, validate
+from kname.documents.pytest_report import is_pytest_report, suite_census
+from kname.documents.schema import (
+    MAX_COUNT,
+    PROFILE_SCHEMA,
+    PYTEST_REPORT,
+    SCHEMAS,
+    DocumentError,
+    check_totals,
+)
 from kname.documents.spread import ranks_of, stragglers
 from kname.documents.tables import render_by_rank, render_table
-from kname.documents.text import count_of, format_duration, printable
+from kname.documents.text import count_of, format_duration, printable, stdout_to_devnull
 
-EXAMPLES = """\
-examples:
-  kname run --report census.json -- python app.py    save a census (or KNAME_REPORT=census.json)
-  kname report census.json                           print it as a table
-  kname report before.json --diff after.json         launches per call site: added, removed,
-                                                     changed (with the difference)
-  kname report before.json --diff after.json --fail-on-change
-                                                     ... and exit 1 if anything changed (CI)
-  kname report before.json --diff after.json --fail-on-change --ignore-lines
-                                                     ... per function, file and kernel: code
-                                                     that only moved is no change
-  kname report census.json census.pid*.json          a program and its children, merged
-  kname report tests.json                            pytest --kname-report's file: one census
-                                                     of the whole suite (each test's summed)
-
-GPU profiles (kname profile --json FILE.json, schema 2), and several files at once:
-  kname report profile.json --top 10                 the ten call sites with most GPU time
-  kname report rank0.json rank1.json                 one table: the files' sites summed (one
-                                                     file per rank or process, of one kind)
-  kname report before.json --diff after.json         GPU time and launches per call site
-  kname report before.json --diff after.json --fail-on-slower 10%
-                                                     ... and exit 1 if a call site's (or the
-                                                     total) GPU time grew by more than 10% and
-                                                     by at least --min-time (default 50us)
-
-A job's ranks (kname profile --json profile.json -- torchrun ...: profile.rank0.json, ...):
-  kname report profile.rank*.json                    one table: per site, its GPU time on the
-                                                     least, median and most loaded rank, and
-                                                     the slowest rank
-  kname report profile.rank*.json --by-rank          each site's row on each rank
-  kname report profile.rank*.json --straggler 20% --fail-on-straggler
-                                                     mark (!) each site whose slowest rank
-                                                     takes over 20% (and --min-time) more than
-                                                     the median; exit 1 if there is one (CI)
-
-Web pages (one self-contained file: the ranking, each file's source with every line's numbers
-beside it, the call tree when names carry callers):
-  kname report profile.json --html profile.html      a profile (or census) as a page
-  kname report before.json --diff after.json --html diff.html
-                                                     the diff: lines slower, faster, new, gone
-
-Errors (a missing file, bad JSON, not a census of schema 1 or 2) are one line on stderr and exit 2.
-"""
 NEEDS_DIFF = ("ignore_lines", "fail_on_slower", "fail_on_change")
 PROFILE_ONLY = ("fail_on_slower", "min_time", "top", "straggler", "fail_on_straggler")
 NOT_WITH_DIFF = ("by_rank", "straggler", "fail_on_straggler")
@@ -105,67 +71,43 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|µs|ms|s)?\s*$")
 _UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
 
-def add_command(commands: argparse._SubParsersAction) -> None:
-    """`kname report` and its options, on the `kname` command's parser."""
-    report = commands.add_parser(
-        "report",
-        help="print a saved launch census or GPU profile, merge several, or compare two",
-        description="Print a launch census saved as JSON (KNAME_REPORT=FILE.json or "
-        "kname run --report FILE.json) or a GPU profile (kname profile --json FILE.json), "
-        "or compare it with another.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    report.add_argument(
-        "files", nargs="*", metavar="FILE.json",
-        help="a saved census or profile; several files of one kind (one per rank or process) "
-        "are summed",
-    )  # fmt: skip
-    report.add_argument(
-        "--diff", metavar="OTHER.json", help="compare FILE.json (before) with OTHER.json (after)"
-    )
-    report.add_argument(
-        "--fail-on-change", action="store_true",
-        help="with --diff: exit 1 if any call site's launch count changed",
-    )  # fmt: skip
-    report.add_argument(
-        "--ignore-lines", action="store_true",
-        help="with --diff of launch censuses: compare per function, file and kernel, ignoring "
-        "line numbers (the number after each ':' in a name), so code that only moved is no change",
-    )  # fmt: skip
-    report.add_argument(
-        "--fail-on-slower", metavar="PCT",
-        help="with --diff of profiles: exit 1 if a call site's GPU time (or the total) grew by "
-        "more than PCT percent, e.g. 10%%, and by at least --min-time",
-    )  # fmt: skip
-    report.add_argument(
-        "--min-time", metavar="TIME",
-        help="with --diff of profiles: smaller growth is never slower (default 50us)",
-    )  # fmt: skip
-    report.add_argument("--top", metavar="N", type=int, help="call sites in a profile's table")
-    report.add_argument(
-        "--by-rank", action="store_true",
-        help="files of several ranks: each call site's row on each rank",
-    )  # fmt: skip
-    report.add_argument(
-        "--straggler", metavar="PCT",
-        help="profiles of several ranks: mark (!) each call site whose slowest rank takes more "
-        "than PCT percent over the median rank, e.g. 20%%, and at least --min-time",
-    )  # fmt: skip
-    report.add_argument(
-        "--fail-on-straggler", action="store_true",
-        help=f"with --straggler (default {DEFAULT_STRAGGLER}%): exit 1 if a call site has one",
-    )  # fmt: skip
-    report.add_argument(
-        "--html", metavar="PATH",
-        help="also write the document (or with --diff, the comparison) as a self-contained "
-        "web page",
-    )  # fmt: skip
-    report.set_defaults(handler=lambda options, parser: run(options))
+@dataclass
+class Printed:
+    """What a report prints, held until the files it was asked for are written: its text (on
+    stdout) and its verdicts (the --fail-on-* lines, on stderr after the text)."""
+
+    text: list[str] = field(default_factory=list)
+    verdicts: list[str] = field(default_factory=list)
 
 
 def run(options: argparse.Namespace) -> int:
-    """Print what `options` ask; the exit code (2 for a usage error, 1 for --fail-on-*)."""
+    """Write the page asked for, then print what `options` ask; the exit code (2 for a usage
+    error or a bad file, 1 for --fail-on-*). A reader that leaves early (`| head`) changes
+    neither the files written nor the exit code."""
+    printed = Printed()
+    try:
+        code = _report(options, printed)
+    except MixedKinds:
+        return _usage_error(_mixed(options.diff))
+    except DocumentError as exc:  # a file's fault, on reading it or in what it adds up to
+        return _usage_error(printable(exc))
+    print_quietly("".join(printed.text))
+    for verdict in printed.verdicts:
+        _say(verdict)
+    return code
+
+
+def print_quietly(text: str) -> None:
+    """`text` on stdout; a reader that leaves early (`| head`) ends it without a word."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        stdout_to_devnull()
+
+
+def _report(options: argparse.Namespace, printed: Printed) -> int:
+    """What run does, the text kept in `printed`; DocumentError for a bad file."""
     given = [o for o in vars(options) if getattr(options, o) not in (None, False)]
     for option in NEEDS_DIFF:
         if option in given and options.diff is None:
@@ -178,14 +120,14 @@ def run(options: argparse.Namespace) -> int:
         return _usage_error("--min-time needs --diff OTHER.json or --straggler PCT")
     if not options.files:
         return _usage_error("needs a saved census or profile, e.g. kname report census.json")
-    try:
-        files = _files_to_read(options.files)
-        before = _load(files[0]) if len(files) == 1 else merge_files(files, _load)
-        after = None if options.diff is None else _load(options.diff)
-    except MixedKinds:
-        return _usage_error(_mixed(options.diff))
-    except DocumentError as exc:
-        return _usage_error(printable(exc))
+    if options.top is not None and not 1 <= options.top <= MAX_COUNT:
+        return _usage_error(
+            f"--top {options.top}: expected a whole number of 1 or more, up to 2**63-1"
+        )
+    files = _files_to_read(options.files)
+    before = load_document(files[0]) if len(files) == 1 else merge_files(files, load_document)
+    check_totals(before, _label(files))  # what the files add up to
+    after = None if options.diff is None else load_document(options.diff)
     schemas = {d["schema"] for d in [before, *([after] if after else [])]}
     wanted = [_flag(option) for option in PROFILE_ONLY if option in given]
     if len(schemas) > 1:
@@ -194,34 +136,34 @@ def run(options: argparse.Namespace) -> int:
         return _usage_error(f"{wanted[0]} is for GPU profiles (schema 2), not launch censuses")
     if options.ignore_lines and PROFILE_SCHEMA in schemas:
         return _usage_error("--ignore-lines is for launch censuses (schema 1), not GPU profiles")
-    if options.top is not None and options.top < 1:
-        return _usage_error(f"--top {options.top}: expected a whole number of 1 or more")
     labels = (_label(files), options.diff)
     if after is None:
-        shown = _one_document(before, labels[0], options)
+        shown = _one_document(before, labels[0], options, printed)
         if shown == 2:  # a usage error: no page either
             return shown
         return _write_page(options.html, lambda: render_page(before)) or shown
     if PROFILE_SCHEMA in schemas:
-        return _profile_diff(before, after, labels, options)
-    sys.stdout.write(render_diff(before, after, labels, options.ignore_lines))
+        return _profile_diff(before, after, labels, options, printed)
     page = _write_page(options.html, lambda: render_diff_page(before, after, labels))
+    printed.text.append(render_diff(before, after, labels, options.ignore_lines))
     if page:
         return page
     return 1 if options.fail_on_change and compare(before, after, options.ignore_lines) else 0
 
 
-def _one_document(document: Mapping[str, Any], label: str, options: argparse.Namespace) -> int:
+def _one_document(
+    document: Mapping[str, Any], label: str, options: argparse.Namespace, printed: Printed
+) -> int:
     """The table of one document (or of files merged), by rank with --by-rank; stragglers
     marked and listed with --straggler, and exit 1 for one with --fail-on-straggler."""
     if options.by_rank:
         if len(ranks_of(document)) < 2:
             return _usage_error("--by-rank needs files of several ranks (a job's rank files)")
-        sys.stdout.write(render_by_rank(document, source=label, top=options.top))
+        printed.text.append(render_by_rank(document, source=label, top=options.top))
         return 0
     straggler = options.straggler or (DEFAULT_STRAGGLER if options.fail_on_straggler else None)
     if straggler is None:
-        sys.stdout.write(render_table(document, source=label, top=options.top))
+        printed.text.append(render_table(document, source=label, top=options.top))
         return 0
     try:
         threshold = parse_threshold(straggler, "--straggler")
@@ -231,7 +173,7 @@ def _one_document(document: Mapping[str, Any], label: str, options: argparse.Nam
     if len(ranks_of(document)) < 2:
         return _usage_error("--straggler needs profiles of several ranks (a job's rank files)")
     rule = (threshold, min_time)
-    sys.stdout.write(render_table(document, source=label, top=options.top, straggler=rule))
+    printed.text.append(render_table(document, source=label, top=options.top, straggler=rule))
     found = stragglers(document, threshold, min_time)
     flag = "--fail-on-straggler" if options.fail_on_straggler else "--straggler"
     if found:
@@ -239,7 +181,7 @@ def _one_document(document: Mapping[str, Any], label: str, options: argparse.Nam
             f"{printable(site['name'])} (rank {spread.slowest})" for site, spread in found[:3]
         )
         more = f", and {len(found) - 3} more" if len(found) > 3 else ""
-        _say(
+        printed.verdicts.append(
             f"{count_of(len(found), 'call site')} with a straggler: the slowest rank over the "
             f"median by more than {100 * threshold:g}% and {format_duration(min_time)} "
             f"({flag}): {named}{more}"
@@ -264,7 +206,13 @@ def parse_duration(text: str) -> int:
     match = _DURATION.match(text)
     if match is None or (match.group(2) is None and float(match.group(1)) != 0):
         raise ValueError(f"--min-time {text!r}: expected a duration such as 50us, 2ms, 1s or 0")
-    return round(float(match.group(1)) * _UNITS[match.group(2) or "ns"])
+    ns = float(match.group(1)) * _UNITS[match.group(2) or "ns"]
+    if not ns <= MAX_COUNT:  # inf too: a float of 400 digits
+        raise ValueError(
+            f"--min-time {printable(text)[:40]}: expected a duration of at most 2**63-1 ns "
+            "(292 years), such as 50us"
+        )
+    return round(ns)
 
 
 def _files_to_read(paths: list[str]) -> list[str]:
@@ -285,14 +233,17 @@ def _files_to_read(paths: list[str]) -> list[str]:
     return files
 
 
-def _load(path: str) -> dict[str, Any]:
-    """A saved census or profile; the pytest plugin's report is the census of its whole suite."""
+def load_document(path: str) -> dict[str, Any]:
+    """A saved census or profile (files.load); the pytest plugin's report is the census of its
+    whole suite."""
     if _is_unmatched_pattern(path):
         raise DocumentError(f"{path}: a pattern that matched no file")
-    value = read_json(path)
-    if is_pytest_report(value):
-        return suite_census(validate_pytest_report(value, path))
-    return validate(value, path)
+    document = load(path, (*SCHEMAS, PYTEST_REPORT))
+    if not is_pytest_report(document):
+        return document
+    suite = suite_census(document)
+    check_totals(suite, path)  # its tests' launches, summed
+    return suite
 
 
 def _is_unmatched_pattern(path: str) -> bool:
@@ -305,8 +256,8 @@ def _profile_diff(
     after: Mapping[str, Any],
     labels: tuple[str, str],
     options: argparse.Namespace,
+    printed: Printed,
 ) -> int:
-
     try:
         threshold = (
             DEFAULT_THRESHOLD
@@ -316,11 +267,11 @@ def _profile_diff(
         min_time = _min_time(options)
     except ValueError as exc:
         return _usage_error(str(exc))
-    sys.stdout.write(render_gpu_diff(before, after, labels, threshold, min_time))
-    sys.stdout.write(render_count_changes(before, after, labels))
     page = _write_page(
         options.html, lambda: render_diff_page(before, after, labels, threshold, min_time)
     )
+    printed.text.append(render_gpu_diff(before, after, labels, threshold, min_time))
+    printed.text.append(render_count_changes(before, after, labels))
     if page:
         return page
     failed = 0
@@ -331,7 +282,7 @@ def _profile_diff(
             what = count_of(len(worse), "call site") + (
                 " and the total" if total.kind == "slower" else ""
             )
-            _say(
+            printed.verdicts.append(
                 f"{what} got slower by more than {100 * threshold:g}% and "
                 f"{format_duration(min_time)} (--fail-on-slower)"
             )

@@ -82,6 +82,12 @@ A record of one rank may hold other fields. Files written before ranks were reco
 Either schema may end with `sources`: the lines of source around each site's line, kept when
 the document was written, for its page (kname.documents.sources). Files without it read as
 documents whose source was not kept.
+
+A file is someone else's data: `validate` checks every field before anything reads it, and a
+fault is one line. Every count and time is a whole number from 0 to MAX_COUNT (what a 64-bit
+signed integer holds: 292 years in ns), every name, kernel, library, host and version a string
+of at most MAX_TEXT characters; totals are the sums of what they total. Fields not listed here
+are ignored (a newer kname may add some) and never shown.
 """
 
 from __future__ import annotations
@@ -96,6 +102,9 @@ from kname.documents.sources import SOURCES, validate_sources
 CENSUS_SCHEMA = 1
 PROFILE_SCHEMA = 2
 SCHEMAS = (CENSUS_SCHEMA, PROFILE_SCHEMA)
+# The third kind of saved file: the pytest plugin's report of each test's census (its "report"
+# field; pytest_report.py), which documents.files.load reads where asked.
+PYTEST_REPORT = "pytest"
 SITE_FIELDS = {
     CENSUS_SCHEMA: ("name", "kernel", "lib", "launches", "share", "order"),
     PROFILE_SCHEMA: ("name", "kernel", "lib", "launches", "gpu_ns", "share", "order", "kernels"),
@@ -115,6 +124,12 @@ RANK_FIELDS = ("rank", "local_rank", "world_size", "launcher", "host", "pid", "d
 BY_RANK_FIELDS = {CENSUS_SCHEMA: ("launches",), PROFILE_SCHEMA: ("launches", "gpu_ns")}
 # The rank a document that has no `ranks` counts as when merged with others.
 UNKNOWN_RANK = dict.fromkeys(RANK_FIELDS) | {"rank": 0, "world_size": 1}
+# The bounds of a valid document (see above): a number past them is a hostile file, whose sums
+# would overflow the merge's 64-bit arrays and whose times a float cannot divide.
+MAX_COUNT = 2**63 - 1
+MAX_TEXT = 65_536
+COUNT_RULE = f"a whole number from 0 to 2**63-1 ({MAX_COUNT})"
+TEXT_RULE = f"a string of at most {MAX_TEXT:,} characters"
 
 
 class DocumentError(ValueError):
@@ -129,11 +144,13 @@ def validate(document: Any, source: str, schemas: tuple[int, ...] = SCHEMAS) -> 
     if schema not in schemas:
         read = " and ".join(map(str, schemas))
         raise DocumentError(
-            f"{source}: census schema {schema!r} is not supported "
+            f"{source}: census schema {_shown(schema)} is not supported "
             f"(kname {__version__} reads schema{'s' if len(schemas) > 1 else ''} {read})"
         )
     if not isinstance(document["sites"], list):
         raise DocumentError(f"{source}: 'sites' must be a list")
+    if "kname" in document and not is_text(document["kname"]):
+        raise DocumentError(f"{source}: 'kname' (the version that wrote it) must be {TEXT_RULE}")
     profile = schema == PROFILE_SCHEMA
     plain = _plain_profile_site if profile else _plain_census_site
     sites = document["sites"]
@@ -145,7 +162,7 @@ def validate(document: Any, source: str, schemas: tuple[int, ...] = SCHEMAS) -> 
     if profile:
         _validate_profile_totals(document, source)
     else:
-        _validate_count(document, "total_launches", source)
+        _validate_census_total(document, source)
     if RANKS in document:
         _validate_ranks(document, source)
     elif any(BY_RANK in site for site in sites):
@@ -155,6 +172,8 @@ def validate(document: Any, source: str, schemas: tuple[int, ...] = SCHEMAS) -> 
             validate_sources(document[SOURCES], source)
         except ValueError as exc:
             raise DocumentError(str(exc)) from None
+        if not all(map(is_text, document[SOURCES])):
+            raise DocumentError(f"{source}: {SOURCES}: a file's path must be {TEXT_RULE}")
     return document
 
 
@@ -195,8 +214,24 @@ def kernel_sums(kernels: Mapping[str, Mapping[str, int]]) -> tuple[int, int]:
 
 
 def is_count(value: Any) -> bool:
-    """A whole number of 0 or more (not a bool)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    """A whole number from 0 to MAX_COUNT (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
+
+
+def is_text(value: Any) -> bool:
+    """A string of at most MAX_TEXT characters."""
+    return isinstance(value, str) and len(value) <= MAX_TEXT
+
+
+def check_totals(document: Mapping[str, Any], source: str) -> None:
+    """DocumentError unless a document's totals (those of documents merged: sums that may
+    overflow) are within MAX_COUNT; every site's numbers are within its totals."""
+    for key in ("total_launches", "total_gpu_ns"):
+        if key in document and not is_count(document[key]):
+            raise DocumentError(
+                f"{source}: {key} adds up to {document[key]}, past the 2**63-1 ({MAX_COUNT}) "
+                "a saved document can hold"
+            )
 
 
 def _plain_profile_site(site: Any) -> bool:
@@ -214,13 +249,13 @@ def _plain_profile_site(site: Any) -> bool:
             type(site) is dict
             and REPLAYED_AT not in site  # graph work: the full checks, which know its fields
             and REPLAYED_UNSEEN not in site
-            and type(site["name"]) is str
-            and type(site["kernel"]) is str
-            and type(site["lib"]) is str
+            and _plain_texts(site)
             and type(launches) is int
             and type(gpu_ns) is int
+            and launches <= MAX_COUNT
+            and gpu_ns <= MAX_COUNT
             and type(order) is int
-            and order >= 0
+            and 0 <= order <= MAX_COUNT
             and (type(share) is float or type(share) is int)
             and 0 <= share <= 1
         )
@@ -231,9 +266,11 @@ def _plain_profile_site(site: Any) -> bool:
         return False
     kernel_launches = kernel_gpu_ns = 0
     try:
-        for kernel in kernels.values():
+        for name, kernel in kernels.items():
             launched, timed = kernel["launches"], kernel["gpu_ns"]
             if type(launched) is not int or type(timed) is not int or launched < 0 or timed < 0:
+                return False
+            if len(name) > MAX_TEXT:
                 return False
             kernel_launches += launched
             kernel_gpu_ns += timed
@@ -248,13 +285,11 @@ def _plain_census_site(site: Any) -> bool:
         launches, order, share = site["launches"], site["order"], site["share"]
         return (
             type(site) is dict
-            and type(site["name"]) is str
-            and type(site["kernel"]) is str
-            and type(site["lib"]) is str
+            and _plain_texts(site)
             and type(launches) is int
-            and launches >= 0
+            and 0 <= launches <= MAX_COUNT
             and type(order) is int
-            and order >= 0
+            and 0 <= order <= MAX_COUNT
             and (type(share) is float or type(share) is int)
             and 0 <= share <= 1
         )
@@ -262,12 +297,26 @@ def _plain_census_site(site: Any) -> bool:
         return False
 
 
+def _plain_texts(site: dict[str, Any]) -> bool:
+    """Whether a site's name, kernel and lib are strings within MAX_TEXT (KeyError if one is
+    missing)."""
+    name, kernel, lib = site["name"], site["kernel"], site["lib"]
+    return (
+        type(name) is str
+        and type(kernel) is str
+        and type(lib) is str
+        and len(name) <= MAX_TEXT
+        and len(kernel) <= MAX_TEXT
+        and len(lib) <= MAX_TEXT
+    )
+
+
 def _name_listed_twice(sites: list[dict[str, Any]], source: str) -> None:
     names: set[str] = set()
     for index, site in enumerate(sites):
         if site["name"] in names:
             raise DocumentError(
-                f"{source}: sites[{index}]: call site {site['name']!r} is listed twice"
+                f"{source}: sites[{index}]: call site {_shown(site['name'])} is listed twice"
             )
         names.add(site["name"])
 
@@ -308,16 +357,19 @@ def _validate_rank_record(record: Any, where: str) -> None:
         "rank": is_count(record["rank"]),
         "local_rank": record["local_rank"] is None or is_count(record["local_rank"]),
         "world_size": is_count(record["world_size"]) and record["world_size"] >= 1,
-        "launcher": record["launcher"] is None or isinstance(record["launcher"], str),
-        "host": record["host"] is None or isinstance(record["host"], str),
+        "launcher": record["launcher"] is None or is_text(record["launcher"]),
+        "host": record["host"] is None or is_text(record["host"]),
         "pid": record["pid"] is None or is_count(record["pid"]),
         "device": record["device"] is None
-        or isinstance(record["device"], str)
+        or is_text(record["device"])
         or is_count(record["device"]),
     }
     wrong = next((field for field, ok in checks.items() if not ok), None)
     if wrong is not None:
-        raise DocumentError(f"{where}.{wrong} cannot be {record[wrong]!r}")
+        raise DocumentError(
+            f"{where}.{wrong} cannot be {_shown(record[wrong])} (counts are {COUNT_RULE}, "
+            f"text {TEXT_RULE})"
+        )
 
 
 def _validate_per_rank(values: Any, total: int, ranks: int, where: str) -> None:
@@ -328,9 +380,11 @@ def _validate_per_rank(values: Any, total: int, ranks: int, where: str) -> None:
         or len(values) != ranks
         or not set(map(type, values)) <= {int}
         or min(values) < 0
+        or max(values) > MAX_COUNT
     ):
         raise DocumentError(
-            f"{where}: {BY_RANK} must list {ranks} whole numbers >= 0, one per rank"
+            f"{where}: {BY_RANK} must list {ranks} whole numbers >= 0, one per rank, each up "
+            "to 2**63-1"
         )
     if sum(values) != total:
         raise DocumentError(f"{where}: {BY_RANK} does not add up to the site's {total}")
@@ -343,14 +397,14 @@ def _validate_site(site: Any, where: str, fields: tuple[str, ...]) -> None:
         if field not in site:
             raise DocumentError(f"{where} has no {field!r}")
     for field in ("name", "kernel", "lib"):
-        if not isinstance(site[field], str):
-            raise DocumentError(f"{where}.{field} must be a string, not {site[field]!r}")
+        if not is_text(site[field]):
+            raise DocumentError(f"{where}.{field} must be {TEXT_RULE}, not {_shown(site[field])}")
     for field in (f for f in ("launches", "gpu_ns", "order") if f in fields):
         if not is_count(site[field]):
-            raise DocumentError(f"{where}.{field} must be a whole number >= 0, not {site[field]!r}")
+            raise DocumentError(f"{where}.{field} must be {COUNT_RULE}, not {_shown(site[field])}")
     share = site["share"]
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
-        raise DocumentError(f"{where}.share must be a number from 0 to 1, not {share!r}")
+        raise DocumentError(f"{where}.share must be a number from 0 to 1, not {_shown(share)}")
     if "kernels" in fields:
         _validate_kernels(site["kernels"], where)
         if kernel_sums(site["kernels"]) != (site["launches"], site["gpu_ns"]):
@@ -362,26 +416,29 @@ def _validate_kernels(kernels: Any, where: str) -> None:
     if not isinstance(kernels, dict):
         raise DocumentError(f"{where}.kernels must be an object {{kernel: {{launches, gpu_ns}}}}")
     for name, kernel in kernels.items():
+        if not is_text(name):
+            raise DocumentError(f"{where}.kernels: a kernel's name must be {TEXT_RULE}")
         if not _is_counts(kernel):
             raise DocumentError(
-                f"{where}.kernels[{name!r}] must be {{'launches': n, 'gpu_ns': t}} "
-                "with whole numbers >= 0"
+                f"{where}.kernels[{_shown(name)}] must be {{'launches': n, 'gpu_ns': t}}, "
+                f"each {COUNT_RULE}"
             )
 
 
 def _validate_graph_fields(site: dict[str, Any], where: str) -> None:
     """replayed_at and replayed_unseen, where present: counts, together within the site's."""
     replays = site.get(REPLAYED_AT, {})
-    if not isinstance(replays, dict) or not all(_is_counts(v) for v in replays.values()):
+    if not isinstance(replays, dict) or not all(
+        is_text(name) and _is_counts(counts) for name, counts in replays.items()
+    ):
         raise DocumentError(
-            f"{where}.{REPLAYED_AT} must be {{replay site: {{'launches': n, 'gpu_ns': t}}}} "
-            "with whole numbers >= 0"
+            f"{where}.{REPLAYED_AT} must be {{replay site: {{'launches': n, 'gpu_ns': t}}}}, "
+            f"each site {TEXT_RULE} and each number {COUNT_RULE}"
         )
     unseen = site.get(REPLAYED_UNSEEN, {"launches": 0, "gpu_ns": 0})
     if not _is_counts(unseen):
         raise DocumentError(
-            f"{where}.{REPLAYED_UNSEEN} must be {{'launches': n, 'gpu_ns': t}} "
-            "with whole numbers >= 0"
+            f"{where}.{REPLAYED_UNSEEN} must be {{'launches': n, 'gpu_ns': t}}, each {COUNT_RULE}"
         )
     launches, gpu_ns = kernel_sums(replays)
     if (
@@ -400,12 +457,21 @@ def _is_counts(value: Any) -> bool:
 
 def _validate_profile_totals(document: dict[str, Any], source: str) -> None:
     unattributed = document.get("unattributed")
-    if not isinstance(unattributed, dict) or "kernels" not in unattributed:
-        raise DocumentError(f"{source}: 'unattributed' must be an object with 'kernels'")
-    _validate_kernels(unattributed["kernels"], f"{source}: unattributed")
+    if not isinstance(unattributed, dict) or not all(
+        key in unattributed for key in ("launches", "gpu_ns", "kernels")
+    ):
+        raise DocumentError(
+            f"{source}: 'unattributed' must be an object with 'launches', 'gpu_ns' and 'kernels'"
+        )
+    where = f"{source}: unattributed"
+    _validate_kernels(unattributed["kernels"], where)
+    for key in ("launches", "gpu_ns"):
+        _validate_count(unattributed, key, where)
+    launches, gpu_ns = kernel_sums(unattributed["kernels"])
+    if (launches, gpu_ns) != (unattributed["launches"], unattributed["gpu_ns"]):
+        raise DocumentError(f"{where}: launches and gpu_ns are not the sums of its kernels")
     for key in ("total_launches", "total_gpu_ns", "processes"):
         _validate_count(document, key, source)
-    launches, gpu_ns = kernel_sums(unattributed["kernels"])
     launches += sum(site["launches"] for site in document["sites"])
     gpu_ns += sum(site["gpu_ns"] for site in document["sites"])
     if (launches, gpu_ns) != (document["total_launches"], document["total_gpu_ns"]):
@@ -416,7 +482,27 @@ def _validate_profile_totals(document: dict[str, Any], source: str) -> None:
         )
 
 
+def _validate_census_total(document: dict[str, Any], source: str) -> None:
+    _validate_count(document, "total_launches", source)
+    launches = sum(site["launches"] for site in document["sites"])
+    if launches != document["total_launches"]:
+        raise DocumentError(
+            f"{source}: total_launches ({document['total_launches']}) is not the sum of the "
+            f"sites' launches ({launches})"
+        )
+
+
 def _validate_count(document: Mapping[str, Any], key: str, source: str) -> None:
     value = document.get(key, 1 if key == "processes" else None)  # one process unless merged
     if not is_count(value):
-        raise DocumentError(f"{source}: {key!r} must be a whole number >= 0, not {value!r}")
+        raise DocumentError(f"{source}: {key!r} must be {COUNT_RULE}, not {_shown(value)}")
+
+
+def _shown(value: Any) -> str:
+    """A value from a file, for a one-line message: its repr, cut to 60 characters (a hostile
+    number may have thousands of digits)."""
+    try:
+        shown = repr(value)
+    except ValueError:  # an int past sys.get_int_max_str_digits
+        return "a number of thousands of digits"
+    return shown if len(shown) <= 60 else f"{shown[:57]}..."

@@ -128,6 +128,7 @@ def validate_sources(value: Any, where: str) -> None:
     """Raise ValueError naming `where` unless `value` is a sources field as described above."""
     if not isinstance(value, dict):
         raise ValueError(f"{where}.{SOURCES} must be an object {{path: [spans]}}")
+    kept = 0
     for path, spans in value.items():
         at = f"{where}.{SOURCES}[{path!r}]"
         if not isinstance(spans, list):
@@ -142,11 +143,18 @@ def validate_sources(value: Any, where: str) -> None:
             ):
                 raise ValueError(
                     f"{at} must be a list of spans {{'first': n, 'lines': [...]}}, with n a "
-                    "line number from 1 and the lines strings"
+                    "line number from 1 to 999,999,999 and the lines strings"
                 )
             if span["first"] <= end:
                 raise ValueError(f"{at}: spans must be in order and must not overlap")
             end = span["first"] + len(span["lines"])
+            kept += len(span["lines"])
+            # The bounds a document is written within (capture): a file past them is hostile.
+            if kept > MAX_LINES or any(len(text) > MAX_LINE_CHARS for text in span["lines"]):
+                raise ValueError(
+                    f"{where}.{SOURCES} keeps at most {MAX_LINES:,} lines of at most "
+                    f"{MAX_LINE_CHARS} characters"
+                )
 
 
 def _frame(part: str, known: Collection[str]) -> Frame:
@@ -198,4 +206,4 @@ def _spans(lines: Mapping[int, str]) -> list[dict[str, Any]]:
 
 
 def _is_line_number(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value < 10**9

@@ -1,10 +1,14 @@
-"""Plain text for a terminal: names made safe to print, counted nouns, durations, columns.
+"""Plain text for a terminal: names made safe to print, counted nouns, durations, columns, and
+a reader that leaves early.
 
 Every table, diff and page of a saved document writes names and file labels through `printable`,
 and every GPU time through `format_duration`, so all of them read the same.
 """
 
 from __future__ import annotations
+
+import os
+import sys
 
 _UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us"))
 
@@ -53,3 +57,12 @@ def columns(rows: list[tuple[str, ...]], right_aligned: tuple[int, ...]) -> str:
         ]
         lines.append("  ".join(cells).rstrip())
     return "\n".join(lines) + "\n"
+
+
+def stdout_to_devnull() -> None:
+    """After a BrokenPipeError (`kname report big.json | head`: the reader left), stdout onto
+    devnull, so that nothing more, not even the flush at exit, fails: Python's advice (the
+    signal module's note on SIGPIPE)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)

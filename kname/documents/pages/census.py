@@ -11,7 +11,7 @@ from typing import Any
 
 from kname.documents.kernel_names import display_name
 from kname.documents.pages import source, tree
-from kname.documents.pages.layout import View, heat, percent, render, site_name, text
+from kname.documents.pages.layout import Html, View, heat, html, joined, percent, render, site_name
 from kname.documents.pages.source import CODE, SourceFiles, file_views, files_view, linked
 from kname.documents.text import count_of
 
@@ -70,36 +70,47 @@ def _per_file(lines: Mapping[tuple[str, int], dict[str, int]]) -> dict[str, dict
     return files
 
 
-def _table(sites: list[Mapping[str, Any]], total: int, files: SourceFiles) -> str:
+def _table(sites: list[Mapping[str, Any]], total: int, files: SourceFiles) -> Html:
     rows = [
-        '<table class="sites">',
-        "<tr><th>call site</th><th>kernel</th><th>library</th><th>launches</th><th>share</th></tr>",
+        Html(
+            '<table class="sites">\n<tr><th>call site</th><th>kernel</th><th>library</th>'
+            "<th>launches</th><th>share</th></tr>"
+        ),
+        *(
+            html(
+                '<tr data-site="{name}"><td class="site">{link}</td>'
+                '<td class="kernel">{kernel}</td><td>{lib}</td>'
+                '<td class="number {heat}">{launches}</td><td class="number">{share}</td></tr>',
+                name=site["name"],
+                link=linked(site_name(site["name"]), files.site_link(site["name"])),
+                kernel=display_name(site["kernel"]) or "?",
+                lib=site["lib"] or "?",
+                heat=heat(site["launches"] / total if total else 0),
+                launches=site["launches"],
+                share=percent(site["launches"], total),
+            )
+            for site in sites
+        ),
+        Html("</table>"),
     ]
-    rows += [
-        f'<tr data-site="{text(site["name"])}"><td class="site">'
-        f"{linked(site_name(site['name']), files.site_link(site['name']))}</td>"
-        f'<td class="kernel">{text(display_name(site["kernel"]) or "?")}</td>'
-        f"<td>{text(site['lib'] or '?')}</td>"
-        f'<td class="number {heat(site["launches"] / total if total else 0)}">'
-        f"{site['launches']}</td>"
-        f'<td class="number">{percent(site["launches"], total)}</td></tr>'
-        for site in sites
-    ]
-    rows.append("</table>")
-    return "\n".join(rows)
+    return joined(rows, "\n")
 
 
 def _line_rows(
     lines: Mapping[tuple[str, int], dict[str, int]], total: int
-) -> dict[tuple[str, int], list[str]]:
+) -> dict[tuple[str, int], list[Html]]:
     rows = {}
     for place, kernels in lines.items():
         launches = sum(kernels.values())
         ranked = sorted(kernels, key=lambda kernel: -kernels[kernel])
         shown = ", ".join(f"{display_name(k) or '?'} ({kernels[k]})" for k in ranked)
         rows[place] = [
-            f'<td class="number {heat(launches / total if total else 0)}" '
-            f'title="{percent(launches, total)}">{launches}</td>',
-            f'<td class="kernels" title="{text(shown)}">{text(shown)}</td>',
+            html(
+                '<td class="number {heat}" title="{share}">{launches}</td>',
+                heat=heat(launches / total if total else 0),
+                share=percent(launches, total),
+                launches=launches,
+            ),
+            html('<td class="kernels" title="{shown}">{shown}</td>', shown=shown),
         ]
     return rows

@@ -15,7 +15,7 @@ from typing import Any
 
 from kname.documents.diff import DEFAULT_MIN_TIME_NS, DEFAULT_THRESHOLD, is_slower
 from kname.documents.pages import source
-from kname.documents.pages.layout import View, render, site_name, text
+from kname.documents.pages.layout import Html, View, html, joined, render, site_name
 from kname.documents.pages.source import CODE, SourceFiles, file_views, files_view, linked
 from kname.documents.schema import PROFILE_SCHEMA
 from kname.documents.text import count_of, format_duration
@@ -129,16 +129,20 @@ def _change(was: int | None, now: int | None, measure: Measure) -> str:
 
 
 def _said(value: int | None, measure: Measure) -> str:
-    return "-" if value is None else text(measure.say(value))
+    return "-" if value is None else measure.say(value)
 
 
-def _line_cells(was: int | None, now: int | None, measure: Measure) -> list[str]:
+def _line_cells(was: int | None, now: int | None, measure: Measure) -> list[Html]:
     kind = measure.kind(was, now)
     return [
-        f'<td class="number">{_said(was, measure)}</td>',
-        f'<td class="number">{_said(now, measure)}</td>',
-        f'<td class="number {kind}" title="{measure.words[kind]}">'
-        f"{text(_change(was, now, measure))}</td>",
+        html('<td class="number">{value}</td>', value=_said(was, measure)),
+        html('<td class="number">{value}</td>', value=_said(now, measure)),
+        html(
+            '<td class="number {kind}" title="{word}">{change}</td>',
+            kind=kind,
+            word=measure.words[kind],
+            change=_change(was, now, measure),
+        ),
     ]
 
 
@@ -150,29 +154,38 @@ def _table(
     files: SourceFiles,
     measure: Measure,
     labels: tuple[str, str],
-) -> str:
+) -> Html:
     ranked = sorted(
         names,
         key=lambda n: (KINDS.index(changes[n]), -abs(new.get(n, 0) - old.get(n, 0))),
     )
     rows = [
-        '<table class="sites">',
-        f"<tr><th>change</th><th>call site</th><th>before ({text(labels[0])})</th>"
-        f"<th>after ({text(labels[1])})</th><th>difference</th></tr>",
+        html(
+            '<table class="sites">\n<tr><th>change</th><th>call site</th><th>before ({before})'
+            "</th><th>after ({after})</th><th>difference</th></tr>",
+            before=labels[0],
+            after=labels[1],
+        )
     ]
     for name in ranked:
         was, now = old.get(name), new.get(name)
         kind = changes[name]
         rows.append(
-            f'<tr data-site="{text(name)}" data-change="{kind}">'
-            f'<td class="kind {kind}">{measure.words[kind]}</td>'
-            f'<td class="site">{linked(site_name(name), files.site_link(name))}</td>'
-            f'<td class="number">{_said(was, measure)}</td>'
-            f'<td class="number">{_said(now, measure)}</td>'
-            f'<td class="number">{text(_change(was, now, measure))}</td></tr>'
+            html(
+                '<tr data-site="{name}" data-change="{kind}"><td class="kind {kind}">{word}</td>'
+                '<td class="site">{link}</td><td class="number">{was}</td>'
+                '<td class="number">{now}</td><td class="number">{change}</td></tr>',
+                name=name,
+                kind=kind,
+                word=measure.words[kind],
+                link=linked(site_name(name), files.site_link(name)),
+                was=_said(was, measure),
+                now=_said(now, measure),
+                change=_change(was, now, measure),
+            )
         )
-    rows.append("</table>")
-    return "\n".join(rows)
+    rows.append(Html("</table>"))
+    return joined(rows, "\n")
 
 
 def _file_sums(

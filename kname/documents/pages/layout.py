@@ -7,14 +7,18 @@ inside one, shows that view alone (CSS `:target` and `:has`), the first view whe
 linked. A browser without `:has` shows every view, one under the other, and the links still go
 to their places.
 
-Every name, path and source line is data from elsewhere: it reaches the page only through
-`text` (or `code`), which escapes HTML and writes control characters and lone surrogates as
-Python escapes, so a page is always valid UTF-8.
+Escaping is the default. Every value reaches the page through `html`, a template whose fields
+are escaped (`text`: HTML's special characters, quotes included, and control characters and
+lone surrogates written as Python escapes, so a page is always valid UTF-8), names, numbers and
+paths alike, whatever validated them. Only `Html`, markup this package made, is written as it
+is; no page module writes markup with an f-string (a test reads them all to hold it so).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import string
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from html import escape
 
@@ -60,49 +64,93 @@ class View:
 
     id: str
     label: str | None
-    body: str
+    body: Html
+
+
+class Html(str):
+    """Markup this package made: `html` writes it as it is, where it escapes any other value."""
+
+    __slots__ = ()
+
+
+EMPTY = Html("")
+
+
+def html(template: str, /, **values: object) -> Html:
+    """`template`, markup written in this package (never data), with each `{name}` (or
+    `{name:spec}`) filled by its value in `values` escaped (`text`), unless that value is Html:
+    how a page writes any value."""
+    parts = []
+    for literal, name, spec in _fields(template):
+        parts.append(literal)
+        if name is not None:
+            value = values[name]
+            parts.append(value if isinstance(value, Html) else text(format(value, spec)))
+    return Html("".join(parts))
+
+
+@functools.cache
+def _fields(template: str) -> tuple[tuple[str, str | None, str], ...]:
+    """`template` parsed once (a page fills one template thousands of times): its (literal
+    text, field name or None, format spec) parts."""
+    return tuple(
+        (literal, name, spec or "") for literal, name, spec, _ in string.Formatter().parse(template)
+    )
+
+
+def joined(parts: Iterable[object], separator: str = "") -> Html:
+    """`parts` one after another as markup: Html as it is, anything else escaped."""
+    return Html(separator.join(part if isinstance(part, Html) else text(part) for part in parts))
 
 
 def render(title: str, summary: str, views: Sequence[View], style: str = "") -> str:
     """The whole page: a navigation bar of the listed views, the title, then every view (the
-    first shown when nothing is linked). `summary` is text."""
-    links = " ".join(
-        f'<a href="#{view.id}">{text(view.label)}</a>' for view in views if view.label is not None
+    first shown when nothing is linked). `summary` is text; `style` is CSS written here."""
+    links = joined(
+        (
+            html('<a href="#{id}">{label}</a>', id=view.id, label=view.label)
+            for view in views
+            if view.label is not None
+        ),
+        " ",
     )
-    return "\n".join(
-        [
-            "<!DOCTYPE html>",
-            '<html lang="en">',
-            '<head><meta charset="utf-8">',
-            '<meta name="viewport" content="width=device-width, initial-scale=1">',
-            f"<title>{text(title)}</title>",
-            f"<style>{STYLE}{style}</style></head>",
-            "<body>",
-            f"<nav>{links}</nav>",
-            f"<h1>{text(title)}</h1>",
-            f'<p class="summary">{text(summary)}</p>',
-            *(f'<section class="view" id="{view.id}">\n{view.body}\n</section>' for view in views),
-            "</body></html>\n",
-        ]
+    sections = (
+        html('<section class="view" id="{id}">\n{body}\n</section>', id=view.id, body=view.body)
+        for view in views
     )
+    head = html(
+        '<!DOCTYPE html>\n<html lang="en">\n<head><meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        "<title>{title}</title>\n<style>{style}</style></head>\n<body>\n<nav>{links}</nav>\n"
+        '<h1>{title}</h1>\n<p class="summary">{summary}</p>',
+        title=title,
+        style=Html(STYLE + style),
+        links=links,
+        summary=summary,
+    )
+    return joined([head, *sections, Html("</body></html>\n")], "\n")
 
 
-def text(value: object) -> str:
+def text(value: object) -> Html:
     """`value` as HTML text or an attribute's value: escaped, and printable (text.printable)."""
-    return escape(printable(value))
+    return Html(escape(printable(value)))
 
 
-def site_name(name: str) -> str:
+def site_name(name: str) -> Html:
     """A call-site name as HTML: each frame of a call chain kept on one line, the chain breaking
     between frames where the page is narrow."""
-    return f" {text(CALLER_SEPARATOR.strip())} ".join(
-        f'<span class="call">{text(part)}</span>' for part in name.split(CALLER_SEPARATOR)
+    return joined(
+        (
+            html('<span class="call">{part}</span>', part=part)
+            for part in name.split(CALLER_SEPARATOR)
+        ),
+        html(" {separator} ", separator=CALLER_SEPARATOR.strip()),
     )
 
 
-def code(line: str) -> str:
+def code(line: str) -> Html:
     """A line of source as HTML text: as `text`, but tabs kept (the page shows them in `pre`)."""
-    return "\t".join(text(part) for part in line.split("\t"))
+    return joined(line.split("\t"), "\t")
 
 
 def heat(share: float) -> str:

@@ -20,7 +20,17 @@ from typing import Any
 
 from kname.documents.kernel_names import display_name
 from kname.documents.pages import source, tree
-from kname.documents.pages.layout import View, heat, percent, render, site_name, text
+from kname.documents.pages.layout import (
+    EMPTY,
+    Html,
+    View,
+    heat,
+    html,
+    joined,
+    percent,
+    render,
+    site_name,
+)
 from kname.documents.pages.source import CODE, SourceFiles, file_views, files_view, linked
 from kname.documents.spread import Spread, spreads
 from kname.documents.tables import graph_note, ranked_sites
@@ -71,7 +81,10 @@ def render_profile_page(document: Mapping[str, Any], title: str = "kname profile
         _table(sites, total, files, across),
     ]
     sums = _file_sums(sites, total, files)
-    views = [View("ranking", "ranking", "\n".join(filter(None, ranking))), files_view(files, sums)]
+    views = [
+        View("ranking", "ranking", joined(filter(None, ranking), "\n")),
+        files_view(files, sums),
+    ]
     views += file_views(files, _line_rows(sites, total, files), SOURCE_HEADERS, sums)
     if tree.has_callers(files):
         values = {site["name"]: site["gpu_ns"] for site in sites}
@@ -79,63 +92,92 @@ def render_profile_page(document: Mapping[str, Any], title: str = "kname profile
     return render(title, summary, views, STYLE + source.STYLE + tree.STYLE)
 
 
-def site_row(site: Mapping[str, Any], total: int, href: str | None, spread_cells: str = "") -> str:
+def site_row(
+    site: Mapping[str, Any], total: int, href: str | None, spread_cells: Html = EMPTY
+) -> Html:
     """One site's row of the ranking table, its name a link to its line (`href`), with its
-    cells across ranks (`spread_cells`, HTML) before its kernels."""
+    cells across ranks (`spread_cells`) before its kernels."""
     launches = site["launches"]
-    mean = format_duration(site["gpu_ns"] / launches) if launches else "-"
-    kernels = "".join(
-        f'<li title="{text(name)}"><span class="kernel">{text(display_name(name))}</span>: '
-        f'<span class="time">{text(format_duration(k["gpu_ns"]))} ({k["launches"]})</span>'
-        "</li>"
+    kernels = joined(
+        html(
+            '<li title="{name}"><span class="kernel">{shown}</span>: '
+            '<span class="time">{time} ({launches})</span></li>',
+            name=name,
+            shown=display_name(name),
+            time=format_duration(k["gpu_ns"]),
+            launches=k["launches"],
+        )
         for name, k in site["kernels"].items()
     )
     note = graph_note(site, text=str).strip().removeprefix("(").removesuffix(")")
-    graph = f'<div class="graph">{text(note)}</div>' if note else ""
-    return (
-        f'<tr data-site="{text(site["name"])}"><td class="site">'
-        f"{linked(site_name(site['name']), href)}{graph}</td>"
-        f'<td class="number {heat(site["gpu_ns"] / total if total else 0)}">'
-        f"{text(format_duration(site['gpu_ns']))}</td>"
-        f'<td class="number">{percent(site["gpu_ns"], total)}</td>'
-        f'<td class="number">{launches}</td><td class="number">{text(mean)}</td>'
-        f'{spread_cells}<td><ul class="kernels">{kernels}</ul></td></tr>'
+    return html(
+        '<tr data-site="{name}"><td class="site">{link}{graph}</td>'
+        '<td class="number {heat}">{time}</td><td class="number">{share}</td>'
+        '<td class="number">{launches}</td><td class="number">{mean}</td>'
+        '{spread_cells}<td><ul class="kernels">{kernels}</ul></td></tr>',
+        name=site["name"],
+        link=linked(site_name(site["name"]), href),
+        graph=html('<div class="graph">{note}</div>', note=note) if note else EMPTY,
+        heat=heat(site["gpu_ns"] / total if total else 0),
+        time=format_duration(site["gpu_ns"]),
+        share=percent(site["gpu_ns"], total),
+        launches=launches,
+        mean=format_duration(site["gpu_ns"] / launches) if launches else "-",
+        spread_cells=spread_cells,
+        kernels=kernels,
     )
 
 
-def _unattributed(document: Mapping[str, Any]) -> str:
+def _unattributed(document: Mapping[str, Any]) -> Html:
     unattributed = document["unattributed"]
     if not unattributed["launches"]:
-        return ""
-    return (
-        f'<p class="warning">{unattributed["launches"]} GPU records '
-        f"({text(format_duration(unattributed['gpu_ns']))}) could not be attributed to a "
-        "call site.</p>"
+        return EMPTY
+    return html(
+        '<p class="warning">{launches} GPU records ({time}) could not be attributed to a '
+        "call site.</p>",
+        launches=unattributed["launches"],
+        time=format_duration(unattributed["gpu_ns"]),
     )
 
 
-def _chart(sites: list[Mapping[str, Any]]) -> str:
+def _chart(sites: list[Mapping[str, Any]]) -> Html:
     longest = max((site["gpu_ns"] for site in sites), default=0)
     height = ROW_HEIGHT * len(sites) + 4
     width = LABEL_WIDTH + BAR_WIDTH + 120
     rows = [
-        f'<svg class="chart" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-        'role="img" aria-label="GPU time by call site">'
+        html(
+            '<svg class="chart" width="{width}" height="{height}" '
+            'viewBox="0 0 {width} {height}" role="img" aria-label="GPU time by call site">',
+            width=width,
+            height=height,
+        )
     ]
     for index, site in enumerate(sites):
         y = index * ROW_HEIGHT + 2
         bar = round(BAR_WIDTH * site["gpu_ns"] / longest, 1) if longest else 0.0
         label = site["name"] if len(site["name"]) <= 48 else site["name"][:45] + "..."
         rows.append(
-            f'<g class="bar" data-site="{text(site["name"])}" data-gpu-ns="{site["gpu_ns"]}">'
-            f"<title>{text(site['name'])}: {text(format_duration(site['gpu_ns']))}</title>"
-            f'<text x="{LABEL_WIDTH - 8}" y="{y + 15}" text-anchor="end">{text(label)}</text>'
-            f'<rect x="{LABEL_WIDTH}" y="{y + 3}" width="{bar}" height="{ROW_HEIGHT - 6}"/>'
-            f'<text class="value" x="{LABEL_WIDTH + bar + 6}" y="{y + 15}">'
-            f"{text(format_duration(site['gpu_ns']))}</text></g>"
+            html(
+                '<g class="bar" data-site="{name}" data-gpu-ns="{gpu_ns}">'
+                "<title>{name}: {time}</title>"
+                '<text x="{label_x}" y="{text_y}" text-anchor="end">{label}</text>'
+                '<rect x="{bar_x}" y="{bar_y}" width="{bar}" height="{bar_height}"/>'
+                '<text class="value" x="{value_x}" y="{text_y}">{time}</text></g>',
+                name=site["name"],
+                gpu_ns=site["gpu_ns"],
+                time=format_duration(site["gpu_ns"]),
+                label_x=LABEL_WIDTH - 8,
+                text_y=y + 15,
+                label=label,
+                bar_x=LABEL_WIDTH,
+                bar_y=y + 3,
+                bar=bar,
+                bar_height=ROW_HEIGHT - 6,
+                value_x=LABEL_WIDTH + bar + 6,
+            )
         )
-    rows.append("</svg>")
-    return "\n".join(rows)
+    rows.append(Html("</svg>"))
+    return joined(rows, "\n")
 
 
 def _table(
@@ -143,14 +185,16 @@ def _table(
     total: int,
     files: SourceFiles,
     spread: list[Spread] | None = None,
-) -> str:
+) -> Html:
     """The ranking table; with `spread` (each site's, in the same order), its cells across
     ranks."""
-    ranks = "<th>across ranks:<br>min / median / max</th><th>slowest</th>" if spread else ""
+    ranks = Html("<th>across ranks:<br>min / median / max</th><th>slowest</th>" if spread else "")
     rows = [
-        '<table class="sites">',
-        "<tr><th>call site</th><th>GPU time</th><th>share</th><th>launches</th><th>mean</th>"
-        f"{ranks}<th>kernels</th></tr>",
+        html(
+            '<table class="sites">\n<tr><th>call site</th><th>GPU time</th><th>share</th>'
+            "<th>launches</th><th>mean</th>{ranks}<th>kernels</th></tr>",
+            ranks=ranks,
+        )
     ]
     widest = max((s.high for s in spread), default=0) if spread else 0
     rows += [
@@ -158,38 +202,53 @@ def _table(
             site,
             total,
             files.site_link(site["name"]),
-            _spread_cells(spread[index], widest) if spread else "",
+            _spread_cells(spread[index], widest) if spread else EMPTY,
         )
         for index, site in enumerate(sites)
     ]
-    rows.append("</table>")
-    return "\n".join(rows)
+    rows.append(Html("</table>"))
+    return joined(rows, "\n")
 
 
-def _spread_cells(spread: Spread, widest: int) -> str:
+def _spread_cells(spread: Spread, widest: int) -> Html:
     """A line's spread across ranks: the numbers, a range drawn to the page's one scale, and
     the slowest rank."""
     values = (spread.low, spread.median, spread.high)
-    x = [round(SPREAD_WIDTH * value / widest, 1) if widest else 0.0 for value in values]
-    low, median, high = (text(format_duration(value)) for value in values)
-    drawing = (
-        f'<svg class="spread" width="{SPREAD_WIDTH + 4}" height="12" role="img" '
-        f'aria-label="{low} to {high}, median {median}" '
-        f'data-min-ns="{spread.low}" data-median-ns="{round(spread.median)}" '
-        f'data-max-ns="{spread.high}">'
-        f'<line class="range" x1="{x[0] + 2}" y1="6" x2="{x[2] + 2}" y2="6"/>'
-        f'<line class="median" x1="{x[1] + 2}" y1="1" x2="{x[1] + 2}" y2="11"/></svg>'
+    x = [round(SPREAD_WIDTH * value / widest, 1) + 2 if widest else 2.0 for value in values]
+    low, median, high = (format_duration(value) for value in values)
+    drawing = html(
+        '<svg class="spread" width="{width}" height="12" role="img" '
+        'aria-label="{low} to {high}, median {median}" '
+        'data-min-ns="{low_ns}" data-median-ns="{median_ns}" data-max-ns="{high_ns}">'
+        '<line class="range" x1="{x_low}" y1="6" x2="{x_high}" y2="6"/>'
+        '<line class="median" x1="{x_median}" y1="1" x2="{x_median}" y2="11"/></svg>',
+        width=SPREAD_WIDTH + 4,
+        low=low,
+        median=median,
+        high=high,
+        low_ns=spread.low,
+        median_ns=round(spread.median),
+        high_ns=spread.high,
+        x_low=x[0],
+        x_median=x[1],
+        x_high=x[2],
     )
-    numbers = " / ".join(f'<span class="value">{value}</span>' for value in (low, median, high))
-    return (
-        f'<td class="number spread">{numbers}<br>{drawing}</td>'
-        f'<td class="number">rank {spread.slowest}</td>'
+    numbers = joined(
+        (html('<span class="value">{value}</span>', value=value) for value in (low, median, high)),
+        " / ",
+    )
+    return html(
+        '<td class="number spread">{numbers}<br>{drawing}</td>'
+        '<td class="number">rank {slowest}</td>',
+        numbers=numbers,
+        drawing=drawing,
+        slowest=spread.slowest,
     )
 
 
 def _line_rows(
     sites: list[Mapping[str, Any]], total: int, files: SourceFiles
-) -> dict[tuple[str, int], list[str]]:
+) -> dict[tuple[str, int], list[Html]]:
     """Each launching line's cells: GPU time (coloured by share), launches, kernels."""
     lines: dict[tuple[str, int], dict[str, Any]] = {}
     for site in sites:
@@ -210,10 +269,18 @@ def _line_rows(
         more = f" +{len(ranked) - KERNELS_SHOWN}" if len(ranked) > KERNELS_SHOWN else ""
         share = line["gpu_ns"] / total if total else 0
         rows[place] = [
-            f'<td class="number {heat(share)}" title="{percent(line["gpu_ns"], total)}">'
-            f"{text(format_duration(line['gpu_ns']))}</td>",
-            f'<td class="number">{line["launches"]}</td>',
-            f'<td class="kernels" title="{text(", ".join(ranked))}">{text(names + more)}</td>',
+            html(
+                '<td class="number {heat}" title="{share}">{time}</td>',
+                heat=heat(share),
+                share=percent(line["gpu_ns"], total),
+                time=format_duration(line["gpu_ns"]),
+            ),
+            html('<td class="number">{launches}</td>', launches=line["launches"]),
+            html(
+                '<td class="kernels" title="{all}">{shown}</td>',
+                all=", ".join(ranked),
+                shown=names + more,
+            ),
         ]
     return rows
 

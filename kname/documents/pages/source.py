@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from kname.documents.pages.layout import View, code, text
+from kname.documents.pages.layout import Html, View, code, html, joined
 from kname.documents.sources import SOURCES, Frame, chain, lines_of
 
 CODE = "source"  # in a view's headers: where the source column goes
@@ -65,24 +65,32 @@ class SourceFiles:
         return self.link(self.chains[name][0])
 
 
-def linked(html: str, href: str | None) -> str:
-    """`html` in a link to `href` (as it was when there is none)."""
-    return f'<a href="{href}">{html}</a>' if href else html
+def linked(markup: Html, href: str | None) -> Html:
+    """`markup` in a link to `href` (as it was when there is none)."""
+    return html('<a href="{href}">{markup}</a>', href=href, markup=markup) if href else markup
 
 
 def files_view(files: SourceFiles, summary: Mapping[str, str]) -> View:
     """The index of the files, each a link to its view, with its line of text."""
-    rows = "\n".join(
-        f'<tr><td class="site"><a href="#{files.ids[path]}">{text(path)}</a></td>'
-        f"<td>{text(summary.get(path, ''))}</td></tr>"
-        for path in files.ids
+    rows = joined(
+        (
+            html(
+                '<tr><td class="site"><a href="#{id}">{path}</a></td><td>{summary}</td></tr>',
+                id=files.ids[path],
+                path=path,
+                summary=summary.get(path, ""),
+            )
+            for path in files.ids
+        ),
+        "\n",
     )
-    return View("files", "files", f'<h2>files</h2>\n<table class="files">\n{rows}\n</table>')
+    body = html('<h2>files</h2>\n<table class="files">\n{rows}\n</table>', rows=rows)
+    return View("files", "files", body)
 
 
 def file_views(
     files: SourceFiles,
-    rows: Mapping[tuple[str, int], Sequence[str]],
+    rows: Mapping[tuple[str, int], Sequence[Html]],
     headers: Sequence[str],
     summary: Mapping[str, str],
 ) -> list[View]:
@@ -92,9 +100,12 @@ def file_views(
         View(
             files.ids[path],
             None,
-            f"<h2>{text(path)}</h2>\n"
-            f'<p class="summary">{text(summary.get(path, ""))}</p>\n'
-            + _file_table(files, path, rows, headers),
+            html(
+                '<h2>{path}</h2>\n<p class="summary">{summary}</p>\n{table}',
+                path=path,
+                summary=summary.get(path, ""),
+                table=_file_table(files, path, rows, headers),
+            ),
         )
         for path in files.ids
     ]
@@ -103,35 +114,48 @@ def file_views(
 def _file_table(
     files: SourceFiles,
     path: str,
-    rows: Mapping[tuple[str, int], Sequence[str]],
+    rows: Mapping[tuple[str, int], Sequence[Html]],
     headers: Sequence[str],
-) -> str:
+) -> Html:
     kept = files.lines.get(path, {})
     marked = files.pointed[path]
     at_code = list(headers).index(CODE)
-    empty = ["<td></td>"] * (len(headers) - 1)
-    parts = ['<table class="source">', "<tr><th>line</th>"]
-    parts.append("".join(f"<th>{text(h)}</th>" for h in headers) + "</tr>")
+    empty = [Html("<td></td>")] * (len(headers) - 1)
+    columns = len(headers)
+    parts = [
+        Html('<table class="source">\n<tr><th>line</th>\n'),
+        joined(html("<th>{header}</th>", header=header) for header in headers),
+        Html("</tr>"),
+    ]
     if not kept:
         parts.append(
-            f'<tr class="gap"><td></td><td colspan="{len(headers)}">the source of this file '
-            "was not kept in the document: its lines are shown by number</td></tr>"
+            html(
+                '\n<tr class="gap"><td></td><td colspan="{columns}">the source of this file '
+                "was not kept in the document: its lines are shown by number</td></tr>",
+                columns=columns,
+            )
         )
     previous = 0
     for line in sorted(kept.keys() | marked):
         if previous and line > previous + 1:
-            parts.append(f'<tr class="gap"><td>⋮</td><td colspan="{len(headers)}"></td></tr>')
+            parts.append(
+                html(
+                    '\n<tr class="gap"><td>⋮</td><td colspan="{columns}"></td></tr>',
+                    columns=columns,
+                )
+            )
         previous = line
-        anchor = files.anchor(path, line)
         shown = list(rows.get((path, line), empty))
-        shown.insert(at_code, f'<td class="code">{code(kept.get(line, ""))}</td>')
+        shown.insert(at_code, html('<td class="code">{code}</td>', code=code(kept.get(line, ""))))
         parts.append(
-            f'<tr id="{anchor}"{_class("site" if line in marked else "")}>'
-            f'<td class="line number"><a href="#{anchor}">{line}</a></td>{"".join(shown)}</tr>'
+            html(
+                '\n<tr id="{anchor}"{site}><td class="line number">'
+                '<a href="#{anchor}">{line}</a></td>{cells}</tr>',
+                anchor=files.anchor(path, line),
+                site=Html(' class="site"' if line in marked else ""),
+                line=line,
+                cells=joined(shown),
+            )
         )
-    parts.append("</table>")
-    return "\n".join(parts)
-
-
-def _class(name: str) -> str:
-    return f' class="{name}"' if name else ""
+    parts.append(Html("\n</table>"))
+    return joined(parts)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from kname.documents.pages.layout import View, heat, percent, text
+from kname.documents.pages.layout import EMPTY, Html, View, heat, html, joined, percent
 from kname.documents.pages.source import SourceFiles
 from kname.documents.sources import Frame
 
@@ -66,13 +66,14 @@ def tree_view(
     note = f" {left_out} frames under {100 * MIN_SHARE:g}% of the total are not drawn." * (
         left_out > 0
     )
-    return View(
-        "tree",
-        "call tree",
+    body = html(
         '<h2>call tree</h2>\n<p class="summary">Callers above the lines they call, each as wide '
-        f"as its share; a frame links to its line.{note}</p>\n"
-        f'<div class="icicle"><div class="kids">{boxes}</div></div>',
+        "as its share; a frame links to its line.{note}</p>\n"
+        '<div class="icicle"><div class="kids">{boxes}</div></div>',
+        note=note,
+        boxes=boxes,
     )
+    return View("tree", "call tree", body)
 
 
 def _boxes(
@@ -81,7 +82,7 @@ def _boxes(
     total: int,
     files: SourceFiles,
     say: Callable[[int], str],
-) -> tuple[str, int]:
+) -> tuple[Html, int]:
     """The HTML of `level`'s boxes (widths as shares of `parent`), and how many were left out."""
     parts, left_out = [], 0
     for node in sorted(level.values(), key=lambda n: -n.value):
@@ -91,16 +92,22 @@ def _boxes(
         kids, under = _boxes(node.kids, node.value, total, files, say)
         left_out += under
         href = files.link(node.frame)
-        link = f' href="{href}"' if href else ""
         parts.append(
-            f'<div class="node" style="width:{100 * node.value / parent:.3f}%" '
-            f'data-value="{node.value}">'
-            f'<a class="frame {heat(node.value / total)}"{link} '
-            f'title="{text(node.frame.label)}: {text(say(node.value))} '
-            f'({percent(node.value, total)})">{text(node.frame.label)}</a>'
-            f'<div class="kids">{kids}</div></div>'
+            html(
+                '<div class="node" style="width:{width:.3f}%" data-value="{value}">'
+                '<a class="frame {heat}"{link} title="{label}: {said} ({percent})">{label}</a>'
+                '<div class="kids">{kids}</div></div>',
+                width=100 * node.value / parent,
+                value=node.value,
+                heat=heat(node.value / total),
+                link=html(' href="{href}"', href=href) if href else EMPTY,
+                label=node.frame.label,
+                said=say(node.value),
+                percent=percent(node.value, total),
+                kids=kids,
+            )
         )
-    return "".join(parts), left_out
+    return joined(parts), left_out
 
 
 def _count(level: Mapping[str, Node]) -> int:

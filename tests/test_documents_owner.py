@@ -23,10 +23,12 @@ from kname.documents.owner import (
 from kname.rank_paths import PathTemplateError
 
 
-def test_beside_puts_the_pid_before_the_suffix() -> None:
+def test_beside_tags_the_path_as_a_rank_is_tagged() -> None:
     pid = os.getpid()
     assert beside("out/p.json") == f"out/p.pid{pid}.json"
-    assert beside("trace") == f"trace.pid{pid}.json"
+    assert beside("trace") == f"trace.pid{pid}"  # no suffix made up
+    assert beside("p.tar.gz") == f"p.pid{pid}.tar.gz"  # every suffix kept
+    assert beside("p.rank3.json") == f"p.rank3.pid{pid}.json"  # after the rank
 
 
 @pytest.mark.parametrize("inherited", [None, "", "12x", "²"])

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from kname._warnings import warn_once
 from kname.documents.files import Identity, identity, write_atomically, written_here
-from kname.rank_paths import expand
+from kname.rank_paths import expand, tagged
 from kname.ranks import Rank, find_rank
 
 # Mark the process that owns the outputs, and its rank; processes started beneath it inherit
@@ -152,9 +152,9 @@ def _say_moved(output: Output, path: str, what: str, taken: bool) -> None:
 
 
 def beside(path: str) -> str:
-    """Where a process beneath the owner writes `path`: `census.json` -> `census.pid42.json`."""
-    stem, suffix = os.path.splitext(path)
-    return f"{stem}.pid{os.getpid()}{suffix or '.json'}"
+    """Where a process beneath the owner writes `path`: `census.json` -> `census.pid42.json`,
+    by the rule of a rank's path (rank_paths.tagged): `p.rank3.tar.gz` -> `p.rank3.pid42.tar.gz`."""
+    return tagged(path, f"pid{os.getpid()}")
 
 
 def _write(

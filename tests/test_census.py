@@ -255,14 +255,27 @@ def test_report_writes_a_path_atomically_and_a_stream_as_is(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
-def test_kname_report_through_a_symlink_updates_its_target(kname_venv: Venv, app) -> None:
-    (app / "runs").mkdir()
-    (app / "runs" / "real.json").write_text("stale")
-    (app / "latest.json").symlink_to("runs/real.json")
-    result = run_app(kname_venv, app, env={"KNAME_REPORT": "latest.json"})
+@pytest.mark.parametrize("rank", [None, "1"])
+def test_kname_report_never_writes_through_a_symlink(kname_venv: Venv, app, rank) -> None:
+    """A link planted at KNAME_REPORT, or at the path kname derives for rank 1 of 2
+    (c.rank1.json), in a folder others can write: someone's file stays as it was, and the
+    census is refused in one line naming the link's target."""
+    (app / "someone").mkdir()
+    (app / "someone" / "file.json").write_text("someone's file")
+    link = app / ("c.json" if rank is None else "c.rank1.json")
+    link.symlink_to("someone/file.json")
+    env = {"KNAME_REPORT": "c.json"}
+    if rank is not None:
+        env.update(SLURM_PROCID=rank, SLURM_STEP_NUM_TASKS="2")
+    result = run_app(kname_venv, app, env=env)
     assert result.returncode == 0, result.stderr
-    assert (app / "latest.json").is_symlink()
-    assert json.loads((app / "runs" / "real.json").read_text())["sites"] == expected_sites()
+    assert result.stderr == (
+        f"kname: KNAME_REPORT={str(link)!r} could not be written (OSError: it is a symbolic link "
+        "(to 'someone/file.json'); kname writes no file through a link: name the file itself); "
+        "the launch census was not saved\n"
+    )
+    assert (app / "someone" / "file.json").read_text() == "someone's file"
+    assert os.readlink(link) == "someone/file.json"
 
 
 @pytest.mark.slow

@@ -171,6 +171,21 @@ def test_while_another_holds_the_directory_this_process_writes_beside(tmp_path, 
     assert not (tmp_path / "c.json").exists()
 
 
+@pytest.mark.parametrize("beneath", [False, True])
+def test_a_link_planted_at_a_path_kname_derives_is_never_written_through(
+    tmp_path, owner, monkeypatch, beneath
+) -> None:
+    # The owner's path, and a helper's own file (c.pid<N>.json), guessed by another user.
+    if beneath:
+        monkeypatch.setenv(OWNER_VARIABLE, "1")
+    (tmp_path / "theirs.json").write_text("someone's file")
+    output = claim(str(tmp_path / "c.json"))
+    os.symlink(tmp_path / "theirs.json", beside(output.path) if beneath else output.path)
+    with pytest.raises(OSError, match="symbolic link"):
+        write_output(output, "this run", "census")
+    assert (tmp_path / "theirs.json").read_text() == "someone's file"
+
+
 def test_special_files_are_written_in_place_by_every_process(tmp_path, owner) -> None:
     os.mkfifo(tmp_path / "fifo")
     reader = os.open(tmp_path / "fifo", os.O_RDONLY | os.O_NONBLOCK)

@@ -6,10 +6,16 @@ test_profiling_mode.py (a profile's files); these are the rules in-process.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import socket
+import subprocess
+import sys
+from collections.abc import Iterator
 
 import pytest
+from support import REPO
 
 from kname.documents.owner import (
     OWNER_RANK_VARIABLE,
@@ -153,22 +159,54 @@ def test_an_owner_that_launched_nothing_still_writes_its_own_path(tmp_path, owne
     assert (tmp_path / "c.json").read_text() == "nothing launched"
 
 
-def test_while_another_holds_the_directory_this_process_writes_beside(tmp_path, owner, monkeypatch):
-    import fcntl
-
-    from kname.documents import owner as owner_module
-
-    monkeypatch.setattr(owner_module, "LOCK_WAIT_SECONDS", 0.05)
-    output = claim(str(tmp_path / "c.json"))
-    # flock locks belong to an open file description: this one stands for another process's.
-    held = os.open(tmp_path, os.O_RDONLY)
+@contextlib.contextmanager
+def directory_held_by_another(directory) -> Iterator[None]:
+    """An flock on `directory`, as any other program may hold one (flock locks belong to an
+    open file description: this one stands for another process's)."""
+    held = os.open(directory, os.O_RDONLY)
     try:
         fcntl.flock(held, fcntl.LOCK_EX)
-        written = write_output(output, "this run", "census")
+        yield
     finally:
         os.close(held)
-    assert written == str(tmp_path / f"c.pid{owner}.json")
-    assert not (tmp_path / "c.json").exists()
+
+
+@pytest.mark.parametrize("another_wrote", [False, True])
+def test_a_lock_another_program_holds_on_the_folder_changes_nothing_said_or_written(
+    tmp_path, owner, capsys, another_wrote
+) -> None:
+    """The file goes where it would without the lock, and "another process wrote" is said only
+    when one did."""
+    output = claim(str(tmp_path / "c.json"))
+    if another_wrote:
+        (tmp_path / "c.json").write_text("another process's")
+    with directory_held_by_another(tmp_path):
+        written = write_output(output, "this run", "census")
+    mine = tmp_path / (f"c.pid{owner}.json" if another_wrote else "c.json")
+    assert written == str(mine) and mine.read_text() == "this run"
+    said = capsys.readouterr().err
+    assert ("another process wrote" in said) is another_wrote
+    assert said.count("\n") == int(another_wrote)
+
+
+def test_an_output_folder_that_is_a_fifo_is_one_line_never_a_wait(tmp_path) -> None:
+    """KNAME_REPORT=fifo/c.json (a typo, or a link into a FIFO): nothing may open the FIFO to
+    lock it, which would wait for a writer forever, through the SIGTERM meant to end it."""
+    os.mkfifo(tmp_path / "fifo")
+    program = (
+        "import sys; from kname.documents.owner import claim, write_output\n"
+        "try:\n"
+        "    write_output(claim(sys.argv[1]), 'text', 'census')\n"
+        "except OSError as error:\n"
+        "    print(type(error).__name__, error.strerror)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO), OWNER_VARIABLE: ""}
+    result = subprocess.run(
+        [sys.executable, "-c", program, str(tmp_path / "fifo" / "c.json")],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert (result.returncode, result.stdout) == (0, "NotADirectoryError Not a directory\n")
+    assert (tmp_path / "fifo").is_fifo()
 
 
 @pytest.mark.parametrize("beneath", [False, True])

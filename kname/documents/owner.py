@@ -33,8 +33,9 @@ from kname.ranks import Rank, find_rank
 # them. A process whose rank is not the mark's (a worker torchrun started) owns its own.
 OWNER_VARIABLE = "_KNAME_REPORT_PID"
 OWNER_RANK_VARIABLE = "_KNAME_REPORT_RANK"
-# How long a process waits for another that is deciding and writing in the same directory.
-LOCK_WAIT_SECONDS = 10.0
+# How long a process waits, in all, for another that is deciding and writing in the same
+# directory: kname holds it only to write texts already made. Past it, the check alone decides.
+LOCK_WAIT_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -107,8 +108,8 @@ def write_outputs(
     outputs = [output for output, _, _ in writes]
     taken: list[Output] = []
     if outputs and os.getpid() == outputs[0].owner:
-        with _directories_locked([output.path for output in outputs]) as locked:
-            taken = [output for output in outputs if not locked or _changed(output)]
+        with _directories_locked([output.path for output in outputs]):
+            taken = [output for output in outputs if _changed(output)]
             if not taken:
                 for at, output in enumerate(outputs):
                     written[at] = _write(output.path, texts[at], failed, output)
@@ -177,41 +178,43 @@ def _write(
 
 
 @contextlib.contextmanager
-def _directories_locked(paths: Sequence[str]) -> Iterator[bool]:
+def _directories_locked(paths: Sequence[str]) -> Iterator[None]:
     """Hold an exclusive lock on the directories of `paths` (symlinks followed) while this
     process decides whether the files are its own and writes them, so that two processes ending
-    together cannot both take one, nor each take some. Yields True when held, or when locking
-    is not possible here (then the check alone decides); False when another process held one
-    for LOCK_WAIT_SECONDS: then this one writes beside them, which loses nothing.
+    together cannot both take one, nor each take some. Where one cannot be had within
+    LOCK_WAIT_SECONDS (another program holds it, or locking is not possible here), the check
+    alone decides: a lock held by what is not kname must not hold up every exit.
     """
     # Always in the same order: two processes never wait on each other's directory.
     directories = sorted({os.path.dirname(os.path.realpath(path)) for path in paths})
+    deadline = time.monotonic() + LOCK_WAIT_SECONDS
     with contextlib.ExitStack() as held:
         for directory in directories:
             try:
-                descriptor = os.open(directory, os.O_RDONLY)
-            except OSError:  # no such directory, or not readable: the write says what is wrong
+                # Never a FIFO or a device (a typo, a link into one): opening one could wait.
+                flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK
+                descriptor = os.open(directory, flags)
+            except OSError:  # no such directory, or not one: the write says what is wrong
                 continue
             held.callback(os.close, descriptor)  # which releases the lock
-            if not _lock(descriptor):
-                yield False
-                return
-        yield True
+            if not _lock(descriptor, deadline):
+                break
+        yield
 
 
-def _lock(descriptor: int) -> bool:
+def _lock(descriptor: int, deadline: float) -> bool:
+    """Lock `descriptor` by `deadline`; False if it could not be (held by another process)."""
     try:
         import fcntl
     except ImportError:  # not a POSIX system
-        return True
-    deadline = time.monotonic() + LOCK_WAIT_SECONDS
+        return False
     while True:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True
         except OSError as exc:
             if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                return True  # a file system without flock (some network ones)
+                return False  # a file system without flock (some network ones)
         if time.monotonic() > deadline:
             return False
         time.sleep(0.01)

@@ -73,6 +73,20 @@ def expand(
     return _TOKEN.sub(lambda match: values.get(match[1], match[0][0]), path)
 
 
+def implied_folder(template: str, expanded: str) -> str | None:
+    """The first folder of `expanded` (expand()'s path for `template`) that a placeholder names
+    (`prof/{host}/p.json` -> `prof/node1`): kname makes it and those beneath it where missing.
+    None where no folder holds a placeholder."""
+    split = re.compile("|".join(re.escape(sep) for sep in _SEPARATORS)).split
+    folders, expanded_folders = split(template)[:-1], split(expanded)[:-1]
+    if len(folders) != len(expanded_folders):  # never: a value holds no separator
+        return None
+    for at, folder in enumerate(folders):
+        if _placeholders(folder):
+            return os.sep.join(expanded_folders[: at + 1])
+    return None
+
+
 def _placeholders(path: str) -> set[str]:
     return {match[1] for match in _TOKEN.finditer(path) if match[1] is not None}
 

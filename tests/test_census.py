@@ -279,6 +279,26 @@ def test_kname_report_never_writes_through_a_symlink(kname_venv: Venv, app, rank
 
 
 @pytest.mark.slow
+def test_each_ranks_census_goes_to_the_host_folder_its_path_names(kname_venv: Venv, app) -> None:
+    """The README's multi-node recipe, `prof/{host}/...`: kname makes each host's folder (no
+    rank's census is lost to a missing one), and `kname report` merges what the glob finds."""
+    (app / "prof").mkdir()
+    for rank in ("0", "1"):
+        env = {"KNAME_REPORT": "prof/{host}/c.json", "SLURM_PROCID": rank,
+               "SLURM_STEP_NUM_TASKS": "2"}  # fmt: skip
+        result = run_app(kname_venv, app, env=env)
+        assert (result.returncode, result.stderr) == (0, "")
+    host = socket.gethostname()
+    assert sorted(os.listdir(app / "prof" / host)) == ["c.rank0.json", "c.rank1.json"]
+    assert (app / "prof" / host).stat().st_mode & 0o077 == 0  # kname's folder is private
+    files = sorted(str(path.relative_to(app)) for path in app.glob("prof/*/c.rank*.json"))
+    report = kname_venv.python_run("-m", "kname", "report", *files, cwd=app)
+    assert report.returncode == 0, report.stderr
+    assert f"(prof/{host}/c.rank0.json + prof/{host}/c.rank1.json, written" in report.stdout
+    assert "2 ranks): 14 launches" in report.stdout
+
+
+@pytest.mark.slow
 def test_kname_report_to_a_fifo_without_reader_is_one_line(kname_venv: Venv, app) -> None:
     os.mkfifo(app / "fifo")
     result = run_app(kname_venv, app, env={"KNAME_REPORT": "fifo", "APP_EXIT": "3"})

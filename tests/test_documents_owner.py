@@ -259,6 +259,30 @@ def test_a_rank_claims_its_own_path(tmp_path, rank_2_of_4) -> None:
         claim("p.{rnak}.json", "KNAME_REPORT")
 
 
+def test_the_folders_a_placeholder_names_are_made_private_and_no_others(
+    tmp_path, rank_2_of_4
+) -> None:
+    host = socket.gethostname()
+    output = claim(str(tmp_path / "prof" / "{host}" / "r{rank}" / "p.json"))
+    (tmp_path / "prof").mkdir()
+    assert write_output(output, "rank 2's", "profile") == str(
+        tmp_path / "prof" / host / "r2" / "p.json"
+    )
+    for made in (tmp_path / "prof" / host, tmp_path / "prof" / host / "r2"):
+        assert made.stat().st_mode & 0o777 == 0o700 & ~current_umask()
+    # A folder named as it is (no placeholder) must exist: a typo is one line, not a new tree.
+    output = claim(str(tmp_path / "porf" / "{host}" / "p.json"))
+    with pytest.raises(FileNotFoundError):
+        write_output(output, "rank 2's", "profile")
+    assert not (tmp_path / "porf").exists()
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def test_a_worker_of_another_rank_owns_its_own_files_beneath_a_lone_owner(rank_2_of_4, monkeypatch):
     # A script started the job's processes itself: it owns its files, and each rank its own.
     monkeypatch.setenv(OWNER_VARIABLE, "1")

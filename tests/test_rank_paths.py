@@ -16,6 +16,7 @@ from kname.rank_paths import (
     PLACEHOLDERS,
     PathTemplateError,
     expand,
+    implied_folder,
     tagged,
     template_problem,
 )
@@ -248,3 +249,21 @@ def test_a_ranks_files_and_its_helpers_files_match_the_ranks_glob(
     pattern = f"{folder}{stem}.rank*{suffixes}"  # `kname report profile.rank*.json`
     assert fnmatch.fnmatchcase(rank_path, pattern) and fnmatch.fnmatchcase(helper_path, pattern)
     assert helper_path == f"{folder}{stem}.rank{rank}.pid{pid}{suffixes}"
+
+
+@settings(max_examples=500, deadline=None)
+@given(templates, world_ranks, hosts, pids)
+def test_the_folder_a_placeholder_names_holds_the_file_and_comes_from_the_placeholder(
+    path, world, host, pid
+) -> None:
+    size, rank, _ = world
+    expanded = expand(path, Rank(rank=rank, world_size=size, launcher="slurm"), host=host, pid=pid)
+    folder = implied_folder(path, expanded)
+    folders = path.split("/")[:-1]
+    if not any(
+        f"{{{name}}}" in part.replace("{{", "") for part in folders for name in PLACEHOLDERS
+    ):
+        assert folder is None
+    else:
+        assert folder is not None and (expanded + "/").startswith(folder + "/")
+        assert folder.count("/") < expanded.count("/")  # a folder, never the file itself

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from kname._warnings import warn_once
 from kname.documents.files import Identity, identity, write_atomically, written_here
-from kname.rank_paths import expand, tagged
+from kname.rank_paths import expand, implied_folder, tagged
 from kname.ranks import Rank, find_rank
 
 # Mark the process that owns the outputs, and its rank; processes started beneath it inherit
@@ -45,6 +45,9 @@ class Output:
     path: str  # absolute: where the owner writes it
     owner: int  # the pid of the process that owns the outputs
     found: Identity | None  # the file at `path` when it was claimed (None: none)
+    # The first folder a placeholder names (`prof/{host}/`), absolute: made with those beneath
+    # it, where missing, as the file is written (None: none, every folder must exist).
+    folders: str | None = None
 
 
 Write = tuple[Output, Callable[[], str], str]  # an output, its text (made when written), its name
@@ -68,10 +71,12 @@ def claim(requested: str, variable: str = "the output path", rank: Rank | None =
     """The output that `requested` (the value of `variable`) names for this process: the one
     place that decides the path. This rank's own (rank_paths.expand, which raises a
     PathTemplateError for a bad placeholder), made absolute now (the program may change
-    directory before it ends), with what is there now."""
+    directory before it ends), with what is there now and the folders its placeholders name."""
     rank = find_rank() if rank is None else rank
-    path = os.path.abspath(expand(requested, rank, variable=variable))
-    return Output(path, owner_pid(rank), identity(path))
+    expanded = expand(requested, rank, variable=variable)
+    path, folders = os.path.abspath(expanded), implied_folder(requested, expanded)
+    folders = None if folders is None else os.path.abspath(folders)
+    return Output(path, owner_pid(rank), identity(path), folders)
 
 
 def _rank_mark(rank: Rank) -> str:
@@ -107,6 +112,9 @@ def write_outputs(
     texts = [_text(output, text, failed) for output, text, _ in writes]
     outputs = [output for output, _, _ in writes]
     taken: list[Output] = []
+    for output in outputs:  # before the lock, which is on the folder; _write says what failed
+        with contextlib.suppress(OSError):
+            _make_folders(output)
     if outputs and os.getpid() == outputs[0].owner:
         with _directories_locked([output.path for output in outputs]):
             taken = [output for output in outputs if _changed(output)]
@@ -168,6 +176,7 @@ def _write(
     if text is None:
         return None
     try:
+        _make_folders(output)
         write_atomically(path, text)
     except Exception as error:
         if failed is None:
@@ -175,6 +184,21 @@ def _write(
         failed(output, error)
         return None
     return path
+
+
+def _make_folders(output: Output) -> None:
+    """Make the folders `output`'s placeholders name (`prof/{host}/`) and those beneath them,
+    where missing: private (0700), as they hold this user's files."""
+    if output.folders is None:
+        return
+    top = os.path.dirname(output.folders)
+    beneath = os.path.relpath(os.path.dirname(output.path), top)
+    if beneath == os.curdir or beneath.split(os.sep)[0] == os.pardir:  # `{host}/..`: none
+        return
+    for part in beneath.split(os.sep):
+        top = os.path.join(top, part)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(top, 0o700)
 
 
 @contextlib.contextmanager

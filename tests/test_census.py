@@ -232,6 +232,25 @@ def test_a_process_beneath_the_owner_writes_a_census_of_its_own(kname_venv: Venv
     assert json.loads(child.read_text())["sites"] == expected_sites()
 
 
+@pytest.mark.slow
+def test_a_child_given_a_kname_report_of_its_own_owns_it(kname_venv: Venv, app) -> None:
+    """The parent's mark is for its own path: a child run with KNAME_REPORT=b.json writes
+    b.json, not b.pid<N>.json beside a file nobody writes."""
+    parent = (
+        "import os, subprocess, sys\n"
+        "subprocess.run([sys.executable, 'app.py'], check=True,\n"
+        "               env={**os.environ, 'KNAME_REPORT': 'b.json'})\n"
+    )
+    result = kname_venv.python_run(
+        "-c", parent, cwd=app,
+        env={"KNAME": "1", "NUMBA_ENABLE_CUDASIM": "1", "KNAME_REPORT": "a.json", **NOT_BENEATH},
+    )  # fmt: skip
+    assert (result.returncode, result.stderr) == (0, "")
+    assert sorted(path.name for path in app.glob("*.json")) == ["a.json", "b.json"]
+    assert json.loads((app / "b.json").read_text())["sites"] == expected_sites()
+    assert json.loads((app / "a.json").read_text())["total_launches"] == 0
+
+
 # --- kname.report() -----------------------------------------------------------------------
 
 

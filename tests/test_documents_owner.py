@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import socket
 import subprocess
@@ -18,6 +19,7 @@ import pytest
 from support import REPO
 
 from kname.documents.owner import (
+    OWNER_PATHS_VARIABLE,
     OWNER_RANK_VARIABLE,
     OWNER_VARIABLE,
     beside,
@@ -53,13 +55,38 @@ def test_a_process_beneath_an_owner_keeps_its_mark(monkeypatch) -> None:
     assert os.environ[OWNER_VARIABLE] == "1"
 
 
+def beneath_owner(monkeypatch, *paths, rank: str = "") -> None:
+    """This process was started beneath an owner (pid 1) of `paths`: it inherited the mark."""
+    monkeypatch.setenv(OWNER_VARIABLE, "1")
+    monkeypatch.setenv(OWNER_RANK_VARIABLE, rank)
+    monkeypatch.setenv(OWNER_PATHS_VARIABLE, json.dumps([str(path) for path in paths]))
+
+
+def test_the_mark_is_for_the_paths_it_was_made_for(tmp_path, monkeypatch, capsys) -> None:
+    """A child given a KNAME_REPORT of its own (not the one it inherited) owns that path: it
+    writes it in place, and marks itself, for that path, for its own children."""
+    beneath_owner(monkeypatch, tmp_path / "a.json")
+    assert claim(str(tmp_path / "a.json")).owner == 1
+    output = claim(str(tmp_path / "b.json"))
+    assert output.owner == os.getpid()
+    assert write_output(output, "its own", "census") == str(tmp_path / "b.json")
+    assert os.listdir(tmp_path) == ["b.json"] and capsys.readouterr().err == ""
+    assert json.loads(os.environ[OWNER_PATHS_VARIABLE]) == [str(tmp_path / "b.json")]
+    # Its other outputs (a profile's page) join the mark: its children write beside them.
+    assert claim(str(tmp_path / "b.html")).owner == os.getpid()
+    assert json.loads(os.environ[OWNER_PATHS_VARIABLE]) == [
+        str(tmp_path / "b.json"), str(tmp_path / "b.html")
+    ]  # fmt: skip
+
+
 # --- one path, several processes: claim() at start, write_output() at the end -----------------
 
 
 @pytest.fixture
 def owner(monkeypatch) -> int:
-    """This process owns the outputs."""
+    """This process owns the outputs (monkeypatch takes the paths it marks away after)."""
     monkeypatch.setenv(OWNER_VARIABLE, str(os.getpid()))
+    monkeypatch.setenv(OWNER_PATHS_VARIABLE, "[]")
     return os.getpid()
 
 
@@ -130,7 +157,7 @@ def test_an_output_that_cannot_be_made_is_told_and_the_others_are_written(tmp_pa
 
 
 def test_a_process_beneath_the_owner_writes_beside_it_without_a_word(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv(OWNER_VARIABLE, "1")
+    beneath_owner(monkeypatch, tmp_path / "c.json")
     output = claim(str(tmp_path / "c.json"))
     assert write_output(output, "child", "census") == str(tmp_path / f"c.pid{os.getpid()}.json")
     assert capsys.readouterr().err == ""
@@ -142,8 +169,9 @@ def test_a_process_that_launched_nothing_writes_nothing_beside_another_processs_
     tmp_path, owner, monkeypatch, capsys, beneath
 ) -> None:
     if beneath:
-        monkeypatch.setenv(OWNER_VARIABLE, "1")
+        beneath_owner(monkeypatch, tmp_path / "c.json")
     output = claim(str(tmp_path / "c.json"))
+    assert (output.owner == 1) is beneath
     (tmp_path / "c.json").write_text("another process's")
     assert write_output(output, "nothing launched", "census", launched=False) is None
     assert os.listdir(tmp_path) == ["c.json"]
@@ -215,9 +243,10 @@ def test_a_link_planted_at_a_path_kname_derives_is_never_written_through(
 ) -> None:
     # The owner's path, and a helper's own file (c.pid<N>.json), guessed by another user.
     if beneath:
-        monkeypatch.setenv(OWNER_VARIABLE, "1")
+        beneath_owner(monkeypatch, tmp_path / "c.json")
     (tmp_path / "theirs.json").write_text("someone's file")
     output = claim(str(tmp_path / "c.json"))
+    assert (output.owner == 1) is beneath
     os.symlink(tmp_path / "theirs.json", beside(output.path) if beneath else output.path)
     with pytest.raises(OSError, match="symbolic link"):
         write_output(output, "this run", "census")
@@ -247,6 +276,7 @@ def rank_2_of_4(monkeypatch) -> None:
     # Set first, so that monkeypatch takes owner_pid()'s marks away after the test.
     monkeypatch.setenv(OWNER_VARIABLE, "")
     monkeypatch.setenv(OWNER_RANK_VARIABLE, "")
+    monkeypatch.setenv(OWNER_PATHS_VARIABLE, "")
 
 
 def test_a_rank_claims_its_own_path(tmp_path, rank_2_of_4) -> None:
@@ -297,8 +327,7 @@ def test_a_helper_process_of_a_rank_writes_beside_that_ranks_file(
     tmp_path, rank_2_of_4, monkeypatch
 ):
     # A DataLoader worker inherits its rank's variables, and its rank's mark.
-    monkeypatch.setenv(OWNER_VARIABLE, "1")
-    monkeypatch.setenv(OWNER_RANK_VARIABLE, "torchrun 2/4")
+    beneath_owner(monkeypatch, tmp_path / "p.rank2.json", rank="torchrun 2/4")
     output = claim(str(tmp_path / "p.json"))
     assert output.owner == 1
     written = write_output(output, "the worker's", "census")

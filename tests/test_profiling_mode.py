@@ -28,7 +28,7 @@ import kname
 from kname import _warnings
 from kname.config import DEFAULT_TOP, MODES, read_config
 from kname.documents.files import load
-from kname.documents.owner import OWNER_VARIABLE
+from kname.documents.owner import OWNER_PATHS_VARIABLE, OWNER_VARIABLE
 from kname.profiling import mode
 
 pytestmark = pytest.mark.launches
@@ -198,6 +198,11 @@ def write_program(tmp_path, env: dict[str, str], ending: str = "") -> dict[str, 
     return environ
 
 
+def beneath(*paths) -> dict[str, str]:
+    """The mark a process inherits from an owner (pid 1) of `paths`."""
+    return {OWNER_VARIABLE: "1", OWNER_PATHS_VARIABLE: json.dumps([str(path) for path in paths])}
+
+
 def run_program(tmp_path, env: dict[str, str], ending: str = "") -> subprocess.CompletedProcess:
     environ = write_program(tmp_path, env, ending)
     return subprocess.run(
@@ -318,7 +323,7 @@ def test_no_launch_census_is_written_in_profile_mode(tmp_path) -> None:
 
 
 def test_a_process_beneath_the_owner_writes_files_of_its_own_and_no_table(tmp_path) -> None:
-    done = run_program(tmp_path, {"KNAME_REPORT": "p.json", OWNER_VARIABLE: "1"})
+    done = run_program(tmp_path, {"KNAME_REPORT": "p.json", **beneath(tmp_path / "p.json")})
     assert done.returncode == 0, done.stderr
     (written,) = tmp_path.glob("p.pid*.json")
     assert load(str(written))["total_gpu_ns"] == 15_000
@@ -334,7 +339,7 @@ def test_a_process_beneath_the_owner_that_launched_nothing_leaves_no_file(tmp_pa
     run = functools.partial(
         subprocess.run, [sys.executable, "helper.py"], cwd=tmp_path, capture_output=True, text=True
     )
-    done = run(env={**environ, OWNER_VARIABLE: "1"})
+    done = run(env={**environ, **beneath(tmp_path / "p.json", tmp_path / "p.html")})
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in tmp_path.glob("p*")) == [] and done.stderr == ""
     done = run(env=environ)

@@ -3,10 +3,11 @@
 Each rank of a job writes its own path (kname.rank_paths: `{rank}`, `{host}` and `{pid}` in it,
 and `.rank3` before its suffix in a job of more than one rank), so that no rank overwrites
 another. The first process of a rank to ask owns that rank's outputs (KNAME_REPORT, a
-profile's files) and marks itself in the environment, with its rank; processes started beneath
-it (a subprocess, a DataLoader worker) inherit the mark and write files of their own beside the
-owner's (`census.rank3.pid4242.json`), so that none overwrites another and `kname report` can
-merge them. A process of another rank (a worker its launcher started) owns its own.
+profile's files) and marks itself in the environment, with its rank and the paths it claimed;
+processes started beneath it (a subprocess, a DataLoader worker) inherit the mark and, for those
+paths only, write files of their own beside the owner's (`census.rank3.pid4242.json`), so that
+none overwrites another and `kname report` can merge them. A process of another rank (a worker
+its launcher started), or one given a path of its own, owns its own.
 
 Processes started apart (not beneath one another) that name one path each own it: the first
 to finish writes it, and each later one finds that the file changed while it ran and writes its
@@ -19,9 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from kname._warnings import warn_once
@@ -33,6 +35,8 @@ from kname.ranks import Rank, find_rank
 # them. A process whose rank is not the mark's (a worker torchrun started) owns its own.
 OWNER_VARIABLE = "_KNAME_REPORT_PID"
 OWNER_RANK_VARIABLE = "_KNAME_REPORT_RANK"
+# The paths the mark is for (absolute, as a JSON list): a child given another path owns it.
+OWNER_PATHS_VARIABLE = "_KNAME_REPORT_PATHS"
 # How long a process waits, in all, for another that is deciding and writing in the same
 # directory: kname holds it only to write texts already made. Past it, the check alone decides.
 LOCK_WAIT_SECONDS = 1.0
@@ -53,18 +57,42 @@ class Output:
 Write = tuple[Output, Callable[[], str], str]  # an output, its text (made when written), its name
 
 
-def owner_pid(rank: Rank | None = None) -> int:
-    """The pid of the process that owns this rank's outputs (`rank`, default: this process's):
-    the inherited mark where it is of the same rank, else this process, which marks itself for
-    its children."""
+def owner_pid(rank: Rank | None = None, path: str | None = None) -> int:
+    """The pid of the process that owns this rank's output at `path` (absolute; None: any, such
+    as the census table on stderr) (`rank`, default: this process's): the inherited mark where
+    it is of the same rank and for that path, else this process, which marks itself for its
+    children."""
     rank = find_rank() if rank is None else rank
     inherited = os.environ.get(OWNER_VARIABLE, "")
     same_rank = os.environ.get(OWNER_RANK_VARIABLE, "") == _rank_mark(rank)
-    if same_rank and inherited.isascii() and inherited.isdigit():
+    marked = inherited.isascii() and inherited.isdigit()
+    paths = _marked_paths() if marked and same_rank else []
+    if marked and same_rank and (path is None or path in paths):
         return int(inherited)
+    if not (marked and same_rank and int(inherited) == os.getpid()):
+        paths = []  # another process's mark, or none: this one's own, for its own paths
     os.environ[OWNER_VARIABLE] = str(os.getpid())
     os.environ[OWNER_RANK_VARIABLE] = _rank_mark(rank)
+    os.environ[OWNER_PATHS_VARIABLE] = json.dumps(paths + ([] if path is None else [path]))
     return os.getpid()
+
+
+def owns(requested: Iterable[str]) -> bool:
+    """Whether this process owns every output the paths `requested` name (claim()); with none,
+    whether it owns its rank's (the census table on stderr)."""
+    claimed = [claim(path) for path in requested]
+    if not claimed:
+        return owner_pid() == os.getpid()
+    return all(output.owner == os.getpid() for output in claimed)
+
+
+def _marked_paths() -> list[str]:
+    """The paths the inherited mark is for; none where the variable is not a list of them."""
+    try:
+        paths = json.loads(os.environ.get(OWNER_PATHS_VARIABLE, "[]"))
+    except ValueError:
+        return []
+    return [p for p in paths if isinstance(p, str)] if isinstance(paths, list) else []
 
 
 def claim(requested: str, variable: str = "the output path", rank: Rank | None = None) -> Output:
@@ -76,7 +104,7 @@ def claim(requested: str, variable: str = "the output path", rank: Rank | None =
     expanded = expand(requested, rank, variable=variable)
     path, folders = os.path.abspath(expanded), implied_folder(requested, expanded)
     folders = None if folders is None else os.path.abspath(folders)
-    return Output(path, owner_pid(rank), identity(path), folders)
+    return Output(path, owner_pid(rank, path), identity(path), folders)
 
 
 def _rank_mark(rank: Rank) -> str:

@@ -240,6 +240,47 @@ def test_profile_mode_prints_the_table_and_writes_every_output_at_exit(
     assert f'data-site="{escape(wrapped)}"' in (tmp_path / "p.html").read_text()
 
 
+def written_in(folder) -> list[str]:
+    return sorted(name for name in os.listdir(folder) if name != "__pycache__")
+
+
+def test_one_file_for_two_outputs_keeps_the_first_and_says_which_is_not_written(tmp_path) -> None:
+    """--json, --trace and --html on one path left only the page, silently."""
+    same = {
+        "KNAME_REPORT": "p.json",
+        "KNAME_PROFILE_TRACE": "p.json",
+        "KNAME_PROFILE_HTML": "p.json",
+    }
+    done = run_program(tmp_path, same)
+    assert done.returncode == 0, done.stderr
+    assert load(str(tmp_path / "p.json"))["total_gpu_ns"] == 15_000  # the profile, as --json said
+    said = [line for line in done.stderr.splitlines() if "one file holds one output" in line]
+    assert said == [
+        f"kname: profile: {variable} ({option}) names the file KNAME_REPORT (--json) names, "
+        f"{tmp_path / 'p.json'}; one file holds one output: the {what} is not written"
+        for variable, option, what in (
+            ("KNAME_PROFILE_TRACE", "--trace", "trace"), ("KNAME_PROFILE_HTML", "--html", "page")
+        )
+    ]  # fmt: skip
+    assert written_in(tmp_path) == ["app.py", "fakelib.py", "p.json", "scripted.py"]
+
+
+def test_a_dash_is_the_table_on_stderr_and_no_trace_or_page(tmp_path) -> None:
+    """`-` for KNAME_REPORT is the table on stderr, no file; a trace or a page has no table: `-`
+    is refused in one line, never a file named `-`."""
+    done = run_program(
+        tmp_path, {"KNAME_REPORT": "-", "KNAME_PROFILE_TRACE": "-", "KNAME_PROFILE_HTML": "-"}
+    )
+    assert done.returncode == 0, done.stderr
+    assert "kname profile: 15.0 us of GPU time in 4 launches from 2 call sites" in done.stderr
+    for variable in ("KNAME_PROFILE_TRACE", "KNAME_PROFILE_HTML"):
+        assert (
+            f"kname: {variable}='-': only KNAME_REPORT takes - (the table on stderr); a trace or "
+            "a page is a file: name one, or /dev/stdout; nothing is written"
+        ) in done.stderr.splitlines()
+    assert written_in(tmp_path) == ["app.py", "fakelib.py", "scripted.py"]
+
+
 def test_a_profile_run_ended_by_sigterm_writes_its_outputs_and_dies_of_it(tmp_path) -> None:
     import signal
 

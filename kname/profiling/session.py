@@ -55,6 +55,7 @@ _EXIT_OUTPUTS = {
     "trace": ("KNAME_PROFILE_TRACE", "trace (KNAME_PROFILE_TRACE)"),
     "html": ("KNAME_PROFILE_HTML", "page (KNAME_PROFILE_HTML)"),
 }
+_OPTIONS = {"json": "--json", "trace": "--trace", "html": "--html"}  # kname profile's
 
 Collector = Any  # start() -> bool, stop(), started: bool (CuptiCollector or a stand-in)
 
@@ -251,9 +252,9 @@ class ProfileSession:
         """
         first = not self._exit_outputs
         paths = {"json": json, "trace": trace, "html": html}
-        self._exit_outputs = {
-            kind: claim(path, _EXIT_OUTPUTS[kind][0]) for kind, path in paths.items() if path
-        }
+        self._exit_outputs = _one_file_each(
+            {kind: claim(path, _EXIT_OUTPUTS[kind][0]) for kind, path in paths.items() if path}
+        )
         self._exit_table = table if print_table else None
         self._exit_print = print_table
         self._exit_top = top
@@ -346,6 +347,25 @@ class ProfileSession:
         # Together: a profile, its trace and its page go to one place (documents/owner.py).
         # If nothing was launched, no file beside another process's.
         write_outputs(writes, launched=self._launched(), failed=failed)
+
+
+def _one_file_each(outputs: dict[str, Output]) -> dict[str, Output]:
+    """`outputs` less any that names the file of one before it (json, trace, html), each said
+    in one line: written both, one file would hold only the last."""
+    kept: dict[str, Output] = {}
+    for kind, output in outputs.items():
+        first = next((other for other in kept if kept[other].path == output.path), None)
+        if first is None:
+            kept[kind] = output
+            continue
+        variable, what = _EXIT_OUTPUTS[kind][0], _EXIT_OUTPUTS[kind][1].split()[0]
+        warn_once(
+            f"profile:same-file:{kind}",
+            f"profile: {variable} ({_OPTIONS[kind]}) names the file {_EXIT_OUTPUTS[first][0]} "
+            f"({_OPTIONS[first]}) names, {output.path}; one file holds one output: the {what} "
+            "is not written",
+        )
+    return kept
 
 
 def _run_facts(meta: dict[str, Any]) -> dict[str, Any]:

@@ -58,10 +58,9 @@ Write = tuple[Output, Callable[[], str], str]  # an output, its text (made when 
 
 
 def owner_pid(rank: Rank | None = None, path: str | None = None) -> int:
-    """The pid of the process that owns this rank's output at `path` (absolute; None: any, such
-    as the census table on stderr) (`rank`, default: this process's): the inherited mark where
-    it is of the same rank and for that path, else this process, which marks itself for its
-    children."""
+    """The pid of the process that owns the output at absolute `path` (None: any, as for the
+    census table on stderr) for `rank` (default: this process's): the inherited mark's where it
+    is of that rank and for that path, else this process's, which marks itself for its children."""
     rank = find_rank() if rank is None else rank
     inherited = os.environ.get(OWNER_VARIABLE, "")
     same_rank = os.environ.get(OWNER_RANK_VARIABLE, "") == _rank_mark(rank)

@@ -256,7 +256,7 @@ def test_one_file_for_two_outputs_keeps_the_first_and_says_which_is_not_written(
     assert load(str(tmp_path / "p.json"))["total_gpu_ns"] == 15_000  # the profile, as --json said
     said = [line for line in done.stderr.splitlines() if "one file holds one output" in line]
     assert said == [
-        f"kname: profile: {variable} ({option}) names the file KNAME_REPORT (--json) names, "
+        f"kname: {variable} ({option}) names the file KNAME_REPORT (--json) names, "
         f"{tmp_path / 'p.json'}; one file holds one output: the {what} is not written"
         for variable, option, what in (
             ("KNAME_PROFILE_TRACE", "--trace", "trace"), ("KNAME_PROFILE_HTML", "--html", "page")

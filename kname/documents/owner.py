@@ -23,8 +23,9 @@ import errno
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kname._warnings import warn_once
 from kname.documents.files import Identity, identity, write_atomically, written_here
@@ -55,6 +56,18 @@ class Output:
 
 
 Write = tuple[Output, Callable[[], str], str]  # an output, its text (made when written), its name
+
+
+class OutputName(NamedTuple):
+    """How messages name one of a writer's outputs."""
+
+    variable: str  # KNAME_PROFILE_HTML
+    option: str  # --html (kname profile's)
+    what: str  # page
+
+    @property
+    def said(self) -> str:
+        return f"{self.what} ({self.variable})"  # page (KNAME_PROFILE_HTML)
 
 
 def owner_pid(rank: Rank | None = None, path: str | None = None) -> int:
@@ -104,6 +117,30 @@ def claim(requested: str, variable: str = "the output path", rank: Rank | None =
     path, folders = os.path.abspath(expanded), implied_folder(requested, expanded)
     folders = None if folders is None else os.path.abspath(folders)
     return Output(path, owner_pid(rank, path), identity(path), folders)
+
+
+def claim_each(
+    requested: Mapping[str, str | None], names: Mapping[str, OutputName]
+) -> dict[str, Output]:
+    """claim() each output `requested` names, by kind (None: none), one file per output: one
+    naming the file of one before it is left out, in one line (written both, the file would
+    hold only the last)."""
+    kept: dict[str, Output] = {}
+    for kind, path in requested.items():
+        if not path:
+            continue
+        output = claim(path, names[kind].variable)
+        first = next((other for other in kept if kept[other].path == output.path), None)
+        if first is None:
+            kept[kind] = output
+            continue
+        name, before = names[kind], names[first]
+        warn_once(
+            f"same-file:{name.variable}",
+            f"{name.variable} ({name.option}) names the file {before.variable} ({before.option}) "
+            f"names, {output.path}; one file holds one output: the {name.what} is not written",
+        )
+    return kept
 
 
 def _rank_mark(rank: Rank) -> str:

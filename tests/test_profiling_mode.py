@@ -14,6 +14,7 @@ import functools
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -263,6 +264,19 @@ def test_one_file_for_two_outputs_keeps_the_first_and_says_which_is_not_written(
         )
     ]  # fmt: skip
     assert written_in(tmp_path) == ["app.py", "fakelib.py", "p.json", "scripted.py"]
+
+
+def test_the_host_folder_of_the_multi_node_recipe_is_made(tmp_path) -> None:
+    """The README's `--json 'prof/{host}/profile.json'`: each rank's file, not one line each
+    saying that the folder does not exist."""
+    (tmp_path / "prof").mkdir()
+    done = run_program(
+        tmp_path, {"KNAME_REPORT": "prof/{host}/p.json", "KNAME_PROFILE_HTML": "prof/{host}/p.html"}
+    )
+    assert done.returncode == 0, done.stderr
+    host = tmp_path / "prof" / socket.gethostname()
+    assert sorted(os.listdir(host)) == ["p.html", "p.json"]
+    assert load(str(host / "p.json"))["total_gpu_ns"] == 15_000
 
 
 def test_a_dash_is_the_table_on_stderr_and_no_trace_or_page(tmp_path) -> None:

@@ -12,6 +12,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 from kname import counters, naming
@@ -76,12 +77,18 @@ def report(file: IO[str] | str | os.PathLike | None = None, format: str = "table
         write_atomically(os.fspath(file), text)
 
 
-_exit_destination: str | None = None  # "-" (the table on stderr), a path, or None: nothing
-_exit_output: Output | None = None  # the file claimed for a path
-_exit_registered = False
-_exit_writer: Callable[[], None] | None = None  # _write_now, run once as the process ends
-_owner_pid: int | None = None
-_strict = False
+@dataclass(frozen=True)
+class _ExitPlan:
+    """What the census does as the process ends (write_at_exit()), replaced whole."""
+
+    destination: str  # "-" (the table on stderr) or the path asked for
+    output: Output | None  # the file claimed for a path (documents/owner.py)
+    owner: int  # the pid of the process that owns the census (its table stays on stderr)
+    strict: bool  # KNAME_STRICT: a census that cannot be written makes the exit status 2
+
+
+_exit_plan: _ExitPlan | None = None  # None: nothing at exit
+_exit_writer: Callable[[], None] | None = None  # _write_now, registered once, run once
 
 
 def write_at_exit(destination: str, strict: bool = False) -> None:
@@ -89,37 +96,33 @@ def write_at_exit(destination: str, strict: bool = False) -> None:
 
     With `strict` (KNAME_STRICT=1), a census that cannot be written makes the exit status 2.
     """
-    global _exit_destination, _exit_output, _exit_registered, _exit_writer, _owner_pid, _strict
+    global _exit_plan, _exit_writer
     import socket  # noqa: F401  (ranks.meta's host name: no import at exit)
 
     from kname import ranks  # noqa: F401  (for census(): who wrote it)
     from kname.documents import build, schema, sources, tables  # noqa: F401  (for _write_now)
     from kname.documents.owner import claim, owner_pid
 
-    _strict = strict
-    _exit_destination = destination
     # Claimed now: a relative path means where the program started, even if it changes
     # directory; a file another process writes while this one runs is not replaced.
-    _exit_output = None if destination == "-" else claim(destination, "KNAME_REPORT")
-    if _owner_pid is None:
-        _owner_pid = owner_pid()
-    if not _exit_registered:
+    output = None if destination == "-" else claim(destination, "KNAME_REPORT")
+    _exit_plan = _ExitPlan(destination, output, owner_pid(), strict)
+    if _exit_writer is None:
         # Registered once, however often install() runs; the latest destination wins. Also
         # when SIGTERM ends the process (a Pool's terminate(), a job's time limit).
         _exit_writer = at_exit(_write_now)
         reset_in_child(_write_at_multiprocessing_exit)
-        _exit_registered = True
 
 
 def cancel_at_exit() -> None:
     """Write no census at exit (the `kname` command itself must not overwrite the user's)."""
-    global _exit_destination
-    _exit_destination = None
+    global _exit_plan
+    _exit_plan = None
 
 
 def _write_now() -> None:
-    destination, output = _exit_destination, _exit_output
-    if destination is None:
+    plan = _exit_plan
+    if plan is None:
         return
     from kname.documents.owner import write_output  # imported by write_at_exit()
     from kname.documents.schema import render_json
@@ -129,23 +132,23 @@ def _write_now() -> None:
     try:
         document = census()
         launched = bool(document["total_launches"])
-        if output is not None:  # in a child, its own file beside the owner's
+        if plan.output is not None:  # in a child, its own file beside the owner's
             what = "launch census (KNAME_REPORT)"
             text = render_json(with_sources(document, naming.shown_files()))
-            write_output(output, text, what, launched=launched)
-        elif launched or os.getpid() == _owner_pid:  # a table on stderr stays there, in a child too
+            write_output(plan.output, text, what, launched=launched)
+        elif launched or os.getpid() == plan.owner:  # a table on stderr stays there, in a child too
             sys.stderr.write(render_census_table(document))
             sys.stderr.flush()
     except Exception as exc:  # never a traceback at exit
         reason = f"{type(exc).__name__}: {exc.strerror if isinstance(exc, OSError) else exc}"
-        shown = destination if output is None else output.path
+        shown = plan.destination if plan.output is None else plan.output.path
         warn_once(
             "report",
             f"KNAME_REPORT={shown!r} could not be written ({reason}); "
             "the launch census was not saved"
-            + (" (KNAME_STRICT is on: exit status 2)" if _strict else ""),
+            + (" (KNAME_STRICT is on: exit status 2)" if plan.strict else ""),
         )
-        if _strict:
+        if plan.strict:
             # Past atexit nothing else can set the status; flush what os._exit would drop.
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(Exception):

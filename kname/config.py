@@ -354,6 +354,13 @@ def _read_output(variable: str, value: str | None, problems: list[str]) -> str |
     """An output path, whose placeholders ({rank}, {host}, {pid}) are checked now, at start-up:
     a path with an unknown one is a problem, and nothing is written there."""
     text = (value or "").strip()
+    if text == "-" and variable != "KNAME_REPORT":
+        # `-` has one meaning everywhere: the table on stderr. A trace or a page is no table.
+        problems.append(
+            f"{variable}='-': only KNAME_REPORT takes - (the table on stderr); a trace or a page "
+            "is a file: name one, or /dev/stdout; nothing is written"
+        )
+        return None
     if not text or text == "-":
         return text or None
     problem = template_problem(variable, text)

@@ -1,13 +1,17 @@
 """Each rank's own output path, so that no rank's file ever overwrites another's.
 
 An output path (KNAME_REPORT, --json, --trace) may hold placeholders: `{rank}`, `{host}` and
-`{pid}`, with `{{` and `}}` for a literal brace. In a job of more than one rank, a path without
-`{rank}` gets `.rank<N>` after its file name's stem, before all of its suffixes:
+`{pid}`, with `{{` and `}}` for a literal brace; a value never adds or leaves a folder (`/` and a
+host of `..` are made `_`). In a job of more than one rank, a path without `{rank}` gets the tag
+`rank<N>` (tagged(): the one rule for a path named beside another, which documents/owner.py
+follows for a process's own file, `pid<N>`):
 
     prof.json -> prof.rank3.json    out/prof -> out/prof.rank3    a.b/p.tar.gz -> a.b/p.rank3.tar.gz
+    prof.rank3.json -> prof.rank3.pid42.json (a tag goes after the tags before it)
 
-The stem ends at the file name's first dot after any leading ones (`.kname.json` ->
-`.kname.rank3.json`); the directory part is never changed, dots in it included. Keep `{rank}`
+A tag goes after the file name's stem, which ends at its first dot after any leading ones
+(`.kname.json` -> `.kname.rank3.json`), and after the tags kname put there before it; every
+suffix is kept after it; the directory part is never changed, dots in it included. Keep `{rank}`
 apart from `{pid}` and digits: `{rank}{pid}` gives rank 1 of pid 23 and rank 12 of pid 3 one path.
 """
 
@@ -23,6 +27,8 @@ ACCEPTED = " ".join("{" + name + "}" for name in PLACEHOLDERS) + ", and {{ and }
 # A doubled brace, a placeholder, or a lone brace (which is a problem).
 _TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 _SEPARATORS = tuple(sep for sep in (os.sep, os.altsep) if sep)
+# The tags kname puts in a file name (tagged()): `.rank3`, `.pid4242`.
+_TAG = re.compile(r"(?:rank|pid)[0-9]+")
 
 
 class PathTemplateError(ValueError):
@@ -57,33 +63,52 @@ def expand(
     if problem is not None:
         raise PathTemplateError(problem)
     if rank.world_size > 1 and "rank" not in _placeholders(path):
-        path = _with_rank_suffix(path, rank.rank)
+        path = tagged(path, f"rank{rank.rank}")
     values = {
         "rank": str(rank.rank),
-        "host": _without_separators(host_name() if host is None else host),
+        "host": _one_folder_name(host_name() if host is None else host),
         "pid": str(os.getpid() if pid is None else pid),
     }
     # A placeholder gives its value; {{ and }} (no name) give their first brace.
     return _TOKEN.sub(lambda match: values.get(match[1], match[0][0]), path)
 
 
+def implied_folder(template: str, expanded: str) -> str | None:
+    """The first folder of `expanded` (expand()'s path for `template`) that a placeholder names
+    (`prof/{host}/p.json` -> `prof/node1`): kname makes it and those beneath it where missing.
+    None where no folder holds a placeholder."""
+    split = re.compile("|".join(re.escape(sep) for sep in _SEPARATORS)).split
+    folders, expanded_folders = split(template)[:-1], split(expanded)[:-1]
+    if len(folders) != len(expanded_folders):  # never: a value holds no separator
+        return None
+    for at, folder in enumerate(folders):
+        if _placeholders(folder):
+            return os.sep.join(expanded_folders[: at + 1])
+    return None
+
+
 def _placeholders(path: str) -> set[str]:
     return {match[1] for match in _TOKEN.finditer(path) if match[1] is not None}
 
 
-def _with_rank_suffix(path: str, rank: int) -> str:
-    """`path` with `.rank<rank>` after its file name's stem (see the module's docstring)."""
+def tagged(path: str, tag: str) -> str:
+    """`path` with `.<tag>` in its file name, after the stem and the tags kname put there
+    before (`p.rank3.tar.gz`, tag `pid42` -> `p.rank3.pid42.tar.gz`); its folder unchanged."""
     cut = max(path.rfind(sep) for sep in _SEPARATORS) + 1
     directory, name = path[:cut], path[cut:]
     body = name.lstrip(".")
-    leading_dots = name[: len(name) - len(body)]
-    dot = body.find(".")
-    stem, suffixes = (body, "") if dot < 0 else (body[:dot], body[dot:])
-    return f"{directory}{leading_dots}{stem}.rank{rank}{suffixes}"
+    parts = body.split(".")
+    # The stem, then kname's earlier tags (`.rank3` before `.pid42`), then the suffixes.
+    kept = 1
+    while kept < len(parts) and _TAG.fullmatch(parts[kept]):
+        kept += 1
+    head, suffixes = ".".join(parts[:kept]), "".join("." + part for part in parts[kept:])
+    return f"{directory}{name[: len(name) - len(body)]}{head}.{tag}{suffixes}"
 
 
-def _without_separators(host: str) -> str:
-    """A host name that cannot add a directory to a path."""
+def _one_folder_name(value: str) -> str:
+    """A placeholder's value that can neither add a folder to a path nor leave one: separators
+    become `_`, and so does a value of dots alone (`..`) or none."""
     for sep in _SEPARATORS:
-        host = host.replace(sep, "_")
-    return host
+        value = value.replace(sep, "_")
+    return "_" * max(len(value), 1) if value.strip(".") == "" else value

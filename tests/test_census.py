@@ -232,6 +232,25 @@ def test_a_process_beneath_the_owner_writes_a_census_of_its_own(kname_venv: Venv
     assert json.loads(child.read_text())["sites"] == expected_sites()
 
 
+@pytest.mark.slow
+def test_a_child_given_a_kname_report_of_its_own_owns_it(kname_venv: Venv, app) -> None:
+    """The parent's mark is for its own path: a child run with KNAME_REPORT=b.json writes
+    b.json, not b.pid<N>.json beside a file nobody writes."""
+    parent = (
+        "import os, subprocess, sys\n"
+        "subprocess.run([sys.executable, 'app.py'], check=True,\n"
+        "               env={**os.environ, 'KNAME_REPORT': 'b.json'})\n"
+    )
+    result = kname_venv.python_run(
+        "-c", parent, cwd=app,
+        env={"KNAME": "1", "NUMBA_ENABLE_CUDASIM": "1", "KNAME_REPORT": "a.json", **NOT_BENEATH},
+    )  # fmt: skip
+    assert (result.returncode, result.stderr) == (0, "")
+    assert sorted(path.name for path in app.glob("*.json")) == ["a.json", "b.json"]
+    assert json.loads((app / "b.json").read_text())["sites"] == expected_sites()
+    assert json.loads((app / "a.json").read_text())["total_launches"] == 0
+
+
 # --- kname.report() -----------------------------------------------------------------------
 
 
@@ -255,14 +274,47 @@ def test_report_writes_a_path_atomically_and_a_stream_as_is(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
-def test_kname_report_through_a_symlink_updates_its_target(kname_venv: Venv, app) -> None:
-    (app / "runs").mkdir()
-    (app / "runs" / "real.json").write_text("stale")
-    (app / "latest.json").symlink_to("runs/real.json")
-    result = run_app(kname_venv, app, env={"KNAME_REPORT": "latest.json"})
+@pytest.mark.parametrize("rank", [None, "1"])
+def test_kname_report_never_writes_through_a_symlink(kname_venv: Venv, app, rank) -> None:
+    """A link planted at KNAME_REPORT, or at the path kname derives for rank 1 of 2
+    (c.rank1.json), in a folder others can write: someone's file stays as it was, and the
+    census is refused in one line naming the link's target."""
+    (app / "someone").mkdir()
+    (app / "someone" / "file.json").write_text("someone's file")
+    link = app / ("c.json" if rank is None else "c.rank1.json")
+    link.symlink_to("someone/file.json")
+    env = {"KNAME_REPORT": "c.json"}
+    if rank is not None:
+        env.update(SLURM_PROCID=rank, SLURM_STEP_NUM_TASKS="2")
+    result = run_app(kname_venv, app, env=env)
     assert result.returncode == 0, result.stderr
-    assert (app / "latest.json").is_symlink()
-    assert json.loads((app / "runs" / "real.json").read_text())["sites"] == expected_sites()
+    assert result.stderr == (
+        f"kname: KNAME_REPORT={str(link)!r} could not be written (OSError: it is a symbolic link "
+        "(to 'someone/file.json'); kname writes no file through a link: name the file itself); "
+        "the launch census was not saved\n"
+    )
+    assert (app / "someone" / "file.json").read_text() == "someone's file"
+    assert os.readlink(link) == "someone/file.json"
+
+
+@pytest.mark.slow
+def test_each_ranks_census_goes_to_the_host_folder_its_path_names(kname_venv: Venv, app) -> None:
+    """The README's multi-node recipe, `prof/{host}/...`: kname makes each host's folder (no
+    rank's census is lost to a missing one), and `kname report` merges what the glob finds."""
+    (app / "prof").mkdir()
+    for rank in ("0", "1"):
+        env = {"KNAME_REPORT": "prof/{host}/c.json", "SLURM_PROCID": rank,
+               "SLURM_STEP_NUM_TASKS": "2"}  # fmt: skip
+        result = run_app(kname_venv, app, env=env)
+        assert (result.returncode, result.stderr) == (0, "")
+    host = socket.gethostname()
+    assert sorted(os.listdir(app / "prof" / host)) == ["c.rank0.json", "c.rank1.json"]
+    assert (app / "prof" / host).stat().st_mode & 0o077 == 0  # kname's folder is private
+    files = sorted(str(path.relative_to(app)) for path in app.glob("prof/*/c.rank*.json"))
+    report = kname_venv.python_run("-m", "kname", "report", *files, cwd=app)
+    assert report.returncode == 0, report.stderr
+    assert f"(prof/{host}/c.rank0.json + prof/{host}/c.rank1.json, written" in report.stdout
+    assert "2 ranks): 14 launches" in report.stdout
 
 
 @pytest.mark.slow

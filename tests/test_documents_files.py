@@ -1,5 +1,6 @@
 """Saved documents on disk: reading one (a fault of any kind is one line naming the file), and
-writing one atomically (never half-written; a device, a FIFO or a link kept what it is)."""
+writing one atomically (never half-written; a device or a FIFO kept what it is; never through a
+link)."""
 
 from __future__ import annotations
 
@@ -166,24 +167,31 @@ def make_char_device(path: Path, minor: int) -> Path:
     return path
 
 
-def test_write_atomically_follows_a_symlink_and_keeps_it(tmp_path: Path) -> None:
-    (tmp_path / "real.json").write_text("stale")
-    (tmp_path / "real.json").chmod(0o640)
-    (tmp_path / "latest.json").symlink_to("real.json")
-    write_atomically(str(tmp_path / "latest.json"), "{}\n")
-    assert (tmp_path / "latest.json").is_symlink()
-    assert os.readlink(tmp_path / "latest.json") == "real.json"
-    assert (tmp_path / "real.json").read_text() == "{}\n"
-    assert (tmp_path / "real.json").stat().st_mode & 0o777 == 0o640  # its mode is kept
-    assert sorted(os.listdir(tmp_path)) == ["latest.json", "real.json"]
-
-
-def test_write_atomically_through_a_dangling_symlink_creates_its_target(tmp_path: Path) -> None:
+@pytest.mark.parametrize("target", ["real.json", "sub/new.json", "/etc/passwd-of-someone"])
+def test_write_atomically_never_writes_through_a_symlink(tmp_path: Path, target: str) -> None:
+    """A link planted at the path (in a shared folder, by anyone) must not make kname replace
+    the file it points to, whoever owns it, nor create a dangling link's target: refused, with
+    the link's target named, and everything left as it was."""
     (tmp_path / "sub").mkdir()
-    (tmp_path / "latest.json").symlink_to("sub/new.json")
-    write_atomically(str(tmp_path / "latest.json"), "{}\n")
-    assert (tmp_path / "latest.json").is_symlink()
-    assert (tmp_path / "sub" / "new.json").read_text() == "{}\n"
+    (tmp_path / "real.json").write_text("someone's file")
+    (tmp_path / "latest.json").symlink_to(target)
+    with pytest.raises(OSError) as raised:
+        write_atomically(str(tmp_path / "latest.json"), "{}\n")
+    assert str(raised.value) == (
+        f"[Errno 40] it is a symbolic link (to {target!r}); kname writes no file through a "
+        "link: name the file itself"
+    )
+    assert os.readlink(tmp_path / "latest.json") == target
+    assert (tmp_path / "real.json").read_text() == "someone's file"
+    assert sorted(os.listdir(tmp_path)) == ["latest.json", "real.json", "sub"]
+    assert os.listdir(tmp_path / "sub") == []
+
+
+def test_a_symlink_is_no_file_kname_knows(tmp_path: Path) -> None:
+    (tmp_path / "real.json").write_text("someone's file")
+    (tmp_path / "latest.json").symlink_to("real.json")
+    assert identity(str(tmp_path / "latest.json")) is None
+    assert identity(str(tmp_path / "real.json")) is not None
 
 
 def test_write_atomically_writes_a_character_device_in_place(tmp_path: Path) -> None:

@@ -6,12 +6,20 @@ test_profiling_mode.py (a profile's files); these are the rules in-process.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
 import os
 import socket
+import subprocess
+import sys
+from collections.abc import Iterator
 
 import pytest
+from support import REPO
 
 from kname.documents.owner import (
+    OWNER_PATHS_VARIABLE,
     OWNER_RANK_VARIABLE,
     OWNER_VARIABLE,
     beside,
@@ -23,10 +31,12 @@ from kname.documents.owner import (
 from kname.rank_paths import PathTemplateError
 
 
-def test_beside_puts_the_pid_before_the_suffix() -> None:
+def test_beside_tags_the_path_as_a_rank_is_tagged() -> None:
     pid = os.getpid()
     assert beside("out/p.json") == f"out/p.pid{pid}.json"
-    assert beside("trace") == f"trace.pid{pid}.json"
+    assert beside("trace") == f"trace.pid{pid}"  # no suffix made up
+    assert beside("p.tar.gz") == f"p.pid{pid}.tar.gz"  # every suffix kept
+    assert beside("p.rank3.json") == f"p.rank3.pid{pid}.json"  # after the rank
 
 
 @pytest.mark.parametrize("inherited", [None, "", "12x", "²"])
@@ -45,13 +55,38 @@ def test_a_process_beneath_an_owner_keeps_its_mark(monkeypatch) -> None:
     assert os.environ[OWNER_VARIABLE] == "1"
 
 
+def beneath_owner(monkeypatch, *paths, rank: str = "") -> None:
+    """This process was started beneath an owner (pid 1) of `paths`: it inherited the mark."""
+    monkeypatch.setenv(OWNER_VARIABLE, "1")
+    monkeypatch.setenv(OWNER_RANK_VARIABLE, rank)
+    monkeypatch.setenv(OWNER_PATHS_VARIABLE, json.dumps([str(path) for path in paths]))
+
+
+def test_the_mark_is_for_the_paths_it_was_made_for(tmp_path, monkeypatch, capsys) -> None:
+    """A child given a KNAME_REPORT of its own (not the one it inherited) owns that path: it
+    writes it in place, and marks itself, for that path, for its own children."""
+    beneath_owner(monkeypatch, tmp_path / "a.json")
+    assert claim(str(tmp_path / "a.json")).owner == 1
+    output = claim(str(tmp_path / "b.json"))
+    assert output.owner == os.getpid()
+    assert write_output(output, "its own", "census") == str(tmp_path / "b.json")
+    assert os.listdir(tmp_path) == ["b.json"] and capsys.readouterr().err == ""
+    assert json.loads(os.environ[OWNER_PATHS_VARIABLE]) == [str(tmp_path / "b.json")]
+    # Its other outputs (a profile's page) join the mark: its children write beside them.
+    assert claim(str(tmp_path / "b.html")).owner == os.getpid()
+    assert json.loads(os.environ[OWNER_PATHS_VARIABLE]) == [
+        str(tmp_path / "b.json"), str(tmp_path / "b.html")
+    ]  # fmt: skip
+
+
 # --- one path, several processes: claim() at start, write_output() at the end -----------------
 
 
 @pytest.fixture
 def owner(monkeypatch) -> int:
-    """This process owns the outputs."""
+    """This process owns the outputs (monkeypatch takes the paths it marks away after)."""
     monkeypatch.setenv(OWNER_VARIABLE, str(os.getpid()))
+    monkeypatch.setenv(OWNER_PATHS_VARIABLE, "[]")
     return os.getpid()
 
 
@@ -122,7 +157,7 @@ def test_an_output_that_cannot_be_made_is_told_and_the_others_are_written(tmp_pa
 
 
 def test_a_process_beneath_the_owner_writes_beside_it_without_a_word(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv(OWNER_VARIABLE, "1")
+    beneath_owner(monkeypatch, tmp_path / "c.json")
     output = claim(str(tmp_path / "c.json"))
     assert write_output(output, "child", "census") == str(tmp_path / f"c.pid{os.getpid()}.json")
     assert capsys.readouterr().err == ""
@@ -134,8 +169,9 @@ def test_a_process_that_launched_nothing_writes_nothing_beside_another_processs_
     tmp_path, owner, monkeypatch, capsys, beneath
 ) -> None:
     if beneath:
-        monkeypatch.setenv(OWNER_VARIABLE, "1")
+        beneath_owner(monkeypatch, tmp_path / "c.json")
     output = claim(str(tmp_path / "c.json"))
+    assert (output.owner == 1) is beneath
     (tmp_path / "c.json").write_text("another process's")
     assert write_output(output, "nothing launched", "census", launched=False) is None
     assert os.listdir(tmp_path) == ["c.json"]
@@ -151,22 +187,70 @@ def test_an_owner_that_launched_nothing_still_writes_its_own_path(tmp_path, owne
     assert (tmp_path / "c.json").read_text() == "nothing launched"
 
 
-def test_while_another_holds_the_directory_this_process_writes_beside(tmp_path, owner, monkeypatch):
-    import fcntl
-
-    from kname.documents import owner as owner_module
-
-    monkeypatch.setattr(owner_module, "LOCK_WAIT_SECONDS", 0.05)
-    output = claim(str(tmp_path / "c.json"))
-    # flock locks belong to an open file description: this one stands for another process's.
-    held = os.open(tmp_path, os.O_RDONLY)
+@contextlib.contextmanager
+def directory_held_by_another(directory) -> Iterator[None]:
+    """An flock on `directory`, as any other program may hold one (flock locks belong to an
+    open file description: this one stands for another process's)."""
+    held = os.open(directory, os.O_RDONLY)
     try:
         fcntl.flock(held, fcntl.LOCK_EX)
-        written = write_output(output, "this run", "census")
+        yield
     finally:
         os.close(held)
-    assert written == str(tmp_path / f"c.pid{owner}.json")
-    assert not (tmp_path / "c.json").exists()
+
+
+@pytest.mark.parametrize("another_wrote", [False, True])
+def test_a_lock_another_program_holds_on_the_folder_changes_nothing_said_or_written(
+    tmp_path, owner, capsys, another_wrote
+) -> None:
+    """The file goes where it would without the lock, and "another process wrote" is said only
+    when one did."""
+    output = claim(str(tmp_path / "c.json"))
+    if another_wrote:
+        (tmp_path / "c.json").write_text("another process's")
+    with directory_held_by_another(tmp_path):
+        written = write_output(output, "this run", "census")
+    mine = tmp_path / (f"c.pid{owner}.json" if another_wrote else "c.json")
+    assert written == str(mine) and mine.read_text() == "this run"
+    said = capsys.readouterr().err
+    assert ("another process wrote" in said) is another_wrote
+    assert said.count("\n") == int(another_wrote)
+
+
+def test_an_output_folder_that_is_a_fifo_is_one_line_never_a_wait(tmp_path) -> None:
+    """KNAME_REPORT=fifo/c.json (a typo, or a link into a FIFO): nothing may open the FIFO to
+    lock it, which would wait for a writer forever, through the SIGTERM meant to end it."""
+    os.mkfifo(tmp_path / "fifo")
+    program = (
+        "import sys; from kname.documents.owner import claim, write_output\n"
+        "try:\n"
+        "    write_output(claim(sys.argv[1]), 'text', 'census')\n"
+        "except OSError as error:\n"
+        "    print(type(error).__name__, error.strerror)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO), OWNER_VARIABLE: ""}
+    result = subprocess.run(
+        [sys.executable, "-c", program, str(tmp_path / "fifo" / "c.json")],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert (result.returncode, result.stdout) == (0, "NotADirectoryError Not a directory\n")
+    assert (tmp_path / "fifo").is_fifo()
+
+
+@pytest.mark.parametrize("beneath", [False, True])
+def test_a_link_planted_at_a_path_kname_derives_is_never_written_through(
+    tmp_path, owner, monkeypatch, beneath
+) -> None:
+    # The owner's path, and a helper's own file (c.pid<N>.json), guessed by another user.
+    if beneath:
+        beneath_owner(monkeypatch, tmp_path / "c.json")
+    (tmp_path / "theirs.json").write_text("someone's file")
+    output = claim(str(tmp_path / "c.json"))
+    assert (output.owner == 1) is beneath
+    os.symlink(tmp_path / "theirs.json", beside(output.path) if beneath else output.path)
+    with pytest.raises(OSError, match="symbolic link"):
+        write_output(output, "this run", "census")
+    assert (tmp_path / "theirs.json").read_text() == "someone's file"
 
 
 def test_special_files_are_written_in_place_by_every_process(tmp_path, owner) -> None:
@@ -192,6 +276,7 @@ def rank_2_of_4(monkeypatch) -> None:
     # Set first, so that monkeypatch takes owner_pid()'s marks away after the test.
     monkeypatch.setenv(OWNER_VARIABLE, "")
     monkeypatch.setenv(OWNER_RANK_VARIABLE, "")
+    monkeypatch.setenv(OWNER_PATHS_VARIABLE, "")
 
 
 def test_a_rank_claims_its_own_path(tmp_path, rank_2_of_4) -> None:
@@ -202,6 +287,30 @@ def test_a_rank_claims_its_own_path(tmp_path, rank_2_of_4) -> None:
     )
     with pytest.raises(PathTemplateError, match=r"^KNAME_REPORT='p\.\{rnak\}\.json' has an"):
         claim("p.{rnak}.json", "KNAME_REPORT")
+
+
+def test_the_folders_a_placeholder_names_are_made_private_and_no_others(
+    tmp_path, rank_2_of_4
+) -> None:
+    host = socket.gethostname()
+    output = claim(str(tmp_path / "prof" / "{host}" / "r{rank}" / "p.json"))
+    (tmp_path / "prof").mkdir()
+    assert write_output(output, "rank 2's", "profile") == str(
+        tmp_path / "prof" / host / "r2" / "p.json"
+    )
+    for made in (tmp_path / "prof" / host, tmp_path / "prof" / host / "r2"):
+        assert made.stat().st_mode & 0o777 == 0o700 & ~current_umask()
+    # A folder named as it is (no placeholder) must exist: a typo is one line, not a new tree.
+    output = claim(str(tmp_path / "porf" / "{host}" / "p.json"))
+    with pytest.raises(FileNotFoundError):
+        write_output(output, "rank 2's", "profile")
+    assert not (tmp_path / "porf").exists()
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def test_a_worker_of_another_rank_owns_its_own_files_beneath_a_lone_owner(rank_2_of_4, monkeypatch):
@@ -218,8 +327,7 @@ def test_a_helper_process_of_a_rank_writes_beside_that_ranks_file(
     tmp_path, rank_2_of_4, monkeypatch
 ):
     # A DataLoader worker inherits its rank's variables, and its rank's mark.
-    monkeypatch.setenv(OWNER_VARIABLE, "1")
-    monkeypatch.setenv(OWNER_RANK_VARIABLE, "torchrun 2/4")
+    beneath_owner(monkeypatch, tmp_path / "p.rank2.json", rank="torchrun 2/4")
     output = claim(str(tmp_path / "p.json"))
     assert output.owner == 1
     written = write_output(output, "the worker's", "census")

@@ -14,6 +14,7 @@ import functools
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -28,7 +29,7 @@ import kname
 from kname import _warnings
 from kname.config import DEFAULT_TOP, MODES, read_config
 from kname.documents.files import load
-from kname.documents.owner import OWNER_VARIABLE
+from kname.documents.owner import OWNER_PATHS_VARIABLE, OWNER_VARIABLE
 from kname.profiling import mode
 
 pytestmark = pytest.mark.launches
@@ -198,6 +199,11 @@ def write_program(tmp_path, env: dict[str, str], ending: str = "") -> dict[str, 
     return environ
 
 
+def beneath(*paths) -> dict[str, str]:
+    """The mark a process inherits from an owner (pid 1) of `paths`."""
+    return {OWNER_VARIABLE: "1", OWNER_PATHS_VARIABLE: json.dumps([str(path) for path in paths])}
+
+
 def run_program(tmp_path, env: dict[str, str], ending: str = "") -> subprocess.CompletedProcess:
     environ = write_program(tmp_path, env, ending)
     return subprocess.run(
@@ -233,6 +239,60 @@ def test_profile_mode_prints_the_table_and_writes_every_output_at_exit(
     names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"}
     assert f"{wrapped} / axpy" in names and f"{direct} / scale_raw" in names
     assert f'data-site="{escape(wrapped)}"' in (tmp_path / "p.html").read_text()
+
+
+def written_in(folder) -> list[str]:
+    return sorted(name for name in os.listdir(folder) if name != "__pycache__")
+
+
+def test_one_file_for_two_outputs_keeps_the_first_and_says_which_is_not_written(tmp_path) -> None:
+    """--json, --trace and --html on one path left only the page, silently."""
+    same = {
+        "KNAME_REPORT": "p.json",
+        "KNAME_PROFILE_TRACE": "p.json",
+        "KNAME_PROFILE_HTML": "p.json",
+    }
+    done = run_program(tmp_path, same)
+    assert done.returncode == 0, done.stderr
+    assert load(str(tmp_path / "p.json"))["total_gpu_ns"] == 15_000  # the profile, as --json said
+    said = [line for line in done.stderr.splitlines() if "one file holds one output" in line]
+    assert said == [
+        f"kname: {variable} ({option}) names the file KNAME_REPORT (--json) names, "
+        f"{tmp_path / 'p.json'}; one file holds one output: the {what} is not written"
+        for variable, option, what in (
+            ("KNAME_PROFILE_TRACE", "--trace", "trace"), ("KNAME_PROFILE_HTML", "--html", "page")
+        )
+    ]  # fmt: skip
+    assert written_in(tmp_path) == ["app.py", "fakelib.py", "p.json", "scripted.py"]
+
+
+def test_the_host_folder_of_the_multi_node_recipe_is_made(tmp_path) -> None:
+    """The README's `--json 'prof/{host}/profile.json'`: each rank's file, not one line each
+    saying that the folder does not exist."""
+    (tmp_path / "prof").mkdir()
+    done = run_program(
+        tmp_path, {"KNAME_REPORT": "prof/{host}/p.json", "KNAME_PROFILE_HTML": "prof/{host}/p.html"}
+    )
+    assert done.returncode == 0, done.stderr
+    host = tmp_path / "prof" / socket.gethostname()
+    assert sorted(os.listdir(host)) == ["p.html", "p.json"]
+    assert load(str(host / "p.json"))["total_gpu_ns"] == 15_000
+
+
+def test_a_dash_is_the_table_on_stderr_and_no_trace_or_page(tmp_path) -> None:
+    """`-` for KNAME_REPORT is the table on stderr, no file; a trace or a page has no table: `-`
+    is refused in one line, never a file named `-`."""
+    done = run_program(
+        tmp_path, {"KNAME_REPORT": "-", "KNAME_PROFILE_TRACE": "-", "KNAME_PROFILE_HTML": "-"}
+    )
+    assert done.returncode == 0, done.stderr
+    assert "kname profile: 15.0 us of GPU time in 4 launches from 2 call sites" in done.stderr
+    for variable in ("KNAME_PROFILE_TRACE", "KNAME_PROFILE_HTML"):
+        assert (
+            f"kname: {variable}='-': only KNAME_REPORT takes - (the table on stderr); a trace or "
+            "a page is a file: name one, or /dev/stdout; nothing is written"
+        ) in done.stderr.splitlines()
+    assert written_in(tmp_path) == ["app.py", "fakelib.py", "scripted.py"]
 
 
 def test_a_profile_run_ended_by_sigterm_writes_its_outputs_and_dies_of_it(tmp_path) -> None:
@@ -318,7 +378,7 @@ def test_no_launch_census_is_written_in_profile_mode(tmp_path) -> None:
 
 
 def test_a_process_beneath_the_owner_writes_files_of_its_own_and_no_table(tmp_path) -> None:
-    done = run_program(tmp_path, {"KNAME_REPORT": "p.json", OWNER_VARIABLE: "1"})
+    done = run_program(tmp_path, {"KNAME_REPORT": "p.json", **beneath(tmp_path / "p.json")})
     assert done.returncode == 0, done.stderr
     (written,) = tmp_path.glob("p.pid*.json")
     assert load(str(written))["total_gpu_ns"] == 15_000
@@ -334,7 +394,7 @@ def test_a_process_beneath_the_owner_that_launched_nothing_leaves_no_file(tmp_pa
     run = functools.partial(
         subprocess.run, [sys.executable, "helper.py"], cwd=tmp_path, capture_output=True, text=True
     )
-    done = run(env={**environ, OWNER_VARIABLE: "1"})
+    done = run(env={**environ, **beneath(tmp_path / "p.json", tmp_path / "p.html")})
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in tmp_path.glob("p*")) == [] and done.stderr == ""
     done = run(env=environ)

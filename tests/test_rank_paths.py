@@ -16,6 +16,8 @@ from kname.rank_paths import (
     PLACEHOLDERS,
     PathTemplateError,
     expand,
+    implied_folder,
+    tagged,
     template_problem,
 )
 from kname.ranks import LONE, Rank
@@ -60,6 +62,21 @@ def test_host_and_pid_default_to_this_machine_and_this_process() -> None:
 
 def test_a_host_name_cannot_add_a_directory() -> None:
     assert expand("out/{host}.json", LONE, host="a/b") == "out/a_b.json"
+
+
+@pytest.mark.parametrize(
+    ("host", "expected"),
+    [
+        ("..", "out/__/p.json"),
+        (".", "out/_/p.json"),
+        ("", "out/_/p.json"),
+        ("../..", "out/.._../p.json"),
+    ],
+)
+def test_a_host_name_cannot_leave_the_folder(host: str, expected: str) -> None:
+    expanded = expand("out/{host}/p.json", LONE, host=host)
+    assert expanded == expected
+    assert os.path.normpath(expanded).startswith("out" + os.sep)
 
 
 @pytest.mark.parametrize(
@@ -159,3 +176,94 @@ def test_expand_raises_exactly_when_template_problem_says_why(path, world) -> No
         assert problem is None
     if problem is not None:
         assert problem.startswith("KNAME_REPORT=") and len(problem.splitlines()) == 1
+
+
+# --- tagged(): the one rule for a path named beside another (a rank's, a process's) -------------
+
+# Odd names from the domain: several dots, no suffix, dotfiles, kname's own tags, folders with
+# dots, trailing slashes.
+name_parts = st.sampled_from(
+    ["prof", "p", "census", "tar", "gz", "json", "v2", "rank3", "pid7", "7"]
+)
+file_names = st.tuples(
+    st.sampled_from(["", ".", ".."]), st.lists(name_parts, max_size=4).map(".".join)
+).map("".join)
+folders = st.lists(st.sampled_from(["out", "a.b", ".", "..", "{host}", ""]), max_size=3).map(
+    lambda parts: "".join(part + "/" for part in parts)
+)
+tagged_paths = st.tuples(st.sampled_from(["", "/"]), folders, file_names).map("".join)
+tags = st.builds(lambda kind, number: f"{kind}{number}", st.sampled_from(["rank", "pid"]), pids)
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("p.tar.gz", "p.pid42.tar.gz"),  # every suffix kept, as for a rank
+        ("out/prof", "out/prof.pid42"),  # no suffix is added
+        ("prof.rank3.json", "prof.rank3.pid42.json"),  # after the rank: profile.rank*.json finds it
+        (".kname.json", ".kname.pid42.json"),
+        ("out/", "out/.pid42"),
+    ],
+)
+def test_a_tag_goes_after_the_stem_and_the_tags_before_it(path: str, expected: str) -> None:
+    assert tagged(path, "pid42") == expected
+
+
+def _places(path: str, tag: str) -> set[int]:
+    """Where in `path` a `.tag` inserted gives tagged(path, tag)."""
+    result = tagged(path, tag)
+    return {at for at in range(len(path) + 1) if path[:at] + f".{tag}" + path[at:] == result}
+
+
+@settings(max_examples=500, deadline=None)
+@given(tagged_paths, tags)
+def test_a_tagged_path_stays_in_its_folder_and_only_gains_its_tag(path, tag) -> None:
+    assert os.path.dirname(tagged(path, tag)) == os.path.dirname(path)
+    assert _places(path, tag)  # taking the tag out gives the path back
+
+
+@settings(max_examples=500, deadline=None)
+@given(tagged_paths, tags, tags)
+def test_every_tag_goes_to_one_place_so_each_tag_gives_its_own_path(path, one, other) -> None:
+    assert (tagged(path, one) == tagged(path, other)) is (one == other)
+    assert tagged(path, one) != path
+    # One place for every tag: the same stem before it, the same suffixes after it.
+    assert _places(path, one) & _places(path, other)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    folders,
+    st.sampled_from(["profile", "census", ".kname", "p"]),
+    st.sampled_from(["", ".json", ".tar.gz", ".v2.json"]),
+    st.integers(0, 4095),
+    pids,
+)
+def test_a_ranks_files_and_its_helpers_files_match_the_ranks_glob(
+    folder, stem, suffixes, rank, pid
+):
+    import fnmatch
+
+    rank_path = tagged(f"{folder}{stem}{suffixes}", f"rank{rank}")
+    helper_path = tagged(rank_path, f"pid{pid}")
+    pattern = f"{folder}{stem}.rank*{suffixes}"  # `kname report profile.rank*.json`
+    assert fnmatch.fnmatchcase(rank_path, pattern) and fnmatch.fnmatchcase(helper_path, pattern)
+    assert helper_path == f"{folder}{stem}.rank{rank}.pid{pid}{suffixes}"
+
+
+@settings(max_examples=500, deadline=None)
+@given(templates, world_ranks, hosts, pids)
+def test_the_folder_a_placeholder_names_holds_the_file_and_comes_from_the_placeholder(
+    path, world, host, pid
+) -> None:
+    size, rank, _ = world
+    expanded = expand(path, Rank(rank=rank, world_size=size, launcher="slurm"), host=host, pid=pid)
+    folder = implied_folder(path, expanded)
+    folders = path.split("/")[:-1]
+    if not any(
+        f"{{{name}}}" in part.replace("{{", "") for part in folders for name in PLACEHOLDERS
+    ):
+        assert folder is None
+    else:
+        assert folder is not None and (expanded + "/").startswith(folder + "/")
+        assert folder.count("/") < expanded.count("/")  # a folder, never the file itself

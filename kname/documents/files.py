@@ -2,7 +2,8 @@
 
 Only a regular file is read: a FIFO, a device or a directory is one line, never waited on. A
 regular file is replaced whole, never left half-written; a device, a FIFO or /dev/stdout is
-written in place. Which file a process writes (its own, or the owner's) is documents/owner.py.
+written in place; nothing is written through a symbolic link. Which file a process writes (its
+own, or the owner's) is documents/owner.py.
 """
 
 from __future__ import annotations
@@ -73,25 +74,31 @@ def _refuse_unless_regular(path: str, mode: int) -> None:
 
 
 def write_atomically(path: str, text: str) -> None:
-    """Write `text` to `path` without ever leaving it half-written or replacing what it is.
+    """Write `text` to `path` without ever leaving it half-written, replacing what it is, or
+    writing through a link.
 
-    A regular file (or a new one) is replaced atomically, after following symlinks (the link
-    stays a link) and keeping the file's permission bits. The text is first written to a file
-    with no name (Linux's O_TMPFILE, where the file system has them), which is named beside the
-    target only once it is complete, and renamed over it: a process killed while writing leaves
-    nothing behind. A character device or a FIFO, or a path through /proc/<pid>/fd (/dev/stdout),
-    is written in place, appended, never truncated. Anything else (a directory, a block device,
-    a socket) is refused with an OSError; so is a FIFO nobody reads, at once rather than waiting.
+    A regular file (or a new one) is replaced atomically, keeping its permission bits. The text
+    is first written to a file with no name (Linux's O_TMPFILE, where the file system has them),
+    which is named beside the target only once it is complete, and renamed over it: a process
+    killed while writing leaves nothing behind. A character device or a FIFO, or a path through
+    /proc/<pid>/fd (/dev/stdout), is written in place, appended, never truncated. A symbolic
+    link is refused with an OSError (its target is named in the message): a link planted in a
+    shared folder must not make kname replace, or create, a file elsewhere. So is anything else
+    (a directory, a block device, a socket), and a FIFO nobody reads, at once rather than waiting.
     """
+    if _through_proc(path):
+        _write_in_place(path, text)
+        return
     mode = _existing_mode(path)
-    special = mode is not None and (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode))
-    if special or _through_proc(path):
+    if mode is not None and stat.S_ISLNK(mode):
+        raise OSError(errno.ELOOP, _link_refused(path))
+    if mode is not None and (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
         _write_in_place(path, text)
         return
     if mode is not None and not stat.S_ISREG(mode):
         raise OSError(errno.EINVAL, f"it is {_kind_of(mode)}, not a file kname can write")
     data = text.encode("utf-8")  # an unencodable text fails here, before any file is made
-    target = os.path.realpath(path)
+    target = os.path.abspath(path)
     directory, name = os.path.split(target)
     partial = os.path.join(directory, f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     descriptor, unnamed = _new_file(directory, partial)
@@ -101,6 +108,8 @@ def write_atomically(path: str, text: str) -> None:
         _write_all(descriptor, data)
         if unnamed:
             _name(descriptor, directory, partial)
+        # A rename replaces the name itself: a link put at `target` since it was looked at is
+        # replaced, never followed.
         os.replace(partial, target)
         # Read through the descriptor: what is at `target` now may already be another's.
         _written_here[target] = identity_of(os.fstat(descriptor))
@@ -112,17 +121,27 @@ def write_atomically(path: str, text: str) -> None:
         os.close(descriptor)
 
 
+def _link_refused(path: str) -> str:
+    try:
+        points_to = os.readlink(path)
+    except OSError:
+        points_to = "?"  # gone since
+    return (
+        f"it is a symbolic link (to {points_to!r}); kname writes no file through a link: "
+        "name the file itself"
+    )
+
+
 Identity = tuple[int, int, int, int, int]
-# The files this process wrote, by real path: what each was when written (see written_here).
+# The files this process wrote, by absolute path: what each was when written (see written_here).
 _written_here: dict[str, Identity] = {}
 
 
 def identity(path: str) -> Identity | None:
-    """What the regular file at `path` is now (symlinks followed), to tell whether it changed:
-    device, inode, size, modification and change times; None if nothing, or no regular file,
-    is there."""
+    """What the regular file at `path` is now, to tell whether it changed: device, inode, size,
+    modification and change times; None if nothing, or no regular file (a link too), is there."""
     try:
-        status = os.stat(path)
+        status = os.lstat(path)
     except (OSError, ValueError):
         return None
     return identity_of(status) if stat.S_ISREG(status.st_mode) else None
@@ -134,7 +153,7 @@ def identity_of(status: os.stat_result) -> Identity:
 
 def written_here(path: str) -> Identity | None:
     """The identity of the file this process last wrote at `path` with write_atomically."""
-    return _written_here.get(os.path.realpath(path))
+    return _written_here.get(os.path.abspath(path))
 
 
 def _new_file(directory: str, partial: str) -> tuple[int, bool]:
@@ -171,9 +190,10 @@ def _write_all(descriptor: int, data: bytes) -> None:
 
 
 def _existing_mode(path: str) -> int | None:
-    """The mode of what `path` names, symlinks followed; None if nothing is there yet."""
+    """The mode of what is at `path` (a link itself, not what it points to); None if nothing
+    is there yet."""
     try:
-        return os.stat(path).st_mode
+        return os.lstat(path).st_mode
     except FileNotFoundError:
         return None
 

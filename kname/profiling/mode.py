@@ -16,11 +16,10 @@ starts that many seconds after start-up, and stops that many seconds later.
 
 from __future__ import annotations
 
-import os
 import threading
 
 from kname.config import Config
-from kname.documents.owner import owner_pid
+from kname.documents.owner import owns as owns_outputs
 from kname.profiling.session import ProfileSession
 from kname.ranks import find_rank
 
@@ -39,8 +38,8 @@ def start(config: Config) -> ProfileSession | None:
     files = {"json": None if config.report in (None, "-") else config.report}
     files.update(trace=config.trace, html=config.html)
     # Beneath the owner, the files are its own beside the owner's (the session claims them),
-    # and none at all when it launched nothing.
-    owns = owner_pid() == os.getpid()
+    # and none at all when it launched nothing; a path of its own is its own.
+    owns = owns_outputs(path for path in files.values() if path)
     session.write_at_exit(
         **files,
         top=config.top,

@@ -35,7 +35,7 @@ from kname._sigterm import at_exit
 from kname._warnings import warn_once
 from kname.documents.build import profile_document
 from kname.documents.files import write_atomically
-from kname.documents.owner import Output, claim, write_outputs
+from kname.documents.owner import Output, OutputName, claim_each, write_outputs
 from kname.documents.pages.profile import render_profile_page
 from kname.documents.schema import render_json
 from kname.documents.sources import with_sources
@@ -49,11 +49,11 @@ from kname.profiling.records import MAX_LOGGED, StreamLog, Streams, streams_to_j
 from kname.profiling.trace import trace_json
 from kname.ranks import find_rank, meta, visible_device
 
-# Each output at exit: the variable that names it, and what it is, in messages.
+# Each output at exit: the variable and the `kname profile` option that name it, what it is.
 _EXIT_OUTPUTS = {
-    "json": ("KNAME_REPORT", "profile (KNAME_REPORT)"),
-    "trace": ("KNAME_PROFILE_TRACE", "trace (KNAME_PROFILE_TRACE)"),
-    "html": ("KNAME_PROFILE_HTML", "page (KNAME_PROFILE_HTML)"),
+    "json": OutputName("KNAME_REPORT", "--json", "profile"),
+    "trace": OutputName("KNAME_PROFILE_TRACE", "--trace", "trace"),
+    "html": OutputName("KNAME_PROFILE_HTML", "--html", "page"),
 }
 
 Collector = Any  # start() -> bool, stop(), started: bool (CuptiCollector or a stand-in)
@@ -251,9 +251,7 @@ class ProfileSession:
         """
         first = not self._exit_outputs
         paths = {"json": json, "trace": trace, "html": html}
-        self._exit_outputs = {
-            kind: claim(path, _EXIT_OUTPUTS[kind][0]) for kind, path in paths.items() if path
-        }
+        self._exit_outputs = claim_each(paths, _EXIT_OUTPUTS)
         self._exit_table = table if print_table else None
         self._exit_print = print_table
         self._exit_top = top
@@ -339,7 +337,7 @@ class ProfileSession:
             )
 
         writes = [
-            (output, texts[kind], _EXIT_OUTPUTS[kind][1])
+            (output, texts[kind], _EXIT_OUTPUTS[kind].said)
             for kind, output in self._exit_outputs.items()
             if kind in kinds
         ]

@@ -86,39 +86,39 @@ def nvtx_include_dir() -> str | None:
 # a library's own C is in its unit's folder, and its unit names it (Library.c_sources). The
 # headers are listed for the rebuild checks (setuptools' and the tests'), and for the sdist.
 NATIVE_SOURCES = [
-    "kname/_native_module.c",
-    "kname/_native_launch.c",
-    "kname/_native_sites.c",
-    "kname/_native_nvtx.c",
-    "kname/_native_common.c",
+    "kname/_native_c/module.c",
+    "kname/_native_c/launch.c",
+    "kname/_native_c/callsite.c",
+    "kname/_native_c/ranges.c",
+    "kname/_common_c/common.c",
     "kname/targets/cupy/_native_cupy.c",
     "kname/targets/triton/_native_triton.c",
 ]
 NATIVE_HEADERS = [
-    "kname/_native_common.h",
-    "kname/_native_launch.h",
-    "kname/_native_nvtx.h",
-    "kname/_native_profiled.h",
+    "kname/_common_c/common.h",
+    "kname/_native_c/launch.h",
+    "kname/_native_c/ranges.h",
+    "kname/_common_c/profiled.h",
 ]
 CUPTI_SOURCES = [
-    "kname/_native_cupti_module.c",
-    "kname/_native_cupti_recorder.c",
-    "kname/_native_cupti_site_calls.c",
-    "kname/_native_cupti_callback.c",
-    "kname/_native_cupti_activity.c",
-    "kname/_native_cupti_join.c",
-    "kname/_native_cupti_graphs.c",
-    "kname/_native_cupti_trace.c",
-    "kname/_native_common.c",
+    "kname/profiling/_cupti_c/module.c",
+    "kname/profiling/_cupti_c/recorder.c",
+    "kname/profiling/_cupti_c/site_calls.c",
+    "kname/profiling/_cupti_c/callback.c",
+    "kname/profiling/_cupti_c/activity.c",
+    "kname/profiling/_cupti_c/join.c",
+    "kname/profiling/_cupti_c/graphs.c",
+    "kname/profiling/_cupti_c/trace.c",
+    "kname/_common_c/common.c",
 ]
 CUPTI_HEADERS = [
-    "kname/_native_common.h",
-    "kname/_native_cupti.h",
-    "kname/_native_cupti_join.h",
-    "kname/_native_cupti_graphs.h",
-    "kname/_native_cupti_trace.h",
-    "kname/_native_profiled.h",
-    "kname/_cupti_abi.h",
+    "kname/_common_c/common.h",
+    "kname/profiling/_cupti_c/recorder.h",
+    "kname/profiling/_cupti_c/join.h",
+    "kname/profiling/_cupti_c/graphs.h",
+    "kname/profiling/_cupti_c/trace.h",
+    "kname/_common_c/profiled.h",
+    "kname/profiling/_cupti_c/cupti_abi.h",
 ]
 
 
@@ -156,7 +156,9 @@ def extensions(nvtx_include: str | None) -> list[Extension]:
         # sigaction chained to CPython's handler, a watchdog pthread, an unnamed semaphore.
         made.append(
             Extension(
-                "kname._sigterm_guard", sources=["kname/_sigterm_guard.c"], libraries=["pthread"]
+                "kname._sigterm_guard",
+                sources=["kname/_sigterm_c/sigterm_guard.c"],
+                libraries=["pthread"],
             )
         )
     return made

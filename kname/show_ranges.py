@@ -29,7 +29,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SOURCE = Path(__file__).with_name("show_ranges.c")
+SOURCE = Path(__file__).parent / "_show_ranges_c" / "show_ranges.c"
 LOG_VARIABLE = "_KNAME_RANGES_LOG"
 INJECTION_VARIABLE = "NVTX_INJECTION64_PATH"
 FLAGS = ("-shared", "-fPIC", "-O2")
@@ -290,8 +290,8 @@ def _compiler() -> list[str]:
         if path:
             return [path]
     raise ViewerUnavailable(
-        "needs a C compiler once, to build its NVTX viewer (kname/show_ranges.c): install cc, "
-        "gcc or clang, or set CC"
+        "needs a C compiler once, to build its NVTX viewer "
+        "(kname/_show_ranges_c/show_ranges.c): install cc, gcc or clang, or set CC"
     )
 
 

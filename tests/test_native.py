@@ -881,5 +881,5 @@ def test_the_sdist_holds_every_file_the_extensions_are_built_from(tmp_path: Path
         for path in inputs:
             needed |= {path, *included_headers(path)}
     needed = {str(path.relative_to(REPO)) for path in needed}
-    assert {"kname/_cupti_abi.h", "kname/targets/cupy/_native_cupy.c"} <= needed
+    assert {"kname/profiling/_cupti_c/cupti_abi.h", "kname/targets/cupy/_native_cupy.c"} <= needed
     assert needed <= held, sorted(needed - held)

@@ -6,7 +6,7 @@
  * caller's argument tuple and dict and runs a cached launch in fewer steps still than the
  * wrapper's own (see _native_launch.h).
  */
-#include "_native_launch.h"
+#include "_native_c/launch.h"
 
 static PyObject *
 args_tuple(PyObject *const *args, Py_ssize_t nargs)

@@ -5,7 +5,7 @@
  * `kernel[grid](...)` calls kname's launch wrapper with no Python frame between the caller's line
  * and the launch (see _native_launch.h).
  */
-#include "_native_launch.h"
+#include "_native_c/launch.h"
 
 /* ------------------------------------------------------------------ the launch in progress */
 

@@ -4,7 +4,7 @@
  * watcher of _native_common.c, readies SiteCall (_native_cupti_site_calls.c) and adds the
  * Recorder (_native_cupti_recorder.c). What the extension does is told in _native_cupti.h.
  */
-#include "_native_cupti.h"
+#include "profiling/_cupti_c/recorder.h"
 
 PyObject *str_name, *str_kernel, *str_memcpy, *str_memset, *str_memset_name, *str_empty;
 PyObject *graph_event_names[NODE_EVENT_COUNT + 1];

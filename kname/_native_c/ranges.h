@@ -22,7 +22,7 @@
 #ifndef KNAME_NATIVE_NVTX_H
 #define KNAME_NATIVE_NVTX_H
 
-#include "_native_common.h"
+#include "_common_c/common.h"
 
 #ifdef KNAME_NVTX
 #include <nvtx3/nvToolsExt.h>

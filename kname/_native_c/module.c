@@ -4,7 +4,7 @@
  * CuPy's and Triton's types, in their units' folders) and starts the watchers of
  * _native_common.c. What the extension does is told in _native_launch.h.
  */
-#include "_native_launch.h"
+#include "_native_c/launch.h"
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,

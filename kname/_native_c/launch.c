@@ -3,7 +3,7 @@
  * that takes every step (launch_in_full; the cached launch is inline in the header, so that
  * CuPy's C slot runs it too), the Counter it advances, and the fields it reads in place.
  */
-#include "_native_launch.h"
+#include "_native_c/launch.h"
 
 /* As kname.launch's wrapper says them to callsite.pass_through. */
 static const char FINDING[] = "finding a launch's name";

@@ -4,7 +4,7 @@
  * launch remembers is set here, in remember_launch), the kinds of code read from `kinds` for the
  * walk past library frames, and the forgetting that keeps every remembered answer true.
  */
-#include "_native_launch.h"
+#include "_native_c/launch.h"
 
 /* ------------------------------------------------------------------ recent look-ups */
 

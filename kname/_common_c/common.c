@@ -3,7 +3,7 @@
  * globals a cached launch reads (`hot`), errors taken on every supported CPython, and the
  * watchers that count changes to the dicts and types whose look-ups are remembered.
  */
-#include "_native_common.h"
+#include "_common_c/common.h"
 
 Hot hot = {1, 1, NULL, 0, NULL, NULL, NULL};
 

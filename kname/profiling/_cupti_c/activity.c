@@ -4,7 +4,7 @@
  * the join in C or, with the GIL, to Python's (drain_activities); and the Recorder's methods for
  * them and for the join in C.
  */
-#include "_native_cupti.h"
+#include "profiling/_cupti_c/recorder.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -5,7 +5,7 @@
  * buffers' methods are in _native_cupti_activity.c, its site calls (SiteCall) in
  * _native_cupti_site_calls.c.
  */
-#include "_native_cupti.h"
+#include "profiling/_cupti_c/recorder.h"
 
 #include <dlfcn.h>
 #include <errno.h>

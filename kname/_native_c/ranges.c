@@ -3,7 +3,7 @@
  * nvtx_range(), which make them. Without the NVTX headers at build time, only nvtx_ready(),
  * which then does nothing.
  */
-#include "_native_nvtx.h"
+#include "_native_c/ranges.h"
 
 #ifdef KNAME_NVTX
 /* Domain name -> its handle (as an int); domain name -> {category: id}. Under the GIL. */

@@ -13,8 +13,8 @@
 #ifndef KNAME_NATIVE_CUPTI_JOIN_H
 #define KNAME_NATIVE_CUPTI_JOIN_H
 
-#include "_native_common.h" /* first: it includes Python.h */
-#include "_native_cupti_graphs.h"
+#include "_common_c/common.h" /* first: it includes Python.h */
+#include "profiling/_cupti_c/graphs.h"
 
 #include <stdint.h>
 

@@ -3,7 +3,7 @@
  * launches (Recorder.site_calls), in C. The Recorder's other methods are in
  * _native_cupti_recorder.c; the head kname._native reads is _native_profiled.h.
  */
-#include "_native_cupti.h"
+#include "profiling/_cupti_c/recorder.h"
 
 /* push() or pop() of the launches kname wraps at one site: what capture's closures do when the
  * marks are this recorder's and no external correlation is pushed, with no Python frame and no

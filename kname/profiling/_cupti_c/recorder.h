@@ -70,11 +70,11 @@
 #ifndef KNAME_NATIVE_CUPTI_H
 #define KNAME_NATIVE_CUPTI_H
 
-#include "_native_common.h" /* first: it includes Python.h */
-#include "_native_cupti_join.h"
-#include "_native_cupti_trace.h"
-#include "_cupti_abi.h"
-#include "_native_profiled.h"
+#include "_common_c/common.h" /* first: it includes Python.h */
+#include "profiling/_cupti_c/join.h"
+#include "profiling/_cupti_c/trace.h"
+#include "profiling/_cupti_c/cupti_abi.h"
+#include "_common_c/profiled.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -51,9 +51,9 @@
 #ifndef KNAME_NATIVE_LAUNCH_H
 #define KNAME_NATIVE_LAUNCH_H
 
-#include "_native_common.h" /* first: it includes Python.h */
-#include "_native_nvtx.h"
-#include "_native_profiled.h"
+#include "_common_c/common.h" /* first: it includes Python.h */
+#include "_native_c/ranges.h"
+#include "_common_c/profiled.h"
 
 #include <stddef.h>
 

@@ -4,7 +4,7 @@
  * as kname/profiling/trace.py writes it (its twin: the same keys in the same order, the same
  * numbers as Python's json module prints them).
  */
-#include "_native_cupti.h"
+#include "profiling/_cupti_c/recorder.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -10,7 +10,7 @@
 #ifndef KNAME_NATIVE_CUPTI_GRAPHS_H
 #define KNAME_NATIVE_CUPTI_GRAPHS_H
 
-#include "_native_common.h" /* first: it includes Python.h */
+#include "_common_c/common.h" /* first: it includes Python.h */
 
 #include <stdint.h>
 

@@ -828,7 +828,7 @@ def test_a_librarys_c_is_beside_its_unit_named_by_it_and_built_into_the_extensio
 @pytest.mark.parametrize("extension", list(extension_inputs()))
 def test_an_extension_exports_nothing_but_its_init_function(extension: str) -> None:
     """What one file of an extension defines for its others is hidden (INTERNAL in
-    _native_common.h): no other library's symbol of the same name can stand in for it, and a
+    kname/_common_c/common.h): no other library's symbol of the same name can stand in for it, and a
     call or a read across its files is as direct as within one."""
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     built = REPO / f"{extension.replace('.', '/')}{suffix}"

@@ -4,7 +4,7 @@
  * anything else (kname profile's site calls, the pure-Python wrapper) calls them as it calls
  * any callable. Against the nvtx package's module-level push_range and pop_range, bound with
  * functools.partial, this drops two Python calls with their argument handling from each launch
- * made under a profiler. The type and the module's functions are in _native_nvtx.c.
+ * made under a profiler. The type and the module's functions are in ranges.c.
  *
  * Built where the NVTX v3 headers were found at build time (setup.py: the nvidia-nvtx wheel, a
  * build requirement, else $CUDA_HOME/include); KNAME_NVTX is then defined. The headers are

@@ -1,5 +1,5 @@
 /*
- * The join of kname._native_cupti (see _native_cupti_join.h): join.py's tables (an
+ * The join of kname._native_cupti (see join.h): join.py's tables (an
  * insertion-ordered map of correlation ids for each of its dicts, an insert-only table for the
  * totals), its steps, and a snapshot of its totals for profile().
  */

@@ -3,7 +3,7 @@
  * SkipBeneath, which guards Triton's launch hooks (beneath a LaunchWrapper's launch, with only
  * library code between, the hook is not called), and SubscriptLaunch, a `__getitem__` whose
  * `kernel[grid](...)` calls kname's launch wrapper with no Python frame between the caller's line
- * and the launch (see _native_launch.h).
+ * and the launch (see kname/_native_c/launch.h).
  */
 #include "_native_c/launch.h"
 
@@ -402,7 +402,8 @@ static PyTypeObject BoundLaunchType = {
 
 /* ------------------------------------------------------------------ the module's part */
 
-int
+/* Called by PyInit__native, as the build names this unit (UNIT(triton) in KNAME_UNITS). */
+INTERNAL int
 triton_ready(PyObject *module)
 {
     if (PyType_Ready(&SkipBeneathType) < 0 || PyType_Ready(&SubscriptLaunchType) < 0

@@ -1,4 +1,5 @@
-"""The optional C extensions; the rest is setup.cfg.
+"""The optional C extensions, and the start-up gate put at the root of site-packages; the rest is
+setup.cfg.
 
 kname._native is the per-launch wrapper in C; kname._native_cupti (Linux) is kname profile's
 CUPTI launch callback in C, built without CUDA headers (it finds libcupti at run time);
@@ -17,6 +18,7 @@ import sysconfig
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 
 def unsupported() -> str:
@@ -53,6 +55,19 @@ class optional_build_ext(build_ext):
                 file=sys.stderr,
             )
 
+
+class build_py_with_gate(build_py):
+    """build_py, and the start-up gate kname/_bootstrap/kname.pth put at the root of the wheel
+    (site-packages, where site reads .pth files). An editable install gets none: `kname run`
+    starts kname there (docs/architecture.md)."""
+
+    def run(self):
+        super().run()
+        if not self.editable_mode:
+            self.copy_file(GATE, os.path.join(self.build_lib, os.path.basename(GATE)))
+
+
+GATE = "kname/_bootstrap/kname.pth"
 
 FALLBACKS = {
     "kname._native": "its pure-Python launch path (slower per launch, the same behaviour)",
@@ -191,5 +206,5 @@ if __name__ == "__main__":  # as pip's build backend and `python setup.py` run i
 
     setup(
         ext_modules=[] if why_not else extensions(nvtx_include),
-        cmdclass={"build_ext": optional_build_ext},
+        cmdclass={"build_ext": optional_build_ext, "build_py": build_py_with_gate},
     )

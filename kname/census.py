@@ -18,6 +18,7 @@ from kname import counters, naming
 from kname._locks import reset_in_child
 from kname._sigterm import at_exit
 from kname._warnings import warn_once
+from kname.config import KNAME_REPORT
 
 if TYPE_CHECKING:
     from kname.documents.owner import Output
@@ -100,7 +101,7 @@ def write_at_exit(destination: str, strict: bool = False) -> None:
     _exit_destination = destination
     # Claimed now: a relative path means where the program started, even if it changes
     # directory; a file another process writes while this one runs is not replaced.
-    _exit_output = None if destination == "-" else claim(destination, "KNAME_REPORT")
+    _exit_output = None if destination == "-" else claim(destination, KNAME_REPORT)
     if _owner_pid is None:
         _owner_pid = owner_pid()
     if not _exit_registered:

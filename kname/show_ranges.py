@@ -29,6 +29,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kname.config import KNAME_MODE
+
 SOURCE = Path(__file__).parent / "_show_ranges_c" / "show_ranges.c"
 LOG_VARIABLE = "_KNAME_RANGES_LOG"
 INJECTION_VARIABLE = "NVTX_INJECTION64_PATH"
@@ -249,7 +251,7 @@ def render(ranges: Ranges, environ: dict[str, str]) -> str:
             "nothing was named; see kname doctor\n"
         )
     if not total:
-        census = " (KNAME_MODE=census emits none)" if environ.get("KNAME_MODE") == "census" else ""
+        census = " (KNAME_MODE=census emits none)" if environ.get(KNAME_MODE) == "census" else ""
         return (
             f"kname --show-ranges: NVTX was used in {_count(processes, 'process')}, but no range "
             f"was pushed{census}; see kname doctor\n"

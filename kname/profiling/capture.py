@@ -1,4 +1,5 @@
-"""From CUPTI callbacks to records: the call site of each launch API call, and GPU records.
+"""The rules both CUPTI callbacks follow: the call site of each launch API call and graph node
+(LaunchCapture), and the GPU records made from cupti-python's activity records.
 
 Everything here is plain Python over plain values, so it is tested without a GPU; the CUPTI
 binding (cupti_collector.py) only forwards its callbacks here.

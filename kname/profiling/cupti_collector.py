@@ -1,4 +1,4 @@
-"""The CUPTI collector: launch API callbacks and activity buffers.
+"""kname profile's CUPTI session: subscribing, the activity buffers, flushing, and the lines said.
 
 The launch callbacks come from launch_callbacks.py: kname's C callback (kname._native_cupti)
 where it is built, else cupti-python's, the slower fallback (on the H200 with cupti-python

@@ -1,4 +1,4 @@
-"""Where kname profile's launch API callbacks run: in C (kname._native_cupti), or in Python.
+"""Which CUPTI callback runs: kname._native_cupti's Recorder (C), or cupti-python's (Python).
 
 Both subscribe to CUPTI's callbacks at the launch APIs the collector chose, and name each call
 by capture.py's rules; they differ in what runs per launch:

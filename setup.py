@@ -100,16 +100,17 @@ def nvtx_include_dir() -> str | None:
 # Each extension is built from several files, one job each (docs/architecture.md has the table);
 # a library's own C is in its unit's folder, and its unit names it (Library.c_sources). The
 # headers are listed for the rebuild checks (setuptools' and the tests'), and for the sdist.
-UNIT_SOURCES = ["kname/targets/cupy/_native_cupy.c", "kname/targets/triton/_native_triton.c"]
 NATIVE_SOURCES = [
     "kname/_native_c/module.c",
     "kname/_native_c/launch.c",
     "kname/_native_c/counters.c",
     "kname/_native_c/callsite.c",
     "kname/_native_c/ranges.c",
+    "kname/_native_c/units.c",
     "kname/_common_c/common.c",
     "kname/_common_c/slots.c",
-    *UNIT_SOURCES,
+    "kname/targets/cupy/_native_cupy.c",
+    "kname/targets/triton/_native_triton.c",
 ]
 NATIVE_HEADERS = [
     "kname/_common_c/common.h",
@@ -118,9 +119,6 @@ NATIVE_HEADERS = [
     "kname/_native_c/ranges.h",
     "kname/_common_c/profiled.h",
 ]
-# Each unit's C is readied by <lib>_ready, which the module's init calls for each UNIT(<lib>) the
-# build names: the extension's own C names no unit.
-UNITS = " ".join(f"UNIT({os.path.basename(path)[len('_native_') : -2]})" for path in UNIT_SOURCES)
 CUPTI_SOURCES = [
     "kname/profiling/_cupti_c/module.c",
     "kname/profiling/_cupti_c/state.c",
@@ -151,13 +149,12 @@ CUPTI_HEADERS = [
 def native_extension(nvtx_include: str | None) -> Extension:
     """kname._native, calling NVTX's C API itself where the NVTX headers are found (Linux)."""
     common = {"sources": NATIVE_SOURCES, "depends": NATIVE_HEADERS, "include_dirs": ["kname"]}
-    units = [("KNAME_UNITS", UNITS)]
     if nvtx_include is None:
-        return Extension("kname._native", **common, define_macros=units)
+        return Extension("kname._native", **common)
     return Extension(
         "kname._native",
         **{**common, "include_dirs": ["kname", nvtx_include]},
-        define_macros=[*units, ("KNAME_NVTX", "1")],
+        define_macros=[("KNAME_NVTX", "1")],
         libraries=["dl"],  # NVTX loads its tool with dlopen
         # NVTX's implementation is in its headers, as weak functions and data: each file that
         # includes them carries a copy, and the linker uses one. Each function and datum in a

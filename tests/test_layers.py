@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sysconfig
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -199,18 +200,42 @@ def c_arrows(sources: list[Path], flags: list[str], out: Path) -> dict[str, set[
     }
 
 
-@pytest.mark.skipif(COMPILER is None or shutil.which("nm") is None, reason="no cc or nm here")
-@pytest.mark.parametrize("extension", [ext.name for ext in kname_setup().extensions(None)])
-def test_no_circle_among_an_extensions_c_files(tmp_path: Path, extension: str) -> None:
-    """What one C file calls or reads of another makes an arrow; the arrows of each extension
-    make no circle (a file that registers its own methods and types needs no table above it
-    pointing down into it and back)."""
+@functools.cache  # compiled once for the tests below
+def extension_arrows(extension: str) -> dict[str, set[str]]:
+    """c_arrows of an extension's files, built as setup.py builds them (without NVTX's headers)."""
     (ext,) = [ext for ext in kname_setup().extensions(None) if ext.name == extension]
     flags = [
         f"-I{sysconfig.get_paths()['include']}",
         *(f"-I{REPO / folder}" for folder in ext.include_dirs),
         *(f"-D{name}={value}" for name, value in ext.define_macros),
     ]
-    sources = [REPO / source for source in ext.sources]
-    cycle = first_cycle(c_arrows(sources, flags, tmp_path))
+    with tempfile.TemporaryDirectory() as out:
+        return c_arrows([REPO / source for source in ext.sources], flags, Path(out))
+
+
+needs_cc_and_nm = pytest.mark.skipif(
+    COMPILER is None or shutil.which("nm") is None, reason="no cc or nm here"
+)
+
+
+@needs_cc_and_nm
+@pytest.mark.parametrize("extension", [ext.name for ext in kname_setup().extensions(None)])
+def test_no_circle_among_an_extensions_c_files(extension: str) -> None:
+    """What one C file calls or reads of another makes an arrow; the arrows of each extension
+    make no circle (a file that registers its own methods and types needs no table above it
+    pointing down into it and back)."""
+    cycle = first_cycle(extension_arrows(extension))
     assert cycle is None, "C files calling in a circle: " + " -> ".join(cycle or [])
+
+
+@needs_cc_and_nm
+def test_the_hot_paths_own_c_calls_no_library_units_c() -> None:
+    """A library unit's C (targets/<lib>/) registers itself with kname._native; none of the
+    extension's own files calls or reads anything of a unit's."""
+    arrows = extension_arrows("kname._native")
+    upward = {
+        name: sorted(reached for reached in arrows[name] if reached.startswith("targets/"))
+        for name in arrows
+        if not name.startswith("targets/")
+    }
+    assert {name: up for name, up in upward.items() if up} == {}

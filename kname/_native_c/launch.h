@@ -411,14 +411,21 @@ INTERNAL int launch_ready(PyObject *module);   /* launch.c */
 INTERNAL int counters_ready(PyObject *module); /* counters.c */
 INTERNAL int sites_ready(PyObject *module);    /* callsite.c */
 
-/* A library unit's C (kname/targets/<lib>/_native_<lib>.c) is readied by <lib>_ready(module),
- * which the module's init calls for each unit the build names in KNAME_UNITS (setup.py: one
- * UNIT(<lib>) for each unit's C file). No file of the extension's own names a unit. */
-#ifndef KNAME_UNITS
-#define KNAME_UNITS
+/* A library unit's C (kname/targets/<lib>/_native_<lib>.c) registers its own ready function,
+ * KNAME_UNIT(<lib>_ready), as the shared object is loaded (a constructor: it stores a pointer and
+ * runs no Python); the module's init readies every unit registered (units.c). No file of the
+ * extension's own names a unit, nor calls into one. */
+typedef int (*unit_ready)(PyObject *module);
+INTERNAL void register_unit(unit_ready ready); /* units.c */
+INTERNAL int units_ready(PyObject *module);    /* units.c */
+#if defined(__GNUC__)
+#define KNAME_UNIT(ready)                                                                          \
+    __attribute__((constructor)) static void register_##ready(void)                                \
+    {                                                                                              \
+        register_unit(ready);                                                                      \
+    }
+#else
+#error "kname._native's library units register themselves with a constructor (GCC or Clang)"
 #endif
-#define UNIT(lib) INTERNAL int lib##_ready(PyObject *module);
-KNAME_UNITS
-#undef UNIT
 
 #endif /* KNAME_NATIVE_LAUNCH_H */

@@ -2,8 +2,8 @@
  * kname._native, the module: PyInit__native starts the watchers of _common_c/common.c and calls
  * each file's ready function, which adds its types and functions (the launch wrapper, launch.c;
  * its Counter, counters.c; its site finding, callsite.c; NVTX ranges, ranges.c; each library
- * unit's types, from the units the build names: see launch.h). What the extension does is told
- * in launch.h.
+ * unit's types, through the units registered: units.c). What the extension does is told in
+ * launch.h.
  */
 #include "_native_c/launch.h"
 
@@ -29,17 +29,11 @@ PyInit__native(void)
     if (m == NULL)
         return NULL;
     if (launch_ready(m) < 0 || counters_ready(m) < 0 || sites_ready(m) < 0 || nvtx_ready(m) < 0
-        || PyModule_AddIntConstant(m, "USER", KIND_USER) < 0
-        || PyModule_AddIntConstant(m, "LIBRARY", KIND_LIBRARY) < 0)
-        goto failed;
-#define UNIT(lib)                                                                                  \
-    if (lib##_ready(m) < 0)                                                                        \
-        goto failed;
-    KNAME_UNITS
-#undef UNIT
+        || units_ready(m) < 0 || PyModule_AddIntConstant(m, "USER", KIND_USER) < 0
+        || PyModule_AddIntConstant(m, "LIBRARY", KIND_LIBRARY) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
-failed:
-    Py_DECREF(m);
-    return NULL;
 #endif
 }

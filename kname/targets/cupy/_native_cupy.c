@@ -285,8 +285,8 @@ static PyMethodDef cupy_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-/* Called by PyInit__native, as the build names this unit (UNIT(cupy) in KNAME_UNITS). */
-INTERNAL int
+/* Called by PyInit__native, as registered below. */
+static int
 cupy_ready(PyObject *module)
 {
     if (str_dunder_call == NULL
@@ -297,3 +297,5 @@ cupy_ready(PyObject *module)
         return -1;
     return PyModule_AddFunctions(module, cupy_methods);
 }
+
+KNAME_UNIT(cupy_ready)

@@ -402,8 +402,8 @@ static PyTypeObject BoundLaunchType = {
 
 /* ------------------------------------------------------------------ the module's part */
 
-/* Called by PyInit__native, as the build names this unit (UNIT(triton) in KNAME_UNITS). */
-INTERNAL int
+/* Called by PyInit__native, as registered below. */
+static int
 triton_ready(PyObject *module)
 {
     if (PyType_Ready(&SkipBeneathType) < 0 || PyType_Ready(&SubscriptLaunchType) < 0
@@ -414,3 +414,5 @@ triton_ready(PyObject *module)
         return -1;
     return 0;
 }
+
+KNAME_UNIT(triton_ready)

@@ -154,7 +154,6 @@ recorder_set_frameless(Recorder *r, PyObject *name)
 
 /* ---- records as Python objects */
 
-
 /* The `count` records at `taken` (each `size` bytes), made by one(r, make_record, record), as a
  * list; `taken` is freed. NULL with an error: no memory (taken NULL with a count: they stay). */
 static PyObject *
@@ -188,7 +187,6 @@ recorder_drain(Recorder *r, PyObject *make_record)
     Launch *taken = take_finished(r, &count);
     return records_list(r, make_record, taken, count, sizeof *taken, launch_record);
 }
-
 
 static PyObject *
 node_record(Recorder *r, PyObject *make_record, const void *event)
@@ -250,7 +248,6 @@ recorder_counts(Recorder *r, PyObject *unused)
 }
 
 /* ---- CUPTI */
-
 
 /* subscribe(path) -> (status, holder): the callback subscribed (status 0), or CUPTI's status
  * and, when another tool holds CUPTI and the library says so, that tool's name. */

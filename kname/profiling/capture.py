@@ -83,6 +83,12 @@ GRAPH_CALLBACKS = {
 }
 
 
+# {CUPTI callback domain: {callback id: (API name, is a graph launch)}} (select_launch_apis)
+Apis = dict[int, dict[int, tuple[str, bool]]]
+# {CUPTI resource callback id: graph node event} (select_graph_callbacks)
+GraphCallbacks = dict[int, str]
+
+
 def say_open_calls_forgotten() -> None:
     """Said once: a thread had more than MAX_OPEN_CALLS launch API calls open at once."""
     warn_once(

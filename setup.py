@@ -1,4 +1,5 @@
-"""The optional C extensions; the rest is setup.cfg.
+"""The optional C extensions, and the start-up gate put at the root of site-packages; the rest is
+setup.cfg.
 
 kname._native is the per-launch wrapper in C; kname._native_cupti (Linux) is kname profile's
 CUPTI launch callback in C, built without CUDA headers (it finds libcupti at run time);
@@ -17,6 +18,7 @@ import sysconfig
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 
 def unsupported() -> str:
@@ -54,6 +56,19 @@ class optional_build_ext(build_ext):
             )
 
 
+class build_py_with_gate(build_py):
+    """build_py, and the start-up gate kname/_bootstrap/kname.pth put at the root of the wheel
+    (site-packages, where site reads .pth files). An editable install gets none: `kname run`
+    starts kname there (docs/architecture.md)."""
+
+    def run(self):
+        super().run()
+        if not self.editable_mode:
+            self.copy_file(GATE, os.path.join(self.build_lib, os.path.basename(GATE)))
+
+
+GATE = "kname/_bootstrap/kname.pth"
+
 FALLBACKS = {
     "kname._native": "its pure-Python launch path (slower per launch, the same behaviour)",
     "kname._native_cupti": (
@@ -86,39 +101,48 @@ def nvtx_include_dir() -> str | None:
 # a library's own C is in its unit's folder, and its unit names it (Library.c_sources). The
 # headers are listed for the rebuild checks (setuptools' and the tests'), and for the sdist.
 NATIVE_SOURCES = [
-    "kname/_native_module.c",
-    "kname/_native_launch.c",
-    "kname/_native_sites.c",
-    "kname/_native_nvtx.c",
-    "kname/_native_common.c",
+    "kname/_native_c/module.c",
+    "kname/_native_c/launch.c",
+    "kname/_native_c/counters.c",
+    "kname/_native_c/callsite.c",
+    "kname/_native_c/ranges.c",
+    "kname/_native_c/units.c",
+    "kname/_common_c/common.c",
+    "kname/_common_c/slots.c",
     "kname/targets/cupy/_native_cupy.c",
     "kname/targets/triton/_native_triton.c",
 ]
 NATIVE_HEADERS = [
-    "kname/_native_common.h",
-    "kname/_native_launch.h",
-    "kname/_native_nvtx.h",
-    "kname/_native_profiled.h",
+    "kname/_common_c/common.h",
+    "kname/_common_c/slots.h",
+    "kname/_native_c/launch.h",
+    "kname/_native_c/ranges.h",
+    "kname/_common_c/profiled.h",
 ]
 CUPTI_SOURCES = [
-    "kname/_native_cupti_module.c",
-    "kname/_native_cupti_recorder.c",
-    "kname/_native_cupti_site_calls.c",
-    "kname/_native_cupti_callback.c",
-    "kname/_native_cupti_activity.c",
-    "kname/_native_cupti_join.c",
-    "kname/_native_cupti_graphs.c",
-    "kname/_native_cupti_trace.c",
-    "kname/_native_common.c",
+    "kname/profiling/_cupti_c/module.c",
+    "kname/profiling/_cupti_c/state.c",
+    "kname/profiling/_cupti_c/recorder.c",
+    "kname/profiling/_cupti_c/records.c",
+    "kname/profiling/_cupti_c/site_calls.c",
+    "kname/profiling/_cupti_c/callback.c",
+    "kname/profiling/_cupti_c/activity.c",
+    "kname/profiling/_cupti_c/join.c",
+    "kname/profiling/_cupti_c/graphs.c",
+    "kname/profiling/_cupti_c/trace.c",
+    "kname/profiling/_cupti_c/trace_json.c",
+    "kname/_common_c/common.c",
+    "kname/_common_c/slots.c",
 ]
 CUPTI_HEADERS = [
-    "kname/_native_common.h",
-    "kname/_native_cupti.h",
-    "kname/_native_cupti_join.h",
-    "kname/_native_cupti_graphs.h",
-    "kname/_native_cupti_trace.h",
-    "kname/_native_profiled.h",
-    "kname/_cupti_abi.h",
+    "kname/_common_c/common.h",
+    "kname/_common_c/slots.h",
+    "kname/profiling/_cupti_c/recorder.h",
+    "kname/profiling/_cupti_c/join.h",
+    "kname/profiling/_cupti_c/graphs.h",
+    "kname/profiling/_cupti_c/trace.h",
+    "kname/_common_c/profiled.h",
+    "kname/profiling/_cupti_c/cupti_abi.h",
 ]
 
 
@@ -156,7 +180,9 @@ def extensions(nvtx_include: str | None) -> list[Extension]:
         # sigaction chained to CPython's handler, a watchdog pthread, an unnamed semaphore.
         made.append(
             Extension(
-                "kname._sigterm_guard", sources=["kname/_sigterm_guard.c"], libraries=["pthread"]
+                "kname._sigterm_guard",
+                sources=["kname/_sigterm_c/sigterm_guard.c"],
+                libraries=["pthread"],
             )
         )
     return made
@@ -177,5 +203,5 @@ if __name__ == "__main__":  # as pip's build backend and `python setup.py` run i
 
     setup(
         ext_modules=[] if why_not else extensions(nvtx_include),
-        cmdclass={"build_ext": optional_build_ext},
+        cmdclass={"build_ext": optional_build_ext, "build_py": build_py_with_gate},
     )

@@ -14,7 +14,7 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 
-#include "kname/_cupti_abi.h"
+#include "kname/profiling/_cupti_c/cupti_abi.h"
 
 static kn_SubscriberHandle subscriber;
 static kn_Unsubscribe unsubscribe;

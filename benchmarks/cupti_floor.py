@@ -45,7 +45,7 @@ class CallbackFloor:
 
     def start(self, cupti: Any) -> None:
         from kname.profiling.cupti_collector import launch_apis
-        from kname.profiling.launch_callbacks import libcupti_path
+        from kname.profiling.native_callback import libcupti_path
 
         if self.library is None:
             self.library = _load(self.path or build())

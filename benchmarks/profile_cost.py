@@ -215,7 +215,7 @@ def floor_recorder(cupti: Any) -> Any:
     """A native recorder subscribed with no launch callback, holding CUPTI's activity buffers
     and freeing them unread: the least any CUPTI-based profiler pays for the same records."""
     from kname.profiling.join import Join
-    from kname.profiling.launch_callbacks import NativeCallbacks, libcupti_path
+    from kname.profiling.native_callback import NativeCallbacks, libcupti_path
 
     module, why = hotpath.choose(True).cupti()
     if module is None:

@@ -70,11 +70,11 @@ def stand_in(scratch: Path) -> SimpleNamespace:
     """The stand-in libcupti built and put in cupti-python's and libcupti's place."""
     from support.cupti_stand_in import StandInBinding, build_fake_cupti, stand_in_library
 
-    from kname.profiling import launch_callbacks
+    from kname.profiling import native_callback
 
     built, _ = build_fake_cupti(scratch)
     sys.modules["cupti"] = SimpleNamespace(cupti=StandInBinding())  # type: ignore[assignment]
-    launch_callbacks.libcupti_path = lambda: str(built)
+    native_callback.libcupti_path = lambda: str(built)
     return SimpleNamespace(library=stand_in_library(built), path=str(built))
 
 

@@ -1,4 +1,4 @@
-# kname._native: the C hot path (kname/_native.c). Imported by kname.hotpath only; each type has
+# kname._native: the C hot path (kname/_native_c/). Imported by kname.hotpath only; each type has
 # a Python twin in kname.pyhotpath, and both satisfy the protocols of kname.hotpath.
 
 from collections.abc import Callable

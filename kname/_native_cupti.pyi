@@ -1,4 +1,4 @@
-# kname._native_cupti: kname profile's CUPTI launch callback in C (kname/_native_cupti.c).
+# kname._native_cupti: kname profile's CUPTI launch callback in C (kname/profiling/_cupti_c/).
 # Handed out by kname.hotpath (HotPath.cupti) only; its Python counterpart is
 # kname.profiling.launch_callbacks.PythonCallbacks on cupti-python.
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from kname.config import switch_problem, switch_state
+from kname.config import KNAME, switch_problem, switch_state
 
 
 def switched_on(environ=os.environ, xoptions=sys._xoptions) -> bool:
@@ -27,7 +27,7 @@ def start() -> None:
     try:
         if switched_on():
             # -X kname is not inherited by child processes; KNAME is.
-            os.environ.setdefault("KNAME", "1")
+            os.environ.setdefault(KNAME, "1")
             from kname.lifecycle import install
 
             install()

@@ -1,6 +1,6 @@
 """Objects that tell kname's C hot path of every change to them: call sites and switches.
 
-The C wrapper (kname/_native_launch.h) remembers, for each recent call site, what a cached
+The C wrapper (kname/_native_c/launch.h) remembers, for each recent call site, what a cached
 launch from it reads: that its wrapper's switch is on, and the site's counter and NVTX range. So
 a launch reads one remembered entry instead of the site and the switch. Whatever changes a site or a
 switch, or their classes (a slot replaced, a method set), first makes it forget all of that,

@@ -19,6 +19,7 @@ from kname import counters, naming
 from kname._locks import reset_in_child
 from kname._sigterm import at_exit
 from kname._warnings import warn_once
+from kname.config import KNAME_REPORT
 
 if TYPE_CHECKING:
     from kname.documents.owner import Output
@@ -105,7 +106,7 @@ def write_at_exit(destination: str, strict: bool = False) -> None:
 
     # Claimed now: a relative path means where the program started, even if it changes
     # directory; a file another process writes while this one runs is not replaced.
-    output = None if destination == "-" else claim(destination, "KNAME_REPORT")
+    output = None if destination == "-" else claim(destination, KNAME_REPORT)
     _exit_plan = _ExitPlan(destination, output, owner_pid(), strict)
     if _exit_writer is None:
         # Registered once, however often install() runs; the latest destination wins. Also

@@ -11,6 +11,23 @@ from typing import NoReturn
 
 from kname import doctor
 from kname._version import __version__
+from kname.config import (
+    KNAME_DEPTH,
+    KNAME_DOMAIN,
+    KNAME_FORMAT,
+    KNAME_MODE,
+    KNAME_PROFILE_DELAY,
+    KNAME_PROFILE_DURATION,
+    KNAME_PROFILE_FLUSH,
+    KNAME_PROFILE_HTML,
+    KNAME_PROFILE_TOP,
+    KNAME_PROFILE_TRACE,
+    KNAME_RANKS,
+    KNAME_REPORT,
+    KNAME_SKIP,
+    KNAME_STRICT,
+    KNAME_TARGETS,
+)
 from kname.documents import report as report_command
 from kname.documents.text import stdout_to_devnull
 
@@ -32,13 +49,13 @@ COMMANDS = ("run", "profile", "doctor", "report")
 
 # `kname run` option -> the environment variable it sets.
 RUN_OPTIONS = {
-    "targets": "KNAME_TARGETS",
-    "skip": "KNAME_SKIP",
-    "format": "KNAME_FORMAT",
-    "depth": "KNAME_DEPTH",
-    "mode": "KNAME_MODE",
-    "report": "KNAME_REPORT",
-    "domain": "KNAME_DOMAIN",
+    "targets": KNAME_TARGETS,
+    "skip": KNAME_SKIP,
+    "format": KNAME_FORMAT,
+    "depth": KNAME_DEPTH,
+    "mode": KNAME_MODE,
+    "report": KNAME_REPORT,
+    "domain": KNAME_DOMAIN,
 }
 
 
@@ -199,7 +216,7 @@ def _run(options: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             environ[variable] = value
     # kname profile runs through here too, without --strict and --show-ranges.
     if getattr(options, "strict", False):
-        environ["KNAME_STRICT"] = "1"
+        environ[KNAME_STRICT] = "1"
     environ["PYTHONPATH"] = _with_bootstrap(environ.get("PYTHONPATH", ""))
     if getattr(options, "show_ranges", False):
         return _run_showing_ranges(executable, program, environ)
@@ -274,14 +291,14 @@ command: KNAME=1 KNAME_MODE=profile KNAME_REPORT=profile.json python app.py.
 
 # `kname profile` option -> the environment variable it sets (besides KNAME_MODE=profile).
 PROFILE_OPTIONS = {
-    "json": "KNAME_REPORT",
-    "trace": "KNAME_PROFILE_TRACE",
-    "html": "KNAME_PROFILE_HTML",
-    "top": "KNAME_PROFILE_TOP",
-    "flush_every": "KNAME_PROFILE_FLUSH",
-    "delay": "KNAME_PROFILE_DELAY",
-    "duration": "KNAME_PROFILE_DURATION",
-    "ranks": "KNAME_RANKS",
+    "json": KNAME_REPORT,
+    "trace": KNAME_PROFILE_TRACE,
+    "html": KNAME_PROFILE_HTML,
+    "top": KNAME_PROFILE_TOP,
+    "flush_every": KNAME_PROFILE_FLUSH,
+    "delay": KNAME_PROFILE_DELAY,
+    "duration": KNAME_PROFILE_DURATION,
+    "ranks": KNAME_RANKS,
 }
 
 
@@ -345,7 +362,7 @@ def _seconds(text: str) -> str:
 def _ranks(text: str) -> str:
     from kname.config import read_config
 
-    problems = read_config({"KNAME_RANKS": text}).problems
+    problems = read_config({KNAME_RANKS: text}).problems
     if problems or not text.strip():
         raise argparse.ArgumentTypeError(
             f"expected ranks such as 0,3 or 0-7 (whole numbers), not {text!r}"

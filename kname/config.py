@@ -15,6 +15,29 @@ from dataclasses import dataclass, field
 from kname.rank_paths import template_problem
 from kname.ranks import RankSpans
 
+# Every variable kname reads, by name: spelled here alone, and imported where another module
+# names one (the start-up gates, kname.pth and _bootstrap/sitecustomize.py, import nothing of
+# kname: a test keeps their cheap test of KNAME in step with this module).
+KNAME = "KNAME"
+KNAME_TARGETS = "KNAME_TARGETS"
+KNAME_SKIP = "KNAME_SKIP"
+KNAME_USER = "KNAME_USER"
+KNAME_FORMAT = "KNAME_FORMAT"
+KNAME_DEPTH = "KNAME_DEPTH"
+KNAME_MODE = "KNAME_MODE"
+KNAME_REPORT = "KNAME_REPORT"
+KNAME_DOMAIN = "KNAME_DOMAIN"
+KNAME_STRICT = "KNAME_STRICT"
+KNAME_NATIVE = "KNAME_NATIVE"
+KNAME_RANKS = "KNAME_RANKS"
+KNAME_PROFILE_TRACE = "KNAME_PROFILE_TRACE"
+KNAME_PROFILE_HTML = "KNAME_PROFILE_HTML"
+KNAME_PROFILE_TOP = "KNAME_PROFILE_TOP"
+KNAME_PROFILE_FLUSH = "KNAME_PROFILE_FLUSH"
+KNAME_PROFILE_DELAY = "KNAME_PROFILE_DELAY"
+KNAME_PROFILE_DURATION = "KNAME_PROFILE_DURATION"
+KNAME_PROFILE_TRACE_MAX = "KNAME_PROFILE_TRACE_MAX"
+
 SWITCH_ON = ("1", "true", "yes", "on")
 SWITCH_OFF = ("", "0", "false", "no", "off")
 MODES = ("nvtx", "rename", "census", "profile")
@@ -26,28 +49,28 @@ DEFAULT_TOP = 20  # call sites in the table `kname profile` prints at exit
 # Records `kname profile --trace` keeps at most: launch calls, GPU records, graph node events.
 DEFAULT_TRACE_MAX = 2_000_000
 # KNAME_MODE=profile's outputs besides KNAME_REPORT (its JSON) -> the Config field each sets.
-PROFILE_OUTPUTS = {"KNAME_PROFILE_TRACE": "trace", "KNAME_PROFILE_HTML": "html"}
+PROFILE_OUTPUTS = {KNAME_PROFILE_TRACE: "trace", KNAME_PROFILE_HTML: "html"}
 # KNAME_MODE=profile's other settings, read only in that mode; those in seconds -> their field.
 PROFILE_SECONDS = {
-    "KNAME_PROFILE_FLUSH": "flush",
-    "KNAME_PROFILE_DELAY": "delay",
-    "KNAME_PROFILE_DURATION": "duration",
+    KNAME_PROFILE_FLUSH: "flush",
+    KNAME_PROFILE_DELAY: "delay",
+    KNAME_PROFILE_DURATION: "duration",
 }
-PROFILE_SETTINGS = ("KNAME_PROFILE_TOP", "KNAME_PROFILE_TRACE_MAX", *PROFILE_SECONDS)
+PROFILE_SETTINGS = (KNAME_PROFILE_TOP, KNAME_PROFILE_TRACE_MAX, *PROFILE_SECONDS)
 # What a bad value of each setting in seconds is replaced by.
 _SECONDS_DEFAULTS = {
-    "KNAME_PROFILE_FLUSH": "none: the profile is written at exit only",
-    "KNAME_PROFILE_DELAY": "none: profiling starts at once",
-    "KNAME_PROFILE_DURATION": "none: profiling goes on to the end",
+    KNAME_PROFILE_FLUSH: "none: the profile is written at exit only",
+    KNAME_PROFILE_DELAY: "none: profiling starts at once",
+    KNAME_PROFILE_DURATION: "none: profiling goes on to the end",
 }
 # KNAME_RANKS: ranks are whole numbers of at most 9 digits (int() refuses over 4300 digits).
 MAX_RANK = 999_999_999
 # Longer call-site names are cut to this many characters, ending in a digest of the whole name.
 MAX_NAME_LENGTH = 1024
 KNOWN_VARIABLES = (
-    "KNAME", "KNAME_TARGETS", "KNAME_SKIP", "KNAME_USER", "KNAME_FORMAT", "KNAME_DEPTH",
-    "KNAME_MODE", "KNAME_REPORT", "KNAME_DOMAIN", "KNAME_STRICT", *PROFILE_OUTPUTS,
-    *PROFILE_SETTINGS, "KNAME_NATIVE", "KNAME_RANKS",
+    KNAME, KNAME_TARGETS, KNAME_SKIP, KNAME_USER, KNAME_FORMAT, KNAME_DEPTH,
+    KNAME_MODE, KNAME_REPORT, KNAME_DOMAIN, KNAME_STRICT, *PROFILE_OUTPUTS,
+    *PROFILE_SETTINGS, KNAME_NATIVE, KNAME_RANKS,
 )  # fmt: skip
 # How alike (difflib's ratio) a name must be to a known one to be taken for a misspelling of it:
 # at start-up, a near miss (KNAME_MDOE) is a problem; `kname doctor` shows any likeness.
@@ -111,8 +134,8 @@ def switch_state(
     if xoption is not None:
         value = "1" if xoption is True else str(xoption)
         return "-X kname", value, parse_switch(value)
-    value = (os.environ if environ is None else environ).get("KNAME", "")
-    return "KNAME", value, parse_switch(value)
+    value = (os.environ if environ is None else environ).get(KNAME, "")
+    return KNAME, value, parse_switch(value)
 
 
 def switch_problem(name: str, value: str) -> str:
@@ -162,20 +185,20 @@ def read_config(
     env = os.environ if environ is None else environ
     problems: list[str] = []
     strict = _read_strict(env, problems)
-    mode = _read_mode(env.get("KNAME_MODE"), problems)
+    mode = _read_mode(env.get(KNAME_MODE), problems)
     config = Config(
-        targets=_read_targets(env.get("KNAME_TARGETS"), builtin_targets, problems),
-        skip=_read_modules("KNAME_SKIP", env.get("KNAME_SKIP"), problems),
-        user=_read_modules("KNAME_USER", env.get("KNAME_USER"), problems),
-        format=_read_format(env.get("KNAME_FORMAT"), problems),
-        depth=_read_depth(env.get("KNAME_DEPTH"), problems),
+        targets=_read_targets(env.get(KNAME_TARGETS), builtin_targets, problems),
+        skip=_read_modules(KNAME_SKIP, env.get(KNAME_SKIP), problems),
+        user=_read_modules(KNAME_USER, env.get(KNAME_USER), problems),
+        format=_read_format(env.get(KNAME_FORMAT), problems),
+        depth=_read_depth(env.get(KNAME_DEPTH), problems),
         mode=mode,
-        report=_read_output("KNAME_REPORT", env.get("KNAME_REPORT"), problems),
-        domain=_read_domain(env.get("KNAME_DOMAIN"), problems),
+        report=_read_output(KNAME_REPORT, env.get(KNAME_REPORT), problems),
+        domain=_read_domain(env.get(KNAME_DOMAIN), problems),
         **_read_profile_settings(env, mode, problems),
-        ranks=_read_ranks(env.get("KNAME_RANKS"), problems),
+        ranks=_read_ranks(env.get(KNAME_RANKS), problems),
         strict=strict,
-        native=_read_native(env.get("KNAME_NATIVE"), problems),
+        native=_read_native(env.get(KNAME_NATIVE), problems),
         problems=tuple(problems + _misspellings(env)),
     )
     if strict and config.problems:
@@ -210,10 +233,10 @@ def _nearest(name: str, cutoff: float) -> str | None:
 
 
 def _read_strict(env: Mapping[str, str], problems: list[str]) -> bool:
-    value = env.get("KNAME_STRICT", "")
+    value = env.get(KNAME_STRICT, "")
     strict = parse_switch(value)
     if strict is None:
-        problems.append(switch_problem("KNAME_STRICT", value) + "; using off")
+        problems.append(switch_problem(KNAME_STRICT, value) + "; using off")
         return False
     return strict
 
@@ -222,7 +245,7 @@ def native_requested(environ: Mapping[str, str] | None = None) -> bool:
     """Whether KNAME_NATIVE asks for the C hot path (the default; a bad value counts as that):
     Config.native, read alone (for kname.hotpath while nothing is installed)."""
     env = os.environ if environ is None else environ
-    return _read_native(env.get("KNAME_NATIVE"), [])
+    return _read_native(env.get(KNAME_NATIVE), [])
 
 
 def _read_native(value: str | None, problems: list[str]) -> bool:
@@ -257,7 +280,7 @@ def _read_targets(
     return tuple(accepted) or None  # nothing usable left: the default, every built-in target
 
 
-_MODULE_EXAMPLES = {"KNAME_SKIP": "mypkg.launchers", "KNAME_USER": "torch._inductor"}
+_MODULE_EXAMPLES = {KNAME_SKIP: "mypkg.launchers", KNAME_USER: "torch._inductor"}
 
 
 def _read_modules(variable: str, value: str | None, problems: list[str]) -> tuple[str, ...]:
@@ -323,9 +346,9 @@ def _read_profile_settings(
     for variable, attribute in PROFILE_OUTPUTS.items():
         settings[attribute] = _read_output(variable, given[variable], problems)
     counts = {
-        "top": ("KNAME_PROFILE_TOP", "call sites in the table", DEFAULT_TOP),
+        "top": (KNAME_PROFILE_TOP, "call sites in the table", DEFAULT_TOP),
         "trace_max": (
-            "KNAME_PROFILE_TRACE_MAX",
+            KNAME_PROFILE_TRACE_MAX,
             "launch calls, GPU records and graph node events the trace keeps",
             DEFAULT_TRACE_MAX,
         ),

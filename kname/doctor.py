@@ -18,6 +18,22 @@ from collections.abc import Callable
 from kname import importable
 from kname._version import __version__
 from kname.config import (
+    KNAME,
+    KNAME_DEPTH,
+    KNAME_DOMAIN,
+    KNAME_FORMAT,
+    KNAME_MODE,
+    KNAME_NATIVE,
+    KNAME_PROFILE_DELAY,
+    KNAME_PROFILE_DURATION,
+    KNAME_PROFILE_FLUSH,
+    KNAME_PROFILE_TRACE_MAX,
+    KNAME_RANKS,
+    KNAME_REPORT,
+    KNAME_SKIP,
+    KNAME_STRICT,
+    KNAME_TARGETS,
+    KNAME_USER,
     KNOWN_VARIABLES,
     Config,
     ConfigError,
@@ -138,10 +154,10 @@ def _check_switch() -> list[tuple[str, str]]:
     if state is None:
         return [(PROBLEM, f"switch: {switch_problem(source, value)}")]
     if not state:
-        shown = "KNAME is not set" if "KNAME" not in os.environ else f"KNAME={value!r}"
+        shown = "KNAME is not set" if KNAME not in os.environ else f"KNAME={value!r}"
         advice = "set KNAME=1, or run python -X kname app.py, or kname run -- python app.py"
         return [(PROBLEM, f"switch: off ({shown}): {advice}")]
-    setting = f"{source}={value!r}" if source == "KNAME" else source
+    setting = f"{source}={value!r}" if source == KNAME else source
     if getattr(sys, "_kname_started", False):
         return [(OK, f"switch: on ({setting}); kname started in this process")]
     problem = (
@@ -456,7 +472,7 @@ def _check_configuration() -> tuple[Config, list[tuple[str, str]]]:
         strict = ""
     except ConfigError:
         # KNAME_STRICT=1 stops at the first problem; list them all.
-        config = read_config({**os.environ, "KNAME_STRICT": "0"}, builtin_targets=BUILTIN)
+        config = read_config({**os.environ, KNAME_STRICT: "0"}, builtin_targets=BUILTIN)
         strict = " (KNAME_STRICT is on: the program would stop here)"
     lines = [(PROBLEM, problem + strict) for problem in config.problems]
     lines.extend(_check_unknown_variables(config.problems))
@@ -465,21 +481,21 @@ def _check_configuration() -> tuple[Config, list[tuple[str, str]]]:
     lines.append((OK if clean else NOTE, "configuration in effect:"))
     every_target = f"{', '.join(BUILTIN)} (every built-in target)"
     settings = {
-        "KNAME_TARGETS": every_target if config.targets is None else ",".join(config.targets),
-        "KNAME_SKIP": ",".join(config.skip) or "(none)",
-        "KNAME_USER": ",".join(config.user) or "(none)",
-        "KNAME_FORMAT": repr(config.format),
-        "KNAME_DEPTH": str(config.depth),
-        "KNAME_MODE": config.mode,
-        "KNAME_REPORT": {None: "(none)", "-": "- (stderr)"}.get(config.report, config.report),
-        "KNAME_DOMAIN": config.domain,
-        "KNAME_STRICT": "on" if config.strict or strict else "off",
-        "KNAME_NATIVE": "on (where built)" if config.native else "off (pure Python)",
-        "KNAME_RANKS": "every rank" if config.ranks is None else format_ranks(config.ranks),
-        "KNAME_PROFILE_FLUSH": f"every {config.flush:g} s" if config.flush else "at exit only",
-        "KNAME_PROFILE_DELAY": f"{config.delay:g} s" if config.delay else "none (from the start)",
-        "KNAME_PROFILE_DURATION": f"{config.duration:g} s" if config.duration else "to the end",
-        "KNAME_PROFILE_TRACE_MAX": f"{config.trace_max} records in a trace at most",
+        KNAME_TARGETS: every_target if config.targets is None else ",".join(config.targets),
+        KNAME_SKIP: ",".join(config.skip) or "(none)",
+        KNAME_USER: ",".join(config.user) or "(none)",
+        KNAME_FORMAT: repr(config.format),
+        KNAME_DEPTH: str(config.depth),
+        KNAME_MODE: config.mode,
+        KNAME_REPORT: {None: "(none)", "-": "- (stderr)"}.get(config.report, config.report),
+        KNAME_DOMAIN: config.domain,
+        KNAME_STRICT: "on" if config.strict or strict else "off",
+        KNAME_NATIVE: "on (where built)" if config.native else "off (pure Python)",
+        KNAME_RANKS: "every rank" if config.ranks is None else format_ranks(config.ranks),
+        KNAME_PROFILE_FLUSH: f"every {config.flush:g} s" if config.flush else "at exit only",
+        KNAME_PROFILE_DELAY: f"{config.delay:g} s" if config.delay else "none (from the start)",
+        KNAME_PROFILE_DURATION: f"{config.duration:g} s" if config.duration else "to the end",
+        KNAME_PROFILE_TRACE_MAX: f"{config.trace_max} records in a trace at most",
     }
     lines.extend(("", f"    {variable:<14} {value}") for variable, value in settings.items())
     return config, lines
@@ -503,7 +519,7 @@ def _check_report_destination(destination: str | None) -> list[tuple[str, str]]:
     if destination in (None, "-"):
         return []
     # This process's own path ({rank}, {host}, {pid} filled in; config checked the template).
-    destination = expand(destination, find_rank(), variable="KNAME_REPORT")
+    destination = expand(destination, find_rank(), variable=KNAME_REPORT)
     directory = os.path.dirname(os.path.abspath(destination))
     if not os.path.isdir(directory):
         problem = f"its directory {directory} does not exist"

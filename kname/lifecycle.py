@@ -25,7 +25,7 @@ from kname import _sigterm, callsite, hotpath, ranges, ranks
 from kname._locks import new_lock
 from kname._warnings import exit_at_once, warn_once
 from kname.census import write_at_exit
-from kname.config import Config, read_config
+from kname.config import KNAME_SKIP, KNAME_TARGETS, KNAME_USER, Config, read_config
 from kname.importhooks import Watch, unwatch, watch
 from kname.launch import Switch
 from kname.patching import Change
@@ -93,7 +93,7 @@ def install(targets: Iterable[str] | str | None = None) -> None:
             config.user, code.compile_modules, code.generated,
         )  # fmt: skip
         ranges.configure(config.domain)
-        source = "KNAME_TARGETS" if targets is None else _ARGUMENT
+        source = KNAME_TARGETS if targets is None else _ARGUMENT
         _state.given = dict.fromkeys(config.targets or (), source)
         _state.config = config
         _check_at_exit()  # before the census's: atexit runs it after, so strict's exit loses none
@@ -206,9 +206,9 @@ def _start_profiling(config: Config) -> None:
 
 def _with_targets(config: Config, targets: Iterable[str] | str) -> Config:
     entries = targets if isinstance(targets, str) else ",".join(targets)
-    parsed = read_config({"KNAME_TARGETS": entries}, builtin_targets=BUILTIN)
+    parsed = read_config({KNAME_TARGETS: entries}, builtin_targets=BUILTIN)
     for problem in parsed.problems:
-        warn_once(problem, problem.replace("KNAME_TARGETS", _ARGUMENT))
+        warn_once(problem, problem.replace(KNAME_TARGETS, _ARGUMENT))
     return replace(config, targets=parsed.targets or ())
 
 
@@ -239,8 +239,8 @@ def _say_unmet_at_exit() -> None:
         targets = _unmet_targets([entry for entry in given if ":" in entry], ran)
         problems = [
             *targets,
-            *_unmet_prefixes("KNAME_SKIP", config.skip),
-            *_unmet_prefixes("KNAME_USER", config.user),
+            *_unmet_prefixes(KNAME_SKIP, config.skip),
+            *_unmet_prefixes(KNAME_USER, config.user),
         ]
     except Exception:  # a finder that fails: never a traceback at exit, for a message
         return

@@ -29,7 +29,9 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SOURCE = Path(__file__).with_name("show_ranges.c")
+from kname.config import KNAME_MODE
+
+SOURCE = Path(__file__).parent / "_show_ranges_c" / "show_ranges.c"
 LOG_VARIABLE = "_KNAME_RANGES_LOG"
 INJECTION_VARIABLE = "NVTX_INJECTION64_PATH"
 FLAGS = ("-shared", "-fPIC", "-O2")
@@ -249,7 +251,7 @@ def render(ranges: Ranges, environ: dict[str, str]) -> str:
             "nothing was named; see kname doctor\n"
         )
     if not total:
-        census = " (KNAME_MODE=census emits none)" if environ.get("KNAME_MODE") == "census" else ""
+        census = " (KNAME_MODE=census emits none)" if environ.get(KNAME_MODE) == "census" else ""
         return (
             f"kname --show-ranges: NVTX was used in {_count(processes, 'process')}, but no range "
             f"was pushed{census}; see kname doctor\n"
@@ -290,8 +292,8 @@ def _compiler() -> list[str]:
         if path:
             return [path]
     raise ViewerUnavailable(
-        "needs a C compiler once, to build its NVTX viewer (kname/show_ranges.c): install cc, "
-        "gcc or clang, or set CC"
+        "needs a C compiler once, to build its NVTX viewer "
+        "(kname/_show_ranges_c/show_ranges.c): install cc, gcc or clang, or set CC"
     )
 
 

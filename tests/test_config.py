@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import itertools
+import re
+import tokenize
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -646,3 +650,29 @@ def test_kname_profile_trace_max_outside_profile_mode_is_one_line_and_ignored() 
         "ignoring it"
     )
     assert cfg.trace_max == DEFAULT_TRACE_MAX
+
+
+def plain_variable_names(source: str) -> list[str]:
+    """The string literals in Python `source` that are a KNAME_* variable's name, whole (the
+    variable used as a key or a value, not named in a message)."""
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return [
+        token.string
+        for token in tokens
+        if token.type == tokenize.STRING
+        and re.fullmatch(r"['\"]KNAME(_[A-Z_]+)?['\"]", token.string)
+    ]
+
+
+def test_the_variables_names_are_spelled_in_config_alone() -> None:
+    """Every other module imports a variable's name from kname.config; the start-up gates, which
+    import nothing of kname, test KNAME cheaply (test_startup keeps them in step)."""
+    package = Path(__file__).resolve().parent.parent / "kname"
+    spelled = {
+        str(path.relative_to(package)): names
+        for path in sorted(package.rglob("*.py"))
+        if path.name != "config.py" and path.parent.name != "_bootstrap"
+        for names in [plain_variable_names(path.read_text())]
+        if names
+    }
+    assert spelled == {}

@@ -1,4 +1,5 @@
-"""kname/_cupti_abi.h, the CUPTI declarations kname builds with, against CUPTI's real headers.
+"""kname/profiling/_cupti_c/cupti_abi.h, the CUPTI declarations kname builds with, against
+CUPTI's real headers.
 
 kname._native_cupti is built without CUDA headers, from its own copy of the few CUPTI types and
 functions it uses. Where the real headers are installed (the nvidia-cuda-cupti wheel's include
@@ -24,7 +25,7 @@ import pytest
 from support import REPO
 from support.cupti_stand_in import COMPILER, cuda_include, header_sets
 
-HEADER = REPO / "kname" / "_cupti_abi.h"
+HEADER = REPO / "kname" / "profiling" / "_cupti_c" / "cupti_abi.h"
 
 CALLBACK_DATA_FIELDS = (
     "callbackSite", "functionName", "functionParams", "functionReturnValue", "symbolName",
@@ -171,7 +172,7 @@ def check_source(includes: list[Path]) -> str:
         "#include <cupti_result.h>",
         "#include <cupti_callbacks.h>",
         "#include <cupti_activity.h>",
-        '#include "_cupti_abi.h"',
+        '#include "cupti_abi.h"',
         "#define SAME_TYPE(a, b) _Static_assert(__builtin_types_compatible_p(a, b), "
         '"not the same type: " #a " and " #b)',
         "#define SAME_FIELD(mine, theirs, f) _Static_assert(offsetof(mine, f) == "
@@ -289,7 +290,7 @@ def test_the_records_checked_include_those_cupti_13_0_writes(headers):
 def test_a_declaration_that_differs_fails_the_check(tmp_path, original, changed, said, headers):
     text = HEADER.read_text()
     assert text.count(original) == 1
-    header = tmp_path / "_cupti_abi.h"
+    header = tmp_path / "cupti_abi.h"
     header.write_text(text.replace(original, changed))
     done = compile_check(tmp_path, header, HEADER_SETS[headers])
     assert done.returncode != 0 and said in done.stderr, done.stderr

@@ -188,6 +188,13 @@ def test_no_module_but_hotpath_imports_the_extensions() -> None:
     assert {path for path, _ in found} == {"kname/hotpath.py"}, found
 
 
+def names_kname_native(node: ast.expr) -> bool:
+    """The variable's name, spelled or as config's constant of it."""
+    return (isinstance(node, ast.Constant) and node.value == "KNAME_NATIVE") or (
+        isinstance(node, ast.Name) and node.id == "KNAME_NATIVE"
+    )
+
+
 def test_no_module_but_config_reads_kname_native() -> None:
     reads = []
     for path, tree in package_sources().items():
@@ -198,7 +205,7 @@ def test_no_module_but_config_reads_kname_native() -> None:
                 keys = [node.slice]  # environ[name]
             else:
                 continue
-            if any(isinstance(k, ast.Constant) and k.value == "KNAME_NATIVE" for k in keys):
+            if any(names_kname_native(k) for k in keys):
                 reads.append((path, node.lineno))
     assert {path for path, _ in reads} == {"kname/config.py"}, reads
 

@@ -1,17 +1,24 @@
 """The package's layers (docs/architecture.md): imports only go down, and there is no cycle.
 
 Read from the source with ast, deferred imports inside functions included, so an arrow hidden in
-a function body counts too.
+a function body counts too. The C likewise: each extension's files call and read one another
+without a circle (read from the compiled objects' symbols), every C file is in a folder, and none
+is over 700 lines.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import os
+import shutil
+import subprocess
+import sysconfig
+import tempfile
 from pathlib import Path
 
 import pytest
-from support import REPO
+from support import REPO, kname_setup
 
 PACKAGE = REPO / "kname"
 
@@ -114,22 +121,121 @@ def test_the_hot_path_imports_nothing_of_the_lifecycle_or_the_units() -> None:
         assert not above, f"{module} imports {above}"
 
 
-def test_there_is_no_import_cycle() -> None:
-    edges = graph()
+def first_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of `edges` (a path that comes back to its start), or None when there is none."""
     state: dict[str, int] = {}  # 1: on the current path, 2: done
 
-    def visit(module: str, path: list[str]) -> None:
-        state[module] = 1
-        for imported in sorted(edges.get(module, ())):
-            if imported == module or imported not in edges:
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for reached in sorted(edges.get(node, ())):
+            if reached == node or reached not in edges:
                 continue
-            if state.get(imported) == 1:
-                cycle = [*path[path.index(imported) :], imported]
-                raise AssertionError("import cycle: " + " -> ".join(cycle))
-            if imported not in state:
-                visit(imported, [*path, imported])
-        state[module] = 2
+            if state.get(reached) == 1:
+                return [*path[path.index(reached) :], reached]
+            if reached not in state and (cycle := visit(reached, [*path, reached])):
+                return cycle
+        state[node] = 2
+        return None
 
-    for module in edges:
-        if module not in state:
-            visit(module, [module])
+    for node in edges:
+        if node not in state and (cycle := visit(node, [node])):
+            return cycle
+    return None
+
+
+def test_there_is_no_import_cycle() -> None:
+    cycle = first_cycle(graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+# --------------------------------------------------------------------------
+# The C
+# --------------------------------------------------------------------------
+
+COMPILER = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+MAX_C_LINES = 700
+
+
+def test_the_package_root_holds_python_modules_and_folders_only() -> None:
+    """C lives in the folder of its extension (the .pyi stubs type the extension modules, so they
+    sit beside them; py.typed marks the package as typed)."""
+    loose = [
+        path.name
+        for path in PACKAGE.iterdir()
+        if path.is_file()
+        and path.suffix not in (".py", ".pyi", ".so", ".pyd")
+        and path.name != "py.typed"
+    ]
+    assert loose == []
+
+
+def test_no_c_file_is_over_700_lines() -> None:
+    long = {
+        str(path.relative_to(REPO)): lines
+        for path in sorted([*PACKAGE.rglob("*.c"), *PACKAGE.rglob("*.h")])
+        if (lines := len(path.read_text().splitlines())) > MAX_C_LINES
+    }
+    assert long == {}
+
+
+def symbols(obj: Path, *which: str) -> set[str]:
+    done = subprocess.run(["nm", *which, str(obj)], capture_output=True, text=True, check=True)
+    return {line.split()[-1] for line in done.stdout.splitlines() if line.strip()}
+
+
+def c_arrows(sources: list[Path], flags: list[str], out: Path) -> dict[str, set[str]]:
+    """Which of `sources` each one calls or reads (a symbol another defines), by their
+    compiled objects."""
+    defined, needed = {}, {}
+    for source in sources:
+        name = str(source.relative_to(PACKAGE))
+        obj = out / (name.replace("/", "_") + ".o")
+        command = [COMPILER, "-c", "-O2", "-fPIC", *flags, str(source), "-o", str(obj)]
+        subprocess.run(command, capture_output=True, text=True, check=True)
+        defined[name] = symbols(obj, "--defined-only", "--extern-only")
+        needed[name] = symbols(obj, "--undefined-only")
+    return {
+        name: {other for other in defined if other != name and needed[name] & defined[other]}
+        for name in defined
+    }
+
+
+@functools.cache  # compiled once for the tests below
+def extension_arrows(extension: str) -> dict[str, set[str]]:
+    """c_arrows of an extension's files, built as setup.py builds them (without NVTX's headers)."""
+    (ext,) = [ext for ext in kname_setup().extensions(None) if ext.name == extension]
+    flags = [
+        f"-I{sysconfig.get_paths()['include']}",
+        *(f"-I{REPO / folder}" for folder in ext.include_dirs),
+        *(f"-D{name}={value}" for name, value in ext.define_macros),
+    ]
+    with tempfile.TemporaryDirectory() as out:
+        return c_arrows([REPO / source for source in ext.sources], flags, Path(out))
+
+
+needs_cc_and_nm = pytest.mark.skipif(
+    COMPILER is None or shutil.which("nm") is None, reason="no cc or nm here"
+)
+
+
+@needs_cc_and_nm
+@pytest.mark.parametrize("extension", [ext.name for ext in kname_setup().extensions(None)])
+def test_no_circle_among_an_extensions_c_files(extension: str) -> None:
+    """What one C file calls or reads of another makes an arrow; the arrows of each extension
+    make no circle (a file that registers its own methods and types needs no table above it
+    pointing down into it and back)."""
+    cycle = first_cycle(extension_arrows(extension))
+    assert cycle is None, "C files calling in a circle: " + " -> ".join(cycle or [])
+
+
+@needs_cc_and_nm
+def test_the_hot_paths_own_c_calls_no_library_units_c() -> None:
+    """A library unit's C (targets/<lib>/) registers itself with kname._native; none of the
+    extension's own files calls or reads anything of a unit's."""
+    arrows = extension_arrows("kname._native")
+    upward = {
+        name: sorted(reached for reached in arrows[name] if reached.startswith("targets/"))
+        for name in arrows
+        if not name.startswith("targets/")
+    }
+    assert {name: up for name, up in upward.items() if up} == {}

@@ -828,7 +828,7 @@ def test_a_librarys_c_is_beside_its_unit_named_by_it_and_built_into_the_extensio
 @pytest.mark.parametrize("extension", list(extension_inputs()))
 def test_an_extension_exports_nothing_but_its_init_function(extension: str) -> None:
     """What one file of an extension defines for its others is hidden (INTERNAL in
-    _native_common.h): no other library's symbol of the same name can stand in for it, and a
+    kname/_common_c/common.h): no other library's symbol of the same name can stand in for it, and a
     call or a read across its files is as direct as within one."""
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     built = REPO / f"{extension.replace('.', '/')}{suffix}"
@@ -881,5 +881,5 @@ def test_the_sdist_holds_every_file_the_extensions_are_built_from(tmp_path: Path
         for path in inputs:
             needed |= {path, *included_headers(path)}
     needed = {str(path.relative_to(REPO)) for path in needed}
-    assert {"kname/_cupti_abi.h", "kname/targets/cupy/_native_cupy.c"} <= needed
+    assert {"kname/profiling/_cupti_c/cupti_abi.h", "kname/targets/cupy/_native_cupy.c"} <= needed
     assert needed <= held, sorted(needed - held)

@@ -40,7 +40,7 @@ from support.cupti_stand_in import (
 from kname import _warnings, callsite, hotpath, naming
 from kname.config import DEFAULT_FORMAT
 from kname.profiling import capture as capture_module
-from kname.profiling import launch_callbacks
+from kname.profiling import native_callback
 from kname.profiling.capture import (
     MAX_OPEN_CALLS,
     NO_PYTHON_FRAME,
@@ -48,9 +48,10 @@ from kname.profiling.capture import (
     LaunchCapture,
     site_of_frame,
 )
-from kname.profiling.cupti_collector import CuptiCollector
+from kname.profiling.cupti_collector import CuptiCollector, choose
 from kname.profiling.join import Join
-from kname.profiling.launch_callbacks import NativeCallbacks
+from kname.profiling.native_callback import NativeCallbacks
+from kname.profiling.python_callback import PythonCallbacks
 from kname.profiling.records import LaunchRecord, StreamLog
 
 native, WHY = hotpath.choose(True).cupti()
@@ -151,8 +152,8 @@ def this_line(offset: int = 0) -> str:
 )
 def test_the_native_callback_is_in_use_wherever_it_can_be_built() -> None:
     assert native is not None, WHY
-    chosen = launch_callbacks.choose(LaunchCapture(Join()))
-    assert type(chosen) is launch_callbacks.NativeCallbacks
+    chosen = choose(LaunchCapture(Join()))
+    assert type(chosen) is native_callback.NativeCallbacks
     assert chosen.describe() == "kname's native CUPTI callback (kname._native_cupti, in C)"
 
 
@@ -160,8 +161,8 @@ def test_kname_native_off_gives_the_python_callback_and_says_why(monkeypatch) ->
     module, why = hotpath.choose(False).cupti()
     assert module is None and why == "KNAME_NATIVE is off"
     monkeypatch.setenv("KNAME_NATIVE", "0")
-    chosen = launch_callbacks.choose(LaunchCapture(Join()))
-    assert type(chosen) is launch_callbacks.PythonCallbacks
+    chosen = choose(LaunchCapture(Join()))
+    assert type(chosen) is PythonCallbacks
     assert chosen.describe() == (
         "CUPTI's Python binding (KNAME_NATIVE is off), which adds about 20-50 us of CPU time per "
         "launch"
@@ -380,7 +381,7 @@ def test_calls_whose_exit_never_came_are_forgotten_and_said_once(rules, capsys):
 
 
 def test_past_the_bound_calls_are_dropped_and_said_once(rules, capsys, monkeypatch):
-    monkeypatch.setattr(launch_callbacks, "MAX_PENDING", 10)
+    monkeypatch.setattr(native_callback, "MAX_PENDING", 10)
     made = recorder(max_pending=10)
     for number in range(15):
         made.enter(number, KERNEL, 0)
@@ -563,7 +564,7 @@ def test_the_collector_drains_each_launch_before_the_records_that_name_it(
     rules, cupti_library, fake_libcupti, monkeypatch, capsys
 ):
     monkeypatch.setitem(sys.modules, "cupti", SimpleNamespace(cupti=StandInBinding()))
-    monkeypatch.setattr(launch_callbacks, "libcupti_path", lambda: str(fake_libcupti))
+    monkeypatch.setattr(native_callback, "libcupti_path", lambda: str(fake_libcupti))
     join, log = Join(), StreamLog()
     # Tagging wrapped launches keeps the Python join (untagged, the join is in C: no drain).
     collector = CuptiCollector(LaunchCapture(join, log), join, log, external_correlation=True)
@@ -587,7 +588,7 @@ def test_a_subscriber_taken_by_another_tool_is_said_in_one_line(
 ):
     cupti_library.fake_refuse(39, b"nsys")
     monkeypatch.setitem(sys.modules, "cupti", SimpleNamespace(cupti=StandInBinding()))
-    monkeypatch.setattr(launch_callbacks, "libcupti_path", lambda: str(fake_libcupti))
+    monkeypatch.setattr(native_callback, "libcupti_path", lambda: str(fake_libcupti))
     join = Join()
     collector = CuptiCollector(LaunchCapture(join), join)
     assert collector.start() is False and not collector.started
@@ -605,7 +606,7 @@ def test_without_libcupti_the_python_callback_is_used_and_says_why(
     binding.enable_callback = lambda *args: None
     binding.unsubscribe = lambda subscriber: None
     monkeypatch.setitem(sys.modules, "cupti", SimpleNamespace(cupti=binding))
-    monkeypatch.setattr(launch_callbacks, "libcupti_path", lambda: str(tmp_path / "none.so"))
+    monkeypatch.setattr(native_callback, "libcupti_path", lambda: str(tmp_path / "none.so"))
     join = Join()
     collector = CuptiCollector(LaunchCapture(join), join)
     assert collector.start() and subscribed

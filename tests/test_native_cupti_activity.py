@@ -32,11 +32,11 @@ from support.cupti_stand_in import (
 )
 
 from kname import hotpath
-from kname.profiling import launch_callbacks
+from kname.profiling import native_callback
 from kname.profiling.capture import MEMSET_NAME, LaunchCapture
 from kname.profiling.cupti_collector import CuptiCollector
 from kname.profiling.join import Join
-from kname.profiling.launch_callbacks import NativeCallbacks
+from kname.profiling.native_callback import NativeCallbacks
 from kname.profiling.records import (
     ACTIVITY_KINDS,
     MEMCPY,
@@ -146,7 +146,7 @@ def native_callbacks(collecting, join: Join | None = None) -> NativeCallbacks:
 
 
 def test_past_the_bound_records_are_counted_and_said_once(collecting, capsys, monkeypatch):
-    monkeypatch.setattr(launch_callbacks, "MAX_WAITING_RECORDS", 10)
+    monkeypatch.setattr(native_callback, "MAX_WAITING_RECORDS", 10)
     callbacks = native_callbacks(collecting)
     assert callbacks.take_activity_buffers(BUFFER_BYTES, lambda: None) == 0
     for number in range(15):
@@ -281,7 +281,7 @@ def test_the_collector_hands_each_buffer_over_after_the_launches_and_flushes_at_
     cupti = cupti.library
     binding = StandInBinding()
     monkeypatch.setitem(sys.modules, "cupti", SimpleNamespace(cupti=binding))
-    monkeypatch.setattr(launch_callbacks, "libcupti_path", lambda: str(fake_libcupti))
+    monkeypatch.setattr(native_callback, "libcupti_path", lambda: str(fake_libcupti))
     join, log = OrderedJoin(), StreamLog()
     # Tagging wrapped launches keeps the Python join (untagged, the join is in C: no hand-over).
     collector = CuptiCollector(

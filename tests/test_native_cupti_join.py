@@ -37,7 +37,7 @@ from support.cupti_stand_in import (
 )
 
 from kname import hotpath
-from kname.profiling import launch_callbacks
+from kname.profiling import native_callback
 from kname.profiling.capture import LaunchCapture
 from kname.profiling.cupti_collector import CuptiCollector
 from kname.profiling.graphs import MAX_NODES, RECENT_NODES
@@ -424,7 +424,7 @@ def run_session(cupti, keep_streams: bool) -> ProfileSession:
 def test_a_session_without_streams_keeps_its_totals_in_c_and_the_same_document(cupti, monkeypatch):
     binding = StandInBinding()
     monkeypatch.setitem(sys.modules, "cupti", SimpleNamespace(cupti=binding))
-    monkeypatch.setattr(launch_callbacks, "libcupti_path", lambda: cupti.path)
+    monkeypatch.setattr(native_callback, "libcupti_path", lambda: cupti.path)
     in_c = run_session(cupti, keep_streams=False)
     assert isinstance(in_c.join, NativeJoin) and in_c.collector.totals is in_c.join
     assert (in_c.join.launch_count, in_c.join.record_count) == (3, 4)
@@ -438,7 +438,7 @@ def test_a_session_without_streams_keeps_its_totals_in_c_and_the_same_document(c
 
 def test_a_tagging_collector_keeps_the_python_join(cupti, monkeypatch):
     monkeypatch.setitem(sys.modules, "cupti", SimpleNamespace(cupti=StandInBinding()))
-    monkeypatch.setattr(launch_callbacks, "libcupti_path", lambda: cupti.path)
+    monkeypatch.setattr(native_callback, "libcupti_path", lambda: cupti.path)
     cupti.library.fake_reset_activity()
     join = Join()
     collector = CuptiCollector(LaunchCapture(join), join, external_correlation=True)
@@ -449,8 +449,8 @@ def test_a_tagging_collector_keeps_the_python_join(cupti, monkeypatch):
 
 def test_what_the_c_join_dropped_at_its_bound_is_said_once_at_stop(cupti, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "cupti", SimpleNamespace(cupti=StandInBinding()))
-    monkeypatch.setattr(launch_callbacks, "libcupti_path", lambda: cupti.path)
-    monkeypatch.setattr(launch_callbacks, "MAX_PENDING", 5)
+    monkeypatch.setattr(native_callback, "libcupti_path", lambda: cupti.path)
+    monkeypatch.setattr(native_callback, "MAX_PENDING", 5)
     cupti.library.fake_reset_activity()
     join = Join()
     collector = CuptiCollector(LaunchCapture(join), join)
@@ -479,7 +479,7 @@ def test_the_collector_ties_replayed_kernels_to_the_line_that_captured_them(
     """The collector's whole native path, on the stand-in: CUPTI's graph callbacks subscribed,
     a node made inside a captured launch, cloned at instantiation, then a replay's kernels."""
     monkeypatch.setitem(sys.modules, "cupti", SimpleNamespace(cupti=StandInBinding()))
-    monkeypatch.setattr(launch_callbacks, "libcupti_path", lambda: cupti.path)
+    monkeypatch.setattr(native_callback, "libcupti_path", lambda: cupti.path)
     cupti.library.fake_reset_activity()
     session = ProfileSession(keep_streams=keep_streams)
     assert session.start()
@@ -510,7 +510,7 @@ def test_the_collector_ties_replayed_kernels_to_the_line_that_captured_them(
 
 def test_a_collector_started_again_goes_on_from_its_last_runs_totals(cupti, monkeypatch):
     monkeypatch.setitem(sys.modules, "cupti", SimpleNamespace(cupti=StandInBinding()))
-    monkeypatch.setattr(launch_callbacks, "libcupti_path", lambda: cupti.path)
+    monkeypatch.setattr(native_callback, "libcupti_path", lambda: cupti.path)
     cupti.library.fake_reset_activity()
     join = Join()
     collector = CuptiCollector(LaunchCapture(join), join)
@@ -536,7 +536,7 @@ def test_a_collector_started_again_goes_on_from_its_last_runs_totals(cupti, monk
 
 def test_records_cupti_dropped_are_said_once_at_stop_with_the_join_in_c(cupti, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "cupti", SimpleNamespace(cupti=StandInBinding()))
-    monkeypatch.setattr(launch_callbacks, "libcupti_path", lambda: cupti.path)
+    monkeypatch.setattr(native_callback, "libcupti_path", lambda: cupti.path)
     cupti.library.fake_reset_activity()
     join = Join()
     collector = CuptiCollector(LaunchCapture(join), join)

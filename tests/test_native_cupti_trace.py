@@ -37,10 +37,10 @@ from support.cupti_stand_in import (
 
 import kname
 from kname import hotpath
-from kname.profiling import cupti_collector, launch_callbacks
+from kname.profiling import cupti_collector, native_callback
 from kname.profiling.graphs import MAX_NODES, RECENT_NODES
 from kname.profiling.join import MAX_PENDING, RECENT_WINDOW
-from kname.profiling.launch_callbacks import NativeCallbacks
+from kname.profiling.native_callback import NativeCallbacks
 from kname.profiling.native_trace import NativeTrace
 from kname.profiling.records import (
     NODE_CREATED,
@@ -272,7 +272,7 @@ def test_records_kept_for_the_trace_make_no_python_object(cupti):
 def stand_in_cupti(cupti, monkeypatch):
     """cupti-python replaced by the stand-in binding, and libcupti by the stand-in library."""
     monkeypatch.setitem(sys.modules, "cupti", SimpleNamespace(cupti=StandInBinding()))
-    monkeypatch.setattr(launch_callbacks, "libcupti_path", lambda: cupti.path)
+    monkeypatch.setattr(native_callback, "libcupti_path", lambda: cupti.path)
     cupti.library.fake_reset_activity()
     return cupti
 

@@ -1,5 +1,5 @@
-"""kname/nvtx_tool.h, the NVTX declarations of kname's two NVTX tools (kname/show_ranges.c and
-the tests' tests/support/nvtx_inject.c), against NVTX's own headers.
+"""kname/_show_ranges_c/nvtx_tool.h, the NVTX declarations of kname's two NVTX tools (show_ranges.c
+beside it and the tests' tests/support/nvtx_inject.c), against NVTX's own headers.
 
 Neither tool is built with NVTX's headers. Where they are installed (the nvidia-nvtx wheel, a test
 requirement) and a C compiler is found, a small C file includes both and asserts, at compile time,
@@ -19,7 +19,8 @@ from support import REPO
 from support.cupti_stand_in import COMPILER
 from support.nvtx_capture import nvtx_include_dir
 
-HEADER = REPO / "kname" / "nvtx_tool.h"
+HEADER = REPO / "kname" / "_show_ranges_c" / "nvtx_tool.h"
+SHOW_RANGES = HEADER.with_name("show_ranges.c")
 
 # kname's name -> NVTX's, for the values that are not slot ids (those are matched by name).
 VALUES = {
@@ -119,7 +120,7 @@ def test_the_declarations_agree_with_nvtxs_headers(tmp_path: Path) -> None:
 def test_every_slot_the_tools_fill_is_checked() -> None:
     """The slot ids are checked by name: each one either tool puts a function in is one."""
     declared = set(slot_ids(HEADER))
-    for tool in (REPO / "kname" / "show_ranges.c", REPO / "tests" / "support" / "nvtx_inject.c"):
+    for tool in (SHOW_RANGES, REPO / "tests" / "support" / "nvtx_inject.c"):
         used = set(re.findall(r"SLOT\((CORE2?_\w+),", tool.read_text()))
         assert used and used <= declared, (tool.name, sorted(used - declared))
 

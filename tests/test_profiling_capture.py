@@ -1,7 +1,7 @@
 """Launch capture: the call site of each launch API call, by kname's rules, from real frames.
 
 CUPTI calls the collector's callback from inside the CUDA API call, on the launching thread.
-The tests that take `user` run for both launch callbacks (kname.profiling.launch_callbacks):
+The tests that take `user` run for both launch callbacks (cupti_collector.choose picks one):
 the Python one, whose callback hands `sys._getframe(1)` (the Python frame that called into the
 library) to the capture, and the native one (kname._native_cupti), which finds the running frame
 itself: `fake_cuda` below calls each in place of CUPTI (which needs a GPU), the native one
@@ -45,7 +45,7 @@ from kname.profiling.capture import (
     site_of_frame,
 )
 from kname.profiling.join import Join
-from kname.profiling.launch_callbacks import NativeCallbacks
+from kname.profiling.native_callback import NativeCallbacks
 from kname.profiling.records import (
     ActivityRecord,
     ExternalCorrelation,
@@ -65,7 +65,7 @@ import sys
 import threading
 
 CAPTURE = None  # the Python callback's capture
-NATIVE = None  # or the native callback (launch_callbacks.NativeCallbacks)
+NATIVE = None  # or the native callback (native_callback.NativeCallbacks)
 APIS = [("cuLaunchKernel", False), ("cudaLaunchKernel", False), ("cuGraphLaunch", True)]
 NEXT = [100]
 

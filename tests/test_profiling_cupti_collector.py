@@ -18,7 +18,8 @@ from kname import _warnings, hotpath
 from kname.profiling.capture import LaunchCapture
 from kname.profiling.cupti_collector import CuptiCollector, binding_versions
 from kname.profiling.join import Join
-from kname.profiling.launch_callbacks import NativeCallbacks, PythonCallbacks
+from kname.profiling.native_callback import NativeCallbacks
+from kname.profiling.python_callback import PythonCallbacks
 
 
 @pytest.fixture(autouse=True)
@@ -161,7 +162,7 @@ class GraphBinding:
 
 def test_the_python_callbacks_name_a_node_after_the_launch_it_was_captured_in_or_its_line():
     from kname.profiling.capture import select_graph_callbacks
-    from kname.profiling.launch_callbacks import PythonCallbacks
+    from kname.profiling.python_callback import PythonCallbacks
     from kname.profiling.records import StreamLog
 
     join, log = Join(), StreamLog()

@@ -288,7 +288,7 @@ def test_the_c_file_compiles_without_warnings(tmp_path: Path) -> None:
     # Compiled for real (-fsyntax-only says nothing of functions left unused), optimised.
     done = subprocess.run(
         [COMPILER, "-c", "-fPIC", *flags.split(), "-Wall", "-Wextra", "-Werror", f"-I{include}",
-         str(REPO / "kname" / "_sigterm_guard.c"), "-o", str(tmp_path / "guard.o")],
+         str(REPO / "kname" / "_sigterm_c" / "sigterm_guard.c"), "-o", str(tmp_path / "guard.o")],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

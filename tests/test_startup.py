@@ -234,11 +234,11 @@ def cheap_off_values(source: str) -> tuple[str, ...]:
     raise AssertionError("no `not in (...)` test of KNAME found")
 
 
-@pytest.mark.parametrize("gate", ["kname.pth", "sitecustomize_example/sitecustomize.py"])
+@pytest.mark.parametrize("gate", ["kname.pth", "sitecustomize.py"])
 def test_the_cheap_gates_test_the_same_off_values_as_kname_config(gate: str) -> None:
     """The switch is parsed once, in kname.config; the gates' cheap test must agree with it, or a
     value kname calls off would import kname (or one it calls on would not start it)."""
-    assert cheap_off_values((REPO / gate).read_text()) == SWITCH_OFF
+    assert cheap_off_values((REPO / "kname" / "_bootstrap" / gate).read_text()) == SWITCH_OFF
 
 
 # --------------------------------------------------------------------------

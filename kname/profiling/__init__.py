@@ -10,10 +10,13 @@ sets) that carry the same correlation id and their device start and end times. T
     join.py             correlation id -> site, the per-site and per-kernel totals
     graphs.py           CUDA graph node -> the line that made it (a replayed kernel's site)
     trace.py            Chrome trace-event JSON (Perfetto, chrome://tracing)
-    capture.py          launch API callbacks -> launch records; CUPTI objects -> records
-    cupti_collector.py  the CUPTI collector (activity buffers via cupti-python), imported only when
-                        profiling starts
-    launch_callbacks.py its launch API callbacks: in C (kname._native_cupti) or through cupti-python
+    capture.py          the rules both callbacks follow: launch API calls -> launch records;
+                        cupti-python's objects -> records
+    cupti_collector.py  the CUPTI session (subscription, activity buffers, flush), imported only
+                        when profiling starts; it chooses the callback
+    native_callback.py  the callback in C (kname._native_cupti's Recorder), with native_join.py
+                        and native_trace.py, its join and trace read from C
+    python_callback.py  cupti-python's callback, the pure-Python fallback
     backward.py         backward passes: autograd's launches named after the line that started one
     session.py          a profiling session: start, stop, outputs (what kname.profile() returns)
     mode.py             KNAME_MODE=profile: the process's session and its outputs at exit

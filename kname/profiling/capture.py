@@ -1,4 +1,5 @@
-"""From CUPTI callbacks to records: the call site of each launch API call, and GPU records.
+"""The rules both CUPTI callbacks follow: the call site of each launch API call and graph node
+(LaunchCapture), and the GPU records made from cupti-python's activity records.
 
 Everything here is plain Python over plain values, so it is tested without a GPU; the CUPTI
 binding (cupti_collector.py) only forwards its callbacks here.
@@ -80,6 +81,12 @@ GRAPH_CALLBACKS = {
     "GRAPH_DESTROY_STARTING": GRAPH_DESTROYED,
     "GRAPHEXEC_DESTROY_STARTING": EXEC_DESTROYED,
 }
+
+
+# {CUPTI callback domain: {callback id: (API name, is a graph launch)}} (select_launch_apis)
+Apis = dict[int, dict[int, tuple[str, bool]]]
+# {CUPTI resource callback id: graph node event} (select_graph_callbacks)
+GraphCallbacks = dict[int, str]
 
 
 def say_open_calls_forgotten() -> None:

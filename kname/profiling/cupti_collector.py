@@ -1,8 +1,9 @@
-"""The CUPTI collector: launch API callbacks and activity buffers.
+"""kname profile's CUPTI session: subscribing, the activity buffers, flushing, and the lines said.
 
-The launch callbacks come from launch_callbacks.py: kname's C callback (kname._native_cupti)
-where it is built, else cupti-python's, the slower fallback (on the H200 with cupti-python
-13.0.1, +20 µs for a CuPy RawKernel launch to +47 µs for a torch add); start() says once which.
+The launch callback is chosen here (choose): kname's C callback (native_callback.py, on
+kname._native_cupti) where it is built, else cupti-python's (python_callback.py), the slower
+fallback (on the H200 with cupti-python 13.0.1, +20 µs for a CuPy RawKernel launch to +47 µs for
+a torch add); start() says once which.
 The activity buffers go with them: with the C callback they are read in C too (its recorder
 registers CUPTI's buffer callbacks, copies each record out in CUPTI's thread, then calls
 _native_buffer_completed with the GIL), else cupti-python reads them into a Python object per
@@ -56,9 +57,12 @@ from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
+from kname import hotpath
 from kname._warnings import report_fault, warn_once
 from kname.profiling.capture import (
     ActivityKinds,
+    Apis,
+    GraphCallbacks,
     LaunchCapture,
     activity_records,
     memcpy_work_name,
@@ -66,15 +70,10 @@ from kname.profiling.capture import (
 )
 from kname.profiling.capture import select_launch_apis as _select
 from kname.profiling.join import Join
-from kname.profiling.launch_callbacks import (
-    Apis,
-    GraphCallbacks,
-    NativeUnavailable,
-    PythonCallbacks,
-    choose,
-)
+from kname.profiling.native_callback import NativeCallbacks, NativeUnavailable
 from kname.profiling.native_join import NativeJoin
 from kname.profiling.native_trace import NativeTrace
+from kname.profiling.python_callback import PythonCallbacks
 from kname.profiling.records import ActivityRecord, ExternalCorrelation, StreamLog
 
 BUFFER_BYTES = 8 << 20  # per CUPTI activity buffer; cupti-python or the recorder allocates them
@@ -87,8 +86,8 @@ NOT_COLLECTED = "GPU times are not collected in this run; launches are still nam
 
 
 class CuptiCollector:
-    """Subscribes to CUPTI: launch callbacks to `capture` (native or Python, launch_callbacks),
-    activity records to `join`."""
+    """Subscribes to CUPTI: launch callbacks to `capture` (native or Python: choose), activity
+    records to `join`."""
 
     def __init__(
         self,
@@ -107,7 +106,7 @@ class CuptiCollector:
         # launch callback already gets a wrapped launch's site from its wrapper.
         self._external_correlation = external_correlation
         self._cupti: Any = None
-        self._callbacks: Any = None  # launch_callbacks.NativeCallbacks or PythonCallbacks
+        self._callbacks: Any = None  # NativeCallbacks or PythonCallbacks (choose)
         self._enabled_kinds: list[int] = []
         self._copy_kinds: dict[int, str] = {}
         self._native_buffers = False  # the native recorder reads CUPTI's buffers
@@ -393,6 +392,14 @@ class CuptiCollector:
             self._callbacks.unsubscribe()
         except Exception as exc:
             report_fault("unsubscribing from CUPTI", exc)
+
+
+def choose(capture: LaunchCapture) -> NativeCallbacks | PythonCallbacks:
+    """The callbacks this process uses: native where the extension is there and allowed."""
+    module, why = hotpath.current().cupti()
+    if module is None:
+        return PythonCallbacks(capture, why)
+    return NativeCallbacks(module, capture)
 
 
 def launch_apis(cupti: Any) -> Apis:

@@ -3,7 +3,7 @@
 With kname's native CUPTI callback and no external correlation tagging (with --trace too: the
 trace is kept in C beside it, native_trace.py), launch records, graph node records and GPU
 records meet in C, in CUPTI's thread, by join.py's and graphs.py's rules and within their
-bounds (kname/_native_cupti_join.c, _native_cupti_graphs.c): no Python object is made per
+bounds (kname/profiling/_cupti_c/join.c, graphs.c): no Python object is made per
 record. What the session and the
 collector read of that join is here: its counts, and profile() as Join gives it.
 """

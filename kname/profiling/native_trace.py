@@ -3,10 +3,10 @@
 With kname's native CUPTI callback and nothing tagged, the recorder joins the records in C
 (native_join.py) and, when a trace is asked for, keeps copies of what its join is given: launch
 calls, graph node events and GPU records, as C structs, up to one cap on them all
-(kname/_native_cupti_trace.c). The trace's JSON is then written in C, in one pass, exactly as
-trace.py writes it for the same streams; Python is asked once per name (its JSON form, a kernel's
-display name), never per record. The streams themselves are made Python records only when asked
-(save_streams, a fixture recorded).
+(kname/profiling/_cupti_c/trace.c). The trace's JSON is then written in C (trace_json.c beside it),
+in one pass, exactly as trace.py writes it for the same streams; Python is asked once per name (its
+JSON form, a kernel's display name), never per record. The streams themselves are made Python
+records only when asked (save_streams, a fixture recorded).
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from kname import callsite, naming
 from kname._locks import new_lock, reset_in_child
 from kname._sigterm import at_exit
 from kname._warnings import warn_once
+from kname.config import KNAME_PROFILE_HTML, KNAME_PROFILE_TRACE, KNAME_REPORT
 from kname.documents.build import profile_document
 from kname.documents.files import write_atomically
 from kname.documents.owner import Output, OutputName, claim_each, write_outputs
@@ -51,9 +52,9 @@ from kname.ranks import find_rank, meta, visible_device
 
 # Each output at exit: the variable and the `kname profile` option that name it, what it is.
 _EXIT_OUTPUTS = {
-    "json": OutputName("KNAME_REPORT", "--json", "profile"),
-    "trace": OutputName("KNAME_PROFILE_TRACE", "--trace", "trace"),
-    "html": OutputName("KNAME_PROFILE_HTML", "--html", "page"),
+    "json": OutputName(KNAME_REPORT, "--json", "profile"),
+    "trace": OutputName(KNAME_PROFILE_TRACE, "--trace", "trace"),
+    "html": OutputName(KNAME_PROFILE_HTML, "--html", "page"),
 }
 
 Collector = Any  # start() -> bool, stop(), started: bool (CuptiCollector or a stand-in)

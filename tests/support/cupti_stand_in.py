@@ -18,6 +18,8 @@ from types import SimpleNamespace
 
 from support import REPO
 
+ABI_FOLDER = REPO / "kname" / "profiling" / "_cupti_c"  # kname's CUPTI declarations
+
 COMPILER = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
 SUPPORT = REPO / "tests" / "support"
 # CUPTI's numbers the tests use: the driver's domain and two of its callback ids, record kinds.
@@ -71,7 +73,7 @@ def build_fake_cupti(out_dir: Path) -> tuple[Path, str]:
     flags = ["-DFAKE_CUPTI_HEADERS", *(f"-I{folder}" for folder in sets[name])] if name else []
     built = out_dir / "libcupti.so.99"
     done = subprocess.run(
-        [COMPILER, "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", f"-I{REPO / 'kname'}",
+        [COMPILER, "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", f"-I{ABI_FOLDER}",
          *flags, "-o", str(built), str(SUPPORT / "fake_cupti.c"),
          str(SUPPORT / "fake_cupti_records.c"), "-lpthread"],
         capture_output=True, text=True, check=False,

@@ -1,6 +1,6 @@
 /*
  * A stand-in libcupti for tests without a GPU: the functions kname._native_cupti takes from the
- * real one (declared as in kname/_cupti_abi.h), and calls that make it call back as CUPTI does:
+ * real one (declared as in kname/profiling/_cupti_c/cupti_abi.h), and calls that make it call back as CUPTI does:
  * at a launch API's enter and exit, on the calling thread, for enabled callbacks only; at a graph
  * resource callback (a node made, cloned, updated, destroyed), its data laid out as CUPTI's, with
  * each handle's id its address (cuptiGetGraphNodeId and the others read it back); and with
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "_cupti_abi.h"
+#include "cupti_abi.h"
 
 static kn_CallbackFunc callback, last_callback;
 static void *userdata, *last_userdata;

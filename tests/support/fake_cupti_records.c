@@ -15,7 +15,7 @@ typedef CUpti_ActivityMemcpy6 MemcpyRecord;
 typedef CUpti_ActivityMemset4 MemsetRecord;
 typedef CUpti_ActivityExternalCorrelation ExternalRecord;
 #else
-#include "_cupti_abi.h"
+#include "cupti_abi.h"
 typedef kn_ActivityKernel KernelRecord;
 typedef kn_ActivityMemcpy MemcpyRecord;
 typedef kn_ActivityMemset MemsetRecord;

@@ -140,8 +140,10 @@ def _compiler() -> list[str] | None:
 
 def build_injection_library(out_dir: Path) -> Path:
     """Compile nvtx_inject.c into ``out_dir`` and return the shared library's path. It needs no
-    NVTX header: it takes the declarations of kname's NVTX tools (kname/nvtx_tool.h)."""
-    return _compile(SOURCE, out_dir / LIB_NAME, REPO / "kname", "-shared", "-fPIC", "-lpthread")
+    NVTX header: it takes the declarations of kname's NVTX tools (kname/_show_ranges_c/nvtx_tool.h).
+    """
+    tools = REPO / "kname" / "_show_ranges_c"
+    return _compile(SOURCE, out_dir / LIB_NAME, tools, "-shared", "-fPIC", "-lpthread")
 
 
 def compile_c(source: Path, output: Path, *flags: str) -> Path:

@@ -31,8 +31,8 @@
  * The global (non-domain) API and the NULL domain log as "<global>".
  * Texts escape \ tab newline CR as \\ \t \n \r.
  *
- * The NVTX types it needs are kname's two NVTX tools' own declarations, kname/nvtx_tool.h (the
- * other tool is kname/show_ranges.c): no NVTX header is needed.
+ * The NVTX types it needs are kname's two NVTX tools' own declarations, kname/_show_ranges_c/nvtx_tool.h (the
+ * other tool is kname/_show_ranges_c/show_ranges.c): no NVTX header is needed.
  * Build: cc -shared -fPIC -O2 -Wall -Wextra -I<kname's package folder> nvtx_inject.c
  *        -o libnvtx_inject.so -lpthread
  */

@@ -4,9 +4,9 @@
  * original of the launch wrapper that kname's subclass of that class has as its __call__; and
  * kname's C __call__ slot for those subclasses (use_direct_call), which hands the wrapper the
  * caller's argument tuple and dict and runs a cached launch in fewer steps still than the
- * wrapper's own (see _native_launch.h).
+ * wrapper's own (see kname/_native_c/launch.h).
  */
-#include "_native_launch.h"
+#include "_native_c/launch.h"
 
 static PyObject *
 args_tuple(PyObject *const *args, Py_ssize_t nargs)
@@ -143,7 +143,7 @@ static PyTypeObject BaseCallType = {
  * CPython gives it its generic slot: a look-up, then the arguments copied onto a stack with the
  * instance first, then BaseCall copying them back into a tuple for CuPy's slot. This slot does
  * the look-up and calls the wrapper with the tuple and dict it got (see Args in
- * _native_launch.h). */
+ * kname/_native_c/launch.h). */
 static PyObject *str_dunder_call;
 
 /* CuPy's own slot, where `call` is a launch wrapper of BaseCall(base) and `type` derives from
@@ -189,7 +189,7 @@ remember_call(PyTypeObject *type)
 static NOINLINE PyObject *
 direct_call_in_full(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    /* The class's __call__ as last looked up (`hot`, see _native_common.h), good while the class
+    /* The class's __call__ as last looked up (`hot`, see kname/_common_c/common.h), good while the class
      * keeps its stamp: it moves whenever the class's attributes or bases change (a base's too).
      * So is the base's slot found for it: a wrapper's original never changes. */
     PyTypeObject *type = Py_TYPE(self), *released = NULL;
@@ -285,7 +285,8 @@ static PyMethodDef cupy_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int
+/* Called by PyInit__native, as registered below. */
+static int
 cupy_ready(PyObject *module)
 {
     if (str_dunder_call == NULL
@@ -296,3 +297,5 @@ cupy_ready(PyObject *module)
         return -1;
     return PyModule_AddFunctions(module, cupy_methods);
 }
+
+KNAME_UNIT(cupy_ready)

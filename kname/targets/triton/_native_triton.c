@@ -3,9 +3,9 @@
  * SkipBeneath, which guards Triton's launch hooks (beneath a LaunchWrapper's launch, with only
  * library code between, the hook is not called), and SubscriptLaunch, a `__getitem__` whose
  * `kernel[grid](...)` calls kname's launch wrapper with no Python frame between the caller's line
- * and the launch (see _native_launch.h).
+ * and the launch (see kname/_native_c/launch.h).
  */
-#include "_native_launch.h"
+#include "_native_c/launch.h"
 
 /* ------------------------------------------------------------------ the launch in progress */
 
@@ -402,7 +402,8 @@ static PyTypeObject BoundLaunchType = {
 
 /* ------------------------------------------------------------------ the module's part */
 
-int
+/* Called by PyInit__native, as registered below. */
+static int
 triton_ready(PyObject *module)
 {
     if (PyType_Ready(&SkipBeneathType) < 0 || PyType_Ready(&SubscriptLaunchType) < 0
@@ -413,3 +414,5 @@ triton_ready(PyObject *module)
         return -1;
     return 0;
 }
+
+KNAME_UNIT(triton_ready)

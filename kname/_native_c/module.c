@@ -1,15 +1,16 @@
 /*
- * kname._native, the module: PyInit__native puts together what each file makes (the launch
- * wrapper, _native_launch.c; its site finding, _native_sites.c; NVTX ranges, _native_nvtx.c;
- * CuPy's and Triton's types, in their units' folders) and starts the watchers of
- * _native_common.c. What the extension does is told in _native_launch.h.
+ * kname._native, the module: PyInit__native starts the watchers of _common_c/common.c and calls
+ * each file's ready function, which adds its types and functions (the launch wrapper, launch.c;
+ * its Counter, counters.c; its site finding, callsite.c; NVTX ranges, ranges.c; each library
+ * unit's types, through the units registered: units.c). What the extension does is told in
+ * launch.h.
  */
-#include "_native_launch.h"
+#include "_native_c/launch.h"
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     .m_name = "kname._native",
-    .m_doc = "kname's per-launch wrapper in C (see kname/_native_launch.h).",
+    .m_doc = "kname's per-launch wrapper in C (see kname/_native_c/launch.h).",
     .m_size = -1,
 };
 
@@ -27,8 +28,8 @@ PyInit__native(void)
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL)
         return NULL;
-    if (launch_ready(m) < 0 || sites_ready(m) < 0 || nvtx_ready(m) < 0 || cupy_ready(m) < 0
-        || triton_ready(m) < 0 || PyModule_AddIntConstant(m, "USER", KIND_USER) < 0
+    if (launch_ready(m) < 0 || counters_ready(m) < 0 || sites_ready(m) < 0 || nvtx_ready(m) < 0
+        || units_ready(m) < 0 || PyModule_AddIntConstant(m, "USER", KIND_USER) < 0
         || PyModule_AddIntConstant(m, "LIBRARY", KIND_LIBRARY) < 0) {
         Py_DECREF(m);
         return NULL;

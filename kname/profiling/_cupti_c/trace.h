@@ -11,7 +11,7 @@
 #ifndef KNAME_NATIVE_CUPTI_TRACE_H
 #define KNAME_NATIVE_CUPTI_TRACE_H
 
-#include "_native_cupti_join.h" /* first: it includes Python.h */
+#include "profiling/_cupti_c/join.h" /* first: it includes Python.h */
 
 typedef struct {
     int on;

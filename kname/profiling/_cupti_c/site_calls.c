@@ -1,15 +1,15 @@
 /*
  * kname._native_cupti's SiteCall: the push and pop kname profile runs for a site's wrapped
- * launches (Recorder.site_calls), in C. The Recorder's other methods are in
- * _native_cupti_recorder.c; the head kname._native reads is _native_profiled.h.
+ * launches (Recorder.site_calls, which this file adds to the Recorder), in C. The head
+ * kname._native reads is _common_c/profiled.h.
  */
-#include "_native_cupti.h"
+#include "profiling/_cupti_c/recorder.h"
 
 /* push() or pop() of the launches kname wraps at one site: what capture's closures do when the
  * marks are this recorder's and no external correlation is pushed, with no Python frame and no
  * look-up per call. push: nvtx_push() (when given), then the site marked on this thread; pop: the
  * mark removed, then nvtx_pop(). An error from an NVTX call is the call's (the launch wrapper
- * says it), as from the closures. Its head (_native_profiled.h) lets kname._native's cached
+ * says it), as from the closures. Its head (_common_c/profiled.h) lets kname._native's cached
  * launch do the same without calling it. */
 typedef struct {
     PyObject_HEAD
@@ -130,7 +130,7 @@ new_site_call(Recorder *r, PyObject *name, PyObject *nvtx, int is_pop)
 }
 
 /* site_calls(name, nvtx_push, nvtx_pop) -> (push, pop) */
-PyObject *
+static PyObject *
 recorder_site_calls(Recorder *r, PyObject *args)
 {
     PyObject *name, *nvtx_push, *nvtx_pop;
@@ -156,8 +156,17 @@ recorder_site_calls(Recorder *r, PyObject *args)
     return Py_BuildValue("(NN)", push, pop);
 }
 
+static PyMethodDef site_calls_methods[] = {
+    {"site_calls", (PyCFunction)recorder_site_calls, METH_VARARGS,
+     "site_calls(name, nvtx_push, nvtx_pop) -> (push, pop): a wrapped launch's calls in C, "
+     "push = nvtx_push() then mark(name), pop = unmark() then nvtx_pop() (None: no NVTX call)."},
+    {NULL, NULL, 0, NULL},
+};
+
 int
-site_call_ready(void)
+site_calls_ready(PyTypeObject *recorder)
 {
-    return PyType_Ready(&SiteCallType);
+    if (PyType_Ready(&SiteCallType) < 0)
+        return -1;
+    return add_methods(recorder, site_calls_methods);
 }

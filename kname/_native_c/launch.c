@@ -1,125 +1,17 @@
 /*
- * kname._native's LaunchWrapper (see _native_launch.h for what it does): the type, the launch
+ * kname._native's LaunchWrapper (see launch.h for what it does): the type, the launch
  * that takes every step (launch_in_full; the cached launch is inline in the header, so that
- * CuPy's C slot runs it too), the Counter it advances, and the fields it reads in place.
+ * CuPy's C slot runs it too). Its Counter is counters.c's, the fields it reads in place are read
+ * through _common_c/slots.h, and its site is found by callsite.c.
  */
-#include "_native_launch.h"
+#include "_native_c/launch.h"
 
 /* As kname.launch's wrapper says them to callsite.pass_through. */
 static const char FINDING[] = "finding a launch's name";
 static const char OPENING[] = "opening a launch's NVTX range";
 static const char CLOSING[] = "closing a launch's NVTX range";
 
-_Thread_local Frame *launch_caller INITIAL_EXEC = NULL;
-
-static PyObject *str_on, *str_counter, *str_launch, *str_push, *str_pop;
 static PyObject *str_finding, *str_opening, *str_closing;
-PyObject *switch_names[1];
-PyObject *site_names[4];
-
-/* ------------------------------------------------------------------ slots read in place */
-
-static Py_ssize_t
-slot_offset(PyTypeObject *type, PyObject *name)
-{
-    PyObject *descr = PyObject_GetAttr((PyObject *)type, name);
-    Py_ssize_t offset = -1;
-    if (descr == NULL) {
-        PyErr_Clear();
-        return -1;
-    }
-    if (Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
-        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
-        if (member->type == MEMBER_OBJECT_EX && !(member->flags & READONLY))
-            offset = member->offset;
-    }
-    Py_DECREF(descr);
-    return offset;
-}
-
-static COLD void
-learn_layout(Layout *layout, PyTypeObject *type, PyObject *const *names, int count)
-{
-    Py_INCREF(type);
-    Py_XSETREF(layout->type, type);
-    int fast = type->tp_getattro == PyObject_GenericGetAttr;
-    for (int i = 0; i < count; i++) {
-        Py_ssize_t offset = slot_offset(type, names[i]);
-        layout->offset[i] = offset < 0 || offset > INT_MAX ? -1 : (int)offset;
-        if (layout->offset[i] < 0)
-            fast = 0;
-    }
-    layout->stamp = fast ? follow_type(type) : NO_STAMP; /* after the look-ups: see follow_type */
-}
-
-static inline int
-layout_fits(Layout *layout, PyObject *obj)
-{
-    return Py_TYPE(obj) == layout->type && layout->stamp == type_stamp(layout->type);
-}
-
-/* `layout` made `obj`'s class's, learned again where it is another's: whether obj's fields can
- * now be read in place (else read_field reads them through getattr). */
-int
-fit_layout(Layout *layout, PyObject *obj, PyObject *const *names, int count)
-{
-    if (!layout_fits(layout, obj))
-        learn_layout(layout, Py_TYPE(obj), names, count);
-    return layout_fits(layout, obj);
-}
-
-/* obj.<names[i]> as a new reference, NULL with AttributeError when the slot is empty. */
-static PyObject *
-read_field(Layout *layout, PyObject *obj, PyObject *const *names, int i)
-{
-    if (layout_fits(layout, obj)) {
-        PyObject *value = slot_value(layout, obj, i);
-        if (value != NULL)
-            return Py_NewRef(value);
-    }
-    return PyObject_GetAttr(obj, names[i]);
-}
-
-/* ------------------------------------------------------------------ Counter */
-
-static PyObject *
-counter_next(Counter *c)
-{
-    return PyLong_FromSsize_t(c->next++);
-}
-
-static PyObject *
-counter_repr(Counter *c)
-{
-    return PyUnicode_FromFormat("count(%zd)", c->next);
-}
-
-static PyObject *
-counter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
-{
-    static char *no_names[] = {NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, ":Counter", no_names))
-        return NULL;
-    return type->tp_alloc(type, 0); /* zeroed: counts from 0 */
-}
-
-static PyMemberDef counter_members[] = {
-    {"value", MEMBER_SSIZE, offsetof(Counter, next), MEMBER_READONLY, "launches counted so far"},
-    {NULL, 0, 0, 0, NULL},
-};
-
-PyTypeObject CounterType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "kname._native.Counter",
-    .tp_doc = "Counts launches as itertools.count() does; the C wrapper adds one in place.",
-    .tp_basicsize = sizeof(Counter),
-    .tp_repr = (reprfunc)counter_repr,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_iter = PyObject_SelfIter,
-    .tp_iternext = (iternextfunc)counter_next,
-    .tp_members = counter_members,
-    .tp_new = counter_new,
-};
 
 /* next(counter) with the result dropped: 0, or -1 with an error (StopIteration where the
  * iterator ended, as next() raises). */
@@ -562,7 +454,7 @@ PyTypeObject LaunchWrapperType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "kname._native.LaunchWrapper",
     .tp_doc = "LaunchWrapper(original, kernel, switch, sites, resolve, fault, kinds): kname's "
-              "per-launch wrapper (see kname/_native_launch.h).",
+              "per-launch wrapper (see kname/launch.h).",
     .tp_basicsize = sizeof(LaunchWrapper),
     .tp_dealloc = (destructor)launch_dealloc,
     .tp_vectorcall_offset = offsetof(LaunchWrapper, vectorcall),
@@ -579,28 +471,7 @@ PyTypeObject LaunchWrapperType = {
     .tp_new = launch_new,
 };
 
-/* ------------------------------------------------------------------ the launch in progress */
-
-static PyObject *
-is_launch_caller(PyObject *module, PyObject *frame)
-{
-    (void)module;
-    if (!PyFrame_Check(frame)) {
-        PyErr_Format(PyExc_TypeError, "is_launch_caller() takes a frame, not %s",
-                     Py_TYPE(frame)->tp_name);
-        return NULL;
-    }
-    return PyBool_FromLong(launch_caller != NULL
-                           && frame_of((PyFrameObject *)frame) == launch_caller);
-}
-
 /* ------------------------------------------------------------------ the module's part */
-
-static PyMethodDef launch_methods[] = {
-    {"is_launch_caller", is_launch_caller, METH_O,
-     "Whether `frame` called the innermost LaunchWrapper launch running on this thread."},
-    {NULL, NULL, 0, NULL},
-};
 
 static int
 intern_all(void)
@@ -609,9 +480,7 @@ intern_all(void)
         PyObject **target;
         const char *text;
     } strings[] = {
-        {&str_on, "on"},         {&str_counter, "counter"}, {&str_launch, "launch"},
-        {&str_push, "push"},     {&str_pop, "pop"},         {&str_finding, FINDING},
-        {&str_opening, OPENING}, {&str_closing, CLOSING},
+        {&str_finding, FINDING}, {&str_opening, OPENING}, {&str_closing, CLOSING},
     };
     for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
         if (*strings[i].target == NULL) {
@@ -620,22 +489,13 @@ intern_all(void)
                 return -1;
         }
     }
-    switch_names[0] = str_on;
-    site_names[F_COUNTER] = str_counter;
-    site_names[F_LAUNCH] = str_launch;
-    site_names[F_PUSH] = str_push;
-    site_names[F_POP] = str_pop;
     return 0;
 }
 
 int
 launch_ready(PyObject *module)
 {
-    if (intern_all() < 0 || PyType_Ready(&LaunchWrapperType) < 0
-        || PyType_Ready(&CounterType) < 0)
+    if (intern_all() < 0 || PyType_Ready(&LaunchWrapperType) < 0)
         return -1;
-    if (PyModule_AddObjectRef(module, "LaunchWrapper", (PyObject *)&LaunchWrapperType) < 0
-        || PyModule_AddObjectRef(module, "Counter", (PyObject *)&CounterType) < 0)
-        return -1;
-    return PyModule_AddFunctions(module, launch_methods);
+    return PyModule_AddObjectRef(module, "LaunchWrapper", (PyObject *)&LaunchWrapperType);
 }

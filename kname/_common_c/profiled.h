@@ -3,7 +3,7 @@
  * push and pop kname._native_cupti makes for its site (SiteCall: the NVTX call, then the site
  * marked for the CUPTI callback on this thread; the mark removed, then the NVTX call) begin with
  * this head, so that kname._native's cached launch runs them without calling them, as it runs a
- * site's NVTX range (_native_launch.h's open_cached), with no Python call per launch.
+ * site's NVTX range (_native_c/launch.h's open_cached), with no Python call per launch.
  *
  * kname._native knows a SiteCall by its type's name and `magic`; a push and its pop are one
  * site's when they have one `owner` (the recorder). When it remembers the launch, it fills

@@ -3,18 +3,18 @@
  * path where no stream log is kept. Launch records (moved from the recorder's buffer) and GPU
  * records (from CUPTI's buffers) meet here, in CUPTI's thread, without the GIL and without a
  * Python object per record. join.py is the specification: every table and every step in
- * _native_cupti_join.c is one of its, in the same order, and tests/test_native_cupti_join.py
+ * join.c is one of its, in the same order, and tests/test_native_cupti_join.py
  * checks that both give the same Profile for the same streams. Sites are the recorder's kept
  * names (one object per name: a pointer is a name); <unattributed> is the kept name given for it.
  * The work of a CUDA graph replay goes to the line that made its node (the node table of
- * _native_cupti_graphs.c), with the replay's line kept beside it, as join.py does.
+ * graphs.c), with the replay's line kept beside it, as join.py does.
  * Everything here runs under the recorder's activity_lock.
  */
 #ifndef KNAME_NATIVE_CUPTI_JOIN_H
 #define KNAME_NATIVE_CUPTI_JOIN_H
 
-#include "_native_common.h" /* first: it includes Python.h */
-#include "_native_cupti_graphs.h"
+#include "_common_c/common.h" /* first: it includes Python.h */
+#include "profiling/_cupti_c/graphs.h"
 
 #include <stdint.h>
 

@@ -325,7 +325,7 @@ static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     .m_name = "kname._sigterm_guard",
     .m_doc = "A SIGTERM Python never gets to handle still ends the process "
-             "(see kname/_sigterm_guard.c).",
+             "(see kname/_sigterm_c/sigterm_guard.c).",
     .m_size = -1,
     .m_methods = methods,
 };

@@ -1,10 +1,18 @@
 /*
- * kname._native's site finding (see _native_launch.h): a launch's site found in kname.callsite's
+ * kname._native's site finding (see launch.h): a launch's site found in kname.callsite's
  * `sites` as callsite.resolve would find it, with the recent table in front (what a cached
  * launch remembers is set here, in remember_launch), the kinds of code read from `kinds` for the
- * walk past library frames, and the forgetting that keeps every remembered answer true.
+ * walk past library frames, the launch in progress on each thread (launch_caller), and the
+ * forgetting that keeps every remembered answer true.
  */
-#include "_native_launch.h"
+#include "_native_c/launch.h"
+
+/* Set by the launch wrapper around each launch (launch.h), read by the walk below and by
+ * is_launch_caller, which kname.callsite's walk asks. */
+_Thread_local Frame *launch_caller INITIAL_EXEC = NULL;
+
+PyObject *switch_names[1];
+PyObject *site_names[4];
 
 /* ------------------------------------------------------------------ recent look-ups */
 
@@ -251,9 +259,26 @@ watch_changes_of(PyObject *module, PyObject *cls)
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------------------ the launch in progress */
+
+static PyObject *
+is_launch_caller(PyObject *module, PyObject *frame)
+{
+    (void)module;
+    if (!PyFrame_Check(frame)) {
+        PyErr_Format(PyExc_TypeError, "is_launch_caller() takes a frame, not %s",
+                     Py_TYPE(frame)->tp_name);
+        return NULL;
+    }
+    return PyBool_FromLong(launch_caller != NULL
+                           && frame_of((PyFrameObject *)frame) == launch_caller);
+}
+
 /* ------------------------------------------------------------------ the module's part */
 
 static PyMethodDef sites_methods[] = {
+    {"is_launch_caller", is_launch_caller, METH_O,
+     "Whether `frame` called the innermost LaunchWrapper launch running on this thread."},
     {"forget_launches", forget_launches, METH_NOARGS,
      "Forget what every cached launch remembers: a site or a switch, or its class, changed."},
     {"watch_changes_of", watch_changes_of, METH_O,
@@ -262,8 +287,26 @@ static PyMethodDef sites_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* The fields a launch reads: the switch's `on`, the site's by F_*. */
+static int
+intern_names(void)
+{
+    static const char *const site_fields[4] = {
+        [F_COUNTER] = "counter", [F_LAUNCH] = "launch", [F_PUSH] = "push", [F_POP] = "pop"};
+    if (switch_names[0] == NULL && (switch_names[0] = PyUnicode_InternFromString("on")) == NULL)
+        return -1;
+    for (int i = 0; i < 4; i++) {
+        if (site_names[i] == NULL
+            && (site_names[i] = PyUnicode_InternFromString(site_fields[i])) == NULL)
+            return -1;
+    }
+    return 0;
+}
+
 int
 sites_ready(PyObject *module)
 {
+    if (intern_names() < 0)
+        return -1;
     return PyModule_AddFunctions(module, sites_methods);
 }

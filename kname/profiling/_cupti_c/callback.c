@@ -1,12 +1,12 @@
 /*
- * kname._native_cupti's launch callback (see _native_cupti.h): what CUPTI calls at the enter and
+ * kname._native_cupti's launch callback (see recorder.h): what CUPTI calls at the enter and
  * the exit of each launch API call (on_api), on the launching thread: the calls open on each
  * thread, the site of the running Python frame (looked up as capture.site_of_frame finds a
  * cached one, in front of a table of recent look-ups), the buffer the finished calls wait in,
  * and the first fault, kept for take_fault(). And what it calls at CUPTI's graph resource
  * callbacks (graph_event): the node's ids and, for a node made, its site.
  */
-#include "_native_cupti.h"
+#include "profiling/_cupti_c/recorder.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -258,7 +258,7 @@ cached_site(Recorder *r, Frame *frame)
 static PyObject *
 site_of_running_frame(Recorder *r)
 {
-    Frame *frame = frame_current(); /* no frame object made: see _native_common.h */
+    Frame *frame = frame_current(); /* no frame object made: see _common_c/common.h */
     if (frame == NULL)
         return NULL;
     PyObject *pending = take_error(); /* a CUDA call made while an exception is being handled */

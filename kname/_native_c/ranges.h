@@ -4,7 +4,7 @@
  * anything else (kname profile's site calls, the pure-Python wrapper) calls them as it calls
  * any callable. Against the nvtx package's module-level push_range and pop_range, bound with
  * functools.partial, this drops two Python calls with their argument handling from each launch
- * made under a profiler. The type and the module's functions are in _native_nvtx.c.
+ * made under a profiler. The type and the module's functions are in ranges.c.
  *
  * Built where the NVTX v3 headers were found at build time (setup.py: the nvidia-nvtx wheel, a
  * build requirement, else $CUDA_HOME/include); KNAME_NVTX is then defined. The headers are
@@ -22,7 +22,7 @@
 #ifndef KNAME_NATIVE_NVTX_H
 #define KNAME_NATIVE_NVTX_H
 
-#include "_native_common.h"
+#include "_common_c/common.h"
 
 #ifdef KNAME_NVTX
 #include <nvtx3/nvToolsExt.h>

@@ -1,6 +1,6 @@
 /*
  * What kname's two NVTX tools need of NVTX v3's injection interface, declared here so that no
- * NVTX header is needed to build them: kname/show_ranges.c (`kname run --show-ranges`, compiled
+ * NVTX header is needed to build them: show_ranges.c beside it (`kname run --show-ranges`, compiled
  * from the installed package on first use: this header is installed beside it) and
  * tests/support/nvtx_inject.c (the tests' capture, the benchmarks' null tool). The values and
  * layouts are NVTX's own (nvToolsExt.h, nvtxDetail/nvtxTypes.h); tests/test_nvtx_tool.py checks

@@ -49,7 +49,7 @@
  * bounds, for the path that keeps no stream log), and the totals are read with join_profile().
  *
  * The trace: after keep_trace(max_records), what the join in C is given is also kept, as C
- * structs, for --trace (_native_cupti_trace.h), and trace_json() writes the Chrome trace from
+ * structs, for --trace (trace.h), and trace_json() writes the Chrome trace from
  * it. Launch calls are timed (cuptiGetTimestamp at enter and exit) only while time_launches()
  * says so: a trace or a stream log reads the times, nothing else does.
  *
@@ -63,18 +63,19 @@
  * there, after the launches and before each buffer's records.
  *
  * CUPTI itself: subscribe(path) dlopens the libcupti that cupti-python loaded (by its absolute
- * path, RTLD_NOLOAD first) and takes the functions of _cupti_abi.h; no CUDA header is needed to
+ * path, RTLD_NOLOAD first) and takes the functions of cupti_abi.h; no CUDA header is needed to
  * build this extension. Linux, CPython 3.11+ with the GIL (a free-threaded build refuses
  * to import: kname then uses the Python callback).
  */
 #ifndef KNAME_NATIVE_CUPTI_H
 #define KNAME_NATIVE_CUPTI_H
 
-#include "_native_common.h" /* first: it includes Python.h */
-#include "_native_cupti_join.h"
-#include "_native_cupti_trace.h"
-#include "_cupti_abi.h"
-#include "_native_profiled.h"
+#include "_common_c/common.h" /* first: it includes Python.h */
+#include "profiling/_cupti_c/join.h"
+#include "profiling/_cupti_c/trace.h"
+#include "profiling/_cupti_c/cupti_abi.h"
+#include "_common_c/profiled.h"
+#include "_common_c/slots.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -92,9 +93,9 @@
 #define COPY_KINDS 32       /* memcpy kinds whose names are kept (CUPTI 13: 0 to 12) */
 #define MAX_RESOURCE_CBID 64 /* resource callback ids (CUPTI 13: 26) */
 
-/* Interned at the module's import (_native_cupti_module.c): a site's `name`;
+/* Interned at the module's import (module.c): a site's `name`;
  * kname.profiling.records' KERNEL, MEMCPY and MEMSET, and the memset's work name (capture.py's);
- * its NODE_EVENTS, by their numbers (_native_cupti_graphs.h); and "". */
+ * its NODE_EVENTS, by their numbers (graphs.h); and "". */
 INTERNAL extern PyObject *str_name, *str_kernel, *str_memcpy, *str_memset, *str_memset_name,
     *str_empty;
 INTERNAL extern PyObject *graph_event_names[NODE_EVENT_COUNT + 1];
@@ -132,24 +133,12 @@ typedef struct {
     OpenCall calls[MAX_OPEN];
 } ThreadCalls;
 
-INTERNAL extern _Thread_local ThreadCalls here; /* _native_cupti_callback.c */
+INTERNAL extern _Thread_local ThreadCalls here; /* callback.c */
 
 /* LaunchRecord's fields, ActivityRecord's, ExternalCorrelation's and GraphNodeRecord's
- * (kname.profiling.records), each in the order of its constructor's arguments. */
-#define FIELDS 9 /* the most of any */
-
-/* Where a plain slots class keeps those fields, learned once per class (and again after the
- * class is changed: its version tag moves). Such a class (a slots dataclass without
- * __post_init__ or __setattr__) is made by setting its slots: what its __init__ does, without
- * running Python code for each record. Anything else is called. */
-typedef struct {
-    const char *const *fields; /* NULL-terminated, at most FIELDS */
-    int count;
-    PyTypeObject *type; /* strong */
-    unsigned int version;
-    int fast;
-    Py_ssize_t offset[FIELDS];
-} RecordLayout;
+ * (kname.profiling.records), each in the order of its constructor's arguments, made by
+ * new_record (_common_c/slots.h). */
+#define FIELDS RECORD_FIELDS
 
 /* ------------------------------------------------------------------ kernel names */
 
@@ -296,7 +285,7 @@ calls_of(Recorder *r)
 
 /* ------------------------------------------------------------------ the callback */
 
-/* In _native_cupti_callback.c: what CUPTI calls at each launch API call, and what it shares. */
+/* In callback.c: what CUPTI calls at each launch API call, and what it shares. */
 
 /* What CUPTI calls. Never raises, never fails the CUDA call. */
 INTERNAL void on_api(void *userdata, kn_CallbackDomain domain, kn_CallbackId cbid,
@@ -329,14 +318,26 @@ INTERNAL PyObject *keep(Recorder *r, PyObject *name);
 
 /* ------------------------------------------------------------------ the Recorder */
 
-/* In _native_cupti_recorder.c: the type as Python sees it. */
+/* In recorder.c: the type as Python sees it, with its own methods (the others' files add theirs:
+ * each file's <file>_ready(&RecorderType) below). 0, or -1 with an error. */
+INTERNAL extern PyTypeObject RecorderType;
+INTERNAL int recorder_ready(PyObject *module);
 
-/* make_record(*args), args being layout->count references it steals; NULL (an error set) when
- * one is NULL (it failed to be made) or the record cannot be made. */
-INTERNAL PyObject *make(RecordLayout *layout, PyObject *make_record, PyObject **args);
+/* In state.c: the strings above interned, once. 0, or -1 with an error. */
+INTERNAL int state_ready(void);
 
-/* libcupti's function `name`; NULL with OSError when it has none. */
+/* libcupti's function `name`; NULL with OSError when it has none (state.c). */
 INTERNAL void *symbol(Recorder *r, const char *name);
+
+/* ------------------------------------------------------------------ records */
+
+/* In records.c, the twin of kname.profiling.records. */
+
+/* The kernel names table made, with its two fixed names (0: no memory); a name's index in it,
+ * copied once; the table freed (the recorder's end). Under r->activity_lock. */
+INTERNAL int names_init(Names *n);
+INTERNAL uint32_t intern_name(Names *n, const char *name);
+INTERNAL void names_free(Names *n);
 
 /* A launch call, a graph node event, a GPU record as the Python record made by make_record
  * (records.py's LaunchRecord, GraphNodeRecord; ActivityRecord or, for an external correlation,
@@ -351,39 +352,17 @@ INTERNAL PyObject *gpu_object(Recorder *r, const GpuRecord *g, PyObject *make_ac
 INTERNAL PyObject *kernel_name(Recorder *r, uint32_t index);
 INTERNAL PyObject *copy_name(Recorder *r, PyObject *memcpy_name, uint32_t copy_kind);
 
-/* Recorder made ready and added to `module`. 0, or -1 with an error. */
-INTERNAL int recorder_ready(PyObject *module);
+/* ------------------------------------------------------------------ the Recorder's other methods */
 
-/* In _native_cupti_site_calls.c: a wrapped launch's push and pop in C (SiteCall). */
+/* Each adds its methods to the Recorder (module.c calls them after recorder_ready). 0, or -1 with
+ * an error. */
+INTERNAL int activity_ready(PyTypeObject *recorder);   /* activity.c: buffers, the join in C */
+INTERNAL int trace_ready(PyTypeObject *recorder);      /* trace.c: the trace kept */
+INTERNAL int trace_json_ready(PyTypeObject *recorder); /* trace_json.c: its JSON */
+INTERNAL int site_calls_ready(PyTypeObject *recorder); /* site_calls.c: SiteCall too */
 
-/* site_calls(name, nvtx_push, nvtx_pop) -> (push, pop), the Recorder's method. */
-INTERNAL PyObject *recorder_site_calls(Recorder *r, PyObject *args);
-
-/* SiteCall made ready. 0, or -1 with an error. */
-INTERNAL int site_call_ready(void);
-
-/* ------------------------------------------------------------------ activity buffers */
-
-/* In _native_cupti_activity.c: CUPTI's activity buffers, read into GPU records and handed to the
- * join (its own or Python's); the Recorder's methods for them. */
-INTERNAL PyObject *recorder_take_activity_buffers(Recorder *r, PyObject *args);
-INTERNAL PyObject *recorder_release_activity_buffers(Recorder *r, PyObject *unused);
-INTERNAL PyObject *recorder_flush_activities(Recorder *r, PyObject *args);
-INTERNAL PyObject *recorder_drain_activities(Recorder *r, PyObject *args);
-INTERNAL PyObject *recorder_activity_counts(Recorder *r, PyObject *unused);
-INTERNAL PyObject *recorder_join_in_c(Recorder *r, PyObject *args);
-INTERNAL PyObject *recorder_join_now(Recorder *r, PyObject *unused);
-INTERNAL PyObject *recorder_join_counts(Recorder *r, PyObject *unused);
-INTERNAL PyObject *recorder_join_profile(Recorder *r, PyObject *memcpy_name);
-
-/* In _native_cupti_trace.c: the trace kept in C, and its JSON. */
-INTERNAL PyObject *recorder_keep_trace(Recorder *r, PyObject *args);
-INTERNAL PyObject *recorder_trace_counts(Recorder *r, PyObject *unused);
-INTERNAL PyObject *recorder_trace_streams(Recorder *r, PyObject *args);
-INTERNAL PyObject *recorder_trace_json(Recorder *r, PyObject *args);
-
-/* The kernel names kept, freed (the recorder's end). */
-INTERNAL void names_free(Names *n);
+/* A copy of the trace's log, taken under the activity lock (trace.c); 0: no memory. */
+INTERNAL int trace_snapshot(Recorder *r, TraceLog *copy);
 
 /* In a forked child: the buffers' lock made anew (CUPTI's thread, which may have held it, is
  * not in the child). */

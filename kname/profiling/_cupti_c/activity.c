@@ -1,18 +1,15 @@
 /*
- * kname._native_cupti's activity buffers (see _native_cupti.h): CUPTI's buffer callbacks, each
+ * kname._native_cupti's activity buffers (see recorder.h): CUPTI's buffer callbacks, each
  * buffer read into GPU records without the GIL (kernel names copied once each), then handed to
  * the join in C or, with the GIL, to Python's (drain_activities); and the Recorder's methods for
  * them and for the join in C.
  */
-#include "_native_cupti.h"
+#include "profiling/_cupti_c/recorder.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 static const char READING[] = "reading CUPTI's activity records";
-
-#define MAX_NAMES 100000
-#define MAX_NAME_BYTES ((size_t)64 << 20)
 
 /* ------------------------------------------------------------------ activity buffers */
 
@@ -23,131 +20,6 @@ static const char READING[] = "reading CUPTI's activity records";
 static pthread_mutex_t buffers_lock = PTHREAD_MUTEX_INITIALIZER;
 static Recorder *buffers_owner;
 static atomic_size_t buffer_bytes;
-
-static char name_none[] = "<unnamed kernel>";
-static char name_past_bound[] = "<kname: more kernel names than it keeps>";
-
-/* ---- kernel names: every function here runs under r->activity_lock */
-
-static uint64_t
-text_hash(const char *text, size_t length)
-{
-    uint64_t hash = 0xcbf29ce484222325u; /* FNV-1a */
-    for (size_t i = 0; i < length; i++) {
-        hash ^= (unsigned char)text[i];
-        hash *= 0x100000001b3u;
-    }
-    return hash;
-}
-
-void
-names_free(Names *n)
-{
-    for (size_t i = FIRST_NAME; i < n->count; i++)
-        free(n->text[i]);
-    free(n->text);
-    free(n->hash);
-    free(n->slots);
-    memset(n, 0, sizeof *n);
-}
-
-/* The table made, with its two fixed names; 0: no memory. */
-static int
-names_init(Names *n)
-{
-    if (n->text != NULL)
-        return 1;
-    n->room = 1024;
-    n->slot_count = 2048;
-    n->text = malloc(n->room * sizeof *n->text);
-    n->hash = malloc(n->room * sizeof *n->hash);
-    n->slots = calloc(n->slot_count, sizeof *n->slots);
-    if (n->text == NULL || n->hash == NULL || n->slots == NULL) {
-        names_free(n);
-        return 0;
-    }
-    n->text[NAME_NONE] = name_none;
-    n->text[NAME_PAST_BOUND] = name_past_bound;
-    n->hash[NAME_NONE] = n->hash[NAME_PAST_BOUND] = 0;
-    n->count = FIRST_NAME; /* the fixed names are never looked up: not in the slots */
-    return 1;
-}
-
-static void
-names_place(Names *n, uint32_t index)
-{
-    size_t mask = n->slot_count - 1;
-    size_t i = n->hash[index] & mask;
-    while (n->slots[i] != 0)
-        i = (i + 1) & mask;
-    n->slots[i] = index + 1;
-}
-
-/* Room for one more name; 0: no memory. */
-static int
-names_grow(Names *n)
-{
-    if (n->count == n->room) {
-        char **text = realloc(n->text, 2 * n->room * sizeof *text);
-        if (text == NULL)
-            return 0;
-        n->text = text;
-        uint64_t *hash = realloc(n->hash, 2 * n->room * sizeof *hash);
-        if (hash == NULL)
-            return 0;
-        n->hash = hash;
-        n->room *= 2;
-    }
-    if ((n->count + 1) * 2 > n->slot_count) { /* kept at most half full */
-        uint32_t *slots = calloc(2 * n->slot_count, sizeof *slots);
-        if (slots == NULL)
-            return 0;
-        free(n->slots);
-        n->slots = slots;
-        n->slot_count *= 2;
-        for (size_t i = FIRST_NAME; i < n->count; i++)
-            names_place(n, (uint32_t)i);
-    }
-    return 1;
-}
-
-/* The index of the kept copy of `name`, a copy made now where it is new. */
-static uint32_t
-intern_name(Names *n, const char *name)
-{
-    if (name == NULL)
-        return NAME_NONE;
-    size_t at = ((uintptr_t)name >> 3) & (NAME_CACHE - 1);
-    if (n->recent[at].pointer == name && strcmp(n->text[n->recent[at].index], name) == 0)
-        return n->recent[at].index;
-    size_t length = strlen(name);
-    uint64_t hash = text_hash(name, length);
-    size_t mask = n->slot_count - 1;
-    uint32_t index = NAME_NONE;
-    for (size_t i = hash & mask; n->slots[i] != 0 && index == NAME_NONE; i = (i + 1) & mask) {
-        uint32_t found = n->slots[i] - 1;
-        if (n->hash[found] == hash && strcmp(n->text[found], name) == 0)
-            index = found;
-    }
-    if (index == NAME_NONE) {
-        char *copy = NULL;
-        if (n->count < FIRST_NAME + MAX_NAMES && n->bytes + length + 1 <= MAX_NAME_BYTES && names_grow(n))
-            copy = malloc(length + 1);
-        if (copy == NULL) {
-            n->past_bound++;
-            return NAME_PAST_BOUND;
-        }
-        memcpy(copy, name, length + 1);
-        index = (uint32_t)n->count++;
-        n->text[index] = copy;
-        n->hash[index] = hash;
-        n->bytes += length + 1;
-        names_place(n, index);
-    }
-    n->recent[at].pointer = name;
-    n->recent[at].index = index;
-    return index;
-}
 
 /* ---- reading a buffer: under r->activity_lock */
 
@@ -338,93 +210,6 @@ buffer_completed(kn_CUcontext context, uint32_t stream, uint8_t *buffer, size_t 
     free(buffer);
 }
 
-/* ---- records as Python objects, with the GIL */
-
-/* The str of kernel name `index` (a new reference), made once. */
-PyObject *
-kernel_name(Recorder *r, uint32_t index)
-{
-    if (index >= r->name_objects_room) {
-        size_t room = r->name_objects_room ? 2 * r->name_objects_room : 256;
-        while (room <= index)
-            room *= 2;
-        PyObject **grown = realloc(r->name_objects, room * sizeof *grown);
-        if (grown == NULL)
-            return PyErr_NoMemory();
-        memset(grown + r->name_objects_room, 0, (room - r->name_objects_room) * sizeof *grown);
-        r->name_objects = grown;
-        r->name_objects_room = room;
-    }
-    if (r->name_objects[index] == NULL) {
-        pthread_mutex_lock(&r->activity_lock); /* the table may be growing: its text never moves */
-        const char *text = r->names.text[index];
-        pthread_mutex_unlock(&r->activity_lock);
-        r->name_objects[index] = PyUnicode_DecodeUTF8(text, (Py_ssize_t)strlen(text), "replace");
-        if (r->name_objects[index] == NULL)
-            return NULL;
-    }
-    return Py_NewRef(r->name_objects[index]);
-}
-
-/* memcpy_name(copy_kind) (a new reference), asked once per copy kind. */
-PyObject *
-copy_name(Recorder *r, PyObject *memcpy_name, uint32_t copy_kind)
-{
-    if (copy_kind < COPY_KINDS && r->copy_names[copy_kind] != NULL)
-        return Py_NewRef(r->copy_names[copy_kind]);
-    PyObject *kind = PyLong_FromUnsignedLong(copy_kind);
-    if (kind == NULL)
-        return NULL;
-    PyObject *name = PyObject_CallOneArg(memcpy_name, kind);
-    Py_DECREF(kind);
-    if (name != NULL && !PyUnicode_Check(name)) {
-        PyErr_Format(PyExc_TypeError, "memcpy_name() gave a %.100s, not a str",
-                     Py_TYPE(name)->tp_name);
-        Py_CLEAR(name);
-    }
-    if (name != NULL && copy_kind < COPY_KINDS)
-        r->copy_names[copy_kind] = Py_NewRef(name);
-    return name;
-}
-
-PyObject *
-gpu_object(Recorder *r, const GpuRecord *g, PyObject *make_activity, PyObject *make_external,
-           PyObject *memcpy_name)
-{
-    if (g->kind == GPU_EXTERNAL) {
-        PyObject *args[FIELDS] = {
-            PyLong_FromUnsignedLong(g->correlation_id),
-            PyLong_FromUnsignedLongLong(g->start),
-        };
-        return make(&r->external_layout, make_external, args);
-    }
-    PyObject *kind, *name;
-    if (g->kind == GPU_KERNEL) {
-        kind = str_kernel;
-        name = kernel_name(r, g->detail);
-    }
-    else if (g->kind == GPU_MEMCPY) {
-        kind = str_memcpy;
-        name = copy_name(r, memcpy_name, g->detail);
-    }
-    else {
-        kind = str_memset;
-        name = Py_NewRef(str_memset_name);
-    }
-    PyObject *args[FIELDS] = {
-        Py_NewRef(kind),
-        PyLong_FromUnsignedLong(g->correlation_id),
-        name,
-        PyLong_FromUnsignedLongLong(g->start),
-        PyLong_FromUnsignedLongLong(g->end),
-        PyLong_FromUnsignedLong(g->stream),
-        PyLong_FromUnsignedLong(g->device),
-        PyLong_FromUnsignedLong(g->graph_id),
-        PyLong_FromUnsignedLongLong(g->graph_node_id),
-    };
-    return make(&r->activity_layout, make_activity, args);
-}
-
 /* ---- Python methods */
 
 static int
@@ -449,7 +234,7 @@ release_buffers(Recorder *r)
 }
 
 /* take_activity_buffers(buffer_bytes, max_records, on_buffer) -> status */
-PyObject *
+static PyObject *
 recorder_take_activity_buffers(Recorder *r, PyObject *args)
 {
     Py_ssize_t bytes, max_records;
@@ -508,7 +293,7 @@ recorder_take_activity_buffers(Recorder *r, PyObject *args)
 
 /* release_activity_buffers() -> bool: later buffers are freed unread; whether this recorder had
  * them. */
-PyObject *
+static PyObject *
 recorder_release_activity_buffers(Recorder *r, PyObject *unused)
 {
     (void)unused;
@@ -517,7 +302,7 @@ recorder_release_activity_buffers(Recorder *r, PyObject *unused)
 
 /* flush_activities(flag) -> status: cuptiActivityFlushAll(flag), the GIL released (the buffers
  * it completes are handed over, on this thread or CUPTI's). */
-PyObject *
+static PyObject *
 recorder_flush_activities(Recorder *r, PyObject *args)
 {
     unsigned int flag;
@@ -535,7 +320,7 @@ recorder_flush_activities(Recorder *r, PyObject *args)
 }
 
 /* drain_activities(make_activity, make_external, memcpy_name) -> (work, externals) */
-PyObject *
+static PyObject *
 recorder_drain_activities(Recorder *r, PyObject *args)
 {
     PyObject *make_activity, *make_external, *memcpy_name;
@@ -574,7 +359,7 @@ recorder_drain_activities(Recorder *r, PyObject *args)
     return Py_BuildValue("(NN)", lists[0], lists[1]);
 }
 
-PyObject *
+static PyObject *
 recorder_activity_counts(Recorder *r, PyObject *unused)
 {
     (void)unused;
@@ -594,7 +379,7 @@ recorder_activity_counts(Recorder *r, PyObject *unused)
  * the GPU records are joined here (join.py's bounds, graphs.py's for graph nodes;
  * `unattributed`, its name for what no launch claims), not handed over; take_activity_buffers()
  * follows, with no on_buffer. */
-PyObject *
+static PyObject *
 recorder_join_in_c(Recorder *r, PyObject *args)
 {
     Py_ssize_t max_pending, recent_window, max_nodes, recent_nodes;
@@ -622,7 +407,7 @@ recorder_join_in_c(Recorder *r, PyObject *args)
 }
 
 /* join_now(): the calls finished and the GPU records read so far, joined now. */
-PyObject *
+static PyObject *
 recorder_join_now(Recorder *r, PyObject *unused)
 {
     (void)unused;
@@ -631,7 +416,7 @@ recorder_join_now(Recorder *r, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-PyObject *
+static PyObject *
 recorder_join_counts(Recorder *r, PyObject *unused)
 {
     (void)unused;
@@ -695,7 +480,7 @@ site_object(Recorder *r, PyObject *memcpy_name, const Snapshot *s, const SiteCou
 
 /* join_profile(memcpy_name) -> (sites, unattributed, unmatched, dropped, earlier): the join's
  * Profile, as plain values: sites [(name, first, kernels)], unattributed (first, kernels). */
-PyObject *
+static PyObject *
 recorder_join_profile(Recorder *r, PyObject *memcpy_name)
 {
     Snapshot s;
@@ -725,6 +510,49 @@ recorder_join_profile(Recorder *r, PyObject *memcpy_name)
         Py_XDECREF(sites);
     snapshot_free(&s);
     return profile;
+}
+
+/* ------------------------------------------------------------------ the module's part */
+
+static PyMethodDef activity_methods[] = {
+    {"take_activity_buffers", (PyCFunction)recorder_take_activity_buffers, METH_VARARGS,
+     "take_activity_buffers(buffer_bytes, max_records, on_buffer) -> status: CUPTI's activity "
+     "buffers come to this recorder (after subscribe()), are read in C and freed; on_buffer() "
+     "(or None) is called with the GIL after each. At most max_records wait for a drain."},
+    {"release_activity_buffers", (PyCFunction)recorder_release_activity_buffers, METH_NOARGS,
+     "release_activity_buffers() -> bool: buffers completed from now on are freed unread."},
+    {"flush_activities", (PyCFunction)recorder_flush_activities, METH_VARARGS,
+     "flush_activities(flag) -> status: cuptiActivityFlushAll(flag), without the GIL."},
+    {"drain_activities", (PyCFunction)recorder_drain_activities, METH_VARARGS,
+     "drain_activities(make_activity, make_external, memcpy_name) -> (work, externals): the GPU "
+     "records read so far, as make_activity(kind, correlation_id, name, start, end, stream, "
+     "device, graph_id, graph_node_id) and make_external(correlation_id, external_id); "
+     "memcpy_name(copy_kind) names a copy (asked once per kind)."},
+    {"join_in_c", (PyCFunction)recorder_join_in_c, METH_VARARGS,
+     "join_in_c(max_pending, recent_window, unattributed, max_nodes, recent_nodes): GPU records "
+     "are joined in C from now on (kname.profiling.join's rules and bounds, graphs.py's for "
+     "graph nodes), not handed over."},
+    {"join_now", (PyCFunction)recorder_join_now, METH_NOARGS,
+     "join_now(): the finished calls, then the GPU records read so far, joined now."},
+    {"join_counts", (PyCFunction)recorder_join_counts, METH_NOARGS,
+     "join_counts() -> dict: the join's launches and records seen, launches dropped at the "
+     "bound, the size of each of its tables, and whether it trimmed or lacked memory."},
+    {"join_profile", (PyCFunction)recorder_join_profile, METH_O,
+     "join_profile(memcpy_name) -> (sites, unattributed, unmatched, dropped, earlier): the join's "
+     "totals: sites [(name, (first, kernels, replays, unseen))], unattributed (first, kernels, "
+     "replays, unseen); kernels [(kernel, launches, gpu_ns)], replays [(replay site, launches, "
+     "gpu_ns)], unseen (launches, gpu_ns)."},
+    {"activity_counts", (PyCFunction)recorder_activity_counts, METH_NOARGS,
+     "activity_counts() -> {'waiting', 'dropped', 'cupti_dropped', 'names', "
+     "'names_past_bound'}: GPU records waiting, not kept past the bound, dropped by CUPTI; kernel "
+     "names kept, and kernel records named past their bound."},
+    {NULL, NULL, 0, NULL},
+};
+
+int
+activity_ready(PyTypeObject *recorder)
+{
+    return add_methods(recorder, activity_methods);
 }
 
 /* ------------------------------------------------------------------ forks */

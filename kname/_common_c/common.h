@@ -4,7 +4,7 @@
  * on every supported CPython, and the generation of the dicts they look up (kname.callsite's
  * `sites` and `kinds`), which tells a table of recent look-ups when an entry may no longer
  * answer; and the caller's frame, read without making a frame object. What this header declares
- * but does not define is in _native_common.c, built into each extension: one copy per extension.
+ * but does not define is in common.c, built into each extension: one copy per extension.
  */
 #ifndef KNAME_NATIVE_COMMON_H
 #define KNAME_NATIVE_COMMON_H
@@ -59,6 +59,10 @@
  * wrapper); -2 on error. */
 INTERNAL int decided_kind(PyObject *kinds, PyCodeObject *code);
 
+/* `methods` (NULL-terminated) added to `type`, made ready: how a file adds its own methods to a
+ * type another file defines (each C file registers what it defines). 0, or -1 with an error. */
+INTERNAL int add_methods(PyTypeObject *type, PyMethodDef *methods);
+
 /* ------------------------------------------------------------------ errors across versions */
 
 /* The error set now, taken (cleared), as one exception object; NULL when none is set. */
@@ -99,7 +103,7 @@ typedef struct {
     void *call_short; /* `call` where its cached launches may take the slot's short path */
 } Hot;
 
-INTERNAL extern Hot hot; /* one per extension: _native_common.c */
+INTERNAL extern Hot hot; /* one per extension: common.c */
 
 /* Every look-up of a dict remembered so far stale, as if each dict had changed (generation_of
  * reads hot.dict_changes on every version). */

@@ -1,31 +1,17 @@
-"""Where kname profile's launch API callbacks run: in C (kname._native_cupti), or in Python.
+"""kname._native_cupti's Recorder as kname profile drives it: CUPTI's callback in C.
 
-Both subscribe to CUPTI's callbacks at the launch APIs the collector chose, and name each call
-by capture.py's rules; they differ in what runs per launch:
-
-    NativeCallbacks   kname._native_cupti's Recorder, CUPTI's callback in C: a cached call site
-                      costs a frame look-up; its records reach the capture when drained (before
-                      each activity buffer is read, and at stop). It also reads CUPTI's activity
-                      buffers in C (reads_activity_buffers): each record copied out of the
-                      buffer into a C struct in CUPTI's thread, handed to the collector after;
-                      or, with nothing tagged, joined to its launch right there, in C
-                      (join_in_c: native_join.py), with no Python object per record, and kept
-                      there for the trace when one is asked for (keep_trace: native_trace.py).
-    PythonCallbacks   cupti-python calls a Python function, which hands the frame to
-                      LaunchCapture.enter and exit: about 20-50 us of CPU time per launch. The
-                      activity buffers are then cupti-python's (a Python object per record).
-
-Both also take CUPTI's graph resource callbacks (`graphs`: node made, cloned, updated,
-destroyed; capture.GRAPH_CALLBACKS), which tie each CUDA graph node to its line.
-
-The hot path of this install decides (kname.hotpath: the extension where built; KNAME_NATIVE=0:
-Python). The rest of the activity side (kinds, flush, what the records become) is the
-collector's (cupti_collector.py).
+A cached call site costs a frame look-up; the recorder's records reach the capture when drained
+(before each activity buffer is read, and at stop). It also reads CUPTI's activity buffers in C
+(reads_activity_buffers): each record copied out of the buffer into a C struct in CUPTI's
+thread, handed to the collector after; or, with nothing tagged, joined to its launch right there,
+in C (join_in_c: native_join.py), with no Python object per record, and kept there for the trace
+when one is asked for (keep_trace: native_trace.py). It names each call by capture.py's rules, as
+cupti-python's callback does (python_callback.py, the fallback), and takes CUPTI's graph resource
+callbacks too. The hot path of this install decides which runs (cupti_collector.choose).
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -38,8 +24,9 @@ from kname.profiling.capture import (
     NO_PYTHON_FRAME,
     SITE_KEY,
     UNNAMED,
+    Apis,
+    GraphCallbacks,
     LaunchCapture,
-    graph_ids,
     say_open_calls_forgotten,
     site_of_frame,
 )
@@ -55,120 +42,11 @@ from kname.profiling.records import (
     LaunchRecord,
 )
 
-# {CUPTI callback domain: {callback id: (API name, is a graph launch)}}
-Apis = dict[int, dict[int, tuple[str, bool]]]
-# {CUPTI resource callback id: graph node event} (capture.select_graph_callbacks)
-GraphCallbacks = dict[int, str]
-SUBSCRIBER_NAME = "kname"
 MAX_WAITING_RECORDS = 1_000_000  # GPU records read in C and not yet handed to the join
-PYTHON_CALLBACK_COST = "about 20-50 us of CPU time per launch"
 
 
 class NativeUnavailable(Exception):
     """The native callback cannot reach CUPTI's functions here (the Python one still may)."""
-
-
-def choose(capture: LaunchCapture) -> NativeCallbacks | PythonCallbacks:
-    """The callbacks this process uses: native where the extension is there and allowed."""
-    module, why = hotpath.current().cupti()
-    if module is None:
-        return PythonCallbacks(capture, why)
-    return NativeCallbacks(module, capture)
-
-
-class PythonCallbacks:
-    """CUPTI's callback through cupti-python: one Python call per launch API enter and exit."""
-
-    reads_activity_buffers = False  # cupti-python's buffers, with the collector's callbacks
-
-    def __init__(self, capture: LaunchCapture, why: str) -> None:
-        self._capture = capture
-        self._why = why
-        self._cupti: Any = None
-        self._subscriber: int | None = None
-        self._userdata: list = []  # kept alive for CUPTI's callback, as in NVIDIA's samples
-        self.holder: str | None = None  # the tool holding CUPTI, when subscribing failed so
-
-    def describe(self) -> str:
-        """What collects, for the line said at start."""
-        return f"CUPTI's Python binding ({self._why}), which adds {PYTHON_CALLBACK_COST}"
-
-    def subscribe(self, cupti: Any, apis: Apis, graphs: GraphCallbacks | None = None) -> None:
-        """Subscribe and enable `apis` and `graphs`; raises the binding's error (status) on
-        failure."""
-        self._cupti, self._apis, self._graphs = cupti, apis, graphs or {}
-        self._enter = int(cupti.ApiCallbackSite.API_ENTER)
-        self._resource = int(cupti.CallbackDomain.RESOURCE)
-        self._subscriber = self._subscribe(cupti)
-        for domain, chosen in apis.items():
-            for cbid in chosen:
-                cupti.enable_callback(1, self._subscriber, domain, cbid)
-        for cbid in self._graphs:
-            cupti.enable_callback(1, self._subscriber, self._resource, cbid)
-
-    def unsubscribe(self) -> None:
-        """No callback after this; raises the binding's error."""
-        subscriber, self._subscriber = self._subscriber, None
-        if subscriber is not None:
-            self._cupti.unsubscribe(subscriber)
-
-    def drain(self) -> None:
-        """Nothing waits here: each call went to the capture as it was made."""
-
-    def _subscribe(self, cupti: Any) -> int:
-        self.holder = None
-        if not hasattr(cupti, "subscribe_v2"):
-            return cupti.subscribe(self._on_api, self._userdata)
-        params = cupti.SubscriberParams()
-        params.struct_size = cupti.SUBSCRIBER_PARAMS_SIZE
-        params.subscriber_name = SUBSCRIBER_NAME
-        try:
-            return cupti.subscribe_v2(self._on_api, self._userdata, params.ptr)
-        except Exception:
-            self.holder = params.old_subscriber_name
-            raise
-
-    # CUPTI's callback: never raises into CUPTI.
-    def _on_api(self, userdata: Any, domain: int, cbid: int, data: Any) -> None:
-        try:
-            if domain == self._resource:
-                self._on_graph(self._graphs[cbid], data)
-            elif data.callback_site == self._enter:
-                api, graph = self._apis[domain][cbid]
-                try:
-                    frame = sys._getframe(1)  # the Python frame that called into the library
-                except ValueError:  # a thread with no Python frame (a C++ worker thread)
-                    frame = None
-                self._capture.enter(
-                    frame, data.correlation_id, api, graph, self._cupti.get_timestamp()
-                )
-            else:
-                self._capture.exit(data.correlation_id, self._cupti.get_timestamp())
-        except Exception as exc:
-            report_fault("recording a CUDA launch for kname profile", exc)
-
-    def _on_graph(self, event: str, data: Any) -> None:
-        """A graph resource callback: `data` is CUPTI's CUpti_ResourceData, whose descriptor is
-        the CUpti_GraphData."""
-        cupti = self._cupti
-        if not data.resource_descriptor:
-            return  # no CUpti_GraphData: nothing to tie
-        graph_data = cupti.GraphData.from_ptr(data.resource_descriptor, readonly=True)
-        ids = graph_ids(
-            graph_data,
-            cupti.get_graph_node_id,
-            cupti.get_graph_id,
-            getattr(cupti, "get_graph_exec_id", _no_id),  # cuptiGetGraphExecId: CUPTI 12.4+
-        )
-        try:
-            frame = sys._getframe(2)  # the Python frame that called into the library
-        except ValueError:
-            frame = None
-        self._capture.graph_node(frame, event, ids)
-
-
-def _no_id(handle: int) -> int:
-    return 0
 
 
 class NativeCallbacks:

@@ -1,9 +1,9 @@
 /*
- * kname._native's NVTX ranges (see _native_nvtx.h): the NvtxCall type, and nvtx_domain() and
+ * kname._native's NVTX ranges (see ranges.h): the NvtxCall type, and nvtx_domain() and
  * nvtx_range(), which make them. Without the NVTX headers at build time, only nvtx_ready(),
  * which then does nothing.
  */
-#include "_native_nvtx.h"
+#include "_native_c/ranges.h"
 
 #ifdef KNAME_NVTX
 /* Domain name -> its handle (as an int); domain name -> {category: id}. Under the GIL. */

@@ -1,9 +1,9 @@
 /*
- * The join of kname._native_cupti (see _native_cupti_join.h): join.py's tables (an
+ * The join of kname._native_cupti (see join.h): join.py's tables (an
  * insertion-ordered map of correlation ids for each of its dicts, an insert-only table for the
  * totals), its steps, and a snapshot of its totals for profile().
  */
-#include "_native_cupti_join.h"
+#include "profiling/_cupti_c/join.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,11 +1,28 @@
 /*
- * The definitions _native_common.h declares, built into each of kname's two C extensions: the
+ * The definitions common.h declares, built into each of kname's two C extensions: the
  * globals a cached launch reads (`hot`), errors taken on every supported CPython, and the
  * watchers that count changes to the dicts and types whose look-ups are remembered.
  */
-#include "_native_common.h"
+#include "_common_c/common.h"
 
 Hot hot = {1, 1, NULL, 0, NULL, NULL, NULL};
+
+/* ------------------------------------------------------------------ methods added */
+
+int
+add_methods(PyTypeObject *type, PyMethodDef *methods)
+{
+    for (PyMethodDef *method = methods; method->ml_name != NULL; method++) {
+        PyObject *descr = PyDescr_NewMethod(type, method);
+        if (descr == NULL || PyDict_SetItemString(type->tp_dict, method->ml_name, descr) < 0) {
+            Py_XDECREF(descr);
+            return -1;
+        }
+        Py_DECREF(descr);
+    }
+    PyType_Modified(type);
+    return 0;
+}
 
 /* ------------------------------------------------------------------ kinds of code */
 

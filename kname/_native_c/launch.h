@@ -10,7 +10,7 @@
  *      (kernel a tuple (i, attribute or None): no Python call; None when args is shorter), or
  *      kernel(args) (a callable); None means "not a launch";
  *   3. the caller's frame (a C call pushes no frame of its own; read without making a frame
- *      object, see _native_common.h) and the key (id(code), f_lasti, id(kernel)), looked up in
+ *      object, see _common_c/common.h) and the key (id(code), f_lasti, id(kernel)), looked up in
  *      `sites` (kname.callsite.sites, shared with the Python path). Where the caller is library
  *      code, the first user frame above it is found with `kinds` (kname.callsite._kinds,
  *      id(code) -> USER 0 / LIBRARY 1) and its key looked up too, as callsite.resolve would; a
@@ -51,9 +51,10 @@
 #ifndef KNAME_NATIVE_LAUNCH_H
 #define KNAME_NATIVE_LAUNCH_H
 
-#include "_native_common.h" /* first: it includes Python.h */
-#include "_native_nvtx.h"
-#include "_native_profiled.h"
+#include "_common_c/common.h" /* first: it includes Python.h */
+#include "_native_c/ranges.h"
+#include "_common_c/profiled.h"
+#include "_common_c/slots.h"
 
 #include <stddef.h>
 
@@ -72,33 +73,7 @@
 #else
 #define INITIAL_EXEC
 #endif
-INTERNAL extern _Thread_local Frame *launch_caller INITIAL_EXEC; /* _native_launch.c */
-
-/* ------------------------------------------------------------------ slots read in place */
-
-/* Where a type keeps some __slots__ members, learned once per type (and again after the type is
- * changed: its stamp moves, see _native_common.h). Reading the slot is what getattr does for a
- * plain slot of a type with generic attribute access: data descriptors come first in that
- * look-up. */
-#define MAX_FIELDS 4
-
-typedef struct {
-    PyTypeObject *type; /* strong: its address cannot be reused while learned */
-    uint64_t stamp;     /* NO_STAMP: the slots are read through getattr */
-    int offset[MAX_FIELDS]; /* 32 bytes in all: a learned layout and the fields it reads share
-                             * cache lines with the wrapper's other hot fields */
-} Layout;
-
-/* `layout` made `obj`'s class's, learned again where it is another's: whether obj's fields can
- * now be read in place (else they are read through getattr). */
-INTERNAL int fit_layout(Layout *layout, PyObject *obj, PyObject *const *names, int count);
-
-/* Slot i of `obj`, which layout_fits: borrowed, NULL when the slot is empty. */
-static inline PyObject *
-slot_value(const Layout *layout, PyObject *obj, int i)
-{
-    return *(PyObject **)((char *)obj + layout->offset[i]);
-}
+INTERNAL extern _Thread_local Frame *launch_caller INITIAL_EXEC; /* callsite.c */
 
 /* ------------------------------------------------------------------ Counter */
 
@@ -127,7 +102,7 @@ INTERNAL extern PyTypeObject CounterType;
  *
  * An entry also remembers what a cached launch reads (remember_launch): that the switch was on,
  * and the site's counter and NVTX range. Sites and switches tell of every change to them or to
- * their classes (kname._watched calls forget_launches, in _native_sites.c), which makes every
+ * their classes (kname._watched calls forget_launches, in callsite.c), which makes every
  * entry stale; so does a wrapper's clearing or freeing. One entry is one cache line. */
 #define RECENT 256 /* a power of 2 */
 
@@ -151,8 +126,8 @@ typedef struct {
     int kind;
 } RecentKind;
 
-INTERNAL extern Recent recent[RECENT];          /* _native_sites.c */
-INTERNAL extern RecentKind recent_kinds[RECENT]; /* _native_sites.c */
+INTERNAL extern Recent recent[RECENT];          /* callsite.c */
+INTERNAL extern RecentKind recent_kinds[RECENT]; /* callsite.c */
 
 /* Whether `entry` answers for this key: remembered by this wrapper (only one that may remember
  * does), its `sites` unchanged since. */
@@ -205,7 +180,7 @@ typedef struct {
     PyObject *weakrefs;
 } LaunchWrapper;
 
-/* The names of the fields a launch reads: the switch's `on`, the site's by F_*. */
+/* The names of the fields a launch reads: the switch's `on`, the site's by F_* (callsite.c). */
 INTERNAL extern PyObject *switch_names[1];
 INTERNAL extern PyObject *site_names[4];
 
@@ -242,7 +217,7 @@ args_item(const Args *a, Py_ssize_t i)
 
 /* ------------------------------------------------------------------ finding the site */
 
-/* In _native_sites.c, but lookup(). */
+/* In callsite.c, but lookup(). */
 
 /* lookup() past the recent table: the dict itself, the answer remembered in `entry`. */
 INTERNAL COLD PyObject *lookup_in_dict(LaunchWrapper *w, Frame *frame, PyObject *kernel,
@@ -288,7 +263,7 @@ INTERNAL void empty_recent(void);
 
 /* ------------------------------------------------------------------ the launch */
 
-/* In _native_launch.c, but the inline steps below. */
+/* In launch.c, but the inline steps below. */
 
 /* run(self, *tuple, **kwargs) through vectorcall (a rename-mode launch, say). */
 INTERNAL COLD PyObject *call_with_dict(PyObject *run, const Args *a);
@@ -364,9 +339,9 @@ typedef struct {
     void *domain;
 } CachedRange;
 
-/* A remembered range whose `domain` is this is kname profile's site calls (_native_profiled.h):
+/* A remembered range whose `domain` is this is kname profile's site calls (_common_c/profiled.h):
  * `attributes` is the push's KnameProfiled. Out of line: not the common launch without kname
- * profile. (_native_sites.c) */
+ * profile. (callsite.c) */
 INTERNAL extern char profiled_range;
 INTERNAL void open_profiled(const void *profiled);
 INTERNAL void close_profiled(const void *profiled);
@@ -430,11 +405,27 @@ launch(LaunchWrapper *w, const Args *a)
 
 /* ------------------------------------------------------------------ the module */
 
-/* For PyInit__native (_native_module.c): each part's types made ready and added to the module,
- * with its functions. 0, or -1 with an error. */
-INTERNAL int launch_ready(PyObject *module); /* _native_launch.c */
-INTERNAL int sites_ready(PyObject *module);  /* _native_sites.c */
-INTERNAL int cupy_ready(PyObject *module);   /* targets/cupy/_native_cupy.c */
-INTERNAL int triton_ready(PyObject *module); /* targets/triton/_native_triton.c */
+/* For PyInit__native (module.c): each file's types made ready and added to the module, with its
+ * functions. 0, or -1 with an error. */
+INTERNAL int launch_ready(PyObject *module);   /* launch.c */
+INTERNAL int counters_ready(PyObject *module); /* counters.c */
+INTERNAL int sites_ready(PyObject *module);    /* callsite.c */
+
+/* A library unit's C (kname/targets/<lib>/_native_<lib>.c) registers its own ready function,
+ * KNAME_UNIT(<lib>_ready), as the shared object is loaded (a constructor: it stores a pointer and
+ * runs no Python); the module's init readies every unit registered (units.c). No file of the
+ * extension's own names a unit, nor calls into one. */
+typedef int (*unit_ready)(PyObject *module);
+INTERNAL void register_unit(unit_ready ready); /* units.c */
+INTERNAL int units_ready(PyObject *module);    /* units.c */
+#if defined(__GNUC__)
+#define KNAME_UNIT(ready)                                                                          \
+    __attribute__((constructor)) static void register_##ready(void)                                \
+    {                                                                                              \
+        register_unit(ready);                                                                      \
+    }
+#else
+#error "kname._native's library units register themselves with a constructor (GCC or Clang)"
+#endif
 
 #endif /* KNAME_NATIVE_LAUNCH_H */

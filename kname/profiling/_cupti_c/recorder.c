@@ -1,11 +1,12 @@
 /*
- * kname._native_cupti's Recorder as Python sees it (see _native_cupti.h): its methods (the test
+ * kname._native_cupti's Recorder as Python sees it (see recorder.h): its own methods (the test
  * methods that stand in for CUPTI's callback, the marks of a wrapped launch, the finished calls
- * handed over as Python records, CUPTI's subscription), and the type itself. Its activity
- * buffers' methods are in _native_cupti_activity.c, its site calls (SiteCall) in
- * _native_cupti_site_calls.c.
+ * handed over as Python records, CUPTI's subscription), and the type itself. The files that give
+ * it more methods add their own (module.c calls each one's ready function): its activity
+ * buffers and the join in C, activity.c; its trace, trace.c and trace_json.c; its site calls
+ * (SiteCall), site_calls.c.
  */
-#include "_native_cupti.h"
+#include "profiling/_cupti_c/recorder.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -153,92 +154,6 @@ recorder_set_frameless(Recorder *r, PyObject *name)
 
 /* ---- records as Python objects */
 
-static int
-slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset)
-{
-    PyObject *descr = PyObject_GetAttrString((PyObject *)type, name);
-    if (descr == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    int plain = 0;
-    if (Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
-        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
-        plain = member->type == MEMBER_OBJECT_EX && !(member->flags & MEMBER_READONLY);
-        *offset = member->offset;
-    }
-    Py_DECREF(descr);
-    return plain;
-}
-
-static void
-learn_record_layout(RecordLayout *layout, PyTypeObject *type)
-{
-    Py_INCREF(type);
-    Py_XSETREF(layout->type, type);
-    layout->fast = type->tp_new == PyBaseObject_Type.tp_new
-                   && type->tp_setattro == PyObject_GenericSetAttr
-                   && !PyObject_HasAttrString((PyObject *)type, "__post_init__");
-    for (int i = 0; i < layout->count; i++)
-        layout->fast = layout->fast && slot_offset(type, layout->fields[i], &layout->offset[i]);
-    layout->version = valid_version_tag(type); /* after the look-ups, which give it one */
-    layout->fast = layout->fast && layout->version != 0;
-}
-
-static void
-init_layout(RecordLayout *layout, const char *const *fields)
-{
-    layout->fields = fields;
-    for (layout->count = 0; fields[layout->count] != NULL; layout->count++)
-        ;
-}
-
-PyObject *
-make(RecordLayout *layout, PyObject *make_record, PyObject **args)
-{
-    int count = layout->count;
-    PyObject *record = NULL;
-    for (int i = 0; i < count; i++) {
-        if (args[i] == NULL)
-            goto done;
-    }
-    PyTypeObject *type = (PyTypeObject *)make_record;
-    if (PyType_Check(make_record)
-        && (layout->type != type || layout->version != valid_version_tag(type)))
-        learn_record_layout(layout, type);
-    if (layout->type == type && layout->fast) {
-        record = type->tp_alloc(type, 0);
-        if (record != NULL) {
-            for (int i = 0; i < count; i++)
-                *(PyObject **)((char *)record + layout->offset[i]) = args[i];
-            return record;
-        }
-    }
-    else {
-        record = PyObject_Vectorcall(make_record, args, (size_t)count, NULL);
-    }
-done:
-    for (int i = 0; i < count; i++)
-        Py_XDECREF(args[i]);
-    return record;
-}
-
-PyObject *
-launch_object(Recorder *r, PyObject *make_record, const Launch *launch)
-{
-    PyObject *args[FIELDS] = {
-        PyLong_FromUnsignedLong(launch->correlation_id),
-        PyLong_FromUnsignedLong(launch->thread),
-        Py_NewRef(launch->site != NULL ? launch->site : r->no_frame),
-        Py_NewRef(PyTuple_GET_ITEM(r->api_names, launch->api)),
-        PyLong_FromUnsignedLongLong(launch->start),
-        PyLong_FromUnsignedLongLong(launch->end),
-        Py_NewRef(launch->graph ? Py_True : Py_False),
-        PyLong_FromUnsignedLong(launch->parent),
-    };
-    return make(&r->record_layout, make_record, args);
-}
-
 /* The `count` records at `taken` (each `size` bytes), made by one(r, make_record, record), as a
  * list; `taken` is freed. NULL with an error: no memory (taken NULL with a count: they stay). */
 static PyObject *
@@ -271,24 +186,6 @@ recorder_drain(Recorder *r, PyObject *make_record)
     Py_ssize_t count;
     Launch *taken = take_finished(r, &count);
     return records_list(r, make_record, taken, count, sizeof *taken, launch_record);
-}
-
-PyObject *
-node_object(Recorder *r, PyObject *make_record, const NodeEvent *e)
-{
-    PyObject *site = e->event != NODE_CREATED ? str_empty
-                     : e->site != NULL       ? (PyObject *)e->site
-                                             : r->no_frame;
-    PyObject *args[FIELDS] = {
-        Py_NewRef(graph_event_names[e->event]),
-        PyLong_FromUnsignedLongLong(e->node),
-        PyLong_FromUnsignedLong(e->graph),
-        PyLong_FromUnsignedLong(e->graph_exec),
-        PyLong_FromUnsignedLongLong(e->original),
-        Py_NewRef(site),
-        PyLong_FromUnsignedLong(e->correlation_id),
-    };
-    return make(&r->node_layout, make_record, args);
 }
 
 static PyObject *
@@ -351,15 +248,6 @@ recorder_counts(Recorder *r, PyObject *unused)
 }
 
 /* ---- CUPTI */
-
-void *
-symbol(Recorder *r, const char *name)
-{
-    void *found = dlsym(r->library, name);
-    if (found == NULL)
-        PyErr_Format(PyExc_OSError, "libcupti has no %s", name);
-    return found;
-}
 
 /* subscribe(path) -> (status, holder): the callback subscribed (status 0), or CUPTI's status
  * and, when another tool holds CUPTI and the library says so, that tool's name. */
@@ -518,9 +406,6 @@ static PyMethodDef recorder_methods[] = {
     {"set_frameless", (PyCFunction)recorder_set_frameless, METH_O,
      "set_frameless(name or None): a launch with no Python frame has this site from now on "
      "(None: no_frame)."},
-    {"site_calls", (PyCFunction)recorder_site_calls, METH_VARARGS,
-     "site_calls(name, nvtx_push, nvtx_pop) -> (push, pop): a wrapped launch's calls in C, "
-     "push = nvtx_push() then mark(name), pop = unmark() then nvtx_pop() (None: no NVTX call)."},
     {"drain", (PyCFunction)recorder_drain, METH_O,
      "drain(make_record) -> list: the finished calls, as make_record(correlation_id, thread, "
      "site, api, start, end, graph, parent), in the order they finished; open ones stay."},
@@ -542,51 +427,6 @@ static PyMethodDef recorder_methods[] = {
      "drain_graph_nodes(make_record) -> list: the graph node events kept, as make_record(event, "
      "node, graph, graph_exec, original, site, correlation_id), in the order they came."},
     {"unsubscribe", (PyCFunction)recorder_unsubscribe, METH_NOARGS, "unsubscribe() -> status."},
-    {"take_activity_buffers", (PyCFunction)recorder_take_activity_buffers, METH_VARARGS,
-     "take_activity_buffers(buffer_bytes, max_records, on_buffer) -> status: CUPTI's activity "
-     "buffers come to this recorder (after subscribe()), are read in C and freed; on_buffer() "
-     "(or None) is called with the GIL after each. At most max_records wait for a drain."},
-    {"release_activity_buffers", (PyCFunction)recorder_release_activity_buffers, METH_NOARGS,
-     "release_activity_buffers() -> bool: buffers completed from now on are freed unread."},
-    {"flush_activities", (PyCFunction)recorder_flush_activities, METH_VARARGS,
-     "flush_activities(flag) -> status: cuptiActivityFlushAll(flag), without the GIL."},
-    {"drain_activities", (PyCFunction)recorder_drain_activities, METH_VARARGS,
-     "drain_activities(make_activity, make_external, memcpy_name) -> (work, externals): the GPU "
-     "records read so far, as make_activity(kind, correlation_id, name, start, end, stream, "
-     "device, graph_id, graph_node_id) and make_external(correlation_id, external_id); "
-     "memcpy_name(copy_kind) names a copy (asked once per kind)."},
-    {"join_in_c", (PyCFunction)recorder_join_in_c, METH_VARARGS,
-     "join_in_c(max_pending, recent_window, unattributed, max_nodes, recent_nodes): GPU records "
-     "are joined in C from now on (kname.profiling.join's rules and bounds, graphs.py's for "
-     "graph nodes), not handed over."},
-    {"join_now", (PyCFunction)recorder_join_now, METH_NOARGS,
-     "join_now(): the finished calls, then the GPU records read so far, joined now."},
-    {"join_counts", (PyCFunction)recorder_join_counts, METH_NOARGS,
-     "join_counts() -> dict: the join's launches and records seen, launches dropped at the "
-     "bound, the size of each of its tables, and whether it trimmed or lacked memory."},
-    {"join_profile", (PyCFunction)recorder_join_profile, METH_O,
-     "join_profile(memcpy_name) -> (sites, unattributed, unmatched, dropped, earlier): the join's "
-     "totals: sites [(name, (first, kernels, replays, unseen))], unattributed (first, kernels, "
-     "replays, unseen); kernels [(kernel, launches, gpu_ns)], replays [(replay site, launches, "
-     "gpu_ns)], unseen (launches, gpu_ns)."},
-    {"keep_trace", (PyCFunction)recorder_keep_trace, METH_VARARGS,
-     "keep_trace(max_records): what the join in C is given is kept for the trace too (launch "
-     "calls, graph node events, GPU records: max_records of them at most), and launch calls are "
-     "timed. After join_in_c(), before take_activity_buffers()."},
-    {"trace_counts", (PyCFunction)recorder_trace_counts, METH_NOARGS,
-     "trace_counts() -> {'launches', 'graph_nodes', 'records', 'dropped', 'max_records'}: what "
-     "the trace keeps, and what it did not keep past its cap."},
-    {"trace_streams", (PyCFunction)recorder_trace_streams, METH_VARARGS,
-     "trace_streams(make_launch, make_activity, make_external, make_node, memcpy_name) -> "
-     "(launches, activities, externals, graph_nodes): what the trace keeps, as Python records."},
-    {"trace_json", (PyCFunction)recorder_trace_json, METH_VARARGS,
-     "trace_json(pid, program, version, unattributed, escape, display_name, memcpy_name) -> str: "
-     "kname.profiling.trace.trace_json of what the trace keeps, written in C (escape: json's "
-     "string encoder; each name asked once)."},
-    {"activity_counts", (PyCFunction)recorder_activity_counts, METH_NOARGS,
-     "activity_counts() -> {'waiting', 'dropped', 'cupti_dropped', 'names', "
-     "'names_past_bound'}: GPU records waiting, not kept past the bound, dropped by CUPTI; kernel "
-     "names kept, and kernel records named past their bound."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -629,10 +469,10 @@ recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     pthread_mutex_init(&r->lock, NULL);
     pthread_mutex_init(&r->activity_lock, NULL);
-    init_layout(&r->record_layout, launch_fields);
-    init_layout(&r->activity_layout, activity_fields);
-    init_layout(&r->external_layout, external_fields);
-    init_layout(&r->node_layout, node_fields);
+    init_record_layout(&r->record_layout, launch_fields);
+    init_record_layout(&r->activity_layout, activity_fields);
+    init_record_layout(&r->external_layout, external_fields);
+    init_record_layout(&r->node_layout, node_fields);
     r->serial = next_serial++;
     atomic_store(&r->timed, 1);
     r->forks = atomic_load(&forks);
@@ -748,12 +588,12 @@ recorder_dealloc(Recorder *r)
     Py_TYPE(r)->tp_free((PyObject *)r);
 }
 
-static PyTypeObject RecorderType = {
+PyTypeObject RecorderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "kname._native_cupti.Recorder",
     .tp_doc = "Recorder(apis, sites, kinds, site_of_frame, site_key, no_frame, unnamed, "
               "max_pending, max_open_calls): kname profile's CUPTI launch callback (see "
-              "kname/_native_cupti.h).",
+              "kname/profiling/_cupti_c/recorder.h).",
     .tp_basicsize = sizeof(Recorder),
     .tp_dealloc = (destructor)recorder_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,

@@ -1,8 +1,8 @@
 /*
- * CUDA graph nodes and the lines that made them, in C (see _native_cupti_graphs.h): the index of
+ * CUDA graph nodes and the lines that made them, in C (see graphs.h): the index of
  * 64-bit keys, the pool of nodes and their updates, graphs.py's steps.
  */
-#include "_native_cupti_graphs.h"
+#include "profiling/_cupti_c/graphs.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /*
  * CUDA graph nodes and the lines that made them, in C: the twin of kname/profiling/graphs.py for
- * the join kname._native_cupti keeps (_native_cupti_join.c). graphs.py is the specification:
+ * the join kname._native_cupti keeps (join.c). graphs.py is the specification:
  * the same events, the same rules (a clone's site wins over the copy instantiation reports as
  * made; an update names the replays launched after it; destroyed nodes are kept in a window of
  * the last `recent_nodes`; past `max_nodes` live nodes, new ones are not kept), and
@@ -10,7 +10,7 @@
 #ifndef KNAME_NATIVE_CUPTI_GRAPHS_H
 #define KNAME_NATIVE_CUPTI_GRAPHS_H
 
-#include "_native_common.h" /* first: it includes Python.h */
+#include "_common_c/common.h" /* first: it includes Python.h */
 
 #include <stdint.h>
 

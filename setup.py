@@ -153,11 +153,9 @@ def extensions(nvtx_include: str | None) -> list[Extension]:
                 libraries=["dl", "pthread"],
             )
         )
-        # sigaction chained to CPython's handler, a watchdog pthread, an unnamed semaphore.
+        # sigaction chained to CPython's handler, a POSIX timer (librt before glibc 2.34).
         made.append(
-            Extension(
-                "kname._sigterm_guard", sources=["kname/_sigterm_guard.c"], libraries=["pthread"]
-            )
+            Extension("kname._sigterm_guard", sources=["kname/_sigterm_guard.c"], libraries=["rt"])
         )
     return made
 

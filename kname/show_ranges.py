@@ -12,9 +12,10 @@ compile command, and a checksum file kname wrote beside it vouches for its bytes
 
 The cache is trusted only where it is this user's alone: the folder, the library and its
 checksum each owned by the effective user, writable by no one else, and not a symlink (checked
-on the descriptors opened, beneath the folder's). Else it is not used (one line says why) and
-the viewer is built for the run. Either way NVTX loads a copy in a private folder of this run
-(owner-only, removed afterwards): the very bytes the checksum was checked against, or the build.
+on the descriptors opened, beneath the folder's). NVTX then loads the library through
+/proc/<pid>/fd/N, the very file whose bytes the checksum was checked against, kept open while
+the program runs. Else the cache is not used (one line says why) and the viewer is built for
+the run, in a private folder (owner-only, removed afterwards).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import sys
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,28 +73,34 @@ def main(executable: str, program: list[str], environ: dict[str, str]) -> int:
 
 @contextmanager
 def viewer(cache: Path | None = None) -> Iterator[Path]:
-    """The viewer's shared library, in a private folder removed afterwards: a copy of the
-    cache's build where the cache is trusted and the checksum vouches for it, else one compiled
-    now (and kept in the cache where it is trusted; one line where it cannot be)."""
+    """The viewer's shared library: the cache's build where the cache is trusted and the
+    checksum vouches for it (as /proc/<pid>/fd/N of the very file checked, open while the
+    program runs), else one compiled now, kept in the cache where it is trusted (one line
+    where it cannot be), and loaded from there or from a private folder of this run."""
     compiler = _compiler()
     folder = cache or _cache_folder()
     name = f"libkname_show_ranges-{_build_digest(compiler)}.so"
+    with ExitStack() as stack:
+        cached = _open_cache(folder)  # None: not to be used, said why
+        if cached is not None:
+            stack.callback(os.close, cached)
+            library = _verified(cached, name, stack)
+            if library is not None:
+                yield library
+                return
+        built = _build_for_this_run(compiler, name, stack)
+        if cached is not None and _keep(built.read_bytes(), cached, folder / name):
+            built = _verified(cached, name, stack) or built  # loaded from where it is kept
+        yield built
+
+
+def _build_for_this_run(compiler: list[str], name: str, stack: ExitStack) -> Path:
+    """The viewer compiled into a private folder (owner-only), removed when `stack` closes."""
     try:
-        scratch = tempfile.TemporaryDirectory(prefix="kname-show-ranges-")  # made owner-only
+        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="kname-show-ranges-"))
     except OSError as exc:
         raise _no_temporary_file("a folder to build its NVTX viewer in", exc) from None
-    with scratch as private:
-        library = Path(private) / name
-        cached = _open_cache(folder)
-        try:
-            if cached is None or not _copy_verified(cached, name, library):
-                _compile(compiler, library)
-                if cached is not None:
-                    _keep(library.read_bytes(), cached, folder / name)
-        finally:
-            if cached is not None:
-                os.close(cached)
-        yield library
+    return _compile(compiler, Path(folder) / name)
 
 
 def _no_temporary_file(what: str, exc: OSError) -> ViewerUnavailable:
@@ -166,46 +173,71 @@ def _say_not_kept(folder: Path, reason: str | None, where: object) -> None:
     )
 
 
-def _copy_verified(cached: int, name: str, library: Path) -> bool:
-    """Copy the cache's build `name` to `library` where its checksum vouches for it (both
-    files this user's alone): read once, and the bytes checked are the bytes copied."""
-    data, checksum = _read_trusted(cached, name), _read_trusted(cached, name + ".sha256")
-    if data is None or checksum is None:
-        return False
-    if checksum.strip() != hashlib.sha256(data).hexdigest().encode():
-        return False  # empty, foreign or damaged
-    library.write_bytes(data)
-    return True
+def _verified(cached: int, name: str, stack: ExitStack) -> Path | None:
+    """The cache's build `name` as /proc/<pid>/fd/N, where its checksum vouches for it (both
+    files this user's alone), open until `stack` closes: what NVTX loads is the file whose
+    bytes were checked, whatever becomes of the name. None where not (or where there is no
+    /proc)."""
+    library = _open_trusted(cached, name)
+    if library is None:
+        return None
+    stack.callback(os.close, library)
+    checksum = _read_trusted(cached, name + ".sha256")
+    try:
+        data = _read_all(library)
+    except OSError:
+        return None
+    if checksum is None or checksum.strip() != hashlib.sha256(data).hexdigest().encode():
+        return None  # empty, foreign or damaged
+    path = Path(f"/proc/{os.getpid()}/fd/{library}")
+    return path if path.exists() else None
 
 
-def _read_trusted(folder: int, name: str) -> bytes | None:
-    """The bytes of `name` in the folder `folder` where it is a file this user's alone, else
-    None; a FIFO or a device is never waited on."""
+def _open_trusted(folder: int, name: str) -> int | None:
+    """A descriptor of `name` in the folder `folder` where it is a file this user's alone,
+    else None; a FIFO or a device is never waited on."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         descriptor = os.open(name, flags, dir_fd=folder)
     except OSError:
         return None
+    if _untrusted(os.fstat(descriptor), stat.S_ISREG) is not None:
+        os.close(descriptor)
+        return None
+    return descriptor
+
+
+def _read_all(descriptor: int) -> bytes:
+    chunks, offset = [], 0
+    while chunk := os.pread(descriptor, 1 << 20, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+def _read_trusted(folder: int, name: str) -> bytes | None:
+    """The bytes of `name` in the folder `folder` where it is a file this user's alone."""
+    descriptor = _open_trusted(folder, name)
+    if descriptor is None:
+        return None
     try:
-        if _untrusted(os.fstat(descriptor), stat.S_ISREG) is not None:
-            return None
-        chunks = []
-        while chunk := os.read(descriptor, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return _read_all(descriptor)
     except OSError:
         return None
     finally:
         os.close(descriptor)
 
 
-def _keep(data: bytes, cached: int, library: Path) -> None:
-    """Put a new build in the cache, its checksum beside it; one line where it cannot."""
+def _keep(data: bytes, cached: int, library: Path) -> bool:
+    """Put a new build in the cache, its checksum beside it; False (and one line) where it
+    cannot."""
     try:
         _write_whole(cached, library.name, data)
         _write_whole(cached, library.name + ".sha256", hashlib.sha256(data).hexdigest().encode())
     except OSError as exc:
         _say_not_kept(library.parent, exc.strerror, library)
+        return False
+    return True
 
 
 def _write_whole(folder: int, name: str, data: bytes) -> None:

@@ -30,6 +30,19 @@ def test_each_part_of_a_name_points_at_its_path_and_line(made):
     assert [frame.label for frame in frames] == [f"{f} {p}:{n}" for f, p, n in made]
 
 
+@given(st.lists(chains, min_size=1, max_size=6), st.sets(st.sampled_from(PATHS), min_size=1))
+def test_the_lines_names_point_at_are_the_same_parsed_afresh_or_remembered(made, known):
+    files = dict.fromkeys(known, "unread.py")
+    names = [name_of(frames) for frames in made]
+    afresh: dict[str, set[int]] = {}
+    for name in names:
+        for frame in chain(name, known):
+            if frame.path in known:
+                afresh.setdefault(frame.path, set()).add(frame.line)
+    assert sources._pointed_lines(names, files) == afresh
+    assert sources._pointed_lines(names, files) == afresh  # remembered this time
+
+
 @pytest.mark.parametrize(
     ("name", "where"),
     [

@@ -115,10 +115,11 @@ def _pointed_lines(names: Iterable[str], files: Mapping[str, str]) -> dict[str, 
     """{path: the lines the parts of `names` point at in it}, for the paths in `files`. Each
     name is parsed once while the files known stay the same (a census is saved again and
     again, its page too)."""
+    global _parsed
     known = frozenset(files)
-    if _parsed["known"] != known:
-        _parsed["known"], _parsed["names"] = known, {}
-    parsed: dict[str, tuple[tuple[str, int], ...]] = _parsed["names"]
+    if _parsed[0] != known:
+        _parsed = (known, {})  # one assignment: a thread saving at once sees one or the other
+    parsed = _parsed[1]
     wanted: dict[str, set[int]] = {}
     for name in names:
         pointed = parsed.get(name)
@@ -133,7 +134,8 @@ def _pointed_lines(names: Iterable[str], files: Mapping[str, str]) -> dict[str, 
 
 
 MAX_PARSED = 200_000  # names whose parse is kept (kname.counters counts at most so many sites)
-_parsed: dict[str, Any] = {"known": frozenset(), "names": {}}
+# (the files known, {name: the (path, line) of each part whose path is known}).
+_parsed: tuple[frozenset[str], dict[str, tuple[tuple[str, int], ...]]] = (frozenset(), {})
 
 
 def program_source(shown: str, filename: str) -> Sequence[str]:

@@ -177,12 +177,12 @@ def extensions(nvtx_include: str | None) -> list[Extension]:
                 libraries=["dl", "pthread"],
             )
         )
-        # sigaction chained to CPython's handler, a watchdog pthread, an unnamed semaphore.
+        # sigaction chained to CPython's handler, a POSIX timer (librt before glibc 2.34).
         made.append(
             Extension(
                 "kname._sigterm_guard",
                 sources=["kname/_sigterm_c/sigterm_guard.c"],
-                libraries=["pthread"],
+                libraries=["rt"],
             )
         )
     return made

@@ -8,10 +8,10 @@ program's own SIGTERM handler is never replaced: its exit runs atexit, where the
 
 A Python handler runs only when the main thread next runs bytecode: a SIGTERM taken just before
 a blocking call starts (`time.sleep`, a Pool worker's queue lock), or while C code never returns
-to Python, would wait forever. Where the C extension kname._sigterm_guard is built, a watchdog
-then interrupts the main thread's blocking call (which lets CPython run the handler), and where
-that does not bring Python back, ends the process with SIGTERM's default action after
-GRACE_SECONDS, without the writers.
+to Python, would wait forever. Where the C extension kname._sigterm_guard is built, a timer (no
+thread: a program stays single-threaded) then interrupts the main thread's blocking call (which
+lets CPython run the handler), and where that does not bring Python back, ends the process with
+SIGTERM's default action after GRACE_SECONDS, without the writers.
 
 While a writer runs, at exit or on SIGTERM, no Python signal handler runs inside it: each signal
 that comes meanwhile (a Ctrl-C, a program's SIGALRM timeout) waits for the writers to finish, and
@@ -104,11 +104,11 @@ def _guard_the_handler() -> None:
     try:
         guard = importlib.import_module("kname._sigterm_guard")
         guard.install(GRACE_SECONDS)
-    except (ImportError, OSError):  # not built, or no thread to spare: the handler alone
+    except (ImportError, OSError):  # not built, or no timer to be had: the handler alone
         return
     _guard = guard
     if not _fork_hook_registered:
-        # A forked child (a multiprocessing worker) inherits the guard but not its thread.
+        # A forked child (a multiprocessing worker) inherits the guard but not its timer.
         os.register_at_fork(after_in_child=guard.after_fork_in_child)
         _fork_hook_registered = True
 
@@ -117,7 +117,7 @@ def _on_sigterm(signum: int, frame: object) -> None:
     import signal
 
     global _sigterm_pending
-    # First: kname._sigterm_guard's watchdog leaves the writers to finish (and stops nudging
+    # First: kname._sigterm_guard's timer leaves the writers to finish (and stops nudging
     # this thread before the default action is back); a second SIGTERM kills at once.
     if _guard is not None:
         _guard.stand_down()

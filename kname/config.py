@@ -30,6 +30,7 @@ KNAME_DOMAIN = "KNAME_DOMAIN"
 KNAME_STRICT = "KNAME_STRICT"
 KNAME_NATIVE = "KNAME_NATIVE"
 KNAME_RANKS = "KNAME_RANKS"
+KNAME_SOURCES = "KNAME_SOURCES"
 KNAME_PROFILE_TRACE = "KNAME_PROFILE_TRACE"
 KNAME_PROFILE_HTML = "KNAME_PROFILE_HTML"
 KNAME_PROFILE_TOP = "KNAME_PROFILE_TOP"
@@ -70,7 +71,7 @@ MAX_NAME_LENGTH = 1024
 KNOWN_VARIABLES = (
     KNAME, KNAME_TARGETS, KNAME_SKIP, KNAME_USER, KNAME_FORMAT, KNAME_DEPTH,
     KNAME_MODE, KNAME_REPORT, KNAME_DOMAIN, KNAME_STRICT, *PROFILE_OUTPUTS,
-    *PROFILE_SETTINGS, KNAME_NATIVE, KNAME_RANKS,
+    *PROFILE_SETTINGS, KNAME_NATIVE, KNAME_RANKS, KNAME_SOURCES,
 )  # fmt: skip
 # How alike (difflib's ratio) a name must be to a known one to be taken for a misspelling of it:
 # at start-up, a near miss (KNAME_MDOE) is a problem; `kname doctor` shows any likeness.
@@ -108,6 +109,7 @@ class Config:
     ranks: RankSpans | None = None  # KNAME_RANKS: the ranks that profile (None: every rank)
     strict: bool = False
     native: bool = True  # KNAME_NATIVE: the C hot path where built (False: the pure-Python one)
+    sources: bool = True  # KNAME_SOURCES: saved documents keep the source of their lines
     problems: tuple[str, ...] = field(default=(), compare=False)
 
 
@@ -249,14 +251,36 @@ def native_requested(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def _read_native(value: str | None, problems: list[str]) -> bool:
+    return _read_on_by_default(
+        "KNAME_NATIVE", value, "the C hot path where built", "the pure-Python one", problems
+    )
+
+
+def sources_kept(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether KNAME_SOURCES lets saved documents keep source lines (the default; a bad value
+    counts as that): Config.sources, read alone (for kname.documents.sources at each write)."""
+    env = os.environ if environ is None else environ
+    return _read_sources(env.get(KNAME_SOURCES), [])
+
+
+def _read_sources(value: str | None, problems: list[str]) -> bool:
+    return _read_on_by_default(
+        KNAME_SOURCES, value, "a census, profile or page keeps the source around its lines",
+        "none kept", problems,
+    )  # fmt: skip
+
+
+def _read_on_by_default(
+    variable: str, value: str | None, on: str, off: str, problems: list[str]
+) -> bool:
+    """A switch that is on unless set off (`on`, `off`: what each means, for the message)."""
     if value is None or not value.strip():
         return True
     state = parse_switch(value)
     if state is None:
         problems.append(
-            f"KNAME_NATIVE={value!r} is not a switch value; accepted: {'/'.join(SWITCH_ON)} (the "
-            f"C hot path where built, the default) or {'/'.join(v for v in SWITCH_OFF if v)} (the "
-            "pure-Python one); using the default"
+            f"{variable}={value!r} is not a switch value; accepted: {'/'.join(SWITCH_ON)} ({on}, "
+            f"the default) or {'/'.join(v for v in SWITCH_OFF if v)} ({off}); using the default"
         )
         return True
     return state

@@ -28,6 +28,7 @@ from kname.config import (
     format_ranks,
     merge_rank_spans,
     read_config,
+    sources_kept,
     unknown_variables,
 )
 
@@ -44,6 +45,7 @@ VARIABLES = (
     "KNAME_STRICT",
     "KNAME_NATIVE",
     "KNAME_RANKS",
+    "KNAME_SOURCES",
 )
 DEFAULTS = Config()
 
@@ -74,6 +76,7 @@ def test_an_empty_environment_gives_every_default_and_no_problem() -> None:
     assert cfg.domain == DEFAULT_DOMAIN == "kname"
     assert cfg.strict is False
     assert cfg.native is True  # the C hot path, where it is built
+    assert cfg.sources is True  # saved documents keep the source around their lines
     assert cfg.ranks is None  # every rank profiles
     assert cfg.flush is None  # a profile is written at exit only
     assert cfg.problems == ()
@@ -210,6 +213,7 @@ RANKS_ACCEPTED = ["a rank (3)", "a range of ranks (0-7)", f"from 0 to {MAX_RANK}
         ("KNAME_MODE", "loud", ["nvtx", "rename", "census"], "mode"),
         ("KNAME_STRICT", "maybe", ["1/true/yes/on", "0/false/no/off"], "strict"),
         ("KNAME_NATIVE", "maybe", ["1/true/yes/on", "0/false/no/off", "default"], "native"),
+        ("KNAME_SOURCES", "none", ["1/true/yes/on", "0/false/no/off", "default"], "sources"),
         ("KNAME_RANKS", "x", RANKS_ACCEPTED, "ranks"),
         ("KNAME_RANKS", "5-2", RANKS_ACCEPTED, "ranks"),
         ("KNAME_RANKS", "-1", RANKS_ACCEPTED, "ranks"),
@@ -232,6 +236,12 @@ def test_a_bad_value_gives_one_problem_naming_it_and_the_default_is_used(
         assert text in problem
     assert len(problem.splitlines()) == 1
     assert getattr(cfg, attribute) == getattr(DEFAULTS, attribute)
+
+
+@pytest.mark.parametrize(("value", "kept"), [("0", False), ("off", False), ("1", True), ("", True)])
+def test_kname_sources_switches_source_keeping(value: str, kept: bool) -> None:
+    assert config(sources=value).sources is kept
+    assert sources_kept({"KNAME_SOURCES": value}) is kept
 
 
 def test_a_bad_targets_entry_is_dropped_and_the_good_ones_kept() -> None:

@@ -5,12 +5,15 @@ Merges of several documents are test_documents_merge.py.
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 from hypothesis import given
 from profile_streams import census_of, profile_of, site_counts, streams
 
 from kname.documents.build import census_document, profile_document
-from kname.documents.schema import RANKS, validate
+from kname.documents.schema import RANKS, render_json, validate
 from kname.profiling.join import Join
 from kname.ranks import Rank, meta
 
@@ -51,3 +54,13 @@ def test_a_document_says_who_made_it_when_told() -> None:
     for document in (census, profile):
         assert document[RANKS] == [record]
     assert RANKS not in census_document({})
+
+
+def test_a_host_name_of_undecodable_bytes_is_saved_as_its_escapes() -> None:
+    """socket.gethostname() keeps bytes that are not UTF-8 as lone surrogates (os.fsdecode):
+    the census that holds it is still written, the bytes shown as escapes."""
+    record = meta(Rank(0, 0, 1, None), host=os.fsdecode(b"node\xff7"), pid=77)
+    document = census_document({("step app.py:1", "axpy", "numba"): 2}, record)
+    text = render_json(document)
+    text.encode("utf-8")  # what write_atomically does
+    assert validate(json.loads(text), "c")[RANKS][0]["host"] == "node\\xff7"

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import subprocess
 import sys
 
 import pytest
 from html_pages import PATHS, chains, name_of, sourced_profiles
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import REPO
 
 from kname import _warnings, naming
 from kname.documents import sources
 from kname.documents.merge import merge_documents
+from kname.documents.owner import OWNER_VARIABLE
 from kname.documents.schema import DocumentError, render_json, validate
 from kname.documents.sources import CONTEXT, CUT, MAX_LINE_CHARS, SOURCES, chain, lines_of
 
@@ -24,6 +28,19 @@ def test_each_part_of_a_name_points_at_its_path_and_line(made):
     frames = chain(name_of(made), known=PATHS)
     assert [(frame.path, frame.line) for frame in frames] == [(p, n) for _, p, n in made]
     assert [frame.label for frame in frames] == [f"{f} {p}:{n}" for f, p, n in made]
+
+
+@given(st.lists(chains, min_size=1, max_size=6), st.sets(st.sampled_from(PATHS), min_size=1))
+def test_the_lines_names_point_at_are_the_same_parsed_afresh_or_remembered(made, known):
+    files = dict.fromkeys(known, "unread.py")
+    names = [name_of(frames) for frames in made]
+    afresh: dict[str, set[int]] = {}
+    for name in names:
+        for frame in chain(name, known):
+            if frame.path in known:
+                afresh.setdefault(frame.path, set()).add(frame.line)
+    assert sources._pointed_lines(names, files) == afresh
+    assert sources._pointed_lines(names, files) == afresh  # remembered this time
 
 
 @pytest.mark.parametrize(
@@ -166,3 +183,132 @@ def test_kept_spans_neither_overlap_nor_touch_and_hold_every_line_near_a_pointed
     assert all(end < start for (_, end), (start, _) in itertools.pairwise(ends))
     near = {n for n in range(1, 601) if any(abs(n - p) <= CONTEXT for p in numbers)}
     assert lines_of(spans) == {n: text[n - 1] for n in near}
+
+
+# --- whose source is kept: the program's Python only ----------------------------------------
+
+
+def census_of(name: str) -> dict:
+    return {"sites": [{"name": name, "launches": 1}], "total_launches": 1}
+
+
+def kept_for_code_named(filename: str) -> dict:
+    """The sources a census keeps for a launch from code compiled as `filename`."""
+    scope: dict = {}
+    exec(compile("import sys\nframe = sys._getframe()\n", filename, "exec"), scope)
+    facts = naming.frame_facts(scope["frame"])
+    return sources.with_sources(census_of(f"<module> {facts.path}:1"), naming.shown_files())
+
+
+def passwd_behind_a_python_name(folder) -> str:
+    (folder / "app.py").symlink_to("/etc/passwd")
+    return str(folder / "app.py")
+
+
+def a_template(folder) -> str:
+    (folder / "page.html").write_text("<p>{{ secret }}</p>\n")
+    return str(folder / "page.html")
+
+
+def a_folder_named_like_python(folder) -> str:
+    (folder / "pkg.py").mkdir()
+    return str(folder / "pkg.py")
+
+
+@pytest.mark.parametrize(
+    "named",
+    [lambda _: "/etc/passwd", passwd_behind_a_python_name, a_template, a_folder_named_like_python],
+)
+def test_code_named_after_a_file_that_is_not_the_programs_python_keeps_no_source(tmp_path, named):
+    assert SOURCES not in kept_for_code_named(named(tmp_path))
+
+
+def test_code_of_a_python_file_of_the_program_keeps_its_source(tmp_path):
+    write_lines(tmp_path / "tool.py", 3)
+    assert list(kept_for_code_named(str(tmp_path / "tool.py"))[SOURCES].values()) == [
+        [{"first": 1, "lines": ["line 1 = 1 * 2", "line 2 = 2 * 2", "line 3 = 3 * 2"]}]
+    ]
+
+
+def test_kname_sources_off_keeps_no_source(tmp_path, monkeypatch):
+    write_lines(tmp_path / "tool.py", 3)
+    monkeypatch.setenv("KNAME_SOURCES", "0")
+    assert SOURCES not in kept_for_code_named(str(tmp_path / "tool.py"))
+
+
+def test_a_file_is_read_once_while_it_is_unchanged_and_again_once_it_changes(tmp_path):
+    path = tmp_path / "app.py"
+    write_lines(path, 5)
+    first = sources.program_source("app.py", str(path))
+    assert sources.program_source("app.py", str(path)) is first  # not read again
+    path.write_text("changed = 1\n")
+    assert sources.program_source("app.py", str(path)) == ["changed = 1\n"]
+
+
+def test_a_source_is_decoded_as_python_decodes_it(tmp_path):
+    path = tmp_path / "latin.py"
+    path.write_bytes(b"# -*- coding: latin-1 -*-\r\nname = '\xe9t\xe9'\rx = 1\n")
+    assert sources.program_source("latin.py", str(path)) == [
+        "# -*- coding: latin-1 -*-\n",
+        "name = 'été'\n",
+        "x = 1\n",
+    ]
+
+
+CELL = """\
+import json, sys
+from IPython.core.interactiveshell import InteractiveShell
+from kname import naming
+from kname.documents import sources
+
+shell = InteractiveShell.instance(colors="nocolor")
+shell.run_cell("import sys\\nframe = sys._getframe()  # in a cell", store_history=True)
+facts = naming.frame_facts(shell.user_ns["frame"])
+census = {"sites": [{"name": f"<module> {facts.path}:2", "launches": 1}], "total_launches": 1}
+print(json.dumps(sources.with_sources(census, naming.shown_files()).get("sources")))
+"""
+
+
+def test_a_notebook_cell_keeps_the_source_ipython_gave_it(tmp_path):
+    pytest.importorskip("IPython")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "IPYTHONDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", CELL], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "<cell 1>": [{"first": 1, "lines": ["import sys", "frame = sys._getframe()  # in a cell"]}]
+    }
+
+
+FROM_A_PIPE = """\
+import helper
+
+helper.launch()  # the launch line
+print("ran", flush=True)
+"""
+
+
+def test_a_program_read_from_a_named_pipe_keeps_its_census_and_exits(tmp_path):
+    """The census is written at exit without opening the pipe again (no writer is left: opening
+    it would wait for ever)."""
+    (tmp_path / "helper.py").write_text("def launch():\n    return 1\n")
+    pipe = tmp_path / "app.py"
+    os.mkfifo(pipe)
+    env = {**os.environ, "PYTHONPATH": f"{REPO}:{tmp_path}", "KNAME": "1",
+           "KNAME_TARGETS": "helper:launch", "KNAME_MODE": "census", "KNAME_REPORT": "c.json",
+           OWNER_VARIABLE: ""}  # fmt: skip
+    with subprocess.Popen(
+        [sys.executable, str(pipe)], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    ) as program:  # fmt: skip
+        try:
+            pipe.write_text(FROM_A_PIPE)  # as `cat app.py > pipe` would, then gone
+            stdout, stderr = program.communicate(timeout=30)
+        finally:
+            if program.poll() is None:
+                program.kill()
+    assert (program.returncode, stdout, stderr) == (0, "ran\n", "")
+    census = json.loads((tmp_path / "c.json").read_text())
+    assert [site["name"] for site in census["sites"]] == ["<module> app.py:3"]
+    assert SOURCES not in census

@@ -3,12 +3,14 @@ and names made safe to print."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 from profile_streams import hostile_names
 
-from kname.documents.text import count_of, format_duration, printable
+from kname.documents.text import count_of, format_duration, os_text, printable
 
 
 @pytest.mark.parametrize(
@@ -49,3 +51,27 @@ def test_printable_text_is_kept_and_any_other_is_escaped_to_one_printable_line(t
     shown = printable(text)
     assert shown.isprintable()
     assert (shown == text) == text.isprintable()
+
+
+# Text as the system hands it over: any bytes, decoded as os.fsdecode does (surrogateescape).
+system_text = st.one_of(
+    st.binary(max_size=40).map(os.fsdecode),
+    st.text(max_size=40),  # lone surrogates of every kind among them
+)
+
+
+@given(system_text)
+def test_os_text_is_always_utf_8_and_leaves_what_already_was_as_it_was(text) -> None:
+    made = os_text(text)
+    made.encode("utf-8")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        assert made != text
+    else:
+        assert made == text
+
+
+@given(st.binary(max_size=40))
+def test_an_undecodable_byte_is_shown_as_its_escape(data) -> None:
+    assert os_text(os.fsdecode(data)) == data.decode("utf-8", "backslashreplace")

@@ -13,6 +13,7 @@ character, what trace.py writes for the same records in the order the recorder k
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import tracemalloc
@@ -449,3 +450,19 @@ def test_a_wrapped_launch_while_a_profile_collects_is_a_cached_launch(
     # recent look-ups filled); the others none.
     first, cached = countedlib.SEEN[0], countedlib.SEEN[2:]
     assert cached == [first - 1] * 3
+
+
+def test_a_command_line_of_undecodable_bytes_loses_no_trace(stand_in_cupti, monkeypatch, tmp_path):
+    """sys.argv keeps bytes that are not UTF-8 as lone surrogates (os.fsdecode): the trace the
+    C recorder keeps is still written, those bytes shown as escapes, as trace.py shows them."""
+    monkeypatch.setattr(sys, "argv", ["app.py", os.fsdecode(b"--out=r\xe9sultats")])
+    session = ProfileSession(keep_streams=True)
+    assert session.start()
+    launched(session, stand_in_cupti, ["a.py:1"])
+    session.stop()
+    assert session.collector.trace is not None and not session.log.kept  # written in C
+    session.save_trace(tmp_path / "trace.json")
+    events = json.loads((tmp_path / "trace.json").read_text(encoding="utf-8"))["traceEvents"]
+    (track,) = [e for e in events if e["name"] == "process_name" and e["pid"] < 1 << 30]
+    assert track["args"]["name"].startswith("CPU: app.py --out=r\\xe9sultats (pid ")
+    assert (tmp_path / "trace.json").read_text() == trace_json(session.streams())

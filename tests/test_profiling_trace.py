@@ -8,6 +8,7 @@ and thread used; flow events (`s`, then `f` with `"bp": "e"`) sharing an id.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from hypothesis import given
@@ -141,3 +142,14 @@ def test_every_timed_record_is_one_event_on_a_named_track(stream):
 def test_nothing_timed_is_a_valid_empty_trace(empty):
     events = parsed(empty)
     assert [e for e in events if e["ph"] != "M"] == []
+
+
+def test_a_command_line_of_undecodable_bytes_names_the_cpu_track_with_its_escapes():
+    """sys.argv keeps bytes that are not UTF-8 as lone surrogates (os.fsdecode): the trace is
+    still written, those bytes shown as escapes."""
+    program = " ".join(["python", "app.py", os.fsdecode(b"--out=r\xe9sultats")])
+    launch = LaunchRecord(1, 111, "step app.py:12", "cuLaunchKernel", 10_000, 14_000)
+    text = trace_json(Streams([launch], [], meta={"pid": 7, "program": program}))
+    text.encode("utf-8")  # what write_atomically does
+    (track,) = [e for e in json.loads(text)["traceEvents"] if e["name"] == "process_name"]
+    assert track["args"]["name"] == "CPU: python app.py --out=r\\xe9sultats (pid 7)"

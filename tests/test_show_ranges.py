@@ -6,7 +6,10 @@ the viewer prints is checked against the test suite's own NVTX capture of the sa
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import stat
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -167,7 +170,7 @@ def folder_at_the_viewers_path(app: Path, kname_venv: Venv) -> tuple[Path, str]:
 
 def file_at_the_cache_folders_path(app: Path, kname_venv: Venv) -> tuple[Path, str]:
     (app / "cache" / "kname").write_text("kept")
-    return app / "cache" / "kname", f"File exists: {app / 'cache' / 'kname'})"
+    return app / "cache" / "kname", f"Not a directory: {app / 'cache' / 'kname'})"
 
 
 @pytest.mark.parametrize("in_the_way", [folder_at_the_viewers_path, file_at_the_cache_folders_path])
@@ -216,12 +219,121 @@ def test_the_viewer_is_built_anew_when_the_nvtx_declarations_it_includes_change(
     source.write_bytes(show_ranges.SOURCE.read_bytes())
     header.write_bytes(show_ranges.SOURCE.with_name(header.name).read_bytes())
     monkeypatch.setattr(show_ranges, "SOURCE", source)
-    with show_ranges.viewer(tmp_path / "cache") as first:
+    with show_ranges.viewer(tmp_path / "cache"):
         pass
     header.write_text(header.read_text() + "/* changed */\n")
-    with show_ranges.viewer(tmp_path / "cache") as second:
+    with show_ranges.viewer(tmp_path / "cache"):
         pass
-    assert first != second and first.is_file() and second.is_file()
+    assert len(list((tmp_path / "cache").glob("*.so"))) == 2
+
+
+def plant(cache: Path, name: str, planted: bytes) -> None:
+    """A library and a checksum that vouches for it, as another user could leave them."""
+    (cache / name).write_bytes(planted)
+    (cache / f"{name}.sha256").write_text(hashlib.sha256(planted).hexdigest())
+
+
+def planted_in_a_built_cache(cache: Path, inject_lib: Path) -> tuple[str, bytes]:
+    """(the viewer's name, the NVTX tool planted in its place) in `cache`, built first."""
+    with show_ranges.viewer(cache):
+        (name,) = [library.name for library in cache.glob("*.so")]
+    planted = inject_lib.read_bytes()
+    plant(cache, name, planted)
+    return name, planted
+
+
+def test_a_viewer_planted_in_a_cache_others_may_write_is_never_loaded(
+    kname_venv: Venv, app: Path, inject_lib: Path
+) -> None:
+    show(kname_venv, app)
+    cache, planted = app / "cache" / "kname", inject_lib.read_bytes()
+    plant(cache, cached(app).name, planted)
+    cache.chmod(0o777)
+    result = show(kname_venv, app)
+    said, rest = result.stderr.split("\n", 1)
+    assert said == (
+        f"kname run --show-ranges: its cache {cache} is not used (others may write it: mode "
+        "0777), so its NVTX viewer is built at every run: make the folder yours alone (chmod "
+        "go-w), or set XDG_CACHE_HOME to one that is"
+    )
+    assert table(rest) == {("kname", STEP): 3, ("kname", MAIN): 1}  # kname's viewer, not it
+    assert cached(app).read_bytes() == planted  # a folder others may write: nothing written
+
+
+def as_nobody(path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only root can give a file to another user")
+    os.chown(path, 65534, 65534)
+
+
+def cache_others_may_write(cache: Path) -> str:
+    cache.chmod(0o770)
+    return "others may write it: mode 0770"
+
+
+def cache_of_another_user(cache: Path) -> str:
+    as_nobody(cache)
+    return f"it is owned by uid 65534, not by uid {os.geteuid()}"
+
+
+def cache_through_a_symlink(cache: Path) -> str:
+    cache.rename(cache.with_name("elsewhere"))
+    cache.symlink_to(cache.with_name("elsewhere"))
+    return "it is a symlink"
+
+
+@pytest.mark.parametrize(
+    "not_ours", [cache_others_may_write, cache_of_another_user, cache_through_a_symlink]
+)
+def test_a_cache_that_is_not_the_users_alone_is_not_used_and_said_so_in_one_line(
+    tmp_path: Path, inject_lib: Path, capsys: pytest.CaptureFixture[str], not_ours
+) -> None:
+    cache = tmp_path / "cache"
+    name, planted = planted_in_a_built_cache(cache, inject_lib)
+    problem = not_ours(cache)
+    capsys.readouterr()
+    with show_ranges.viewer(cache) as library:
+        assert library.read_bytes().startswith(b"\x7fELF")
+        assert library.read_bytes() != planted  # built now, for this run only
+        assert stat.S_IMODE(library.parent.stat().st_mode) == 0o700
+    assert not library.parent.exists()
+    said = capsys.readouterr().err
+    assert said == (
+        f"kname run --show-ranges: its cache {cache} is not used ({problem}), so its NVTX viewer "
+        "is built at every run: make the folder yours alone (chmod go-w), or set XDG_CACHE_HOME "
+        "to one that is\n"
+    )
+    assert (cache / name).read_bytes() == planted  # left as it was
+
+
+def test_a_viewer_file_of_another_user_in_the_users_cache_is_never_loaded(
+    tmp_path: Path, inject_lib: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = tmp_path / "cache"
+    name, planted = planted_in_a_built_cache(cache, inject_lib)
+    as_nobody(cache / name)
+    with show_ranges.viewer(cache) as library:
+        loaded = library.read_bytes()
+    assert loaded not in (planted, b"")
+    assert capsys.readouterr().err == ""
+    assert (cache / name).read_bytes() == loaded  # built again, in its place
+
+
+def test_nvtx_loads_the_cached_file_whose_bytes_were_checked_whatever_becomes_of_its_name(
+    tmp_path: Path,
+) -> None:
+    cache = tmp_path / "cache"
+    with show_ranges.viewer(cache):
+        pass  # built and kept
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+    with show_ranges.viewer(cache) as library:
+        (kept,) = cache.glob("*.so")
+        assert library.parent == Path(f"/proc/{os.getpid()}/fd") and library.samefile(kept)
+        checked = library.read_bytes()
+        kept.unlink()
+        kept.write_bytes(b"swapped")  # a name swapped between the check and the load
+        assert library.read_bytes() == checked
+    assert not library.exists()  # open while the program runs only
 
 
 @pytest.mark.parametrize(

@@ -150,7 +150,7 @@ def test_without_the_guard_that_sigterm_is_lost_and_the_process_hangs(
 
 
 @NEEDS_GUARD
-def test_a_forked_child_has_a_watchdog_of_its_own(blocking_library: Path) -> None:
+def test_a_forked_child_has_a_guard_of_its_own(blocking_library: Path) -> None:
     with started(PROGRAM, str(blocking_library), "guard", "forked-child") as program:
         lines = [program.stdout.readline(), program.stdout.readline()]  # in either order
         assert "ready\n" in lines
@@ -208,7 +208,7 @@ def tripping_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_sigterm_taken_just_before_a_sleep_starts_still_runs_the_writers(
     tripping_library: Path,
 ) -> None:
-    """The watchdog's nudge interrupts the sleep, and CPython runs kname's handler at once."""
+    """The guard's nudge interrupts the sleep, and CPython runs kname's handler at once."""
     with started(TRIP_THEN_SLEEP, str(tripping_library), "guard") as program:
         stdout, stderr = program.communicate(timeout=HANG)
     assert program.returncode == -signal.SIGTERM, stderr
@@ -234,7 +234,7 @@ _sigterm.GRACE_SECONDS = 0.2
 
 
 def slow_writer():
-    time.sleep(1.0)  # five times the grace: the watchdog must leave a running handler be
+    time.sleep(1.0)  # five times the grace: the guard must leave a running handler be
     print("written; guard still in place:", _sigterm_guard.installed(), flush=True)
 
 
@@ -324,3 +324,36 @@ def test_without_the_guard_that_ctrl_c_is_a_traceback_from_the_callbacks_first_l
     done = run(CTRL_C_BEFORE_KNAME_EXIT.replace("sys.argv[1]", "'unguarded'"))
     assert done.stdout == "" and "KeyboardInterrupt" in done.stderr
     assert "_sigterm.py" in done.stderr
+
+
+# Python 3.12's os.fork() warns ("This process is multi-threaded, use of fork() may lead to
+# deadlocks") where the process has more than one OS thread: a census asked for must add none.
+CENSUS_THEN_FORK = """
+import os, sys, threading, warnings
+import kname
+
+kname.install()  # KNAME_MODE=census, KNAME_REPORT: the census is written at exit, or at SIGTERM
+assert kname._sigterm_guard.installed()
+print("threads:", len(os.listdir("/proc/self/task")), threading.active_count(), flush=True)
+warnings.simplefilter("error", DeprecationWarning)
+child = os.fork()
+if child == 0:
+    os._exit(0)
+os.waitpid(child, 0)
+print("forked", flush=True)
+"""
+
+
+@NEEDS_GUARD
+def test_a_census_asked_for_keeps_a_single_threaded_program_single_threaded(
+    tmp_path: Path,
+) -> None:
+    census = tmp_path / "census.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO), KNAME_MODE="census", KNAME_REPORT=str(census))
+    done = subprocess.run(
+        [sys.executable, "-c", CENSUS_THEN_FORK], env=env, capture_output=True, text=True,
+        timeout=HANG,
+    )  # fmt: skip
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == "threads: 1 1\nforked\n"
+    assert census.is_file()

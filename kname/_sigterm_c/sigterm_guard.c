@@ -9,70 +9,124 @@
  * SIGTERM's default action would have killed the process at once.
  *
  * install(grace) puts a sigaction handler in front of CPython's: it calls CPython's handler (so
- * the Python one still runs) and wakes a watchdog thread (sem_post is async-signal-safe). Until
- * kname's Python handler has begun (it calls stand_down() first), the watchdog nudges the main
- * thread every NUDGE_NS with a SIGTERM of its own (pthread_kill): a blocking call that CPython
- * retries after checking for signals (time.sleep, a lock, select) returns with EINTR, and the
- * Python handler runs, census and all. The nudge is recognised in the handler and goes no
- * further. After `grace` seconds without the Python handler, the watchdog puts back the default
- * action and sends SIGTERM again: the process dies of it, as without kname (without the census:
- * nothing can write it then).
+ * the Python one still runs) and arms this process's nudge timer, a POSIX timer made at install
+ * that sends SIGTERM to the main thread (timer_settime is async-signal-safe). Until kname's
+ * Python handler has begun (it calls stand_down() first, which disarms the timer), the timer
+ * nudges the main thread every NUDGE_NS: a blocking call that CPython retries after checking for
+ * signals (time.sleep, a lock, select) returns with EINTR, and the Python handler runs, census
+ * and all. The nudge is recognised in the handler and goes no further. A nudge past `grace`
+ * seconds puts back the default action and sends SIGTERM again: the process dies of it, as
+ * without kname (without the census: nothing can write it then).
  *
- * stand_down() and the watchdog's look-and-nudge share a mutex, so no nudge is sent after it;
- * one sent before it is still pending on the main thread, and stand_down() takes it (any return
- * from the kernel delivers it) while this handler is still in place: a nudge never meets the
- * default action that the Python handler puts back next.
+ * No thread: a timer is no thread, so a single-threaded program stays single-threaded (Python
+ * 3.12's os.fork() warns in a process with more than one). stand_down() runs on the main thread,
+ * where the timer's signals go: a nudge pending as it disarms the timer is delivered as that
+ * system call returns (or dropped with the disarming), while this handler is still in place: a
+ * nudge never meets the default action that the Python handler puts back next.
  *
- * The watchdog blocks every signal, so it never takes one meant for the main thread. A forked
- * child inherits the handler but not the thread: after_fork_in_child() starts its own. A program
- * that sets its own SIGTERM handler, and kname's Python handler setting the default back, replace
- * this one (CPython calls sigaction): the guard is then gone. The watchdog never touches Python.
+ * A forked child inherits the handler but not the timer: after_fork_in_child() makes its own.
+ * A program that sets its own SIGTERM handler, and kname's Python handler setting the default
+ * back, replace this one (CPython calls sigaction): the guard is then gone.
  */
 #include <Python.h>
 #include <errno.h>
-#include <pthread.h>
-#include <semaphore.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <stdatomic.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#ifndef sigev_notify_thread_id
+#define sigev_notify_thread_id _sigev_un._tid
+#endif
+
 static struct sigaction chained;          /* CPython's handler, called from ours */
-static sem_t wake;                        /* posted once per SIGTERM taken */
 static atomic_llong grace_ns;             /* how long the Python handler has to begin */
-static pid_t watchdog_pid;                /* the process whose watchdog runs (none: 0) */
-static pthread_t main_thread;             /* where CPython runs Python's signal handlers */
+static timer_t nudger;                    /* SIGTERM to the main thread, every NUDGE_NS */
+static pid_t nudger_pid;                  /* the process whose timer `nudger` is (none: 0) */
+static atomic_llong deadline_ns;          /* when the SIGTERM being waited on kills (none: 0) */
+static atomic_int stood_down;             /* kname's Python handler has begun */
 
 #define NUDGE_NS 100000000LL /* 0.1 s: a Python handler that runs at all has begun by then */
 
-/* Guards `stood_down` and the watchdog's look-then-nudge (see stand_down). */
-static pthread_mutex_t standing = PTHREAD_MUTEX_INITIALIZER;
-static int stood_down;                    /* kname's Python handler has begun */
-static atomic_int nudges_sent, nudges_taken;
+static long long
+now_ns(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (long long)now.tv_sec * 1000000000LL + now.tv_nsec;
+}
 
-/* The watchdog's own SIGTERM to the main thread: a thread-directed signal of this process, while
- * one it sent is still untaken. (A program's own signal.pthread_kill(main, SIGTERM) taken in that
- * instant would be taken for one: the SIGTERM being handled is already there for it.) */
+/* Nudge every NUDGE_NS from now (1), or no more (0). Async-signal-safe. */
+static void
+set_nudging(int on)
+{
+    struct itimerspec every = {{0, 0}, {0, 0}};
+    if (on) {
+        every.it_value.tv_nsec = every.it_interval.tv_nsec = NUDGE_NS;
+    }
+    if (nudger_pid == getpid()) {
+        timer_settime(nudger, 0, &every, NULL);
+    }
+}
+
+/* This process's nudge timer, aimed at the calling thread: 0, or an errno. */
+static int
+make_nudger(void)
+{
+    struct sigevent event;
+    memset(&event, 0, sizeof event);
+    event.sigev_notify = SIGEV_THREAD_ID;
+    event.sigev_signo = SIGTERM;
+    event.sigev_value.sival_ptr = &nudger; /* how a nudge is told from another SIGTERM */
+    event.sigev_notify_thread_id = (pid_t)syscall(SYS_gettid);
+    if (timer_create(CLOCK_MONOTONIC, &event, &nudger) != 0) {
+        return errno;
+    }
+    nudger_pid = getpid();
+    return 0;
+}
+
 static int
 is_nudge(const siginfo_t *info)
 {
-    return info != NULL && info->si_code == SI_TKILL && info->si_pid == getpid()
-           && atomic_load(&nudges_taken) < atomic_load(&nudges_sent);
+    return info != NULL && info->si_code == SI_TIMER && info->si_value.sival_ptr == &nudger;
+}
+
+/* A nudge: its work is done (the system call it interrupted returns EINTR; CPython's flag is
+ * already set by the SIGTERM that armed it), unless the grace is over. */
+static void
+on_nudge(void)
+{
+    long long deadline = atomic_load(&deadline_ns);
+    if (atomic_load(&stood_down) || deadline == 0 || now_ns() < deadline) {
+        return;
+    }
+    set_nudging(0);
+    struct sigaction default_action;
+    memset(&default_action, 0, sizeof default_action);
+    default_action.sa_handler = SIG_DFL;
+    sigemptyset(&default_action.sa_mask);
+    sigaction(SIGTERM, &default_action, NULL);
+    kill(getpid(), SIGTERM); /* taken as this handler returns (or by another thread) */
 }
 
 static void
 on_sigterm(int signum, siginfo_t *info, void *context)
 {
+    int saved = errno; /* the interrupted code may be about to read errno */
     if (is_nudge(info)) {
-        /* Its work is done: the system call it interrupted returns EINTR. CPython's flag is
-         * already set by the SIGTERM that woke the watchdog. */
-        atomic_fetch_add(&nudges_taken, 1);
+        on_nudge();
+        errno = saved;
         return;
     }
-    int saved = errno; /* the interrupted code may be about to read errno */
-    sem_post(&wake);
+    long long none = 0;
+    if (!atomic_load(&stood_down)
+        && atomic_compare_exchange_strong(&deadline_ns, &none, now_ns() + atomic_load(&grace_ns))) {
+        set_nudging(1);
+    }
     errno = saved;
     if (chained.sa_flags & SA_SIGINFO) {
         chained.sa_sigaction(signum, info, context);
@@ -93,94 +147,6 @@ guard_in_place(void)
 {
     struct sigaction current;
     return sigaction(SIGTERM, NULL, &current) == 0 && is_guard(&current);
-}
-
-static long long
-now_ns(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (long long)now.tv_sec * 1000000000LL + now.tv_nsec;
-}
-
-static void
-sleep_until(long long when_ns)
-{
-    struct timespec deadline = {(time_t)(when_ns / 1000000000LL), (long)(when_ns % 1000000000LL)};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, NULL) == EINTR) {
-    }
-}
-
-/* One SIGTERM: nudge the main thread until kname's Python handler begins, or end the process
- * once the grace is over. Called with `standing` held; 1 when the SIGTERM is dealt with. */
-static int
-look_and_nudge(long long deadline_ns)
-{
-    /* Replaced: kname's Python handler has begun (it ends the process itself), or the program
-     * set its own handler. */
-    if (stood_down || !guard_in_place()) {
-        return 1;
-    }
-    if (now_ns() < deadline_ns) {
-        atomic_fetch_add(&nudges_sent, 1);
-        if (pthread_kill(main_thread, SIGTERM) != 0) {
-            atomic_fetch_sub(&nudges_sent, 1);
-        }
-        return 0;
-    }
-    struct sigaction default_action = {0};
-    default_action.sa_handler = SIG_DFL;
-    sigemptyset(&default_action.sa_mask);
-    sigaction(SIGTERM, &default_action, NULL);
-    kill(getpid(), SIGTERM); /* to the process: this thread blocks it, another takes it */
-    return 1;
-}
-
-static void *
-watch(void *unused)
-{
-    (void)unused;
-    for (;;) {
-        if (sem_wait(&wake) != 0) {
-            if (errno == EINTR) {
-                continue;
-            }
-            return NULL; /* a broken semaphore: no guard, as without it */
-        }
-        long long deadline = now_ns() + atomic_load(&grace_ns);
-        int done = 0;
-        while (!done) {
-            long long next = now_ns() + NUDGE_NS;
-            sleep_until(next < deadline ? next : deadline);
-            pthread_mutex_lock(&standing);
-            done = look_and_nudge(deadline);
-            pthread_mutex_unlock(&standing);
-        }
-    }
-}
-
-static int
-start_watchdog(void)
-{
-    pthread_attr_t attributes;
-    pthread_t thread;
-    sigset_t every, before;
-    int failed = pthread_attr_init(&attributes);
-    if (failed) {
-        return failed;
-    }
-    pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
-    /* Created with every signal blocked, which it keeps: a signal taken on this thread would
-     * not interrupt the main thread's system call, and Python would see it late. */
-    sigfillset(&every);
-    pthread_sigmask(SIG_BLOCK, &every, &before);
-    failed = pthread_create(&thread, &attributes, watch, NULL);
-    pthread_sigmask(SIG_SETMASK, &before, NULL);
-    pthread_attr_destroy(&attributes);
-    if (!failed) {
-        watchdog_pid = getpid();
-    }
-    return failed;
 }
 
 static PyObject *
@@ -207,9 +173,9 @@ install(PyObject *module, PyObject *grace)
         (current.sa_handler == SIG_DFL || current.sa_handler == SIG_IGN)) {
         Py_RETURN_FALSE; /* no Python handler to guard */
     }
-    main_thread = pthread_self(); /* signal.signal() just succeeded here: the main thread */
-    if (watchdog_pid != getpid()) {
-        int failed = start_watchdog();
+    /* signal.signal() just succeeded here: this is the main thread, where nudges go. */
+    if (nudger_pid != getpid()) {
+        int failed = make_nudger();
         if (failed) {
             errno = failed;
             return PyErr_SetFromErrno(PyExc_OSError);
@@ -231,20 +197,14 @@ after_fork_in_child(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    /* The parent's wake-ups and nudges, copied with its memory, are not this process's signals;
-     * its mutex may have been copied held by a watchdog that is not here. */
-    while (sem_trywait(&wake) == 0) {
-    }
-    pthread_mutex_init(&standing, NULL);
-    stood_down = 0;
-    atomic_store(&nudges_sent, 0);
-    atomic_store(&nudges_taken, 0);
-    main_thread = pthread_self(); /* the forking thread, now this process's main thread */
-    if (!guard_in_place() || watchdog_pid == getpid()) {
+    /* The parent's SIGTERM being waited on is not this process's; its timer is not here. */
+    atomic_store(&stood_down, 0);
+    atomic_store(&deadline_ns, 0);
+    if (!guard_in_place() || nudger_pid == getpid()) {
         Py_RETURN_NONE;
     }
-    if (start_watchdog() != 0) {
-        sigaction(SIGTERM, &chained, NULL); /* no watchdog: CPython's handler alone, as before */
+    if (make_nudger() != 0) {
+        sigaction(SIGTERM, &chained, NULL); /* no timer: CPython's handler alone, as before */
     }
     Py_RETURN_NONE;
 }
@@ -254,14 +214,10 @@ stand_down(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    pthread_mutex_lock(&standing);
-    stood_down = 1;
-    pthread_mutex_unlock(&standing);
-    /* A nudge sent before is pending on this thread, the main one: the next return from the
-     * kernel delivers it. Bounded, in case something blocks SIGTERM here. */
-    for (int i = 0; i < 10000 && atomic_load(&nudges_taken) < atomic_load(&nudges_sent); i++) {
-        sched_yield();
-    }
+    atomic_store(&stood_down, 1);
+    /* On the main thread, where nudges go: one pending is delivered to this handler, still in
+     * place, as timer_settime returns (or dropped with the disarming). */
+    set_nudging(0);
     Py_RETURN_NONE;
 }
 
@@ -311,11 +267,11 @@ static PyMethodDef methods[] = {
      "call_at_exit(fn): fn(), after the signals that came before it, a Ctrl-C's dropped."},
     {"install", install, METH_O,
      "install(grace): guard the SIGTERM handler CPython has in place; False where there is none "
-     "(OSError where the watchdog thread cannot start)."},
+     "(OSError where its nudge timer cannot be made)."},
     {"after_fork_in_child", after_fork_in_child, METH_NOARGS,
-     "after_fork_in_child(): a forked child that inherited the guard gets its own watchdog."},
+     "after_fork_in_child(): a forked child that inherited the guard gets its own nudge timer."},
     {"stand_down", stand_down, METH_NOARGS,
-     "stand_down(): kname's Python handler has begun; the watchdog leaves this SIGTERM to it."},
+     "stand_down(): kname's Python handler has begun; the guard leaves this SIGTERM to it."},
     {"installed", installed, METH_NOARGS,
      "installed(): whether SIGTERM's handler is this guard now."},
     {NULL, NULL, 0, NULL},
@@ -333,12 +289,5 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC
 PyInit__sigterm_guard(void)
 {
-    static int initialised = 0;
-    if (!initialised) {
-        if (sem_init(&wake, 0, 0) != 0) {
-            return PyErr_SetFromErrno(PyExc_ImportError);
-        }
-        initialised = 1;
-    }
     return PyModule_Create(&module_def);
 }

@@ -16,6 +16,7 @@ from kname.documents.schema import (
     REPLAYED_UNSEEN,
     kernel_sums,
 )
+from kname.documents.text import os_text
 
 
 class KernelTotals(Protocol):
@@ -75,8 +76,8 @@ def profile_document(
 
 
 def _with_rank(document: dict[str, Any], record: Mapping[str, Any] | None) -> dict[str, Any]:
-    if record is not None:
-        document[RANKS] = [dict(record)]
+    if record is not None:  # its host name is the system's: any bytes (os_text)
+        document[RANKS] = [{k: os_text(v) if isinstance(v, str) else v for k, v in record.items()}]
     return document
 
 

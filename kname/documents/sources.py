@@ -18,16 +18,29 @@ show on the page without source, as in a document written before this field.
 A name points at a line by `{path}:{line}` (KNAME_FORMAT's default ends in it), in each part of
 a call chain (`inner app.py:12 < outer app.py:30`): the path is the words before the colon, the
 longest run of them that is a known file, else the last word.
+
+Whose source is kept: only the program's Python. A file whose name ends in .py or .pyw, that is
+a regular file (opened without waiting, so a FIFO or a device is never read) outside the
+system's folders (SYSTEM_FOLDERS, after following links); or a notebook cell (`<cell 3>`) whose
+text IPython put in linecache. Code that calls itself by any other name (an `eval` or a template
+engine can name it `/etc/passwd`, a program read from a pipe is `/dev/fd/63`) keeps none.
+KNAME_SOURCES=0 keeps none at all. A file is read once per process, and again only once it
+changes.
 """
 
 from __future__ import annotations
 
+import io
 import linecache
+import os
 import re
+import stat
+import tokenize
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from kname._warnings import warn_once
+from kname.config import sources_kept
 from kname.naming import CALLER_SEPARATOR
 
 SOURCES = "sources"
@@ -35,6 +48,11 @@ CONTEXT = 20
 MAX_LINE_CHARS = 400
 MAX_LINES = 20_000
 CUT = " [cut]"
+PYTHON_SUFFIXES = (".py", ".pyw")
+SYSTEM_FOLDERS = ("/etc/", "/proc/", "/sys/", "/dev/")
+MAX_FILE_BYTES = 8 << 20  # a larger "source" is no program's: not read
+# How kname.cells shows a cell's path.
+_CELL = re.compile(r"<cell [0-9]+>")
 
 # ":<digits>" ending a word: the line of a `{path}:{line}`.
 _LINE_AT = re.compile(r":([0-9]{1,9})(?=\s|$)")
@@ -63,22 +81,19 @@ def lines_of(spans: Sequence[Mapping[str, Any]]) -> dict[int, str]:
 def capture(names: Iterable[str], files: Mapping[str, str]) -> tuple[dict[str, list], int]:
     """(sources, how many files were left out) for the sites `names`, in the order given;
     `files` is {`{path}` as names show it: the file to read it from} (kname.naming)."""
-    wanted: dict[str, set[int]] = {}
-    for name in names:
-        for frame in chain(name, files):
-            if frame.path in files:
-                wanted.setdefault(frame.path, set()).add(frame.line)
+    wanted = _pointed_lines(names, files)
     read = {}
     for path, lines in wanted.items():
-        text = linecache.getlines(files[path])
-        read[path] = {
-            number: _cut(text[number - 1]) for number in _around(lines) if 0 < number <= len(text)
-        }
+        text = program_source(path, files[path])
+        read[path] = {number: _cut(text[number - 1]) for number in _around(lines, len(text))}
     return _bounded(read)
 
 
 def with_sources(document: dict[str, Any], files: Mapping[str, str]) -> dict[str, Any]:
-    """`document` with the source of its sites' lines (none kept: as it was); never raises."""
+    """`document` with the source of its sites' lines (none kept, or KNAME_SOURCES=0: as it
+    was); never raises."""
+    if not sources_kept():
+        return document
     measure = "gpu_ns" if "total_gpu_ns" in document else "launches"
     ranked = sorted(document["sites"], key=lambda site: -site[measure])
     try:
@@ -94,6 +109,87 @@ def with_sources(document: dict[str, Any], files: Mapping[str, str]) -> dict[str
             "without source",
         )
     return document | {SOURCES: sources} if sources else document
+
+
+def _pointed_lines(names: Iterable[str], files: Mapping[str, str]) -> dict[str, set[int]]:
+    """{path: the lines the parts of `names` point at in it}, for the paths in `files`. Each
+    name is parsed once while the files known stay the same (a census is saved again and
+    again, its page too)."""
+    global _parsed
+    known = frozenset(files)
+    if _parsed[0] != known:
+        _parsed = (known, {})  # one assignment: a thread saving at once sees one or the other
+    parsed = _parsed[1]
+    wanted: dict[str, set[int]] = {}
+    for name in names:
+        pointed = parsed.get(name)
+        if pointed is None:
+            frames = chain(name, known)
+            pointed = tuple((frame.path, frame.line) for frame in frames if frame.path in known)
+            if len(parsed) < MAX_PARSED:
+                parsed[name] = pointed
+        for path, line in pointed:
+            wanted.setdefault(path, set()).add(line)
+    return wanted
+
+
+MAX_PARSED = 200_000  # names whose parse is kept (kname.counters counts at most so many sites)
+# (the files known, {name: the (path, line) of each part whose path is known}).
+_parsed: tuple[frozenset[str], dict[str, tuple[tuple[str, int], ...]]] = (frozenset(), {})
+
+
+def program_source(shown: str, filename: str) -> Sequence[str]:
+    """The lines of the program's source `filename`, shown in names as `shown` (a cell's
+    `<cell 3>`); none where it is not the program's Python (see above)."""
+    if _CELL.fullmatch(shown):
+        entry = linecache.cache.get(filename)
+        # IPython's entry for a cell: (size, None, lines, name); None: no file to check.
+        return entry[2] if isinstance(entry, tuple) and len(entry) == 4 and entry[1] is None else ()
+    if not filename.endswith(PYTHON_SUFFIXES):
+        return ()
+    try:
+        facts = os.stat(filename)  # no open: a FIFO is never waited on
+    except (OSError, ValueError):
+        return ()
+    key = (facts.st_dev, facts.st_ino, facts.st_size, facts.st_mtime_ns)
+    kept = _read_files.get(filename)
+    if kept is None or kept[0] != key:
+        kept = _read_files[filename] = (key, _read_python_file(filename))
+    return kept[1]
+
+
+# {file name: ((device, inode, size, mtime), its lines)}: each file read once while unchanged.
+_read_files: dict[str, tuple[tuple[int, ...], list[str]]] = {}
+
+
+def _read_python_file(filename: str) -> list[str]:
+    """The lines of a regular file outside the system's folders, decoded as Python decodes
+    its source; [] for anything else."""
+    real = os.path.realpath(filename)
+    if real.startswith(SYSTEM_FOLDERS):
+        return []
+    try:
+        descriptor = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return []
+    try:
+        facts = os.fstat(descriptor)
+        if not stat.S_ISREG(facts.st_mode) or facts.st_size > MAX_FILE_BYTES:
+            return []
+        chunks = []
+        while chunk := os.read(descriptor, MAX_FILE_BYTES):
+            chunks.append(chunk)
+        data = b"".join(chunks)
+    except OSError:
+        return []
+    finally:
+        os.close(descriptor)
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError:  # a coding cookie naming no codec: not Python source
+        return []
+    text = io.TextIOWrapper(io.BytesIO(data), encoding, errors="replace")
+    return text.readlines()  # universal newlines: the lines Python numbers
 
 
 def merge_sources(documents: Iterable[Mapping[str, Any]]) -> dict[str, list]:
@@ -160,19 +256,26 @@ def validate_sources(value: Any, where: str) -> None:
 def _frame(part: str, known: Collection[str]) -> Frame:
     for match in reversed(list(_LINE_AT.finditer(part))):
         before = part[: match.start()]
-        words = [i + 1 for i, c in enumerate(before) if c == " "]
-        for start in [0, *words]:  # the longest run of words that is a known file
+        start = 0
+        while True:  # the longest run of words that is a known file
             if before[start:] in known:
                 return Frame(part, before[start:], int(match.group(1)))
-        last = before[words[-1] if words else 0 :]
-        if last:
-            return Frame(part, last, int(match.group(1)))
+            space = before.find(" ", start)
+            if space < 0:
+                break
+            start = space + 1
+        if before[start:]:  # the last word
+            return Frame(part, before[start:], int(match.group(1)))
     return Frame(part, "", 0)
 
 
-def _around(lines: set[int]) -> list[int]:
-    """The line numbers within CONTEXT of `lines`, in order."""
-    return sorted({n for line in lines for n in range(line - CONTEXT, line + CONTEXT + 1)})
+def _around(lines: set[int], length: int) -> list[int]:
+    """The line numbers within CONTEXT of `lines` and within 1..`length`, in order."""
+    numbers: list[int] = []
+    for line in sorted(lines):
+        first = max(line - CONTEXT, numbers[-1] + 1 if numbers else 1)
+        numbers.extend(range(first, min(line + CONTEXT, length) + 1))
+    return numbers
 
 
 def _cut(text: str) -> str:

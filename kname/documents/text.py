@@ -22,6 +22,19 @@ def printable(text: object) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def os_text(text: str) -> str:
+    """`text` from the system (argv, a host name) made valid UTF-8: each lone surrogate written
+    as its escape, an undecodable byte kept by os.fsdecode as that byte's (b'\\xff': `\\xff`)."""
+    if text.isascii():
+        return text
+    return "".join(_escaped(c) if "\ud800" <= c <= "\udfff" else c for c in text)
+
+
+def _escaped(surrogate: str) -> str:
+    code = ord(surrogate)
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
 def count_of(number: int, noun: str) -> str:
     """`1 launch`, `3 launches`, `0 call sites`, `2 processes`."""
     plural = noun + ("es" if noun.endswith(("h", "s")) else "s")

@@ -17,6 +17,7 @@ from typing import Any
 
 from kname._version import __version__
 from kname.documents.kernel_names import display_name
+from kname.documents.text import os_text
 from kname.profiling.join import UNATTRIBUTED
 from kname.profiling.records import (
     ActivityRecord,
@@ -51,7 +52,7 @@ class NativeTrace:
         """trace.trace_json(self.streams(**meta)), written in C."""
         return self._recorder.trace_json(
             int(meta.get("pid", 1)),
-            str(meta.get("program") or "program"),
+            os_text(str(meta.get("program") or "program")),  # as trace.py writes it
             __version__,
             UNATTRIBUTED,
             encode_basestring,

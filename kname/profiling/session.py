@@ -41,6 +41,7 @@ from kname.documents.pages.profile import render_profile_page
 from kname.documents.schema import render_json
 from kname.documents.sources import with_sources
 from kname.documents.tables import render_profile_table
+from kname.documents.text import os_text
 from kname.profiling import backward
 from kname.profiling.capture import LaunchCapture, site_of_frame
 from kname.profiling.join import Join
@@ -351,5 +352,5 @@ def _run_facts(meta: dict[str, Any]) -> dict[str, Any]:
     """`meta` with this process's pid and command line where it does not say them."""
     meta = dict(meta)
     meta.setdefault("pid", os.getpid())
-    meta.setdefault("program", " ".join(sys.argv) or sys.executable)
+    meta.setdefault("program", os_text(" ".join(sys.argv) or sys.executable))  # any bytes
     return meta

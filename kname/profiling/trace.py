@@ -15,6 +15,7 @@ from typing import Any
 
 from kname._version import __version__
 from kname.documents.kernel_names import display_name
+from kname.documents.text import os_text
 from kname.profiling.join import Attribution, replay_join
 from kname.profiling.records import ActivityRecord, LaunchRecord, Streams
 
@@ -58,7 +59,7 @@ def trace_json(streams: Streams) -> str:
 def _track_names(
     cpu_pid: int, threads: dict[int, int], work: list[ActivityRecord], meta: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    program = str(meta.get("program") or "program")
+    program = os_text(str(meta.get("program") or "program"))  # a command line: any bytes
     events = [
         _meta("process_name", cpu_pid, 0, {"name": f"CPU: {program} (pid {cpu_pid})"}),
         _meta("process_sort_index", cpu_pid, 0, {"sort_index": 0}),

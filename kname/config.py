@@ -201,6 +201,7 @@ def read_config(
         ranks=_read_ranks(env.get(KNAME_RANKS), problems),
         strict=strict,
         native=_read_native(env.get(KNAME_NATIVE), problems),
+        sources=_read_sources(env.get(KNAME_SOURCES), problems),
         problems=tuple(problems + _misspellings(env)),
     )
     if strict and config.problems:

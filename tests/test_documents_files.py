@@ -262,3 +262,13 @@ def test_write_atomically_refuses_a_socket(tmp_path: Path) -> None:
     finally:
         server.close()
     assert path.is_socket()
+
+
+def test_a_dash_names_no_file_to_write(tmp_path: Path, monkeypatch) -> None:
+    """`-` has one meaning (KNAME_REPORT's table on stderr): a page, a trace or a saved file
+    asked at `-` is refused, never a file named `-` (kname report --html -, kname.report("-"),
+    a session's save("-"))."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(OSError, match="'-' names no file"):
+        write_atomically("-", "text")
+    assert not (tmp_path / "-").exists()

@@ -18,6 +18,7 @@ import pytest
 from html_pages import ParsedPage, assert_no_injected_markup
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from profile_streams import census_of
 from support import REPO
 
 from kname.cli import main
@@ -771,3 +772,10 @@ def test_report_py_keeps_the_logic_and_cli_py_the_wiring() -> None:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
     }
     assert not calls & {"add_parser", "add_argument", "set_defaults"}
+
+
+def test_a_page_asked_at_a_dash_is_one_line_and_no_file(files, tmp_path, capsys):
+    (saved,) = files(census=census_of({("step_app_py__3", "axpy"): 2}))
+    code, _, err = run(capsys, saved, "--html", "-")
+    assert code == 2 and err.startswith("kname report: --html -: ") and err.count("\n") == 1, err
+    assert not (tmp_path / "-").exists()

@@ -85,7 +85,10 @@ def write_atomically(path: str, text: str) -> None:
     link is refused with an OSError (its target is named in the message): a link planted in a
     shared folder must not make kname replace, or create, a file elsewhere. So is anything else
     (a directory, a block device, a socket), and a FIFO nobody reads, at once rather than waiting.
+    `-` names no file (it means a table on stderr, for KNAME_REPORT alone): an OSError too.
     """
+    if path == "-":
+        raise OSError(errno.EINVAL, "'-' names no file here: name a file, or /dev/stdout")
     if _through_proc(path):
         _write_in_place(path, text)
         return

@@ -14,7 +14,8 @@ sets) that carry the same correlation id and their device start and end times. T
     cupti_collector.py  the CUPTI collector (activity buffers via cupti-python), imported only when
                         profiling starts
     launch_callbacks.py its launch API callbacks: in C (kname._native_cupti) or through cupti-python
-    backward.py         backward passes: autograd's launches named after the line that started one
+    backward.py         scopes: autograd's launches named after the line that started a backward
+                        pass, XLA's after the line that compiled or ran (the jax unit's)
     session.py          a profiling session: start, stop, outputs (what kname.profile() returns)
     mode.py             KNAME_MODE=profile: the process's session and its outputs at exit
 

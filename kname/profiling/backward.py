@@ -14,6 +14,10 @@ the user's `step`). While a scope is open:
   `library_code_name`), marked (compile) where its library frames were compiling (a backward
   compiled at its first run).
 
+The jax unit opens the same scopes around XLA's compile (marked COMPILE_MARK: `enter`'s `mark`)
+and an executable's run through Python (`scoped`): XLA compiles, autotunes and builds its CUDA
+graphs on threads of its own, where a launch has no Python frame.
+
 Two passes running at once whose lines differ (threads of their own): autograd's threads do not
 say whose node they run, so their launches take the newest's name, marked CONCURRENT. A pass
 started inside another (reentrant checkpointing, on autograd's thread) is named after the outer

@@ -149,17 +149,26 @@ def test_the_profile_table_is_kname_report_of_the_recorded_h200_run(
     assert shown.stdout + shown.stderr == marked_block("profile-table")
 
 
-def test_the_torch_table_is_kname_report_of_the_profile_written_on_the_h200(
-    kname_venv: Venv, tmp_path: Path
+@pytest.mark.parametrize(
+    ("recorded", "title", "command", "marker"),
+    [
+        ("torch_h200.json", "### PyTorch (run on the H200)", "kname report torch.json --top 1",
+         "torch-table"),
+        ("jax_h100_profile.json", "### JAX (run on the H100)", "kname report jax.json --top 1",
+         "jax-table"),
+    ],
+)  # fmt: skip
+def test_a_frameworks_table_is_kname_report_of_the_profile_written_on_the_gpu(
+    kname_venv: Venv, tmp_path: Path, recorded: str, title: str, command: str, marker: str
 ) -> None:
     """The table shown is `kname report` of what `kname profile --json` wrote for
-    tests/gpu/torch_demo.py on the H200 (tests/test_gpu_torch.py runs it there)."""
-    shutil.copy(REPO / "tests/data/torch_h200.json", tmp_path / "torch.json")
-    command = "kname report torch.json --top 4"
-    assert command in section("### PyTorch (run on the H200)")
+    tests/gpu/torch_demo.py on the H200, tests/gpu/jax_demo.py on the H100 (tests/test_gpu_torch.py
+    and tests/test_gpu_jax.py run them there)."""
+    shutil.copy(REPO / "tests/data" / recorded, tmp_path / command.split()[2])
+    assert command in section(title)
     shown = run_shell(command, kname_venv, tmp_path)
     assert shown.returncode == 0, shown.stderr
-    assert shown.stdout + shown.stderr == marked_block("torch-table")
+    assert shown.stdout + shown.stderr == marked_block(marker)
 
 
 def test_the_ranks_recipe_prints_the_merged_census_shown(kname_venv: Venv, tmp_path: Path) -> None:

@@ -14,6 +14,10 @@ the user's `step`). While a scope is open:
   `library_code_name`), marked (compile) where its library frames were compiling (a backward
   compiled at its first run).
 
+The jax unit opens the same scopes around XLA's compile (marked COMPILE_MARK: `enter`'s `mark`)
+and an executable's run through Python (`scoped`): XLA compiles, autotunes and builds its CUDA
+graphs on threads of its own, where a launch has no Python frame.
+
 Two passes running at once whose lines differ (threads of their own): autograd's threads do not
 say whose node they run, so their launches take the newest's name, marked CONCURRENT. A pass
 started inside another (reentrant checkpointing, on autograd's thread) is named after the outer
@@ -22,12 +26,15 @@ one by the same rules, and so is not a second name. Nothing here runs per launch
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 from kname._locks import new_lock, reset_in_child
 from kname._warnings import report_fault
 from kname.callsite import COMPILE_MARK
+from kname.patching import mark_wrapper
 
 CONCURRENT = " [concurrent backward]"
 
@@ -71,16 +78,38 @@ def collect(namer: Callable[[FrameType], str] | None) -> None:
     _namer = namer
 
 
-def enter(frame: FrameType) -> Scope | None:
-    """A backward pass starts, called from `frame`; None when no profile collects."""
+def enter(frame: FrameType, mark: str = "") -> Scope | None:
+    """A backward pass starts, called from `frame` (or XLA's work, its name with `mark` after
+    it: the jax unit's); None when no profile collects."""
     namer = _namer
     if namer is None:
         return None
-    scope = Scope(namer(frame))
+    name = namer(frame)
+    scope = Scope(name if name.endswith(mark) else name + mark)
     with _lock:
         _scopes.append(scope)
         _changed()
     return scope
+
+
+def scoped(entry: Callable[..., Any], what: str, mark: str = "") -> Callable[..., Any]:
+    """`entry` opening a scope (its name with `mark` after it) while it runs, when a profile
+    collects; one read when none does. A fault is one line naming `what`, and `entry` runs."""
+
+    def run_with_scope(*args: Any, **kwargs: Any) -> Any:
+        if _namer is None:  # no profile collects
+            return entry(*args, **kwargs)
+        scope = None
+        try:
+            scope = enter(sys._getframe(1), mark)
+        except Exception as exc:  # the user's call runs, named or not
+            report_fault(what, exc)
+        try:
+            return entry(*args, **kwargs)
+        finally:
+            leave(scope)
+
+    return mark_wrapper(run_with_scope, entry)
 
 
 def leave(scope: Scope | None) -> None:

@@ -36,7 +36,7 @@ from kname.patching import (
     unbound,
 )
 
-BUILTIN = ("numba", "cupy", "triton", "pycuda", "cuda_core", "torch")
+BUILTIN = ("numba", "cupy", "triton", "pycuda", "cuda_core", "torch", "jax")
 
 
 class TargetProblem(Exception):

@@ -40,9 +40,8 @@ import sys
 from types import CodeType, ModuleType
 from typing import Any
 
-from kname._warnings import report_fault
 from kname.launch import LaunchSpec
-from kname.patching import Change, Patch, is_wrapper, mark_wrapper
+from kname.patching import Change, Patch, is_wrapper
 from kname.targets import Library, Options, Target, wraps
 
 LIB = "torch"
@@ -98,20 +97,7 @@ def backward_scope(entry: Any) -> Any:
     profile collects (kname.profiling.backward); one module read when none does."""
     from kname.profiling import backward
 
-    def run_with_scope(*args: Any, **kwargs: Any) -> Any:
-        if backward._namer is None:  # no profile collects
-            return entry(*args, **kwargs)
-        scope = None
-        try:
-            scope = backward.enter(sys._getframe(1))
-        except Exception as exc:  # the user's backward pass runs, named or not
-            report_fault("naming a backward pass for kname profile", exc)
-        try:
-            return entry(*args, **kwargs)
-        finally:
-            backward.leave(scope)
-
-    return mark_wrapper(run_with_scope, entry)
+    return backward.scoped(entry, "naming a backward pass for kname profile")
 
 
 def autograd_changes(module: ModuleType, options: Options) -> list[Change]:

@@ -1,0 +1,91 @@
+"""A JAX program's streams, recorded on the H100 and replayed without a GPU: XLA's compile work on
+its own threads joined to the line that caused the compile, the run's kernels and XLA's CUDA
+graph replays to the calling line.
+
+tests/data/jax_h100.json holds the launch, activity and graph node streams of tests/gpu/jax_demo.py
+run under `KNAME_NATIVE=0 JAX_DEMO_STREAMS=jax_h100.json kname profile --trace t.json --json
+p.json -- python jax_demo.py` (jax 0.11, H100); tests/data/jax_h100_profile.json is the document
+that run wrote at its exit (p.json). The streams' launches carry the names the callback gave
+them on the GPU (compile scopes included), and the thread each came from.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from kname.callsite import COMPILE_MARK
+from kname.documents.build import profile_document
+from kname.documents.files import load
+from kname.documents.schema import validate
+from kname.profiling.capture import NO_PYTHON_FRAME
+from kname.profiling.join import replay
+from kname.profiling.records import load_streams
+
+DATA = Path(__file__).parent / "data"
+STREAMS = DATA / "jax_h100.json"
+LIVE = DATA / "jax_h100_profile.json"
+DEMO = (Path(__file__).parent / "gpu" / "jax_demo.py").read_text().splitlines()
+LINE = {
+    match[1]: number
+    for number, text in enumerate(DEMO, 1)
+    if (match := re.search(r"#\s*site:\s*(\S+)\s*$", text))
+}
+OWN = re.compile(r"\S+ jax_demo\.py:(\d+)( \(compile\))?")
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    streams = load_streams(str(STREAMS))
+    document = validate(profile_document(replay(streams)), STREAMS.name)
+    return streams, {site["name"]: site for site in document["sites"]}
+
+
+def test_the_replay_gives_the_totals_the_live_run_wrote(recorded) -> None:
+    _, sites = recorded
+    live = {site["name"]: site for site in load(str(LIVE))["sites"]}
+    assert sites.keys() == live.keys()
+    for name, site in sites.items():
+        fields = ("launches", "gpu_ns", "replayed_at", "replayed_unseen")
+        assert [site.get(f) for f in fields] == [live[name].get(f) for f in fields], name
+
+
+def test_at_least_99_percent_of_the_gpu_time_is_at_the_programs_own_marked_lines(
+    recorded,
+) -> None:
+    _, sites = recorded
+    total = sum(site["gpu_ns"] for site in sites.values())
+    own = {name: site for name, site in sites.items() if OWN.fullmatch(name)}
+    assert sum(site["gpu_ns"] for site in own.values()) >= 0.99 * total
+    assert sites.get(NO_PYTHON_FRAME, {"gpu_ns": 0})["gpu_ns"] <= 0.01 * total
+    for name in own:
+        assert int(OWN.fullmatch(name)[1]) in LINE.values(), name
+
+
+def test_xlas_compile_work_on_its_own_threads_is_the_compiling_lines_marked_compile(
+    recorded,
+) -> None:
+    """The jitted step's first call compiles and autotunes (RedzoneAllocator kernels, host
+    copies) on XLA's threads, with no Python frame: the compile scope names them."""
+    streams, sites = recorded
+    main_thread = streams.meta["main_thread"]
+    step = f"main jax_demo.py:{LINE['step']}"
+    compiling = [launch for launch in streams.launches if launch.site == step + COMPILE_MARK]
+    assert compiling and all(launch.thread != main_thread for launch in compiling)
+    kernels = sites[step + COMPILE_MARK]["kernels"]
+    assert any("RedzoneAllocator" in kernel for kernel in kernels), sorted(kernels)
+    assert sites[step + COMPILE_MARK]["gpu_ns"] > sites[step]["gpu_ns"]  # autotuning dominates
+
+
+def test_the_cached_steps_graph_replays_go_to_the_line_calling_them(recorded) -> None:
+    """XLA runs the step as a CUDA graph (a command buffer): its nodes are made at the first
+    call's line, and its twenty cached calls replay it from the main thread."""
+    streams, sites = recorded
+    main_thread = streams.meta["main_thread"]
+    step = f"main jax_demo.py:{LINE['step']}"
+    replays = [launch for launch in streams.launches if launch.site == step and launch.graph]
+    assert len(replays) == 20 and all(launch.thread == main_thread for launch in replays)
+    assert list(sites[step]["replayed_at"]) == [step]
+    assert "replayed_unseen" not in sites[step]

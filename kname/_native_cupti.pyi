@@ -1,6 +1,6 @@
 # kname._native_cupti: kname profile's CUPTI launch callback in C (kname/profiling/_cupti_c/).
 # Handed out by kname.hotpath (HotPath.cupti) only; its Python counterpart is
-# kname.profiling.launch_callbacks.PythonCallbacks on cupti-python.
+# kname.profiling.python_callback.PythonCallbacks on cupti-python.
 
 from collections.abc import Callable, Iterable
 from typing import Any, final

@@ -146,6 +146,22 @@ def choose(native: bool) -> HotPath:
     return _native_path(module)
 
 
+def is_main_interpreter() -> bool:
+    """Whether this is the process's main interpreter, not a subinterpreter: kname's C
+    extensions are single-phase init (one copy of their state per process), and the nvtx package
+    imports numpy, which does not support subinterpreters."""
+    import _thread
+
+    is_main = getattr(_thread, "_is_main_interpreter", None)  # 3.12+
+    if is_main is not None:
+        return bool(is_main())
+    try:  # 3.10, 3.11: loaded only here, where no cheaper tell exists
+        import _xxsubinterpreters as interpreters
+    except ImportError:  # not built: no subinterpreter can be made from Python
+        return True
+    return bool(interpreters.get_current() == interpreters.get_main())
+
+
 def is_counter(counter: Any) -> TypeGuard[Counter]:
     """Whether `counter` is a launch counter of either hot path (next() on one cannot fail): a
     name keeps its counter across installs, whichever hot path each chose."""
@@ -217,6 +233,8 @@ def _import(name: str) -> Extension:
         return None, f"Python {version} (the extension needs 3.11+)"
     if sysconfig.get_config_var("Py_GIL_DISABLED"):
         return None, "free-threaded Python (the extension needs the GIL)"
+    if not is_main_interpreter():
+        return None, "a subinterpreter (the extension is for the main interpreter)"
     if name == NATIVE_CUPTI and not sys.platform.startswith("linux"):
         return None, f"{sys.platform} (the extension {name} is built on Linux)"
     try:

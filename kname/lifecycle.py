@@ -111,6 +111,10 @@ class _State:
 
 
 _state = _State()
+SUBINTERPRETER = (
+    "not started in this subinterpreter (its C extensions and the nvtx package are for the main "
+    "interpreter only); launches here are not named"
+)
 _ARGUMENT = "install(targets=...)"  # where targets come from, in messages, when not KNAME_TARGETS
 _exit_check_registered = False
 _exit_check_cancelled = False
@@ -128,6 +132,9 @@ def install(targets: Iterable[str] | str | None = None) -> None:
     if _state.config is not None:
         if targets is not None:
             _add_targets(targets)
+        return
+    if not hotpath.is_main_interpreter():
+        warn_once("subinterpreter", SUBINTERPRETER)
         return
     config = read_config(builtin_targets=BUILTIN)
     for problem in config.problems:

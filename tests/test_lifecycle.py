@@ -10,6 +10,7 @@ import importlib
 import inspect
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from support.nvtx_capture import run_captured
 from wrapt import importer
 
 import kname
-from kname import census, importhooks, lifecycle, patching
+from kname import census, hotpath, importhooks, lifecycle, patching
 
 pytestmark = pytest.mark.launches
 
@@ -812,3 +813,69 @@ def test_install_and_uninstall_from_a_signal_storm_over_install_and_uninstall(gp
     assert out["raised"] == []
     assert out["calls"]["install"] > 0 and out["calls"]["uninstall"] > 0
     assert out["restored"] and out["counting"] == 0
+
+
+# --------------------------------------------------------------------------
+# A subinterpreter
+# --------------------------------------------------------------------------
+
+IN_A_SUBINTERPRETER = """\
+import json
+import os
+import shutil
+import sys
+
+try:
+    import _interpreters as interpreters  # 3.13
+except ImportError:
+    import _xxsubinterpreters as interpreters  # 3.10 to 3.12 (3.12: its own GIL by default)
+
+SUB = '''
+import json, os, sys
+import fakegpu, kname
+kname.install("fakegpu:launch")
+fakegpu.launch()
+seen = {
+    "installed": kname.is_installed(),
+    "wrapped": fakegpu.launch is not fakegpu.launch.__wrapped__
+    if hasattr(fakegpu.launch, "__wrapped__") else False,
+    "names": kname.names(),
+    "imported": sorted(m for m in sys.modules if m.startswith("kname._native") or m == "nvtx"),
+}
+os.write(1, (json.dumps(seen) + "\\\\n").encode())
+'''
+interpreters.run_string(interpreters.create(), SUB)
+"""
+
+
+def subinterpreter_pythons() -> list[str]:
+    """This Python, and any other CPython 3.10 to 3.13 on PATH (3.12 is the first whose
+    subinterpreters have a GIL of their own)."""
+    found = [sys.executable]
+    for minor in range(10, 14):
+        other = shutil.which(f"python3.{minor}")
+        if other and minor != sys.version_info[1]:
+            works = subprocess.run([other, "-c", "import _thread"], capture_output=True,
+                                   check=False, timeout=60)  # fmt: skip
+            found += [other] if works.returncode == 0 else []
+    return found
+
+
+@pytest.mark.parametrize("python", subinterpreter_pythons())
+def test_install_in_a_subinterpreter_is_one_line_and_kname_stays_off(gpu, python) -> None:
+    """Issue 45 item 15: in a subinterpreter install() says one line, wraps nothing, and
+    imports neither kname's C extensions (single-phase init) nor the nvtx package."""
+    (gpu / "sub.py").write_text(IN_A_SUBINTERPRETER)
+    env = {k: v for k, v in os.environ.items() if not cleaned(k)}
+    env["PYTHONPATH"] = f"{gpu}:{REPO}"
+    done = subprocess.run([python, "sub.py"], capture_output=True, text=True, env=env, cwd=gpu,
+                          timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "installed": False, "wrapped": False, "names": {}, "imported": [],
+    }  # fmt: skip
+    assert done.stderr.splitlines() == [f"kname: {lifecycle.SUBINTERPRETER}"]
+
+
+def test_the_tests_run_in_the_main_interpreter_and_kname_knows_it() -> None:
+    assert hotpath.is_main_interpreter()

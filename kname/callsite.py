@@ -18,6 +18,7 @@ import collections
 import contextlib
 import functools
 import itertools
+import operator
 import os
 import re
 import sys
@@ -172,6 +173,14 @@ _queue: collections.deque[tuple[tuple, Site]] = collections.deque()
 _kernels: dict[int, _KernelSites] = {}  # id(kernel) -> its cached sites
 # ids of the kernels kept alive (no weak references), oldest first
 _held: collections.OrderedDict[int, None] = collections.OrderedDict()
+# The kind of code of each (module name, file) judged by its module alone (None: by the code):
+# a new line in a module seen before is judged at once.
+_module_kinds: dict[tuple[str, str], int | None] = {}
+# Sites being named: what each step of the naming has computed, kept as soon as it is, so that
+# an attempt interrupted from outside (a timer's TimeoutError every few microseconds) is resumed
+# by the next one instead of begun again. Taken out once the site is cached; the oldest go first.
+MAX_IN_PROGRESS = 256
+_in_progress: dict[tuple, _Progress] = {}
 
 
 class _KernelSites:
@@ -189,6 +198,34 @@ class _KernelSites:
             if faults.from_outside(exc, weakref.ref, kernel):
                 raise
             self.ref, self.held = kernel, True
+
+
+class _Progress:
+    """The steps of naming one site done so far: each frame's facts, the names, the range."""
+
+    __slots__ = (
+        "calls", "codes", "facts", "functions", "kernel_name", "lib", "names", "places", "rules",
+    )  # fmt: skip
+
+    def __init__(self, codes: tuple, kernel_name: str, lib: str, rules: Rules) -> None:
+        # The code objects keying the site, held: their ids cannot be reused while it waits.
+        self.codes = codes
+        self.kernel_name, self.lib, self.rules = kernel_name, lib, rules
+        # Each frame's place, function and facts, set by index: a signal handler naming the
+        # same site meanwhile sets the same ones.
+        self.places: list[tuple[str, int] | None] = [None] * len(codes)
+        self.functions: list[str | None] = [None] * len(codes)
+        self.facts: list[naming.FrameFacts | None] = [None] * len(codes)
+        self.names: tuple[str, str] | None = None
+        self.calls: tuple[Any] | None = None
+
+    def is_for(self, codes: tuple, kernel_name: str, lib: str, rules: Rules) -> bool:
+        same_codes = len(codes) == len(self.codes) and all(map(operator.is_, codes, self.codes))
+        return (
+            same_codes
+            and (kernel_name, lib) == (self.kernel_name, self.lib)
+            and rules is self.rules
+        )
 
 
 def configure(
@@ -217,8 +254,7 @@ def configure(
             tuple(compile_modules), makers,
         )  # fmt: skip
         _forget_sites()
-        _kinds.clear()
-        _codes.clear()
+        _forget_kinds()
 
 
 def use_site_calls(factory: Callable[[Site], tuple[Any, Any]] | None = None) -> None:
@@ -238,8 +274,7 @@ def clear() -> None:
     """Forget cached code classifications and call sites, and their counts."""
     with _lock:
         _forget_sites()
-        _kinds.clear()
-        _codes.clear()
+        _forget_kinds()
         counters.clear()
 
 
@@ -325,8 +360,7 @@ def kind_of(code: CodeType, module: object) -> int:
         kind = _judge(code, module)
         with _lock:
             if len(_codes) >= MAX_CODES:  # the decisions on freed code are counted too
-                _kinds.clear()
-                _codes.clear()
+                _forget_kinds()
                 for wrapper_id in _wrapper_code_ids:
                     _kinds[wrapper_id] = WRAPPER
             # First: no decision on a code object that could be freed unseen.
@@ -395,20 +429,22 @@ def _walk(
     return user_frames, library_frame, compiling
 
 
+def _forget_kinds() -> None:
+    _kinds.clear()
+    _codes.clear()
+    _module_kinds.clear()
+
+
 def _judge(code: CodeType, module: object) -> int:
     rules = _rules
     filename = code.co_filename
     if isinstance(module, str):
-        if _matches(module, CORE_LIBRARY_MODULES) or _is_stdlib(module, filename):
-            return PLUMBING
-        if _matches(module, rules.skip):
-            return LIBRARY
-        if _matches(module, rules.user):
-            return USER
-        if _matches(module, rules.compile_modules):
-            return COMPILE
-        if _matches(module, rules.library_modules):
-            return LIBRARY
+        place = (module, filename)
+        kind = _module_kinds.get(place, False)
+        if kind is False:
+            kind = _module_kinds[place] = _kind_of_module(module, filename, rules)
+        if kind is not None:
+            return kind
     # No module name (code run by exec with bare globals): judge by where the file lives. A
     # pseudo-file (`<string>`) is code made at run time, which has no line to show.
     elif filename.startswith(_KNAME_DIR):
@@ -418,6 +454,21 @@ def _judge(code: CodeType, module: object) -> int:
     if any(is_generated(code, module) for _, is_generated in rules.generated):
         return LIBRARY
     return USER
+
+
+def _kind_of_module(module: str, filename: str, rules: Rules) -> int | None:
+    """The kind of all code of `module` (from `filename`), or None: judged by the code."""
+    if _matches(module, CORE_LIBRARY_MODULES) or _is_stdlib(module, filename):
+        return PLUMBING
+    if _matches(module, rules.skip):
+        return LIBRARY
+    if _matches(module, rules.user):
+        return USER
+    if _matches(module, rules.compile_modules):
+        return COMPILE
+    if _matches(module, rules.library_modules):
+        return LIBRARY
+    return None
 
 
 def _is_stdlib(module: str, filename: str) -> bool:
@@ -473,12 +524,12 @@ def _build(
     An exception raised into naming from outside is raised once the site is cached with the name
     it should have; a fault of kname's own caches it unnamed, said once."""
     try:
-        name, identifier, calls = _naming(frames, kernel_name, lib, rules, compiling)
+        name, identifier, calls = _naming(key, frames, kernel_name, lib, rules, compiling)
         outside = None
     except RecursionError:
         raise  # no room on the stack to name it here: not a fault, and not cached
     except Exception as exc:
-        failed = _naming_failed(exc, frames, kernel_name, lib, rules, compiling)
+        failed = _naming_failed(exc, key, frames, kernel_name, lib, rules, compiling)
         name, identifier, calls, outside = failed
     codes = tuple(f.f_code for f in frames)
     with _lock:
@@ -490,6 +541,7 @@ def _build(
                 site.launch, raised = _renamed_launch(rename, kernel, site)
                 outside = raised if outside is None else outside
             _store(key, site, kernel, kernel_key)
+    _in_progress.pop(key, None)
     if outside is not None:
         raise outside
     return site
@@ -497,6 +549,7 @@ def _build(
 
 def _naming_failed(
     exc: Exception,
+    key: tuple,
     frames: list[FrameType],
     kernel_name: str,
     lib: str,
@@ -506,7 +559,9 @@ def _naming_failed(
     """After naming a new site raised `exc`: its name, identifier and range calls, and `exc`
     where it was raised into naming from outside (None: it was kname's fault), to raise once
     the site is cached."""
-    own, done, named = faults.take_again(exc, _naming, frames, kernel_name, lib, rules, compiling)
+    own, done, named = faults.take_again(
+        exc, _naming, key, frames, kernel_name, lib, rules, compiling
+    )
     if not own:
         if not done:
             raise exc
@@ -517,22 +572,55 @@ def _naming_failed(
 
 
 def _naming(
-    frames: list[FrameType], kernel_name: str, lib: str, rules: Rules, compiling: bool
+    key: tuple,
+    frames: list[FrameType],
+    kernel_name: str,
+    lib: str,
+    rules: Rules,
+    compiling: bool,
 ) -> tuple[str, str, Any]:
-    name, identifier = _names(frames, kernel_name, lib, rules.template)
-    if compiling:
-        name += COMPILE_MARK
-    calls = ranges.range_for(name, kernel_name, lib) if rules.emit_nvtx else None
-    return name, identifier, calls
+    """The name, identifier and range calls of the site at `key`, resuming an attempt that was
+    interrupted: each step's result is kept as soon as it is computed."""
+    progress = _progress_of(key, tuple(f.f_code for f in frames), kernel_name, lib, rules)
+    for index, frame in enumerate(frames):  # each step kept by index as soon as it is made
+        if progress.places[index] is None:
+            progress.places[index] = naming.frame_place(frame)
+        if progress.functions[index] is None:
+            progress.functions[index] = naming.function_name(frame)
+        if progress.facts[index] is None:
+            place, function = progress.places[index], progress.functions[index]
+            progress.facts[index] = naming.facts_of(frame, place, function)  # type: ignore[arg-type]
+    if progress.names is None:
+        progress.names = _names(progress.facts, kernel_name, lib, rules.template, compiling)
+    if progress.calls is None:
+        name = progress.names[0]
+        progress.calls = (ranges.range_for(name, kernel_name, lib) if rules.emit_nvtx else None,)
+    return (*progress.names, progress.calls[0])
 
 
-def _names(frames: list[FrameType], kernel_name: str, lib: str, template: str) -> tuple[str, str]:
+def _progress_of(
+    key: tuple, codes: tuple[CodeType, ...], kernel_name: str, lib: str, rules: Rules
+) -> _Progress:
+    """The naming of the site at `key` done so far (a new one if none, or another's)."""
+    progress = _in_progress.get(key)
+    if progress is not None and progress.is_for(codes, kernel_name, lib, rules):
+        return progress
+    if len(_in_progress) >= MAX_IN_PROGRESS:
+        # The oldest: one no attempt came back for. A signal handler may empty it meanwhile.
+        with contextlib.suppress(StopIteration, RuntimeError):
+            _in_progress.pop(next(iter(_in_progress)), None)
+    progress = _in_progress[key] = _Progress(codes, kernel_name, lib, rules)
+    return progress
+
+
+def _names(
+    facts: list[Any], kernel_name: str, lib: str, template: str, compiling: bool
+) -> tuple[str, str]:
     """The display name and the identifier (none when named by the kernel alone)."""
-    if not frames:
+    if not facts:
         return naming.kernel_only_name(kernel_name), ""
-    facts = [naming.frame_facts(f) for f in frames]
     name = naming.display_name(template, kernel_name, lib, facts)
-    return name, naming.identifier_name(kernel_name, facts[0])
+    return name + (COMPILE_MARK if compiling else ""), naming.identifier_name(kernel_name, facts[0])
 
 
 def _renamed_launch(rename: Any, kernel: Any, site: Site) -> tuple[Any, BaseException | None]:
@@ -658,6 +746,7 @@ def _forget_kernel(kernel_id: int, entry: _KernelSites | None) -> None:
 
 
 def _forget_sites() -> None:
+    _in_progress.clear()
     sites.clear()
     _queue.clear()
     _kernels.clear()

@@ -11,6 +11,7 @@ static const char OPENING[] = "opening a launch's NVTX range";
 static const char CLOSING[] = "closing a launch's NVTX range";
 
 _Thread_local Frame *launch_caller INITIAL_EXEC = NULL;
+_Thread_local int launchers_running INITIAL_EXEC = 0;
 
 static PyObject *str_on, *str_counter, *str_launch, *str_push, *str_pop;
 static PyObject *str_finding, *str_opening, *str_closing;
@@ -347,6 +348,8 @@ launch_in_full(LaunchWrapper *w, const Args *a, Frame *caller, Frame **in_progre
         return NULL;
     if (!on) /* still a launch in progress, as the Python wrapper's frame says: nothing below names */
         return run_launch(w->original, caller, a, in_progress);
+    if (unnamed_in_launcher(w)) /* the launcher's range names it */
+        goto unnamed;
 
     /* Finding the site and counting the launch: a fault here runs the original, unnamed. */
     kernel = kernel_of(w, a);
@@ -414,6 +417,23 @@ done:
     return result;
 }
 
+/* The launch of a KNAME_TARGETS launcher: named unless inside another launcher (as the others,
+ * but judged by the launchers outside it), and every launch inside it marked as the launcher's.
+ * Restored, not decremented: nothing can be raised into C between the two. */
+NOINLINE PyObject *
+launch_as_launcher(LaunchWrapper *w, const Args *a)
+{
+    int outer = launchers_running;
+    launchers_running = outer + 1;
+    PyObject *result;
+    if ((w->launchers & UNNAMED_IN_LAUNCHERS) && outer > 0 && w->original != NULL)
+        result = run_launch(w->original, frame_current(), a, &launch_caller);
+    else
+        result = launch_named(w, a);
+    launchers_running = outer;
+    return result;
+}
+
 static PyObject *
 launch_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -425,15 +445,19 @@ static PyObject *
 launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"original", "kernel", "switch", "sites", "resolve", "fault", "kinds",
-                            NULL};
+                            "launchers", NULL};
     PyObject *original, *kernel, *switch_, *sites, *resolve, *fault, *kinds, *attribute = NULL;
     Py_ssize_t index = 0;
-    int mode;
+    int mode, launchers = 0;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO!OOO!:LaunchWrapper", names, &original,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO!OOO!|i:LaunchWrapper", names, &original,
                                      &kernel, &switch_, &PyDict_Type, &sites, &resolve, &fault,
-                                     &PyDict_Type, &kinds))
+                                     &PyDict_Type, &kinds, &launchers))
         return NULL;
+    if (launchers & ~(UNNAMED_IN_LAUNCHERS | LAUNCHER)) {
+        PyErr_SetString(PyExc_ValueError, "LaunchWrapper: launchers must be 0 to 3");
+        return NULL;
+    }
     if (!PyCallable_Check(original) || !PyCallable_Check(resolve) || !PyCallable_Check(fault)) {
         PyErr_SetString(PyExc_TypeError,
                         "LaunchWrapper: original, resolve and fault must be callable");
@@ -477,6 +501,7 @@ launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     w->switch_ = Py_NewRef(switch_);
     w->sites = Py_NewRef(sites);
+    w->launchers = (char)launchers;
     w->resolve = Py_NewRef(resolve);
     w->fault = Py_NewRef(fault);
     w->kinds = Py_NewRef(kinds);
@@ -561,7 +586,8 @@ PyGetSetDef dict_getset[] = {
 PyTypeObject LaunchWrapperType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "kname._native.LaunchWrapper",
-    .tp_doc = "LaunchWrapper(original, kernel, switch, sites, resolve, fault, kinds): kname's "
+    .tp_doc = "LaunchWrapper(original, kernel, switch, sites, resolve, fault, kinds, "
+              "launchers=0): kname's "
               "per-launch wrapper (see kname/_native_launch.h).",
     .tp_basicsize = sizeof(LaunchWrapper),
     .tp_dealloc = (destructor)launch_dealloc,
@@ -594,11 +620,21 @@ is_launch_caller(PyObject *module, PyObject *frame)
                            && frame_of((PyFrameObject *)frame) == launch_caller);
 }
 
+static PyObject *
+inside_launcher(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyBool_FromLong(launchers_running > 0);
+}
+
 /* ------------------------------------------------------------------ the module's part */
 
 static PyMethodDef launch_methods[] = {
     {"is_launch_caller", is_launch_caller, METH_O,
      "Whether `frame` called the innermost LaunchWrapper launch running on this thread."},
+    {"inside_launcher", inside_launcher, METH_NOARGS,
+     "Whether a KNAME_TARGETS launcher's LaunchWrapper is running on this thread."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -54,6 +54,8 @@ class LaunchWrapperFactory(Protocol):
         # False, raised into it from outside (it propagates)
         fault: Callable[..., bool],
         kinds: dict[int, int],  # id(code) -> callsite's USER, LIBRARY, ... (for the C walk)
+        # pyhotpath.UNNAMED_IN_LAUNCHERS, LAUNCHER: 0 unless KNAME_TARGETS launchers are chosen
+        launchers: int = 0,
     ) -> Callable[..., Any]: ...
 
 
@@ -98,6 +100,8 @@ class HotPath:
     # is_launch_caller(frame): whether `frame` called the innermost C launch running on this
     # thread (a C wrapper has no frame of its own); None where no C launch can be running.
     is_launch_caller: Callable[[FrameType], bool] | None
+    # Whether a KNAME_TARGETS launcher's wrapper is running on this thread.
+    inside_launcher: Callable[[], bool]
     skip_beneath: SkipBeneathFactory
     subscript_launch: SubscriptLaunchFactory
     base_call: Callable[[type], Callable[..., Any]]  # base.__call__, straight to its C slot
@@ -175,6 +179,7 @@ def _python_path(why: str, cupti: Callable[[], Extension]) -> HotPath:
         launch_wrapper=pyhotpath.launch_wrapper,
         counter=pyhotpath.Counter,
         is_launch_caller=None,  # a Python wrapper's frame marks its launch
+        inside_launcher=pyhotpath.inside_launcher,
         skip_beneath=pyhotpath.skip_beneath,
         subscript_launch=pyhotpath.subscript_launch,
         base_call=pyhotpath.base_call,
@@ -201,6 +206,7 @@ def _native_path(module: ModuleType) -> HotPath:
         launch_wrapper=module.LaunchWrapper,
         counter=module.Counter,
         is_launch_caller=module.is_launch_caller,
+        inside_launcher=module.inside_launcher,
         skip_beneath=module.SkipBeneath,
         subscript_launch=subscript_launch,
         base_call=module.BaseCall,

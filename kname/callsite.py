@@ -1,23 +1,21 @@
-"""Which frame launched a kernel, and the cached record of that call site.
+"""The call site of a launch: the naming rules of the moment, what kind of code each code object
+is, and the site record built, named and cached on a miss.
 
 Per launch, the wrapper looks up `sites[(id(code), f_lasti, kernel_key)]` for its caller's frame
-(see kname.launch). Everything here runs only when that look-up misses: walking past library
-frames, classifying code objects, building names and NVTX attributes.
+(see kname.launch). Everything here runs only when that look-up misses. The other jobs are
+modules of their own: the cache and its bounds (kname.site_cache), the kernels' weak references
+(kname.kernel_refs), the walk past library frames and the site's key (kname.walk), a fault at
+a launch (kname.site_faults).
 
-Code objects are never hashed: CPython hashes code by value, on every look-up (0.5 µs for a small
-module, 10 µs for one of 300 functions). Keys use id(code), and kernels are keyed by id too. Yet
-nothing here keeps either alive (a kernel may hold gigabytes; generated code, its constants):
-weak references take a kernel's or a code object's sites, and the decision on a code object, out
-of the cache as it is freed, before its id can be reused. A code object's are plain dict pops
-bound to their key: a callback that runs no bytecode, where nothing can be raised into it.
+Code objects are never hashed (CPython hashes code by value, on every look-up): the decision on a
+code object is keyed by its id, and taken away by a weak reference as the code is freed (a plain
+dict pop: a callback that runs no bytecode, where nothing can be raised into it).
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import functools
-import itertools
 import operator
 import os
 import re
@@ -29,19 +27,25 @@ from dataclasses import dataclass, field, replace
 from types import CodeType, FrameType
 from typing import Any
 
-from kname import counters, faults, hotpath, naming, ranges
-from kname._locks import new_lock, reset_in_child
+from kname import counters, faults, naming, ranges, site_cache, walk
+from kname._locks import reset_in_child
 from kname._warnings import report_fault, warn_once
 from kname._watched import Watched
 from kname.config import DEFAULT_FORMAT
+from kname.site_cache import _lock, sites
 
-MAX_SITES = 100_000
+# Re-exported: what other modules and the tests read here.
+from kname.walk import (  # noqa: F401
+    COMPILE,
+    LIBRARY,
+    PLUMBING,
+    USER,
+    WRAPPER,
+    _wrapper_code_ids,
+    register_wrapper_code,
+)
+
 MAX_CODES = 200_000
-# A kernel that cannot be weakly referenced (CuPy's Cython kernel classes) is kept alive while it
-# has cached sites, so that its id cannot be reused under them: at most this many such kernels.
-MAX_HELD_KERNELS = 1000
-# Stale entries the eviction queue may hold (sites gone with their kernel) before it is compacted.
-QUEUE_SLACK = 64
 
 UNNAMED = "<unnamed: kname error>"
 
@@ -66,19 +70,8 @@ def _stdlib_dirs() -> tuple[str, ...]:
 
 _STDLIB_DIRS = _stdlib_dirs()
 
-# How a code object's frames count in the walk. USER: a call site. LIBRARY: passed over, but
-# names a launch that has no user frame at all (a library's own code). PLUMBING: passed over,
-# and never a name (the standard library, kname, wrapt). WRAPPER: kname's own launch wrapper.
-# COMPILE: library code doing build-time work (compiling, autotuning): passed over as LIBRARY,
-# and a launch beneath it is named apart (COMPILE_MARK). The C walks know no COMPILE: they leave
-# such a launch to resolve(), as for a code object not judged yet.
-USER, LIBRARY, WRAPPER, PLUMBING, COMPILE = 0, 1, 2, 3, 4
+# A launch beneath COMPILE code (kname.walk) is named apart, with this after its name.
 COMPILE_MARK = " (compile)"
-
-# Key prefixes of sites named other than by user frames: never equal to a launch's fast key.
-_LIBRARY_SITE = "library frame"
-_KERNEL_SITE = "no user frame"
-_COMPILE_SITE = "compile"
 
 # is_generated(code, module): whether a library made `code` at run time, as its own code
 # (a code object made to run in the user's module, or with no module of its own).
@@ -158,21 +151,10 @@ def _library_path_pattern(modules: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile(r"[/\\](?:site|dist)-packages[/\\](?:" + names + r")(?:[/\\]|\.py)")
 
 
-sites: dict[tuple, Site] = {}
-
-_lock = new_lock()
 _rules = Rules()
 _kinds: dict[int, int] = {}
 # id(code) -> a weak reference to the code decided on, which takes its decision away with it
 _codes: dict[int, weakref.ref] = {}
-_wrapper_code_ids: set[int] = set()
-_wrapper_codes: list[CodeType] = []  # kname's own, kept: their ids mean a launch in progress
-# (key, site) in the order the sites were cached: eviction pops the oldest in O(1). An entry whose
-# site is no longer cached under its key is stale, skipped once.
-_queue: collections.deque[tuple[tuple, Site]] = collections.deque()
-_kernels: dict[int, _KernelSites] = {}  # id(kernel) -> its cached sites
-# ids of the kernels kept alive (no weak references), oldest first
-_held: collections.OrderedDict[int, None] = collections.OrderedDict()
 # The kind of code of each (module name, file) judged by its module alone (None: by the code):
 # a new line in a module seen before is judged at once.
 _module_kinds: dict[tuple[str, str], int | None] = {}
@@ -181,23 +163,6 @@ _module_kinds: dict[tuple[str, str], int | None] = {}
 # by the next one instead of begun again. Taken out once the site is cached; the oldest go first.
 MAX_IN_PROGRESS = 256
 _in_progress: dict[tuple, _Progress] = {}
-
-
-class _KernelSites:
-    """The keys of the cached sites of one kernel, and how kname learns that the kernel died."""
-
-    __slots__ = ("held", "keys", "limit", "ref")
-
-    def __init__(self, kernel: Any) -> None:
-        self.keys: set[tuple] = set()
-        self.limit = QUEUE_SLACK  # past this many keys, those no longer cached are dropped
-        try:
-            self.ref: Any = weakref.ref(kernel, functools.partial(_kernel_freed, id(kernel)))
-            self.held = False
-        except TypeError as exc:  # no weak references: kept alive while it has sites (bounded)
-            if faults.from_outside(exc, weakref.ref, kernel):
-                raise
-            self.ref, self.held = kernel, True
 
 
 class _Progress:
@@ -278,12 +243,6 @@ def clear() -> None:
         counters.clear()
 
 
-def register_wrapper_code(code: CodeType) -> None:
-    """Mark kname's own launch wrapper: a launch found beneath one is nested, and not named."""
-    _wrapper_codes.append(code)
-    _wrapper_code_ids.add(id(code))
-
-
 def resolve(
     frame: FrameType,
     kernel: Any,
@@ -300,10 +259,10 @@ def resolve(
     `kernel_key` is `id(kernel)` (the site then lives only as long as the kernel) or a value.
     """
     rules = _rules
-    user_frames, library_frame, compiling = _walk(frame, rules.depth)
+    user_frames, library_frame, compiling = walk.stack(frame, rules.depth, kind_of)
     if user_frames is None:
         return None
-    key, site_frames = _site_key(user_frames, library_frame, kernel_key, rules.depth, compiling)
+    key, site_frames = walk.site_key(user_frames, library_frame, kernel_key, rules.depth, compiling)
     site = sites.get(key)
     if site is None:
         if callable(kernel_name):
@@ -312,45 +271,6 @@ def resolve(
             key, site_frames, kernel, kernel_key, kernel_name, lib, rules, rename, compiling
         )
     return site
-
-
-def pass_through(
-    frame: FrameType,
-    kernel: Any,
-    site: Site | None,
-    exc: BaseException,
-    where: str,
-    again: BaseException | None,
-) -> bool:
-    """After `exc` while `where` at a launch of `kernel` from `frame`: whether it was kname's own
-    fault (kname.faults). If it was: count the launch, say so once, and from then on launch
-    from its call site as if kname were off; the launch runs. If not (raised into kname from
-    outside), nothing changes: the wrapper raises `exc`, before the launch.
-
-    `again`: what the failed step raised when taken once more (None: nothing), or `exc` itself
-    where it was not taken again. `site` is the site the launch had found (it was counted then),
-    or None; `kernel` is None if even the kernel is unknown. Only the launch's own call site
-    gives up, never a library line that others call through. At the recursion limit nothing
-    gives up: a launch from higher up is named. The launch wrapper calls this from its error
-    path only; what it raises was raised into it from outside.
-    """
-    if isinstance(exc, RecursionError):
-        try:
-            # Counted here and at once: at the limit there may be no room for another call.
-            if site is None or not hotpath.is_counter(site.counter):
-                next(counters.at_recursion_limit)
-            _say_recursion_limit()
-        except RecursionError:  # at the limit even this may fail: the launch must still run
-            pass
-        return True
-    if not faults.is_kname_fault(exc, again, _wrapper_code_ids):
-        return False
-    try:
-        report_fault(where, exc)
-        _give_up(frame, kernel, site)
-    except RecursionError:
-        pass
-    return True
 
 
 def kind_of(code: CodeType, module: object) -> int:
@@ -379,8 +299,8 @@ def site_name(depth: int = 1, kernel: Any = "") -> str:
     frame = sys._getframe(1)
     label = naming.kernel_label(kernel)
     depth, rules = max(1, int(depth)), _rules
-    user_frames, library_frame, compiling = _walk(frame, depth, stop_at_wrapper=False)
-    key, site_frames = _site_key(
+    user_frames, library_frame, compiling = walk.stack(frame, depth, kind_of, stop_at_wrapper=False)
+    key, site_frames = walk.site_key(
         user_frames or [], library_frame, ("site_name", label), depth, compiling
     )
     site = sites.get(key)
@@ -389,44 +309,9 @@ def site_name(depth: int = 1, kernel: Any = "") -> str:
     return site.name
 
 
-def _walk(
-    frame: FrameType | None, depth: int, stop_at_wrapper: bool = True, judge: Any = None
-) -> tuple[list[FrameType] | None, FrameType | None, bool]:
-    """Up to `depth` user frames from `frame` outwards, the outermost LIBRARY frame seen before
-    the first of them, and whether a COMPILE frame was seen before it; (None, None, False) for a
-    launch nested in another kname launch."""
-    judge = kind_of if judge is None else judge  # looked up now: tests replace kind_of
-    user_frames: list[FrameType] = []
-    library_frame = None
-    compiling = False
-    # A native launch wrapper has no frame: the caller of the one running marks where it is, and
-    # reaching it from below is reaching that wrapper (a walk that starts there starts above it).
-    is_native_caller, start = hotpath.current().is_launch_caller, frame
-    while frame is not None and len(user_frames) < depth:
-        code = frame.f_code
-        if (
-            is_native_caller is not None
-            and frame is not start
-            and stop_at_wrapper
-            and not user_frames
-            and is_native_caller(frame)
-        ):
-            return None, None, False  # inside a native kname launch: the outer one names it
-        if id(code) in _wrapper_code_ids:
-            if stop_at_wrapper and not user_frames:
-                return None, None, False  # inside another kname launch: the outer one names it
-        else:
-            kind = judge(code, frame.f_globals.get("__name__"))
-            if kind == USER:
-                user_frames.append(frame)
-                # The frames it is written in are one frame with it on 3.12+ (PEP 709).
-                while naming.is_inlined_comprehension(frame.f_code) and frame.f_back is not None:
-                    frame = frame.f_back
-            elif kind in (LIBRARY, COMPILE) and not user_frames:
-                library_frame = frame
-                compiling = compiling or kind == COMPILE
-        frame = frame.f_back
-    return user_frames, library_frame, compiling
+def _forget_sites() -> None:
+    _in_progress.clear()
+    site_cache.forget_sites()
 
 
 def _forget_kinds() -> None:
@@ -479,35 +364,6 @@ def _is_stdlib(module: str, filename: str) -> bool:
     return filename.startswith(_STDLIB_DIRS) or filename.startswith("<frozen ")
 
 
-def _key(frames: list[FrameType], kernel_key: Any, depth: int) -> tuple:
-    # The flat form is the launch wrapper's fast-path key: with KNAME_DEPTH > 1 a site that
-    # found one user frame (no caller) must not answer it for a launch that has callers.
-    if len(frames) == 1 and depth == 1:
-        return (id(frames[0].f_code), frames[0].f_lasti, kernel_key)
-    return (*((id(f.f_code), f.f_lasti) for f in frames), kernel_key)
-
-
-def _site_key(
-    user_frames: list[FrameType],
-    library_frame: FrameType | None,
-    kernel_key: Any,
-    depth: int,
-    compiling: bool = False,
-) -> tuple[tuple, list[FrameType]]:
-    """The cache key of a site, and the frames that name it (none: named by the kernel)."""
-    if compiling:  # keyed apart: the same line's launches at run time are another site
-        key, frames = _site_key(user_frames, library_frame, kernel_key, depth)
-        return (_COMPILE_SITE, *key), frames
-    if user_frames:
-        return _key(user_frames, kernel_key, depth), user_frames
-    # Keyed apart from the fast path: the same library line called from a user's line is
-    # named after that line.
-    if library_frame is not None:
-        code = library_frame.f_code
-        return (_LIBRARY_SITE, id(code), library_frame.f_lasti, kernel_key), [library_frame]
-    return (_KERNEL_SITE, kernel_key), []
-
-
 def _build(
     key: tuple,
     frames: list[FrameType],
@@ -536,11 +392,12 @@ def _build(
         site = sites.get(key)
         if site is None:
             counter = counters.counter_for(name, kernel_name, lib)
-            site = Site(name, identifier, kernel_name, lib, calls, _code_refs(key, codes), counter)
+            refs = site_cache.code_refs(key, codes)
+            site = Site(name, identifier, kernel_name, lib, calls, refs, counter)
             if rename is not None and identifier:
                 site.launch, raised = _renamed_launch(rename, kernel, site)
                 outside = raised if outside is None else outside
-            _store(key, site, kernel, kernel_key)
+            site_cache.store(key, site, kernel, kernel_key)
     _in_progress.pop(key, None)
     if outside is not None:
         raise outside
@@ -642,167 +499,6 @@ def _renamed_launch(rename: Any, kernel: Any, site: Site) -> tuple[Any, BaseExce
             f"({type(exc).__name__}: {exc}); such launches keep the kernel's own name",
         )
         return None, None
-
-
-# --------------------------------------------------------------------------
-# The cache: bounded, oldest out first, and never keeping a kernel or code object alive
-# --------------------------------------------------------------------------
-
-
-def _store(key: tuple, site: Site, kernel: Any, kernel_key: Any) -> None:
-    """Cache `site` under `key` (under _lock), making room first if the cache is full."""
-    if len(sites) >= MAX_SITES:
-        _evict_oldest()
-    try:
-        # Cached, then watched: a kernel's record keeps the keys that are cached (_track), and a
-        # signal handler may store a site in between. Cached and watched, or not cached at all.
-        sites[key] = site
-        if kernel is not None and kernel_key == id(kernel):
-            _track(kernel, key)
-        _queue.append((key, site))
-    except BaseException:
-        sites.pop(key, None)
-        raise
-    if len(_queue) > 2 * len(sites) + QUEUE_SLACK:
-        _compact_queue()
-
-
-def _code_refs(key: tuple, codes: tuple[CodeType, ...]) -> tuple[weakref.ref, ...]:
-    """Weak references to the code objects keying `key`, each taking the site at `key` out of
-    the cache as it is freed. Whatever site is cached there then is keyed by that code's id, and
-    the callback is C alone (dict.pop), so no exception can be raised into it."""
-    forget = functools.partial(sites.pop, key)  # called with the reference: pop(key, default)
-    return tuple(map(weakref.ref, codes, itertools.repeat(forget)))
-
-
-def _evict_oldest() -> None:
-    while _queue:
-        key, site = _queue.popleft()
-        if sites.get(key) is site:
-            sites.pop(key, None)
-            _untrack(key)
-            return
-
-
-def _compact_queue() -> None:
-    """Drop the stale entries: after at least as many were added, so O(1) per site.
-
-    Each entry is taken from the front and put back at the end if live, never iterated over: a
-    signal handler storing a site meanwhile appends to the queue, and its entry is kept."""
-    for _ in range(len(_queue)):
-        if not _queue:  # a signal handler's eviction took the rest
-            return
-        key, site = _queue.popleft()
-        if sites.get(key) is site:
-            _queue.append((key, site))
-
-
-def _track(kernel: Any, key: tuple) -> None:
-    kernel_id = id(kernel)
-    entry = _kernels.get(kernel_id)
-    if entry is None:
-        entry = _kernels[kernel_id] = _KernelSites(kernel)
-        if entry.held:
-            _held[kernel_id] = None
-            if len(_held) > MAX_HELD_KERNELS:
-                oldest, _ = _held.popitem(last=False)
-                _forget_kernel(oldest, _kernels.get(oldest))
-    elif len(entry.keys) >= entry.limit:
-        # Keys of sites that left with their code are dropped here, in amortized O(1); from a
-        # copy, in place: a signal handler may add a key meanwhile, its site cached first.
-        for stale in [k for k in list(entry.keys) if k not in sites]:
-            entry.keys.discard(stale)
-        entry.limit = 2 * len(entry.keys) + QUEUE_SLACK
-    entry.keys.add(key)
-
-
-def _untrack(key: tuple) -> None:
-    """`key`'s site left the cache: its kernel's watch ends with its last site."""
-    kernel_id = key[-1]
-    entry = _kernels.get(kernel_id) if type(kernel_id) is int else None
-    if entry is not None and key in entry.keys:
-        entry.keys.discard(key)
-        if not entry.keys:
-            _kernels.pop(kernel_id, None)
-            _held.pop(kernel_id, None)
-
-
-def _kernel_freed(kernel_id: int, ref: weakref.ref) -> None:
-    """A kernel with cached sites is being freed: its sites leave before its id can be reused."""
-    entry = _kernels.get(kernel_id)
-    if entry is not None and entry.ref is ref:
-        _forget_kernel(kernel_id, entry)
-
-
-def _forget_kernel(kernel_id: int, entry: _KernelSites | None) -> None:
-    # No lock: a kernel is freed wherever its last reference goes, in any thread, maybe inside
-    # kname's own critical section on this one. Each step is one dict operation under the GIL,
-    # and a kernel being freed has no site being built (building one holds a reference).
-    _kernels.pop(kernel_id, None)
-    _held.pop(kernel_id, None)
-    if entry is not None:
-        for key in list(entry.keys):
-            sites.pop(key, None)
-
-
-def _forget_sites() -> None:
-    _in_progress.clear()
-    sites.clear()
-    _queue.clear()
-    _kernels.clear()
-    _held.clear()
-
-
-# --------------------------------------------------------------------------
-# Faults
-# --------------------------------------------------------------------------
-
-
-def _give_up(frame: FrameType, kernel: Any, site: Site | None) -> None:
-    with _lock:
-        if site is None:  # the fault came while finding the site: the launch is not counted
-            if kernel is None:
-                return  # not even the kernel is known: nothing to count it under
-            site = _fault_site(frame, kernel)
-            if site is None:
-                return  # nested in another kname launch, which counts it
-            counted = False
-        else:
-            counted = hotpath.is_counter(site.counter)  # next() on one cannot fail
-            if not counted:
-                site.counter = counters.counter_for(site.name, site.kernel, site.lib)
-        site.push = site.pop = site.launch = None
-        if not counted:
-            next(site.counter)
-
-
-def _fault_site(frame: FrameType, kernel: Any) -> Site | None:
-    """The site a launch from `frame` belongs to, found with the decisions made before the fault
-    (a frame not yet judged counts as the user's); a pass-through one if none is cached."""
-    depth = _rules.depth
-    user_frames, library_frame, compiling = _walk(frame, depth, judge=_known_kind)
-    if user_frames is None:
-        return None
-    key, frames = _site_key(user_frames, library_frame, id(kernel), depth, compiling)
-    site = sites.get(key)
-    if site is None:
-        codes = tuple(f.f_code for f in frames)
-        counter = counters.counter_for(UNNAMED, "", "")
-        site = Site(UNNAMED, "", "", "", None, _code_refs(key, codes), counter)
-        _store(key, site, kernel, id(kernel))
-    return site
-
-
-def _known_kind(code: CodeType, module: object) -> int:
-    return _kinds.get(id(code), USER)
-
-
-def _say_recursion_limit() -> None:
-    warn_once(
-        "recursion-limit",
-        f"a launch made near the recursion limit ran unnamed (no room on the stack to find its "
-        f"call site); such launches are counted as {counters.AT_RECURSION_LIMIT!r}",
-    )
 
 
 def _counts_from_zero() -> None:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kname import callsite, hotpath, pyhotpath
+from kname import callsite, hotpath, pyhotpath, site_faults
 from kname._watched import Watched
 from kname.patching import mark_wrapper
 from kname.pyhotpath import LAUNCHER, UNNAMED_IN_LAUNCHERS, KernelArg
@@ -90,7 +90,7 @@ def make_launch_wrapper(
     if isinstance(kernel_of, KernelArg):
         kernel = (kernel_of.index, kernel_of.attribute)  # read in C, with no call
     wrapper = hot_path.launch_wrapper(
-        original, kernel, switch, callsite.sites, resolve_site, callsite.pass_through,
+        original, kernel, switch, callsite.sites, resolve_site, site_faults.pass_through,
         callsite._kinds, launchers,
     )  # fmt: skip
     mark_wrapper(wrapper, original)

@@ -75,7 +75,7 @@ def launch_wrapper(
 
     `kernel`: None (`original` is the kernel), (index, attribute) or a callable of the args.
     A miss calls `resolve(frame, kernel)`. A failure goes to `fault(frame, kernel, site, exc,
-    where, again)`, which says whether it was kname's own (kname.callsite.pass_through): then the
+    where, again)`, which says whether it was kname's own (kname.site_faults.pass_through): then the
     launch runs; else the exception propagates, before the launch. Finding the site is taken
     once more first, its failure (or None) as `again`: a fault of kname's own recurs. `kinds` is
     for the C wrapper's walk (here, resolve walks).

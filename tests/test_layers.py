@@ -33,6 +33,10 @@ LAYERS = [
     {"kname.launch"},
     {
         "kname.callsite",
+        "kname.site_faults",
+        "kname.site_cache",
+        "kname.kernel_refs",
+        "kname.walk",
         "kname.counters",
         "kname.naming",
         "kname.paths",
@@ -57,6 +61,10 @@ LAYERS = [
 HOT_PATH = {
     "kname.launch",
     "kname.callsite",
+    "kname.site_faults",
+    "kname.site_cache",
+    "kname.kernel_refs",
+    "kname.walk",
     "kname.counters",
     "kname.naming",
     "kname.paths",

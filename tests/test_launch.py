@@ -9,6 +9,7 @@ instruction. Real signals and threads under NVTX capture: test_reliability_async
 
 from __future__ import annotations
 
+import gc
 import sys
 
 import pytest
@@ -158,11 +159,15 @@ def python_calls(call) -> list[str]:
         if event == "call":
             names.append(frame.f_code.co_name)
 
+    collecting = gc.isenabled()
+    gc.disable()  # no gc callback (hypothesis adds one) in the record
     sys.setprofile(record)
     try:
         call()
     finally:
         sys.setprofile(None)
+        if collecting:
+            gc.enable()
     return names
 
 

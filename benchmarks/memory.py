@@ -2,7 +2,7 @@
 
 Generates `functions` modules-worth of code, each function holding `lines` launch statements
 (every statement is its own call site: same code object, another f_lasti), calls each function
-once, and reports how big kname's caches grew: len(callsite.sites) against callsite.MAX_SITES,
+once, and reports how big kname's caches grew: len(callsite.sites) against site_cache.MAX_SITES,
 tracemalloc's current and peak over the launches, and the NVTX names kname registered.
 The generated code is compiled and held before tracing starts, so it is not counted.
 """
@@ -34,7 +34,7 @@ def main() -> None:
     import bench_noop_target as target
 
     import kname
-    from kname import callsite, ranges
+    from kname import callsite, ranges, site_cache
 
     kname.install(targets=["bench_noop_target:launch"])
     functions = -(-args.sites // args.lines)
@@ -70,8 +70,8 @@ def main() -> None:
         {
             "call_sites_generated": generated,
             "sites_cached": len(callsite.sites),
-            "max_sites": callsite.MAX_SITES,
-            "within_bound": len(callsite.sites) <= callsite.MAX_SITES,
+            "max_sites": site_cache.MAX_SITES,
+            "within_bound": len(callsite.sites) <= site_cache.MAX_SITES,
             "nvtx_registered_names": ranges.registered_names(),
             "nvtx_max_names": ranges.MAX_NAMES,
             "tool_attached": ranges.tool_attached(),

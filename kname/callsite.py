@@ -1,23 +1,22 @@
-"""Which frame launched a kernel, and the cached record of that call site.
+"""The call site of a launch: the naming rules of the moment, what kind of code each code object
+is, and the site record built, named and cached on a miss.
 
 Per launch, the wrapper looks up `sites[(id(code), f_lasti, kernel_key)]` for its caller's frame
-(see kname.launch). Everything here runs only when that look-up misses: walking past library
-frames, classifying code objects, building names and NVTX attributes.
+(see kname.launch). Everything here runs only when that look-up misses. The other jobs are
+modules of their own: the cache and its bounds (kname.site_cache), the kernels' weak references
+(kname.kernel_refs), the walk past library frames and the site's key (kname.walk), a fault at
+a launch (kname.site_faults).
 
-Code objects are never hashed: CPython hashes code by value, on every look-up (0.5 µs for a small
-module, 10 µs for one of 300 functions). Keys use id(code), and kernels are keyed by id too. Yet
-nothing here keeps either alive (a kernel may hold gigabytes; generated code, its constants):
-weak references take a kernel's or a code object's sites, and the decision on a code object, out
-of the cache as it is freed, before its id can be reused. A code object's are plain dict pops
-bound to their key: a callback that runs no bytecode, where nothing can be raised into it.
+Code objects are never hashed (CPython hashes code by value, on every look-up): the decision on a
+code object is keyed by its id, and taken away by a weak reference as the code is freed (a plain
+dict pop: a callback that runs no bytecode, where nothing can be raised into it).
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import functools
-import itertools
+import operator
 import os
 import re
 import sys
@@ -28,19 +27,25 @@ from dataclasses import dataclass, field, replace
 from types import CodeType, FrameType
 from typing import Any
 
-from kname import counters, faults, hotpath, naming, ranges
-from kname._locks import new_lock, reset_in_child
+from kname import counters, faults, naming, ranges, site_cache, walk
+from kname._locks import reset_in_child
 from kname._warnings import report_fault, warn_once
 from kname._watched import Watched
 from kname.config import DEFAULT_FORMAT
+from kname.site_cache import _lock, sites
 
-MAX_SITES = 100_000
+# Re-exported: what other modules and the tests read here.
+from kname.walk import (  # noqa: F401
+    COMPILE,
+    LIBRARY,
+    PLUMBING,
+    USER,
+    WRAPPER,
+    _wrapper_code_ids,
+    register_wrapper_code,
+)
+
 MAX_CODES = 200_000
-# A kernel that cannot be weakly referenced (CuPy's Cython kernel classes) is kept alive while it
-# has cached sites, so that its id cannot be reused under them: at most this many such kernels.
-MAX_HELD_KERNELS = 1000
-# Stale entries the eviction queue may hold (sites gone with their kernel) before it is compacted.
-QUEUE_SLACK = 64
 
 UNNAMED = "<unnamed: kname error>"
 
@@ -65,19 +70,8 @@ def _stdlib_dirs() -> tuple[str, ...]:
 
 _STDLIB_DIRS = _stdlib_dirs()
 
-# How a code object's frames count in the walk. USER: a call site. LIBRARY: passed over, but
-# names a launch that has no user frame at all (a library's own code). PLUMBING: passed over,
-# and never a name (the standard library, kname, wrapt). WRAPPER: kname's own launch wrapper.
-# COMPILE: library code doing build-time work (compiling, autotuning): passed over as LIBRARY,
-# and a launch beneath it is named apart (COMPILE_MARK). The C walks know no COMPILE: they leave
-# such a launch to resolve(), as for a code object not judged yet.
-USER, LIBRARY, WRAPPER, PLUMBING, COMPILE = 0, 1, 2, 3, 4
+# A launch beneath COMPILE code (kname.walk) is named apart, with this after its name.
 COMPILE_MARK = " (compile)"
-
-# Key prefixes of sites named other than by user frames: never equal to a launch's fast key.
-_LIBRARY_SITE = "library frame"
-_KERNEL_SITE = "no user frame"
-_COMPILE_SITE = "compile"
 
 # is_generated(code, module): whether a library made `code` at run time, as its own code
 # (a code object made to run in the user's module, or with no module of its own).
@@ -157,38 +151,46 @@ def _library_path_pattern(modules: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile(r"[/\\](?:site|dist)-packages[/\\](?:" + names + r")(?:[/\\]|\.py)")
 
 
-sites: dict[tuple, Site] = {}
-
-_lock = new_lock()
 _rules = Rules()
 _kinds: dict[int, int] = {}
 # id(code) -> a weak reference to the code decided on, which takes its decision away with it
 _codes: dict[int, weakref.ref] = {}
-_wrapper_code_ids: set[int] = set()
-_wrapper_codes: list[CodeType] = []  # kname's own, kept: their ids mean a launch in progress
-# (key, site) in the order the sites were cached: eviction pops the oldest in O(1). An entry whose
-# site is no longer cached under its key is stale, skipped once.
-_queue: collections.deque[tuple[tuple, Site]] = collections.deque()
-_kernels: dict[int, _KernelSites] = {}  # id(kernel) -> its cached sites
-# ids of the kernels kept alive (no weak references), oldest first
-_held: collections.OrderedDict[int, None] = collections.OrderedDict()
+# The kind of code of each (module name, file) judged by its module alone (None: by the code):
+# a new line in a module seen before is judged at once.
+_module_kinds: dict[tuple[str, str], int | None] = {}
+# Sites being named: what each step of the naming has computed, kept as soon as it is, so that
+# an attempt interrupted from outside (a timer's TimeoutError every few microseconds) is resumed
+# by the next one instead of begun again. Taken out once the site is cached; the oldest go first.
+MAX_IN_PROGRESS = 256
+_in_progress: dict[tuple, _Progress] = {}
 
 
-class _KernelSites:
-    """The keys of the cached sites of one kernel, and how kname learns that the kernel died."""
+class _Progress:
+    """The steps of naming one site done so far: each frame's facts, the names, the range."""
 
-    __slots__ = ("held", "keys", "limit", "ref")
+    __slots__ = (
+        "calls", "codes", "facts", "functions", "kernel_name", "lib", "names", "places", "rules",
+    )  # fmt: skip
 
-    def __init__(self, kernel: Any) -> None:
-        self.keys: set[tuple] = set()
-        self.limit = QUEUE_SLACK  # past this many keys, those no longer cached are dropped
-        try:
-            self.ref: Any = weakref.ref(kernel, functools.partial(_kernel_freed, id(kernel)))
-            self.held = False
-        except TypeError as exc:  # no weak references: kept alive while it has sites (bounded)
-            if faults.from_outside(exc, weakref.ref, kernel):
-                raise
-            self.ref, self.held = kernel, True
+    def __init__(self, codes: tuple, kernel_name: str, lib: str, rules: Rules) -> None:
+        # The code objects keying the site, held: their ids cannot be reused while it waits.
+        self.codes = codes
+        self.kernel_name, self.lib, self.rules = kernel_name, lib, rules
+        # Each frame's place, function and facts, set by index: a signal handler naming the
+        # same site meanwhile sets the same ones.
+        self.places: list[tuple[str, int] | None] = [None] * len(codes)
+        self.functions: list[str | None] = [None] * len(codes)
+        self.facts: list[naming.FrameFacts | None] = [None] * len(codes)
+        self.names: tuple[str, str] | None = None
+        self.calls: tuple[Any] | None = None
+
+    def is_for(self, codes: tuple, kernel_name: str, lib: str, rules: Rules) -> bool:
+        same_codes = len(codes) == len(self.codes) and all(map(operator.is_, codes, self.codes))
+        return (
+            same_codes
+            and (kernel_name, lib) == (self.kernel_name, self.lib)
+            and rules is self.rules
+        )
 
 
 def configure(
@@ -217,8 +219,7 @@ def configure(
             tuple(compile_modules), makers,
         )  # fmt: skip
         _forget_sites()
-        _kinds.clear()
-        _codes.clear()
+        _forget_kinds()
 
 
 def use_site_calls(factory: Callable[[Site], tuple[Any, Any]] | None = None) -> None:
@@ -238,15 +239,8 @@ def clear() -> None:
     """Forget cached code classifications and call sites, and their counts."""
     with _lock:
         _forget_sites()
-        _kinds.clear()
-        _codes.clear()
+        _forget_kinds()
         counters.clear()
-
-
-def register_wrapper_code(code: CodeType) -> None:
-    """Mark kname's own launch wrapper: a launch found beneath one is nested, and not named."""
-    _wrapper_codes.append(code)
-    _wrapper_code_ids.add(id(code))
 
 
 def resolve(
@@ -265,10 +259,10 @@ def resolve(
     `kernel_key` is `id(kernel)` (the site then lives only as long as the kernel) or a value.
     """
     rules = _rules
-    user_frames, library_frame, compiling = _walk(frame, rules.depth)
+    user_frames, library_frame, compiling = walk.stack(frame, rules.depth, kind_of)
     if user_frames is None:
         return None
-    key, site_frames = _site_key(user_frames, library_frame, kernel_key, rules.depth, compiling)
+    key, site_frames = walk.site_key(user_frames, library_frame, kernel_key, rules.depth, compiling)
     site = sites.get(key)
     if site is None:
         if callable(kernel_name):
@@ -279,45 +273,6 @@ def resolve(
     return site
 
 
-def pass_through(
-    frame: FrameType,
-    kernel: Any,
-    site: Site | None,
-    exc: BaseException,
-    where: str,
-    again: BaseException | None,
-) -> bool:
-    """After `exc` while `where` at a launch of `kernel` from `frame`: whether it was kname's own
-    fault (kname.faults). If it was: count the launch, say so once, and from then on launch
-    from its call site as if kname were off; the launch runs. If not (raised into kname from
-    outside), nothing changes: the wrapper raises `exc`, before the launch.
-
-    `again`: what the failed step raised when taken once more (None: nothing), or `exc` itself
-    where it was not taken again. `site` is the site the launch had found (it was counted then),
-    or None; `kernel` is None if even the kernel is unknown. Only the launch's own call site
-    gives up, never a library line that others call through. At the recursion limit nothing
-    gives up: a launch from higher up is named. The launch wrapper calls this from its error
-    path only; what it raises was raised into it from outside.
-    """
-    if isinstance(exc, RecursionError):
-        try:
-            # Counted here and at once: at the limit there may be no room for another call.
-            if site is None or not hotpath.is_counter(site.counter):
-                next(counters.at_recursion_limit)
-            _say_recursion_limit()
-        except RecursionError:  # at the limit even this may fail: the launch must still run
-            pass
-        return True
-    if not faults.is_kname_fault(exc, again, _wrapper_code_ids):
-        return False
-    try:
-        report_fault(where, exc)
-        _give_up(frame, kernel, site)
-    except RecursionError:
-        pass
-    return True
-
-
 def kind_of(code: CodeType, module: object) -> int:
     """USER, LIBRARY or PLUMBING for `code`, decided once per code object."""
     kind = _kinds.get(id(code))
@@ -325,8 +280,7 @@ def kind_of(code: CodeType, module: object) -> int:
         kind = _judge(code, module)
         with _lock:
             if len(_codes) >= MAX_CODES:  # the decisions on freed code are counted too
-                _kinds.clear()
-                _codes.clear()
+                _forget_kinds()
                 for wrapper_id in _wrapper_code_ids:
                     _kinds[wrapper_id] = WRAPPER
             # First: no decision on a code object that could be freed unseen.
@@ -345,8 +299,8 @@ def site_name(depth: int = 1, kernel: Any = "") -> str:
     frame = sys._getframe(1)
     label = naming.kernel_label(kernel)
     depth, rules = max(1, int(depth)), _rules
-    user_frames, library_frame, compiling = _walk(frame, depth, stop_at_wrapper=False)
-    key, site_frames = _site_key(
+    user_frames, library_frame, compiling = walk.stack(frame, depth, kind_of, stop_at_wrapper=False)
+    key, site_frames = walk.site_key(
         user_frames or [], library_frame, ("site_name", label), depth, compiling
     )
     site = sites.get(key)
@@ -355,60 +309,27 @@ def site_name(depth: int = 1, kernel: Any = "") -> str:
     return site.name
 
 
-def _walk(
-    frame: FrameType | None, depth: int, stop_at_wrapper: bool = True, judge: Any = None
-) -> tuple[list[FrameType] | None, FrameType | None, bool]:
-    """Up to `depth` user frames from `frame` outwards, the outermost LIBRARY frame seen before
-    the first of them, and whether a COMPILE frame was seen before it; (None, None, False) for a
-    launch nested in another kname launch."""
-    judge = kind_of if judge is None else judge  # looked up now: tests replace kind_of
-    user_frames: list[FrameType] = []
-    library_frame = None
-    compiling = False
-    # A native launch wrapper has no frame: the caller of the one running marks where it is, and
-    # reaching it from below is reaching that wrapper (a walk that starts there starts above it).
-    is_native_caller, start = hotpath.current().is_launch_caller, frame
-    while frame is not None and len(user_frames) < depth:
-        code = frame.f_code
-        if (
-            is_native_caller is not None
-            and frame is not start
-            and stop_at_wrapper
-            and not user_frames
-            and is_native_caller(frame)
-        ):
-            return None, None, False  # inside a native kname launch: the outer one names it
-        if id(code) in _wrapper_code_ids:
-            if stop_at_wrapper and not user_frames:
-                return None, None, False  # inside another kname launch: the outer one names it
-        else:
-            kind = judge(code, frame.f_globals.get("__name__"))
-            if kind == USER:
-                user_frames.append(frame)
-                # The frames it is written in are one frame with it on 3.12+ (PEP 709).
-                while naming.is_inlined_comprehension(frame.f_code) and frame.f_back is not None:
-                    frame = frame.f_back
-            elif kind in (LIBRARY, COMPILE) and not user_frames:
-                library_frame = frame
-                compiling = compiling or kind == COMPILE
-        frame = frame.f_back
-    return user_frames, library_frame, compiling
+def _forget_sites() -> None:
+    _in_progress.clear()
+    site_cache.forget_sites()
+
+
+def _forget_kinds() -> None:
+    _kinds.clear()
+    _codes.clear()
+    _module_kinds.clear()
 
 
 def _judge(code: CodeType, module: object) -> int:
     rules = _rules
     filename = code.co_filename
     if isinstance(module, str):
-        if _matches(module, CORE_LIBRARY_MODULES) or _is_stdlib(module, filename):
-            return PLUMBING
-        if _matches(module, rules.skip):
-            return LIBRARY
-        if _matches(module, rules.user):
-            return USER
-        if _matches(module, rules.compile_modules):
-            return COMPILE
-        if _matches(module, rules.library_modules):
-            return LIBRARY
+        place = (module, filename)
+        kind = _module_kinds.get(place, False)
+        if kind is False:
+            kind = _module_kinds[place] = _kind_of_module(module, filename, rules)
+        if kind is not None:
+            return kind
     # No module name (code run by exec with bare globals): judge by where the file lives. A
     # pseudo-file (`<string>`) is code made at run time, which has no line to show.
     elif filename.startswith(_KNAME_DIR):
@@ -420,41 +341,27 @@ def _judge(code: CodeType, module: object) -> int:
     return USER
 
 
+def _kind_of_module(module: str, filename: str, rules: Rules) -> int | None:
+    """The kind of all code of `module` (from `filename`), or None: judged by the code."""
+    if _matches(module, CORE_LIBRARY_MODULES) or _is_stdlib(module, filename):
+        return PLUMBING
+    if _matches(module, rules.skip):
+        return LIBRARY
+    if _matches(module, rules.user):
+        return USER
+    if _matches(module, rules.compile_modules):
+        return COMPILE
+    if _matches(module, rules.library_modules):
+        return LIBRARY
+    return None
+
+
 def _is_stdlib(module: str, filename: str) -> bool:
     """A module of the standard library, where the standard library lives (a user's own module
     named `test` or `code` is not)."""
     if module.partition(".")[0] not in sys.stdlib_module_names:
         return False
     return filename.startswith(_STDLIB_DIRS) or filename.startswith("<frozen ")
-
-
-def _key(frames: list[FrameType], kernel_key: Any, depth: int) -> tuple:
-    # The flat form is the launch wrapper's fast-path key: with KNAME_DEPTH > 1 a site that
-    # found one user frame (no caller) must not answer it for a launch that has callers.
-    if len(frames) == 1 and depth == 1:
-        return (id(frames[0].f_code), frames[0].f_lasti, kernel_key)
-    return (*((id(f.f_code), f.f_lasti) for f in frames), kernel_key)
-
-
-def _site_key(
-    user_frames: list[FrameType],
-    library_frame: FrameType | None,
-    kernel_key: Any,
-    depth: int,
-    compiling: bool = False,
-) -> tuple[tuple, list[FrameType]]:
-    """The cache key of a site, and the frames that name it (none: named by the kernel)."""
-    if compiling:  # keyed apart: the same line's launches at run time are another site
-        key, frames = _site_key(user_frames, library_frame, kernel_key, depth)
-        return (_COMPILE_SITE, *key), frames
-    if user_frames:
-        return _key(user_frames, kernel_key, depth), user_frames
-    # Keyed apart from the fast path: the same library line called from a user's line is
-    # named after that line.
-    if library_frame is not None:
-        code = library_frame.f_code
-        return (_LIBRARY_SITE, id(code), library_frame.f_lasti, kernel_key), [library_frame]
-    return (_KERNEL_SITE, kernel_key), []
 
 
 def _build(
@@ -473,23 +380,25 @@ def _build(
     An exception raised into naming from outside is raised once the site is cached with the name
     it should have; a fault of kname's own caches it unnamed, said once."""
     try:
-        name, identifier, calls = _naming(frames, kernel_name, lib, rules, compiling)
+        name, identifier, calls = _naming(key, frames, kernel_name, lib, rules, compiling)
         outside = None
     except RecursionError:
         raise  # no room on the stack to name it here: not a fault, and not cached
     except Exception as exc:
-        failed = _naming_failed(exc, frames, kernel_name, lib, rules, compiling)
+        failed = _naming_failed(exc, key, frames, kernel_name, lib, rules, compiling)
         name, identifier, calls, outside = failed
     codes = tuple(f.f_code for f in frames)
     with _lock:
         site = sites.get(key)
         if site is None:
             counter = counters.counter_for(name, kernel_name, lib)
-            site = Site(name, identifier, kernel_name, lib, calls, _code_refs(key, codes), counter)
+            refs = site_cache.code_refs(key, codes)
+            site = Site(name, identifier, kernel_name, lib, calls, refs, counter)
             if rename is not None and identifier:
                 site.launch, raised = _renamed_launch(rename, kernel, site)
                 outside = raised if outside is None else outside
-            _store(key, site, kernel, kernel_key)
+            site_cache.store(key, site, kernel, kernel_key)
+    _in_progress.pop(key, None)
     if outside is not None:
         raise outside
     return site
@@ -497,6 +406,7 @@ def _build(
 
 def _naming_failed(
     exc: Exception,
+    key: tuple,
     frames: list[FrameType],
     kernel_name: str,
     lib: str,
@@ -506,7 +416,9 @@ def _naming_failed(
     """After naming a new site raised `exc`: its name, identifier and range calls, and `exc`
     where it was raised into naming from outside (None: it was kname's fault), to raise once
     the site is cached."""
-    own, done, named = faults.take_again(exc, _naming, frames, kernel_name, lib, rules, compiling)
+    own, done, named = faults.take_again(
+        exc, _naming, key, frames, kernel_name, lib, rules, compiling
+    )
     if not own:
         if not done:
             raise exc
@@ -517,22 +429,55 @@ def _naming_failed(
 
 
 def _naming(
-    frames: list[FrameType], kernel_name: str, lib: str, rules: Rules, compiling: bool
+    key: tuple,
+    frames: list[FrameType],
+    kernel_name: str,
+    lib: str,
+    rules: Rules,
+    compiling: bool,
 ) -> tuple[str, str, Any]:
-    name, identifier = _names(frames, kernel_name, lib, rules.template)
-    if compiling:
-        name += COMPILE_MARK
-    calls = ranges.range_for(name, kernel_name, lib) if rules.emit_nvtx else None
-    return name, identifier, calls
+    """The name, identifier and range calls of the site at `key`, resuming an attempt that was
+    interrupted: each step's result is kept as soon as it is computed."""
+    progress = _progress_of(key, tuple(f.f_code for f in frames), kernel_name, lib, rules)
+    for index, frame in enumerate(frames):  # each step kept by index as soon as it is made
+        if progress.places[index] is None:
+            progress.places[index] = naming.frame_place(frame)
+        if progress.functions[index] is None:
+            progress.functions[index] = naming.function_name(frame)
+        if progress.facts[index] is None:
+            place, function = progress.places[index], progress.functions[index]
+            progress.facts[index] = naming.facts_of(frame, place, function)  # type: ignore[arg-type]
+    if progress.names is None:
+        progress.names = _names(progress.facts, kernel_name, lib, rules.template, compiling)
+    if progress.calls is None:
+        name = progress.names[0]
+        progress.calls = (ranges.range_for(name, kernel_name, lib) if rules.emit_nvtx else None,)
+    return (*progress.names, progress.calls[0])
 
 
-def _names(frames: list[FrameType], kernel_name: str, lib: str, template: str) -> tuple[str, str]:
+def _progress_of(
+    key: tuple, codes: tuple[CodeType, ...], kernel_name: str, lib: str, rules: Rules
+) -> _Progress:
+    """The naming of the site at `key` done so far (a new one if none, or another's)."""
+    progress = _in_progress.get(key)
+    if progress is not None and progress.is_for(codes, kernel_name, lib, rules):
+        return progress
+    if len(_in_progress) >= MAX_IN_PROGRESS:
+        # The oldest: one no attempt came back for. A signal handler may empty it meanwhile.
+        with contextlib.suppress(StopIteration, RuntimeError):
+            _in_progress.pop(next(iter(_in_progress)), None)
+    progress = _in_progress[key] = _Progress(codes, kernel_name, lib, rules)
+    return progress
+
+
+def _names(
+    facts: list[Any], kernel_name: str, lib: str, template: str, compiling: bool
+) -> tuple[str, str]:
     """The display name and the identifier (none when named by the kernel alone)."""
-    if not frames:
+    if not facts:
         return naming.kernel_only_name(kernel_name), ""
-    facts = [naming.frame_facts(f) for f in frames]
     name = naming.display_name(template, kernel_name, lib, facts)
-    return name, naming.identifier_name(kernel_name, facts[0])
+    return name + (COMPILE_MARK if compiling else ""), naming.identifier_name(kernel_name, facts[0])
 
 
 def _renamed_launch(rename: Any, kernel: Any, site: Site) -> tuple[Any, BaseException | None]:
@@ -554,166 +499,6 @@ def _renamed_launch(rename: Any, kernel: Any, site: Site) -> tuple[Any, BaseExce
             f"({type(exc).__name__}: {exc}); such launches keep the kernel's own name",
         )
         return None, None
-
-
-# --------------------------------------------------------------------------
-# The cache: bounded, oldest out first, and never keeping a kernel or code object alive
-# --------------------------------------------------------------------------
-
-
-def _store(key: tuple, site: Site, kernel: Any, kernel_key: Any) -> None:
-    """Cache `site` under `key` (under _lock), making room first if the cache is full."""
-    if len(sites) >= MAX_SITES:
-        _evict_oldest()
-    try:
-        # Cached, then watched: a kernel's record keeps the keys that are cached (_track), and a
-        # signal handler may store a site in between. Cached and watched, or not cached at all.
-        sites[key] = site
-        if kernel is not None and kernel_key == id(kernel):
-            _track(kernel, key)
-        _queue.append((key, site))
-    except BaseException:
-        sites.pop(key, None)
-        raise
-    if len(_queue) > 2 * len(sites) + QUEUE_SLACK:
-        _compact_queue()
-
-
-def _code_refs(key: tuple, codes: tuple[CodeType, ...]) -> tuple[weakref.ref, ...]:
-    """Weak references to the code objects keying `key`, each taking the site at `key` out of
-    the cache as it is freed. Whatever site is cached there then is keyed by that code's id, and
-    the callback is C alone (dict.pop), so no exception can be raised into it."""
-    forget = functools.partial(sites.pop, key)  # called with the reference: pop(key, default)
-    return tuple(map(weakref.ref, codes, itertools.repeat(forget)))
-
-
-def _evict_oldest() -> None:
-    while _queue:
-        key, site = _queue.popleft()
-        if sites.get(key) is site:
-            sites.pop(key, None)
-            _untrack(key)
-            return
-
-
-def _compact_queue() -> None:
-    """Drop the stale entries: after at least as many were added, so O(1) per site.
-
-    Each entry is taken from the front and put back at the end if live, never iterated over: a
-    signal handler storing a site meanwhile appends to the queue, and its entry is kept."""
-    for _ in range(len(_queue)):
-        if not _queue:  # a signal handler's eviction took the rest
-            return
-        key, site = _queue.popleft()
-        if sites.get(key) is site:
-            _queue.append((key, site))
-
-
-def _track(kernel: Any, key: tuple) -> None:
-    kernel_id = id(kernel)
-    entry = _kernels.get(kernel_id)
-    if entry is None:
-        entry = _kernels[kernel_id] = _KernelSites(kernel)
-        if entry.held:
-            _held[kernel_id] = None
-            if len(_held) > MAX_HELD_KERNELS:
-                oldest, _ = _held.popitem(last=False)
-                _forget_kernel(oldest, _kernels.get(oldest))
-    elif len(entry.keys) >= entry.limit:
-        # Keys of sites that left with their code are dropped here, in amortized O(1); from a
-        # copy, in place: a signal handler may add a key meanwhile, its site cached first.
-        for stale in [k for k in list(entry.keys) if k not in sites]:
-            entry.keys.discard(stale)
-        entry.limit = 2 * len(entry.keys) + QUEUE_SLACK
-    entry.keys.add(key)
-
-
-def _untrack(key: tuple) -> None:
-    """`key`'s site left the cache: its kernel's watch ends with its last site."""
-    kernel_id = key[-1]
-    entry = _kernels.get(kernel_id) if type(kernel_id) is int else None
-    if entry is not None and key in entry.keys:
-        entry.keys.discard(key)
-        if not entry.keys:
-            _kernels.pop(kernel_id, None)
-            _held.pop(kernel_id, None)
-
-
-def _kernel_freed(kernel_id: int, ref: weakref.ref) -> None:
-    """A kernel with cached sites is being freed: its sites leave before its id can be reused."""
-    entry = _kernels.get(kernel_id)
-    if entry is not None and entry.ref is ref:
-        _forget_kernel(kernel_id, entry)
-
-
-def _forget_kernel(kernel_id: int, entry: _KernelSites | None) -> None:
-    # No lock: a kernel is freed wherever its last reference goes, in any thread, maybe inside
-    # kname's own critical section on this one. Each step is one dict operation under the GIL,
-    # and a kernel being freed has no site being built (building one holds a reference).
-    _kernels.pop(kernel_id, None)
-    _held.pop(kernel_id, None)
-    if entry is not None:
-        for key in list(entry.keys):
-            sites.pop(key, None)
-
-
-def _forget_sites() -> None:
-    sites.clear()
-    _queue.clear()
-    _kernels.clear()
-    _held.clear()
-
-
-# --------------------------------------------------------------------------
-# Faults
-# --------------------------------------------------------------------------
-
-
-def _give_up(frame: FrameType, kernel: Any, site: Site | None) -> None:
-    with _lock:
-        if site is None:  # the fault came while finding the site: the launch is not counted
-            if kernel is None:
-                return  # not even the kernel is known: nothing to count it under
-            site = _fault_site(frame, kernel)
-            if site is None:
-                return  # nested in another kname launch, which counts it
-            counted = False
-        else:
-            counted = hotpath.is_counter(site.counter)  # next() on one cannot fail
-            if not counted:
-                site.counter = counters.counter_for(site.name, site.kernel, site.lib)
-        site.push = site.pop = site.launch = None
-        if not counted:
-            next(site.counter)
-
-
-def _fault_site(frame: FrameType, kernel: Any) -> Site | None:
-    """The site a launch from `frame` belongs to, found with the decisions made before the fault
-    (a frame not yet judged counts as the user's); a pass-through one if none is cached."""
-    depth = _rules.depth
-    user_frames, library_frame, compiling = _walk(frame, depth, judge=_known_kind)
-    if user_frames is None:
-        return None
-    key, frames = _site_key(user_frames, library_frame, id(kernel), depth, compiling)
-    site = sites.get(key)
-    if site is None:
-        codes = tuple(f.f_code for f in frames)
-        counter = counters.counter_for(UNNAMED, "", "")
-        site = Site(UNNAMED, "", "", "", None, _code_refs(key, codes), counter)
-        _store(key, site, kernel, id(kernel))
-    return site
-
-
-def _known_kind(code: CodeType, module: object) -> int:
-    return _kinds.get(id(code), USER)
-
-
-def _say_recursion_limit() -> None:
-    warn_once(
-        "recursion-limit",
-        f"a launch made near the recursion limit ran unnamed (no room on the stack to find its "
-        f"call site); such launches are counted as {counters.AT_RECURSION_LIMIT!r}",
-    )
 
 
 def _counts_from_zero() -> None:

@@ -19,7 +19,7 @@ from typing import Any
 from kname import hotpath, ranges
 from kname._locks import new_lock
 
-MAX_COUNTED = 200_000  # names counted apart: twice callsite.MAX_SITES, evicted sites' names too
+MAX_COUNTED = 200_000  # names counted apart: twice site_cache.MAX_SITES, evicted sites' names too
 AT_RECURSION_LIMIT = "kname: recursion limit reached"
 
 launch_counts: dict[tuple[str, str, str], hotpath.Counter] = {}

@@ -54,6 +54,8 @@ class LaunchWrapperFactory(Protocol):
         # False, raised into it from outside (it propagates)
         fault: Callable[..., bool],
         kinds: dict[int, int],  # id(code) -> callsite's USER, LIBRARY, ... (for the C walk)
+        # pyhotpath.UNNAMED_IN_LAUNCHERS, LAUNCHER: 0 unless KNAME_TARGETS launchers are chosen
+        launchers: int = 0,
     ) -> Callable[..., Any]: ...
 
 
@@ -98,6 +100,8 @@ class HotPath:
     # is_launch_caller(frame): whether `frame` called the innermost C launch running on this
     # thread (a C wrapper has no frame of its own); None where no C launch can be running.
     is_launch_caller: Callable[[FrameType], bool] | None
+    # Whether a KNAME_TARGETS launcher's wrapper is running on this thread.
+    inside_launcher: Callable[[], bool]
     skip_beneath: SkipBeneathFactory
     subscript_launch: SubscriptLaunchFactory
     base_call: Callable[[type], Callable[..., Any]]  # base.__call__, straight to its C slot
@@ -146,6 +150,22 @@ def choose(native: bool) -> HotPath:
     return _native_path(module)
 
 
+def is_main_interpreter() -> bool:
+    """Whether this is the process's main interpreter, not a subinterpreter: kname's C
+    extensions are single-phase init (one copy of their state per process), and the nvtx package
+    imports numpy, which does not support subinterpreters."""
+    import _thread
+
+    is_main = getattr(_thread, "_is_main_interpreter", None)  # 3.12+
+    if is_main is not None:
+        return bool(is_main())
+    try:  # 3.10, 3.11: loaded only here, where no cheaper tell exists
+        import _xxsubinterpreters as interpreters
+    except ImportError:  # not built: no subinterpreter can be made from Python
+        return True
+    return bool(interpreters.get_current() == interpreters.get_main())
+
+
 def is_counter(counter: Any) -> TypeGuard[Counter]:
     """Whether `counter` is a launch counter of either hot path (next() on one cannot fail): a
     name keeps its counter across installs, whichever hot path each chose."""
@@ -159,6 +179,7 @@ def _python_path(why: str, cupti: Callable[[], Extension]) -> HotPath:
         launch_wrapper=pyhotpath.launch_wrapper,
         counter=pyhotpath.Counter,
         is_launch_caller=None,  # a Python wrapper's frame marks its launch
+        inside_launcher=pyhotpath.inside_launcher,
         skip_beneath=pyhotpath.skip_beneath,
         subscript_launch=pyhotpath.subscript_launch,
         base_call=pyhotpath.base_call,
@@ -185,6 +206,7 @@ def _native_path(module: ModuleType) -> HotPath:
         launch_wrapper=module.LaunchWrapper,
         counter=module.Counter,
         is_launch_caller=module.is_launch_caller,
+        inside_launcher=module.inside_launcher,
         skip_beneath=module.SkipBeneath,
         subscript_launch=subscript_launch,
         base_call=module.BaseCall,
@@ -217,6 +239,8 @@ def _import(name: str) -> Extension:
         return None, f"Python {version} (the extension needs 3.11+)"
     if sysconfig.get_config_var("Py_GIL_DISABLED"):
         return None, "free-threaded Python (the extension needs the GIL)"
+    if not is_main_interpreter():
+        return None, "a subinterpreter (the extension is for the main interpreter)"
     if name == NATIVE_CUPTI and not sys.platform.startswith("linux"):
         return None, f"{sys.platform} (the extension {name} is built on Linux)"
     try:

@@ -26,12 +26,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kname import callsite, hotpath, pyhotpath
+from kname import callsite, hotpath, pyhotpath, site_faults
 from kname._watched import Watched
 from kname.patching import mark_wrapper
-from kname.pyhotpath import KernelArg
+from kname.pyhotpath import LAUNCHER, UNNAMED_IN_LAUNCHERS, KernelArg
 
-__all__ = ["KernelArg", "LaunchSpec", "Switch", "make_launch_wrapper"]
+__all__ = [
+    "LAUNCHER", "UNNAMED_IN_LAUNCHERS", "KernelArg", "LaunchSpec", "Switch", "make_launch_wrapper",
+]  # fmt: skip
 
 # The Python wrapper's frame on the stack marks a launch in progress: callsite's walk stops there.
 callsite.register_wrapper_code(pyhotpath.WRAPPER_CODE)
@@ -72,9 +74,11 @@ def make_launch_wrapper(
     spec: LaunchSpec,
     switch: Switch,
     hot_path: hotpath.HotPath | None = None,
+    launchers: int = 0,
 ) -> Callable[..., Any]:
     """Wrap `original` so each call runs inside an NVTX range named after its call site, on
-    `hot_path` (default: the one in effect)."""
+    `hot_path` (default: the one in effect). `launchers`: UNNAMED_IN_LAUNCHERS (a launch inside a
+    KNAME_TARGETS launcher is not one of its own), with LAUNCHER for a launcher's own wrapper."""
     hot_path = hotpath.current() if hot_path is None else hot_path
     lib, kernel_name, kernel_of, rename = spec.lib, spec.kernel_name, spec.kernel_of, spec.rename
     resolve = callsite.resolve
@@ -86,8 +90,8 @@ def make_launch_wrapper(
     if isinstance(kernel_of, KernelArg):
         kernel = (kernel_of.index, kernel_of.attribute)  # read in C, with no call
     wrapper = hot_path.launch_wrapper(
-        original, kernel, switch, callsite.sites, resolve_site, callsite.pass_through,
-        callsite._kinds,
+        original, kernel, switch, callsite.sites, resolve_site, site_faults.pass_through,
+        callsite._kinds, launchers,
     )  # fmt: skip
     mark_wrapper(wrapper, original)
     if getattr(original, "__module__", None) is None:

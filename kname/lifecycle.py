@@ -16,13 +16,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kname import _sigterm, callsite, hotpath, ranges, ranks
-from kname._locks import new_lock
+from kname._locks import new_lock, reset_in_child
 from kname._warnings import exit_at_once, warn_once
 from kname.census import write_at_exit
 from kname.config import KNAME_SKIP, KNAME_TARGETS, KNAME_USER, Config, read_config
@@ -46,6 +46,55 @@ if TYPE_CHECKING:
 # imports a target module. Re-entrant, because applying a change can import modules whose hooks
 # fire in turn.
 _lock = new_lock()
+# A lifecycle call (install, uninstall, enable, disable, a watched module's changes) is running on
+# the thread holding _lock. Another one entering on that thread (a signal handler's, or a hook
+# fired by the running call) would see its state half made: it waits in `_deferred`, and the
+# running call makes it when it has finished. Read and written only under _lock.
+_running = False
+_deferred: list[Callable[[], object]] = []
+_Call = TypeVar("_Call", bound=Callable[..., None])
+
+
+def _one_at_a_time(call: _Call) -> _Call:
+    """`call`, run under the lock; entered again on its own thread, it is made after the call
+    running there has finished, in the order asked."""
+
+    @functools.wraps(call)
+    def one_at_a_time(*args: Any, **kwargs: Any) -> None:
+        with _lock:
+            if _running:
+                _deferred.append(functools.partial(call, *args, **kwargs))
+                return
+            _run_then_deferred(functools.partial(call, *args, **kwargs))
+
+    return one_at_a_time  # type: ignore[return-value]
+
+
+def _run_then_deferred(call: Callable[[], object]) -> None:
+    """Run `call`, then every call deferred meanwhile (called under the lock)."""
+    global _running
+    _running = True
+    try:
+        call()
+    finally:
+        try:
+            while _deferred:
+                _deferred.pop(0)()
+        finally:
+            _running = False
+        # A signal handler's call, deferred between the last look and `_running = False`.
+        if _deferred:
+            _run_then_deferred(_deferred.pop(0))
+
+
+def _after_fork_in_child() -> None:
+    """A thread of the parent that was inside a lifecycle call is gone from the child."""
+    global _running
+    _running = False
+    _deferred.clear()
+
+
+reset_in_child(_after_fork_in_child)
 
 
 @dataclass
@@ -62,11 +111,16 @@ class _State:
 
 
 _state = _State()
+SUBINTERPRETER = (
+    "not started in this subinterpreter (its C extensions and the nvtx package are for the main "
+    "interpreter only); launches here are not named"
+)
 _ARGUMENT = "install(targets=...)"  # where targets come from, in messages, when not KNAME_TARGETS
 _exit_check_registered = False
 _exit_check_cancelled = False
 
 
+@_one_at_a_time
 def install(targets: Iterable[str] | str | None = None) -> None:
     """Name the launches of `targets` (default: KNAME_TARGETS, else every built-in target).
 
@@ -75,74 +129,76 @@ def install(targets: Iterable[str] | str | None = None) -> None:
     kname, say), targets not yet named are added to the running install; without targets, or
     with none new, it does nothing. Raises ConfigError only with KNAME_STRICT=1.
     """
-    with _lock:
-        if _state.config is not None:
-            if targets is not None:
-                _add_targets(targets)
-            return
-        config = read_config(builtin_targets=BUILTIN)
-        for problem in config.problems:
-            warn_once(problem, problem)
+    if _state.config is not None:
         if targets is not None:
-            config = _with_targets(config, targets)
-        # Decided once for this install, before anything makes a wrapper or a range.
-        hotpath.use(config.native)
-        code = library_code()
-        callsite.configure(
-            config.skip, config.format, config.depth, config.mode != "census", code.packages,
-            config.user, code.compile_modules, code.generated,
-        )  # fmt: skip
-        ranges.configure(config.domain)
-        source = KNAME_TARGETS if targets is None else _ARGUMENT
-        _state.given = dict.fromkeys(config.targets or (), source)
-        _state.config = config
-        _check_at_exit()  # before the census's: atexit runs it after, so strict's exit loses none
-        outputs = config.mode == "profile" or config.report
-        # A launcher, or a rank KNAME_RANKS leaves out, only names: nothing collected, no file.
-        if outputs and _writes_outputs(config):
-            if config.mode == "profile":
-                _start_profiling(config)  # KNAME_REPORT is then the profile's JSON
-            else:
-                write_at_exit(config.report, strict=config.strict)
-        _watch_targets(Switch(_state.enabled))
+            _add_targets(targets)
+        return
+    if not hotpath.is_main_interpreter():
+        warn_once("subinterpreter", SUBINTERPRETER)
+        return
+    config = read_config(builtin_targets=BUILTIN)
+    for problem in config.problems:
+        warn_once(problem, problem)
+    if targets is not None:
+        config = _with_targets(config, targets)
+    # Decided once for this install, before anything makes a wrapper or a range.
+    hotpath.use(config.native)
+    code = library_code()
+    callsite.configure(
+        config.skip, config.format, config.depth, config.mode != "census", code.packages,
+        config.user, code.compile_modules, code.generated,
+    )  # fmt: skip
+    ranges.configure(config.domain)
+    source = KNAME_TARGETS if targets is None else _ARGUMENT
+    _state.given = dict.fromkeys(config.targets or (), source)
+    _state.config = config
+    _check_at_exit()  # before the census's: atexit runs it after, so strict's exit loses none
+    outputs = config.mode == "profile" or config.report
+    # A launcher, or a rank KNAME_RANKS leaves out, only names: nothing collected, no file.
+    if outputs and _writes_outputs(config):
+        if config.mode == "profile":
+            _start_profiling(config)  # KNAME_REPORT is then the profile's JSON
+        else:
+            write_at_exit(config.report, strict=config.strict)
+    _watch_targets(Switch(_state.enabled))
 
 
+@_one_at_a_time
 def uninstall() -> None:
     """Put back every original launch callable, remove kname's import hooks and its rules.
 
     Launch counts so far are kept (kname.names(), the census).
     """
-    with _lock:
-        for change in reversed(_state.changes):
-            _restore(change)
-        unwatch(_state.watches)
-        # A wrapper someone kept passes straight through from now on: its switch stays off for
-        # good (enable() turns on a fresh one that no wrapper reads; install() makes its own).
-        _state.switch.on = False
-        _state.switch = Switch(False)
-        _state.config = None
-        _state.watches, _state.changes, _state.given = [], [], {}
-        callsite.configure()
-        ranges.configure()
-        hotpath.reset()  # the next install() chooses again, from its own configuration
+    for change in reversed(_state.changes):
+        _restore(change)
+    unwatch(_state.watches)
+    # A wrapper someone kept passes straight through from now on: its switch stays off for
+    # good (enable() turns on a fresh one that no wrapper reads; install() makes its own).
+    _state.switch.on = False
+    _state.switch = Switch(False)
+    _state.config = None
+    _state.watches, _state.changes, _state.given = [], [], {}
+    callsite.configure()
+    ranges.configure()
+    hotpath.reset()  # the next install() chooses again, from its own configuration
 
 
+@_one_at_a_time
 def enable() -> None:
     """Name launches again (after `disable()`), without a restart."""
-    with _lock:
-        _state.enabled = _state.switch.on = True
-        for change in _state.changes:
-            _apply(change)
+    _state.enabled = _state.switch.on = True
+    for change in _state.changes:
+        _apply(change)
 
 
+@_one_at_a_time
 def disable() -> None:
     """Stop naming launches. Every change kname made is undone, so a launch costs nothing; a
     reference to a wrapper taken earlier passes straight through after a flag check.
     """
-    with _lock:
-        _state.enabled = _state.switch.on = False
-        for change in reversed(_state.changes):
-            _restore(change)
+    _state.enabled = _state.switch.on = False
+    for change in reversed(_state.changes):
+        _restore(change)
 
 
 @contextlib.contextmanager
@@ -357,15 +413,15 @@ def _by_module(targets: list[Target]) -> dict[str, list[Target]]:
     return grouped
 
 
+@_one_at_a_time
 def _on_import(targets: list[Target], options: Options, module: ModuleType) -> None:
-    with _lock:
-        if options.switch is not _state.switch or _state.config is None:
-            return  # uninstalled meanwhile
-        for target in targets:
-            for change in _changes_of(target, module, options):
-                if _state.enabled and not _apply(change, target):
-                    continue
-                _state.changes.append(change)
+    if options.switch is not _state.switch or _state.config is None:
+        return  # uninstalled meanwhile
+    for target in targets:
+        for change in _changes_of(target, module, options):
+            if _state.enabled and not _apply(change, target):
+                continue
+            _state.changes.append(change)
 
 
 def _changes_of(target: Target, module: ModuleType, options: Options) -> list[Change]:

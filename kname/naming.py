@@ -30,6 +30,10 @@ _CUT_HEAD = MAX_NAME_LENGTH - len(" ...") - _DIGEST
 
 _NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]+")
 _roots: tuple[str, ...] | None = None
+# path_roots() as far as it got: the candidates, then each made absolute, kept as soon as it is,
+# so that an attempt a timer interrupts is resumed by the next. None once _roots is set.
+_roots_made: list[str | None] | None = None
+_roots_from: list[str] | None = None
 
 # Code that Python 3.12+ runs in the frame of the code it is written in (PEP 709); generator
 # expressions keep a frame of their own on every version.
@@ -57,19 +61,28 @@ class FrameFacts:
 
 def frame_facts(frame: FrameType) -> FrameFacts:
     """Read the name-relevant facts of a live frame."""
-    # Notebook and IPython cell code is named by its cell (`<cell 3>`) and line there, else by
-    # its file and line.
-    filename = frame.f_code.co_filename
+    return facts_of(frame, frame_place(frame), function_name(frame))
+
+
+def frame_place(frame: FrameType) -> tuple[str, int]:
+    """`{path}` and `{line}` of a live frame: a notebook or IPython cell's code by its cell
+    (`<cell 3>`) and line there, else its file's short path and line."""
     place = cells.cell_place(frame)
     if place is None:
-        place = _short_path(filename, path_roots()), frame.f_lineno or 0
+        place = _short_path(frame.f_code.co_filename, path_roots()), frame.f_lineno or 0
+    return place
+
+
+def facts_of(frame: FrameType, place: tuple[str, int], function: str) -> FrameFacts:
+    """The facts of a live frame, from its place (frame_place) and function (function_name)."""
+    filename = frame.f_code.co_filename
     path, line = place
     if len(_shown_files) < _MAX_SHOWN_FILES and filename not in cells.TIMED_FILES:
         # As the name shows it: UTF-8, an undecodable byte replaced (display_name).
         _shown_files.setdefault(path.encode("utf-8", "replace").decode("utf-8"), filename)
     module = frame.f_globals.get("__name__")
     return FrameFacts(
-        function=function_name(frame),
+        function=function,
         path=path,
         module=module if isinstance(module, str) else "?",
         file=path.rsplit("/", 1)[-1],
@@ -164,11 +177,22 @@ def path_roots() -> tuple[str, ...]:
 
     Not at install time: the .pth gate runs before Python puts the script's folder on sys.path.
     """
-    global _roots
-    if _roots is None:
-        candidates = [*sys.path, _cwd()]
-        unwanted = {"", os.sep, os.path.expanduser("~")}
-        _roots = tuple(p for p in dict.fromkeys(map(_absolute, candidates)) if p not in unwanted)
+    global _roots, _roots_from, _roots_made
+    if _roots is not None:
+        return _roots
+    candidates = _roots_from
+    if candidates is None:
+        candidates = _roots_from = [*sys.path, _cwd(), "~"]
+    made = _roots_made
+    if made is None or len(made) != len(candidates):
+        made = _roots_made = [None] * len(candidates)
+    for index, path in enumerate(candidates):
+        if made[index] is None:  # set by index: a signal handler may fill some meanwhile
+            made[index] = os.path.expanduser(path) if path == "~" else _absolute(path)
+    *absolute, home = made
+    unwanted = {"", os.sep, home}
+    _roots = tuple([p for p in dict.fromkeys(absolute) if p is not None and p not in unwanted])
+    _roots_from = _roots_made = None
     return _roots
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import itertools
 import sys
+import threading
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -21,6 +22,22 @@ Counter = itertools.count
 FINDING = "finding a launch's name"
 OPENING = "opening a launch's NVTX range"
 CLOSING = "closing a launch's NVTX range"
+# A launch wrapper's `launchers` (kname.targets.Options.nesting), as the C wrapper reads them: a
+# launch inside a KNAME_TARGETS launcher is not one of its own; the wrapper is a launcher's.
+UNNAMED_IN_LAUNCHERS, LAUNCHER = 1, 2
+
+
+class _Launchers(threading.local):
+    running = 0  # launchers running on this thread (a class default: no AttributeError)
+
+
+_launchers = _Launchers()
+
+
+def inside_launcher() -> bool:
+    """Whether a KNAME_TARGETS launcher's wrapper is running on this thread (the C twin's
+    kname._native.inside_launcher)."""
+    return _launchers.running > 0
 
 
 class KernelArg:
@@ -52,17 +69,22 @@ def launch_wrapper(
     resolve: Callable[[FrameType, Any], Any],
     fault: Callable[..., bool],
     kinds: dict[int, int],
+    launchers: int = 0,
 ) -> Callable[..., Any]:
     """The twin of kname._native.LaunchWrapper: a closure that names each call of `original`.
 
     `kernel`: None (`original` is the kernel), (index, attribute) or a callable of the args.
     A miss calls `resolve(frame, kernel)`. A failure goes to `fault(frame, kernel, site, exc,
-    where, again)`, which says whether it was kname's own (kname.callsite.pass_through): then the
+    where, again)`, which says whether it was kname's own (kname.site_faults.pass_through): then the
     launch runs; else the exception propagates, before the launch. Finding the site is taken
     once more first, its failure (or None) as `again`: a fault of kname's own recurs. `kinds` is
     for the C wrapper's walk (here, resolve walks).
     """
     kernel_of = KernelArg(*kernel) if isinstance(kernel, tuple) else kernel
+    if launchers & UNNAMED_IN_LAUNCHERS:
+        kernel_of = _outside_launchers(kernel_of, original)
+    if launchers & LAUNCHER:  # marked around the call only: its own naming reads the outer mark
+        original = _running_as_launcher(original)
     getframe = sys._getframe
 
     def kname_launch(*args, **kwargs):
@@ -128,6 +150,37 @@ def launch_wrapper(
                     raise  # as a finally that raises: the launch's exception is its context
 
     return kname_launch
+
+
+def _outside_launchers(
+    kernel_of: Callable[[tuple], Any] | None, original: Callable[..., Any]
+) -> Callable[[tuple], Any]:
+    """`kernel_of` that answers None (not a launch of its own) inside a KNAME_TARGETS launcher."""
+    if kernel_of is None:
+
+        def launched_kernel(args: tuple) -> Any:
+            return None if _launchers.running else original
+
+    else:
+
+        def launched_kernel(args: tuple) -> Any:
+            return None if _launchers.running else kernel_of(args)
+
+    return launched_kernel
+
+
+def _running_as_launcher(launcher: Callable[..., Any]) -> Callable[..., Any]:
+    """`launcher`, marking its thread as inside a KNAME_TARGETS launcher while it runs."""
+
+    def launcher_running(*args: Any, **kwargs: Any) -> Any:
+        outer = _launchers.running
+        try:  # set inside the try, restored (not decremented): an interrupt cannot leave it on
+            _launchers.running = outer + 1
+            return launcher(*args, **kwargs)
+        finally:
+            _launchers.running = outer
+
+    return launcher_running
 
 
 # The code every launch wrapper above runs: its frame on the stack marks a launch in progress.

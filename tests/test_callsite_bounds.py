@@ -24,7 +24,7 @@ import pytest
 from support import REPO, cleaned
 
 import kname
-from kname import callsite
+from kname import callsite, kernel_refs, site_cache
 from kname.launch import LaunchSpec, Switch, make_launch_wrapper
 
 pytestmark = pytest.mark.launches
@@ -117,7 +117,7 @@ def test_a_kernel_made_at_a_dead_kernels_address_gets_its_own_name() -> None:
 
 
 def test_a_kernel_without_weak_references_is_kept_while_its_sites_are_cached(monkeypatch):
-    monkeypatch.setattr(callsite, "MAX_HELD_KERNELS", 3)
+    monkeypatch.setattr(kernel_refs, "MAX_HELD_KERNELS", 3)
     launch = kernel_launcher()
     freed: list[str] = []
     for i in range(10):
@@ -132,7 +132,7 @@ def test_a_kernel_without_weak_references_is_kept_while_its_sites_are_cached(mon
 
 
 def test_a_kernel_without_weak_references_is_let_go_when_its_sites_are_evicted(monkeypatch):
-    monkeypatch.setattr(callsite, "MAX_SITES", 5)
+    monkeypatch.setattr(site_cache, "MAX_SITES", 5)
     launch = kernel_launcher()
     freed: list[str] = []
     launch_here(launch, SlottedKernel("old", freed))
@@ -194,7 +194,7 @@ def test_code_named_through_a_helper_that_stays_is_freed_and_kname_keeps_no_trac
     gc.collect()
     assert [r for r in refs if r() is not None] == []
     assert callsite.sites == {}
-    assert len(callsite._kernels[id(kernel)].keys) <= 2 * callsite.QUEUE_SLACK
+    assert len(kernel_refs._kernels[id(kernel)].keys) <= 2 * site_cache.QUEUE_SLACK
     assert kname.names() == {f"{VIA} < <module> snippet{n}.py:1": 1 for n in range(500)}
 
 
@@ -312,12 +312,12 @@ class CountingDeque(collections.deque):
 def counted_queue(monkeypatch):
     CountingDeque.work = 0
     queue = CountingDeque()
-    monkeypatch.setattr(callsite, "_queue", queue)
+    monkeypatch.setattr(site_cache, "_queue", queue)
     return queue
 
 
 def test_each_eviction_takes_the_oldest_site_in_bounded_work(monkeypatch, counted_queue) -> None:
-    monkeypatch.setattr(callsite, "MAX_SITES", 1000)
+    monkeypatch.setattr(site_cache, "MAX_SITES", 1000)
     launch = kernel_launcher()
     kernel = Kernel("k")
     longest = 0
@@ -329,14 +329,14 @@ def test_each_eviction_takes_the_oldest_site_in_bounded_work(monkeypatch, counte
         files = {site.name.split()[1] for site in callsite.sites.values()}
         assert files == {f"gen{i}.py:{line}" for line in range(2, 1002)}
     assert CountingDeque.work == 5000  # one queue entry per eviction, whatever the cache holds
-    assert longest <= 1000 + callsite.QUEUE_SLACK
+    assert longest <= 1000 + site_cache.QUEUE_SLACK
     assert total_launches() == 6000
 
 
 def test_eviction_past_sites_of_dead_kernels_stays_bounded(monkeypatch, counted_queue) -> None:
     # Sites that left the cache with their kernel leave stale entries in the eviction queue:
     # each is skipped once, and the queue is compacted before it outgrows twice the cache.
-    monkeypatch.setattr(callsite, "MAX_SITES", 500)
+    monkeypatch.setattr(site_cache, "MAX_SITES", 500)
     launch = kernel_launcher()
     run = generated_lines(10)
     kept = []
@@ -351,7 +351,7 @@ def test_eviction_past_sites_of_dead_kernels_stays_bounded(monkeypatch, counted_
         longest = max(longest, len(counted_queue))
     stored = 3000 * 10 + 600 * 10
     assert CountingDeque.work <= 3 * stored  # amortized O(1) per site
-    assert longest <= 2 * 500 + callsite.QUEUE_SLACK
+    assert longest <= 2 * 500 + site_cache.QUEUE_SLACK
     # What is left is the newest live sites: those of the last kept kernels.
     cached = {key[-1] for key in callsite.sites}
     assert cached == {id(k) for k in kept[-len(cached) :]}
@@ -388,8 +388,8 @@ def test_a_site_a_signal_handler_stores_while_the_queue_is_compacted_is_kept(mon
     for _ in range(5):
         run(launch, Kernel("dying"))  # 50 stale queue entries
     run(launch, kept)
-    queue = InterruptedDeque(callsite._queue)
-    monkeypatch.setattr(callsite, "_queue", queue)
+    queue = InterruptedDeque(site_cache._queue)
+    monkeypatch.setattr(site_cache, "_queue", queue)
     handler_line = compile("launch(kernel)", "handler.py", "exec")
 
     def on_signal(signum, frame):
@@ -397,9 +397,9 @@ def test_a_site_a_signal_handler_stores_while_the_queue_is_compacted_is_kept(mon
 
     previous = signal.signal(signal.SIGUSR1, on_signal)
     try:
-        with callsite._lock:  # as _store holds it
+        with callsite._lock:  # as store() holds it
             queue.armed = True
-            callsite._compact_queue()
+            site_cache._compact_queue()
     finally:
         signal.signal(signal.SIGUSR1, previous)
     assert kname.names()["<module> handler.py:1"] == 1
@@ -414,7 +414,7 @@ def test_a_site_a_signal_handler_stores_while_the_queue_is_compacted_is_kept(mon
 def test_a_launch_whose_site_is_evicted_while_it_runs_is_counted(monkeypatch) -> None:
     """The interleaving the lost counts came from: a launch has found its site in the cache,
     then other threads' new sites evict it before the launch counts itself."""
-    monkeypatch.setattr(callsite, "MAX_SITES", 4)
+    monkeypatch.setattr(site_cache, "MAX_SITES", 4)
     launch = kernel_launcher()
     kernel = Kernel("k")
     others = generated_lines(8, "others")
@@ -442,7 +442,7 @@ def test_a_launch_whose_site_is_evicted_while_it_runs_is_counted(monkeypatch) ->
 
 
 def test_counts_are_exact_while_eight_threads_evict_each_others_sites(monkeypatch) -> None:
-    monkeypatch.setattr(callsite, "MAX_SITES", 16)
+    monkeypatch.setattr(site_cache, "MAX_SITES", 16)
     previous = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # switch threads as often as CPython allows
     try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import gc
+import itertools
 import random
 import signal
 import sys
@@ -24,7 +25,7 @@ from test_callsite import Sandbox
 from test_callsite import sandbox as sandbox
 
 import kname
-from kname import _locks, callsite
+from kname import _locks, callsite, cells, naming, paths, ranges
 from kname.launch import LaunchSpec, Switch, make_launch_wrapper
 
 pytestmark = pytest.mark.launches
@@ -410,3 +411,148 @@ def test_a_kernel_name_that_always_raises_is_kname_s_fault_said_once_and_launche
     assert len(err) == 1 and "internal error while finding a launch's name" in err[0], err
     assert "LookupError: no name for this kernel" in err[0]
     assert kname.names() == {callsite.UNNAMED: 20}
+
+
+# --------------------------------------------------------------------------
+# Naming makes progress under interruptions (issue 45 item 18)
+# --------------------------------------------------------------------------
+
+# The naming core's own steps: what naming a new line computes (its kind aside, decided by
+# callsite), and what an interruption must not make it compute again.
+NAMING_FILES = {module.__file__ for module in (naming, paths, cells, ranges)}
+
+
+class NamingSteps:
+    """Counts the calls into the naming core (sys.settrace: a profile function may be set too)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __enter__(self) -> NamingSteps:
+        sys.settrace(self._trace)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        sys.settrace(None)
+
+    def _trace(self, frame, event, arg):
+        self.calls += frame.f_code.co_filename in NAMING_FILES
+
+
+ROOTS = [f"/roots/root{n}" for n in range(100)]  # path roots: sys.path entries, made absolute
+
+
+def interrupt_at(call: int) -> None:
+    """A real signal handler raises TimeoutError at the `call`-th Python call from now, as a
+    timer's would (sys.setprofile: the profile function is removed once the handler raised)."""
+    calls = 0
+
+    def count(frame, event, arg):
+        nonlocal calls
+        calls += event == "call"
+        if calls == call:
+            signal.raise_signal(signal.SIGUSR1)  # handled at once, in this function
+
+    sys.setprofile(count)
+
+
+def launch_new_line(fakegpu, code, interrupted_at: int = 0) -> bool:
+    """Launch from `code` (interrupted at the `interrupted_at`-th Python call, if given); whether
+    the launch ran (False: a TimeoutError reached the program)."""
+    try:
+        if interrupted_at:
+            interrupt_at(interrupted_at)
+        exec(code, {"fakegpu": fakegpu})
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        sys.setprofile(None)
+
+
+def test_an_interrupted_naming_is_resumed_not_begun_again_at_any_step(
+    sandbox: Sandbox, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Interrupted at each Python call of a new line's first launch in turn, a TimeoutError
+    reaches the program, and the launch taken again completes: between them they run the
+    naming core's steps about once (what was computed survives the interruption), not twice."""
+    sandbox.monkeypatch.setattr(sys, "path", [*sys.path, *ROOTS])  # a step of 100 parts
+    sandbox.install()
+    fakegpu = sandbox.load("fakegpu")
+
+    def on_signal(signum, frame):
+        raise TimeoutError("a timer's deadline")
+
+    previous = signal.signal(signal.SIGUSR1, on_signal)
+    collecting = gc.isenabled()
+    gc.disable()  # no gc callback among the calls counted, nor interrupted
+    try:
+        naming._roots = None  # as at a program's first launch: the path roots are a step too
+        with NamingSteps() as once:
+            assert launch_new_line(fakegpu, compile("fakegpu.launch()", "first.py", "exec"))
+        interrupted, wasted = 0, []
+        for at in itertools.count(1):
+            naming._roots = None
+            code = compile("fakegpu.launch()", f"line{at}.py", "exec")
+            with NamingSteps() as steps:
+                if launch_new_line(fakegpu, code, interrupted_at=at):
+                    break  # past the launch's last call: nothing left to interrupt
+                interrupted += 1
+                assert launch_new_line(fakegpu, code)  # taken again: completes
+            wasted.append(steps.calls - once.calls)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        if collecting:
+            gc.enable()
+    assert interrupted >= len(ROOTS)
+    # At most the step in progress is made again: one frame's place (its cell, the roots so far,
+    # its short path) or function; never the roots made before it, one by one.
+    assert max(wasted) <= 20, wasted
+    assert all(kname.names()[f"<module> line{n}.py:1"] >= 1 for n in range(1, interrupted + 1))
+    assert capsys.readouterr().err == ""
+
+
+def test_under_a_timer_raising_every_few_hundred_microseconds_new_lines_are_named(
+    sandbox: Sandbox, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The deadline pattern the trial met: a timer's handler raises TimeoutError every 0.3 ms
+    (the trial's was 30-50 µs; generous here, for a loaded machine), and each launch is from a
+    new line. Launches complete and their lines are named; the raises reach the program."""
+    sandbox.install()
+    fakegpu = sandbox.load("fakegpu")
+    naming._roots = None  # the first launch makes the path roots, under the timer too
+    source = "\n".join(f"def line{n}():\n    fakegpu.launch({n})" for n in range(2000))
+    lines = {"fakegpu": fakegpu}
+    exec(compile(source, "lines.py", "exec"), lines)
+    armed, raised, ran = [False], [0], []
+
+    def on_alarm(signum, frame):
+        if armed[0]:
+            raised[0] += 1
+            raise TimeoutError("deadline")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    # No collection meanwhile: gc callbacks and finalizers are Python code where the timer's
+    # exception is only printed (as in OneRaisePerRound).
+    collecting = gc.isenabled()
+    gc.disable()
+    signal.setitimer(signal.ITIMER_REAL, 0.0003, 0.0003)
+    try:
+        for n in range(2000):
+            try:
+                armed[0] = True  # raises only inside this try
+                lines[f"line{n}"]()
+                armed[0] = False
+                ran.append(n)
+            except TimeoutError:
+                armed[0] = False
+    finally:
+        armed[0] = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if collecting:
+            gc.enable()
+    names = kname.names()
+    assert ran and raised[0] > 0
+    assert {f"line{n} lines.py:{2 * n + 2}" for n in ran} <= set(names)
+    assert capsys.readouterr().err == ""

@@ -9,10 +9,16 @@ instruction. Real signals and threads under NVTX capture: test_reliability_async
 
 from __future__ import annotations
 
-import pytest
+import gc
+import sys
 
+import pytest
+from test_callsite import Sandbox
+from test_callsite import sandbox as sandbox
+
+import kname
 from kname import callsite
-from kname.launch import LaunchSpec, Switch, make_launch_wrapper
+from kname.launch import LAUNCHER, UNNAMED_IN_LAUNCHERS, LaunchSpec, Switch, make_launch_wrapper
 
 pytestmark = pytest.mark.launches
 
@@ -138,3 +144,79 @@ def test_a_launch_called_from_c_with_no_python_frame_runs_unnamed(capsys) -> Non
     assert capsys.readouterr().err == ""
     assert not callsite.sites  # no site was made for a launch with no caller
     assert from_one_line(wrapper, 2) == 2 and len(callsite.sites) == 1  # a Python caller: named
+
+
+# --------------------------------------------------------------------------
+# Launches inside a KNAME_TARGETS launcher (issue 45 item 17)
+# --------------------------------------------------------------------------
+
+
+def python_calls(call) -> list[str]:
+    """The Python functions `call()` runs, in order."""
+    names: list[str] = []
+
+    def record(frame, event, arg):
+        if event == "call":
+            names.append(frame.f_code.co_name)
+
+    collecting = gc.isenabled()
+    gc.disable()  # no gc callback (hypothesis adds one) in the record
+    sys.setprofile(record)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+        if collecting:
+            gc.enable()
+    return names
+
+
+def test_a_launch_inside_a_launcher_is_the_launchers_alone_decided_per_launch(hot_path) -> None:
+    """A wrapper made with UNNAMED_IN_LAUNCHERS names its launches outside a launcher's and not
+    inside; the launcher's own wrapper (LAUNCHER too) names its launch. On the C hot path the
+    check is C's: a cached launch of either runs no Python code but the program's own."""
+    switch = Switch()
+    inner = make_launch_wrapper(
+        kernel, LaunchSpec("test", lambda _k: "inner"), switch, launchers=UNNAMED_IN_LAUNCHERS
+    )
+
+    def launcher(x):
+        return inner(x)  # inside the launcher: its range alone names this
+
+    outer = make_launch_wrapper(
+        launcher, LaunchSpec("test", lambda _k: "outer"), switch,
+        launchers=UNNAMED_IN_LAUNCHERS | LAUNCHER,
+    )  # fmt: skip
+
+    def outside(x):
+        return inner(x)  # outside any launcher: named after this line
+
+    for _ in range(3):
+        assert outside(1) == 2
+        assert from_one_line(outer, 1) == 2
+    counts = {name.split()[0].rsplit(".", 1)[-1]: n for name, n in kname.names().items()}
+    assert counts == {"outside": 3, "from_one_line": 3}, kname.names()
+    if hot_path == "native":
+        assert python_calls(lambda: outside(1)) == ["<lambda>", "outside", "kernel"]
+        assert python_calls(lambda: from_one_line(outer, 1)) == [
+            "<lambda>", "from_one_line", "launcher", "kernel",
+        ]  # fmt: skip
+
+
+def test_a_user_launcher_beside_a_built_in_target_runs_no_python_check_on_the_c_path(
+    sandbox: Sandbox, hot_path
+) -> None:
+    """The README's own example, KNAME_TARGETS=numba,mypkg.gpu:launch: the launcher's launches
+    cost what they cost alone (it went through a Python check, +553 ns, where alone +30 ns)."""
+    sandbox.install("numba", "fakegpu:launch")
+    fakegpu = sandbox.load("fakegpu")
+
+    def launch_from_a_line():
+        return fakegpu.launch(1)
+
+    launch_from_a_line()  # its site is made
+    calls = python_calls(launch_from_a_line)
+    assert calls[0] == "launch_from_a_line" and calls[-1] == "launch"
+    if hot_path == "native":
+        assert calls == ["launch_from_a_line", "launch"]
+    assert sum(kname.names().values()) == 2

@@ -40,6 +40,10 @@ LAYERS = [
     {"kname.launch"},
     {
         "kname.callsite",
+        "kname.site_faults",
+        "kname.site_cache",
+        "kname.kernel_refs",
+        "kname.walk",
         "kname.counters",
         "kname.naming",
         "kname.paths",
@@ -64,6 +68,10 @@ LAYERS = [
 HOT_PATH = {
     "kname.launch",
     "kname.callsite",
+    "kname.site_faults",
+    "kname.site_cache",
+    "kname.kernel_refs",
+    "kname.walk",
     "kname.counters",
     "kname.naming",
     "kname.paths",

@@ -10,6 +10,7 @@ import importlib
 import inspect
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from support.nvtx_capture import run_captured
 from wrapt import importer
 
 import kname
-from kname import census, importhooks, lifecycle, patching
+from kname import census, hotpath, importhooks, lifecycle, patching
 
 pytestmark = pytest.mark.launches
 
@@ -668,3 +669,213 @@ def test_the_kname_command_itself_says_nothing_at_exit(kname_venv, tmp_path) -> 
     done = kname_venv.python_run("-m", "kname", "report", str(census), env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stderr == ""
+
+
+# --------------------------------------------------------------------------
+# A lifecycle call entered again on its own thread (a signal handler's)
+# --------------------------------------------------------------------------
+
+# Two targets, one a user's launcher: its watching makes each target's changes with nesting.
+NESTED_TARGETS = "fakegpu:launch,fakegpu:Kernel.__call__"
+LIFECYCLE_CALLS = {
+    "install": lambda: kname.install(NESTED_TARGETS),
+    "uninstall": kname.uninstall,
+    "enable": kname.enable,
+    "disable": kname.disable,
+}
+
+
+def python_calls_of(call) -> int:
+    """How many Python functions `call` runs."""
+    calls = 0
+
+    def count(frame, event, arg):
+        nonlocal calls
+        calls += event == "call"
+
+    sys.setprofile(count)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def run_interrupted(call, at: int, handler) -> None:
+    """Run `call`, running `handler` (as a signal handler runs) at its `at`-th Python call."""
+    calls = 0
+
+    def interrupt(frame, event, arg):
+        nonlocal calls
+        calls += event == "call"
+        if calls == at:
+            handler()  # the profile function runs unprofiled, as a handler runs on the thread
+
+    sys.setprofile(interrupt)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+
+
+def assert_consistent(module) -> None:
+    """The launch function is wrapped, and counts, exactly when kname is installed and enabled."""
+    naming = lifecycle.is_installed() and lifecycle.is_enabled()
+    assert is_wrapper(module.launch) == naming
+    before = launches()
+    module.launch()
+    assert launches() == before + naming
+
+
+@pytest.mark.parametrize("inner", list(LIFECYCLE_CALLS))
+@pytest.mark.parametrize("outer", ["install", "uninstall"])
+def test_a_lifecycle_call_made_at_any_step_of_another_leaves_kname_whole(gpu, outer, inner):
+    """Issue 45 item 11: install()/uninstall()/enable()/disable() called (as from a signal
+    handler) at each Python call inside install() or uninstall(): nothing is raised, the state
+    after both is consistent, and a final uninstall() puts every original back."""
+    module = fakegpu()
+    original, original_call = module.launch, vars(module.Kernel)["__call__"]
+    kname.install(NESTED_TARGETS)  # every unit imported once: the steps are the same each time
+    steps = python_calls_of(LIFECYCLE_CALLS[outer])
+    kname.uninstall()
+    for at in range(1, steps + 1):
+        if outer == "uninstall":
+            kname.install(NESTED_TARGETS)
+        run_interrupted(LIFECYCLE_CALLS[outer], at, LIFECYCLE_CALLS[inner])
+        assert_consistent(module)
+        kname.enable()
+        kname.uninstall()
+        assert module.launch is original and vars(module.Kernel)["__call__"] is original_call
+        before = launches()
+        module.launch()
+        assert launches() == before, f"still counting after uninstall (step {at} of {steps})"
+
+
+SIGNAL_STORM = """\
+import faulthandler
+import json
+import signal
+import sys
+
+import fakegpu
+import kname
+
+faulthandler.dump_traceback_later(60, exit=True)  # a deadlock fails the test, with tracebacks
+TARGETS = "fakegpu:launch,fakegpu:Kernel.__call__"
+original, original_call = fakegpu.launch, vars(fakegpu.Kernel)["__call__"]
+calls = {"install": 0, "uninstall": 0}
+raised = []
+
+
+def on_alarm(signum, frame):
+    name = "install" if sum(calls.values()) % 2 else "uninstall"
+    calls[name] += 1
+    try:
+        kname.install(TARGETS) if name == "install" else kname.uninstall()
+    except BaseException as exc:
+        raised.append(f"handler: {exc!r}")
+
+
+signal.signal(signal.SIGALRM, on_alarm)
+signal.setitimer(signal.ITIMER_REAL, 0.0002, 0.0002)
+for _ in range(int(sys.argv[1])):
+    try:
+        kname.install(TARGETS)
+        fakegpu.launch()
+        kname.uninstall()
+    except BaseException as exc:
+        raised.append(f"main: {exc!r}")
+signal.setitimer(signal.ITIMER_REAL, 0)
+kname.uninstall()
+counted = sum(kname.names().values())
+fakegpu.launch()
+fakegpu.Kernel()()
+print(json.dumps({
+    "raised": raised[:5],
+    "calls": calls,
+    "restored": fakegpu.launch is original and vars(fakegpu.Kernel)["__call__"] is original_call,
+    "counting": sum(kname.names().values()) - counted,
+}))
+"""
+
+
+def test_install_and_uninstall_from_a_signal_storm_over_install_and_uninstall(gpu) -> None:
+    """Issue 45 item 11 as the trial met it: SIGALRM every 0.2 ms, its handler installing or
+    uninstalling, while the main thread installs, launches and uninstalls in a loop."""
+    (gpu / "storm.py").write_text(SIGNAL_STORM)
+    env = {k: v for k, v in os.environ.items() if not cleaned(k)}
+    env["PYTHONPATH"] = f"{gpu}:{REPO}"
+    done = subprocess.run([sys.executable, "storm.py", "2000"], capture_output=True, text=True,
+                          env=env, cwd=gpu, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    out = json.loads(done.stdout)
+    assert out["raised"] == []
+    assert out["calls"]["install"] > 0 and out["calls"]["uninstall"] > 0
+    assert out["restored"] and out["counting"] == 0
+
+
+# --------------------------------------------------------------------------
+# A subinterpreter
+# --------------------------------------------------------------------------
+
+IN_A_SUBINTERPRETER = """\
+import json
+import os
+import shutil
+import sys
+
+try:
+    import _interpreters as interpreters  # 3.13
+except ImportError:
+    import _xxsubinterpreters as interpreters  # 3.10 to 3.12 (3.12: its own GIL by default)
+
+SUB = '''
+import json, os, sys
+import fakegpu, kname
+kname.install("fakegpu:launch")
+fakegpu.launch()
+seen = {
+    "installed": kname.is_installed(),
+    "wrapped": fakegpu.launch is not fakegpu.launch.__wrapped__
+    if hasattr(fakegpu.launch, "__wrapped__") else False,
+    "names": kname.names(),
+    "imported": sorted(m for m in sys.modules if m.startswith("kname._native") or m == "nvtx"),
+}
+os.write(1, (json.dumps(seen) + "\\\\n").encode())
+'''
+interpreters.run_string(interpreters.create(), SUB)
+"""
+
+
+def subinterpreter_pythons() -> list[str]:
+    """This Python, and any other CPython 3.10 to 3.13 on PATH (3.12 is the first whose
+    subinterpreters have a GIL of their own)."""
+    found = [sys.executable]
+    for minor in range(10, 14):
+        other = shutil.which(f"python3.{minor}")
+        if other and minor != sys.version_info[1]:
+            works = subprocess.run([other, "-c", "import _thread"], capture_output=True,
+                                   check=False, timeout=60)  # fmt: skip
+            found += [other] if works.returncode == 0 else []
+    return found
+
+
+@pytest.mark.parametrize("python", subinterpreter_pythons())
+def test_install_in_a_subinterpreter_is_one_line_and_kname_stays_off(gpu, python) -> None:
+    """Issue 45 item 15: in a subinterpreter install() says one line, wraps nothing, and
+    imports neither kname's C extensions (single-phase init) nor the nvtx package."""
+    (gpu / "sub.py").write_text(IN_A_SUBINTERPRETER)
+    env = {k: v for k, v in os.environ.items() if not cleaned(k)}
+    env["PYTHONPATH"] = f"{gpu}:{REPO}"
+    done = subprocess.run([python, "sub.py"], capture_output=True, text=True, env=env, cwd=gpu,
+                          timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "installed": False, "wrapped": False, "names": {}, "imported": [],
+    }  # fmt: skip
+    assert done.stderr.splitlines() == [f"kname: {lifecycle.SUBINTERPRETER}"]
+
+
+def test_the_tests_run_in_the_main_interpreter_and_kname_knows_it() -> None:
+    assert hotpath.is_main_interpreter()

@@ -28,7 +28,7 @@ import pytest
 from support import REPO, build_wheel_of, copy_checkout, extension_inputs, make_venv
 from support.nvtx_capture import nvtx_include_dir
 
-from kname import callsite, counters, hotpath, launch, targets
+from kname import callsite, counters, hotpath, launch, site_faults, targets
 
 WHY_NOT_NATIVE = hotpath.choose(True).why_python  # "" where the C hot path is in use
 EXTENSION = None if WHY_NOT_NATIVE else sys.modules[hotpath.NATIVE]
@@ -325,7 +325,7 @@ def test_a_wrapper_made_where_a_freed_one_was_remembers_nothing_of_it() -> None:
 
     def make(switch):  # allocates nothing else of its size between a free and this
         return native.LaunchWrapper(
-            noop, (0, None), switch, callsite.sites, resolve_site, callsite.pass_through,
+            noop, (0, None), switch, callsite.sites, resolve_site, site_faults.pass_through,
             callsite._kinds,
         )  # fmt: skip
 

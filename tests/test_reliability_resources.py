@@ -1,8 +1,8 @@
 """Reliability over long runs: bounded memory and NVTX names, exact census, unchanged results.
 
-The caches' bounds (callsite.MAX_SITES and MAX_CODES, counters.MAX_COUNTED, ranges.MAX_NAMES) are
-lowered in these programs, so the bound is reached, and then passed many times over, within
-seconds; the code that enforces them is the same at the default bounds.
+The caches' bounds (site_cache.MAX_SITES, callsite.MAX_CODES, counters.MAX_COUNTED,
+ranges.MAX_NAMES) are lowered in these programs, so the bound is reached, and then passed many
+times over, within seconds; the code that enforces them is the same at the default bounds.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from support.nvtx_capture import capture_env
 from test_reliability import NOOP_TARGET, count_ranges, run_program, write_program
 
 import kname
-from kname import callsite, counters, naming
+from kname import callsite, counters, naming, site_cache
 
 pytestmark = [pytest.mark.slow, pytest.mark.launches]
 
@@ -32,11 +32,11 @@ import sys
 
 import kname
 import noop
-from kname import callsite, counters
+from kname import callsite, counters, site_cache
 from kname import ranges
 
 functions, lines, repeat, bound, codes = (int(a) for a in sys.argv[1:6])
-callsite.MAX_SITES = ranges.MAX_NAMES = bound
+site_cache.MAX_SITES = ranges.MAX_NAMES = bound
 counters.MAX_COUNTED = 2 * bound
 callsite.MAX_CODES = codes
 
@@ -146,7 +146,7 @@ def test_traced_memory_is_flat_once_the_caches_are_full(installed, monkeypatch) 
     """In-process, under tracemalloc: 100 000 launches from 20 000 sites, bounds of 1000 sites,
     2000 counted names and 50 code objects; Python's traced memory does not grow once the bounds
     are reached."""
-    monkeypatch.setattr(callsite, "MAX_SITES", 1000)
+    monkeypatch.setattr(site_cache, "MAX_SITES", 1000)
     monkeypatch.setattr(counters, "MAX_COUNTED", 2000)
     monkeypatch.setattr(callsite, "MAX_CODES", 50)
     functions, lines = 200, 100

@@ -11,6 +11,8 @@ static const char FINDING[] = "finding a launch's name";
 static const char OPENING[] = "opening a launch's NVTX range";
 static const char CLOSING[] = "closing a launch's NVTX range";
 
+_Thread_local int launchers_running INITIAL_EXEC = 0;
+
 static PyObject *str_finding, *str_opening, *str_closing;
 
 /* next(counter) with the result dropped: 0, or -1 with an error (StopIteration where the
@@ -239,6 +241,8 @@ launch_in_full(LaunchWrapper *w, const Args *a, Frame *caller, Frame **in_progre
         return NULL;
     if (!on) /* still a launch in progress, as the Python wrapper's frame says: nothing below names */
         return run_launch(w->original, caller, a, in_progress);
+    if (unnamed_in_launcher(w)) /* the launcher's range names it */
+        goto unnamed;
 
     /* Finding the site and counting the launch: a fault here runs the original, unnamed. */
     kernel = kernel_of(w, a);
@@ -306,6 +310,23 @@ done:
     return result;
 }
 
+/* The launch of a KNAME_TARGETS launcher: named unless inside another launcher (as the others,
+ * but judged by the launchers outside it), and every launch inside it marked as the launcher's.
+ * Restored, not decremented: nothing can be raised into C between the two. */
+NOINLINE PyObject *
+launch_as_launcher(LaunchWrapper *w, const Args *a)
+{
+    int outer = launchers_running;
+    launchers_running = outer + 1;
+    PyObject *result;
+    if ((w->launchers & UNNAMED_IN_LAUNCHERS) && outer > 0 && w->original != NULL)
+        result = run_launch(w->original, frame_current(), a, &launch_caller);
+    else
+        result = launch_named(w, a);
+    launchers_running = outer;
+    return result;
+}
+
 static PyObject *
 launch_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -317,15 +338,19 @@ static PyObject *
 launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"original", "kernel", "switch", "sites", "resolve", "fault", "kinds",
-                            NULL};
+                            "launchers", NULL};
     PyObject *original, *kernel, *switch_, *sites, *resolve, *fault, *kinds, *attribute = NULL;
     Py_ssize_t index = 0;
-    int mode;
+    int mode, launchers = 0;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO!OOO!:LaunchWrapper", names, &original,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO!OOO!|i:LaunchWrapper", names, &original,
                                      &kernel, &switch_, &PyDict_Type, &sites, &resolve, &fault,
-                                     &PyDict_Type, &kinds))
+                                     &PyDict_Type, &kinds, &launchers))
         return NULL;
+    if (launchers & ~(UNNAMED_IN_LAUNCHERS | LAUNCHER)) {
+        PyErr_SetString(PyExc_ValueError, "LaunchWrapper: launchers must be 0 to 3");
+        return NULL;
+    }
     if (!PyCallable_Check(original) || !PyCallable_Check(resolve) || !PyCallable_Check(fault)) {
         PyErr_SetString(PyExc_TypeError,
                         "LaunchWrapper: original, resolve and fault must be callable");
@@ -369,6 +394,7 @@ launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     w->switch_ = Py_NewRef(switch_);
     w->sites = Py_NewRef(sites);
+    w->launchers = (char)launchers;
     w->resolve = Py_NewRef(resolve);
     w->fault = Py_NewRef(fault);
     w->kinds = Py_NewRef(kinds);
@@ -453,8 +479,8 @@ PyGetSetDef dict_getset[] = {
 PyTypeObject LaunchWrapperType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "kname._native.LaunchWrapper",
-    .tp_doc = "LaunchWrapper(original, kernel, switch, sites, resolve, fault, kinds): kname's "
-              "per-launch wrapper (see kname/launch.h).",
+    .tp_doc = "LaunchWrapper(original, kernel, switch, sites, resolve, fault, kinds, "
+              "launchers=0): kname's per-launch wrapper (see kname/_native_c/launch.h).",
     .tp_basicsize = sizeof(LaunchWrapper),
     .tp_dealloc = (destructor)launch_dealloc,
     .tp_vectorcall_offset = offsetof(LaunchWrapper, vectorcall),
@@ -472,6 +498,20 @@ PyTypeObject LaunchWrapperType = {
 };
 
 /* ------------------------------------------------------------------ the module's part */
+
+static PyObject *
+inside_launcher(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyBool_FromLong(launchers_running > 0);
+}
+
+static PyMethodDef launch_methods[] = {
+    {"inside_launcher", inside_launcher, METH_NOARGS,
+     "Whether a KNAME_TARGETS launcher's LaunchWrapper is running on this thread."},
+    {NULL, NULL, 0, NULL},
+};
 
 static int
 intern_all(void)
@@ -495,7 +535,8 @@ intern_all(void)
 int
 launch_ready(PyObject *module)
 {
-    if (intern_all() < 0 || PyType_Ready(&LaunchWrapperType) < 0)
+    if (intern_all() < 0 || PyType_Ready(&LaunchWrapperType) < 0
+        || PyModule_AddFunctions(module, launch_methods) < 0)
         return -1;
     return PyModule_AddObjectRef(module, "LaunchWrapper", (PyObject *)&LaunchWrapperType);
 }

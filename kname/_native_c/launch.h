@@ -74,6 +74,8 @@
 #define INITIAL_EXEC
 #endif
 INTERNAL extern _Thread_local Frame *launch_caller INITIAL_EXEC; /* callsite.c */
+/* The KNAME_TARGETS launchers (LaunchWrappers made with LAUNCHER) running on this thread. */
+INTERNAL extern _Thread_local int launchers_running INITIAL_EXEC; /* launch.c */
 
 /* ------------------------------------------------------------------ Counter */
 
@@ -156,6 +158,9 @@ recent_kind_slot(void *code)
 /* ------------------------------------------------------------------ LaunchWrapper */
 
 enum { KERNEL_ORIGINAL, KERNEL_ARG, KERNEL_CALL };
+/* LaunchWrapper's `launchers` (kname.targets.Options.nesting): a launch inside a KNAME_TARGETS
+ * launcher is not one of its own (UNNAMED_IN_LAUNCHERS); the wrapper is a launcher's (LAUNCHER). */
+enum { UNNAMED_IN_LAUNCHERS = 1, LAUNCHER = 2 };
 enum { F_COUNTER, F_LAUNCH, F_PUSH, F_POP };
 
 /* The fields a cached launch reads come first, together, so that they span as few cache lines as
@@ -168,7 +173,8 @@ typedef struct {
     PyObject *attribute; /* KERNEL_ARG: str or NULL */
     int index;           /* KERNEL_ARG */
     short kernel_mode;
-    short remember; /* look-ups of `sites` may go in the recent table */
+    char remember;  /* look-ups of `sites` may go in the recent table */
+    char launchers; /* UNNAMED_IN_LAUNCHERS, LAUNCHER: 0 unless launchers are chosen */
     /* Read off the cached launch only (its recent entry remembers the switch on). */
     PyObject *switch_;
     Layout switch_layout, site_layout;
@@ -319,10 +325,18 @@ cached_kernel(LaunchWrapper *w, const Args *a)
 /* The recent entry of a cached launch of `w` with `kernel` from `caller`, NULL where the full
  * path decides: nested (called from C inside a launch from the same caller), no Python caller,
  * a kernel not read in place, or no entry that remembers this launch as a cached one. */
+/* Whether a launch of `w` now is inside a KNAME_TARGETS launcher, so not one of its own (a
+ * launcher's own wrapper decides that in launch_as_launcher, before it counts itself). */
+static inline int
+unnamed_in_launcher(const LaunchWrapper *w)
+{
+    return w->launchers == UNNAMED_IN_LAUNCHERS && launchers_running > 0;
+}
+
 static inline const Recent *
 cached_entry(LaunchWrapper *w, Frame *caller, Frame *in_progress, PyObject *kernel)
 {
-    if (caller == NULL || caller == in_progress || kernel == NULL)
+    if (caller == NULL || caller == in_progress || kernel == NULL || unnamed_in_launcher(w))
         return NULL;
     const void *position = frame_position(caller);
     const Recent *entry = recent_slot(position, kernel);
@@ -389,7 +403,7 @@ run_cached(LaunchWrapper *w, const Args *a, Frame *caller, Frame **in_progress,
 }
 
 static inline PyObject *
-launch(LaunchWrapper *w, const Args *a)
+launch_named(LaunchWrapper *w, const Args *a)
 {
     Frame *caller = frame_current();
     Frame **in_progress = &launch_caller;
@@ -401,6 +415,18 @@ launch(LaunchWrapper *w, const Args *a)
     if (entry != NULL)
         return run_cached(w, a, caller, in_progress, entry);
     return launch_in_full(w, a, caller, in_progress);
+}
+
+/* A KNAME_TARGETS launcher's launch: the launches inside it are marked on this thread as its.
+ * (launch.c) */
+INTERNAL PyObject *launch_as_launcher(LaunchWrapper *w, const Args *a);
+
+static inline PyObject *
+launch(LaunchWrapper *w, const Args *a)
+{
+    if (w->launchers & LAUNCHER)
+        return launch_as_launcher(w, a);
+    return launch_named(w, a);
 }
 
 /* ------------------------------------------------------------------ the module */

@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib
 import re
 import sys
-import threading
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -24,13 +23,18 @@ from types import ModuleType
 from typing import Any
 
 from kname import callsite, hotpath
-from kname.launch import LaunchSpec, Switch, make_launch_wrapper
+from kname.launch import (
+    LAUNCHER,
+    UNNAMED_IN_LAUNCHERS,
+    LaunchSpec,
+    Switch,
+    make_launch_wrapper,
+)
 from kname.patching import (
     Change,
     Patch,
     defined,
     is_wrapper,
-    mark_wrapper,
     rebind,
     resolve,
     unbound,
@@ -43,16 +47,9 @@ class TargetProblem(Exception):
     """A target cannot be wrapped in this module: the message says why, for the user."""
 
 
-class _Launchers(threading.local):
-    depth = 0  # KNAME_TARGETS launchers running on this thread (a class default: no AttributeError)
-
-
-_launchers = _Launchers()
-
-
 def inside_launcher() -> bool:
     """Whether this thread is running a KNAME_TARGETS launcher (of an install with nesting)."""
-    return _launchers.depth > 0
+    return hotpath.current().inside_launcher()
 
 
 @dataclass(frozen=True)
@@ -70,46 +67,18 @@ class Options:
     # a unit may use (Triton's SkipBeneath and SubscriptLaunch, CuPy's BaseCall).
     hot_path: hotpath.HotPath = field(default_factory=hotpath.current)
 
-    def wrapper(self, original: Callable[..., Any], spec: LaunchSpec) -> Callable[..., Any]:
-        """A launch wrapper of `original` (renaming per site only in rename mode)."""
+    def wrapper(
+        self, original: Callable[..., Any], spec: LaunchSpec, launcher: bool = False
+    ) -> Callable[..., Any]:
+        """A launch wrapper of `original` (renaming per site only in rename mode); `launcher`:
+        a KNAME_TARGETS launcher's."""
         if not self.renaming and spec.rename is not None:
             spec = replace(spec, rename=None)
-        if self.nesting:
-            # Decided per launch, not per call site: one line (a helper) can launch both inside
-            # a launcher and outside, and a site's cached name must not answer for the other.
-            spec = replace(spec, kernel_of=_outside_launchers(spec.kernel_of, original))
-        return make_launch_wrapper(original, spec, self.switch, self.hot_path)
-
-
-def _outside_launchers(
-    kernel_of: Callable[[tuple], Any] | None, original: Callable[..., Any]
-) -> Callable[[tuple], Any]:
-    """`kernel_of` that answers None (not a launch of its own) inside a KNAME_TARGETS launcher."""
-    if kernel_of is None:
-
-        def launched_kernel(args: tuple) -> Any:
-            return None if _launchers.depth else original
-
-    else:
-
-        def launched_kernel(args: tuple) -> Any:
-            return None if _launchers.depth else kernel_of(args)
-
-    return launched_kernel
-
-
-def running_as_launcher(launcher: Callable[..., Any]) -> Callable[..., Any]:
-    """`launcher`, marking its thread as inside a KNAME_TARGETS launcher while it runs."""
-
-    def launcher_running(*args: Any, **kwargs: Any) -> Any:
-        depth = _launchers.depth
-        try:  # set inside the try, restored (not decremented): an interrupt cannot leave it on
-            _launchers.depth = depth + 1
-            return launcher(*args, **kwargs)
-        finally:
-            _launchers.depth = depth
-
-    return launcher_running
+        # Decided per launch, not per call site, by the hot path (in C on the C one): one line (a
+        # helper) can launch both inside a launcher and outside, and a site's cached name must
+        # not answer for the other.
+        launchers = UNNAMED_IN_LAUNCHERS | (LAUNCHER if launcher else 0) if self.nesting else 0
+        return make_launch_wrapper(original, spec, self.switch, self.hot_path, launchers)
 
 
 @dataclass(frozen=True)
@@ -243,10 +212,7 @@ def user_target(entry: str) -> Target:
                 # A function standing in for a class, a kernel object or a constant changes
                 # the program.
                 raise TargetProblem(_not_a_function(module, qualname, function))
-            if not options.nesting:
-                return options.wrapper(function, spec)
-            # __wrapped__ and the names stay the user's function's, not the marker's.
-            return mark_wrapper(options.wrapper(running_as_launcher(function), spec), function)
+            return options.wrapper(function, spec, launcher=True)
 
         return wrap_attribute(module, qualname, make_wrapper)
 

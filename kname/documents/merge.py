@@ -281,7 +281,7 @@ class Merge:
                 "order": merged.order,
             }
             if arrange is not None:
-                (site[BY_RANK],) = ({"launches": values} for values in arrange(merged))
+                site[BY_RANK] = {"launches": arrange(merged)[0]}
             sites.append(site)
         document = {"kname": __version__, "schema": CENSUS_SCHEMA, "sites": sites}
         document["total_launches"] = total

@@ -237,6 +237,27 @@ def test_sites_on_few_of_many_ranks_keep_each_ranks_numbers_in_any_grouping(file
     assert merge_documents([merged, parts[0]]) == merge_documents([*parts, parts[0]])
 
 
+def test_a_workers_merge_of_later_ranks_is_absorbed_beside_sites_that_ran_on_few_ranks() -> None:
+    # Ranks 0-9 in one Merge, where x ran on ranks 0 and 9 and y on rank 0 alone; ranks 10-11
+    # in a worker's, where both ran on each: the values of each rank stay in their places.
+    early = [rank_file(rank, {"x a.py:1": 1} if rank in (0, 9) else {}) for rank in range(10)]
+    early[0] = rank_file(0, {"x a.py:1": 1, "y a.py:2": 5})
+    late = [rank_file(rank, {"x a.py:1": 2, "y a.py:2": 3}) for rank in (10, 11)]
+    whole, worker = Merge(), Merge()
+    for part in early:
+        whole.add(part)
+    for part in late:
+        worker.add(part)
+    whole.absorb(worker)
+    merged = whole.result()
+    assert merged == merge_documents(early + late)
+    by_name = {site["name"]: list(site[BY_RANK]["launches"]) for site in merged["sites"]}
+    assert by_name == {
+        "x a.py:1": [1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 2],
+        "y a.py:2": [5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 3],
+    }
+
+
 # --- what cannot be merged -------------------------------------------------------------------
 
 

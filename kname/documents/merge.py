@@ -448,10 +448,10 @@ def _put(site: _Site, slot: int, numbers: tuple[int, ...]) -> None:
 
 def _put_each(site: _Site, slots: list[int], per_rank: tuple[Sequence[int], ...]) -> None:
     """A merged input's per-rank values (a sequence per column), each added at its rank's slot."""
-    first = per_rank[0]
-    if isinstance(first, RankValues) and first.stored()[0] is not None:
-        positions = first.stored()[0]
-        values = [column.stored()[1] for column in per_rank]  # type: ignore[attr-defined]
+    stored = [c.stored() if isinstance(c, RankValues) else (None, c) for c in per_rank]
+    positions = stored[0][0]
+    if positions is not None and all(at is positions for at, _ in stored):  # sparse alike
+        values = [column for _, column in stored]
         pairs: Iterator[tuple[int, tuple[int, ...]]] = zip(
             positions, zip(*values, strict=True), strict=True
         )
@@ -500,27 +500,35 @@ class _Arranger:
 
     def __call__(self, site: _Site) -> tuple[RankValues, ...]:
         size, columns = self.size, site.columns
-        if site.slots is None and site.start == 0 and len(columns[0]) == size:  # every rank
+        if site.slots is None and 2 * len(columns[0]) >= size:  # most ranks: a value for each
+            _widen(site, size)
             pick = self.pick
             return tuple(
                 RankValues(array("q", column if pick is None else pick(column)), size)
                 for column in columns
             )
-        position_of = self.position_of
-        entries = sorted(
-            (position_of[slot], numbers) for slot, numbers in _entries(site) if any(numbers)
-        )
-        if 2 * len(entries) >= size:  # most ranks: a value for each
-            dense = [_zeros(size) for _ in columns]
-            for position, numbers in entries:
-                for column, number in zip(dense, numbers, strict=True):
-                    column[position] = number
-            return tuple(RankValues(column, size) for column in dense)
-        positions = array("q", (position for position, _ in entries))
-        return tuple(
-            RankValues(array("q", (numbers[index] for _, numbers in entries)), size, positions)
-            for index in range(len(columns))
-        )
+        # The slots it ran on, in rank order: mapped and sorted with C methods, no Python loop.
+        slots = site.slots
+        if slots is None:
+            slots = range(site.start, site.start + len(columns[0]))
+        positions = list(map(self.position_of.__getitem__, slots))
+        order = sorted(range(len(positions)), key=positions.__getitem__)
+        at, *values = (array("q", map(v.__getitem__, order)) for v in (positions, *columns))
+        if 2 * len(at) < size:
+            return tuple(RankValues(column, size, at) for column in values)
+        dense = [_zeros(size) for _ in columns]
+        for column, stored in zip(dense, values, strict=True):
+            for position, value in zip(at, stored, strict=True):
+                column[position] = value
+        return tuple(RankValues(column, size) for column in dense)
+
+
+def _widen(site: _Site, size: int) -> None:
+    """A dense site's columns made to hold every one of `size` slots (zeros where it never ran)."""
+    for column in site.columns:
+        column[0:0] = _zeros(site.start)
+        _pad(column, size)
+    site.start, site.next_slot = 0, size
 
 
 def _record_key(record: Mapping[str, Any]) -> str:

@@ -7,6 +7,10 @@ validated) and renders the table with the spread across ranks. Reports the wall 
 CPU time of the merge (with its worker processes), of the table, and the peak resident memory
 of the merging process and its workers together, against the budget: 1,024 files of 5,000
 sites in at most 10 s and 1 GB.
+
+On a shared machine, compare a change in one time window: `--keep DIR` once, then
+`--files DIR --baseline OLD_CHECKOUT --rounds 3` merges DIR's files with this checkout's kname
+and OLD_CHECKOUT's in turn (old, new, old, new, ...), each run with the load average before it.
 """
 
 from __future__ import annotations
@@ -47,27 +51,47 @@ def main() -> None:
     parser.add_argument("--json", required=True)
     parser.add_argument("--keep", help="write the rank files here and keep them")
     parser.add_argument("--workers", type=int, help="merging processes (default: one per CPU)")
+    parser.add_argument("--files", metavar="DIR", help="merge the rank files --keep left in DIR")
+    parser.add_argument(
+        "--baseline", metavar="CHECKOUT", help="also merge with CHECKOUT's kname, in turn"
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="merges of each kname (default 1)")
     args = parser.parse_args()
     use_checkout()
-    directory = Path(args.keep or tempfile.mkdtemp(prefix="kname-bench-ranks-"))
+    from _common import REPO
+
+    directory = Path(args.files or args.keep or tempfile.mkdtemp(prefix="kname-bench-ranks-"))
     directory.mkdir(parents=True, exist_ok=True)
+    checkouts = {"baseline": args.baseline} if args.baseline else {}
+    checkouts["this"] = str(REPO)
     try:
         started = time.perf_counter()
-        paths = write_rank_files(directory, args.ranks, args.sites)
+        if args.files:
+            paths = sorted(map(str, directory.glob("profile.rank*.json")))
+            args.ranks = len(paths)
+        else:
+            paths = write_rank_files(directory, args.ranks, args.sites)
         written_s = time.perf_counter() - started
         size = sum(os.path.getsize(path) for path in paths)
-        merged = merge_in_a_fresh_process(paths, args.workers)
+        runs = [
+            {"kname": name, "load_average": round(os.getloadavg()[0], 2)}
+            | merge_in_a_fresh_process(paths, args.workers, checkout)
+            for _ in range(args.rounds)
+            for name, checkout in checkouts.items()
+        ]
     finally:
-        if not args.keep:
+        if not (args.keep or args.files):
             shutil.rmtree(directory, ignore_errors=True)
     result = {
         "ranks": args.ranks,
-        "sites": args.sites,
+        "sites": runs[0]["merged_sites"] if args.files else args.sites,
         "files_megabytes": round(size / 2**20, 1),
         "write_seconds": round(written_s, 2),
-        **merged,
+        **next(run for run in runs if run["kname"] == "this"),
         "budget": BUDGET,
     }
+    if len(runs) > 1:
+        result["runs"] = runs
     write_json(args.json, result)
 
 
@@ -180,14 +204,13 @@ open(out, "w").write(json.dumps(result))
 """
 
 
-def merge_in_a_fresh_process(paths: list[str], workers: int | None) -> dict:
-    """Merge and tabulate in a new interpreter, so that its peak memory is the merge's alone."""
-    from _common import REPO
-
+def merge_in_a_fresh_process(paths: list[str], workers: int | None, checkout: str) -> dict:
+    """Merge and tabulate in a new interpreter (with `checkout`'s kname), so that its peak
+    memory is the merge's alone."""
     with tempfile.TemporaryDirectory() as scratch:
         listing, out = Path(scratch, "files.txt"), Path(scratch, "result.json")
         listing.write_text("\n".join(paths))
-        argv = [str(REPO), str(out), str(listing), str(workers or "")]
+        argv = [checkout, str(out), str(listing), str(workers or "")]
         subprocess.run([sys.executable, "-c", MERGE, *argv], check=True, timeout=1800)
         return json.loads(out.read_text())
 

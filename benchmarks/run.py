@@ -323,11 +323,7 @@ def budget(results: dict) -> list[dict]:
     ranks = results.get("ranks", {})
     if ranks.get("ranks") == 1024 and ranks.get("sites") == 5000:  # the budget's size only
         add("merge_s", None, ranks["merge_seconds"])
-        add(
-            "merge_mb",
-            None,
-            ranks["peak_megabytes"] + ranks["workers"] * ranks["worker_peak_megabytes"],
-        )
+        add("merge_mb", None, ranks["peak_megabytes"])  # the merging process and its workers
     for run in results.get("gpu", []):
         if run.get("workload") in BUDGET and "variants" in run:
             v = run["variants"]

@@ -1,8 +1,10 @@
 """A census document to look at and ask about: text in a terminal, an HTML table in Jupyter.
 
-`render_text` and `render_html` take any census document of schema 1 (`kname.documents.schema`
-module docstring). A site that carries `gpu_ns` (GPU nanoseconds, from a profiler) gets a "GPU time"
-column; without it the column is left out.
+The text is the census table of `kname report` (documents/tables.py: `render_census_table`,
+names escaped and cut to a width) without its first-seen column; `render_html` is the same
+table in HTML, names whole. Both take any census document of schema 1 (`kname.documents.schema`
+module docstring); a site that carries `gpu_ns` (GPU nanoseconds, from a profiler) gets a "GPU
+time" column.
 """
 
 from __future__ import annotations
@@ -11,10 +13,15 @@ import html
 from collections.abc import Mapping
 from typing import Any
 
-from kname.documents.text import columns, count_of, format_duration
+from kname.documents.tables import (
+    census_rows,
+    heading,
+    name_cell,
+    ranked_sites,
+    render_census_table,
+)
 
-HEADER = ("call site", "kernel", "library", "launches", "share")
-RIGHT_ALIGNED = (3, 4, 5)
+NAMES = 3  # the first columns (call site, kernel, library) are text; the rest are numbers
 
 
 class Census:
@@ -53,15 +60,17 @@ class Census:
         return counts
 
     def __str__(self) -> str:
-        return render_text(self.document, self.title)
+        return render_census_table(self.document, title=self.title, first_seen=False)
 
     def __repr__(self) -> str:
+        sites = self.document["sites"]
         shown = ", ".join(
-            f"{site['name']} [{site['kernel'] or '?'}] {site['launches']}"
-            for site in _by_launches(self.document)[:5]
+            f"{name_cell(site['name'])} [{name_cell(site['kernel'] or '?')}] {site['launches']}"
+            for site in (sites[index] for index in ranked_sites(self.document, "launches")[:5])
         )
         more = ", ..." if len(self.document["sites"]) > 5 else ""
-        return f"<{_heading(self.document, self.title)}{': ' if shown else ''}{shown}{more}>"
+        title = heading(self.document, title=self.title)
+        return f"<{title}{': ' if shown else ''}{shown}{more}>"
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(str(self).rstrip("\n"))  # IPython's plain-text display: the table
@@ -70,34 +79,25 @@ class Census:
         return render_html(self.document, self.title)
 
 
-def render_text(document: Mapping[str, Any], title: str = "kname census") -> str:
-    """The census as an aligned table, most launches first, under a one-line heading."""
-    heading = _heading(document, title)
-    rows = _rows(document)
-    if not rows:
-        return heading + "\n"
-    return heading + "\n" + columns([_header(document), *rows], RIGHT_ALIGNED)
-
-
 def render_html(document: Mapping[str, Any], title: str = "kname census") -> str:
     """The census as an HTML table under its heading (what Jupyter shows)."""
-    header = _header(document)
+    header, *rows = census_rows(document, str, first_seen=False)
 
     def cells(row: tuple[str, ...], tag: str) -> str:
         return "".join(
-            f'<{tag} style="text-align:{"right" if i in RIGHT_ALIGNED else "left"}">'
+            f'<{tag} style="text-align:{"left" if i < NAMES else "right"}">'
             f"{html.escape(cell)}</{tag}>"
             for i, cell in enumerate(row)
         )
 
-    body = "".join(f"<tr>{cells(row, 'td')}</tr>" for row in _rows(document))
+    body = "".join(f"<tr>{cells(row, 'td')}</tr>" for row in rows)
     table = (
         f"<table><thead><tr>{cells(header, 'th')}</tr></thead><tbody>{body}</tbody></table>"
         if body
         else ""
     )
     return (
-        f'<div class="kname-census"><p><strong>{html.escape(_heading(document, title))}'
+        f'<div class="kname-census"><p><strong>{html.escape(heading(document, title=title))}'
         f"</strong></p>{table}</div>"
     )
 
@@ -107,34 +107,3 @@ def _picks(site: Mapping[str, Any], name: str | None, kernel: str | None) -> boo
     if name is not None and site_name != name and not site_name.startswith(name + " "):
         return False
     return kernel is None or site["kernel"] == kernel
-
-
-def _has_gpu_time(document: Mapping[str, Any]) -> bool:
-    return any("gpu_ns" in site for site in document["sites"])
-
-
-def _header(document: Mapping[str, Any]) -> tuple[str, ...]:
-    return (*HEADER, "GPU time") if _has_gpu_time(document) else HEADER
-
-
-def _by_launches(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return sorted(document["sites"], key=lambda s: (-s["launches"], s["order"]))
-
-
-def _rows(document: Mapping[str, Any]) -> list[tuple[str, ...]]:
-    gpu = _has_gpu_time(document)
-    rows = []
-    for site in _by_launches(document):
-        row = (
-            site["name"], site["kernel"] or "?", site["lib"] or "?", str(site["launches"]),
-            f"{100 * site['share']:.1f}%",
-        )  # fmt: skip
-        if gpu:
-            row += (format_duration(site["gpu_ns"]) if "gpu_ns" in site else "-",)
-        rows.append(row)
-    return rows
-
-
-def _heading(document: Mapping[str, Any], title: str) -> str:
-    launches = count_of(document["total_launches"], "launch")
-    return f"{title}: {launches} from {count_of(len(document['sites']), 'call site')}"

@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from kname.census_view import Census, render_html, render_text
+from kname.census_view import Census, render_html
+from kname.documents.tables import NAME_WIDTH, render_census_table
+
+
+def render_text(document, title="kname census"):
+    return str(Census(document, title))
 
 
 def site(name, kernel="axpy", lib="numba", launches=1, order=1, **extra):
@@ -89,4 +94,20 @@ def test_names_and_repr_say_what_was_counted() -> None:
     assert repr(census).startswith(
         "<kname census of this test: 47 launches from 4 call sites: step solver.py:12 [axpy] 30, "
     )
-    assert str(census) == render_text(STEP, "kname census of this test")
+    assert str(census) == render_census_table(
+        STEP, title="kname census of this test", first_seen=False
+    )
+
+
+def test_the_text_table_is_the_census_table_of_kname_report_without_its_first_seen_column():
+    # One home for the census as text (documents/tables.py): the notebook's and pytest's table
+    # is kname report's, under its own title, names escaped and cut alike.
+    hostile = document(site("step \x1b[2J a.py:1", kernel="ax\x00py" + "y" * 500, launches=3))
+    shown = str(Census(hostile, "kname census of cell 2")).splitlines()
+    report = render_census_table(hostile, title="kname census of cell 2").splitlines()
+    assert shown[0] == report[0] == "kname census of cell 2: 3 launches from 1 call site"
+    assert [line.split("  first seen")[0] for line in report[1:2]] == shown[1:2]
+    assert shown[2].startswith("step \\x1b[2J a.py:1  ax\\x00pyyy") and "..." in shown[2]
+    assert all(line.isprintable() for line in shown)
+    assert max(map(len, shown)) < NAME_WIDTH + 60
+    assert "ax\x00py" + "y" * 500 in render_html(hostile)  # the HTML keeps names whole

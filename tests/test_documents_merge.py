@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import sys
 
 import pytest
 from html_pages import sourced_profiles
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from profile_streams import census_of, documents, profile_of, site_counts
+from support import REPO, run
 
 from kname.documents.build import profile_document
 from kname.documents.files import load
@@ -46,6 +49,12 @@ ranked_censuses = st.builds(with_rank, site_counts.map(census_of), ranks, st.int
 # Some documents from before ranks were recorded: they merge as rank 0.
 any_profiles = st.one_of(ranked_profiles, documents)
 any_censuses = st.one_of(ranked_censuses, site_counts.map(census_of))
+
+
+def written(document: dict) -> dict:
+    """`document` as written to a file and read back, validated (a merge's `by_rank` values are
+    sequences that store only the ranks a site ran on: its JSON has the lists)."""
+    return validate(json.loads(render_json(document)), "merged")
 
 
 def ranks_of(document: dict) -> list[int]:
@@ -91,7 +100,7 @@ def test_censuses_merged_in_any_grouping_give_the_same_document(a, b, c) -> None
 @settings(max_examples=200, deadline=None)
 @given(st.lists(any_profiles, min_size=1, max_size=5))
 def test_each_ranks_numbers_are_the_sums_of_that_ranks_inputs_and_the_merge_is_valid(parts):
-    merged = validate(copy.deepcopy(merge_documents(parts)), "merged")
+    merged = written(merge_documents(parts))
     for metric in ("launches", "gpu_ns"):
         expected: dict[tuple, int] = {}
         for part in parts:
@@ -110,7 +119,7 @@ def test_each_ranks_numbers_are_the_sums_of_that_ranks_inputs_and_the_merge_is_v
 @settings(max_examples=200, deadline=None)
 @given(st.lists(any_censuses, min_size=1, max_size=5))
 def test_a_census_merge_keeps_each_ranks_launches(parts) -> None:
-    merged = validate(copy.deepcopy(merge_documents(parts)), "merged")
+    merged = written(merge_documents(parts))
     expected: dict[tuple, int] = {}
     for part in parts:
         for key, value in per_rank(part, "launches").items():
@@ -192,6 +201,63 @@ def test_a_merged_site_is_first_seen_at_its_earliest_rank_in_any_input() -> None
     ]
 
 
+# Sites on few of many ranks: stored for those ranks alone, read back as a value for each rank.
+MANY = 48
+few_of_many = st.lists(
+    st.tuples(
+        st.integers(0, MANY - 1),
+        st.dictionaries(st.sampled_from([f"f a.py:{n}" for n in range(1, 6)]), st.integers(1, 9)),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+def rank_file(rank: int, sites: dict[str, int]) -> dict:
+    document = profile_document(profile_of({name: ("k", n, 10 * n) for name, n in sites.items()}))
+    return {**document, RANKS: [meta(Rank(rank, 0, MANY, "torchrun"), host="n", pid=rank)]}
+
+
+@settings(max_examples=150, deadline=None)
+@given(few_of_many, st.data())
+def test_sites_on_few_of_many_ranks_keep_each_ranks_numbers_in_any_grouping(files, data):
+    parts = [rank_file(rank, sites) for rank, sites in files]
+    whole, half = Merge(), Merge()
+    for part in parts:  # in two groups, absorbed (as worker processes merge), or all in one
+        (half if data.draw(st.booleans()) else whole).add(part)
+    whole.absorb(half)
+    merged = whole.result()
+    assert merged == merge_documents(parts) == merge_documents(parts[::-1])
+    assert written(merged) == merged  # the lists its JSON has are the values it holds
+    expected: dict[tuple, int] = {}
+    for part in parts:
+        for key, value in per_rank(part, "launches").items():
+            expected[key] = expected.get(key, 0) + value
+    assert per_rank(merged, "launches") == expected
+    assert merge_documents([merged, parts[0]]) == merge_documents([*parts, parts[0]])
+
+
+def test_a_workers_merge_of_later_ranks_is_absorbed_beside_sites_that_ran_on_few_ranks() -> None:
+    # Ranks 0-9 in one Merge, where x ran on ranks 0 and 9 and y on rank 0 alone; ranks 10-11
+    # in a worker's, where both ran on each: the values of each rank stay in their places.
+    early = [rank_file(rank, {"x a.py:1": 1} if rank in (0, 9) else {}) for rank in range(10)]
+    early[0] = rank_file(0, {"x a.py:1": 1, "y a.py:2": 5})
+    late = [rank_file(rank, {"x a.py:1": 2, "y a.py:2": 3}) for rank in (10, 11)]
+    whole, worker = Merge(), Merge()
+    for part in early:
+        whole.add(part)
+    for part in late:
+        worker.add(part)
+    whole.absorb(worker)
+    merged = whole.result()
+    assert merged == merge_documents(early + late)
+    by_name = {site["name"]: list(site[BY_RANK]["launches"]) for site in merged["sites"]}
+    assert by_name == {
+        "x a.py:1": [1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 2],
+        "y a.py:2": [5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 3],
+    }
+
+
 # --- what cannot be merged -------------------------------------------------------------------
 
 
@@ -243,7 +309,7 @@ def test_a_merge_of_rank_files_keeps_the_source_each_kept_also_in_workers(
         parts.append(with_rank(profile, rank % WORLD, pid=rank) | {SOURCES: kept})
         paths.append(tmp_path / f"p{rank}.json")
         paths[-1].write_text(render_json(parts[-1]))
-    merged = validate(merge_files([str(p) for p in paths], load, workers=workers), "merged")
+    merged = written(merge_files([str(p) for p in paths], load, workers=workers))
     assert merged[SOURCES] == merge_sources(parts)
     assert lines_of(merged[SOURCES]["app.py"]) == {
         n + offset: text
@@ -261,7 +327,7 @@ def test_a_merge_keeps_every_kept_line_each_with_the_text_an_input_kept_there(pa
     for part in parts:  # in two groups, absorbed: as worker processes merge
         (half if data.draw(st.booleans()) else merge).add(part)
     merge.absorb(half)
-    merged = validate(merge.result(), "merged")
+    merged = written(merge.result())
     kept = {
         (path, number): text
         for part in parts
@@ -302,3 +368,56 @@ def test_absorbing_a_merge_is_adding_its_documents() -> None:
     whole.absorb(half)
     whole.add(parts[2])
     assert whole.result() == merge_documents([parts[0], parts[1], parts[0], parts[2]])
+
+
+# --- memory: sites that differ per rank ----------------------------------------------------------
+
+# Writes `ranks` rank files of SITES_PER_RANK sites each, every site named after its rank (no
+# name on two ranks, as when each rank's lines differ), then prints the peak of what merging
+# them one at a time and tabulating the merge allocate.
+MERGE_PEAK = """
+import sys, tracemalloc
+from pathlib import Path
+from kname.documents.build import profile_document
+from kname.documents.files import load
+from kname.documents.merge import merge_files
+from kname.documents.schema import RANKS, render_json
+from kname.documents.tables import render_table
+from kname.profiling.join import KernelTotals, Profile, SiteTotals
+from kname.ranks import Rank, meta
+
+directory, ranks, per_rank = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+paths = []
+for rank in range(ranks):
+    kernels = {"k": KernelTotals(1, 1000 + rank)}
+    sites = {
+        f"step r{rank}.py:{line}": SiteTotals(1, 1000 + rank, line, kernels)
+        for line in range(1, per_rank + 1)
+    }
+    document = profile_document(Profile(sites, SiteTotals()))
+    document[RANKS] = [meta(Rank(rank, 0, ranks, "torchrun"), host="n", pid=rank)]
+    paths.append(directory / f"profile.rank{rank}.json")
+    paths[-1].write_text(render_json(document))
+tracemalloc.start()
+merged = merge_files([str(path) for path in paths], load, workers=1)
+table = render_table(merged, source="profile.rank*.json")
+print(tracemalloc.get_traced_memory()[1], len(table))
+"""
+SITES_PER_RANK = 5
+
+
+def merge_peak(directory, ranks: int) -> int:
+    """The bytes allocated at the peak of merging `ranks` rank files of distinct sites, in a
+    fresh interpreter (kname from this checkout)."""
+    directory.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    args = [sys.executable, "-c", MERGE_PEAK, str(directory), str(ranks), str(SITES_PER_RANK)]
+    return int(run(args, env=env).stdout.split()[0])
+
+
+def test_merging_ranks_whose_sites_differ_takes_memory_in_proportion_to_the_sites_read(tmp_path):
+    # 4 times the files: 4 times the sites read. A merge that kept a value for every rank of
+    # every site (ranks x sites) would take 16 times the memory; one that keeps the ranks each
+    # site ran on, 4 times (and less: what does not grow with the files).
+    small, large = merge_peak(tmp_path / "small", 150), merge_peak(tmp_path / "large", 600)
+    assert large < 6 * small, (small, large)

@@ -4,6 +4,7 @@ median and most, the slowest rank, and when that rank is a straggler."""
 from __future__ import annotations
 
 import statistics
+from array import array
 from pathlib import Path
 
 import pytest
@@ -13,12 +14,34 @@ from profile_streams import profile_of
 
 from kname.documents.build import profile_document
 from kname.documents.merge import merge_documents
-from kname.documents.spread import Spread, is_straggler, spread_of, spreads, stragglers
+from kname.documents.spread import (
+    RankValues,
+    Spread,
+    is_straggler,
+    spread_of,
+    spreads,
+    stragglers,
+)
 from kname.profiling.join import replay
 from kname.profiling.records import load_streams
 from kname.ranks import Rank, meta
 
 per_rank = st.lists(st.integers(0, 10**12), min_size=1, max_size=64)
+# Values of a site that ran on few ranks: mostly 0.
+mostly_zero = st.lists(st.one_of(st.just(0), st.integers(0, 10**6)), min_size=1, max_size=64)
+
+
+@given(mostly_zero)
+def test_values_stored_for_the_ranks_a_site_ran_on_read_and_spread_as_the_whole_list(values):
+    positions = array("q", [position for position, value in enumerate(values) if value])
+    stored = RankValues(array("q", [value for value in values if value]), len(values), positions)
+    assert list(stored) == values and stored == values and values == stored
+    assert [stored[i] for i in range(-len(values), len(values))] == values + values
+    assert stored[1:3] == values[1:3] and len(stored) == len(values)
+    ranks = [2 * index + 1 for index in range(len(values))]
+    assert spread_of(stored, ranks) == spread_of(values, ranks)
+    dense = RankValues(array("q", values), len(values))
+    assert dense == stored and spread_of(dense, ranks) == spread_of(values, ranks)
 
 
 @given(per_rank)

@@ -4,9 +4,13 @@ terminal whatever the names in them.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 
-from hypothesis import given
+from hypothesis import assume, given
+from hypothesis import strategies as st
 from profile_streams import (
     census_of,
     documents,
@@ -14,19 +18,27 @@ from profile_streams import (
     hostile_names,
     terminal_safe,
 )
+from support import REPO
 
 from kname.documents.build import profile_document
-from kname.documents.diff import render_diff
+from kname.documents.diff import render_count_changes, render_diff, render_gpu_diff
 from kname.documents.kernel_names import display_name
+from kname.documents.merge import merge_documents
+from kname.documents.schema import RANKS, render_json
 from kname.documents.tables import (
+    CUT,
     KERNELS_SHOWN,
+    NAME_WIDTH,
+    cut,
     kernels_cell,
+    name_cell,
+    render_by_rank,
     render_census_table,
     render_profile_table,
     render_table,
 )
-from kname.documents.text import printable
 from kname.profiling.join import KernelTotals, Profile, SiteTotals
+from kname.ranks import Rank, meta
 
 
 def document_of(sites: dict[str, dict[str, tuple[int, int]]], lost: int = 0) -> dict:
@@ -143,9 +155,9 @@ def test_hostile_names_and_file_labels_reach_the_terminal_escaped(document, sour
     # No name broke a line: the heading, the header and rows, the line about unattributed work.
     assert len(text.splitlines()) == 1 + (1 + rows if rows else 0) + unattributed
     for site in sites:
-        assert printable(site["name"]) in text
+        assert name_cell(site["name"]) in text
         for kernel in list(site["kernels"])[:KERNELS_SHOWN]:
-            assert printable(display_name(kernel)) in text
+            assert name_cell(display_name(kernel)) in text
 
 
 def test_either_schema_renders():
@@ -173,3 +185,109 @@ def test_tables_and_diffs_escape_what_a_terminal_would_obey() -> None:
     assert "step \\x1b[2J a.py:1" in table and "ax\\x00py" in table and "\\ud800" in table
     assert "evil\\x1b[31m.json" in table
     assert "step \\x1b[2J a.py:1 [ax\\x00py]" in diff and "a\\x07.json" in diff
+
+
+# --- a name too long for a table -----------------------------------------------------------------
+
+# Call-site names as deep paths make them: a function, a path of many folders, a line.
+folders = st.text("abcdefghij_/.-é", min_size=1, max_size=30)
+long_names = st.builds(
+    "{} {}/x.py:{}".format,
+    st.sampled_from(["step", "forward", "<module>"]),
+    st.lists(folders, min_size=1, max_size=60).map("/".join),
+    st.integers(1, 10**6),
+)
+widths = st.integers(len(CUT) + 1, 300)
+
+
+@given(long_names, widths)
+def test_a_cut_name_is_never_wider_than_the_cap_and_is_the_names_start_and_end(name, width):
+    shown = cut(name, width)
+    assert len(shown) <= width
+    if len(name) <= width:
+        assert shown == name
+        return
+    kept = width - len(CUT)  # at least two thirds of what is kept from the start, the rest the end
+    start = kept - kept // 3
+    assert shown == name[:start] + CUT + name[len(name) - (kept - start) :]
+    assert name.startswith(shown[:start])
+
+
+@given(long_names, st.integers(1, 10**6), widths)
+def test_call_sites_of_one_long_file_that_differ_in_their_line_stay_told_apart(name, line, width):
+    other = name.rsplit(":", 1)[0] + f":{line}"
+    assume(other != name and len(str(line)) <= (width - len(CUT)) // 3)
+    assert cut(other, width) != cut(name, width)
+
+
+@given(long_names, st.data())
+def test_names_that_differ_in_what_the_cut_keeps_give_different_cuts(name, data):
+    kept = NAME_WIDTH - len(CUT)
+    start, end = kept - kept // 3, kept // 3
+    kept_positions = [*range(min(start, len(name))), *range(max(len(name) - end, 0), len(name))]
+    position = data.draw(st.sampled_from(kept_positions))
+    other = name[:position] + ("#" if name[position] != "#" else "$") + name[position + 1 :]
+    assert cut(other) != cut(name)
+
+
+HUGE = "step " + "d/" * 50_000 + "x.py:7"  # one 100,000-character name among many short ones
+SITES = 200
+
+
+def two_ranks(document: dict) -> list[dict]:
+    """`document` as ranks 0 and 1 of a job each wrote it."""
+    return [
+        {**document, RANKS: [meta(Rank(rank, rank, 2, "torchrun"), host="n", pid=rank)]}
+        for rank in (0, 1)
+    ]
+
+
+def test_one_huge_name_widens_no_row_of_any_text_table():
+    names = [f"f{n} app.py:{n}" for n in range(SITES)] + [HUGE]
+    profile = document_of({name: {"k": (1, 1000 + n)} for n, name in enumerate(names)})
+    census = census_of({(name, HUGE if name == HUGE else "k"): 1 for name in names})
+    merged_profile, merged_census = (
+        merge_documents(two_ranks(profile)),
+        merge_documents(two_ranks(census)),
+    )
+    slower = document_of({name: {"k": (1, 10**6 + n)} for n, name in enumerate(names)})
+    tables = {
+        "profile": render_profile_table(merged_profile),
+        "census": render_census_table(merged_census),
+        "profile by rank": render_by_rank(merged_profile),
+        "census by rank": render_by_rank(merged_census),
+        "census diff": render_diff(census_of({}), census, ("a.json", "b.json")),
+        "profile diff": render_gpu_diff(profile, slower, ("a.json", "b.json"), 0.1),
+        "launch changes": render_count_changes(document_of({}), slower, ("a.json", "b.json")),
+    }
+    for what, text in tables.items():
+        lines = text.splitlines()
+        assert len(lines) >= SITES, what
+        # Every row as wide as a short name's, give or take the cut name: no 100,000 padding.
+        assert max(map(len, lines)) < 2 * NAME_WIDTH + 150, what
+        assert HUGE not in text and cut(HUGE) in text, what
+    assert HUGE in render_json(profile)  # the JSON keeps the name whole
+
+
+# kname report on a census of 20,000 sites, one of them named with 100,000 characters, in a
+# process whose address space is capped at 600 MB: padded to that name, the table alone is 2 GB.
+REPORT_UNDER_A_LIMIT = """
+import resource, runpy, sys
+resource.setrlimit(resource.RLIMIT_AS, (600 * 2**20, 600 * 2**20))
+sys.argv = ["kname", "report", sys.argv[1]]
+runpy.run_module("kname", run_name="__main__")
+"""
+
+
+def test_kname_report_prints_a_huge_name_among_many_sites_in_bounded_memory(tmp_path):
+    counts = {(f"f{n} app.py:{n}", "axpy"): 1 for n in range(20_000)} | {(HUGE, "axpy"): 1}
+    path = tmp_path / "census.json"
+    path.write_text(render_json(census_of(counts)))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", REPORT_UNDER_A_LIMIT, str(path)], env=env, cwd=tmp_path,
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(done.stdout) < 20_002 * (NAME_WIDTH + 80)
+    assert cut(HUGE) in done.stdout

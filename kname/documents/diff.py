@@ -7,7 +7,7 @@ on tiny kernels (a few us each, jittering by a us) from failing a CI job. Faster
 image: slower with before and after swapped. The total GPU time is judged by the same rule, so a
 regression still shows when lines moved and every site was renamed (added and removed sites are
 listed, never counted as slower themselves). Names and labels are printed through
-text.printable, as in the tables.
+text.printable, as in the tables, and names cut to tables.NAME_WIDTH (tables.name_cell).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from kname.documents.kernel_names import display_name
 from kname.documents.schema import PROFILE_SCHEMA
-from kname.documents.tables import graph_note
+from kname.documents.tables import graph_note, name_cell
 from kname.documents.text import columns, count_of, format_duration, printable
 
 DEFAULT_MIN_TIME_NS = 50_000
@@ -96,7 +96,7 @@ def render_diff(
         return f"kname census diff: {totals}: no change in launches per call site{ignored}\n"
     kinds = kinds_of(changes, ("added", "removed", "changed"))
     rows = [
-        (c.kind, f"{printable(c.name)} [{printable(c.kernel or '?')}]", str(c.before), "->",
+        (c.kind, f"{name_cell(c.name)} [{name_cell(c.kernel or '?')}]", str(c.before), "->",
          str(c.after), f"({c.after - c.before:+d})")
         for c in changes
     ]  # fmt: skip
@@ -204,7 +204,7 @@ def render_count_changes(
     old, new = launch_counts(before), launch_counts(after)
     keys = [*new, *(key for key in old if key not in new)]
     rows = [
-        (f"{printable(name)} [{printable(display_name(kernel))}]",
+        (f"{name_cell(name)} [{name_cell(display_name(kernel))}]",
          str(old.get((name, kernel), 0)), "->", str(new.get((name, kernel), 0)))
         for name, kernel in keys
         if old.get((name, kernel), 0) != new.get((name, kernel), 0)
@@ -247,7 +247,7 @@ def _row(c: GpuChange) -> tuple[str, ...]:
     launches = f"{count_of(c.before_launches, 'launch')} -> {c.after_launches}"
     return (
         c.kind if c.name != TOTAL else f"total {c.kind}",
-        printable(c.name) + c.note,
+        name_cell(c.name) + c.note,
         format_duration(c.before_ns),
         "->",
         format_duration(c.after_ns),

@@ -20,16 +20,22 @@ processes, the first in its worker's share: the same text wherever the ranks ran
 Merging is exact (whole numbers, summed) and associative and commutative: documents merged in
 any grouping and order give the same document. It streams: `Merge.add` folds a document in and
 keeps nothing of it but its sums, so `merge_files` holds one file's document at a time, and a
-site's per-rank numbers are machine integers (`array`), 8 bytes a rank.
+site's per-rank numbers are machine integers (`array`), 8 bytes a rank it ran on: a site seen on
+few of many ranks keeps those ranks alone (and the merged document's `by_rank` lists are
+spread.RankValues, which store them alone too), so memory grows with the sites read, not with
+ranks times sites.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import operator
 import os
 from array import array
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from kname._version import __version__
@@ -45,8 +51,8 @@ from kname.documents.schema import (
     DocumentError,
 )
 from kname.documents.sources import SOURCES, add_lines, bounded_sources, keep_lines
+from kname.documents.spread import RankValues
 
-_ZERO = bytes(8)  # one machine integer of 0, for array('q').frombytes
 TOO_LARGE = "a launch count or GPU time is too large to add up (past 2**63-1, what 64 bits hold)"
 
 
@@ -61,17 +67,26 @@ class MixedKinds(DocumentError):
 
 
 class _Site:
-    """One merged site: library, earliest order, kernels summed, and per-rank numbers (one
-    machine integer per rank slot, in the order ranks were first seen)."""
+    """One merged site: library, earliest order, kernels summed, and its numbers on the rank
+    slots it ran on (slots are numbered in the order ranks were first seen), in `columns` of
+    machine integers: launches, and a profile's GPU time.
 
-    __slots__ = ("gpu_ns", "kernels", "launches", "lib", "order", "replays", "unseen")
+    Dense while the slots it ran on are at least half of a run of slots from `start` (the
+    slots between hold 0); else sparse: `slots` lists them, ascending, with a value in each
+    column for each. A site seen on few of many ranks takes room for those alone.
+    """
 
-    def __init__(self, lib: str, order: int) -> None:
+    __slots__ = (
+        "columns", "kernels", "lib", "next_slot", "order", "replays", "slots", "start", "unseen"
+    )  # fmt: skip
+
+    def __init__(self, lib: str, order: int, columns: int, slot: int) -> None:
         self.lib = lib
         self.order = order
         self.kernels: dict[str, list[int]] = {}  # kernel -> [launches, gpu_ns] (profiles)
-        self.launches = array("q")
-        self.gpu_ns = array("q")
+        self.columns = tuple(array("q") for _ in range(columns))
+        self.start = self.next_slot = max(slot, 0)  # dense: the slot after the run; sparse: -2
+        self.slots: array | None = None
         # Graph work (schema.py): by the line that replayed it, and replayed unseen.
         self.replays: dict[str, list[int]] = {}
         self.unseen = [0, 0]
@@ -117,7 +132,7 @@ class Merge:
         if self.schema is None:
             raise DocumentError("nothing to merge")
         by_rank = sorted(range(len(self._records)), key=lambda slot: self._records[slot]["rank"])
-        arrange = _arranger(by_rank) if len(by_rank) > 1 else None
+        arrange = _Arranger(by_rank) if len(by_rank) > 1 else None
         if self.schema == PROFILE_SCHEMA:
             document = self._profile(arrange)
         else:
@@ -149,7 +164,7 @@ class Merge:
             name = site["name"]
             merged = sites.get(name)
             if merged is None:
-                merged = sites[name] = _Site(site["lib"], site["order"])
+                merged = sites[name] = _Site(site["lib"], site["order"], 2, one)
             else:
                 if merged.lib != site["lib"]:
                     merged.lib = ""
@@ -165,17 +180,16 @@ class Merge:
                     total[1] += kernel["gpu_ns"]
             if REPLAYED_AT in site or REPLAYED_UNSEEN in site:
                 _add_graph_work(merged, site)
-            launches, gpu_ns = merged.launches, merged.gpu_ns
-            if len(launches) == one:  # the common case: this rank is the newest slot
+            if merged.next_slot == one:  # the common case: this rank is the newest slot
+                launches, gpu_ns = merged.columns
                 launches.append(site["launches"])
                 gpu_ns.append(site["gpu_ns"])
+                merged.next_slot = one + 1
             elif one >= 0:
-                _add_at(launches, one, site["launches"])
-                _add_at(gpu_ns, one, site["gpu_ns"])
+                _put(merged, one, (site["launches"], site["gpu_ns"]))
             else:
                 per_rank = site[BY_RANK]
-                _add_each(launches, slots, per_rank["launches"])
-                _add_each(gpu_ns, slots, per_rank["gpu_ns"])
+                _put_each(merged, slots, (per_rank["launches"], per_rank["gpu_ns"]))
         _add_kernels(self._unattributed, document["unattributed"]["kernels"])
 
     def _add_census(self, document: Mapping[str, Any], slots: list[int]) -> None:
@@ -185,13 +199,16 @@ class Merge:
             key = (site["name"], site["kernel"], site["lib"])
             merged = sites.get(key)
             if merged is None:
-                merged = sites[key] = _Site(site["lib"], site["order"])
+                merged = sites[key] = _Site(site["lib"], site["order"], 1, one)
             elif site["order"] < merged.order:
                 merged.order = site["order"]
-            if one >= 0:
-                _add_at(merged.launches, one, site["launches"])
+            if merged.next_slot == one:
+                merged.columns[0].append(site["launches"])
+                merged.next_slot = one + 1
+            elif one >= 0:
+                _put(merged, one, (site["launches"],))
             else:
-                _add_each(merged.launches, slots, site[BY_RANK]["launches"])
+                _put_each(merged, slots, (site[BY_RANK]["launches"],))
 
     def absorb(self, other: Merge) -> None:
         """Fold in what another Merge holds (one of a worker's share of the files), as if its
@@ -207,7 +224,7 @@ class Merge:
         for key, theirs in other._sites.items():
             mine = self._sites.get(key)
             if mine is None:
-                mine = self._sites[key] = _Site(theirs.lib, theirs.order)
+                mine = self._sites[key] = _Site(theirs.lib, theirs.order, len(theirs.columns), 0)
             else:
                 if mine.lib != theirs.lib:
                     mine.lib = ""
@@ -216,12 +233,10 @@ class Merge:
             _add_kernels(mine.replays, theirs.replays)
             mine.unseen[0] += theirs.unseen[0]
             mine.unseen[1] += theirs.unseen[1]
-            for values, added in ((mine.launches, theirs.launches), (mine.gpu_ns, theirs.gpu_ns)):
-                if appended:  # machine integers copied whole, at C's speed
-                    _pad(values, before)
-                    values.extend(added)
-                else:
-                    _add_each(values, slots[: len(added)], added)
+            if appended and theirs.slots is None and _extends(mine, before + theirs.start, theirs):
+                continue  # machine integers copied whole, at C's speed
+            for slot, numbers in _entries(theirs):
+                _put(mine, slots[slot], numbers)
         _add_kernels(self._unattributed, other._unattributed)
         add_lines(self._sources, other._sources)
         self.ranked = self.ranked or other.ranked
@@ -230,7 +245,7 @@ class Merge:
 
     # --- the merged document -------------------------------------------------------------------
 
-    def _profile(self, arrange: Callable[[array], list[int]] | None) -> dict[str, Any]:
+    def _profile(self, arrange: _Arranger | None) -> dict[str, Any]:
         sites = []
         for name, merged in self._sites.items():
             launches, gpu_ns = _sums(merged.kernels)
@@ -248,19 +263,17 @@ class Merge:
             unseen = {"launches": merged.unseen[0], "gpu_ns": merged.unseen[1]}
             site |= graph_fields(_as_counts(merged.replays), unseen)
             if arrange is not None:
-                site[BY_RANK] = {
-                    "launches": arrange(merged.launches),
-                    "gpu_ns": arrange(merged.gpu_ns),
-                }
+                launches_by_rank, gpu_ns_by_rank = arrange(merged)
+                site[BY_RANK] = {"launches": launches_by_rank, "gpu_ns": gpu_ns_by_rank}
             sites.append(site)
         return profile_of_sites(sites, _as_counts(self._unattributed), self.processes)
 
-    def _census(self, arrange: Callable[[array], list[int]] | None) -> dict[str, Any]:
+    def _census(self, arrange: _Arranger | None) -> dict[str, Any]:
         ranked = sorted(self._sites.items(), key=lambda item: (item[1].order, item[0]))
-        total = sum(sum(merged.launches) for _, merged in ranked)
+        total = sum(sum(merged.columns[0]) for _, merged in ranked)
         sites = []
         for (name, kernel, lib), merged in ranked:
-            launches = sum(merged.launches)
+            launches = sum(merged.columns[0])
             site = {
                 "name": name,
                 "kernel": kernel,
@@ -270,7 +283,7 @@ class Merge:
                 "order": merged.order,
             }
             if arrange is not None:
-                site[BY_RANK] = {"launches": arrange(merged.launches)}
+                site[BY_RANK] = {"launches": arrange(merged)[0]}
             sites.append(site)
         document = {"kname": __version__, "schema": CENSUS_SCHEMA, "sites": sites}
         document["total_launches"] = total
@@ -298,22 +311,23 @@ def merge_files(
     """
     if workers is None:
         workers = workers_for(len(paths))
-    if workers <= 1:
-        return _merged(paths, load).result()
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    with _cyclic_gc_paused():
+        if workers <= 1:
+            return _merged(paths, load).result()
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
 
-    # Fork: the workers need nothing but this module, and start in a few ms each.
-    context = multiprocessing.get_context("fork")
-    shares = [paths[start::workers] for start in range(workers)]
-    merge = Merge()
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        for partial in pool.map(_merged, shares, [load] * workers):
-            try:
-                merge.absorb(partial)
-            except OverflowError:  # hostile counts: the shares' sums past what 64 bits hold
-                raise DocumentError(TOO_LARGE) from None
-    return merge.result()
+        # Fork: the workers need nothing but this module, and start in a few ms each.
+        context = multiprocessing.get_context("fork")
+        shares = [paths[start::workers] for start in range(workers)]
+        merge = Merge()
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            for partial in pool.map(_merged, shares, [load] * workers):
+                try:
+                    merge.absorb(partial)
+                except OverflowError:  # hostile counts: the shares' sums past what 64 bits hold
+                    raise DocumentError(TOO_LARGE) from None
+        return merge.result()
 
 
 PARALLEL_FILES = 32  # below this, one process merges faster than starting workers
@@ -332,16 +346,31 @@ def workers_for(files: int) -> int:
 def _merged(paths: Sequence[str], load: Callable[[str], Mapping[str, Any]]) -> Merge:
     """A Merge of the files at `paths`, read one at a time."""
     merge = Merge()
-    for path in paths:
-        document = load(path)
-        try:
-            merge.add(document)
-        except MixedKinds:
-            raise
-        except DocumentError as exc:
-            raise DocumentError(f"{path}: {exc}") from None
-        del document  # only its sums are kept: the next file is read into its room
+    with _cyclic_gc_paused():
+        for path in paths:
+            document = load(path)
+            try:
+                merge.add(document)
+            except MixedKinds:
+                raise
+            except DocumentError as exc:
+                raise DocumentError(f"{path}: {exc}") from None
+            del document  # only its sums are kept: the next file is read into its room
     return merge
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off meanwhile (as it was, after). A parsed document is
+    a tree, freed by reference counts alone; the collector's passes, run every few hundred
+    objects it makes (some 100,000 a rank file), took a third of the time JSON took to parse."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _sums(kernels: Mapping[str, list[int]]) -> tuple[int, int]:
@@ -376,36 +405,135 @@ def _add_graph_work(merged: _Site, site: Mapping[str, Any]) -> None:
         merged.unseen[1] += unseen["gpu_ns"]
 
 
+def _zeros(count: int) -> array:
+    return array("q", bytes(8 * count))
+
+
 def _pad(values: array, size: int) -> None:
     """Zeros added to `values` up to `size` (the slots of ranks where the site did not run)."""
     missing = size - len(values)
     if missing > 0:
-        values.frombytes(_ZERO * missing)
+        values.frombytes(bytes(8 * missing))
 
 
-def _add_at(values: array, slot: int, value: int) -> None:
-    """values[slot] += value, with zeros added first for the slots before it not yet there."""
-    _pad(values, slot + 1)
-    values[slot] += value
+def _put(site: _Site, slot: int, numbers: tuple[int, ...]) -> None:
+    """`numbers` (one per column) added to `site`'s at `slot`."""
+    columns = site.columns
+    if site.slots is None:
+        count = len(columns[0])
+        if not count:
+            site.start = slot
+        index = slot - site.start
+        if not 0 <= index < count:
+            low, high = min(site.start, slot), max(site.start + count, slot + 1)
+            if high - low > 2 * (count + 1):  # under half the run would be held: sparse
+                site.slots = array("q", range(site.start, site.start + count))
+                site.next_slot = -2
+                return _put(site, slot, numbers)
+            if index < 0:
+                for column in columns:
+                    column[0:0] = _zeros(-index)
+                site.start, index = slot, 0
+            for column in columns:
+                _pad(column, index + 1)
+            site.next_slot = site.start + len(columns[0])
+        for column, number in zip(columns, numbers, strict=True):
+            column[index] += number
+        return None
+    slots = site.slots
+    found = len(slots) if not slots or slot > slots[-1] else bisect_left(slots, slot)
+    if found == len(slots) or slots[found] != slot:
+        slots.insert(found, slot)
+        for column in columns:
+            column.insert(found, 0)
+    for column, number in zip(columns, numbers, strict=True):
+        column[found] += number
+    return None
 
 
-def _add_each(values: array, slots: list[int], per_rank: Sequence[int]) -> None:
-    """A merged input's per-rank values, each added at the slot of its rank."""
-    for slot, value in zip(slots, per_rank, strict=True):
-        _add_at(values, slot, value)
+def _put_each(site: _Site, slots: list[int], per_rank: tuple[Sequence[int], ...]) -> None:
+    """A merged input's per-rank values (a sequence per column), each added at its rank's slot."""
+    stored = [c.stored() if isinstance(c, RankValues) else (None, c) for c in per_rank]
+    positions = stored[0][0]
+    if positions is not None and all(at is positions for at, _ in stored):  # sparse alike
+        values = [column for _, column in stored]
+        pairs: Iterator[tuple[int, tuple[int, ...]]] = zip(
+            positions, zip(*values, strict=True), strict=True
+        )
+    else:
+        pairs = enumerate(zip(*per_rank, strict=True))
+    for position, numbers in pairs:
+        if any(numbers):
+            _put(site, slots[position], numbers)
 
 
-def _arranger(order: list[int]) -> Callable[[array], list[int]]:
-    """A function giving a site's per-rank values as a list in rank order (slots as `order`
-    lists them), with 0 for the ranks where the site never appeared."""
-    pick = operator.itemgetter(*order)
-    size = len(order)
+def _entries(site: _Site) -> Iterator[tuple[int, tuple[int, ...]]]:
+    """(slot, numbers) for each slot `site` holds."""
+    slots = site.slots
+    if slots is None:
+        slots = range(site.start, site.start + len(site.columns[0]))
+    return zip(slots, zip(*site.columns, strict=True), strict=True)
 
-    def arrange(values: array) -> list[int]:
-        _pad(values, size)
-        return list(pick(values))
 
-    return arrange
+def _extends(site: _Site, slot: int, run: _Site) -> bool:
+    """Add `run`'s dense values at the slots from `slot` on when `site` is dense and they come
+    after its own, at C's speed; False (nothing done) otherwise."""
+    count, added = len(site.columns[0]), len(run.columns[0])
+    if site.slots is not None or (count and slot < site.start + count):
+        return False
+    if not count:
+        site.start = slot
+    elif slot + added - site.start > 2 * (count + added):  # mostly zeros between: sparse
+        return False
+    for column, values in zip(site.columns, run.columns, strict=True):
+        _pad(column, slot - site.start)
+        column.extend(values)
+    site.next_slot = site.start + len(site.columns[0])
+    return True
+
+
+class _Arranger:
+    """A site's per-rank values as RankValues in rank order (slots as `order` lists them),
+    with 0 for the ranks where the site never appeared."""
+
+    def __init__(self, order: list[int]) -> None:
+        self.size = len(order)
+        self.pick = None if order == sorted(order) else operator.itemgetter(*order)
+        self.position_of = [0] * self.size
+        for position, slot in enumerate(order):
+            self.position_of[slot] = position
+
+    def __call__(self, site: _Site) -> tuple[RankValues, ...]:
+        size, columns = self.size, site.columns
+        if site.slots is None and 2 * len(columns[0]) >= size:  # most ranks: a value for each
+            _widen(site, size)
+            pick = self.pick
+            return tuple(
+                RankValues(array("q", column if pick is None else pick(column)), size)
+                for column in columns
+            )
+        # The slots it ran on, in rank order: mapped and sorted with C methods, no Python loop.
+        slots = site.slots
+        if slots is None:
+            slots = range(site.start, site.start + len(columns[0]))
+        positions = list(map(self.position_of.__getitem__, slots))
+        order = sorted(range(len(positions)), key=positions.__getitem__)
+        at, *values = (array("q", map(v.__getitem__, order)) for v in (positions, *columns))
+        if 2 * len(at) < size:
+            return tuple(RankValues(column, size, at) for column in values)
+        dense = [_zeros(size) for _ in columns]
+        for column, stored in zip(dense, values, strict=True):
+            for position, value in zip(at, stored, strict=True):
+                column[position] = value
+        return tuple(RankValues(column, size) for column in dense)
+
+
+def _widen(site: _Site, size: int) -> None:
+    """A dense site's columns made to hold every one of `size` slots (zeros where it never ran)."""
+    for column in site.columns:
+        column[0:0] = _zeros(site.start)
+        _pad(column, size)
+    site.start, site.next_slot = 0, size
 
 
 def _record_key(record: Mapping[str, Any]) -> str:

@@ -93,7 +93,7 @@ are ignored (a newer kname may add some) and never shown.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kname._version import __version__
@@ -200,8 +200,17 @@ def render_json(document: Mapping[str, Any]) -> str:
     return "{\n" + ",\n".join(fields) + "\n}\n"
 
 
+def _list(values: Any) -> list[Any]:
+    """A merged document's by_rank values (spread.RankValues, a sequence) as a JSON list."""
+    if isinstance(values, Sequence) and not isinstance(values, (str, bytes)):
+        return list(values)
+    raise TypeError(f"{type(values).__name__} is not JSON serializable")
+
+
 def _json_list(key: str, items: list[Any]) -> str:
-    lines = ",\n".join(f"    {json.dumps(item, ensure_ascii=False)}" for item in items)
+    lines = ",\n".join(
+        f"    {json.dumps(item, ensure_ascii=False, default=_list)}" for item in items
+    )
     return f'  "{key}": [\n{lines}\n  ]' if lines else f'  "{key}": []'
 
 

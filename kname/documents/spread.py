@@ -6,14 +6,22 @@ ranks, with the rank that had the most, the slowest; a rank where the site never
 A site has a straggler when its slowest rank takes more than a threshold (a fraction of the
 median) over the median, and at least `min_time_ns` over it, so that jitter on tiny kernels
 does not fail a CI job (as diff.py judges a slower site).
+
+A merge keeps a site's per-rank numbers as `RankValues`: a read-only list, in rank order, that
+stores only the ranks where the site ran when it ran on fewer than half of them, so that
+merging files whose sites differ per rank takes memory in proportion to the sites read, not to
+ranks times sites. The spread is computed from what is stored.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from itertools import repeat
+from typing import Any, overload
 
 from kname.documents.schema import BY_RANK, PROFILE_SCHEMA, RANKS
 
@@ -39,6 +47,72 @@ class Spread:
         return over / self.median if self.median else float("inf")
 
 
+class RankValues(Sequence[int]):
+    """A site's values on each rank, in rank order, 0 where it never ran: dense (a value per
+    rank) or sparse (the positions where it ran, ascending, and a value at each)."""
+
+    __slots__ = ("_positions", "_size", "_values")
+
+    def __init__(self, values: array, size: int, positions: array | None = None) -> None:
+        self._values = values
+        self._size = size
+        self._positions = positions  # None: dense, len(values) == size
+
+    def stored(self) -> tuple[array | None, array]:
+        """(positions, values): the positions are None where every rank's value is stored."""
+        return self._positions, self._values
+
+    def entries(self) -> Iterator[tuple[int, int]]:
+        """(position, value) for each value stored (zeros may be among them)."""
+        if self._positions is None:
+            return enumerate(self._values)
+        return zip(self._positions, self._values, strict=True)
+
+    def __len__(self) -> int:
+        return self._size
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        if isinstance(index, slice):
+            return list(self)[index]
+        if self._positions is None:
+            return self._values[index]
+        position = range(self._size)[index]  # IndexError as a list's, negatives counted back
+        found = bisect_left(self._positions, position)
+        if found < len(self._positions) and self._positions[found] == position:
+            return self._values[found]
+        return 0
+
+    def __iter__(self) -> Iterator[int]:
+        if self._positions is None:
+            return iter(self._values)
+        return self._dense()
+
+    def _dense(self) -> Iterator[int]:
+        at = 0
+        for position, value in zip(self._positions, self._values, strict=True):
+            yield from repeat(0, position - at)
+            yield value
+            at = position + 1
+        yield from repeat(0, self._size - at)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return len(other) == self._size and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]  (a list's equality: not hashable)
+
+    def __repr__(self) -> str:
+        return f"RankValues({list(self)!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RankValues, (self._values, self._size, self._positions))
+
+
 def ranks_of(document: Mapping[str, Any]) -> list[int]:
     """The ranks a document holds numbers for, in its order ([] for a document of no rank)."""
     return [record["rank"] for record in document.get(RANKS, ())]
@@ -50,10 +124,30 @@ def metric_of(document: Mapping[str, Any]) -> str:
 
 
 def spread_of(values: Sequence[int], ranks: Sequence[int]) -> Spread:
-    """The spread of per-rank `values` (aligned with `ranks`, at least one)."""
-    high = max(values)
-    slowest = ranks[values.index(high)]  # ranks are in order: the first is the lowest
-    return Spread(min(values), statistics.median(values), high, slowest)
+    """The spread of per-rank `values` (aligned with `ranks`, at least one; whole numbers
+    >= 0 where they are RankValues)."""
+    positions, stored = values.stored() if isinstance(values, RankValues) else (None, values)
+    if positions is None:
+        high = max(stored)
+        slowest = ranks[stored.index(high)]  # ranks are in order: the first is the lowest
+        return Spread(min(stored), statistics.median(stored), high, slowest)
+    return _sparse_spread(positions, stored, ranks)
+
+
+def _sparse_spread(positions: array, stored: array, ranks: Sequence[int]) -> Spread:
+    """The spread of values stored at `positions` of len(ranks), 0 elsewhere (at least one)."""
+    zeros = len(ranks) - len(stored)
+    ordered = sorted(stored)
+    high = ordered[-1] if ordered else 0
+    # Of equal values the first rank's, as a list's index() picks (every rank 0: the first).
+    slowest = ranks[positions[stored.index(high)]] if high else ranks[0]
+
+    def nth(index: int) -> int:  # the index-th smallest of all len(ranks) values
+        return 0 if index < zeros else ordered[index - zeros]
+
+    middle = len(ranks) // 2
+    median = nth(middle) if len(ranks) % 2 else (nth(middle - 1) + nth(middle)) / 2
+    return Spread(nth(0), median, high, slowest)
 
 
 def spreads(document: Mapping[str, Any]) -> dict[int, Spread]:

@@ -22,7 +22,10 @@ line that replayed it beside its name (graph_note):
 
 Kernels are shown by their readable names (kernel_names.py), at most three per site. Names and
 file labels are written through text.printable: a name read from a file, or made from a hostile
-path, cannot move the terminal's cursor or stop the write with an unencodable character.
+path, cannot move the terminal's cursor or stop the write with an unencodable character. Every
+text table (these, and diff.py's) shows a name in at most NAME_WIDTH characters (`name_cell`):
+its start and its end around `...`, since a column is as wide as its longest cell, and one name
+of 100,000 characters would pad every row to it. The JSON and the pages keep names whole.
 """
 
 from __future__ import annotations
@@ -45,6 +48,24 @@ from kname.documents.text import columns, count_of, format_duration, printable
 KERNELS_SHOWN = 3
 REPLAY_SITES_SHOWN = 2
 UNATTRIBUTED_ROW = "<unattributed>"
+NAME_WIDTH = 120  # the most characters a name (call site, kernel, library) takes in a table
+CUT = "..."
+
+
+def cut(text: str, width: int = NAME_WIDTH) -> str:
+    """`text` if it fits in `width` characters (more than 3); else its start and its end around
+    `...`, in `width` characters: the end of a call site's name is its file and line."""
+    if len(text) <= width:
+        return text
+    kept = width - len(CUT)
+    end = kept // 3
+    return text[: kept - end] + CUT + text[len(text) - end :]
+
+
+def name_cell(text: object) -> str:
+    """A name (or a label read from a file) as a table shows it: printable, and cut to
+    NAME_WIDTH characters."""
+    return cut(printable(text))
 
 
 # A straggler rule: (threshold, a fraction of the median; the least excess that counts, in ns).
@@ -64,23 +85,43 @@ def render_table(
     return render_profile_table(document, source=source, top=top, straggler=straggler)
 
 
-def render_census_table(document: Mapping[str, Any], source: str = "") -> str:
-    """A census as an aligned table, most launches first, with a one-line heading."""
+def render_census_table(
+    document: Mapping[str, Any],
+    source: str = "",
+    title: str = "kname census",
+    first_seen: bool = True,
+) -> str:
+    """A census as an aligned table, most launches first, under a one-line heading (`title`:
+    what it is the census of); `first_seen` shows each site's order."""
+    text_heading = heading(document, source, title)
+    header, *rows = census_rows(document, name_cell, first_seen)
+    if not rows:
+        return text_heading + "\n"
+    left = ("call site", "kernel", "library", "slowest")
+    right = tuple(i for i, name in enumerate(header) if name not in left)
+    return text_heading + "\n" + columns([header, *rows], right_aligned=right)
+
+
+def census_rows(
+    document: Mapping[str, Any], text: Callable[[str], str], first_seen: bool = True
+) -> list[tuple[str, ...]]:
+    """The header and a row per site of a census's table, most launches first, names through
+    `text`: a GPU time column where sites carry one (a profiler's), and with several ranks
+    each site's spread across them."""
     spread = spreads(document)
-    order = ranked_sites(document, "launches")
-    heading = _heading(document, source)
-    if not order:
-        return heading + "\n"
-    header = ("call site", "kernel", "library", "launches", "share", "first seen")
-    header += SPREAD_HEADER if spread else ()
-    rows = []
-    for index in order:
+    timed = any("gpu_ns" in site for site in document["sites"])
+    header = ("call site", "kernel", "library", "launches", "share")
+    header += ("GPU time",) * timed + ("first seen",) * first_seen
+    rows = [header + (SPREAD_HEADER if spread else ())]
+    for index in ranked_sites(document, "launches"):
         s = document["sites"][index]
-        row = (printable(s["name"]), printable(s["kernel"] or "?"), printable(s["lib"] or "?"),
-               str(s["launches"]), f"{100 * s['share']:.1f}%", str(s["order"]))  # fmt: skip
+        row = (text(s["name"]), text(s["kernel"] or "?"), text(s["lib"] or "?"),
+               str(s["launches"]), f"{100 * s['share']:.1f}%")  # fmt: skip
+        if timed:
+            row += (format_duration(s["gpu_ns"]) if "gpu_ns" in s else "-",)
+        row += (str(s["order"]),) * first_seen
         rows.append(row + (_spread_cells(spread[index], str) if spread else ()))
-    right = (3, 4, 5, 6, 7, 8) if spread else (3, 4, 5)
-    return heading + "\n" + columns([header, *rows], right_aligned=right)
+    return rows
 
 
 SPREAD_HEADER = ("rank min", "median", "max", "slowest")
@@ -98,14 +139,14 @@ def render_profile_table(
     order = ranked_sites(document, "gpu_ns")
     sites = [document["sites"][index] for index in order]
     total = document["total_gpu_ns"]
-    lines = [_heading(document, source)]
+    lines = [heading(document, source)]
     shown = order if top is None else order[: max(top, 0)]
     header = ("call site", "GPU time", "share", "launches", "mean")
     header += (*SPREAD_HEADER, "kernels") if spread else ("kernels",)
     rows = []
     for index in shown:
         site = document["sites"][index]
-        row = _profile_row(printable(site["name"]) + graph_note(site), site, total)
+        row = _profile_row(name_cell(site["name"]) + graph_note(site), site, total)
         if spread:
             flagged = straggler is not None and is_straggler(spread[index], *straggler)
             row = row[:-1] + _spread_cells(spread[index], format_duration, flagged) + row[-1:]
@@ -144,7 +185,7 @@ def kernels_cell(kernels: Mapping[str, Mapping[str, int]], shown: int = KERNELS_
     """The first `shown` kernels with their GPU time and launches, then how many more."""
     items = list(kernels.items())
     cells = [
-        f"{printable(display_name(name))} {format_duration(k['gpu_ns'])} ({k['launches']})"
+        f"{name_cell(display_name(name))} {format_duration(k['gpu_ns'])} ({k['launches']})"
         for name, k in items[:shown]
     ]
     if len(items) > shown:
@@ -157,9 +198,9 @@ def render_by_rank(document: Mapping[str, Any], source: str = "", top: int | Non
     launches), and how far that is from the site's median rank."""
     ranks = ranks_of(document)
     profile = document["schema"] != CENSUS_SCHEMA
-    heading = _heading(document, source)
+    text_heading = heading(document, source)
     if len(ranks) < 2:
-        return heading + "\nkname report: --by-rank needs files of several ranks\n"
+        return text_heading + "\nkname report: --by-rank needs files of several ranks\n"
     metric = metric_of(document)
     order = ranked_sites(document, metric)
     shown = order if top is None else order[: max(top, 0)]
@@ -172,9 +213,10 @@ def render_by_rank(document: Mapping[str, Any], source: str = "", top: int | Non
         site = document["sites"][index]
         per_rank = site[BY_RANK]
         median = spread_of(per_rank[metric], ranks).median
-        label = [printable(site["name"])] + ([] if profile else [printable(site["kernel"] or "?")])
-        for position, rank in enumerate(ranks):
-            value, launches = per_rank[metric][position], per_rank["launches"][position]
+        label = [name_cell(site["name"])] + ([] if profile else [name_cell(site["kernel"] or "?")])
+        for rank, value, launches in zip(
+            ranks, per_rank[metric], per_rank["launches"], strict=True
+        ):
             if profile:
                 mean = format_duration(value / launches) if launches else "-"
                 cells = (str(rank), format_duration(value), str(launches), mean)
@@ -183,16 +225,16 @@ def render_by_rank(document: Mapping[str, Any], source: str = "", top: int | Non
             rows.append((*label, *cells, _versus(value, median)))
             label = [""] * len(label)
     right = (1, 2, 3, 4, 5) if profile else (2, 3, 4)
-    return heading + "\n" + columns([header, *rows], right_aligned=right)
+    return text_heading + "\n" + columns([header, *rows], right_aligned=right)
 
 
-def _heading(document: Mapping[str, Any], source: str) -> str:
+def heading(document: Mapping[str, Any], source: str = "", title: str = "kname census") -> str:
     """`kname profile (FILE, ...): 12.4 ms of GPU time in 345 launches from 7 call sites`, or a
-    census's `kname census (FILE, ...): 50 launches from 3 call sites`."""
+    census's `kname census (FILE, ...): 50 launches from 3 call sites` (`title` first)."""
     launches = count_of(document["total_launches"], "launch")
     sites = count_of(len(document["sites"]), "call site")
     if document["schema"] == CENSUS_SCHEMA:
-        return f"kname census{_origin(document, source)}: {launches} from {sites}"
+        return f"{title}{_origin(document, source)}: {launches} from {sites}"
     time = format_duration(document["total_gpu_ns"])
     return (
         f"kname profile{_origin(document, source)}: {time} of GPU time in {launches} from {sites}"
@@ -217,7 +259,7 @@ def _versus(value: int, median: float) -> str:
     return f"{percent:+.1f}%" if abs(percent) >= 0.05 else "0.0%"
 
 
-def graph_note(site: Mapping[str, Any], text: Callable[[str], str] = printable) -> str:
+def graph_note(site: Mapping[str, Any], text: Callable[[str], str] = name_cell) -> str:
     """`  (graph replayed at step runner.py:26)` for a site with graph work, else "": the lines
     that replayed it (most GPU time first, each through `text`), and how many of its launches,
     when not all."""
@@ -255,7 +297,7 @@ def _origin(document: Mapping[str, Any], source: str) -> str:
     processes = document.get("processes", 1)
     # As many processes as ranks: the ranks say it.
     merged = [count_of(processes, "process")] if processes not in (1, len(records)) else []
-    written_by = printable(document.get("kname", "?"))
+    written_by = name_cell(document.get("kname", "?"))
     details = "".join(f", {part}" for part in [*merged, *who])
     return f" ({printable(source)}, written by kname {written_by}{details})"
 

@@ -91,6 +91,7 @@ NATIVE_SOURCES = [
     "kname/_native_sites.c",
     "kname/_native_nvtx.c",
     "kname/_native_common.c",
+    "kname/_native_driver_hook.c",
     "kname/targets/cupy/_native_cupy.c",
     "kname/targets/triton/_native_triton.c",
 ]
@@ -99,6 +100,7 @@ NATIVE_HEADERS = [
     "kname/_native_launch.h",
     "kname/_native_nvtx.h",
     "kname/_native_profiled.h",
+    "kname/_native_driver_hook.h",
 ]
 CUPTI_SOURCES = [
     "kname/_native_cupti_module.c",

@@ -5,6 +5,7 @@
  * _native_common.c. What the extension does is told in _native_launch.h.
  */
 #include "_native_launch.h"
+#include "_native_driver_hook.h"
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
@@ -28,7 +29,8 @@ PyInit__native(void)
     if (m == NULL)
         return NULL;
     if (launch_ready(m) < 0 || sites_ready(m) < 0 || nvtx_ready(m) < 0 || cupy_ready(m) < 0
-        || triton_ready(m) < 0 || PyModule_AddIntConstant(m, "USER", KIND_USER) < 0
+        || triton_ready(m) < 0 || driver_hook_ready(m) < 0
+        || PyModule_AddIntConstant(m, "USER", KIND_USER) < 0
         || PyModule_AddIntConstant(m, "LIBRARY", KIND_LIBRARY) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from kname import _sigterm, callsite, hotpath, ranges, ranks
+from kname import _sigterm, callsite, driver_hook, hotpath, ranges, ranks
 from kname._locks import new_lock
 from kname._warnings import exit_at_once, warn_once
 from kname.census import write_at_exit
@@ -105,6 +105,8 @@ def install(targets: Iterable[str] | str | None = None) -> None:
             else:
                 write_at_exit(config.report, strict=config.strict)
         _watch_targets(Switch(_state.enabled))
+        if _state.enabled:
+            driver_hook.install(config.mode)
 
 
 def uninstall() -> None:
@@ -113,6 +115,7 @@ def uninstall() -> None:
     Launch counts so far are kept (kname.names(), the census).
     """
     with _lock:
+        driver_hook.uninstall()
         for change in reversed(_state.changes):
             _restore(change)
         unwatch(_state.watches)
@@ -133,6 +136,8 @@ def enable() -> None:
         _state.enabled = _state.switch.on = True
         for change in _state.changes:
             _apply(change)
+        if _state.config is not None:
+            driver_hook.install(_state.config.mode)
 
 
 def disable() -> None:
@@ -141,6 +146,7 @@ def disable() -> None:
     """
     with _lock:
         _state.enabled = _state.switch.on = False
+        driver_hook.uninstall()
         for change in reversed(_state.changes):
             _restore(change)
 

@@ -1,11 +1,12 @@
-"""A PyTorch training step, four times, for the driver hook's GPU test (tests/test_gpu_driver_hook.py)."""
+"""A PyTorch training step, four times, for the driver hook's GPU test."""
 
 import torch
 
 
 def main() -> None:
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    layers = [torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)]
+    model = torch.nn.Sequential(*layers)
     model = model.cuda()  # site: to_gpu
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x = torch.randn(64, 256, device="cuda")  # site: data

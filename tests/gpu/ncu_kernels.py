@@ -17,7 +17,8 @@ def shown_names(text: str) -> list[str]:
 
 
 if __name__ == "__main__":  # ncu_kernels.py LOG PROGRAM: the share of launches named after PROGRAM
-    names = shown_names(open(sys.argv[1], errors="replace").read())
+    with open(sys.argv[1], errors="replace") as log:
+        names = shown_names(log.read())
     mine = [n for n in names if sys.argv[2] in n]
     print(f"{sys.argv[1]}: {len(mine)} of {len(names)} launches named after {sys.argv[2]}")
     for name in sorted(set(names)):

@@ -7,9 +7,11 @@
  *   - XLA's stubs and Triton's launcher dlsym() each function they call;
  *   - CuPy and others import cuLaunchKernel from libcuda (a GOT slot of their own).
  * A preloaded definition sees none of the first two (dlsym on a handle skips it). So the hook
- * rewrites, in every loaded object but this one, the GOT slots of dlsym, dlvsym and dlopen (to
- * kname's, which hand back wrapped launch functions, and rescan the objects after a load) and of
- * the launch functions and cuGetProcAddress (to wrapped ones). A wrapped launch function opens a
+ * rewrites, in every loaded object but this one, the driver's and a profiler's, the GOT slots of
+ * dlsym and dlvsym (to kname's, which hand back wrapped launch functions) and of the launch
+ * functions and cuGetProcAddress (to wrapped ones). Objects loaded later are patched at the next
+ * dlsym through a patched slot (CPython's of PyInit_* follows each extension's load); dlopen
+ * itself is not wrapped: it reads its caller's RUNPATH from its return address. A wrapped launch function opens a
  * range, calls the driver's, and closes it. Uninstalling writes every slot back; pointers already
  * handed out (the runtime keeps them) then pass straight through, after one flag read.
  *
@@ -353,21 +355,26 @@ wrapped_for(int kind, void *original)
 /* ---- what was looked up, for the record (kname doctor, docs/nsight_hook.md) */
 
 #define LOG_ENTRIES 256
-static char lookup_log[LOG_ENTRIES][72];
+static char lookup_log[LOG_ENTRIES][128];
 static int log_count;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* `how` `name` was taken, and by which object (`address` inside it; NULL: not known). */
 static void
-note_lookup(const char *how, const char *name)
+note_lookup(const char *how, const char *name, const void *address)
 {
+    Dl_info info;
+    const char *by = "";
+    if (address != NULL && dladdr(address, &info) && info.dli_fname != NULL)
+        by = strrchr(info.dli_fname, '/') ? strrchr(info.dli_fname, '/') + 1 : info.dli_fname;
+    char entry[sizeof lookup_log[0]];
+    snprintf(entry, sizeof entry, "%s %s %s", how, name, by);
     pthread_mutex_lock(&log_lock);
-    for (int i = 0; i < log_count; i++)
-        if (strncmp(lookup_log[i] + strlen(how) + 1, name, 60) == 0
-            && strncmp(lookup_log[i], how, strlen(how)) == 0)
-            goto done;
-    if (log_count < LOG_ENTRIES)
-        snprintf(lookup_log[log_count++], sizeof lookup_log[0], "%s %s", how, name);
-done:
+    int known = 0;
+    for (int i = 0; i < log_count && !known; i++)
+        known = strcmp(lookup_log[i], entry) == 0;
+    if (!known && log_count < LOG_ENTRIES)
+        memcpy(lookup_log[log_count++], entry, sizeof entry);
     pthread_mutex_unlock(&log_lock);
 }
 
@@ -377,11 +384,11 @@ wrap_answer(const char *name, void *answer)
     int kind = kind_of_name(name);
     if (kind < 0)
         return answer;
-    note_lookup("proc", name);
+    note_lookup("proc", name, NULL);
     return wrapped_for(kind, answer);
 }
 
-/* ------------------------------------------------------------------ dlsym, dlvsym, dlopen */
+/* ------------------------------------------------------------------ dlsym, dlvsym */
 
 static void rescan(void);
 
@@ -392,11 +399,14 @@ hook_dlsym(void *handle, const char *name)
 {
     if (handle == RTLD_NEXT)
         return dlsym(handle, name);
+    /* A library loaded since the last scan is patched before it looks anything up: CPython
+     * looks up PyInit_* right after loading an extension, jaxlib GetPjrtApi after its plugin. */
+    rescan();
     void *answer = dlsym(handle, name);
     int kind = kind_of_name(name);
     if (kind < 0 || answer == NULL)
         return answer;
-    note_lookup("dlsym", name);
+    note_lookup("dlsym", name, __builtin_return_address(0));
     return wrapped_for(kind, answer);
 }
 
@@ -405,92 +415,13 @@ hook_dlvsym(void *handle, const char *name, const char *version)
 {
     if (handle == RTLD_NEXT)
         return dlvsym(handle, name, version);
+    rescan();
     void *answer = dlvsym(handle, name, version);
     int kind = kind_of_name(name);
     if (kind < 0 || answer == NULL)
         return answer;
-    note_lookup("dlvsym", name);
+    note_lookup("dlvsym", name, __builtin_return_address(0));
     return wrapped_for(kind, answer);
-}
-
-/* The directories of `map`'s DT_RUNPATH (else DT_RPATH) into `out`, $ORIGIN expanded. */
-static int
-search_dirs_of(struct link_map *map, char *out, size_t size)
-{
-    const ElfW(Dyn) *dyn = map->l_ld;
-    const char *strtab = NULL;
-    ElfW(Addr) runpath = 0, rpath = 0;
-    int has_runpath = 0, has_rpath = 0;
-    for (; dyn != NULL && dyn->d_tag != DT_NULL; dyn++) {
-        if (dyn->d_tag == DT_STRTAB)
-            strtab = (const char *)(dyn->d_un.d_ptr < map->l_addr ? map->l_addr + dyn->d_un.d_ptr
-                                                                  : dyn->d_un.d_ptr);
-        else if (dyn->d_tag == DT_RUNPATH)
-            runpath = dyn->d_un.d_val, has_runpath = 1;
-        else if (dyn->d_tag == DT_RPATH)
-            rpath = dyn->d_un.d_val, has_rpath = 1;
-    }
-    if (strtab == NULL || !(has_runpath || has_rpath))
-        return 0;
-    const char *path = strtab + (has_runpath ? runpath : rpath);
-    char origin[4096];
-    snprintf(origin, sizeof origin, "%s", map->l_name);
-    char *slash = strrchr(origin, '/');
-    if (slash == NULL)
-        return 0;
-    *slash = '\0';
-    size_t n = 0;
-    for (const char *p = path; *p && n + 1 < size; p++) {
-        if (strncmp(p, "$ORIGIN", 7) == 0 || strncmp(p, "${ORIGIN}", 9) == 0) {
-            n += (size_t)snprintf(out + n, size - n, "%s", origin);
-            p += p[1] == '{' ? 8 : 6;
-        } else
-            out[n++] = *p;
-        if (n >= size)
-            return 0;
-    }
-    out[n < size ? n : size - 1] = '\0';
-    return 1;
-}
-
-/* dlopen for a caller that is not glibc's: a bare name is searched in the caller's own RUNPATH
- * first (glibc would read it from the return address, which is now kname's), an object loaded
- * already is found by its name, anything else as dlopen itself does it. */
-static void *
-open_for(void *caller, const char *file, int mode)
-{
-    if (file == NULL || strchr(file, '/') != NULL)
-        return dlopen(file, mode);
-    void *loaded = dlopen(file, (mode & ~RTLD_NOLOAD) | RTLD_NOLOAD);
-    if (loaded != NULL || (mode & RTLD_NOLOAD))
-        return loaded;
-    Dl_info info;
-    struct link_map *map = NULL;
-    char dirs[8192];
-    if (dladdr1(caller, &info, (void **)&map, RTLD_DL_LINKMAP) && map != NULL
-        && search_dirs_of(map, dirs, sizeof dirs)) {
-        char *save = NULL;
-        for (char *dir = strtok_r(dirs, ":", &save); dir != NULL; dir = strtok_r(NULL, ":", &save)) {
-            char candidate[4096];
-            if (snprintf(candidate, sizeof candidate, "%s/%s", dir, file) >= (int)sizeof candidate)
-                continue;
-            if (access(candidate, F_OK) == 0) {
-                void *handle = dlopen(candidate, mode);
-                if (handle != NULL)
-                    return handle;
-            }
-        }
-    }
-    return dlopen(file, mode);
-}
-
-static void *
-hook_dlopen(const char *file, int mode)
-{
-    void *handle = open_for(__builtin_return_address(0), file, mode);
-    if (handle != NULL && atomic_load(&hook_on))
-        rescan();
-    return handle;
 }
 
 /* ------------------------------------------------------------------ the GOT slots */
@@ -547,8 +478,6 @@ replacement_for(const char *name, void *current, void *object_low, void *object_
         return (void *)hook_dlsym;
     if (strcmp(name, "dlvsym") == 0)
         return (void *)hook_dlvsym;
-    if (strcmp(name, "dlopen") == 0)
-        return (void *)hook_dlopen;
     int kind = kind_of_name(name);
     if (kind < 0)
         return NULL;
@@ -565,7 +494,7 @@ replacement_for(const char *name, void *current, void *object_low, void *object_
         if (target == NULL)
             return NULL;
     }
-    note_lookup("got", name);
+    note_lookup("got", name, object_low);
     return wrapped_for(kind, target);
 }
 
@@ -606,6 +535,19 @@ patch_relocations(const ElfW(Rela) * rela, size_t size, const ElfW(Sym) * symtab
     }
 }
 
+/* Objects whose slots stay: the driver's own, and a profiler's (CUPTI, Nsight's injections),
+ * which must see the driver as it is. */
+static int
+is_left_alone(const char *name)
+{
+    static const char *const alone[] = {"linux-vdso", "libcuda.so", "cupti", "nvperf", "njection",
+                                        "Nsight", "nsight", "TreeLauncher", "libnvtx"};
+    for (size_t i = 0; i < sizeof alone / sizeof alone[0]; i++)
+        if (strstr(name, alone[i]) != NULL)
+            return 1;
+    return 0;
+}
+
 static int
 patch_object(struct dl_phdr_info *info, size_t size, void *data)
 {
@@ -614,7 +556,7 @@ patch_object(struct dl_phdr_info *info, size_t size, void *data)
     ElfW(Addr) base = info->dlpi_addr;
     /* Not kname's own slots (its calls are the originals), nor the driver's own. */
     const char *name = info->dlpi_name ? info->dlpi_name : "";
-    if (base == own_base || strstr(name, "linux-vdso") || strstr(name, "libcuda.so"))
+    if (base == own_base || is_left_alone(name))
         return 0;
     const ElfW(Dyn) *dyn = NULL;
     ElfW(Addr) low = UINTPTR_MAX, high = 0, relro_lo = 0, relro_hi = 0;

@@ -76,6 +76,7 @@ def uninstall() -> None:
         native = _native()
         if native is not None:
             native.driver_hook_uninstall()
+        _pushes.clear()  # the next install may have another domain
         _installed = False
         _why_not = "kname was disabled or uninstalled"
 
@@ -88,12 +89,38 @@ def state() -> dict[str, Any]:
     return found
 
 
+_pushes: dict[str, Any] = {}  # range name -> its push (kname._native's NvtxCall)
+
+
+def _push_named(name: str) -> Any:
+    """The hook's push of a range called `name`, made once; None where NVTX has no tool.
+
+    Always kname._native's own NVTX call (the hook reads its attributes), never the nvtx
+    package's: past ranges.MAX_NAMES names, every new one shares ranges.OVERFLOW_NAME.
+    """
+    push = _pushes.get(name)
+    if push is not None:
+        return push
+    maker = hotpath.current().nvtx_range
+    if maker is None:
+        return None
+    with _lock:
+        if len(_pushes) >= ranges.MAX_NAMES:
+            name = ranges.OVERFLOW_NAME
+        push = _pushes.get(name)
+        if push is None:
+            calls = maker(ranges.domain_name(), name, ranges.colour_of(name), CATEGORY)
+            push = None if calls is None else calls[0]
+            if push is not None:
+                _pushes[name] = push
+    return push
+
+
 def _push_of_frame(frame: FrameType | None) -> Any:
     """The NVTX push of a launch made while `frame` runs, named as kname profile names it."""
     from kname.profiling import capture
 
-    calls = ranges.range_for(capture.site_of_frame(frame), "", CATEGORY)
-    return None if calls is None else calls[0]
+    return _push_named(capture.site_of_frame(frame))
 
 
 def _name_backward_passes(native: Any) -> None:
@@ -103,8 +130,7 @@ def _name_backward_passes(native: Any) -> None:
 
     def tell(name: str | None) -> None:
         try:
-            calls = None if name is None else ranges.range_for(name, "", CATEGORY)
-            native.driver_hook_set_frameless(None if calls is None else calls[0])
+            native.driver_hook_set_frameless(None if name is None else _push_named(name))
         except Exception as exc:  # the backward pass runs on, named or not
             report_fault("naming a backward pass for the driver hook", exc)
 

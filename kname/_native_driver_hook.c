@@ -94,14 +94,19 @@ kind_of_name(const char *name)
 
 #define SITE_SLOTS 4096
 #define KIND_SLOTS 1024
+/* Written under the GIL, read by any launching thread, the GIL held or not (torch releases it
+ * around its ops): a slot's words are read between two equal even reads of its `sequence`. A
+ * slot holds its code object, so the addresses it keys by stay that object's while it is there:
+ * a reader's frame is live, so an address equal to its own is its own object. */
 typedef struct {
-    const void *position; /* the first user frame's instruction */
-    PyObject *code;       /* held: its address, and `position`, stay its own */
-    const nvtxEventAttributes_t *attributes;
+    atomic_uint sequence;
+    const void *_Atomic position; /* the first user frame's instruction */
+    PyObject *_Atomic code;       /* held */
+    const nvtxEventAttributes_t *_Atomic attributes;
 } SiteSlot;
 typedef struct {
-    PyObject *code; /* held */
-    int kind;
+    atomic_uintptr_t word; /* the code object's address | its kind (objects are 16-aligned) */
+    PyObject *held;
 } KindSlot;
 static SiteSlot site_slots[SITE_SLOTS];
 static KindSlot kind_slots[KIND_SLOTS];
@@ -114,28 +119,42 @@ slot_hash(const void *p, size_t slots)
     return (size_t)((x >> 4) ^ (x >> 16)) & (slots - 1);
 }
 
-/* The kind callsite decided for `code`, remembered; -1 undecided, -2 error. */
+/* The kind remembered for `code`, or -1. Any thread. */
 static inline int
+remembered_kind(PyCodeObject *code)
+{
+    uintptr_t word = atomic_load_explicit(&kind_slots[slot_hash(code, KIND_SLOTS)].word,
+                                          memory_order_acquire);
+    return (word & ~(uintptr_t)15) == (uintptr_t)code ? (int)(word & 15) : -1;
+}
+
+/* The kind callsite decided for `code`, remembered; -1 undecided, -2 error. Under the GIL. */
+static int
 code_kind(PyCodeObject *code)
 {
-    KindSlot *slot = &kind_slots[slot_hash(code, KIND_SLOTS)];
-    if (slot->code == (PyObject *)code)
-        return slot->kind;
-    int kind = decided_kind(kinds, code);
-    if (kind >= 0) {
-        Py_XSETREF(slot->code, Py_NewRef((PyObject *)code));
-        slot->kind = kind;
+    int kind = remembered_kind(code);
+    if (kind >= 0)
+        return kind;
+    kind = decided_kind(kinds, code);
+    if (kind >= 0 && kind < 16 && ((uintptr_t)code & 15) == 0) {
+        KindSlot *slot = &kind_slots[slot_hash(code, KIND_SLOTS)];
+        PyObject *old = slot->held;
+        slot->held = Py_NewRef((PyObject *)code);
+        atomic_store_explicit(&slot->word, (uintptr_t)code | (uintptr_t)kind,
+                              memory_order_release);
+        Py_XDECREF(old);
     }
     return kind;
 }
 
-/* The first user frame from `frame` up; NULL when undecided or none within MAX_WALK. */
-static Frame *
-first_user_frame(Frame *frame)
+/* The first user frame from `frame` up; NULL when undecided or none within MAX_WALK. `kind_of`:
+ * code_kind under the GIL, remembered_kind without it. */
+static inline Frame *
+first_user_frame(Frame *frame, int (*kind_of)(PyCodeObject *))
 {
     Frame *f = frame;
     for (int depth = 0; depth < MAX_WALK && f != NULL; depth++) {
-        int kind = code_kind(frame_code(f));
+        int kind = kind_of(frame_code(f));
         if (kind == KIND_USER)
             return f;
         if (!PASSED_OVER(kind))
@@ -145,16 +164,61 @@ first_user_frame(Frame *frame)
     return NULL;
 }
 
+/* The range remembered for the user frame `user`, or NULL. Any thread. */
+static inline const nvtxEventAttributes_t *
+remembered_range(Frame *user)
+{
+    const void *position = frame_position(user);
+    SiteSlot *slot = &site_slots[slot_hash(position, SITE_SLOTS)];
+    unsigned before = atomic_load_explicit(&slot->sequence, memory_order_acquire);
+    if (before & 1)
+        return NULL;
+    const void *found = atomic_load_explicit(&slot->position, memory_order_relaxed);
+    PyObject *code = atomic_load_explicit(&slot->code, memory_order_relaxed);
+    const nvtxEventAttributes_t *attributes =
+        atomic_load_explicit(&slot->attributes, memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&slot->sequence, memory_order_relaxed) != before)
+        return NULL;
+    return found == position && code == (PyObject *)frame_code(user) ? attributes : NULL;
+}
+
+/* Under the GIL. */
+static void
+remember_range(Frame *user, const nvtxEventAttributes_t *attributes)
+{
+    const void *position = frame_position(user);
+    SiteSlot *slot = &site_slots[slot_hash(position, SITE_SLOTS)];
+    PyObject *old = atomic_load_explicit(&slot->code, memory_order_relaxed);
+    atomic_fetch_add_explicit(&slot->sequence, 1, memory_order_relaxed); /* odd: being written */
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(&slot->position, position, memory_order_relaxed);
+    atomic_store_explicit(&slot->code, Py_NewRef((PyObject *)frame_code(user)),
+                          memory_order_relaxed);
+    atomic_store_explicit(&slot->attributes, attributes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&slot->sequence, 1, memory_order_release); /* even: whole */
+    Py_XDECREF(old);
+}
+
+/* Under the GIL. */
 static void
 forget_sites(void)
 {
     for (size_t i = 0; i < SITE_SLOTS; i++) {
-        Py_CLEAR(site_slots[i].code);
-        site_slots[i].position = NULL;
-        site_slots[i].attributes = NULL;
+        SiteSlot *slot = &site_slots[i];
+        PyObject *old = atomic_load_explicit(&slot->code, memory_order_relaxed);
+        atomic_fetch_add_explicit(&slot->sequence, 1, memory_order_relaxed);
+        atomic_thread_fence(memory_order_release);
+        atomic_store_explicit(&slot->position, NULL, memory_order_relaxed);
+        atomic_store_explicit(&slot->code, NULL, memory_order_relaxed);
+        atomic_store_explicit(&slot->attributes, NULL, memory_order_relaxed);
+        atomic_fetch_add_explicit(&slot->sequence, 1, memory_order_release);
+        Py_XDECREF(old);
     }
-    for (size_t i = 0; i < KIND_SLOTS; i++)
-        Py_CLEAR(kind_slots[i].code);
+    for (size_t i = 0; i < KIND_SLOTS; i++) {
+        atomic_store_explicit(&kind_slots[i].word, 0, memory_order_release);
+        Py_CLEAR(kind_slots[i].held);
+    }
 }
 
 /* The attributes of `push` (an NvtxCall made by nvtx_range), kept alive; NULL for anything else. */
@@ -168,47 +232,76 @@ keep_push(PyObject *push)
     return &((NvtxCall *)push)->attributes;
 }
 
-/* A new call site: Python names it (kname's rules), the answer remembered under its user line. */
+/* A new call site, under the GIL: Python names it (kname's rules), the answer remembered under
+ * its user line. */
 static COLD const nvtxEventAttributes_t *
 name_in_python(Frame *frame)
 {
+    Frame *user = first_user_frame(frame, code_kind);
+    const nvtxEventAttributes_t *attributes = user == NULL ? NULL : remembered_range(user);
+    if (attributes != NULL)
+        return attributes;
     PyObject *error = take_error();
     PyObject *push = namer == NULL ? NULL : PyObject_CallOneArg(namer, (PyObject *)PyEval_GetFrame());
-    const nvtxEventAttributes_t *attributes = keep_push(push);
+    attributes = keep_push(push);
     Py_XDECREF(push);
     if (PyErr_Occurred())
         PyErr_Clear(); /* the namer reports its own faults; a launch never fails for kname */
-    Frame *user = attributes == NULL ? NULL : first_user_frame(frame);
-    if (user != NULL) {
-        const void *position = frame_position(user);
-        SiteSlot *slot = &site_slots[slot_hash(position, SITE_SLOTS)];
-        Py_XSETREF(slot->code, Py_NewRef((PyObject *)frame_code(user)));
-        slot->position = position;
-        slot->attributes = attributes;
-    }
+    user = attributes == NULL ? NULL : first_user_frame(frame, code_kind);
+    if (user != NULL)
+        remember_range(user, attributes);
     restore_error(error);
     return attributes;
+}
+
+/* This thread's running Python frame, read from its thread state whether or not it holds the
+ * GIL: only this thread changes its frames, and it is inside a launch. NULL: none, or a CPython
+ * where it cannot be read so (then the GIL is taken). */
+static inline Frame *
+frame_of_thread(PyThreadState *thread, int *readable)
+{
+#if PY_VERSION_HEX >= 0x030D0000 && PY_VERSION_HEX < 0x030E0000
+    *readable = 1;
+    return complete_frame(thread->current_frame);
+#elif PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
+    *readable = 1;
+    return thread->cframe == NULL ? NULL : complete_frame(thread->cframe->current_frame);
+#else
+    (void)thread;
+    *readable = 0;
+    return NULL;
+#endif
 }
 
 /* The range of a launch made now on this thread, or NULL: none. */
 static inline const nvtxEventAttributes_t *
 range_here(void)
 {
-    if (!PyGILState_Check())
+    PyThreadState *thread = PyGILState_GetThisThreadState();
+    if (thread == NULL) /* a thread Python never ran on (autograd's, a runtime's worker) */
         return atomic_load_explicit(&frameless, memory_order_acquire);
-    Frame *frame = frame_current();
-    if (frame == NULL)
-        return atomic_load_explicit(&frameless, memory_order_acquire);
-    Frame *user = first_user_frame(frame);
-    if (user != NULL) {
-        const void *position = frame_position(user);
-        SiteSlot *slot = &site_slots[slot_hash(position, SITE_SLOTS)];
-        if (slot->position == position && slot->code == (PyObject *)frame_code(user))
-            return slot->attributes;
+    int readable;
+    Frame *frame = frame_of_thread(thread, &readable);
+    if (readable) {
+        if (frame == NULL)
+            return atomic_load_explicit(&frameless, memory_order_acquire);
+        Frame *user = first_user_frame(frame, remembered_kind);
+        const nvtxEventAttributes_t *attributes = user == NULL ? NULL : remembered_range(user);
+        if (attributes != NULL)
+            return attributes;
     }
+    /* A new call site: named in Python, the GIL taken where the launch let it go (torch's ops
+     * do), as kname profile's callback takes it. */
+    int held = PyGILState_Check();
+    PyGILState_STATE gil = held ? PyGILState_UNLOCKED : PyGILState_Ensure();
     kname_ranges_open++; /* a launch made while naming (there should be none) is not named */
-    const nvtxEventAttributes_t *attributes = name_in_python(frame);
+    frame = frame_current();
+    const nvtxEventAttributes_t *attributes =
+        frame == NULL ? atomic_load_explicit(&frameless, memory_order_acquire)
+                      : name_in_python(frame);
     kname_ranges_open--;
+    if (!held)
+        PyGILState_Release(gil);
     return attributes;
 }
 

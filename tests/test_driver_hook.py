@@ -170,9 +170,9 @@ def main():
     runtime.thread_launch()  # L:no_scope
     scope = backward.enter(sys._getframe())  # L:scope
     runtime.thread_launch()
-    free_runtime.runtime_launch(0)  # the GIL released: no frame read, the scope's name
     backward.leave(scope)
     runtime.thread_launch()
+    free_runtime.runtime_launch(0)  # L:released
 
 
 main()
@@ -184,8 +184,9 @@ def test_a_thread_with_no_python_frame_gets_the_backward_passs_name_and_none_wit
 ) -> None:
     _, capture = run_program(FRAMELESS, tmp_path, inject_lib, fake_runtime)
     scope = line_name(FRAMELESS, "scope")
+    released = line_name(FRAMELESS, "released")  # the GIL let go, as torch's ops do
     assert [(name, depth) for _, name, depth in launches(capture)] == [
-        (None, 0), (scope, 1), (scope, 1), (None, 0),
+        (None, 0), (scope, 1), (None, 0), (released, 1),
     ]  # fmt: skip
 
 
@@ -193,7 +194,7 @@ THREADS = """
 def work(which):
     for _ in range(200):
         if which:
-            runtime.runtime_launch(1)  # L:one
+            free_runtime.runtime_launch(1)  # L:one (the GIL let go)
         else:
             runtime.direct_launch()  # L:other
 

@@ -1,4 +1,4 @@
-"""Host time of one torch launch (x.add_(1) on a 1-element CUDA tensor): best of 40 rounds of 200
+"""Host time of one torch launch (x.add_(1) on a 1-element CUDA tensor): best of 200 rounds of 100
 launches, the GPU idle at each round's start (so that no launch waits for room in the queue).
 
 Run under each setting the README's table compares (no kname; KNAME=1 with no NVTX tool; KNAME=1
@@ -10,7 +10,7 @@ import time
 
 import torch
 
-ROUNDS, LAUNCHES = 40, 200
+ROUNDS, LAUNCHES = 200, 100
 
 
 def per_launch_us() -> float:

@@ -47,7 +47,7 @@ MAX_NAME_LENGTH = 1024
 KNOWN_VARIABLES = (
     "KNAME", "KNAME_TARGETS", "KNAME_SKIP", "KNAME_USER", "KNAME_FORMAT", "KNAME_DEPTH",
     "KNAME_MODE", "KNAME_REPORT", "KNAME_DOMAIN", "KNAME_STRICT", *PROFILE_OUTPUTS,
-    *PROFILE_SETTINGS, "KNAME_NATIVE", "KNAME_RANKS",
+    *PROFILE_SETTINGS, "KNAME_NATIVE", "KNAME_RANKS", "KNAME_DRIVER_HOOK",
 )  # fmt: skip
 # How alike (difflib's ratio) a name must be to a known one to be taken for a misspelling of it:
 # at start-up, a near miss (KNAME_MDOE) is a problem; `kname doctor` shows any likeness.

@@ -17,7 +17,7 @@ from typing import Any
 
 from kname import callsite, hotpath, ranges
 from kname._locks import new_lock
-from kname._warnings import report_fault
+from kname._warnings import report_fault, warn_once
 
 CATEGORY = "driver"  # the NVTX category of the hook's ranges
 VARIABLE = "KNAME_DRIVER_HOOK"
@@ -32,9 +32,17 @@ def _native() -> Any:
     return hotpath.current().driver_hook
 
 
+def _switched_off() -> bool:
+    """KNAME_DRIVER_HOOK=0; another value than 0 or 1 is said once (the hook stays on)."""
+    value = os.environ.get(VARIABLE, "").strip()
+    if value not in ("", "0", "1"):
+        warn_once(VARIABLE, f"{VARIABLE}={value!r} is not 0 or 1; accepted: 0 (off), 1 (on)")
+    return value == "0"
+
+
 def reason_not_wanted(mode: str) -> str:
     """Why this install gets no hook ("" when it wants one)."""
-    if os.environ.get(VARIABLE, "").strip() == "0":
+    if _switched_off():
         return f"{VARIABLE}=0"
     if mode != "nvtx":
         return f"KNAME_MODE is {mode} (the hook names ranges of the default mode only)"
@@ -90,6 +98,24 @@ def state() -> dict[str, Any]:
 
 
 _pushes: dict[str, Any] = {}  # range name -> its push (kname._native's NvtxCall)
+
+
+def doctor_line(mode: str, hot_path: hotpath.HotPath) -> tuple[bool, str]:
+    """kname doctor's line: (whether the hook will be or is in place, what it says)."""
+    if _installed:
+        slots = state().get("slots", 0)
+        return True, f"driver hook: in place ({slots} entry points taken)"
+    if hot_path.driver_hook is None:
+        why = hot_path.why_python or "kname._native has no driver hook here (Linux only, NVTX)"
+        return False, f"driver hook: unavailable ({why}): only launches kname wraps get ranges"
+    if _switched_off():
+        return False, f"driver hook: off ({VARIABLE}=0): only launches kname wraps get ranges"
+    if mode != "nvtx":
+        return False, f"driver hook: not used (KNAME_MODE={mode})"
+    return True, (
+        "driver hook: ready: under an NVTX tool (nsys, ncu --nvtx) every launch outside a "
+        "kname range (PyTorch, cuBLAS, CuPy's ufuncs) is named after its line"
+    )
 
 
 def _push_named(name: str) -> Any:

@@ -40,6 +40,7 @@ VARIABLES = (
     "KNAME_STRICT",
     "KNAME_NATIVE",
     "KNAME_RANKS",
+    "KNAME_DRIVER_HOOK",
 )
 DEFAULTS = Config()
 

@@ -11,6 +11,8 @@ mocked: kname does not own it and no GPU is here.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -300,3 +302,23 @@ def test_where_the_hook_is_not_wanted_launches_run_as_before_and_the_state_says_
     out, capture = run_program(NOT_WANTED, tmp_path, inject_lib, fake_runtime, env=env)
     assert [name for _, name, _ in launches(capture)] == [None]
     assert why in out
+
+
+@pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        ({}, "✓ driver hook: ready: under an NVTX tool"),
+        ({"KNAME_DRIVER_HOOK": "0"}, "– driver hook: off (KNAME_DRIVER_HOOK=0)"),
+        ({"KNAME_NATIVE": "0"}, "– driver hook: unavailable (KNAME_NATIVE is off)"),
+        ({"KNAME_MODE": "census"}, "– driver hook: not used (KNAME_MODE=census)"),
+    ],
+)
+def test_kname_doctor_says_in_one_line_whether_the_hook_will_be_in_place_and_why_not(
+    env: dict, line: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "kname", "doctor"], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO), **env}, check=False,
+    )  # fmt: skip
+    hook_lines = [text for text in done.stdout.splitlines() if "driver hook" in text]
+    assert len(hook_lines) == 1 and hook_lines[0].startswith(line), done.stdout

@@ -74,3 +74,27 @@ thread_launch(void)
     pthread_join(thread, NULL);
     return result;
 }
+
+/* The floor the hook is measured against (benchmarks/driver_hook_cost.py): runtime_launch inside
+ * a prebuilt static NVTX range (kname's domain, a registered message), pushed and popped in C. */
+#ifdef FAKE_CUDART_NVTX
+#include <nvtx3/nvToolsExt.h>
+
+int
+static_range_launch(int per_thread)
+{
+    static nvtxDomainHandle_t domain;
+    static nvtxEventAttributes_t attributes;
+    if (domain == NULL) {
+        domain = nvtxDomainCreateA("kname");
+        attributes.version = NVTX_VERSION;
+        attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+        attributes.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
+        attributes.message.registered = nvtxDomainRegisterStringA(domain, "static range");
+    }
+    nvtxDomainRangePushEx(domain, &attributes);
+    int result = runtime_launch(per_thread);
+    nvtxDomainRangePop(domain);
+    return result;
+}
+#endif

@@ -9,6 +9,7 @@ step's backward kernels (launched on autograd's thread) its loss.backward() line
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import re
@@ -26,8 +27,12 @@ pytestmark = pytest.mark.gpu
 PROGRAMS = REPO / "tests" / "gpu"
 
 
-def run_under_ncu(library: str) -> list[str]:
-    """The kernel names ncu shows for tests/gpu/hook_<library>.py, one per launch."""
+README = (REPO / "README.md").read_text()
+
+
+@functools.cache
+def ncu_output(library: str) -> str:
+    """What ncu prints for tests/gpu/hook_<library>.py."""
     if shutil.which("ncu") is None:
         pytest.skip("ncu is not installed")
     if importlib.util.find_spec(library) is None:
@@ -42,8 +47,14 @@ def run_under_ncu(library: str) -> list[str]:
         command, env=env, capture_output=True, text=True, timeout=900, check=False, cwd=REPO
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
-    names = shown_names(done.stdout)
-    assert names, done.stdout[-6000:]
+    return done.stdout
+
+
+def run_under_ncu(library: str) -> list[str]:
+    """The kernel names ncu shows for tests/gpu/hook_<library>.py, one per launch."""
+    output = ncu_output(library)
+    names = shown_names(output)
+    assert names, output[-6000:]
     return names
 
 
@@ -61,6 +72,17 @@ def test_a_torch_training_steps_kernels_are_named_after_its_lines_backward_ones_
     assert share_named_after(names, "hook_torch.py") >= 0.95, names
     backward = f"hook_torch.py:{line_of('hook_torch.py', 'backward')}/"
     assert any(backward in name and "backward" in name for name in names), names
+
+
+def test_ncu_prints_the_lines_the_readme_shows() -> None:
+    """Each line of the README's ncu sample, cut where it says `...`, begins a line of ncu's."""
+    shown = re.search(r"<!-- readme-test: ncu-output -->\n```\n(.*?)```", README, re.DOTALL)
+    assert shown, "the README has no ncu sample"
+    run_under_ncu("torch")  # skips where ncu or torch is missing
+    printed = [line.strip() for line in ncu_output("torch").splitlines()]
+    for line in shown.group(1).splitlines():
+        start = line.strip().split("...")[0]
+        assert any(p.startswith(start) for p in printed), f"{start!r} not printed by ncu"
 
 
 def test_cupys_ufuncs_and_reduction_are_named_after_their_lines() -> None:

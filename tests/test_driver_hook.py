@@ -12,6 +12,7 @@ mocked: kname does not own it and no GPU is here.
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 import textwrap
@@ -26,9 +27,11 @@ from kname import hotpath
 SUPPORT = REPO / "tests" / "support"
 WHY_NOT = hotpath.choose(True).why_python
 NATIVE = None if WHY_NOT else sys.modules[hotpath.NATIVE]
+HOOK_PLATFORM = sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch64")
+# Where the hook can be (the C hot path, Linux x86-64/aarch64), kname._native must have it.
 needs_hook = pytest.mark.skipif(
-    NATIVE is None or not hasattr(NATIVE, "driver_hook_install"),
-    reason=f"no driver hook here: {WHY_NOT or 'kname._native has none on this platform'}",
+    NATIVE is None or not HOOK_PLATFORM,
+    reason=f"no driver hook here: {WHY_NOT or 'Linux x86-64 and aarch64 only'}",
 )
 pytestmark = needs_hook
 

@@ -743,10 +743,8 @@ driver_hook_install(PyObject *module, PyObject *args)
     if (kept == NULL && (kept = PyList_New(0)) == NULL)
         return NULL;
     Py_XSETREF(namer, Py_NewRef(new_namer));
-    if (kinds != new_kinds) {
-        forget_sites();
-        Py_XSETREF(kinds, Py_NewRef(new_kinds));
-    }
+    forget_sites(); /* this install's rules may name and skip otherwise */
+    Py_XSETREF(kinds, Py_NewRef(new_kinds));
     pthread_mutex_lock(&slots_lock);
     own_base = (ElfW(Addr))own.dli_fbase;
     hook_installed = 1;

@@ -2,7 +2,7 @@
  * kname._native's driver hook (see _native_driver_hook.h and docs/nsight_hook.md).
  *
  * How a library reaches a launch function, and where the hook takes it:
- *   - the CUDA runtime (shared, or linked into cuBLAS, cuDNN, XLA's plugin) dlopen()s libcuda and
+ *   - the CUDA runtime (shared, or linked into cuBLAS, cuDNN, CuPy) dlopen()s libcuda and
  *     dlsym()s cuGetProcAddress on that handle, then takes every driver function through it;
  *   - XLA's stubs and Triton's launcher dlsym() each function they call;
  *   - CuPy and others import cuLaunchKernel from libcuda (a GOT slot of their own).
@@ -11,8 +11,8 @@
  * dlsym and dlvsym (to kname's, which hand back wrapped launch functions) and of the launch
  * functions and cuGetProcAddress (to wrapped ones). Objects loaded later are patched at the next
  * dlsym through a patched slot (CPython's of PyInit_* follows each extension's load); dlopen
- * itself is not wrapped: it reads its caller's RUNPATH from its return address. A wrapped launch function opens a
- * range, calls the driver's, and closes it. Uninstalling writes every slot back; pointers already
+ * itself is not wrapped: it reads its caller's RUNPATH from its return address. A wrapped launch
+ * function opens a range, calls the driver's, and closes it. Uninstalling writes every slot back; pointers already
  * handed out (the runtime keeps them) then pass straight through, after one flag read.
  *
  * Linux x86-64 and aarch64 (ELF with RELA relocations, glibc's dl_iterate_phdr).
@@ -46,7 +46,6 @@ typedef int CUresult;
 static atomic_int hook_on;   /* wrapped functions open ranges while set */
 static int hook_installed;   /* GOT slots written (under GIL and slots_lock) */
 static PyObject *namer;      /* namer(frame) -> NvtxCall push or None: a new call site's range */
-static nvtxDomainHandle_t hook_domain;
 static _Atomic(const nvtxEventAttributes_t *) frameless; /* a GIL-less launch's range, or NULL */
 static PyObject *kept;       /* every push whose attributes a cache or `frameless` points at */
 static atomic_ullong launches_seen, launches_named;
@@ -228,7 +227,6 @@ keep_push(PyObject *push)
     if (push == NULL || !Py_IS_TYPE(push, &NvtxCallType) || ((NvtxCall *)push)->pop == NULL
         || PyList_Append(kept, push) < 0)
         return NULL;
-    hook_domain = ((NvtxCall *)push)->domain;
     return &((NvtxCall *)push)->attributes;
 }
 
@@ -242,7 +240,8 @@ name_in_python(Frame *frame)
     if (attributes != NULL)
         return attributes;
     PyObject *error = take_error();
-    PyObject *push = namer == NULL ? NULL : PyObject_CallOneArg(namer, (PyObject *)PyEval_GetFrame());
+    PyObject *frame_object = (PyObject *)PyEval_GetFrame();
+    PyObject *push = namer == NULL ? NULL : PyObject_CallOneArg(namer, frame_object);
     attributes = keep_push(push);
     Py_XDECREF(push);
     if (PyErr_Occurred())
@@ -273,6 +272,16 @@ frame_of_thread(PyThreadState *thread, int *readable)
 #endif
 }
 
+static inline int
+is_finalizing(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing();
+#else
+    return _Py_IsFinalizing();
+#endif
+}
+
 /* The range of a launch made now on this thread, or NULL: none. */
 static inline const nvtxEventAttributes_t *
 range_here(void)
@@ -291,7 +300,9 @@ range_here(void)
             return attributes;
     }
     /* A new call site: named in Python, the GIL taken where the launch let it go (torch's ops
-     * do), as kname profile's callback takes it. */
+     * do), as kname profile's callback takes it; not while the interpreter ends. */
+    if (is_finalizing())
+        return NULL;
     int held = PyGILState_Check();
     PyGILState_STATE gil = held ? PyGILState_UNLOCKED : PyGILState_Ensure();
     kname_ranges_open++; /* a launch made while naming (there should be none) is not named */
@@ -305,28 +316,35 @@ range_here(void)
     return attributes;
 }
 
-/* Before the driver's call: 1 when a range was opened (close it after). */
-static inline int
+/* The domain of a range's attributes: those of an NvtxCall, which holds its domain. */
+static inline nvtxDomainHandle_t
+domain_of(const nvtxEventAttributes_t *attributes)
+{
+    return ((const NvtxCall *)((const char *)attributes - offsetof(NvtxCall, attributes)))->domain;
+}
+
+/* Before the driver's call: the range opened (close it after), or NULL: none. */
+static inline const nvtxEventAttributes_t *
 hook_open_range(void)
 {
     if (!atomic_load_explicit(&hook_on, memory_order_relaxed) || kname_ranges_open > 0)
-        return 0;
+        return NULL;
     atomic_fetch_add_explicit(&launches_seen, 1, memory_order_relaxed);
     const nvtxEventAttributes_t *attributes = range_here();
     if (attributes == NULL)
-        return 0;
+        return NULL;
     atomic_fetch_add_explicit(&launches_named, 1, memory_order_relaxed);
-    nvtxDomainRangePushEx(hook_domain, attributes);
+    nvtxDomainRangePushEx(domain_of(attributes), attributes);
     kname_ranges_open++;
-    return 1;
+    return attributes;
 }
 
 static inline void
-hook_close_range(int opened)
+hook_close_range(const nvtxEventAttributes_t *opened)
 {
-    if (opened) {
+    if (opened != NULL) {
         kname_ranges_open--;
-        nvtxDomainRangePop(hook_domain);
+        nvtxDomainRangePop(domain_of(opened));
     }
 }
 
@@ -342,62 +360,62 @@ typedef CUresult (*Proc2Fn)(const char *, void **, int, unsigned long long, void
 static void *wrapped_for(int kind, void *original);
 static void *wrap_answer(const char *name, void *answer);
 
-#define WRAPPERS(i)                                                                              \
-    static CUresult launch_##i(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,      \
-                               unsigned by, unsigned bz, unsigned shared, void *stream,          \
-                               void **params, void **extra)                                      \
-    {                                                                                            \
-        int opened = hook_open_range();                                                               \
-        CUresult r = ((LaunchFn)originals[K_LAUNCH][i])(f, gx, gy, gz, bx, by, bz, shared,      \
-                                                        stream, params, extra);                 \
-        hook_close_range(opened);                                                                     \
-        return r;                                                                                \
-    }                                                                                            \
-    static CUresult launch_ex_##i(const void *config, void *f, void **params, void **extra)      \
-    {                                                                                            \
-        int opened = hook_open_range();                                                               \
-        CUresult r = ((LaunchExFn)originals[K_LAUNCH_EX][i])(config, f, params, extra);         \
-        hook_close_range(opened);                                                                     \
-        return r;                                                                                \
-    }                                                                                            \
-    static CUresult cooperative_##i(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, \
-                                    unsigned by, unsigned bz, unsigned shared, void *stream,     \
-                                    void **params)                                               \
-    {                                                                                            \
-        int opened = hook_open_range();                                                               \
-        CUresult r = ((CooperativeFn)originals[K_COOPERATIVE][i])(f, gx, gy, gz, bx, by, bz,    \
-                                                                  shared, stream, params);      \
-        hook_close_range(opened);                                                                     \
-        return r;                                                                                \
-    }                                                                                            \
-    static CUresult graph_##i(void *exec, void *stream)                                          \
-    {                                                                                            \
-        int opened = hook_open_range();                                                               \
-        CUresult r = ((GraphFn)originals[K_GRAPH][i])(exec, stream);                            \
-        hook_close_range(opened);                                                                     \
-        return r;                                                                                \
-    }                                                                                            \
-    static CUresult proc1_##i(const char *symbol, void **pfn, int version,                       \
-                              unsigned long long flags)                                          \
-    {                                                                                            \
-        CUresult r = ((Proc1Fn)originals[K_PROC1][i])(symbol, pfn, version, flags);             \
-        if (r == 0 && pfn != NULL && *pfn != NULL)                                               \
+#define WRAPPERS(i)                                                                                \
+    static CUresult launch_##i(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,        \
+                               unsigned by, unsigned bz, unsigned shared, void *stream,            \
+                               void **params, void **extra)                                        \
+    {                                                                                              \
+        const nvtxEventAttributes_t *opened = hook_open_range();                                   \
+        CUresult r = ((LaunchFn)originals[K_LAUNCH][i])(f, gx, gy, gz, bx, by, bz, shared,         \
+                                                        stream, params, extra);                    \
+        hook_close_range(opened);                                                                  \
+        return r;                                                                                  \
+    }                                                                                              \
+    static CUresult launch_ex_##i(const void *config, void *f, void **params, void **extra)        \
+    {                                                                                              \
+        const nvtxEventAttributes_t *opened = hook_open_range();                                   \
+        CUresult r = ((LaunchExFn)originals[K_LAUNCH_EX][i])(config, f, params, extra);            \
+        hook_close_range(opened);                                                                  \
+        return r;                                                                                  \
+    }                                                                                              \
+    static CUresult cooperative_##i(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,   \
+                                    unsigned by, unsigned bz, unsigned shared, void *stream,       \
+                                    void **params)                                                 \
+    {                                                                                              \
+        const nvtxEventAttributes_t *opened = hook_open_range();                                   \
+        CUresult r = ((CooperativeFn)originals[K_COOPERATIVE][i])(f, gx, gy, gz, bx, by, bz,       \
+                                                                  shared, stream, params);         \
+        hook_close_range(opened);                                                                  \
+        return r;                                                                                  \
+    }                                                                                              \
+    static CUresult graph_##i(void *exec, void *stream)                                            \
+    {                                                                                              \
+        const nvtxEventAttributes_t *opened = hook_open_range();                                   \
+        CUresult r = ((GraphFn)originals[K_GRAPH][i])(exec, stream);                               \
+        hook_close_range(opened);                                                                  \
+        return r;                                                                                  \
+    }                                                                                              \
+    static CUresult proc1_##i(const char *symbol, void **pfn, int version,                         \
+                              unsigned long long flags)                                            \
+    {                                                                                              \
+        CUresult r = ((Proc1Fn)originals[K_PROC1][i])(symbol, pfn, version, flags);                \
+        if (r == 0 && pfn != NULL && *pfn != NULL)                                                 \
             *pfn = wrap_answer(version >= 12000 && strcmp(symbol, "cuGetProcAddress") == 0      \
-                                   ? "cuGetProcAddress_v2"                                       \
-                                   : symbol,                                                     \
+                                   ? "cuGetProcAddress_v2"                                         \
+                                   : symbol,                                                       \
                                *pfn);                                                            \
-        return r;                                                                                \
-    }                                                                                            \
-    static CUresult proc2_##i(const char *symbol, void **pfn, int version,                       \
-                              unsigned long long flags, void *status)                            \
-    {                                                                                            \
-        CUresult r = ((Proc2Fn)originals[K_PROC2][i])(symbol, pfn, version, flags, status);     \
-        if (r == 0 && pfn != NULL && *pfn != NULL)                                               \
+        return r;                                                                                  \
+    }                                                                                              \
+    static CUresult proc2_##i(const char *symbol, void **pfn, int version,                         \
+                              unsigned long long flags, void *status)                              \
+    {                                                                                              \
+        CUresult r = ((Proc2Fn)originals[K_PROC2][i])(symbol, pfn, version, flags, status);        \
+        if (r == 0 && pfn != NULL && *pfn != NULL)                                                 \
             *pfn = wrap_answer(version >= 12000 && strcmp(symbol, "cuGetProcAddress") == 0      \
-                                   ? "cuGetProcAddress_v2"                                       \
-                                   : symbol,                                                     \
+                                   ? "cuGetProcAddress_v2"                                         \
+                                   : symbol,                                                       \
                                *pfn);                                                            \
-        return r;                                                                                \
+        return r;                                                                                  \
     }
 
 WRAPPERS(0)

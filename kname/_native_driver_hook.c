@@ -12,8 +12,9 @@
  * functions and cuGetProcAddress (to wrapped ones). Objects loaded later are patched at the next
  * dlsym through a patched slot (CPython's of PyInit_* follows each extension's load); dlopen
  * itself is not wrapped: it reads its caller's RUNPATH from its return address. A wrapped launch
- * function opens a range, calls the driver's, and closes it. Uninstalling writes every slot back; pointers already
- * handed out (the runtime keeps them) then pass straight through, after one flag read.
+ * function opens a range, calls the driver's, and closes it. Uninstalling writes every slot
+ * back; pointers already handed out (the runtime keeps them) then pass straight through, after
+ * one flag read.
  *
  * Linux x86-64 and aarch64 (ELF with RELA relocations, glibc's dl_iterate_phdr).
  */

@@ -109,6 +109,7 @@ NATIVE_SOURCES = [
     "kname/_native_c/units.c",
     "kname/_common_c/common.c",
     "kname/_common_c/slots.c",
+    "kname/_native_c/driver_hook.c",
     "kname/targets/cupy/_native_cupy.c",
     "kname/targets/triton/_native_triton.c",
 ]
@@ -118,6 +119,7 @@ NATIVE_HEADERS = [
     "kname/_native_c/launch.h",
     "kname/_native_c/ranges.h",
     "kname/_common_c/profiled.h",
+    "kname/_native_c/driver_hook.h",
 ]
 CUPTI_SOURCES = [
     "kname/profiling/_cupti_c/module.c",

@@ -83,6 +83,7 @@ def main(profile_check: bool = False) -> int:
         *_check_hot_path(config),
         *_check_targets(config),
         *_check_nvtx_tool(config),
+        *_check_driver_hook(config),
         *_check_profiling(config),
         *config_lines,
     ]
@@ -197,6 +198,13 @@ def _check_hot_path(config: Config) -> list[tuple[str, str]]:
             "launch under a profiler",
         ))  # fmt: skip
     return lines
+
+
+def _check_driver_hook(config: Config) -> list[tuple[str, str]]:
+    from kname import driver_hook, hotpath
+
+    ready, line = driver_hook.doctor_line(config.mode, hotpath.choose(config.native))
+    return [(OK if ready else NOTE, line)]
 
 
 def _check_targets(config: Config) -> list[tuple[str, str]]:

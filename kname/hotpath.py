@@ -110,6 +110,8 @@ class HotPath:
     # headers; None: the nvtx package's calls (kname.ranges).
     nvtx_range: NvtxRangeMaker | None
     nvtx_domain: Callable[[str], Any] | None
+    # kname._native where it has the driver hook (kname.driver_hook), else None.
+    driver_hook: ModuleType | None
     # kname profile's CUPTI callback: kname._native_cupti (imported at the first ask), or None
     # and why cupti-python's Python callback is used.
     cupti: Callable[[], Extension]
@@ -186,6 +188,7 @@ def _python_path(why: str, cupti: Callable[[], Extension]) -> HotPath:
         use_direct_call=pyhotpath.use_direct_call,
         nvtx_range=None,
         nvtx_domain=None,
+        driver_hook=None,
         cupti=cupti,
     )
 
@@ -213,6 +216,7 @@ def _native_path(module: ModuleType) -> HotPath:
         use_direct_call=module.use_direct_call,
         nvtx_range=getattr(module, "nvtx_range", None),  # built without NVTX's headers: none
         nvtx_domain=getattr(module, "nvtx_domain", None),
+        driver_hook=module if hasattr(module, "driver_hook_install") else None,
         cupti=_cupti,
     )
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from kname import _sigterm, callsite, hotpath, ranges, ranks
+from kname import _sigterm, callsite, driver_hook, hotpath, ranges, ranks
 from kname._locks import new_lock, reset_in_child
 from kname._warnings import exit_at_once, warn_once
 from kname.census import write_at_exit
@@ -161,6 +161,8 @@ def install(targets: Iterable[str] | str | None = None) -> None:
         else:
             write_at_exit(config.report, strict=config.strict)
     _watch_targets(Switch(_state.enabled))
+    if _state.enabled:
+        driver_hook.install(config.mode)
 
 
 @_one_at_a_time
@@ -169,6 +171,7 @@ def uninstall() -> None:
 
     Launch counts so far are kept (kname.names(), the census).
     """
+    driver_hook.uninstall()
     for change in reversed(_state.changes):
         _restore(change)
     unwatch(_state.watches)
@@ -189,6 +192,8 @@ def enable() -> None:
     _state.enabled = _state.switch.on = True
     for change in _state.changes:
         _apply(change)
+    if _state.config is not None:
+        driver_hook.install(_state.config.mode)
 
 
 @_one_at_a_time
@@ -197,6 +202,7 @@ def disable() -> None:
     reference to a wrapper taken earlier passes straight through after a flag check.
     """
     _state.enabled = _state.switch.on = False
+    driver_hook.uninstall()
     for change in reversed(_state.changes):
         _restore(change)
 

@@ -53,6 +53,11 @@ def configure(domain_name: str | None = None) -> None:
         tool_attached()
 
 
+def domain_name() -> str:
+    """The NVTX domain of kname's ranges (configure())."""
+    return _domain_name
+
+
 def domain() -> Any:
     """The nvtx package's domain (a dummy one when no tool is attached); imports nvtx on first
     use. Only the nvtx package's range calls need it."""

@@ -46,6 +46,7 @@ VARIABLES = (
     "KNAME_NATIVE",
     "KNAME_RANKS",
     "KNAME_SOURCES",
+    "KNAME_DRIVER_HOOK",
 )
 DEFAULTS = Config()
 

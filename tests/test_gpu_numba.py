@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import re
 import subprocess
 import sys
 import sysconfig
@@ -20,7 +19,6 @@ from support import REPO, gpu_missing_reason, line_of
 pytestmark = pytest.mark.gpu
 
 DEMO = REPO / "examples" / "demo.py"
-README = (REPO / "README.md").read_text()
 
 
 def missing_reason() -> str | None:
@@ -68,13 +66,3 @@ def test_ncu_renames_each_kernel_by_its_call_site(ncu_output: str, function, mar
     profiled = [line for line in ncu_output.splitlines() if name in line]
     # The demo's own table prints each name once; ncu's summary must show it as a kernel too.
     assert len(profiled) >= 2, f"{name!r} not in ncu's kernel summary:\n{ncu_output[-3000:]}"
-
-
-def test_ncu_prints_the_lines_the_readme_shows(ncu_output: str) -> None:
-    """Each line of the README's ncu sample, cut where it says `...`, begins a line of ncu's."""
-    shown = re.search(r"<!-- readme-test: ncu-output -->\n```\n(.*?)```", README, re.DOTALL)
-    assert shown, "the README has no ncu sample"
-    printed = [line.strip() for line in ncu_output.splitlines()]
-    for line in shown.group(1).splitlines():
-        start = line.strip().split("...")[0]
-        assert any(p.startswith(start) for p in printed), f"{start!r} not printed by ncu"

@@ -28,7 +28,7 @@ LAYERS = [
     {"kname._startup", "kname._bootstrap"},
     {"kname", "kname.lifecycle", "kname.ipython"},
     {"kname.targets"},  # and every kname.targets.* unit
-    {"kname.profiling"},  # and every kname.profiling.* module
+    {"kname.profiling", "kname.driver_hook"},  # and every kname.profiling.* module
     {
         "kname.importhooks",
         "kname.census",

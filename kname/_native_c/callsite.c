@@ -161,9 +161,11 @@ open_profiled(const void *profiled)
     const KnameProfiled *p = profiled;
     Py_INCREF((PyObject *)((const char *)p - offsetof(KnameProfiledCall, profiled)));
 #ifdef KNAME_NVTX
-    if (p->nvtx_attributes != NULL)
+    if (p->nvtx_attributes != NULL) {
         nvtxDomainRangePushEx((nvtxDomainHandle_t)p->nvtx_domain,
                               (const nvtxEventAttributes_t *)p->nvtx_attributes);
+        kname_ranges_open++; /* the driver hook names no launch inside a kname range */
+    }
 #endif
     p->mark(p);
 }
@@ -175,8 +177,10 @@ close_profiled(const void *profiled)
     const KnameProfiled *p = profiled;
     p->unmark(p);
 #ifdef KNAME_NVTX
-    if (p->nvtx_attributes != NULL)
+    if (p->nvtx_attributes != NULL) {
+        kname_ranges_open--;
         nvtxDomainRangePop((nvtxDomainHandle_t)p->nvtx_domain);
+    }
 #endif
     Py_DECREF((PyObject *)((const char *)p - offsetof(KnameProfiledCall, profiled)));
 }

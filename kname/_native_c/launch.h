@@ -371,9 +371,11 @@ open_cached(const Recent *entry)
         if (range.domain == &profiled_range)
             open_profiled(range.attributes);
 #ifdef KNAME_NVTX
-        else
+        else {
             nvtxDomainRangePushEx((nvtxDomainHandle_t)range.domain,
                                   (const nvtxEventAttributes_t *)range.attributes);
+            kname_ranges_open++;
+        }
 #endif
     }
     return range;
@@ -386,8 +388,10 @@ close_cached(CachedRange range)
         if (range.domain == &profiled_range)
             close_profiled(range.attributes);
 #ifdef KNAME_NVTX
-        else
+        else {
+            kname_ranges_open--;
             nvtxDomainRangePop((nvtxDomainHandle_t)range.domain);
+        }
 #endif
     }
 }

@@ -6,6 +6,7 @@
  * launch.h.
  */
 #include "_native_c/launch.h"
+#include "_native_c/driver_hook.h"
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
@@ -29,7 +30,8 @@ PyInit__native(void)
     if (m == NULL)
         return NULL;
     if (launch_ready(m) < 0 || counters_ready(m) < 0 || sites_ready(m) < 0 || nvtx_ready(m) < 0
-        || units_ready(m) < 0 || PyModule_AddIntConstant(m, "USER", KIND_USER) < 0
+        || units_ready(m) < 0 || driver_hook_ready(m) < 0
+        || PyModule_AddIntConstant(m, "USER", KIND_USER) < 0
         || PyModule_AddIntConstant(m, "LIBRARY", KIND_LIBRARY) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -23,6 +23,7 @@
 #define KNAME_NATIVE_NVTX_H
 
 #include "_common_c/common.h"
+#include "_native_c/driver_hook.h"
 
 #ifdef KNAME_NVTX
 #include <nvtx3/nvToolsExt.h>
@@ -44,10 +45,13 @@ INTERNAL extern PyTypeObject NvtxCallType;
 static inline void
 nvtx_call_now(NvtxCall *call)
 {
-    if (call->pop == NULL)
+    if (call->pop == NULL) {
+        kname_ranges_open--; /* the driver hook names no launch inside a kname range */
         nvtxDomainRangePop(call->domain);
-    else
+    } else {
         nvtxDomainRangePushEx(call->domain, &call->attributes);
+        kname_ranges_open++;
+    }
 }
 
 /* call() for a site's push or pop: the NVTX call itself when it is an NvtxCall. */

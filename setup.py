@@ -110,6 +110,7 @@ NATIVE_SOURCES = [
     "kname/_common_c/common.c",
     "kname/_common_c/slots.c",
     "kname/_native_c/driver_hook.c",
+    "kname/_native_c/got_slots.c",
     "kname/targets/cupy/_native_cupy.c",
     "kname/targets/triton/_native_triton.c",
 ]
@@ -120,6 +121,7 @@ NATIVE_HEADERS = [
     "kname/_native_c/ranges.h",
     "kname/_common_c/profiled.h",
     "kname/_native_c/driver_hook.h",
+    "kname/_native_c/got_slots.h",
 ]
 CUPTI_SOURCES = [
     "kname/profiling/_cupti_c/module.c",

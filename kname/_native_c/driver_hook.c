@@ -23,9 +23,9 @@
 #endif
 #include "_native_c/launch.h"
 #include "_native_c/driver_hook.h"
+#include "_native_c/got_slots.h"
 
-#if defined(KNAME_NVTX) && defined(__linux__) && (defined(__x86_64__) || defined(__aarch64__))
-#define KNAME_DRIVER_HOOK 1
+#ifdef KNAME_DRIVER_HOOK /* got_slots.h: built with the NVTX headers, Linux x86-64 or aarch64 */
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
@@ -36,8 +36,6 @@
 #include <unistd.h>
 #endif
 
-_Thread_local int kname_ranges_open;
-
 #ifdef KNAME_DRIVER_HOOK
 
 typedef int CUresult;
@@ -45,12 +43,10 @@ typedef int CUresult;
 /* ------------------------------------------------------------------ state */
 
 static atomic_int hook_on;   /* wrapped functions open ranges while set */
-static int hook_installed;   /* GOT slots written (under GIL and slots_lock) */
 static PyObject *namer;      /* namer(frame) -> NvtxCall push or None: a new call site's range */
 static _Atomic(const nvtxEventAttributes_t *) frameless; /* a GIL-less launch's range, or NULL */
 static PyObject *kept;       /* every push whose attributes a cache or `frameless` points at */
 static atomic_ullong launches_seen, launches_named;
-static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ------------------------------------------------------------------ the wrapped functions */
 
@@ -502,8 +498,6 @@ wrap_answer(const char *name, void *answer)
 
 /* ------------------------------------------------------------------ dlsym, dlvsym */
 
-static void rescan(void);
-
 /* dlsym as its caller would get it, with the answer wrapped. RTLD_NEXT depends on who asks:
  * that one goes through untouched (a tail call keeps the caller's return address). */
 static void *
@@ -513,7 +507,7 @@ hook_dlsym(void *handle, const char *name)
         return dlsym(handle, name);
     /* A library loaded since the last scan is patched before it looks anything up: CPython
      * looks up PyInit_* right after loading an extension, jaxlib GetPjrtApi after its plugin. */
-    rescan();
+    got_rescan();
     void *answer = dlsym(handle, name);
     int kind = kind_of_name(name);
     if (kind < 0 || answer == NULL)
@@ -527,59 +521,13 @@ hook_dlvsym(void *handle, const char *name, const char *version)
 {
     if (handle == RTLD_NEXT)
         return dlvsym(handle, name, version);
-    rescan();
+    got_rescan();
     void *answer = dlvsym(handle, name, version);
     int kind = kind_of_name(name);
     if (kind < 0 || answer == NULL)
         return answer;
     note_lookup("dlvsym", name, __builtin_return_address(0));
     return wrapped_for(kind, answer);
-}
-
-/* ------------------------------------------------------------------ the GOT slots */
-
-typedef struct {
-    void **slot;
-    void *before;
-    int relro; /* read-only after relocation: made writable for each write */
-} Written;
-
-static Written *written;
-static size_t written_count, written_capacity;
-static unsigned long long objects_seen; /* dl_iterate_phdr's adds when last scanned */
-static ElfW(Addr) own_base;
-static int scan_failed;
-
-static int
-write_slot(void **slot, void *value, int relro)
-{
-    long page = sysconf(_SC_PAGESIZE);
-    uintptr_t start = (uintptr_t)slot & ~(uintptr_t)(page - 1);
-    size_t length = ((uintptr_t)(slot + 1) - start + (size_t)page - 1) & ~(size_t)(page - 1);
-    if (relro && mprotect((void *)start, length, PROT_READ | PROT_WRITE) != 0)
-        return 0;
-    __atomic_store_n(slot, value, __ATOMIC_RELEASE);
-    if (relro)
-        mprotect((void *)start, length, PROT_READ);
-    return 1;
-}
-
-static int
-remember_written(void **slot, void *before, int relro)
-{
-    for (size_t i = 0; i < written_count; i++)
-        if (written[i].slot == slot)
-            return 1; /* written before: its `before` stays the first one */
-    if (written_count == written_capacity) {
-        size_t capacity = written_capacity ? 2 * written_capacity : 64;
-        Written *grown = realloc(written, capacity * sizeof *grown);
-        if (grown == NULL)
-            return 0;
-        written = grown;
-        written_capacity = capacity;
-    }
-    written[written_count++] = (Written){slot, before, relro};
-    return 1;
 }
 
 /* A function the hook takes, found where a GOT slot of an object names it. */
@@ -610,143 +558,6 @@ replacement_for(const char *name, void *current, void *object_low, void *object_
     return wrapped_for(kind, target);
 }
 
-static ElfW(Addr)
-dynamic_address(ElfW(Addr) base, ElfW(Addr) value)
-{
-    return value < base ? base + value : value; /* glibc relocates most of them in place */
-}
-
-static void
-patch_relocations(const ElfW(Rela) * rela, size_t size, const ElfW(Sym) * symtab,
-                  const char *strtab, ElfW(Addr) base, void *low, void *high, ElfW(Addr) relro_lo,
-                  ElfW(Addr) relro_hi)
-{
-    for (size_t i = 0; i < size / sizeof *rela; i++) {
-        unsigned long type = ELF64_R_TYPE(rela[i].r_info);
-#if defined(__x86_64__)
-        if (type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT)
-            continue;
-#else
-        if (type != R_AARCH64_JUMP_SLOT && type != R_AARCH64_GLOB_DAT)
-            continue;
-#endif
-        unsigned long index = ELF64_R_SYM(rela[i].r_info);
-        if (index == 0)
-            continue;
-        const char *name = strtab + symtab[index].st_name;
-        if (name[0] != 'd' && !(name[0] == 'c' && name[1] == 'u'))
-            continue;
-        void **slot = (void **)(base + rela[i].r_offset);
-        void *current = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
-        void *replacement = replacement_for(name, current, low, high);
-        if (replacement == NULL || replacement == current)
-            continue;
-        int relro = (ElfW(Addr))slot >= relro_lo && (ElfW(Addr))slot < relro_hi;
-        if (!remember_written(slot, current, relro) || !write_slot(slot, replacement, relro))
-            scan_failed = 1;
-    }
-}
-
-/* Objects whose slots stay: the driver's own, and a profiler's (CUPTI, Nsight's injections),
- * which must see the driver as it is. */
-static int
-is_left_alone(const char *name)
-{
-    static const char *const alone[] = {"linux-vdso", "libcuda.so", "cupti", "nvperf", "njection",
-                                        "Nsight", "nsight", "TreeLauncher", "libnvtx"};
-    for (size_t i = 0; i < sizeof alone / sizeof alone[0]; i++)
-        if (strstr(name, alone[i]) != NULL)
-            return 1;
-    return 0;
-}
-
-static int
-patch_object(struct dl_phdr_info *info, size_t size, void *data)
-{
-    (void)size;
-    (void)data;
-    ElfW(Addr) base = info->dlpi_addr;
-    /* Not kname's own slots (its calls are the originals), nor the driver's own. */
-    const char *name = info->dlpi_name ? info->dlpi_name : "";
-    if (base == own_base || is_left_alone(name))
-        return 0;
-    const ElfW(Dyn) *dyn = NULL;
-    ElfW(Addr) low = UINTPTR_MAX, high = 0, relro_lo = 0, relro_hi = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type == PT_DYNAMIC)
-            dyn = (const ElfW(Dyn) *)(base + ph->p_vaddr);
-        else if (ph->p_type == PT_LOAD) {
-            if (base + ph->p_vaddr < low)
-                low = base + ph->p_vaddr;
-            if (base + ph->p_vaddr + ph->p_memsz > high)
-                high = base + ph->p_vaddr + ph->p_memsz;
-        } else if (ph->p_type == PT_GNU_RELRO) {
-            relro_lo = base + ph->p_vaddr;
-            relro_hi = relro_lo + ph->p_memsz;
-        }
-    }
-    if (dyn == NULL)
-        return 0;
-    const ElfW(Sym) *symtab = NULL;
-    const char *strtab = NULL;
-    const ElfW(Rela) *jmprel = NULL, *rela = NULL;
-    size_t jmprel_size = 0, rela_size = 0;
-    for (; dyn->d_tag != DT_NULL; dyn++) {
-        switch (dyn->d_tag) {
-        case DT_SYMTAB:
-            symtab = (const ElfW(Sym) *)dynamic_address(base, dyn->d_un.d_ptr);
-            break;
-        case DT_STRTAB:
-            strtab = (const char *)dynamic_address(base, dyn->d_un.d_ptr);
-            break;
-        case DT_JMPREL:
-            jmprel = (const ElfW(Rela) *)dynamic_address(base, dyn->d_un.d_ptr);
-            break;
-        case DT_PLTRELSZ:
-            jmprel_size = dyn->d_un.d_val;
-            break;
-        case DT_RELA:
-            rela = (const ElfW(Rela) *)dynamic_address(base, dyn->d_un.d_ptr);
-            break;
-        case DT_RELASZ:
-            rela_size = dyn->d_un.d_val;
-            break;
-        }
-    }
-    if (symtab == NULL || strtab == NULL)
-        return 0;
-    if (jmprel != NULL)
-        patch_relocations(jmprel, jmprel_size, symtab, strtab, base, (void *)low, (void *)high,
-                          relro_lo, relro_hi);
-    if (rela != NULL)
-        patch_relocations(rela, rela_size, symtab, strtab, base, (void *)low, (void *)high,
-                          relro_lo, relro_hi);
-    return 0;
-}
-
-static int
-count_objects(struct dl_phdr_info *info, size_t size, void *data)
-{
-    (void)size;
-    *(unsigned long long *)data = info->dlpi_adds;
-    return 1;
-}
-
-/* Every object loaded since the last scan patched (all of them: a scan is cheap next to a load). */
-static void
-rescan(void)
-{
-    unsigned long long adds = 0;
-    dl_iterate_phdr(count_objects, &adds);
-    pthread_mutex_lock(&slots_lock);
-    if (hook_installed && adds != objects_seen) {
-        objects_seen = adds;
-        dl_iterate_phdr(patch_object, NULL);
-    }
-    pthread_mutex_unlock(&slots_lock);
-}
-
 /* ------------------------------------------------------------------ the module's functions */
 
 static PyObject *
@@ -764,15 +575,9 @@ driver_hook_install(PyObject *module, PyObject *args)
     Py_XSETREF(namer, Py_NewRef(new_namer));
     forget_sites(); /* this install's rules may name and skip otherwise */
     Py_XSETREF(kinds, Py_NewRef(new_kinds));
-    pthread_mutex_lock(&slots_lock);
-    own_base = (ElfW(Addr))own.dli_fbase;
-    hook_installed = 1;
-    scan_failed = 0;
-    objects_seen = 0;
-    pthread_mutex_unlock(&slots_lock);
+    got_begin(own.dli_fbase, replacement_for);
     atomic_store(&hook_on, 1);
-    rescan();
-    if (scan_failed)
+    if (!got_rescan())
         return PyUnicode_FromString("a GOT slot could not be written (mprotect refused)");
     return PyUnicode_FromString("");
 }
@@ -784,12 +589,7 @@ driver_hook_uninstall(PyObject *module, PyObject *unused)
     (void)unused;
     atomic_store(&hook_on, 0);
     atomic_store(&frameless, NULL);
-    pthread_mutex_lock(&slots_lock);
-    for (size_t i = written_count; i-- > 0;)
-        write_slot(written[i].slot, written[i].before, written[i].relro);
-    written_count = 0;
-    hook_installed = 0;
-    pthread_mutex_unlock(&slots_lock);
+    got_restore();
     forget_sites();
     Py_CLEAR(namer);
     Py_RETURN_NONE;
@@ -835,10 +635,8 @@ driver_hook_state(PyObject *module, PyObject *unused)
     pthread_mutex_unlock(&log_lock);
     if (lookups == NULL)
         return NULL;
-    pthread_mutex_lock(&slots_lock);
-    size_t slots = written_count;
-    int installed = hook_installed;
-    pthread_mutex_unlock(&slots_lock);
+    int installed;
+    size_t slots = got_slots_written(&installed);
     return Py_BuildValue("{s:O,s:n,s:K,s:K,s:N,s:i}", "installed", installed ? Py_True : Py_False,
                          "slots", (Py_ssize_t)slots, "launches", atomic_load(&launches_seen),
                          "named", atomic_load(&launches_named), "lookups", lookups,

@@ -5,6 +5,8 @@
  */
 #include "_native_c/ranges.h"
 
+_Thread_local int kname_ranges_open;
+
 #ifdef KNAME_NVTX
 /* Domain name -> its handle (as an int); domain name -> {category: id}. Under the GIL. */
 static PyObject *nvtx_domains, *nvtx_categories;

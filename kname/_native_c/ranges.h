@@ -23,7 +23,10 @@
 #define KNAME_NATIVE_NVTX_H
 
 #include "_common_c/common.h"
-#include "_native_c/driver_hook.h"
+
+/* The kname ranges open on this thread now (every push of kname's adds one, its pop takes it
+ * away): the driver hook (driver_hook.h) wraps no launch while it is above 0. */
+INTERNAL extern _Thread_local int kname_ranges_open;
 
 #ifdef KNAME_NVTX
 #include <nvtx3/nvToolsExt.h>

@@ -90,10 +90,6 @@ def test_cupys_ufuncs_and_reduction_are_named_after_their_lines() -> None:
     assert share_named_after(names, "hook_cupy.py") >= 0.95, names
 
 
-@pytest.mark.xfail(
-    reason="XLA launches on its own threads (no Python frame, no scope yet): issue 38, left open",
-    strict=False,
-)
 def test_a_jitted_jax_functions_kernels_are_named_after_its_line() -> None:
     names = run_under_ncu("jax")
     assert share_named_after(names, "hook_jax.py") >= 0.95, names

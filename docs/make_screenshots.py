@@ -2,7 +2,8 @@
 
     python docs/make_screenshots.py [FOLDER]      (default: docs/; needs Chromium)
 
-Each page is made from the profile recorded on the H200 (tests/recorded_pages.py: the ranking
+Each page is made from the profile recorded on the H200 (tests/support/recorded_pages.py: the
+ranking
 and the source view as recorded, the tree with the sites named as KNAME_DEPTH=3 names them, the
 diff of the recording's first ten iterations against its last ten), written to a temporary
 folder and laid out by headless Chromium in a window of a fixed size. Headless Chromium's
@@ -22,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from recorded_pages import h200_document, h200_halves  # noqa: E402
+from support.recorded_pages import h200_document, h200_halves  # noqa: E402
 
 from kname.documents.pages.diff import render_diff_page  # noqa: E402
 from kname.documents.pages.profile import render_profile_page  # noqa: E402

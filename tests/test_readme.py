@@ -162,8 +162,9 @@ def test_a_frameworks_table_is_kname_report_of_the_profile_written_on_the_gpu(
     kname_venv: Venv, tmp_path: Path, recorded: str, title: str, command: str, marker: str
 ) -> None:
     """The table shown is `kname report` of what `kname profile --json` wrote for
-    tests/gpu/torch_demo.py on the H200, tests/gpu/jax_demo.py on the H100 (tests/test_gpu_torch.py
-    and tests/test_gpu_jax.py run them there)."""
+    tests/gpu/torch_demo.py on the H200, tests/gpu/jax_demo.py on the H100
+    (tests/gpu/test_gpu_torch.py
+    and tests/gpu/test_gpu_jax.py run them there)."""
     shutil.copy(REPO / "tests/data" / recorded, tmp_path / command.split()[2])
     assert command in section(title)
     shown = run_shell(command, kname_venv, tmp_path)
@@ -195,7 +196,7 @@ def test_every_sample_output_in_the_readme_is_checked_by_a_test() -> None:
     opening = [match for n, match in enumerate(blocks) if n % 2 == 0]  # every other fence opens
     unmarked = [m.group(0) for m in opening if m.group(2) != "shell" and not m.group(1)]
     assert unmarked == []
-    tests = "".join(p.read_text() for p in (REPO / "tests").glob("test_*.py"))
+    tests = "".join(p.read_text() for p in (REPO / "tests").rglob("test_*.py"))
     for match in opening:
         if match.group(1):
             assert match.group(1) in tests, f"no test reads the block {match.group(1)!r}"

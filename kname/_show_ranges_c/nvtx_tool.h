@@ -3,7 +3,7 @@
  * NVTX header is needed to build them: show_ranges.c beside it (`kname run --show-ranges`, compiled
  * from the installed package on first use: this header is installed beside it) and
  * tests/support/nvtx_inject.c (the tests' capture, the benchmarks' null tool). The values and
- * layouts are NVTX's own (nvToolsExt.h, nvtxDetail/nvtxTypes.h); tests/test_nvtx_tool.py checks
+ * layouts are NVTX's own (nvToolsExt.h, nvtxDetail/nvtxTypes.h); tests/native/test_nvtx_tool.py checks
  * them against NVTX's headers. Also what both tools do alike: the global domain's name, and a
  * wide string's text as UTF-8.
  *

@@ -37,7 +37,8 @@ the records are joined in C: JOIN c), and prints CHECK lines, COLLECTOR and JOIN
 table, and GRAPHS DEMO PASSED | GRAPHS DEMO FAILED (n), with the exit status 0 | 1.
 
 Into OUT_DIR it writes graphs_h200.json (the recorded streams, for tests/data/:
-tests/test_profiling_records.py replays them without a GPU), graphs.json (schema 2), trace.json
+tests/profiling/test_profiling_records.py replays them without a GPU), graphs.json (schema 2),
+trace.json
 and graphs.html.
 """
 

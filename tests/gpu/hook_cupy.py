@@ -1,4 +1,5 @@
-"""CuPy ufuncs and a reduction, for the driver hook's GPU test (tests/test_gpu_driver_hook.py)."""
+"""CuPy ufuncs and a reduction, for the driver hook's GPU test
+(tests/gpu/test_gpu_driver_hook.py)."""
 
 import cupy as cp
 

@@ -1,4 +1,4 @@
-"""A jitted JAX function, for the driver hook's GPU test (tests/test_gpu_driver_hook.py)."""
+"""A jitted JAX function, for the driver hook's GPU test (tests/gpu/test_gpu_driver_hook.py)."""
 
 import jax
 import jax.numpy as jnp

@@ -1,6 +1,6 @@
 """A JAX training program, as a new user writes one, for `kname profile` with no settings.
 
-tests/test_gpu_jax.py runs it as `kname profile --json profile.json -- python jax_demo.py` on a
+tests/gpu/test_gpu_jax.py runs it as `kname profile --json profile.json -- python jax_demo.py` on a
 GPU and checks that every call site in the profile is one of the lines below marked
 `# site: MARKER` (each launches GPU work, or may), or that line marked ` (compile)`:
 

@@ -37,7 +37,8 @@ profiling (the baseline), then profiled by kname's CUPTI collector, and prints:
     PROFILE DEMO PASSED | PROFILE DEMO FAILED (n)   and the exit status 0 | 1.
 
 Into OUT_DIR it writes profile_h200.json (the recorded launch and activity streams, for
-tests/data/: tests/test_profiling_records.py replays them without a GPU), profile.json (schema 2),
+tests/data/: tests/profiling/test_profiling_records.py replays them without a GPU), profile.json
+(schema 2),
 trace.json (open in Perfetto), profile.html, proton.hatchet and cli/ (the command's files). A
 library that is not installed is skipped (`SKIP <lib>: <reason>`) and its lines are not expected.
 """

@@ -1,4 +1,5 @@
-"""A data-parallel step under torchrun, for kname profile across ranks (tests/test_gpu_ranks.py).
+"""A data-parallel step under torchrun, for kname profile across ranks
+(tests/gpu/test_gpu_ranks.py).
 
     torchrun --standalone --nproc-per-node 2 ranks_demo.py --backend nccl [--slow-rank 1]
 

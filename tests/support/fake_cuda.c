@@ -1,5 +1,5 @@
 /*
- * A stand-in libcuda.so.1 for kname's driver hook where no GPU is (tests/test_driver_hook.py):
+ * A stand-in libcuda.so.1 for kname's driver hook where no GPU is (tests/native/test_driver_hook.py):
  * the launch entry points the hook takes, each marking its call with an NVTX mark ("launch
  * <entry>", through its own NVTX table, as any library's), so that a capture shows whether the
  * launch ran inside a range; and cuGetProcAddress (v1 and v2), as the CUDA runtime asks it, with

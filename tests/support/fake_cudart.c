@@ -1,5 +1,5 @@
 /*
- * A stand-in CUDA runtime for kname's driver hook (tests/test_driver_hook.py): it reaches the
+ * A stand-in CUDA runtime for kname's driver hook (tests/native/test_driver_hook.py): it reaches the
  * stand-in driver (fake_cuda.c) each way a real library does. runtime_launch, as libcudart and
  * the runtimes linked into cuBLAS or XLA do: dlopen("libcuda.so.1"), dlsym cuGetProcAddress_v2
  * on that handle, then cuLaunchKernel through it (once; the pointer kept, as the runtime keeps

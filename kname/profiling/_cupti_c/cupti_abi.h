@@ -6,7 +6,7 @@
  * cupti_activity.h of CUPTI 13): fields in order, enum values, function types; an activity
  * record only as far as the fields kname reads. CUPTI's enums are 32-bit (each has a FORCE_INT
  * member of 0x7fffffff and no negative member), so they are passed and stored as uint32_t here. CUPTIAPI is the plain C calling convention on Linux.
- * tests/test_cupti_abi.py compiles these beside the real headers, where both are
+ * tests/native/test_cupti_abi.py compiles these beside the real headers, where both are
  * installed, and checks sizes, offsets, values and function types against them.
  */
 #ifndef KNAME_CUPTI_ABI_H

@@ -4,7 +4,7 @@
  * the same events, the same rules (a clone's site wins over the copy instantiation reports as
  * made; an update names the replays launched after it; destroyed nodes are kept in a window of
  * the last `recent_nodes`; past `max_nodes` live nodes, new ones are not kept), and
- * tests/test_native_cupti_join.py checks that both give the same Profile. A site is a name the
+ * tests/profiling/test_native_cupti_join.py checks that both give the same Profile. A site is a name the
  * recorder keeps (a pointer is a name). Everything here runs under the recorder's activity_lock.
  */
 #ifndef KNAME_NATIVE_CUPTI_GRAPHS_H

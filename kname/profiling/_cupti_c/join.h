@@ -3,7 +3,7 @@
  * path where no stream log is kept. Launch records (moved from the recorder's buffer) and GPU
  * records (from CUPTI's buffers) meet here, in CUPTI's thread, without the GIL and without a
  * Python object per record. join.py is the specification: every table and every step in
- * join.c is one of its, in the same order, and tests/test_native_cupti_join.py
+ * join.c is one of its, in the same order, and tests/profiling/test_native_cupti_join.py
  * checks that both give the same Profile for the same streams. Sites are the recorder's kept
  * names (one object per name: a pointer is a name); <unattributed> is the kept name given for it.
  * The work of a CUDA graph replay goes to the line that made its node (the node table of

@@ -5,7 +5,7 @@
  * recorder's activity_lock), bounded by one cap on them all, as StreamLog is; and the Chrome
  * trace-event JSON written from them in one pass, with a Python call per distinct name only (its
  * JSON form, a kernel's display name), never per record. trace.py is the specification: the
- * same events, in the same order, with the same numbers (tests/test_native_cupti_trace.py checks
+ * same events, in the same order, with the same numbers (tests/profiling/test_native_cupti_trace.py checks
  * that the texts are equal for the same streams).
  */
 #ifndef KNAME_NATIVE_CUPTI_TRACE_H

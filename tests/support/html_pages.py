@@ -12,13 +12,13 @@ from html import unescape
 from html.parser import HTMLParser
 
 from hypothesis import strategies as st
-from profile_streams import TERMINAL_HOSTILE
 
 from kname.documents.build import census_document, profile_document
 from kname.documents.sources import SOURCES
 from kname.documents.text import printable
 from kname.naming import CALLER_SEPARATOR
 from kname.profiling.join import KernelTotals, Profile, SiteTotals
+from support.profile_streams import TERMINAL_HOSTILE
 
 # Every tag and attribute a page writes: data that got out of its escaping makes others.
 TAGS = {

@@ -12,7 +12,7 @@ import copy
 
 from hypothesis import given
 from hypothesis import strategies as st
-from profile_streams import (
+from support.profile_streams import (
     census_of,
     documents,
     hostile_documents,

@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
-from profile_streams import census_of, profile_of
 from support import REPO
+from support.profile_streams import census_of, profile_of
 
 from kname.documents.build import profile_document
 from kname.documents.files import identity, load, write_atomically, written_here

@@ -19,7 +19,6 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from profile_streams import streams
 from support.cupti_stand_in import (
     CONCURRENT_KERNEL,
     CUDA_LAUNCH_KERNEL,
@@ -30,6 +29,7 @@ from support.cupti_stand_in import (
     memcpy_name,
     queue_record,
 )
+from support.profile_streams import streams
 
 from kname import hotpath
 from kname.profiling import native_callback

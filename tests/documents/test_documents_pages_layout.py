@@ -6,11 +6,11 @@ from __future__ import annotations
 import ast
 from html import unescape
 
-from html_pages import ParsedPage
 from hypothesis import given
 from hypothesis import strategies as st
-from profile_streams import TERMINAL_HOSTILE
 from support import REPO
+from support.html_pages import ParsedPage
+from support.profile_streams import TERMINAL_HOSTILE
 
 from kname.documents.pages.layout import HEAT_FROM, Html, code, heat, html, joined, site_name, text
 from kname.documents.text import printable

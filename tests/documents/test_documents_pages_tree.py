@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from html_pages import ParsedPage, sourced_profiles
 from hypothesis import given, settings
+from support.html_pages import ParsedPage, sourced_profiles
 
 from kname.documents.build import profile_document
 from kname.documents.pages import tree

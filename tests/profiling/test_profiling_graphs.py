@@ -2,7 +2,8 @@
 
 The join's node table (kname/profiling/graphs.py) is fed what CUPTI's graph resource callbacks
 report, and the GPU records of replays come later, in buffers. Programs are built by hypothesis
-(tests/profile_streams.py, graph_programs): synthetic streams, shaped from CUPTI's headers and
+(tests/support/profile_streams.py, graph_programs): synthetic streams, shaped from CUPTI's headers
+and
 documentation (cupti_callbacks.h: GRAPHNODE_CREATED inside the launch call captured, CLONED at
 instantiation, GRAPH_NODE_UPDATED at cudaGraphExecUpdate, *_DESTROY_STARTING; cupti_activity.h:
 graphNodeId and graphId on kernel, memcpy and memset records) and from NVIDIA's
@@ -15,7 +16,7 @@ from __future__ import annotations
 import threading
 
 from hypothesis import given, settings
-from profile_streams import graph_programs
+from support.profile_streams import graph_programs
 
 from kname import _warnings
 from kname.profiling.capture import GraphIds, LaunchCapture

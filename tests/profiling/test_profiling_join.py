@@ -1,6 +1,7 @@
 """The join: GPU records to the call site of their launch, summed per site and per kernel.
 
-Streams are built by hypothesis the way CUPTI produces them (tests/profile_streams.py) and the
+Streams are built by hypothesis the way CUPTI produces them (tests/support/profile_streams.py) and
+the
 join's totals are checked against a brute-force attribution; the cases CUPTI's documentation
 describes (graph kernels carry the graph launch's correlation id, untimed records) and the
 bounds on memory have their own tests.
@@ -12,7 +13,7 @@ import threading
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from profile_streams import counted, expected_totals, streams
+from support.profile_streams import counted, expected_totals, streams
 
 from kname.profiling.join import UNATTRIBUTED, Join
 from kname.profiling.records import ActivityRecord, ExternalCorrelation, LaunchRecord

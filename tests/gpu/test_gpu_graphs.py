@@ -7,7 +7,7 @@ node by node, updated) and torch.compile(mode="reduce-overhead") while kname pro
 them, and checks every captured line itself (CHECK lines): its replayed launches (one per replay
 per kernel) and GPU time, the replay lines as its parents, nothing unattributed, in every output.
 Its recorded streams, written here, are what tests/data/graphs_h200.json is (replayed without a
-GPU by tests/test_profiling_records.py).
+GPU by tests/profiling/test_profiling_records.py).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from profile_streams import census_of, documents, profile_of, site_counts
+from support.profile_streams import census_of, documents, profile_of, site_counts
 
 from kname.documents.build import profile_document
 from kname.documents.files import load

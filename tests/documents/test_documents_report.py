@@ -15,11 +15,11 @@ import subprocess
 import sys
 
 import pytest
-from html_pages import ParsedPage, assert_no_injected_markup
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from profile_streams import census_of
 from support import REPO
+from support.html_pages import ParsedPage, assert_no_injected_markup
+from support.profile_streams import census_of
 
 from kname.cli import main
 from kname.documents.build import profile_document

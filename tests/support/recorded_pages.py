@@ -24,7 +24,7 @@ from kname.documents.sources import SOURCES
 from kname.profiling.join import replay
 from kname.profiling.records import Streams, load_streams
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parent.parent / "data"
 FIXTURE = DATA / "profile_h200.json"
 SOURCE = DATA / "source_of_profile_h200.json"
 CALLERS = " < Workload.run profile_demo.py:208 < timed profile_demo.py:498"

@@ -12,7 +12,7 @@ import os
 
 import pytest
 from hypothesis import given
-from profile_streams import streams
+from support.profile_streams import streams
 
 from kname.profiling.join import UNATTRIBUTED
 from kname.profiling.records import (

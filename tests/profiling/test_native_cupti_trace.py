@@ -1,7 +1,8 @@
 """The trace kname._native_cupti keeps in C (native_trace.py), against trace.py's, without a GPU.
 
 trace.py is the specification. Streams are built by hypothesis as CUPTI produces them
-(tests/profile_streams.py: nested runtime and driver calls on several threads, graphs captured,
+(tests/support/profile_streams.py: nested runtime and driver calls on several threads, graphs
+captured,
 cloned, updated, replayed and freed, copies and sets, untimed records, records with no launch).
 They go through the real native path: launch calls through the recorder, each on a thread of its
 own as the stream says (a thread's launches on one real thread), graph node events made by the
@@ -24,7 +25,6 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from profile_streams import SITE_NAMES, graph_programs, hostile_names, streams
 from support.cupti_stand_in import (
     CONCURRENT_KERNEL,
     CUDA_LAUNCH_KERNEL,
@@ -35,6 +35,7 @@ from support.cupti_stand_in import (
     memcpy_name,
     queue_record,
 )
+from support.profile_streams import SITE_NAMES, graph_programs, hostile_names, streams
 
 import kname
 from kname import hotpath

@@ -10,11 +10,19 @@ from __future__ import annotations
 import re
 
 import pytest
-from html_pages import ATTRIBUTES, PATHS, TAGS, ParsedPage, per_line, shown_code, sourced_profiles
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from profile_streams import documents, hostile_documents, hostile_names
-from recorded_pages import h200_document
+from support.html_pages import (
+    ATTRIBUTES,
+    PATHS,
+    TAGS,
+    ParsedPage,
+    per_line,
+    shown_code,
+    sourced_profiles,
+)
+from support.profile_streams import documents, hostile_documents, hostile_names
+from support.recorded_pages import h200_document
 
 from kname.documents.build import profile_document
 from kname.documents.merge import merge_documents

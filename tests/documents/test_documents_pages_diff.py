@@ -3,10 +3,10 @@ text diff (`kname report --diff`), shown before and after, linked to its line.""
 
 from __future__ import annotations
 
-from html_pages import ATTRIBUTES, TAGS, ParsedPage, chains, name_of, per_line, sourced
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from recorded_pages import h200_halves
+from support.html_pages import ATTRIBUTES, TAGS, ParsedPage, chains, name_of, per_line, sourced
+from support.recorded_pages import h200_halves
 
 from kname.documents.build import census_document, profile_document
 from kname.documents.diff import compare_gpu, is_slower

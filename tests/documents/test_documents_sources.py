@@ -10,10 +10,10 @@ import subprocess
 import sys
 
 import pytest
-from html_pages import PATHS, chains, name_of, sourced_profiles
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import REPO
+from support.html_pages import PATHS, chains, name_of, sourced_profiles
 
 from kname import _warnings, naming
 from kname.documents import sources

@@ -8,7 +8,7 @@ import os
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
-from profile_streams import hostile_names
+from support.profile_streams import hostile_names
 
 from kname.documents.text import count_of, format_duration, os_text, printable
 

@@ -9,7 +9,7 @@ import threading
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from profile_streams import BACKWARD_LINES, frameless_site
+from support.profile_streams import BACKWARD_LINES, frameless_site
 
 from kname import _warnings
 from kname.callsite import COMPILE_MARK

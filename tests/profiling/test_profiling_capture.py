@@ -24,8 +24,8 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from profile_streams import backward_runs, expected_totals, frameless_site
 from support import line_of
+from support.profile_streams import backward_runs, expected_totals, frameless_site
 
 from kname import _warnings, callsite, hotpath, launch, naming
 from kname.census import names

@@ -11,14 +11,14 @@ import sys
 
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from profile_streams import (
+from support import REPO
+from support.profile_streams import (
     census_of,
     documents,
     hostile_documents,
     hostile_names,
     terminal_safe,
 )
-from support import REPO
 
 from kname.documents.build import profile_document
 from kname.documents.diff import render_count_changes, render_diff, render_gpu_diff

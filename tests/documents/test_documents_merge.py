@@ -15,11 +15,11 @@ import os
 import sys
 
 import pytest
-from html_pages import sourced_profiles
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from profile_streams import census_of, documents, profile_of, site_counts
 from support import REPO, run
+from support.html_pages import sourced_profiles
+from support.profile_streams import census_of, documents, profile_of, site_counts
 
 from kname.documents.build import profile_document
 from kname.documents.files import load

@@ -24,10 +24,10 @@ from kname.profiling.capture import NO_PYTHON_FRAME
 from kname.profiling.join import replay
 from kname.profiling.records import load_streams
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parent.parent / "data"
 STREAMS = DATA / "jax_h100.json"
 LIVE = DATA / "jax_h100_profile.json"
-DEMO = (Path(__file__).parent / "gpu" / "jax_demo.py").read_text().splitlines()
+DEMO = (Path(__file__).parent.parent / "gpu" / "jax_demo.py").read_text().splitlines()
 LINE = {
     match[1]: number
     for number, text in enumerate(DEMO, 1)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import given
-from profile_streams import streams
+from support.profile_streams import streams
 
 from kname.documents.build import profile_document
 from kname.documents.pages.profile import render_profile_page as render_page
@@ -27,8 +27,8 @@ from kname.profiling.join import replay
 from kname.profiling.records import StreamsError, load_streams, streams_from_json, streams_to_json
 from kname.profiling.trace import trace_json
 
-FIXTURES = sorted((Path(__file__).parent / "data").glob("profile_*.json"))
-GRAPH_FIXTURES = sorted((Path(__file__).parent / "data").glob("graphs_*.json"))
+FIXTURES = sorted((Path(__file__).parent.parent / "data").glob("profile_*.json"))
+GRAPH_FIXTURES = sorted((Path(__file__).parent.parent / "data").glob("graphs_*.json"))
 
 
 @given(streams())

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from profile_streams import profile_of
+from support.profile_streams import profile_of
 
 from kname.documents.build import profile_document
 from kname.documents.merge import merge_documents
@@ -93,7 +93,7 @@ def test_a_merged_profiles_spreads_and_stragglers_are_those_of_its_sites() -> No
 # --- the recorded H200 profile as each rank's -------------------------------------------------
 
 RECORDED = profile_document(
-    replay(load_streams(str(Path(__file__).parent / "data" / "profile_h200.json")))
+    replay(load_streams(str(Path(__file__).parent.parent / "data" / "profile_h200.json")))
 )
 # How many times each rank of a job ran the recorded program (each run a file of its own).
 runs_per_rank = st.lists(st.integers(1, 4), min_size=2, max_size=8)

@@ -4,10 +4,10 @@ launches and kernels beside its source, and the tree, parsed back with html.pars
 from __future__ import annotations
 
 import pytest
-from html_pages import ATTRIBUTES, TAGS, ParsedPage, per_line, shown_code, sourced_censuses
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from profile_streams import census_of, hostile_names
+from support.html_pages import ATTRIBUTES, TAGS, ParsedPage, per_line, shown_code, sourced_censuses
+from support.profile_streams import census_of, hostile_names
 
 from kname.documents.pages import render_page
 from kname.documents.pages.census import render_census_page

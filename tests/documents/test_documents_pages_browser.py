@@ -1,6 +1,7 @@
 """The pages laid out by a real browser: headless Chromium, where one is installed.
 
-Each page is made from the profile recorded on the H200 (tests/recorded_pages.py). A copy of it
+Each page is made from the profile recorded on the H200 (tests/support/recorded_pages.py). A copy
+of it
 gets a script (the page itself has none) that reports, once the page has loaded, what the
 browser shows: which views are displayed, where the linked line is, how wide the page is, which
 links find no element. The screenshots for the README (docs/make_screenshots.py) are made too.
@@ -16,8 +17,8 @@ import subprocess
 import sys
 
 import pytest
-from recorded_pages import h200_census, h200_document, h200_halves
 from support import REPO
+from support.recorded_pages import h200_census, h200_document, h200_halves
 
 from kname.documents.merge import merge_documents
 from kname.documents.pages import render_page

@@ -10,7 +10,7 @@ import os
 
 import pytest
 from hypothesis import given
-from profile_streams import census_of, profile_of, site_counts, streams
+from support.profile_streams import census_of, profile_of, site_counts, streams
 
 from kname.documents.build import census_document, profile_document
 from kname.documents.schema import RANKS, render_json, validate

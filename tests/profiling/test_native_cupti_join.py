@@ -1,7 +1,7 @@
 """The join kname._native_cupti keeps in C (native_join.py), against join.py's, without a GPU.
 
 join.py is the specification. Streams are built by hypothesis as CUPTI produces them
-(tests/profile_streams.py: nesting parents, graphs, copies and sets, records with no launch,
+(tests/support/profile_streams.py: nesting parents, graphs, copies and sets, records with no launch,
 work from before collection), then interleaved (records handed over before their launch call
 ends), repeated (the same launch or record twice), tagged (external correlations) and bounded
 (small pending and recent tables). They go through the real native path: launch calls through
@@ -22,7 +22,6 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from profile_streams import graph_programs, profiles, streams
 from support.cupti_stand_in import (
     CONCURRENT_KERNEL,
     CUDA_GRAPH_LAUNCH,
@@ -35,6 +34,7 @@ from support.cupti_stand_in import (
     memcpy_name,
     queue_record,
 )
+from support.profile_streams import graph_programs, profiles, streams
 
 from kname import hotpath
 from kname.profiling import native_callback
@@ -265,7 +265,8 @@ def test_a_site_named_unattributed_is_the_unattributed_site(cupti):
     max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None
 )
 def test_the_c_join_attributes_graph_replays_as_join_py_does(cupti, program, small):
-    """Synthetic graph programs (tests/profile_streams.py), their callbacks made by the stand-in
+    """Synthetic graph programs (tests/support/profile_streams.py), their callbacks made by the
+    stand-in
     libcupti as CUPTI makes them: the same Profile, replays and unseen work included, with
     bounds small enough for the cap on live nodes and the window of destroyed ones."""
     max_nodes, recent_nodes = (3, 2) if small else (MAX_NODES, RECENT_NODES)

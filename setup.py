@@ -117,6 +117,8 @@ NATIVE_SOURCES = [
 NATIVE_HEADERS = [
     "kname/_common_c/common.h",
     "kname/_common_c/slots.h",
+    "kname/_native_c/types.h",
+    "kname/_native_c/callsite.h",
     "kname/_native_c/launch.h",
     "kname/_native_c/ranges.h",
     "kname/_common_c/profiled.h",
@@ -141,6 +143,8 @@ CUPTI_SOURCES = [
 CUPTI_HEADERS = [
     "kname/_common_c/common.h",
     "kname/_common_c/slots.h",
+    "kname/profiling/_cupti_c/types.h",
+    "kname/profiling/_cupti_c/callback.h",
     "kname/profiling/_cupti_c/recorder.h",
     "kname/profiling/_cupti_c/join.h",
     "kname/profiling/_cupti_c/graphs.h",

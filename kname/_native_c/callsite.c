@@ -5,7 +5,7 @@
  * walk past library frames, the launch in progress on each thread (launch_caller), and the
  * forgetting that keeps every remembered answer true.
  */
-#include "_native_c/launch.h"
+#include "_native_c/callsite.h"
 
 /* Set by the launch wrapper around each launch (launch.h), read by the walk below and by
  * is_launch_caller, which kname.callsite's walk asks. */

@@ -2,7 +2,7 @@
  * kname._native's Counter, the C twin of the itertools.count() kname.counters makes on the Python
  * path: the launches under one name, which the launch wrapper advances in place (launch.h).
  */
-#include "_native_c/launch.h"
+#include "_native_c/types.h"
 
 static PyObject *
 counter_next(Counter *c)

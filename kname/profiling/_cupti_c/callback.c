@@ -6,7 +6,7 @@
  * and the first fault, kept for take_fault(). And what it calls at CUPTI's graph resource
  * callbacks (graph_event): the node's ids and, for a node made, its site.
  */
-#include "profiling/_cupti_c/recorder.h"
+#include "profiling/_cupti_c/callback.h"
 
 #include <stdio.h>
 #include <string.h>

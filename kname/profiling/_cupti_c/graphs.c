@@ -286,7 +286,7 @@ keep_live(GraphNodes *g, uint64_t id, const NodeEvent *e)
 
 /* _keep: `id` made live, at `site` (its updates forgotten). */
 static void
-keep(GraphNodes *g, uint64_t id, const void *site, const NodeEvent *e)
+keep_node(GraphNodes *g, uint64_t id, const void *site, const NodeEvent *e)
 {
     GraphNode *n = keep_live(g, id, e);
     if (n == NULL)
@@ -364,10 +364,10 @@ graph_nodes_add(GraphNodes *g, const NodeEvent *e, const void *no_frame)
     case NODE_CREATED:
         /* Instantiation makes its copies too; a clone's site (from its original) wins. */
         if (find(g, e->node) == NULL)
-            keep(g, e->node, e->site != NULL ? e->site : no_frame, e);
+            keep_node(g, e->node, e->site != NULL ? e->site : no_frame, e);
         break;
     case NODE_CLONED:
-        keep(g, e->node, site_now(g, e->original), e);
+        keep_node(g, e->node, site_now(g, e->original), e);
         break;
     case NODE_UPDATED:
         update(g, e);

@@ -1,13 +1,12 @@
 """Objects that tell kname's C hot path of every change to them: call sites and switches.
 
-The C wrapper (kname/_native_c/launch.h) remembers, for each recent call site, what a cached
-launch from it reads: that its wrapper's switch is on, and the site's counter and NVTX range. So
-a launch reads one remembered entry instead of the site and the switch. Whatever changes a site or a
-switch, or their classes (a slot replaced, a method set), first makes it forget all of that,
-and again once the change is made, for anything remembered while it was being made; the next
-launch from each site reads afresh. The pure-Python wrapper reads them at every launch and has
-nothing to forget.
-"""
+The C wrapper (its recent table: kname/_native_c/callsite.h) remembers, for each recent call
+site, what a cached launch from it reads: that its wrapper's switch is on, and the site's
+counter and NVTX range. So a launch reads one remembered entry instead of the site and the
+switch. Whatever changes a site or a switch, or their classes (a slot replaced, a method set),
+first makes it forget all of that, and again once the change is made, for anything remembered
+while it was being made; the next launch from each site reads afresh. The pure-Python wrapper
+reads them at every launch and has nothing to forget."""
 
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ on tiny kernels (a few us each, jittering by a us) from failing a CI job. Faster
 image: slower with before and after swapped. The total GPU time is judged by the same rule, so a
 regression still shows when lines moved and every site was renamed (added and removed sites are
 listed, never counted as slower themselves). Names and labels are printed through
-text.printable, as in the tables, and names cut to tables.NAME_WIDTH (tables.name_cell).
+text.printable, as in the tables, and names cut to tables.NAME_WIDTH (tables.name_cell);
+kernels as tables.kernel_cells shows them, distinct names distinct.
 """
 
 from __future__ import annotations
@@ -18,9 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from kname.documents.kernel_names import display_name
 from kname.documents.schema import PROFILE_SCHEMA
-from kname.documents.tables import graph_note, name_cell
+from kname.documents.tables import graph_note, kernel_cells, name_cell
 from kname.documents.text import columns, count_of, format_duration, printable
 
 DEFAULT_MIN_TIME_NS = 50_000
@@ -100,8 +100,9 @@ def render_diff(
         ignored = " (lines ignored)" if ignore_lines else ""
         return f"kname census diff: {totals}: {NO_CENSUS_CHANGE}{ignored}\n"
     kinds = kinds_of(changes, CENSUS_KINDS)
+    kernels = kernel_cells(c.kernel or "?" for c in changes)
     rows = [
-        (c.kind, f"{name_cell(c.name)} [{name_cell(c.kernel or '?')}]", str(c.before), "->",
+        (c.kind, f"{name_cell(c.name)} [{kernels[c.kernel or '?']}]", str(c.before), "->",
          str(c.after), f"({c.after - c.before:+d})")
         for c in changes
     ]  # fmt: skip
@@ -208,8 +209,9 @@ def render_count_changes(
     """Launches per call site and kernel that differ, one line each ("" when none differ)."""
     old, new = launch_counts(before), launch_counts(after)
     keys = [*new, *(key for key in old if key not in new)]
+    kernels = kernel_cells(kernel for _name, kernel in keys)
     rows = [
-        (f"{name_cell(name)} [{name_cell(display_name(kernel))}]",
+        (f"{name_cell(name)} [{kernels[kernel]}]",
          str(old.get((name, kernel), 0)), "->", str(new.get((name, kernel), 0)))
         for name, kernel in keys
         if old.get((name, kernel), 0) != new.get((name, kernel), 0)

@@ -7,7 +7,8 @@ on tiny kernels (a few us each, jittering by a us) from failing a CI job. Faster
 image: slower with before and after swapped. The total GPU time is judged by the same rule, so a
 regression still shows when lines moved and every site was renamed (added and removed sites are
 listed, never counted as slower themselves). Names and labels are printed through
-text.printable, as in the tables, and names cut to tables.NAME_WIDTH (tables.name_cell).
+text.printable, as in the tables, and names cut to tables.NAME_WIDTH (tables.name_cell);
+kernels as tables.kernel_cells shows them, distinct names distinct.
 """
 
 from __future__ import annotations
@@ -18,9 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from kname.documents.kernel_names import display_name
 from kname.documents.schema import PROFILE_SCHEMA
-from kname.documents.tables import graph_note, name_cell
+from kname.documents.tables import graph_note, kernel_cells, name_cell
 from kname.documents.text import columns, count_of, format_duration, printable
 
 DEFAULT_MIN_TIME_NS = 50_000
@@ -28,6 +28,11 @@ DEFAULT_THRESHOLD = 0.10  # what a diff calls slower or faster when --fail-on-sl
 TOTAL = "<total GPU time>"
 # A line number: digits after a colon, ending the name or followed by a non-word character.
 _LINE = re.compile(r"(?<=:)[0-9]+\b")
+# The words a diff uses for its changes, text and page alike, in the order summaries count them.
+CENSUS_KINDS = ("added", "removed", "changed")
+PROFILE_KINDS = ("slower", "faster", "added", "removed")
+NO_CENSUS_CHANGE = "no change in launches per call site"
+NO_PROFILE_CHANGE = "no site slower or faster"
 
 
 class Change(NamedTuple):
@@ -93,10 +98,11 @@ def render_diff(
     )
     if not changes:
         ignored = " (lines ignored)" if ignore_lines else ""
-        return f"kname census diff: {totals}: no change in launches per call site{ignored}\n"
-    kinds = kinds_of(changes, ("added", "removed", "changed"))
+        return f"kname census diff: {totals}: {NO_CENSUS_CHANGE}{ignored}\n"
+    kinds = kinds_of(changes, CENSUS_KINDS)
+    kernels = kernel_cells(c.kernel or "?" for c in changes)
     rows = [
-        (c.kind, f"{name_cell(c.name)} [{name_cell(c.kernel or '?')}]", str(c.before), "->",
+        (c.kind, f"{name_cell(c.name)} [{kernels[c.kernel or '?']}]", str(c.before), "->",
          str(c.after), f"({c.after - c.before:+d})")
         for c in changes
     ]  # fmt: skip
@@ -186,12 +192,12 @@ def render_gpu_diff(
     changes = compare_gpu(before, after, threshold, min_time_ns)
     total = compare_total(before, after, threshold, min_time_ns)
     shown = [c for c in changes if c.kind != "same"]
-    kinds = kinds_of(shown, ("slower", "faster", "added", "removed"))
+    kinds = kinds_of(shown, PROFILE_KINDS)
     rule = f"threshold {100 * threshold:g}% and {format_duration(min_time_ns)}"
     heading = (
         f"kname profile diff: {printable(labels[0])} ({format_duration(total.before_ns)}) -> "
         f"{printable(labels[1])} "
-        f"({format_duration(total.after_ns)}), {rule}: {kinds or 'no site slower or faster'}"
+        f"({format_duration(total.after_ns)}), {rule}: {kinds or NO_PROFILE_CHANGE}"
     )
     rows = [_row(c) for c in [total, *shown]]
     return heading + "\n" + columns(rows, right_aligned=(2, 4, 5)) if rows else heading + "\n"
@@ -203,8 +209,9 @@ def render_count_changes(
     """Launches per call site and kernel that differ, one line each ("" when none differ)."""
     old, new = launch_counts(before), launch_counts(after)
     keys = [*new, *(key for key in old if key not in new)]
+    kernels = kernel_cells(kernel for _name, kernel in keys)
     rows = [
-        (f"{name_cell(name)} [{name_cell(display_name(kernel))}]",
+        (f"{name_cell(name)} [{kernels[kernel]}]",
          str(old.get((name, kernel), 0)), "->", str(new.get((name, kernel), 0)))
         for name, kernel in keys
         if old.get((name, kernel), 0) != new.get((name, kernel), 0)
@@ -222,6 +229,54 @@ def render_count_changes(
         for r in rows
     ]
     return heading + "\n" + "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two documents of one schema compared under the options given: the text and the page are
+    both drawn from it, so they list the same changes in the same words."""
+
+    before: Mapping[str, Any]
+    after: Mapping[str, Any]
+    labels: tuple[str, str]
+    ignore_lines: bool = False  # censuses only
+    threshold: float = DEFAULT_THRESHOLD  # profiles only, as min_time_ns
+    min_time_ns: int = DEFAULT_MIN_TIME_NS
+
+    @property
+    def is_profile(self) -> bool:
+        """GPU profiles (schema 2), compared by GPU time; else censuses, by launches."""
+        return self.before["schema"] == PROFILE_SCHEMA
+
+    def changes(self) -> list[Change] | list[GpuChange]:
+        """What differs: per call site and kernel (censuses), per call site (profiles)."""
+        if not self.is_profile:
+            return compare(self.before, self.after, self.ignore_lines)
+        changes = compare_gpu(self.before, self.after, self.threshold, self.min_time_ns)
+        return [c for c in changes if c.kind != "same"]
+
+    def counted(self) -> str:
+        """`1 slower, 2 added`, or that nothing changed: the summary the text and the page print."""
+        if self.is_profile:
+            return kinds_of(self.changes(), PROFILE_KINDS) or NO_PROFILE_CHANGE
+        return kinds_of(self.changes(), CENSUS_KINDS) or NO_CENSUS_CHANGE
+
+    def values(self, document: Mapping[str, Any]) -> dict[str, int]:
+        """{call site: GPU time (profiles), launches summed over kernels (censuses)}."""
+        if self.is_profile:
+            return {site["name"]: site["gpu_ns"] for site in document["sites"]}
+        values: dict[str, int] = {}
+        for (name, _kernel), launches in launch_counts(document, self.ignore_lines).items():
+            values[name] = values.get(name, 0) + launches
+        return values
+
+    def text(self) -> str:
+        """The text `kname report --diff` prints."""
+        if not self.is_profile:
+            return render_diff(self.before, self.after, self.labels, self.ignore_lines)
+        return render_gpu_diff(
+            self.before, self.after, self.labels, self.threshold, self.min_time_ns
+        ) + render_count_changes(self.before, self.after, self.labels)
 
 
 def slower(changes: list[GpuChange]) -> list[GpuChange]:

@@ -4,15 +4,20 @@ CUPTI reports C++ kernels by their mangled symbol (`_Z9scale_rawPfi`, numba's
 `_ZN6cudapy8__main__4axpyB2v1B94cw51...E5ArrayIfLi1E1C7mutable7alignedE...`). The display form is
 the demangled name without its parameter list, return type and ABI tags: `scale_raw`,
 `cudapy::__main__::axpy`. Demangling uses the C++ runtime's own `__cxa_demangle`; without it,
-names are shown as they are.
+names are shown as they are. Short forms can meet (two cuBLAS kernels cut at the same place):
+within one table, distinct_forms tells them apart by a digest of the full name.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
+from collections import Counter
+from collections.abc import Mapping
 
 MAX_DISPLAY = 80
+CUT = "..."  # ends a name cut to MAX_DISPLAY
 _ABI_TAG = re.compile(r"\[abi:[^\]]*\]")
 _RETURN_TYPE = re.compile(r"^(?:void|int|float|double|unsigned|bool)\s+(?=\S)")
 
@@ -48,7 +53,33 @@ def display_name(name: str) -> str:
     text = _ABI_TAG.sub("", text).strip() or name
     if len(text) > MAX_DISPLAY:
         text = _without_template_arguments(text)
-    return text if len(text) <= MAX_DISPLAY else text[: MAX_DISPLAY - 3] + "..."
+    return text if len(text) <= MAX_DISPLAY else text[: MAX_DISPLAY - len(CUT)] + CUT
+
+
+def distinct_forms(shown: Mapping[str, str], width: int) -> dict[str, str]:
+    """`shown` ({name: its short form}) with each form that several names share told apart by
+    a digest of the name (`#1a2b3c`), every form at most `width` characters (more than 20)."""
+    shared = Counter(shown.values())
+    forms: dict[str, str] = {}
+    taken: set[str] = set()
+    for name, form in shown.items():
+        told = _with_digest(form, name, width) if shared[form] > 1 else form
+        # A digest can still meet another name's form: number it until it is free.
+        number = 1
+        while told in taken:
+            number += 1
+            told = _with_digest(form, name, width, f"-{number}")
+        forms[name] = told
+        taken.add(told)
+    return forms
+
+
+def _with_digest(form: str, name: str, width: int, tail: str = "") -> str:
+    digest = "#" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:6] + tail
+    if form.endswith(CUT) and len(form) >= 2 * len(CUT) + len(digest):
+        # A cut form: the digest takes its last characters, so the cell keeps its width.
+        return form[: len(form) - len(CUT) - len(digest)] + CUT + digest
+    return form[: width - len(digest) - 1] + " " + digest
 
 
 def _without_parameters(text: str) -> str:

@@ -37,13 +37,11 @@ from typing import Any
 from kname.documents.diff import (
     DEFAULT_MIN_TIME_NS,
     DEFAULT_THRESHOLD,
+    Comparison,
     compare,
     compare_gpu,
     compare_total,
     launch_counts,
-    render_count_changes,
-    render_diff,
-    render_gpu_diff,
     slower,
 )
 from kname.documents.files import load, write_atomically
@@ -144,8 +142,9 @@ def _report(options: argparse.Namespace, printed: Printed) -> int:
         return _write_page(options.html, lambda: render_page(before)) or shown
     if PROFILE_SCHEMA in schemas:
         return _profile_diff(before, after, labels, options, printed)
-    page = _write_page(options.html, lambda: render_diff_page(before, after, labels))
-    printed.text.append(render_diff(before, after, labels, options.ignore_lines))
+    comparison = Comparison(before, after, labels, options.ignore_lines)
+    page = _write_page(options.html, lambda: render_diff_page(comparison))
+    printed.text.append(comparison.text())
     if page:
         return page
     return 1 if options.fail_on_change and compare(before, after, options.ignore_lines) else 0
@@ -267,11 +266,9 @@ def _profile_diff(
         min_time = _min_time(options)
     except ValueError as exc:
         return _usage_error(str(exc))
-    page = _write_page(
-        options.html, lambda: render_diff_page(before, after, labels, threshold, min_time)
-    )
-    printed.text.append(render_gpu_diff(before, after, labels, threshold, min_time))
-    printed.text.append(render_count_changes(before, after, labels))
+    comparison = Comparison(before, after, labels, threshold=threshold, min_time_ns=min_time)
+    page = _write_page(options.html, lambda: render_diff_page(comparison))
+    printed.text.append(comparison.text())
     if page:
         return page
     failed = 0

@@ -20,7 +20,8 @@ line that replayed it beside its name (graph_note):
     forward model.py:21  (graph replayed at step runner.py:26)   183 us  42.5%  50  3.66 us  ...
     step runner.py:40  (graph replayed here, its capture not seen)  ...
 
-Kernels are shown by their readable names (kernel_names.py), at most three per site. Names and
+Kernels are shown by their readable names (kernel_names.py), at most three per site; where two
+would read alike in one table, each gets a digest of its full name (kernel_cells). Names and
 file labels are written through text.printable: a name read from a file, or made from a hostile
 path, cannot move the terminal's cursor or stop the write with an unencodable character. Every
 text table (these, and diff.py's) shows a name in at most NAME_WIDTH characters (`name_cell`):
@@ -33,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from kname.documents.kernel_names import display_name
+from kname.documents.kernel_names import display_name, distinct_forms
 from kname.documents.schema import BY_RANK, CENSUS_SCHEMA, RANKS, REPLAYED_AT, REPLAYED_UNSEEN
 from kname.documents.spread import (
     Spread,
@@ -113,9 +114,10 @@ def census_rows(
     header = ("call site", "kernel", "library", "launches", "share")
     header += ("GPU time",) * timed + ("first seen",) * first_seen
     rows = [header + (SPREAD_HEADER if spread else ())]
+    kernel = _census_kernels(document, text)
     for index in ranked_sites(document, "launches"):
         s = document["sites"][index]
-        row = (text(s["name"]), text(s["kernel"] or "?"), text(s["lib"] or "?"),
+        row = (text(s["name"]), kernel[s["kernel"] or "?"], text(s["lib"] or "?"),
                str(s["launches"]), f"{100 * s['share']:.1f}%")  # fmt: skip
         if timed:
             row += (format_duration(s["gpu_ns"]) if "gpu_ns" in s else "-",)
@@ -125,6 +127,13 @@ def census_rows(
 
 
 SPREAD_HEADER = ("rank min", "median", "max", "slowest")
+
+
+def _census_kernels(document: Mapping[str, Any], text: Callable[[str], str]) -> dict[str, str]:
+    """{kernel ("?" for none): its cell through `text`} of a census's table, distinct names
+    distinct (a census keeps its kernels' names as they came)."""
+    kernels = dict.fromkeys(site["kernel"] or "?" for site in document["sites"])
+    return distinct_forms({name: text(name) for name in kernels}, NAME_WIDTH)
 
 
 def render_profile_table(
@@ -143,17 +152,19 @@ def render_profile_table(
     shown = order if top is None else order[: max(top, 0)]
     header = ("call site", "GPU time", "share", "launches", "mean")
     header += (*SPREAD_HEADER, "kernels") if spread else ("kernels",)
+    unattributed = document["unattributed"]
+    listed = [document["sites"][index] for index in shown] + [unattributed]
+    cells = kernel_cells(k for site in listed for k in list(site["kernels"])[:KERNELS_SHOWN])
     rows = []
     for index in shown:
         site = document["sites"][index]
-        row = _profile_row(name_cell(site["name"]) + graph_note(site), site, total)
+        row = _profile_row(name_cell(site["name"]) + graph_note(site), site, total, cells)
         if spread:
             flagged = straggler is not None and is_straggler(spread[index], *straggler)
             row = row[:-1] + _spread_cells(spread[index], format_duration, flagged) + row[-1:]
         rows.append(row)
-    unattributed = document["unattributed"]
     if unattributed["launches"]:
-        row = _profile_row(UNATTRIBUTED_ROW, unattributed, total)
+        row = _profile_row(UNATTRIBUTED_ROW, unattributed, total, cells)
         rows.append(row[:-1] + ("",) * len(SPREAD_HEADER) + row[-1:] if spread else row)
     if rows:
         right = (1, 2, 3, 4, 5, 6, 7) if spread else (1, 2, 3, 4)
@@ -181,16 +192,29 @@ def ranked_sites(document: Mapping[str, Any], metric: str) -> list[int]:
     return sorted(range(len(sites)), key=lambda i: (-sites[i][metric], sites[i]["order"]))
 
 
-def kernels_cell(kernels: Mapping[str, Mapping[str, int]], shown: int = KERNELS_SHOWN) -> str:
-    """The first `shown` kernels with their GPU time and launches, then how many more."""
+def kernel_cells(names: Iterable[str]) -> dict[str, str]:
+    """{kernel name: its cell} for the kernels of one table: readable (display_name), cut like
+    any name, and distinct for distinct names (two cut alike get a digest of the name)."""
+    shown = {name: name_cell(display_name(name)) for name in names}
+    return distinct_forms(shown, NAME_WIDTH)
+
+
+def kernels_cell(
+    kernels: Mapping[str, Mapping[str, int]],
+    shown: int = KERNELS_SHOWN,
+    cells: Mapping[str, str] | None = None,
+) -> str:
+    """The first `shown` kernels with their GPU time and launches, then how many more; `cells`:
+    the table's kernel_cells (those of `kernels` alone by default)."""
     items = list(kernels.items())
-    cells = [
-        f"{name_cell(display_name(name))} {format_duration(k['gpu_ns'])} ({k['launches']})"
+    named = kernel_cells(list(kernels)[:shown]) if cells is None else cells
+    parts = [
+        f"{named[name]} {format_duration(k['gpu_ns'])} ({k['launches']})"
         for name, k in items[:shown]
     ]
     if len(items) > shown:
-        cells.append(f"+{len(items) - shown} more")
-    return ", ".join(cells)
+        parts.append(f"+{len(items) - shown} more")
+    return ", ".join(parts)
 
 
 def render_by_rank(document: Mapping[str, Any], source: str = "", top: int | None = None) -> str:
@@ -209,11 +233,12 @@ def render_by_rank(document: Mapping[str, Any], source: str = "", top: int | Non
     else:
         header = ("call site", "kernel", "rank", "launches", "vs median")
     rows: list[tuple[str, ...]] = []
+    kernel = {} if profile else _census_kernels(document, name_cell)
     for index in shown:
         site = document["sites"][index]
         per_rank = site[BY_RANK]
         median = spread_of(per_rank[metric], ranks).median
-        label = [name_cell(site["name"])] + ([] if profile else [name_cell(site["kernel"] or "?")])
+        label = [name_cell(site["name"])] + ([] if profile else [kernel[site["kernel"] or "?"]])
         for rank, value, launches in zip(
             ranks, per_rank[metric], per_rank["launches"], strict=True
         ):
@@ -302,7 +327,9 @@ def _origin(document: Mapping[str, Any], source: str) -> str:
     return f" ({printable(source)}, written by kname {written_by}{details})"
 
 
-def _profile_row(name: str, site: Mapping[str, Any], total: int) -> tuple[str, ...]:
+def _profile_row(
+    name: str, site: Mapping[str, Any], total: int, cells: Mapping[str, str]
+) -> tuple[str, ...]:
     launches = site["launches"]
     mean = format_duration(site["gpu_ns"] / launches) if launches else "-"
     return (
@@ -311,7 +338,7 @@ def _profile_row(name: str, site: Mapping[str, Any], total: int) -> tuple[str, .
         _percent(site["gpu_ns"], total),
         str(launches),
         mean,
-        kernels_cell(site["kernels"]),
+        kernels_cell(site["kernels"], cells=cells),
     )
 
 

@@ -20,6 +20,7 @@ import pytest
 from support import REPO
 from support.recorded_pages import h200_census, h200_document, h200_halves
 
+from kname.documents.diff import Comparison
 from kname.documents.merge import merge_documents
 from kname.documents.pages import render_page
 from kname.documents.pages.diff import render_diff_page
@@ -109,7 +110,7 @@ def pages(deep_page) -> dict[str, str]:
     return {
         "profile": deep_page,
         "census": render_page(h200_census(depth=3)),
-        "diff": render_diff_page(first, second, ("a.json", "b.json")),
+        "diff": render_diff_page(Comparison(first, second, ("a.json", "b.json"))),
     }
 
 

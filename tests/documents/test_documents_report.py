@@ -491,9 +491,51 @@ def test_html_with_a_census_diff_writes_its_page(files, capsys, tmp_path):
     assert run(capsys, "old.json", "--diff", "new.json", "--html", "diff.html")[0] == 0
     page = ParsedPage((tmp_path / "diff.html").read_text())
     assert {r.attributes["data-site"]: r.cells[0][1] for r in page.sites("changes")} == {
-        "step app.py:12": "more",
-        "main app.py:30": "new",
+        "step app.py:12": "changed",
+        "main app.py:30": "added",
     }
+
+
+def test_the_census_diff_page_ignores_lines_as_the_text_does(files, capsys, tmp_path):
+    files(a=census(step_app_py__12=3), b=census(step_app_py__14=3))
+    code, out, _ = run(capsys, "a.json", "--diff", "b.json", "--ignore-lines", "--html", "p.html")
+    assert code == 0 and "no change in launches per call site (lines ignored)" in out
+    page = ParsedPage((tmp_path / "p.html").read_text())
+    assert {r.attributes["data-change"] for r in page.sites("changes")} == {"same"}
+    assert (
+        "no change in launches per call site (lines ignored)" in (tmp_path / "p.html").read_text()
+    )
+
+
+def summary_of(text: str) -> str:
+    """`1 slower, 2 added`: the counts after the last `: ` of a text diff's first line."""
+    return text.split("\n", 1)[0].rsplit(": ", 1)[1]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "options"),
+    [
+        (census(a_app_py__1=3, b_app_py__2=5, c_app_py__3=1),
+         census(a_app_py__1=4, b_app_py__2=2, d_app_py__4=1), []),
+        (census(a_app_py__1=3, b_app_py__2=5), census(a_app_py__7=3, b_app_py__2=6),
+         ["--ignore-lines"]),
+        (OLD, SLOWER, []),
+        (OLD, SLOWER, ["--min-time", "1ms"]),
+        (profile(step_app_py__12=("axpy", 20, 2_000_000), gone_app_py__1=("k", 1, 100_000)),
+         profile(step_app_py__12=("axpy", 20, 1_000_000), new_app_py__2=("k", 1, 100_000)),
+         ["--fail-on-slower", "5%"]),
+    ],
+)  # fmt: skip
+def test_the_page_counts_the_changes_the_text_counts_in_its_words(
+    files, capsys, tmp_path, old, new, options
+):
+    files(old=old, new=new)
+    _, out, _ = run(capsys, "old.json", "--diff", "new.json", *options, "--html", "p.html")
+    page = (tmp_path / "p.html").read_text()
+    counted = summary_of(out)
+    assert counted and f": {counted}" in page.replace("-&gt;", "->")
+    words = {r.cells[0][1] for r in ParsedPage(page).sites("changes")} - {"same"}
+    assert words <= {word for part in counted.split(", ") for word in part.split()[1:]}
 
 
 @pytest.mark.parametrize("where", ["missing/page.html", "."])

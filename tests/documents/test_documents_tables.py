@@ -30,6 +30,7 @@ from kname.documents.tables import (
     KERNELS_SHOWN,
     NAME_WIDTH,
     cut,
+    kernel_cells,
     kernels_cell,
     name_cell,
     render_by_rank,
@@ -228,6 +229,50 @@ def test_names_that_differ_in_what_the_cut_keeps_give_different_cuts(name, data)
     position = data.draw(st.sampled_from(kept_positions))
     other = name[:position] + ("#" if name[position] != "#" else "$") + name[position + 1 :]
     assert cut(other) != cut(name)
+
+
+# Two cuBLAS kernels whose names differ only in the middle, which both cuts drop (issue 46).
+CUBLAS = [
+    "sm80_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x32_stage3_warpsize1x4x1_ffma_aligna4"
+    f"_alignc4_execute_kernel_cublas_{split}"
+    for split in ("splitk", "reduce")
+]
+# Kernel names as profiles carry them: plain, mangled C++ (demangled and cut), long library
+# names that share their start and end, and copy records.
+kernel_names = st.one_of(
+    st.text(max_size=200),
+    st.builds(lambda middle: CUBLAS[0].replace("splitk", middle), st.text(max_size=40)),
+    st.builds(lambda n, name: f"_Z{n}{name}Pfi", st.integers(1, 300), st.text("ab", max_size=300)),
+    st.builds("[memcpy {}]".format, st.text(max_size=200)),
+)
+
+
+@given(st.lists(kernel_names, unique=True, max_size=12))
+def test_distinct_kernel_names_have_distinct_cells_no_wider_than_a_name(names):
+    cells = kernel_cells(names)
+    assert len(set(cells.values())) == len(names)
+    assert all(len(cell) <= NAME_WIDTH for cell in cells.values())
+
+
+def test_two_cublas_kernels_cut_alike_are_told_apart_in_the_table_and_the_diff():
+    assert display_name(CUBLAS[0]) == display_name(CUBLAS[1])  # what made them meet
+    document = document_of({"step app.py:5": {CUBLAS[0]: (2, 90_000), CUBLAS[1]: (1, 10_000)}})
+    cell = render_profile_table(document).splitlines()[-1].split("  ")[-1]
+    first, second = (part.rsplit(" ", 3)[0] for part in cell.split(", "))
+    assert first != second and first.startswith("sm80_xmma_gemm_") and "...#" in first
+    after = document_of({"step app.py:5": {CUBLAS[0]: (3, 90_000), CUBLAS[1]: (2, 10_000)}})
+    rows = render_count_changes(document, after, ("a", "b")).splitlines()[1:]
+    assert len(rows) == 2 and rows[0].split("]")[0] != rows[1].split("]")[0]
+
+
+def test_two_long_census_kernels_cut_alike_are_told_apart_in_its_table_and_diff():
+    long = ["k" + "a" * 100 + middle + "z" * 100 for middle in ("one", "two")]
+    before = census_of({("step app.py:5", long[0]): 2, ("step app.py:6", long[1]): 1})
+    after = census_of({("step app.py:5", long[0]): 3, ("step app.py:6", long[1]): 2})
+    table = [re.split("  +", line)[1] for line in render_census_table(before).splitlines()[2:]]
+    diff = re.findall(r"\[(.*)\]", render_diff(before, after, ("a", "b")))
+    for cells in (table, diff):
+        assert len(cells) == 2 and cells[0] != cells[1]
 
 
 # One 60,000-character name among many short ones (a saved file's names are at most

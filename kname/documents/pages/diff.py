@@ -2,22 +2,22 @@
 
 Profiles (schema 2) are compared by GPU time, with `kname report --diff`'s rule (documents/
 diff.py): a site or a line is slower when its time grew by more than the threshold and by at
-least the minimum time, faster for the mirror image, new when only the second profile has it,
-gone when only the first has. Censuses (schema 1) are compared by launches: more, fewer, new,
-gone. The source shown is the second document's where it kept a line, else the first's.
+least the minimum time, faster for the mirror image, added when only the second profile has it,
+removed when only the first has. Censuses (schema 1) are compared by launches: changed (more or
+fewer, coloured apart), added, removed; with --ignore-lines, per function and file. The page is
+drawn from the text's diff.Comparison, so both count the same changes in the same words. The
+source shown is the second document's where it kept a line, else the first's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from kname.documents.diff import DEFAULT_MIN_TIME_NS, DEFAULT_THRESHOLD, is_slower
+from kname.documents.diff import Comparison, is_slower
 from kname.documents.pages import source
 from kname.documents.pages.layout import Html, View, html, joined, render, site_name
 from kname.documents.pages.source import CODE, SourceFiles, file_views, files_view, linked
-from kname.documents.schema import PROFILE_SCHEMA
 from kname.documents.text import count_of, format_duration
 
 # Each kind of change: its class on the page (and its colour), in the order the table lists them.
@@ -46,31 +46,27 @@ class Measure:
         return self.judge(was, now)
 
 
-def render_diff_page(
-    before: Mapping[str, Any],
-    after: Mapping[str, Any],
-    labels: tuple[str, str],
-    threshold: float = DEFAULT_THRESHOLD,
-    min_time_ns: int = DEFAULT_MIN_TIME_NS,
-) -> str:
-    """The page comparing `before` with `after` (two documents of one schema)."""
-    measure = _measure(before["schema"], threshold, min_time_ns)
-    old, new = _values(before, measure.field), _values(after, measure.field)
+def render_diff_page(comparison: Comparison) -> str:
+    """The page of `comparison` (the one its text is drawn from): the same options, changes and
+    words."""
+    measure = _measure(comparison)
+    before, after, labels = comparison.before, comparison.after, comparison.labels
+    old, new = comparison.values(before), comparison.values(after)
     names = sorted(old.keys() | new.keys(), key=lambda n: -max(old.get(n, 0), new.get(n, 0)))
     files = SourceFiles(names, [after, before])
     changes = {name: measure.kind(old.get(name), new.get(name)) for name in names}
-    counted = ", ".join(
-        f"{sum(kind == k for kind in changes.values())} {measure.words[k]}"
-        for k in KINDS[:4]
-        if k in changes.values()
-    )
     total = "total_gpu_ns" if measure.field == "gpu_ns" else "total_launches"
     summary = (
         f"{labels[0]} ({measure.say(before[total])}) -> {labels[1]} "
-        f"({measure.say(after[total])}): {counted or 'no call site changed'}"
+        f"({measure.say(after[total])}): {comparison.counted()}"
     )
-    if before["schema"] == PROFILE_SCHEMA:
-        summary += f" (threshold {100 * threshold:g}% and {format_duration(min_time_ns)})"
+    if comparison.is_profile:
+        summary += (
+            f" (threshold {100 * comparison.threshold:g}% and "
+            f"{format_duration(comparison.min_time_ns)})"
+        )
+    elif comparison.ignore_lines:
+        summary += " (lines ignored)"
     lines_old, lines_new = _per_line(old, files), _per_line(new, files)
     rows = {
         place: _line_cells(lines_old.get(place), lines_new.get(place), measure)
@@ -86,30 +82,25 @@ def render_diff_page(
     return render("kname diff", summary, views, source.STYLE + STYLE)
 
 
-def _measure(schema: int, threshold: float, min_time_ns: int) -> Measure:
-    if schema == PROFILE_SCHEMA:
+def _measure(comparison: Comparison) -> Measure:
+    # The words are the text's (diff.py): a census's count that grew or shrank is "changed".
+    words = {"new": "added", "gone": "removed", "same": "same"}
+    if comparison.is_profile:
+        threshold, min_time_ns = comparison.threshold, comparison.min_time_ns
 
         def judge(was: int, now: int) -> str:
             if is_slower(was, now, threshold, min_time_ns):
                 return "up"
             return "down" if is_slower(now, was, threshold, min_time_ns) else "same"
 
-        words = {"up": "slower", "down": "faster", "new": "new", "gone": "gone", "same": "same"}
+        words |= {"up": "slower", "down": "faster"}
         return Measure("gpu_ns", format_duration, judge, words)
 
     def judge_count(was: int, now: int) -> str:
         return "up" if now > was else "down" if now < was else "same"
 
-    words = {"up": "more", "down": "fewer", "new": "new", "gone": "gone", "same": "same"}
+    words |= {"up": "changed", "down": "changed"}
     return Measure("launches", lambda n: count_of(n, "launch"), judge_count, words)
-
-
-def _values(document: Mapping[str, Any], field: str) -> dict[str, int]:
-    """{site name: value}, summed over a census's kernels."""
-    values: dict[str, int] = {}
-    for site in document["sites"]:
-        values[site["name"]] = values.get(site["name"], 0) + site[field]
-    return values
 
 
 def _per_line(values: Mapping[str, int], files: SourceFiles) -> dict[tuple[str, int], int]:

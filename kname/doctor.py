@@ -67,7 +67,8 @@ examples:
                                           kname profile (runs one tiny kernel on the GPU)
 
 Each line starts with ✓ (fine), ✗ (a reason names will not appear, and what to do) or
-– (for your information). The exit status is 1 if any line is ✗, else 0.
+– (for your information: the switch being off, say). The exit status is 1 if any line is ✗,
+else 0.
 """
 
 
@@ -157,7 +158,8 @@ def _check_switch() -> list[tuple[str, str]]:
     if not state:
         shown = "KNAME is not set" if KNAME not in os.environ else f"KNAME={value!r}"
         advice = "set KNAME=1, or run python -X kname app.py, or kname run -- python app.py"
-        return [(PROBLEM, f"switch: off ({shown}): {advice}")]
+        # Off is how kname is installed, not a fault: the program runs as before, unnamed.
+        return [(NOTE, f"switch: off ({shown}): to name launches, {advice}")]
     setting = f"{source}={value!r}" if source == KNAME else source
     if getattr(sys, "_kname_started", False):
         return [(OK, f"switch: on ({setting}); kname started in this process")]

@@ -21,16 +21,21 @@ from kname.config import (
     KNAME,
     KNAME_DEPTH,
     KNAME_DOMAIN,
+    KNAME_DRIVER_HOOK,
     KNAME_FORMAT,
     KNAME_MODE,
     KNAME_NATIVE,
     KNAME_PROFILE_DELAY,
     KNAME_PROFILE_DURATION,
     KNAME_PROFILE_FLUSH,
+    KNAME_PROFILE_HTML,
+    KNAME_PROFILE_TOP,
+    KNAME_PROFILE_TRACE,
     KNAME_PROFILE_TRACE_MAX,
     KNAME_RANKS,
     KNAME_REPORT,
     KNAME_SKIP,
+    KNAME_SOURCES,
     KNAME_STRICT,
     KNAME_TARGETS,
     KNAME_USER,
@@ -489,8 +494,19 @@ def _check_configuration() -> tuple[Config, list[tuple[str, str]]]:
     lines.extend(_check_report_destination(config.report))
     clean = not any(mark == PROBLEM for mark, _ in lines)
     lines.append((OK if clean else NOTE, "configuration in effect:"))
+    settings = _settings_in_effect(config, strict=bool(config.strict or strict))
+    width = max(map(len, settings))
+    lines.extend(("", f"    {variable:<{width}} {value}") for variable, value in settings.items())
+    return config, lines
+
+
+def _settings_in_effect(config: Config, strict: bool) -> dict[str, str]:
+    """Every variable kname reads (config.KNOWN_VARIABLES, in its order) -> its value in effect."""
     every_target = f"{', '.join(BUILTIN)} (every built-in target)"
-    settings = {
+    state = switch_state()[2]
+    hook_off = os.environ.get(KNAME_DRIVER_HOOK, "").strip() == "0"
+    described = {
+        KNAME: {True: "on", False: "off"}.get(state, "off (its value is not understood)"),
         KNAME_TARGETS: every_target if config.targets is None else ",".join(config.targets),
         KNAME_SKIP: ",".join(config.skip) or "(none)",
         KNAME_USER: ",".join(config.user) or "(none)",
@@ -499,16 +515,20 @@ def _check_configuration() -> tuple[Config, list[tuple[str, str]]]:
         KNAME_MODE: config.mode,
         KNAME_REPORT: {None: "(none)", "-": "- (stderr)"}.get(config.report, config.report),
         KNAME_DOMAIN: config.domain,
-        KNAME_STRICT: "on" if config.strict or strict else "off",
-        KNAME_NATIVE: "on (where built)" if config.native else "off (pure Python)",
-        KNAME_RANKS: "every rank" if config.ranks is None else format_ranks(config.ranks),
+        KNAME_STRICT: "on" if strict else "off",
+        KNAME_PROFILE_TRACE: config.trace or "(none)",
+        KNAME_PROFILE_HTML: config.html or "(none)",
+        KNAME_PROFILE_TOP: f"{config.top} call sites in the table",
+        KNAME_PROFILE_TRACE_MAX: f"{config.trace_max} records in a trace at most",
         KNAME_PROFILE_FLUSH: f"every {config.flush:g} s" if config.flush else "at exit only",
         KNAME_PROFILE_DELAY: f"{config.delay:g} s" if config.delay else "none (from the start)",
         KNAME_PROFILE_DURATION: f"{config.duration:g} s" if config.duration else "to the end",
-        KNAME_PROFILE_TRACE_MAX: f"{config.trace_max} records in a trace at most",
+        KNAME_NATIVE: "on (where built)" if config.native else "off (pure Python)",
+        KNAME_RANKS: "every rank" if config.ranks is None else format_ranks(config.ranks),
+        KNAME_SOURCES: "on (saved documents keep their lines' source)" if config.sources else "off",
+        KNAME_DRIVER_HOOK: "off" if hook_off else "on (where it can be: see its line above)",
     }
-    lines.extend(("", f"    {variable:<14} {value}") for variable, value in settings.items())
-    return config, lines
+    return {variable: described[variable] for variable in KNOWN_VARIABLES}
 
 
 def _check_unknown_variables(problems: tuple[str, ...]) -> list[tuple[str, str]]:

@@ -54,6 +54,34 @@ def test_doctor_flags_no_variable_kname_reads(monkeypatch, capsys) -> None:
     assert not [line for line in lines if "is not a kname variable" in line]
 
 
+def settings_rows(lines: list[str]) -> list[str]:
+    """The rows under "configuration in effect:" (each indented by four spaces)."""
+    start = next(n for n, line in enumerate(lines) if line.endswith("configuration in effect:"))
+    return [line for line in lines[start + 1 :] if line.startswith("    ")]
+
+
+def test_the_settings_in_effect_list_every_variable_kname_reads_in_one_column(capsys) -> None:
+    _, lines = doctor_lines(capsys)
+    rows = settings_rows(lines)
+    assert [row.split()[0] for row in rows] == list(KNOWN_VARIABLES)
+    width = max(map(len, KNOWN_VARIABLES))
+    assert all(row[4 + width] == " " and row[5 + width] != " " for row in rows), rows
+
+
+def test_the_settings_in_effect_show_the_profile_outputs_and_switches(monkeypatch, capsys):
+    for variable, value in {"KNAME_MODE": "profile", "KNAME_PROFILE_TOP": "7",
+                            "KNAME_PROFILE_HTML": "p.html", "KNAME_PROFILE_TRACE": "t.json",
+                            "KNAME_SOURCES": "0", "KNAME_DRIVER_HOOK": "0"}.items():  # fmt: skip
+        monkeypatch.setenv(variable, value)
+    _, lines = doctor_lines(capsys)
+    shown = dict(row.split(None, 1) for row in settings_rows(lines))
+    assert shown["KNAME_PROFILE_TOP"] == "7 call sites in the table"
+    assert shown["KNAME_PROFILE_HTML"] == "p.html"
+    assert shown["KNAME_PROFILE_TRACE"] == "t.json"
+    assert shown["KNAME_SOURCES"] == "off"
+    assert shown["KNAME_DRIVER_HOOK"] == "off"
+
+
 # --- kname profile's needs ------------------------------------------------------------------
 
 

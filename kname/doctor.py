@@ -294,6 +294,13 @@ def _check_nvtx_tool(config: Config) -> list[tuple[str, str]]:
     return lines
 
 
+def installed_pair_differs() -> bool:
+    """Whether the installed CUPTI binding and library (by their metadata) are of different
+    CUDA releases: the ✗ line of _check_profiling."""
+    binding, library = _version_or_none(CUPTI_BINDING), _version_or_none(CUPTI_LIBRARY)
+    return bool(binding and library and releases_differ(binding, library))
+
+
 def releases_differ(binding: str, library: str) -> bool:
     """Whether two versions (the CUPTI binding's, its library's) name different CUDA releases:
     a different major.minor. False when either has no major.minor to compare."""
@@ -340,13 +347,13 @@ def _check_profiling(config: Config) -> list[tuple[str, str]]:
     else:
         lines.append((NOTE, f"profiling: CUDA driver for CUDA {driver}"))
     if binding and library and releases_differ(binding, library):
+        # A failure in every mode: kname profile would run, and silently record no GPU time.
         problem = (
             f"profiling: {CUPTI_BINDING} {binding} and {CUPTI_LIBRARY} {library} are of different "
-            "CUDA releases, and such a pair may record no GPU time without any error "
-            f"({CUPTI_BINDING} 13.4 with CUPTI 13.0 records no kernels): install one release's "
-            f"pair: {_cupti_advice(binding, library, driver)}"
+            "CUDA releases, so kname profile may record no GPU time, without any error: "
+            f"{_cupti_advice(binding, library, driver)}"
         )
-        lines.append((gap, problem))
+        lines.append((PROBLEM, problem))
     return lines
 
 
@@ -367,14 +374,17 @@ def cupti_release(
 
 
 def _cupti_advice(binding: str | None, library: str | None, driver: str | None) -> str:
-    """`pip install` of a CUPTI binding and library of one published CUDA release."""
+    """`pip install` of the CUPTI binding and library of one published CUDA release: of each
+    that is missing or of another release (one line)."""
     driver_release = _release(driver) if driver else None
     release = cupti_release(
         _release(binding) if binding else None, _release(library) if library else None,
         driver_release,
     )  # fmt: skip
     text = ".".join(map(str, release))
-    advice = f"pip install '{CUPTI_BINDING}=={text}.*' '{CUPTI_LIBRARY}=={text}.*'"
+    installed = ((CUPTI_BINDING, binding), (CUPTI_LIBRARY, library))
+    wanted = [d for d, version in installed if version is None or _release(version) != release]
+    advice = "pip install " + " ".join(f"'{d}=={text}.*'" for d in wanted)
     if driver_release is not None and driver_release < release:
         advice += f" (and a CUDA driver for CUDA {text} or newer: this one is for CUDA {driver})"
     return advice

@@ -92,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     options = parser.parse_args(args)
     if options.command is None:
-        parser.print_help()
-        return 0
+        # A command is needed: the help, where a usage error goes, and argparse's code for one.
+        parser.print_help(sys.stderr)
+        return 2
     try:
         return options.handler(options, parser)
     except BrokenPipeError:
@@ -115,7 +116,8 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     run = commands.add_parser(
         "run",
-        help="run a program with kname switched on (sets KNAME=1 and the options below)",
+        help="run a program with kname switched on (sets KNAME=1, and a KNAME_* variable per "
+        "option: kname run --help)",
         description="Run a program with kname switched on; its exit code is passed through.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -306,7 +308,7 @@ def _add_profile_command(commands: argparse._SubParsersAction) -> None:
     profile = commands.add_parser(
         "profile",
         help="run a program and show the GPU time of each call site (CUPTI, no Nsight needed)",
-        description="Run a program with every GPU kernel, copy and set attributed to the line "
+        description="Run a program with every GPU kernel, copy and memset attributed to the line "
         "that launched it; a table ranked by GPU time is printed at exit.",
         epilog=PROFILE_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,

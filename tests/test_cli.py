@@ -125,10 +125,18 @@ def test_help_of_every_command_shows_examples(kname_venv: Venv, command: list[st
     assert "examples:\n  kname " in result.stdout
 
 
-def test_kname_without_a_command_prints_help(kname_venv: Venv) -> None:
+def test_kname_without_a_command_prints_its_usage_and_exits_2(kname_venv: Venv) -> None:
     result = run_kname(kname_venv)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith("usage: kname ")
+    assert all(f"    {command} " in result.stderr for command in ("run", "profile", "doctor"))
+
+
+def test_the_top_level_help_promises_no_options_it_does_not_show(kname_venv: Venv) -> None:
+    result = run_kname(kname_venv, "--help")
     assert result.returncode == 0
-    assert all(command in result.stdout for command in ("run", "doctor", "report"))
+    assert "below" not in result.stdout
+    assert "KNAME_* variable per option: kname run --help" in " ".join(result.stdout.split())
 
 
 @pytest.mark.parametrize(

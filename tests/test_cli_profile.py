@@ -83,4 +83,6 @@ def test_profile_usage_errors_are_one_line_and_exit_2(kname_venv: Venv, args, me
 def test_profile_help_shows_examples(kname_venv: Venv) -> None:
     result = run_kname(kname_venv, "profile", "--help")
     assert result.returncode == 0 and "examples:\n  kname profile -- python app.py" in result.stdout
-    assert "  profile " in run_kname(kname_venv).stdout  # listed among the commands
+    # memcpy and memset are a copy and a memset, not a "set".
+    assert "every GPU kernel, copy and memset attributed" in " ".join(result.stdout.split())
+    assert "  profile " in run_kname(kname_venv, "--help").stdout  # among the commands

@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -12,10 +13,12 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from support import REPO, Venv, copy_checkout, kernels, line_of, make_venv, run
 
 import kname
-from kname import doctor
+from kname import cli, doctor
 from kname.documents.owner import OWNER_VARIABLE
 
 pytestmark = pytest.mark.slow
@@ -204,6 +207,55 @@ def test_a_script_named_like_a_command_still_runs(kname_venv: Venv, tmp_path: Pa
     assert result.stdout.startswith("True|1|")
 
 
+@pytest.mark.parametrize(
+    ("args", "meant"),
+    [(["--skip", "x", "app.py"], "kname run --skip x -- python app.py"),
+     (["--skip=x", "--strict", "app.py", "3"], "kname run --skip=x --strict -- python app.py 3"),
+     (["--targets", "numba", "--", "app.py"], "kname run --targets numba -- python app.py")],
+)  # fmt: skip
+def test_a_run_option_before_the_script_says_it_belongs_to_kname_run(kname_venv, args, meant):
+    result = kname_venv.python_run("-m", "kname", *args)
+    assert (result.returncode, result.stdout) == (2, "")
+    option = args[0].split("=")[0]
+    assert (
+        result.stderr == f"kname: {option} is an option of kname run, after the word run: {meant}\n"
+    )
+
+
+words = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1).filter(
+    lambda word: not word.startswith("-")
+)
+value_options = st.sampled_from(list(cli.RUN_OPTIONS)).map(lambda option: f"--{option}")
+run_options = st.lists(
+    st.one_of(
+        st.tuples(value_options, words).map(list),
+        st.tuples(value_options, words).map(lambda pair: ["=".join(pair)]),
+        st.sampled_from(["--strict", "--show-ranges"]).map(lambda flag: [flag]),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@given(run_options, st.lists(words, max_size=3))
+def test_the_command_meant_for_options_before_a_script_is_those_options_then_the_script(
+    options, program
+) -> None:
+    args = [word for option in options for word in option] + program
+    meant = cli._run_option_first(args).split("after the word run: ", 1)[1]
+    words_meant = shlex.split(meant)
+    assert words_meant[:2] == ["kname", "run"]
+    end = words_meant.index("--")
+    assert words_meant[2:end] == args[: len(args) - len(program)]
+    assert words_meant[end + 1 :] == ["python", *(program or ["app.py"])]
+
+
+def test_run_takes_a_target_of_ones_own_as_before(kname_venv: Venv, tmp_path: Path) -> None:
+    program = ["python", "-c", "import os; print(os.environ['KNAME_TARGETS'])"]
+    result = run_kname(kname_venv, "run", "--targets", "numba,mymod:launch", "--", *program)
+    assert (result.returncode, result.stdout) == (0, "numba,mymod:launch\n"), result.stderr
+
+
 def test_run_help_lists_the_accepted_values(kname_venv: Venv) -> None:
     result = run_kname(kname_venv, "run", "--help")
     assert result.returncode == 0
@@ -219,9 +271,14 @@ def test_run_help_lists_the_accepted_values(kname_venv: Venv) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [(["--mode", "loud"], "argument --mode: invalid choice: 'loud' (choose from 'nvtx', "),
-     (["--depth", "99"], "argument --depth: '99' is not a whole number from 1 to 16")],
+     (["--depth", "99"], "argument --depth: '99' is not a whole number from 1 to 16"),
+     (["--targets", "numbaa"], "argument --targets: 'numbaa' is neither a built-in target "
+      "(numba, cupy, triton, pycuda, cuda_core, torch, jax) nor module:qualname; did you mean "
+      "numba?"),
+     (["--targets", "numba,cupyy"], "'cupyy' is neither a built-in target"),
+     (["--targets", "app:", "--strict"], "'app:' is neither a built-in target")],
 )  # fmt: skip
-def test_run_refuses_a_bad_mode_or_depth_in_one_line(kname_venv: Venv, args, message) -> None:
+def test_run_refuses_a_bad_mode_depth_or_target_in_one_line(kname_venv, args, message) -> None:
     result = run_kname(kname_venv, "run", *args, "--", "python", "-c", "print('ran')")
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr

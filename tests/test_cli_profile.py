@@ -72,6 +72,7 @@ def test_profile_without_a_gpu_says_so_in_one_line_and_names_launches(
             ["profile", "--ranks", "0-x", "--", "python"],
             "argument --ranks: expected ranks such as 0,3 or 0-7",
         ),
+        (["profile", "--targets", "cupyy", "--", "python"], "'cupyy' is neither a built-in"),
     ],
 )
 def test_profile_usage_errors_are_one_line_and_exit_2(kname_venv: Venv, args, message) -> None:

@@ -9,7 +9,7 @@ import shutil
 import sys
 from typing import NoReturn
 
-from kname import doctor
+from kname import doctor, importable
 from kname._version import __version__
 from kname.config import (
     KNAME_DEPTH,
@@ -59,6 +59,10 @@ RUN_OPTIONS = {
 }
 
 
+# Every option of `kname run` (those above take a value).
+RUN_FLAGS = (*(f"--{option}" for option in RUN_OPTIONS), "--show-ranges", "--strict")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (and exit code 2)."""
 
@@ -80,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     if lifecycle is not None:
         lifecycle.cancel_exit_check()
     args = sys.argv[1:] if argv is None else list(argv)
+    if args and args[0].split("=", 1)[0] in RUN_FLAGS:
+        return _usage_error(_run_option_first(args))
     if args and args[0] not in COMMANDS and not args[0].startswith("-"):
         meant = _command_meant(args[0])
         if meant:
@@ -92,8 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     options = parser.parse_args(args)
     if options.command is None:
-        parser.print_help()
-        return 0
+        # A command is needed: the help, where a usage error goes, and argparse's code for one.
+        parser.print_help(sys.stderr)
+        return 2
     try:
         return options.handler(options, parser)
     except BrokenPipeError:
@@ -115,7 +122,8 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     run = commands.add_parser(
         "run",
-        help="run a program with kname switched on (sets KNAME=1 and the options below)",
+        help="run a program with kname switched on (sets KNAME=1, and a KNAME_* variable per "
+        "option: kname run --help)",
         description="Run a program with kname switched on; its exit code is passed through.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -141,6 +149,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_report_command(commands)
     return parser
+
+
+def _run_option_first(args: list[str]) -> str:
+    """What `kname --skip x app.py` (or `python -m kname ...`) meant: `kname run` with these
+    options, then the program, run by Python as `python -m kname app.py` runs it."""
+    options, rest = [], list(args)
+    while rest and rest[0].split("=", 1)[0] in RUN_FLAGS:
+        option = rest.pop(0)
+        options.append(option)
+        if option[2:] in RUN_OPTIONS and rest:  # --skip x (not --skip=x, nor a flag)
+            options.append(rest.pop(0))
+    program = rest[1:] if rest[:1] == ["--"] else rest
+    command = shlex.join(["kname", "run", *options, "--", "python", *(program or ["app.py"])])
+    option = args[0].split("=", 1)[0]
+    return f"kname: {option} is an option of kname run, after the word run: {command}"
 
 
 def _command_meant(word: str) -> str | None:
@@ -175,6 +198,8 @@ def _add_run_options(run: argparse.ArgumentParser) -> None:
         extra: dict = {}
         if option == "mode":
             extra = {"type": str.lower, "choices": MODES}
+        elif option == "targets":
+            extra = {"type": _targets}
         elif option == "depth":
             extra = {"type": _depth}
         help = f"sets {RUN_OPTIONS[option]}: {accepted}"
@@ -192,6 +217,23 @@ def _add_run_options(run: argparse.ArgumentParser) -> None:
         help="sets KNAME_STRICT=1: a bad KNAME_* value, a KNAME_TARGETS entry that cannot be "
         "wrapped, or a census that cannot be written stops the program (exit status 2)",
     )
+
+
+def _targets(text: str) -> str:
+    """--targets: refused up front, as --mode is, where an entry is neither a built-in target
+    nor module:qualname (whose module is only looked for when the program runs)."""
+    from kname.config import read_config
+    from kname.targets import BUILTIN
+
+    for entry in (e.strip() for e in text.split(",")):
+        if read_config({KNAME_TARGETS: entry}, builtin_targets=BUILTIN).problems:
+            meant = importable.nearest_name(entry, lambda parent: () if parent else BUILTIN)
+            hint = f"; did you mean {meant}?" if meant else ""
+            raise argparse.ArgumentTypeError(
+                f"{entry!r} is neither a built-in target ({', '.join(BUILTIN)}) nor "
+                f"module:qualname{hint}"
+            )
+    return text
 
 
 def _depth(text: str) -> str:
@@ -306,7 +348,7 @@ def _add_profile_command(commands: argparse._SubParsersAction) -> None:
     profile = commands.add_parser(
         "profile",
         help="run a program and show the GPU time of each call site (CUPTI, no Nsight needed)",
-        description="Run a program with every GPU kernel, copy and set attributed to the line "
+        description="Run a program with every GPU kernel, copy and memset attributed to the line "
         "that launched it; a table ranked by GPU time is printed at exit.",
         epilog=PROFILE_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -344,7 +386,10 @@ def _add_profile_command(commands: argparse._SubParsersAction) -> None:
         help="stop profiling SECONDS after it started (the outputs are still written at exit)",
     )  # fmt: skip
     for option in ("targets", "skip", "format", "depth", "domain"):
-        profile.add_argument(f"--{option}", metavar="VALUE", help=f"sets {RUN_OPTIONS[option]}")
+        profile.add_argument(
+            f"--{option}", metavar="VALUE", help=f"sets {RUN_OPTIONS[option]}",
+            **({"type": _targets} if option == "targets" else {}),
+        )  # fmt: skip
     profile.add_argument("program", nargs=argparse.REMAINDER, help="the command, after --")
     profile.set_defaults(handler=_profile)
 

@@ -21,16 +21,21 @@ from kname.config import (
     KNAME,
     KNAME_DEPTH,
     KNAME_DOMAIN,
+    KNAME_DRIVER_HOOK,
     KNAME_FORMAT,
     KNAME_MODE,
     KNAME_NATIVE,
     KNAME_PROFILE_DELAY,
     KNAME_PROFILE_DURATION,
     KNAME_PROFILE_FLUSH,
+    KNAME_PROFILE_HTML,
+    KNAME_PROFILE_TOP,
+    KNAME_PROFILE_TRACE,
     KNAME_PROFILE_TRACE_MAX,
     KNAME_RANKS,
     KNAME_REPORT,
     KNAME_SKIP,
+    KNAME_SOURCES,
     KNAME_STRICT,
     KNAME_TARGETS,
     KNAME_USER,
@@ -67,7 +72,8 @@ examples:
                                           kname profile (runs one tiny kernel on the GPU)
 
 Each line starts with ✓ (fine), ✗ (a reason names will not appear, and what to do) or
-– (for your information). The exit status is 1 if any line is ✗, else 0.
+– (for your information: the switch being off, say). The exit status is 1 if any line is ✗,
+else 0.
 """
 
 
@@ -157,7 +163,8 @@ def _check_switch() -> list[tuple[str, str]]:
     if not state:
         shown = "KNAME is not set" if KNAME not in os.environ else f"KNAME={value!r}"
         advice = "set KNAME=1, or run python -X kname app.py, or kname run -- python app.py"
-        return [(PROBLEM, f"switch: off ({shown}): {advice}")]
+        # Off is how kname is installed, not a fault: the program runs as before, unnamed.
+        return [(NOTE, f"switch: off ({shown}): to name launches, {advice}")]
     setting = f"{source}={value!r}" if source == KNAME else source
     if getattr(sys, "_kname_started", False):
         return [(OK, f"switch: on ({setting}); kname started in this process")]
@@ -287,6 +294,13 @@ def _check_nvtx_tool(config: Config) -> list[tuple[str, str]]:
     return lines
 
 
+def installed_pair_differs() -> bool:
+    """Whether the installed CUPTI binding and library (by their metadata) are of different
+    CUDA releases: the ✗ line of _check_profiling."""
+    binding, library = _version_or_none(CUPTI_BINDING), _version_or_none(CUPTI_LIBRARY)
+    return bool(binding and library and releases_differ(binding, library))
+
+
 def releases_differ(binding: str, library: str) -> bool:
     """Whether two versions (the CUPTI binding's, its library's) name different CUDA releases:
     a different major.minor. False when either has no major.minor to compare."""
@@ -333,13 +347,13 @@ def _check_profiling(config: Config) -> list[tuple[str, str]]:
     else:
         lines.append((NOTE, f"profiling: CUDA driver for CUDA {driver}"))
     if binding and library and releases_differ(binding, library):
+        # A failure in every mode: kname profile would run, and silently record no GPU time.
         problem = (
             f"profiling: {CUPTI_BINDING} {binding} and {CUPTI_LIBRARY} {library} are of different "
-            "CUDA releases, and such a pair may record no GPU time without any error "
-            f"({CUPTI_BINDING} 13.4 with CUPTI 13.0 records no kernels): install one release's "
-            f"pair: {_cupti_advice(binding, library, driver)}"
+            "CUDA releases, so kname profile may record no GPU time, without any error: "
+            f"{_cupti_advice(binding, library, driver)}"
         )
-        lines.append((gap, problem))
+        lines.append((PROBLEM, problem))
     return lines
 
 
@@ -360,14 +374,17 @@ def cupti_release(
 
 
 def _cupti_advice(binding: str | None, library: str | None, driver: str | None) -> str:
-    """`pip install` of a CUPTI binding and library of one published CUDA release."""
+    """`pip install` of the CUPTI binding and library of one published CUDA release: of each
+    that is missing or of another release (one line)."""
     driver_release = _release(driver) if driver else None
     release = cupti_release(
         _release(binding) if binding else None, _release(library) if library else None,
         driver_release,
     )  # fmt: skip
     text = ".".join(map(str, release))
-    advice = f"pip install '{CUPTI_BINDING}=={text}.*' '{CUPTI_LIBRARY}=={text}.*'"
+    installed = ((CUPTI_BINDING, binding), (CUPTI_LIBRARY, library))
+    wanted = [d for d, version in installed if version is None or _release(version) != release]
+    advice = "pip install " + " ".join(f"'{d}=={text}.*'" for d in wanted)
     if driver_release is not None and driver_release < release:
         advice += f" (and a CUDA driver for CUDA {text} or newer: this one is for CUDA {driver})"
     return advice
@@ -487,8 +504,19 @@ def _check_configuration() -> tuple[Config, list[tuple[str, str]]]:
     lines.extend(_check_report_destination(config.report))
     clean = not any(mark == PROBLEM for mark, _ in lines)
     lines.append((OK if clean else NOTE, "configuration in effect:"))
+    settings = _settings_in_effect(config, strict=bool(config.strict or strict))
+    width = max(map(len, settings))
+    lines.extend(("", f"    {variable:<{width}} {value}") for variable, value in settings.items())
+    return config, lines
+
+
+def _settings_in_effect(config: Config, strict: bool) -> dict[str, str]:
+    """Every variable kname reads (config.KNOWN_VARIABLES, in its order) -> its value in effect."""
     every_target = f"{', '.join(BUILTIN)} (every built-in target)"
-    settings = {
+    state = switch_state()[2]
+    hook_off = os.environ.get(KNAME_DRIVER_HOOK, "").strip() == "0"
+    described = {
+        KNAME: {True: "on", False: "off"}.get(state, "off (its value is not understood)"),
         KNAME_TARGETS: every_target if config.targets is None else ",".join(config.targets),
         KNAME_SKIP: ",".join(config.skip) or "(none)",
         KNAME_USER: ",".join(config.user) or "(none)",
@@ -497,16 +525,20 @@ def _check_configuration() -> tuple[Config, list[tuple[str, str]]]:
         KNAME_MODE: config.mode,
         KNAME_REPORT: {None: "(none)", "-": "- (stderr)"}.get(config.report, config.report),
         KNAME_DOMAIN: config.domain,
-        KNAME_STRICT: "on" if config.strict or strict else "off",
-        KNAME_NATIVE: "on (where built)" if config.native else "off (pure Python)",
-        KNAME_RANKS: "every rank" if config.ranks is None else format_ranks(config.ranks),
+        KNAME_STRICT: "on" if strict else "off",
+        KNAME_PROFILE_TRACE: config.trace or "(none)",
+        KNAME_PROFILE_HTML: config.html or "(none)",
+        KNAME_PROFILE_TOP: f"{config.top} call sites in the table",
+        KNAME_PROFILE_TRACE_MAX: f"{config.trace_max} records in a trace at most",
         KNAME_PROFILE_FLUSH: f"every {config.flush:g} s" if config.flush else "at exit only",
         KNAME_PROFILE_DELAY: f"{config.delay:g} s" if config.delay else "none (from the start)",
         KNAME_PROFILE_DURATION: f"{config.duration:g} s" if config.duration else "to the end",
-        KNAME_PROFILE_TRACE_MAX: f"{config.trace_max} records in a trace at most",
+        KNAME_NATIVE: "on (where built)" if config.native else "off (pure Python)",
+        KNAME_RANKS: "every rank" if config.ranks is None else format_ranks(config.ranks),
+        KNAME_SOURCES: "on (saved documents keep their lines' source)" if config.sources else "off",
+        KNAME_DRIVER_HOOK: "off" if hook_off else "on (where it can be: see its line above)",
     }
-    lines.extend(("", f"    {variable:<14} {value}") for variable, value in settings.items())
-    return config, lines
+    return {variable: described[variable] for variable in KNOWN_VARIABLES}
 
 
 def _check_unknown_variables(problems: tuple[str, ...]) -> list[tuple[str, str]]:

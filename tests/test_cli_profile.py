@@ -72,6 +72,7 @@ def test_profile_without_a_gpu_says_so_in_one_line_and_names_launches(
             ["profile", "--ranks", "0-x", "--", "python"],
             "argument --ranks: expected ranks such as 0,3 or 0-7",
         ),
+        (["profile", "--targets", "cupyy", "--", "python"], "'cupyy' is neither a built-in"),
     ],
 )
 def test_profile_usage_errors_are_one_line_and_exit_2(kname_venv: Venv, args, message) -> None:
@@ -83,4 +84,6 @@ def test_profile_usage_errors_are_one_line_and_exit_2(kname_venv: Venv, args, me
 def test_profile_help_shows_examples(kname_venv: Venv) -> None:
     result = run_kname(kname_venv, "profile", "--help")
     assert result.returncode == 0 and "examples:\n  kname profile -- python app.py" in result.stdout
-    assert "  profile " in run_kname(kname_venv).stdout  # listed among the commands
+    # memcpy and memset are a copy and a memset, not a "set".
+    assert "every GPU kernel, copy and memset attributed" in " ".join(result.stdout.split())
+    assert "  profile " in run_kname(kname_venv, "--help").stdout  # among the commands

@@ -68,12 +68,31 @@ def main() -> int:
     where = "CUDA simulator (no GPU found)" if os.environ.get("NUMBA_ENABLE_CUDASIM") else "GPU"
     print(f"kname demo on the {where}: {sum(kname.names().values())} launches")
     if not kname.is_installed():
-        print("kname is off: run with KNAME=1 (see the README) to see the names")
+        print(why_off())
         return 1
     print(f"{'launches':>8}  call-site name (the NVTX range around each launch)")
     for name, launches in kname.names().items():
         print(f"{launches:>8}  {name}")
     return 0
+
+
+def why_off() -> str:
+    """Why kname named nothing: the switch is off, or it is on but kname never started."""
+    from kname.config import KNAME, switch_state
+
+    where, value, on = switch_state()
+    if not on:
+        return "kname is off: run with KNAME=1 (see the README) to see the names"
+    setting = f"{where}={value}" if where == KNAME else where
+    if getattr(sys, "_kname_started", False):  # started, and said on stderr why it named nothing
+        return f"kname is on ({setting}) but did not install: see its line on stderr"
+    # The switch is read at start-up by kname.pth in site-packages, which an editable install
+    # (pip install -e) does not write.
+    return (
+        f"kname did not start although {setting}: its start-up gate (kname.pth) was not found, "
+        "as after `pip install -e`; `kname run -- python examples/demo.py` or a regular "
+        "`pip install .` starts it"
+    )
 
 
 if __name__ == "__main__":

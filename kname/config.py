@@ -302,9 +302,18 @@ def _read_targets(
         else:
             problems.append(
                 f"KNAME_TARGETS entry {entry!r} is neither a built-in target "
-                f"({', '.join(builtin_targets)}) nor module:qualname; ignoring it"
+                f"({', '.join(builtin_targets)}) nor module:qualname{_target_hint(entry)}; "
+                "ignoring it"
             )
     return tuple(accepted) or None  # nothing usable left: the default, every built-in target
+
+
+def _target_hint(entry: str) -> str:
+    """`; did you mean 'a.b:f'?` for a dotted path written without its colon, else ''."""
+    module, dot, qualname = entry.rpartition(".")
+    if dot and ":" not in entry and _USER_TARGET.match(f"{module}:{qualname}"):
+        return f"; did you mean {module + ':' + qualname!r}?"
+    return ""
 
 
 _MODULE_EXAMPLES = {KNAME_SKIP: "mypkg.launchers", KNAME_USER: "torch._inductor"}
@@ -314,14 +323,23 @@ def _read_modules(variable: str, value: str | None, problems: list[str]) -> tupl
     """KNAME_SKIP or KNAME_USER: a comma list of dotted module prefixes."""
     accepted = []
     for entry in _comma_list(value):
-        if _MODULE_PREFIX.match(entry):
+        # A file name ends in .py; a module named `py` inside a package is rare enough to refuse.
+        if _MODULE_PREFIX.match(entry) and not entry.endswith(".py"):
             accepted.append(entry)
         else:
             problems.append(
                 f"{variable} entry {entry!r} is not a dotted module name such as "
-                f"{_MODULE_EXAMPLES[variable]!r}; ignoring it"
+                f"{_MODULE_EXAMPLES[variable]!r}{_module_hint(entry)}; ignoring it"
             )
     return tuple(accepted)
+
+
+def _module_hint(entry: str) -> str:
+    """`; did you mean 'a.b'?` for a file name (a.b.py), else ''."""
+    module = entry.removesuffix(".py")
+    if module != entry and _MODULE_PREFIX.match(module):
+        return f"; did you mean {module!r} (a module, not a file)?"
+    return ""
 
 
 def _read_format(value: str | None, problems: list[str]) -> str:

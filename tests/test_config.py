@@ -272,6 +272,56 @@ def test_kname_user_is_a_comma_list_of_module_prefixes_and_a_bad_entry_is_droppe
     assert config(user="").user == ()
 
 
+def test_a_targets_path_without_its_colon_suggests_module_colon_qualname() -> None:
+    problem = the_problem(config(targets="mypkg.launch.launch_1d"))
+    assert problem.startswith("KNAME_TARGETS entry 'mypkg.launch.launch_1d'")
+    assert "module:qualname" in problem and "did you mean 'mypkg.launch:launch_1d'?" in problem
+    assert len(problem.splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["not a target", "cupy", "a:b:c", "a.b:c.d:e", "x.1y"])
+def test_a_targets_entry_that_is_no_dotted_path_gets_no_suggestion(value: str) -> None:
+    assert "did you mean" not in the_problem(config(targets=value))
+
+
+IDENTIFIERS = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True)
+DOTTED_PATHS = st.lists(IDENTIFIERS, min_size=2, max_size=5).map(".".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(DOTTED_PATHS)
+def test_a_dotted_path_without_a_colon_is_suggested_as_a_target_kname_accepts(path: str) -> None:
+    suggestion = re.search(r"did you mean '([^']*)'\?", the_problem(config(targets=path)))
+    assert suggestion, path
+    assert suggestion.group(1).replace(":", ".") == path
+    assert config(targets=suggestion.group(1)).targets == (suggestion.group(1),)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "module"),
+    [
+        ("KNAME_SKIP", "demo_launchers.py", "demo_launchers"),
+        ("KNAME_SKIP", "mypkg.launchers.py", "mypkg.launchers"),
+        ("KNAME_USER", "my_kernels.py", "my_kernels"),
+    ],
+)
+def test_a_file_name_for_a_module_is_refused_and_the_module_suggested(
+    variable: str, value: str, module: str
+) -> None:
+    cfg = read_config({variable: value}, BUILTINS)
+    problem = the_problem(cfg)
+    assert problem.startswith(f"{variable} entry {value!r}")
+    assert "dotted module name" in problem and f"did you mean {module!r}" in problem
+    assert len(problem.splitlines()) == 1
+    assert read_config({variable: module}, BUILTINS).problems == ()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(IDENTIFIERS, min_size=1, max_size=4).map(".".join))
+def test_any_module_written_as_a_file_name_suggests_that_module(module: str) -> None:
+    assert f"did you mean {module!r}" in the_problem(config(skip=module + ".py"))
+
+
 def test_several_bad_variables_give_one_problem_each() -> None:
     cfg = config(depth="x", mode="y", format="{z}", strict="w")
     assert sorted(p.split("=")[0] for p in cfg.problems) == [

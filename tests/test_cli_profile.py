@@ -36,25 +36,43 @@ def test_profile_sets_the_mode_and_its_outputs_and_passes_the_exit_code(
     )
 
 
-def test_profile_without_a_gpu_says_so_in_one_line_and_names_launches(
+def test_profile_without_a_gpu_says_so_and_at_exit_names_the_files_not_written(
     kname_venv: Venv, tmp_path: Path
 ) -> None:
     (tmp_path / "app.py").write_text(
         APP.replace("    sys.exit(", "    import kname; print(kname.names())\n    sys.exit(")
     )
     result = run_kname(
-        kname_venv, "profile", "--json", "p.json", "--", "python", "app.py", "6",
-        env={"NUMBA_ENABLE_CUDASIM": "1"}, cwd=tmp_path,
+        kname_venv, "profile", "--json", "p.json", "--html", "p.html", "--trace", "t.json",
+        "--", "python", "app.py", "6", env={"NUMBA_ENABLE_CUDASIM": "1"}, cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 6
     lines = result.stderr.splitlines()
     # The binding missing, or (with it installed, as CI has it) CUPTI without a driver.
-    assert len(lines) == 1 and lines[0].startswith("kname: profile: "), lines
+    assert len(lines) == 2 and lines[0].startswith("kname: profile: "), lines
     assert "binding cannot be imported" in lines[0] or "CUPTI could not be started" in lines[0]
     assert lines[0].endswith("GPU times are not collected in this run; launches are still named")
+    # At exit, the outputs asked for and not written, and why.
+    assert lines[1].startswith("kname: profile: no GPU time was collected ("), lines
+    assert "binding cannot be imported" in lines[1] or "CUPTI could not start" in lines[1]
+    assert lines[1].endswith("; p.json, t.json, p.html not written"), lines
     loop = f"main app.py:{line_of(APP, 'loop-line')}"
     assert f"'{loop}': 2" in result.stdout
-    assert not (tmp_path / "p.json").exists()
+    assert not any((tmp_path / name).exists() for name in ("p.json", "t.json", "p.html"))
+
+
+def test_profile_mode_without_a_gpu_and_no_file_says_no_gpu_time_not_a_table(
+    kname_venv: Venv, tmp_path: Path
+) -> None:
+    (tmp_path / "app.py").write_text(APP)
+    result = run_kname(
+        kname_venv, "profile", "--", "python", "app.py", "0",
+        env={"NUMBA_ENABLE_CUDASIM": "1"}, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2 and "no GPU time was collected (" in lines[1], lines
+    assert "launches" not in lines[1] and not lines[1].endswith("not written"), lines
 
 
 @pytest.mark.parametrize(

@@ -114,12 +114,14 @@ class CuptiCollector:
         self._trace: NativeTrace | None = None  # the trace kept in C (the log then stays empty)
         self._holder: str | None = None
         self.started = False
+        self.not_started: str | None = None  # why the last start() failed, in a few words
 
     def start(self) -> bool:
         """Start collecting; False (after one line on stderr) when CUPTI cannot be used."""
         try:
             from cupti import cupti
         except Exception as exc:  # ImportError, or OSError loading libcupti
+            self.not_started = f"the CUPTI binding cannot be imported: {_reason(exc)}"
             warn_once(
                 "profile:import",
                 f"profile: the CUPTI binding cannot be imported ({_reason(exc)}); "
@@ -150,6 +152,7 @@ class CuptiCollector:
             self._undo()
             return False
         self.started = True
+        self.not_started = None
         warn_once(
             "profile:collector",
             f"profile: collecting through {self._callbacks.describe()}; GPU times are not affected",
@@ -363,6 +366,7 @@ class CuptiCollector:
         status = getattr(exc, "status", None)
         if status == int(cupti.Result.ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED):
             holder = f"'{self._holder}'" if self._holder else "another tool"
+            self.not_started = f"CUPTI is already in use by {holder}"
             warn_once(
                 "profile:subscriber",
                 f"profile: CUPTI is already in use by {holder} (Nsight Systems, Nsight "
@@ -374,6 +378,7 @@ class CuptiCollector:
         if status is not None:
             with contextlib.suppress(ValueError):
                 reason = f"{cupti.Result(status).name}: {reason}"
+        self.not_started = f"CUPTI could not start: {reason}"
         warn_once(
             "profile:start", f"profile: CUPTI could not be started ({reason}); {NOT_COLLECTED}"
         )

@@ -28,13 +28,13 @@ _session: ProfileSession | None = None
 
 def start(config: Config) -> ProfileSession | None:
     """Collect GPU times until exit (or in the window the configuration gives), outputs then;
-    None (said in one line) if CUPTI cannot be used, and launches are still named."""
+    None (said in one line) if CUPTI cannot be used, and launches are still named; the exit
+    then says, in one line, that no GPU time was collected and which files were not written."""
     global _session
     if _session is not None and _session.collecting:
         return _session  # install() again after uninstall(): the same session goes on
     session = ProfileSession(keep_streams=config.trace is not None, max_records=config.trace_max)
-    if config.delay is None and not _start_window(session, config):
-        return None
+    started = config.delay is not None or _start_window(session, config)
     files = {"json": None if config.report in (None, "-") else config.report}
     files.update(trace=config.trace, html=config.html)
     # Beneath the owner, the files are its own beside the owner's (the session claims them),
@@ -46,11 +46,13 @@ def start(config: Config) -> ProfileSession | None:
         print_table=_prints_table(owns, any(files.values())),
         only_if_launched=not owns,
     )
+    _session = session  # also where CUPTI did not start: the exit says what was not written
+    if not started:
+        return None
     if config.flush is not None and any(files.values()):
         session.flush_every(config.flush)
     if config.delay is not None:
         _later(config.delay, _start_window, session, config)
-    _session = session
     return session
 
 

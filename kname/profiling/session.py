@@ -98,6 +98,10 @@ class ProfileSession:
         self._device: str | None = None  # the GPU, once known
         self._flushing = threading.Event()  # set: the flush thread stops
         self._flusher: threading.Thread | None = None
+        self._started_once = False
+        # Why CUPTI never collected for this session (None: it did, or it was not started):
+        # the table and the exit then say that instead of a profile of no launch.
+        self.not_collected: str | None = None
 
     def start(self) -> bool:
         """Start collecting; False when CUPTI cannot be used (the program runs on)."""
@@ -112,9 +116,13 @@ class ProfileSession:
                     "(KNAME_MODE=profile or kname.profile()); CUPTI takes one, so this one "
                     "collects nothing",
                 )
+                self._not_collecting("another kname profile session is collecting in this process")
                 return False
             if not self.collector.start():
+                why = getattr(self.collector, "not_started", None)
+                self._not_collecting(why or "CUPTI could not start")
                 return False
+            self._started_once, self.not_collected = True, None
             # The collector may keep the totals elsewhere (the native recorder's join, in C).
             self.join = getattr(self.collector, "totals", self.join)
             _collecting = self
@@ -127,6 +135,10 @@ class ProfileSession:
             callsite.use_site_calls(self.capture.site_calls)
             backward.collect(site_of_frame)
             return True
+
+    def _not_collecting(self, reason: str) -> None:
+        if not self._started_once:
+            self.not_collected = reason
 
     def stop(self) -> None:
         """Stop collecting; what finished on the GPU so far is in the totals."""
@@ -176,7 +188,9 @@ class ProfileSession:
         return self._totals()["sites"]
 
     def table(self, top: int | None = None) -> str:
-        """The ranked table, `top` sites at most."""
+        """The ranked table, `top` sites at most; one line instead where CUPTI never collected."""
+        if self.not_collected is not None:
+            return f"kname profile: no GPU time was collected ({self.not_collected})\n"
         return render_profile_table(self._totals(), top=top)
 
     def streams(self, **meta: Any) -> Streams:
@@ -253,6 +267,7 @@ class ProfileSession:
         """
         first = not self._exit_outputs
         paths = {"json": json, "trace": trace, "html": html}
+        self._exit_paths = [path for path in paths.values() if path]  # as the user named them
         self._exit_outputs = claim_each(paths, _EXIT_OUTPUTS)
         self._exit_table = table if print_table else None
         self._exit_print = print_table
@@ -291,7 +306,7 @@ class ProfileSession:
         # The session's lock: a flush and stop() (at exit, on SIGTERM) take turns, so the
         # exit's write is the last and CUPTI is never flushed from two threads at once.
         with self._lock:
-            if self._flushing.is_set() or os.getpid() != self._pid:
+            if self._flushing.is_set() or os.getpid() != self._pid or self.not_collected:
                 return
             flush = getattr(self.collector, "flush", None)
             if flush is not None and self.collecting:
@@ -312,6 +327,9 @@ class ProfileSession:
         with self._lock:  # after a flush under way, and no flush after this
             self._flushing.set()
         self.stop()
+        if self.not_collected is not None:
+            self._say_not_collected()
+            return
         if self._exit_if_launched and not self._launched():
             return
         if self._exit_print:
@@ -322,6 +340,18 @@ class ProfileSession:
             except Exception as exc:  # a closed stderr must not give a traceback at exit
                 warn_once("profile:table", f"profile: the table could not be printed ({exc})")
         self._write_outputs(tuple(self._exit_outputs))
+
+    def _say_not_collected(self) -> None:
+        """At exit, one line for a session CUPTI never fed: why, and the files not written
+        (none from a helper process beneath the owner, which says it)."""
+        if self._exit_if_launched or not (self._exit_print or self._exit_outputs):
+            return
+        paths = self._exit_paths if self._exit_outputs else []
+        unwritten = f"; {', '.join(paths)} not written" if paths else ""
+        warn_once(
+            "profile:not-collected",
+            f"profile: no GPU time was collected ({self.not_collected}){unwritten}",
+        )
 
     def _write_outputs(self, kinds: tuple[str, ...]) -> None:
         """The outputs of `kinds` that write_at_exit() set up, each replaced whole; a failure

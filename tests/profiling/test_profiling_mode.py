@@ -451,7 +451,10 @@ def test_kname_profile_without_cupti_runs_the_block(monkeypatch, capsys) -> None
     with kname.profile() as profile:
         ran = True
     assert ran and not profile.collecting
-    assert profile.table() == "kname profile: 0 ns of GPU time in 0 launches from 0 call sites\n"
+    # Why, not a table of 0 launches (issue 46).
+    assert profile.table().startswith(
+        "kname profile: no GPU time was collected (the CUPTI binding cannot be imported: "
+    )
     (line,) = capsys.readouterr().err.splitlines()
     assert line.endswith(NOT_COLLECTED)
 

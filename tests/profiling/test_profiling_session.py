@@ -361,3 +361,26 @@ def test_the_profile_names_its_gpu_as_cuda_visible_devices_does(
     session.collector.current_device = lambda: ordinal  # the device of this thread's context
     (record,) = session.document()["ranks"]
     assert record["device"] == device and record["pid"] == os.getpid()
+
+
+def test_where_cupti_cannot_start_the_table_says_no_gpu_time_was_collected_and_why(capsys):
+    # No stand-in libcupti here: the real collector fails to start (no binding or no driver).
+    import kname
+    from kname.profiling.cupti_collector import CuptiCollector
+
+    with kname.profile() as p:
+        pass  # the block runs as usual
+    assert isinstance(p.collector, CuptiCollector) and not p.collecting
+    table = p.table()
+    assert table.startswith("kname profile: no GPU time was collected (")
+    why = p.collector.not_started
+    assert why and f"({why})" in table and "0 launches" not in table
+    assert "not collected in this run" in capsys.readouterr().err  # the line said at start
+
+
+def test_a_second_session_says_another_one_collects(session):
+    session.start()
+    second = ProfileSession(collector=ScriptedCupti)
+    assert not second.start()
+    assert "another kname profile session is collecting" in second.table()
+    assert "no GPU time" not in session.table()  # the first one collects

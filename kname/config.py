@@ -112,6 +112,7 @@ class Config:
     strict: bool = False
     native: bool = True  # KNAME_NATIVE: the C hot path where built (False: the pure-Python one)
     sources: bool = True  # KNAME_SOURCES: saved documents keep the source of their lines
+    driver_hook: bool = True  # KNAME_DRIVER_HOOK: under an NVTX tool, launches named at the driver
     problems: tuple[str, ...] = field(default=(), compare=False)
 
 
@@ -204,6 +205,7 @@ def read_config(
         strict=strict,
         native=_read_native(env.get(KNAME_NATIVE), problems),
         sources=_read_sources(env.get(KNAME_SOURCES), problems),
+        driver_hook=_read_driver_hook(env.get(KNAME_DRIVER_HOOK), problems),
         problems=tuple(problems + _misspellings(env)),
     )
     if strict and config.problems:
@@ -270,6 +272,20 @@ def _read_sources(value: str | None, problems: list[str]) -> bool:
     return _read_on_by_default(
         KNAME_SOURCES, value, "a census, profile or page keeps the source around its lines",
         "none kept", problems,
+    )  # fmt: skip
+
+
+def driver_hook_wanted(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether KNAME_DRIVER_HOOK leaves the driver hook on (the default; a bad value counts as
+    that, said by read_config): Config.driver_hook, read alone (for kname.driver_hook)."""
+    env = os.environ if environ is None else environ
+    return _read_driver_hook(env.get(KNAME_DRIVER_HOOK), [])
+
+
+def _read_driver_hook(value: str | None, problems: list[str]) -> bool:
+    return _read_on_by_default(
+        KNAME_DRIVER_HOOK, value, "under an NVTX tool, every launch named at the driver",
+        "only launches kname wraps get ranges", problems,
     )  # fmt: skip
 
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from kname import callsite, hotpath, ranges
 from kname._locks import new_lock
-from kname._warnings import report_fault, warn_once
-from kname.config import KNAME_DRIVER_HOOK
+from kname._warnings import report_fault
+from kname.config import KNAME_DRIVER_HOOK, driver_hook_wanted
 
 CATEGORY = "driver"  # the NVTX category of the hook's ranges
 VARIABLE = KNAME_DRIVER_HOOK
@@ -34,17 +34,14 @@ def _native() -> Any:
 
 
 def _switched_off() -> bool:
-    """KNAME_DRIVER_HOOK=0; another value than 0 or 1 is said once (the hook stays on)."""
-    value = os.environ.get(VARIABLE, "").strip()
-    if value not in ("", "0", "1"):
-        warn_once(VARIABLE, f"{VARIABLE}={value!r} is not 0 or 1; accepted: 0 (off), 1 (on)")
-    return value == "0"
+    """KNAME_DRIVER_HOOK set off (config.py reads it; read_config said a bad value at install)."""
+    return not driver_hook_wanted()
 
 
 def reason_not_wanted(mode: str) -> str:
     """Why this install gets no hook ("" when it wants one)."""
     if _switched_off():
-        return f"{VARIABLE}=0"
+        return f"{VARIABLE}={os.environ.get(VARIABLE, '').strip()}"
     if mode != "nvtx":
         return f"KNAME_MODE is {mode} (the hook names ranges of the default mode only)"
     if hotpath.current().nvtx_range is None:
@@ -110,7 +107,8 @@ def doctor_line(mode: str, hot_path: hotpath.HotPath) -> tuple[bool, str]:
         why = hot_path.why_python or "kname._native has no driver hook here (Linux only, NVTX)"
         return False, f"driver hook: unavailable ({why}): only launches kname wraps get ranges"
     if _switched_off():
-        return False, f"driver hook: off ({VARIABLE}=0): only launches kname wraps get ranges"
+        setting = f"{VARIABLE}={os.environ.get(VARIABLE, '').strip()}"
+        return False, f"driver hook: off ({setting}): only launches kname wraps get ranges"
     if mode != "nvtx":
         return False, f"driver hook: not used (KNAME_MODE={mode})"
     return True, (

@@ -25,6 +25,7 @@ from kname.config import (
     PROFILE_SETTINGS,
     Config,
     ConfigError,
+    driver_hook_wanted,
     format_ranks,
     merge_rank_spans,
     read_config,
@@ -215,6 +216,7 @@ RANKS_ACCEPTED = ["a rank (3)", "a range of ranks (0-7)", f"from 0 to {MAX_RANK}
         ("KNAME_STRICT", "maybe", ["1/true/yes/on", "0/false/no/off"], "strict"),
         ("KNAME_NATIVE", "maybe", ["1/true/yes/on", "0/false/no/off", "default"], "native"),
         ("KNAME_SOURCES", "none", ["1/true/yes/on", "0/false/no/off", "default"], "sources"),
+        ("KNAME_DRIVER_HOOK", "2", ["1/true/yes/on", "0/false/no/off", "default"], "driver_hook"),
         ("KNAME_RANKS", "x", RANKS_ACCEPTED, "ranks"),
         ("KNAME_RANKS", "5-2", RANKS_ACCEPTED, "ranks"),
         ("KNAME_RANKS", "-1", RANKS_ACCEPTED, "ranks"),
@@ -243,6 +245,12 @@ def test_a_bad_value_gives_one_problem_naming_it_and_the_default_is_used(
 def test_kname_sources_switches_source_keeping(value: str, kept: bool) -> None:
     assert config(sources=value).sources is kept
     assert sources_kept({"KNAME_SOURCES": value}) is kept
+
+
+@pytest.mark.parametrize(("value", "on"), [("0", False), ("off", False), ("1", True), ("", True)])
+def test_kname_driver_hook_switches_the_hook(value: str, on: bool) -> None:
+    assert config(driver_hook=value).driver_hook is on
+    assert driver_hook_wanted({"KNAME_DRIVER_HOOK": value}) is on
 
 
 def test_a_bad_targets_entry_is_dropped_and_the_good_ones_kept() -> None:

@@ -10,29 +10,19 @@ compiles and XLA autotunes at its first call.
 from __future__ import annotations
 
 import importlib.util
-import os
-import re
-import shutil
 import subprocess
 import sys
 
 import pytest
 from support import REPO, profile_missing_reason
+from support.gpu_programs import SITE, marked_lines, profiled_run
 
-from kname import hotpath
 from kname.callsite import COMPILE_MARK
-from kname.documents.files import load
 from kname.profiling.capture import NO_PYTHON_FRAME
 
 DEMO = REPO / "tests" / "gpu" / "jax_demo.py"
-SOURCE = DEMO.read_text()
-MARKED = {
-    number: match[1]
-    for number, text in enumerate(SOURCE.splitlines(), 1)
-    if (match := re.search(r"#\s*site:\s*(\S+)\s*$", text))
-}
+MARKED = marked_lines(DEMO)
 LINE = {marker: number for number, marker in MARKED.items()}
-SITE = re.compile(r"(?P<function>\S+) (?P<path>\S+):(?P<line>\d+)(?P<compile> \(compile\))?")
 STEPS = 20  # as jax_demo.py has them
 
 pytestmark = pytest.mark.gpu
@@ -64,26 +54,7 @@ def own_share(document: dict) -> float:
 @pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
 @pytest.mark.parametrize("callbacks", ["native", "python"])
 def test_a_jax_program_is_named_after_its_own_lines_only(tmp_path, callbacks) -> None:
-    native, why = hotpath.choose(True).cupti()
-    if callbacks == "native" and native is None:
-        pytest.skip(f"no native CUPTI callback: {why}")
-    shutil.copy(DEMO, tmp_path / "jax_demo.py")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KNAME")}
-    # kname from the checkout, before what the machine adds (cupti-python carried as a wheel).
-    paths = [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env.update(PYTHONPATH=os.pathsep.join(paths), PYTHONUNBUFFERED="1")
-    env["KNAME_NATIVE"] = "1" if callbacks == "native" else "0"  # which callback, nothing else
-    command = [sys.executable, "-m", "kname", "profile", "--json", "profile.json", "--",
-               sys.executable, "jax_demo.py"]  # fmt: skip
-    done = subprocess.run(
-        command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900, check=False
-    )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0 and "JAX DEMO DONE" in done.stdout, output[-6000:]
-    assert "internal error" not in output, output[-6000:]
-
-    document = load(str(tmp_path / "profile.json"))
-    print(done.stderr[-4000:])  # the table, for the log of the run
+    document, _ = profiled_run(DEMO, tmp_path, callbacks, "JAX DEMO DONE")
     sites = {site["name"]: site for site in document["sites"]}
     total = sum(site["gpu_ns"] for site in sites.values())
     # At least 99% of the GPU time at the program's own lines; no frameless work above 1%.

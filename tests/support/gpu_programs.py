@@ -1,0 +1,57 @@
+"""A framework's demo program (tests/gpu/<name>_demo.py) under `kname profile`, as the gpu tests
+of torch and JAX run it: its marked lines, and the profile its run wrote."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kname import hotpath
+from kname.documents.files import load
+from support import REPO
+
+# A call site's name as KNAME_FORMAT's default writes it, `(compile)` after it for build work.
+SITE = re.compile(r"(?P<function>\S+) (?P<path>\S+):(?P<line>\d+)(?P<compile> \(compile\))?")
+
+
+def marked_lines(program: Path) -> dict[int, str]:
+    """Each line of `program` marked `# site: MARKER`, by number."""
+    return {
+        number: match[1]
+        for number, text in enumerate(program.read_text().splitlines(), 1)
+        if (match := re.search(r"#\s*site:\s*(\S+)\s*$", text))
+    }
+
+
+def profiled_run(
+    program: Path, tmp_path: Path, callbacks: str, done: str, **settings: str
+) -> tuple[dict, subprocess.CompletedProcess]:
+    """`kname profile --json profile.json -- python PROGRAM` in tmp_path, on the `callbacks`
+    launch callback ("native" or "python"; skipped where the native one is not built): the
+    profile it wrote and the run. `settings` are the program's own variables (not kname's);
+    the program prints `done` as its last line."""
+    native, why = hotpath.choose(True).cupti()
+    if callbacks == "native" and native is None:
+        pytest.skip(f"no native CUPTI callback: {why}")
+    shutil.copy(program, tmp_path / program.name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KNAME")}
+    # kname from the checkout, before what the machine adds (cupti-python carried as a wheel).
+    paths = [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env.update(settings, PYTHONPATH=os.pathsep.join(paths), PYTHONUNBUFFERED="1")
+    env["KNAME_NATIVE"] = "1" if callbacks == "native" else "0"  # which callback, nothing else
+    command = [sys.executable, "-m", "kname", "profile", "--json", "profile.json", "--",
+               sys.executable, program.name]  # fmt: skip
+    run = subprocess.run(
+        command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900, check=False
+    )
+    output = run.stdout + run.stderr
+    assert run.returncode == 0 and done in run.stdout, output[-6000:]
+    assert "internal error" not in output, output[-6000:]
+    print(run.stderr[-4000:])  # the table, for the log of the run
+    return load(str(tmp_path / "profile.json")), run

@@ -13,8 +13,8 @@ import os
 import re
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from types import CodeType, FrameType
+from typing import NamedTuple
 
 from kname import cells, faults
 from kname._warnings import warn_once
@@ -48,9 +48,9 @@ _MAX_SHOWN_FILES = 4096
 _shown_files: dict[str, str] = {}
 
 
-@dataclass(frozen=True)
-class FrameFacts:
-    """What a name may say about one frame of the call site."""
+class FrameFacts(NamedTuple):
+    """What a name may say about one frame of the call site (a tuple: made at every new site,
+    where a frozen dataclass's __init__ cost a microsecond)."""
 
     function: str
     path: str
@@ -67,27 +67,30 @@ def frame_facts(frame: FrameType) -> FrameFacts:
 def frame_place(frame: FrameType) -> tuple[str, int]:
     """`{path}` and `{line}` of a live frame: a notebook or IPython cell's code by its cell
     (`<cell 3>`) and line there, else its file's short path and line."""
-    place = cells.cell_place(frame)
-    if place is None:
-        place = _short_path(frame.f_code.co_filename, path_roots()), frame.f_lineno or 0
-    return place
+    filename = frame.f_code.co_filename
+    # A cell's code runs under IPython, or has a pseudo file name (`<ipython-input-3-...>`, a
+    # timing magic's): elsewhere no code is a cell's, and that is asked at no cost.
+    if "IPython" in sys.modules or filename.startswith("<"):
+        place = cells.cell_place(frame)
+        if place is not None:
+            return place
+    return _short_path(filename, path_roots()), frame.f_lineno or 0
 
 
 def facts_of(frame: FrameType, place: tuple[str, int], function: str) -> FrameFacts:
     """The facts of a live frame, from its place (frame_place) and function (function_name)."""
-    filename = frame.f_code.co_filename
     path, line = place
+    if path not in _shown_files:  # once per path
+        _show_file(path, frame.f_code.co_filename)
+    module = frame.f_globals.get("__name__")
+    file = path[path.rfind("/") + 1 :]
+    return FrameFacts(function, path, module if isinstance(module, str) else "?", file, line)
+
+
+def _show_file(path: str, filename: str) -> None:
     if len(_shown_files) < _MAX_SHOWN_FILES and filename not in cells.TIMED_FILES:
         # As the name shows it: UTF-8, an undecodable byte replaced (display_name).
-        _shown_files.setdefault(path.encode("utf-8", "replace").decode("utf-8"), filename)
-    module = frame.f_globals.get("__name__")
-    return FrameFacts(
-        function=function,
-        path=path,
-        module=module if isinstance(module, str) else "?",
-        file=path.rsplit("/", 1)[-1],
-        line=line,
-    )
+        _shown_files.setdefault(_valid_utf8(path), filename)
 
 
 def shown_files() -> dict[str, str]:
@@ -112,6 +115,8 @@ def function_name(frame: FrameType) -> str:
 def fold_comprehensions(qualname: str) -> str:
     """`qualname` with its list, set and dict comprehensions folded into the code around them:
     `Solver.step.<locals>.<listcomp>` is `Solver.step`, a top-level `<listcomp>` is `<module>`."""
+    if "<" not in qualname:  # no comprehension, nor `<locals>`: most functions
+        return qualname
     parts = [part for part in qualname.split(".") if part not in _INLINED]
     # Only a folded name can end in `<locals>`: it was the comprehension's.
     while parts and parts[-1] == "<locals>":
@@ -130,14 +135,22 @@ def display_name(template: str, kernel: str, lib: str, frames: list[FrameFacts])
 
     At most MAX_NAME_LENGTH characters: a longer name is cut, and said once.
     """
-    name = CALLER_SEPARATOR.join(_render(template, kernel, lib, frame) for frame in frames)
+    if len(frames) == 1:
+        name = _render(template, kernel, lib, frames[0])
+    else:
+        name = CALLER_SEPARATOR.join([_render(template, kernel, lib, frame) for frame in frames])
     # File names may hold lone surrogates (undecodable bytes); NVTX needs valid UTF-8.
-    return _cut(name.encode("utf-8", "replace").decode("utf-8"))
+    return _cut(_valid_utf8(name))
+
+
+def _valid_utf8(text: str) -> str:
+    """`text` with each lone surrogate (an undecodable byte of a file name) replaced."""
+    return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
 
 
 def kernel_only_name(kernel: str) -> str:
     """The name of a launch with no user frame on its stack (a kernel run as a thread's target)."""
-    return _cut(f"{kernel} {NO_USER_FRAME}".strip().encode("utf-8", "replace").decode("utf-8"))
+    return _cut(_valid_utf8(f"{kernel} {NO_USER_FRAME}".strip()))
 
 
 def kernel_label(kernel: object) -> str:

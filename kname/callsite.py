@@ -20,10 +20,8 @@ import operator
 import os
 import re
 import sys
-import sysconfig
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from types import CodeType, FrameType
 from typing import Any
 
@@ -62,15 +60,18 @@ _CORE_LIBRARY_SET = frozenset(CORE_LIBRARY_MODULES)
 _KNAME_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
+@functools.cache
 def _stdlib_dirs() -> tuple[str, ...]:
+    """Where the standard library lives: made at the first frame of a standard module's name
+    that is judged (sysconfig's import is 0.5 ms of a start-up that may never need it)."""
+    import sysconfig
+
     dirs = {os.path.dirname(os.__file__) + os.sep}
     # An interpreter without its _sysconfigdata module (seen under ncu) still names launches.
     with contextlib.suppress(Exception):
         dirs.add(sysconfig.get_paths()["stdlib"] + os.sep)
     return tuple(dirs)
 
-
-_STDLIB_DIRS = _stdlib_dirs()
 
 # A launch beneath COMPILE code (kname.walk) is named apart, with this after its name.
 COMPILE_MARK = " (compile)"
@@ -120,33 +121,68 @@ class Site(Watched):
         return counters.value(self.counter)
 
 
-@dataclass(frozen=True)
 class Rules:
     """The naming rules of the moment: install() sets them (configure), kname profile hands
-    sites over (use_site_calls); replaced whole, so a walk reads one set of them."""
+    sites over (use_site_calls); replaced whole, so a walk reads one set of them. Frozen."""
 
-    skip: tuple[str, ...] = ()  # KNAME_SKIP: modules passed over as library code
-    template: str = DEFAULT_FORMAT  # KNAME_FORMAT
-    depth: int = 1  # KNAME_DEPTH: user frames in a name
-    emit_nvtx: bool = True  # False in census mode: sites get no range
-    library_modules: tuple[str, ...] = CORE_LIBRARY_MODULES  # never a call site
-    # Sites take their push and pop from site_calls(site) (None: NVTX's alone).
-    site_calls: Callable[[Site], tuple[Any, Any]] | None = None
-    user: tuple[str, ...] = ()  # KNAME_USER: modules whose frames are user code after all
-    compile_modules: tuple[str, ...] = ()  # library modules doing build-time work (COMPILE)
-    # Code libraries make at run time, with the module making it: (module, is_generated).
-    generated: tuple[tuple[str, Generated], ...] = ()
-    # The library modules' files, for code run with no module name.
-    library_path: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    # What __init__ takes, in order; the library path and the sets are made from them.
+    _GIVEN = (
+        "skip",  # KNAME_SKIP: modules passed over as library code
+        "template",  # KNAME_FORMAT
+        "depth",  # KNAME_DEPTH: user frames in a name
+        "emit_nvtx",  # False in census mode: sites get no range
+        "library_modules",  # never a call site
+        # Sites take their push and pop from site_calls(site) (None: NVTX's alone).
+        "site_calls",
+        "user",  # KNAME_USER: modules whose frames are user code after all
+        "compile_modules",  # library modules doing build-time work (COMPILE)
+        # Code libraries make at run time, with the module making it: (module, is_generated).
+        "generated",
+    )
+    # The library modules' files, for code run with no module name; skip, user,
+    # compile_modules and library_modules as sets (_kind_of_module).
+    __slots__ = (*_GIVEN, "library_path", "sets")
 
-    # Each module list above as a set, for _kind_of_module's look-ups (kind_sets).
-    sets: tuple[frozenset[str], ...] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        library = tuple(m for m in self.library_modules if not _matches(m, self.user))
+    def __init__(
+        self,
+        skip: tuple[str, ...] = (),
+        template: str = DEFAULT_FORMAT,
+        depth: int = 1,
+        emit_nvtx: bool = True,
+        library_modules: tuple[str, ...] = CORE_LIBRARY_MODULES,
+        site_calls: Callable[[Site], tuple[Any, Any]] | None = None,
+        user: tuple[str, ...] = (),
+        compile_modules: tuple[str, ...] = (),
+        generated: tuple[tuple[str, Generated], ...] = (),
+    ) -> None:
+        given = (skip, template, depth, emit_nvtx, library_modules, site_calls, user,
+                 compile_modules, generated)  # fmt: skip
+        for name, value in zip(self._GIVEN, given, strict=True):
+            object.__setattr__(self, name, value)
+        library = tuple(m for m in library_modules if not _matches(m, user))
         object.__setattr__(self, "library_path", _library_path_pattern(library))
-        lists = (self.skip, self.user, self.compile_modules, self.library_modules)
+        lists = (skip, user, compile_modules, library_modules)
         object.__setattr__(self, "sets", tuple(map(frozenset, lists)))
+
+    def _given(self) -> tuple:
+        return tuple(getattr(self, name) for name in self._GIVEN)
+
+    def replace(self, **changes: Any) -> Rules:
+        """These rules with `changes` (as dataclasses.replace)."""
+        return Rules(**{**dict(zip(self._GIVEN, self._given(), strict=True)), **changes})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Rules are replaced whole, not changed: cannot set {name}")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Rules) and self._given() == other._given()
+
+    def __hash__(self) -> int:
+        return hash(self._given())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._GIVEN)
+        return f"Rules({fields})"
 
 
 def _matches(module: str, prefixes: tuple[str, ...]) -> bool:
@@ -245,7 +281,7 @@ def use_site_calls(factory: Callable[[Site], tuple[Any, Any]] | None = None) -> 
     """
     global _rules
     with _lock:
-        _rules = replace(_rules, site_calls=factory)
+        _rules = _rules.replace(site_calls=factory)
         _forget_sites()
 
 
@@ -384,7 +420,7 @@ def _is_stdlib(module: str, filename: str) -> bool:
     named `test` or `code` is not)."""
     if module.partition(".")[0] not in sys.stdlib_module_names:
         return False
-    return filename.startswith(_STDLIB_DIRS) or filename.startswith("<frozen ")
+    return filename.startswith(_stdlib_dirs()) or filename.startswith("<frozen ")
 
 
 def _build(

@@ -5,10 +5,8 @@ Runs once per new call site, never per launch.
 
 from __future__ import annotations
 
-import dis
 import functools
 import itertools
-import linecache
 import os
 import re
 import sys
@@ -41,7 +39,6 @@ _INLINED = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>"})
 # Python 3.10 only (no co_qualname): per file, the qualified names its code is created under.
 _MAX_FILES = 64
 _created_names: dict[str, tuple[list[str], dict[tuple[str, int], list]]] = {}
-_LOAD_CONST, _STORE_NAME = dis.opmap["LOAD_CONST"], dis.opmap["STORE_NAME"]
 # The file each `{path}` shown in a name was read from (a cell's code too), for the source a
 # saved document keeps (kname.documents.sources): the first file of a path wins.
 _MAX_SHOWN_FILES = 4096
@@ -231,6 +228,8 @@ def _created_names_in(filename: str, module_globals: dict) -> dict[tuple[str, in
     Keyed by name and line, not by the code itself: pytest rewrites its test modules' asserts, so
     their code differs from the file's compiled again.
     """
+    import linecache  # deferred, as the rest of Python 3.10's naming: not at every start-up
+
     lines = linecache.getlines(filename, module_globals)
     cached = _created_names.get(filename)
     if cached is not None and cached[0] is lines:
@@ -259,14 +258,17 @@ def _collect_created_names(
     # Python 3.10 creates a function as LOAD_CONST <code>, LOAD_CONST <qualified name>,
     # MAKE_FUNCTION: the name is the compiler's own. A class body is created under the bare
     # class name, and stores its qualified name first thing: LOAD_CONST, STORE_NAME __qualname__.
+    import dis
+
+    load_const, store_name = dis.opmap["LOAD_CONST"], dis.opmap["STORE_NAME"]
     consts, created, stored = code.co_consts, {}, None
     if any(isinstance(c, CodeType) for c in consts) or "__qualname__" in code.co_names:
         for (first, a), (second, b) in itertools.pairwise(_instructions(code)):
-            if first != _LOAD_CONST:
+            if first != load_const:
                 continue
-            if second == _LOAD_CONST and isinstance(consts[a], CodeType):
+            if second == load_const and isinstance(consts[a], CodeType):
                 created.setdefault(id(consts[a]), consts[b])
-            elif second == _STORE_NAME and code.co_names[b] == "__qualname__" and stored is None:
+            elif second == store_name and code.co_names[b] == "__qualname__" and stored is None:
                 stored = consts[a]  # the compiler's store comes before any of the user's
     if code.co_name != "<module>" and isinstance(stored, str):
         qualname = stored
@@ -280,11 +282,13 @@ def _collect_created_names(
 def _instructions(code: CodeType) -> Iterator[tuple[int, int]]:
     """(opcode, argument) of each instruction of Python 3.10's bytecode: two bytes each, a large
     argument spread over EXTENDED_ARG prefixes. Much cheaper than dis.get_instructions."""
+    from dis import EXTENDED_ARG
+
     raw, extended = code.co_code, 0
     for at in range(0, len(raw), 2):
         operation, argument = raw[at], raw[at + 1] | extended
-        extended = argument << 8 if operation == dis.EXTENDED_ARG else 0
-        if operation != dis.EXTENDED_ARG:
+        extended = argument << 8 if operation == EXTENDED_ARG else 0
+        if operation != EXTENDED_ARG:
             yield operation, argument
 
 

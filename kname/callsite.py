@@ -386,16 +386,13 @@ def _judge(code: CodeType, module: object) -> int:
         return PLUMBING
     elif filename.startswith("<") or rules.library_path.search(filename):
         return LIBRARY
-    if rules.generated and _generated(code, module, rules.generated):
-        return LIBRARY
-    return USER
-
-
-def _generated(code: CodeType, module: object, makers: tuple[tuple[str, Generated], ...]) -> bool:
-    """Whether a library made `code` at run time: asked only of the libraries imported so far,
-    as a library makes code only once it is (most programs import none of them)."""
+    # Code a library made at run time: asked only of the libraries imported so far, as a library
+    # makes code only once it is (most programs import none of them).
     modules = sys.modules
-    return any(is_generated(code, module) for maker, is_generated in makers if maker in modules)
+    for maker, is_generated in rules.generated:
+        if maker in modules and is_generated(code, module):
+            return LIBRARY
+    return USER
 
 
 def _kind_of_module(module: str, filename: str, rules: Rules) -> int | None:

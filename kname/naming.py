@@ -35,7 +35,7 @@ _roots_from: list[str] | None = None
 
 # Code that Python 3.12+ runs in the frame of the code it is written in (PEP 709); generator
 # expressions keep a frame of their own on every version.
-_INLINED = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>"})
+INLINED = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>"})
 # Python 3.10 only (no co_qualname): per file, the qualified names its code is created under.
 _MAX_FILES = 64
 _created_names: dict[str, tuple[list[str], dict[tuple[str, int], list]]] = {}
@@ -106,6 +106,8 @@ def function_name(frame: FrameType) -> str:
     """
     code = frame.f_code
     qualname = getattr(code, "co_qualname", None) or _created_name(code, frame.f_globals)
+    if "<" not in qualname and code.co_filename not in cells.TIMED_FILES:
+        return qualname  # most functions: nothing to fold, not %timeit's (asked at every miss)
     return fold_comprehensions(cells.untimed_name(code.co_filename, qualname))
 
 
@@ -114,17 +116,11 @@ def fold_comprehensions(qualname: str) -> str:
     `Solver.step.<locals>.<listcomp>` is `Solver.step`, a top-level `<listcomp>` is `<module>`."""
     if "<" not in qualname:  # no comprehension, nor `<locals>`: most functions
         return qualname
-    parts = [part for part in qualname.split(".") if part not in _INLINED]
+    parts = [part for part in qualname.split(".") if part not in INLINED]
     # Only a folded name can end in `<locals>`: it was the comprehension's.
     while parts and parts[-1] == "<locals>":
         parts.pop()
     return ".".join(parts) or "<module>"
-
-
-def is_inlined_comprehension(code: CodeType) -> bool:
-    """Whether `code` is a list, set or dict comprehension, which has a frame of its own only
-    before Python 3.12: its caller is then the frame it is written in, not another caller."""
-    return code.co_name in _INLINED
 
 
 def display_name(template: str, kernel: str, lib: str, frames: list[FrameFacts]) -> str:
@@ -136,6 +132,8 @@ def display_name(template: str, kernel: str, lib: str, frames: list[FrameFacts])
         name = _render(template, kernel, lib, frames[0])
     else:
         name = CALLER_SEPARATOR.join([_render(template, kernel, lib, frame) for frame in frames])
+    if name.isascii() and len(name) <= MAX_NAME_LENGTH:
+        return name  # most names, at every miss: no call more
     # File names may hold lone surrogates (undecodable bytes); NVTX needs valid UTF-8.
     return _cut(_valid_utf8(name))
 

@@ -56,6 +56,9 @@ class FrameFacts(NamedTuple):
     line: int
 
 
+_new_facts = tuple.__new__
+
+
 def frame_facts(frame: FrameType) -> FrameFacts:
     """Read the name-relevant facts of a live frame."""
     return facts_of(frame, frame_place(frame), function_name(frame))
@@ -81,7 +84,8 @@ def facts_of(frame: FrameType, place: tuple[str, int], function: str) -> FrameFa
         _show_file(path, frame.f_code.co_filename)
     module = frame.f_globals.get("__name__")
     file = path[path.rfind("/") + 1 :]
-    return FrameFacts(function, path, module if isinstance(module, str) else "?", file, line)
+    facts = (function, path, module if isinstance(module, str) else "?", file, line)
+    return _new_facts(FrameFacts, facts)  # the tuple made in C: FrameFacts() runs its __new__
 
 
 def _show_file(path: str, filename: str) -> None:

@@ -2,7 +2,7 @@
 program's iterations with profiling on and off, many short blocks interleaved.
 
     python benchmarks/profile_inprocess.py [--rounds 400] [--iterations 20] [--max-seconds 40]
-        [--json OUT] [--repo CHECKOUT] [--no-proton] [--noop]
+        [--json OUT] [--repo CHECKOUT] [--no-proton] [--noop] [--lines] [--phase all|kname|proton]
 
 Whole processes on the GPU hosts swing 1.7-2x for the same loop (docs/benchmarks.md), far more
 than the microsecond a launch that the budget speaks of. Here one process imports the libraries
@@ -15,8 +15,10 @@ round runs one block of each variant, in a new order each round:
   enables), kname disabled;
 - `kname`: kname.enable()d and a kname.profile() session started (as `kname profile --json`
   collects, in process);
-- then, in a second phase (CUPTI's one subscriber is Proton's from then on): `off`, `off-again`
-  and `proton` (triton.profiler, context="python", deactivated between its blocks).
+- then, in a second phase, in a process of its own (`--phase proton`: CUPTI takes one
+  subscriber a process, and once kname's or the floor's has been there Proton's is refused):
+  `off`, `off-again` and `proton` (triton.profiler, context="python", deactivated between its
+  blocks).
 
 A block: the variant started (untimed), `--warm` untimed iterations (a started session builds
 its sites anew; a state change undoes the interpreter's specialisations), a synchronisation,
@@ -25,8 +27,10 @@ alone) and by the wall clock (the loop and a synchronisation), then the variant 
 round, each variant's difference to that round's `off` block, per GPU launch; the median over
 rounds and its 95% interval (order statistics of the median), beside the A/A pair's. `--noop`
 runs the same harness on the CPU with the no-op target in place of the GPU libraries (no floor,
-no profile: a check of the harness). GPU launches per iteration are counted by kname's session
-(its launch API calls), else taken as the loop's lines.
+no profile: a check of the harness). `--lines` also times each line of the loop apart (the
+timer's own cost the same in every variant) and gives each variant's added µs per iteration
+per line: where kname's cost above the floor goes. GPU launches per iteration are counted by
+kname's session (its launch API calls), else taken as the loop's lines.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import math
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -53,20 +58,21 @@ class Variant:
         self.name, self.start, self.stop = name, start, stop
 
 
-def run_block(variant: Variant, loop, sync, warm: int, iterations: int) -> tuple[int, int]:
-    """One block of `variant`: (thread CPU ns of the timed loop, wall ns of it and its sync)."""
+def run_block(variant: Variant, loop, sync, warm: int, iterations: int) -> tuple:
+    """One block of `variant`: (thread CPU ns of the timed loop, wall ns of it and its sync),
+    and each line's ns where `loop` times its lines (loop.lines: then it returns them)."""
     variant.start()
     try:
         loop(warm)
         sync()
         wall0, cpu0 = time.perf_counter_ns(), time.thread_time_ns()
-        loop(iterations)
+        by_line = loop(iterations)
         cpu = time.thread_time_ns() - cpu0
         sync()
         wall = time.perf_counter_ns() - wall0
     finally:
         variant.stop()
-    return cpu, wall
+    return (cpu, wall) if by_line is None else (cpu, wall, by_line)
 
 
 def interleaved(variants: list[Variant], loop, sync, args, deadline: float, notes: list) -> dict:
@@ -126,6 +132,22 @@ def added(samples: dict, launches: int, base: str = "off") -> dict:
 
 
 # --- the variants ---------------------------------------------------------------------------
+
+
+def added_by_line(samples: dict, lines: list[str], iterations: int, base: str = "off") -> dict:
+    """Per variant and line: the per-round difference to `base`, µs per iteration (wall clock,
+    each line timed apart: the timer's own cost is the same in every variant)."""
+    rows: dict = {}
+    for name, blocks in samples.items():
+        rounds = min(len(blocks), len(samples[base]))
+        if name == base or not rounds or len(blocks[0]) < 3:
+            continue
+        pairs = list(zip(blocks[:rounds], samples[base][:rounds], strict=True))
+        rows[name] = {
+            line: median_interval([(b[2][i] - o[2][i]) / iterations / 1000 for b, o in pairs])[0]
+            for i, line in enumerate(lines)
+        }
+    return rows
 
 
 def off_variant(name: str) -> Variant:
@@ -204,34 +226,41 @@ def proton_variant(out: Path) -> tuple[Variant, Callable[[], None]]:
 # --- the program ----------------------------------------------------------------------------
 
 
-def gpu_program(folder: Path) -> tuple[Callable, Callable, dict, dict]:
+def gpu_program(folder: Path, by_line: bool) -> tuple[Callable, Callable, dict, dict]:
+    """The mixed program's loop (with `by_line`, one that times each line and returns their
+    ns), its synchronisation, its lines and the libraries it skipped."""
     import mixed_program
 
     ns: dict = {"N": mixed_program.N, "BLOCK": mixed_program.BLOCK}
     lines, skipped = mixed_program.workloads(ns)
-    loop, _, _ = mixed_program.write_loop(folder, lines, ns)
+    loop, timed_lines, _ = mixed_program.write_loop(folder, lines, ns)
+    if by_line:
+        loop = _line_timer(timed_lines, len(lines))
     return loop, lambda: mixed_program.synchronize(ns), lines, skipped
 
 
-NOOP_LOOP = """
-def loop(iterations):
-    for _ in range(iterations):
-        target.launch(1)
-        target.launch(2)
-"""
+def _line_timer(timed_lines: Callable, count: int) -> Callable[[int], list[int]]:
+    def loop(iterations: int) -> list[int]:
+        spent = [0] * count
+        timed_lines(iterations, spent)
+        return spent
+
+    return loop
 
 
-def noop_program(folder: Path) -> tuple[Callable, Callable, dict, dict]:
+def noop_program(folder: Path, by_line: bool) -> tuple[Callable, Callable, dict, dict]:
+    """The same harness's program on the CPU: two launches of the no-op target an iteration."""
     import bench_noop_target as target
+    import mixed_program
 
     import kname
 
     kname.install(targets=["bench_noop_target:launch"])
-    path = folder / "noop_loop.py"
-    path.write_text(NOOP_LOOP)
-    ns = {"__name__": "noop_loop", "__file__": str(path), "target": target}
-    exec(compile(NOOP_LOOP, str(path), "exec"), ns)
-    return ns["loop"], lambda: None, {"noop-1": "", "noop-2": ""}, {}
+    lines = {"noop-1": "target.launch(1)", "noop-2": "target.launch(2)"}
+    loop, timed_lines, _ = mixed_program.write_loop(folder, lines, {"target": target})
+    if by_line:
+        loop = _line_timer(timed_lines, len(lines))
+    return loop, lambda: None, lines, {}
 
 
 def main() -> int:
@@ -243,8 +272,15 @@ def main() -> int:
     parser.add_argument("--json")
     parser.add_argument("--repo", help="import kname from this checkout (default: this one)")
     parser.add_argument("--floor-library", help="a built cupti_callback_floor.c")
+    parser.add_argument("--launches", type=int, help="GPU launches an iteration (Proton's phase)")
     parser.add_argument("--no-proton", action="store_true")
     parser.add_argument("--noop", action="store_true", help="the harness on the CPU, no GPU")
+    parser.add_argument("--lines", action="store_true", help="also time each line apart")
+    parser.add_argument(
+        "--phase", choices=("all", "kname", "proton"), default="all",
+        help="all: kname's phase here, then Proton's in a process of its own (CUPTI keeps one "
+        "subscriber a process)",
+    )  # fmt: skip
     args = parser.parse_args()
     started = time.monotonic()
     repo = Path(args.repo).resolve() if args.repo else BENCH_DIR.parent
@@ -253,12 +289,16 @@ def main() -> int:
 
     kname.install()  # before the libraries: their launches are wrapped as they are imported
     folder = Path(tempfile.mkdtemp(prefix="kname-inprocess-"))
-    loop, sync, lines, skipped = (noop_program if args.noop else gpu_program)(folder)
+    make_program = noop_program if args.noop else gpu_program
+    loop, sync, lines, skipped = make_program(folder, args.lines)
     loop(20)  # compiles, sites built
     sync()
     result: dict = {"repo": str(repo), "lines": list(lines), "skipped": skipped, "notes": []}
     result.update(iterations=args.iterations, warm=args.warm)
     counted: list[int] = []
+    if args.phase == "proton":
+        result["phase_proton"] = proton_phase(folder, loop, sync, args, started, result)
+        return finish(result, args, started)
     variants = [off_variant("off"), off_variant("off-again")]
     if not args.noop:
         for make in (lambda: floor_variant(args.floor_library and Path(args.floor_library)),
@@ -269,8 +309,8 @@ def main() -> int:
                 result["notes"].append(f"a variant left out: {type(exc).__name__}: {exc}")
     else:
         variants.append(Variant("kname", kname.enable, kname.disable))
-    proton = not args.noop and not args.no_proton
-    share = 0.7 if proton else 1.0
+    proton = not args.noop and not args.no_proton and args.phase == "all"
+    share = 0.6 if proton else 1.0
     budget = args.max_seconds - (time.monotonic() - started)
     deadline = time.monotonic() + budget * share
     samples = interleaved(variants, loop, sync, args, deadline, result["notes"])
@@ -280,24 +320,61 @@ def main() -> int:
     launches = args.iterations * per_iteration
     result["launches_per_iteration"] = per_iteration
     result["phase_kname"] = added(samples, launches)
+    if args.lines:
+        result["lines_kname"] = added_by_line(samples, list(lines), args.iterations)
     if proton:
-        try:
-            variant, finalize = proton_variant(folder)
-            deadline = started + args.max_seconds
-            more = interleaved(
-                [off_variant("off"), off_variant("off-again"), variant],
-                loop, sync, args, deadline, result["notes"],
-            )  # fmt: skip
-            finalize()
-            result["phase_proton"] = added(more, launches)
-        except Exception as exc:
-            result["notes"].append(f"Proton left out: {type(exc).__name__}: {exc}")
+        seconds = args.max_seconds - (time.monotonic() - started)
+        result["phase_proton"] = proton_process(seconds, per_iteration, args, result["notes"])
+    return finish(result, args, started)
+
+
+def finish(result: dict, args, started: float) -> int:
     result["load_average"] = list(os.getloadavg())
     result["seconds"] = time.monotonic() - started
     print(render(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
     return 0
+
+
+def proton_phase(folder: Path, loop, sync, args, started: float, result: dict) -> dict:
+    """off, off again and Proton in blocks, in this process (its CUPTI subscriber is Proton's)."""
+    per_iteration = args.launches or max(1, len(result["lines"]))
+    result["launches_per_iteration"] = per_iteration
+    try:
+        variant, finalize = proton_variant(folder)
+        deadline = started + args.max_seconds
+        samples = interleaved(
+            [off_variant("off"), off_variant("off-again"), variant],
+            loop, sync, args, deadline, result["notes"],
+        )  # fmt: skip
+        finalize()
+        return added(samples, args.iterations * per_iteration)
+    except Exception as exc:
+        result["notes"].append(f"Proton left out: {type(exc).__name__}: {exc}"[:300])
+        return {}
+
+
+def proton_process(seconds: float, per_iteration: int, args, notes: list) -> dict:
+    """Proton's phase in a process of its own (its rows, {} with a note when it did not run)."""
+    if seconds < 10:
+        notes.append(f"Proton left out: {seconds:.0f} s left")
+        return {}
+    out = Path(tempfile.mkdtemp(prefix="kname-proton-")) / "proton.json"
+    command = [
+        sys.executable, __file__, "--phase", "proton", "--max-seconds", f"{seconds - 2:.0f}",
+        "--iterations", str(args.iterations), "--warm", str(args.warm), "--rounds",
+        str(args.rounds), "--launches", str(per_iteration), "--json", str(out),
+    ]  # fmt: skip
+    if args.repo:
+        command += ["--repo", args.repo]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 30)
+    if not out.exists():
+        notes.append(f"Proton's process exited {done.returncode}: {done.stderr[-300:]}")
+        return {}
+    proton = json.loads(out.read_text())
+    notes += proton["notes"]
+    return proton.get("phase_proton", {})
 
 
 def render(result: dict) -> str:
@@ -320,6 +397,14 @@ def render(result: dict) -> str:
         for clock in ("cpu", "wall"):
             above = kname_row[clock]["added_us"] - floor_row[clock]["added_us"]
             out.append(f"kname above CUPTI's floor ({clock}): {above:+.2f} µs/launch")
+    by_line = result.get("lines_kname", {})
+    if by_line:
+        names = list(by_line)
+        out += ["", "| line | " + " | ".join(f"{n}: added µs/iteration" for n in names) + " |",
+                "| --- |" + " ---: |" * len(names)]  # fmt: skip
+        for line in result["lines"]:
+            cells = " | ".join(f"{by_line[n][line]:+.2f}" for n in names)
+            out.append(f"| {line} | {cells} |")
     out += [f"note: {note}" for note in result["notes"]]
     return "\n".join(out)
 

@@ -79,7 +79,7 @@ def _parse(filename: str) -> tuple[bool, list[str]]:
         if part == "..":
             if comps:
                 comps.pop()
-        elif part and part != "." and not _is_drive(part):
+        elif part and part != "." and not (len(part) == 2 and _is_drive(part)):
             comps.append(part)
     return anchored, comps
 

@@ -435,7 +435,7 @@ def _build(
 
     An exception raised into naming from outside is raised once the site is cached with the name
     it should have; a fault of kname's own caches it unnamed, said once."""
-    codes = tuple([f.f_code for f in frames])
+    codes = (frames[0].f_code,) if len(frames) == 1 else tuple([f.f_code for f in frames])
     renaming = rename is not None
     try:
         name, identifier, calls = _naming(

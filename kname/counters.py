@@ -41,7 +41,7 @@ def counter_for(name: str, kernel: str, lib: str) -> hotpath.Counter:
                 shared = launch_counts.get(key)
                 if shared is not None:
                     return shared
-            counter = launch_counts[key] = new_counter()
+            counter = launch_counts[key] = hotpath.current().counter()  # new_counter(), inline
         return counter
 
 

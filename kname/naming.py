@@ -74,7 +74,8 @@ def frame_place(frame: FrameType) -> tuple[str, int]:
         place = cells.cell_place(frame)
         if place is not None:
             return place
-    return _short_path(filename, path_roots()), frame.f_lineno or 0
+    roots = _roots if _roots is not None else path_roots()  # made once: read, not called
+    return _short_path(filename, roots), frame.f_lineno or 0
 
 
 def facts_of(frame: FrameType, place: tuple[str, int], function: str) -> FrameFacts:

@@ -22,8 +22,8 @@ from kname import callsite, cells, naming, paths
 pytestmark = pytest.mark.launches
 
 # Python calls (kname's and the standard library's) of a first launch from a new line in a file
-# seen before, beyond its cached launch: 61 (C) / 62 (Python) at the branch point, 33 / 34 after.
-MAX_CALLS_NEW_LINE = 38
+# seen before, beyond its cached launch: 61 (C) / 62 (Python) at the branch point, 29 / 30 after.
+MAX_CALLS_NEW_LINE = 34
 
 
 def python_calls(run) -> int:

@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_callsite import Sandbox
 from test_callsite import sandbox as sandbox
+from test_lifecycle import python_calls_of
 
 from kname import callsite, cells, naming, paths
 
@@ -24,22 +25,6 @@ pytestmark = pytest.mark.launches
 # Python calls (kname's and the standard library's) of a first launch from a new line in a file
 # seen before, beyond its cached launch: 61 (C) / 62 (Python) at the branch point, 29 / 30 after.
 MAX_CALLS_NEW_LINE = 34
-
-
-def python_calls(run) -> int:
-    """Python functions called while `run()` runs (its own frame left out)."""
-    calls = 0
-
-    def count(frame, event, arg):
-        nonlocal calls
-        calls += event == "call"
-
-    sys.setprofile(count)
-    try:
-        run()
-    finally:
-        sys.setprofile(None)
-    return calls - 1  # run itself
 
 
 def new_lines(sandbox: Sandbox, module: str, count: int):
@@ -59,8 +44,8 @@ def test_a_new_line_in_a_file_seen_before_makes_few_python_calls(
     sandbox.install()
     first, *others = new_lines(sandbox, "seen_file", 6)
     first()  # the file is now seen
-    missed = [python_calls(line) for line in others]
-    cached = [python_calls(line) for line in others]  # the launch itself, and the line's call
+    missed = [python_calls_of(line) for line in others]
+    cached = [python_calls_of(line) for line in others]  # the launch itself, the line's call
     added = [miss - hit for miss, hit in zip(missed, cached, strict=True)]
     assert max(added) <= MAX_CALLS_NEW_LINE, added
 

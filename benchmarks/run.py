@@ -4,10 +4,12 @@
 
 Suites: launch (kname's own cost per launch on the CPU, and the cache miss), memory, startup,
 ranks (`kname report` merging one profile per rank), gpu (numba-cuda, CuPy, Triton on a real
-GPU) and program (kname profile on a whole program, benchmarks/profile_program.py, beside
-CUPTI's floor and Proton; --breakdown adds its per-line breakdown); the last two with --gpu, or
-when --only names them. Each launch suite runs one interpreter per NVTX tool setting (none, or
-the tests' injection library in null mode), because NVTX picks its tool once per process.
+GPU), program (kname profile on a whole program, benchmarks/profile_program.py, beside
+CUPTI's floor and Proton; --breakdown adds its per-line breakdown) and inprocess (the same
+program's cost measured inside one process, profiling toggled in interleaved blocks,
+benchmarks/profile_inprocess.py); the last three with --gpu, or when --only names them. Each
+launch suite runs one interpreter per NVTX tool setting (none, or the tests' injection library
+in null mode), because NVTX picks its tool once per process.
 benchmarks/README.md says what each row means.
 """
 
@@ -37,8 +39,8 @@ from _common import (
     write_json,
 )
 
-SUITES = ("launch", "memory", "startup", "ranks", "gpu", "program")
-GPU_SUITES = ("gpu", "program")
+SUITES = ("launch", "memory", "startup", "ranks", "gpu", "program", "inprocess")
+GPU_SUITES = ("gpu", "program", "inprocess")
 CLOCK_LABELS = {
     "wall": "the wall clock (perf_counter_ns)",
     "thread": "the launching thread's CPU time (thread_time_ns)",
@@ -49,10 +51,11 @@ GPU_LIBRARIES = ("numba", "cupy", "triton")
 SETTINGS = {
     "launch": {"quick": (30, 500), "full": (200, 500)},
     "gpu": {"quick": (40, 50), "full": (400, 100)},
-    "miss_pairs": {"quick": 300, "full": 2000},
+    "miss_pairs": {"quick": 300, "full": 1000},
     "memory_sites": {"quick": 20_000, "full": 120_000},
     "ranks": {"quick": (64, 1000), "full": (1024, 5000)},  # (rank files, sites in each)
     "program": {"quick": (3, 500), "full": (5, 1500)},  # rounds, iterations
+    "inprocess_seconds": {"quick": 40, "full": 150},
 }
 
 VARIANT_TEXT = {
@@ -173,6 +176,8 @@ def main() -> None:
 
     if "program" in suites:
         results["program"] = program_suite(mode, args.breakdown)
+    if "inprocess" in suites:
+        results["inprocess"] = inprocess_suite(mode)
 
     results["notes"] += sanity_notes(results)
     results["load_average_after"] = load_average()
@@ -240,6 +245,19 @@ def program_suite(mode: str, breakdown: bool) -> dict:
     return run_worker("profile_program.py", argv, clean_env({"NUMBA_ENABLE_CUDASIM": None}), 900)
 
 
+def inprocess_suite(mode: str) -> dict:
+    """benchmarks/profile_inprocess.py in a worker: its rows (or why not)."""
+    missing = no_gpu()
+    if missing:
+        say(f"inprocess: skipped, {missing}")
+        return {"skipped": missing}
+    seconds = SETTINGS["inprocess_seconds"][mode]
+    say(f"inprocess: profiling toggled in interleaved blocks, {seconds} s")
+    argv = ["--max-seconds", str(seconds)]
+    env = clean_env({"NUMBA_ENABLE_CUDASIM": None})
+    return run_worker("profile_inprocess.py", argv, env, seconds + 120)
+
+
 # ---------------------------------------------------------------- checks
 
 
@@ -271,13 +289,15 @@ def sanity_notes(results: dict) -> list[str]:
 BUDGET = {
     "cached": ("no-op launch, cached call site: added", "ns", 250),
     "disabled": ("no-op launch, kname.disable()d: added", "ns", 20),
-    "miss": ("first launch from a new call site: added", "µs", 50),
+    "miss_seen": ("first launch from a new line in a file seen before: added", "µs", 10),
+    "miss_new": ("first launch from a line of a new file: added", "µs", 25),
     "gate": (".pth gate switched off, per start-up", "ms", 0.1),
-    "startup_on": ("`python -c pass` switched on, C hot path: added over bare python", "ms", 25),
-    "startup_on_cpu": ("the same, by the child's CPU time (user + system)", "ms", 25),
+    "startup_on": ("`python -c pass` switched on, C hot path: added over bare python", "ms", 15),
+    "startup_on_cpu": ("the same, by the child's CPU time (user + system)", "ms", 15),
     "numba": ("numba-cuda launch: added share", "%", {"none": 2, "null": 3}),
     "cupy": ("CuPy RawKernel launch: added share", "%", 3),
     "triton": ("Triton `k[grid]` launch: added share", "%", 5),
+    "inprocess": ("kname profile above CUPTI's floor, whole program in one process", "µs", 0.5),
     "merge_s": ("merging 1,024 rank files of 5,000 call sites: wall clock", "s", 10),
     "merge_mb": ("merging 1,024 rank files of 5,000 call sites: peak memory", "MB", 1024),
 }
@@ -304,7 +324,15 @@ def budget(results: dict) -> list[dict]:
             add("cached", run["tool"], v["kname"]["added_ns"], named)
             add("disabled", run["tool"], v["kname_disabled"]["added_ns"], named)
     for miss in results.get("miss", []):
-        add("miss", miss["tool"], miss["added_ns"] / 1000, miss["new_sites"] > 0)
+        for case, key in (("seen_file", "miss_seen"), ("new_file", "miss_new")):
+            if case in miss:
+                add(key, miss["tool"], miss[case]["added_ns"] / 1000, miss["new_sites"] > 0)
+    phase = results.get("inprocess", {}).get("phase_kname", {})
+    if "kname" in phase and "floor" in phase:
+        above = phase["kname"]["cpu"]["added_us"] - phase["floor"]["cpu"]["added_us"]
+        spread = phase.get("off-again", {}).get("cpu", {})
+        aa = f"A/A {spread.get('added_us', float('nan')):+.2f} µs" if spread else "no A/A"
+        add("inprocess", None, above, setting=f"launching thread's CPU time, per launch ({aa})")
     gate = results.get("startup", {}).get("gate", {}).get("variants", {})
     if gate:
         added = gate["site.addpackage(kname.pth)"]["added_ns"]
@@ -376,6 +404,16 @@ def render(results: dict) -> str:
         else:
             why = program.get("skipped") or f"error: {one_line(program.get('error', '?'))}"
             lines += ["## kname profile on a whole program", "", f"skipped: {why}"]
+    inprocess = results.get("inprocess")
+    if inprocess:
+        lines += ["", "## kname profile on a whole program, in one process", ""]
+        if "phase_kname" in inprocess:
+            import profile_inprocess
+
+            lines.append(profile_inprocess.render(inprocess))
+        else:
+            why = inprocess.get("skipped") or f"error: {one_line(inprocess.get('error', '?'))}"
+            lines.append(f"skipped: {why}")
     if results["budget"]:
         lines += ["", "## Budget", ""]
         lines += ["| item | setting | measured | budget | met |", "|---|---|---:|---:|:-:|"]
@@ -424,20 +462,26 @@ def render_launches(title: str, runs: list[dict]) -> list[str]:
 def render_misses(misses: list[dict]) -> list[str]:
     lines = [
         "",
-        "## First launch from a new call site (cache miss)",
+        "## First launch from a new line (cache miss)",
         "",
         "Freshly compiled functions, each launching once, alternately with kname.disable()d "
-        "and through kname; both pay a new function's first-call costs.",
+        "and through kname; both pay a new function's first-call costs. A new line in a file "
+        "seen before, and a line of a new file (a module of its own each); miss_path.py.",
         "",
-        "| NVTX tool | sites | bare first call | kname first call | added | kname second call |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| NVTX tool | case | pairs | bare first call | kname first call | added "
+        "| kname second call |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     for miss in misses:
-        lines.append(
-            f"| {miss['tool']} | {miss['pairs']} | {us(miss['bare_first_call']['median_ns'])} | "
-            f"{us(miss['kname_first_call']['median_ns'])} | {us(miss['added_ns'])} | "
-            f"{us(miss['kname_second_call']['median_ns'])} |"
-        )
+        for case in ("seen_file", "new_file"):
+            row = miss.get(case)
+            if row is None:
+                continue
+            lines.append(
+                f"| {miss['tool']} | {case.replace('_', ' ')} | {row['pairs']} | "
+                f"{us(row['bare_first_call_ns'])} | {us(row['kname_first_call_ns'])} | "
+                f"{us(row['added_ns'])} | {us(row['kname_second_call_ns'])} |"
+            )
     return lines
 
 

@@ -20,10 +20,8 @@ import operator
 import os
 import re
 import sys
-import sysconfig
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from types import CodeType, FrameType
 from typing import Any
 
@@ -57,18 +55,23 @@ CORE_LIBRARY_MODULES = (
     "_frozen_importlib", "_frozen_importlib_external",
 )  # fmt: skip
 
+_CORE_LIBRARY_SET = frozenset(CORE_LIBRARY_MODULES)
+
 _KNAME_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
+@functools.cache
 def _stdlib_dirs() -> tuple[str, ...]:
+    """Where the standard library lives: made at the first frame of a standard module's name
+    that is judged (sysconfig's import is 0.5 ms of a start-up that may never need it)."""
+    import sysconfig
+
     dirs = {os.path.dirname(os.__file__) + os.sep}
     # An interpreter without its _sysconfigdata module (seen under ncu) still names launches.
     with contextlib.suppress(Exception):
         dirs.add(sysconfig.get_paths()["stdlib"] + os.sep)
     return tuple(dirs)
 
-
-_STDLIB_DIRS = _stdlib_dirs()
 
 # A launch beneath COMPILE code (kname.walk) is named apart, with this after its name.
 COMPILE_MARK = " (compile)"
@@ -118,32 +121,82 @@ class Site(Watched):
         return counters.value(self.counter)
 
 
-@dataclass(frozen=True)
 class Rules:
     """The naming rules of the moment: install() sets them (configure), kname profile hands
-    sites over (use_site_calls); replaced whole, so a walk reads one set of them."""
+    sites over (use_site_calls); replaced whole, so a walk reads one set of them. Frozen."""
 
-    skip: tuple[str, ...] = ()  # KNAME_SKIP: modules passed over as library code
-    template: str = DEFAULT_FORMAT  # KNAME_FORMAT
-    depth: int = 1  # KNAME_DEPTH: user frames in a name
-    emit_nvtx: bool = True  # False in census mode: sites get no range
-    library_modules: tuple[str, ...] = CORE_LIBRARY_MODULES  # never a call site
-    # Sites take their push and pop from site_calls(site) (None: NVTX's alone).
-    site_calls: Callable[[Site], tuple[Any, Any]] | None = None
-    user: tuple[str, ...] = ()  # KNAME_USER: modules whose frames are user code after all
-    compile_modules: tuple[str, ...] = ()  # library modules doing build-time work (COMPILE)
-    # Code libraries make at run time, with the module making it: (module, is_generated).
-    generated: tuple[tuple[str, Generated], ...] = ()
-    # The library modules' files, for code run with no module name.
-    library_path: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    # What __init__ takes, in order; the library path and the sets are made from them.
+    _GIVEN = (
+        "skip",  # KNAME_SKIP: modules passed over as library code
+        "template",  # KNAME_FORMAT
+        "depth",  # KNAME_DEPTH: user frames in a name
+        "emit_nvtx",  # False in census mode: sites get no range
+        "library_modules",  # never a call site
+        # Sites take their push and pop from site_calls(site) (None: NVTX's alone).
+        "site_calls",
+        "user",  # KNAME_USER: modules whose frames are user code after all
+        "compile_modules",  # library modules doing build-time work (COMPILE)
+        # Code libraries make at run time, with the module making it: (module, is_generated).
+        "generated",
+    )
+    # The library modules' files, for code run with no module name; skip, user,
+    # compile_modules and library_modules as sets (_kind_of_module).
+    __slots__ = (*_GIVEN, "library_path", "sets")
 
-    def __post_init__(self) -> None:
-        library = tuple(m for m in self.library_modules if not _matches(m, self.user))
+    def __init__(
+        self,
+        skip: tuple[str, ...] = (),
+        template: str = DEFAULT_FORMAT,
+        depth: int = 1,
+        emit_nvtx: bool = True,
+        library_modules: tuple[str, ...] = CORE_LIBRARY_MODULES,
+        site_calls: Callable[[Site], tuple[Any, Any]] | None = None,
+        user: tuple[str, ...] = (),
+        compile_modules: tuple[str, ...] = (),
+        generated: tuple[tuple[str, Generated], ...] = (),
+    ) -> None:
+        given = (skip, template, depth, emit_nvtx, library_modules, site_calls, user,
+                 compile_modules, generated)  # fmt: skip
+        for name, value in zip(self._GIVEN, given, strict=True):
+            object.__setattr__(self, name, value)
+        library = tuple(m for m in library_modules if not _matches(m, user))
         object.__setattr__(self, "library_path", _library_path_pattern(library))
+        lists = (skip, user, compile_modules, library_modules)
+        object.__setattr__(self, "sets", tuple(map(frozenset, lists)))
+
+    def _given(self) -> tuple:
+        return tuple(getattr(self, name) for name in self._GIVEN)
+
+    def replace(self, **changes: Any) -> Rules:
+        """These rules with `changes` (as dataclasses.replace)."""
+        return Rules(**{**dict(zip(self._GIVEN, self._given(), strict=True)), **changes})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Rules are replaced whole, not changed: cannot set {name}")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Rules) and self._given() == other._given()
+
+    def __hash__(self) -> int:
+        return hash(self._given())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._GIVEN)
+        return f"Rules({fields})"
 
 
 def _matches(module: str, prefixes: tuple[str, ...]) -> bool:
     return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def _dotted_prefixes(module: str) -> frozenset[str]:
+    """`a`, `a.b` and `a.b.c` for `a.b.c`: _matches(module, p) is whether one of them is in p,
+    a set look-up each, however many modules the rules name."""
+    prefixes, at = [module], module.find(".")
+    while at >= 0:
+        prefixes.append(module[:at])
+        at = module.find(".", at + 1)
+    return frozenset(prefixes)
 
 
 def _library_path_pattern(modules: tuple[str, ...]) -> re.Pattern[str]:
@@ -166,22 +219,19 @@ _in_progress: dict[tuple, _Progress] = {}
 
 
 class _Progress:
-    """The steps of naming one site done so far: each frame's facts, the names, the range."""
+    """The steps of naming one site done so far: each frame's facts, the name, the range."""
 
-    __slots__ = (
-        "calls", "codes", "facts", "functions", "kernel_name", "lib", "names", "places", "rules",
-    )  # fmt: skip
+    __slots__ = ("calls", "codes", "facts", "identifier", "kernel_name", "lib", "name", "rules")
 
     def __init__(self, codes: tuple, kernel_name: str, lib: str, rules: Rules) -> None:
         # The code objects keying the site, held: their ids cannot be reused while it waits.
         self.codes = codes
         self.kernel_name, self.lib, self.rules = kernel_name, lib, rules
-        # Each frame's place, function and facts, set by index: a signal handler naming the
-        # same site meanwhile sets the same ones.
-        self.places: list[tuple[str, int] | None] = [None] * len(codes)
-        self.functions: list[str | None] = [None] * len(codes)
+        # Each frame's facts, set by index: a signal handler naming the same site meanwhile
+        # sets the same ones. (Each fact of a frame is also kept by naming, per file.)
         self.facts: list[naming.FrameFacts | None] = [None] * len(codes)
-        self.names: tuple[str, str] | None = None
+        self.name: str | None = None
+        self.identifier: str | None = None  # made only for a renamed kernel
         self.calls: tuple[Any] | None = None
 
     def is_for(self, codes: tuple, kernel_name: str, lib: str, rules: Rules) -> bool:
@@ -231,7 +281,7 @@ def use_site_calls(factory: Callable[[Site], tuple[Any, Any]] | None = None) -> 
     """
     global _rules
     with _lock:
-        _rules = replace(_rules, site_calls=factory)
+        _rules = _rules.replace(site_calls=factory)
         _forget_sites()
 
 
@@ -336,22 +386,28 @@ def _judge(code: CodeType, module: object) -> int:
         return PLUMBING
     elif filename.startswith("<") or rules.library_path.search(filename):
         return LIBRARY
-    if any(is_generated(code, module) for _, is_generated in rules.generated):
-        return LIBRARY
+    # Code a library made at run time: asked only of the libraries imported so far, as a library
+    # makes code only once it is (most programs import none of them).
+    modules = sys.modules
+    for maker, is_generated in rules.generated:
+        if maker in modules and is_generated(code, module):
+            return LIBRARY
     return USER
 
 
 def _kind_of_module(module: str, filename: str, rules: Rules) -> int | None:
     """The kind of all code of `module` (from `filename`), or None: judged by the code."""
-    if _matches(module, CORE_LIBRARY_MODULES) or _is_stdlib(module, filename):
+    prefixes = _dotted_prefixes(module)
+    if not prefixes.isdisjoint(_CORE_LIBRARY_SET) or _is_stdlib(module, filename):
         return PLUMBING
-    if _matches(module, rules.skip):
+    skip, user, compile_modules, library_modules = rules.sets
+    if not prefixes.isdisjoint(skip):
         return LIBRARY
-    if _matches(module, rules.user):
+    if not prefixes.isdisjoint(user):
         return USER
-    if _matches(module, rules.compile_modules):
+    if not prefixes.isdisjoint(compile_modules):
         return COMPILE
-    if _matches(module, rules.library_modules):
+    if not prefixes.isdisjoint(library_modules):
         return LIBRARY
     return None
 
@@ -361,7 +417,7 @@ def _is_stdlib(module: str, filename: str) -> bool:
     named `test` or `code` is not)."""
     if module.partition(".")[0] not in sys.stdlib_module_names:
         return False
-    return filename.startswith(_STDLIB_DIRS) or filename.startswith("<frozen ")
+    return filename.startswith(_stdlib_dirs()) or filename.startswith("<frozen ")
 
 
 def _build(
@@ -379,22 +435,27 @@ def _build(
 
     An exception raised into naming from outside is raised once the site is cached with the name
     it should have; a fault of kname's own caches it unnamed, said once."""
+    codes = (frames[0].f_code,) if len(frames) == 1 else tuple([f.f_code for f in frames])
+    renaming = rename is not None
     try:
-        name, identifier, calls = _naming(key, frames, kernel_name, lib, rules, compiling)
+        name, identifier, calls = _naming(
+            key, frames, codes, kernel_name, lib, rules, compiling, renaming
+        )
         outside = None
     except RecursionError:
         raise  # no room on the stack to name it here: not a fault, and not cached
     except Exception as exc:
-        failed = _naming_failed(exc, key, frames, kernel_name, lib, rules, compiling)
+        failed = _naming_failed(
+            exc, key, frames, codes, kernel_name, lib, rules, compiling, renaming
+        )
         name, identifier, calls, outside = failed
-    codes = tuple(f.f_code for f in frames)
     with _lock:
         site = sites.get(key)
         if site is None:
             counter = counters.counter_for(name, kernel_name, lib)
             refs = site_cache.code_refs(key, codes)
             site = Site(name, identifier, kernel_name, lib, calls, refs, counter)
-            if rename is not None and identifier:
+            if renaming and identifier:
                 site.launch, raised = _renamed_launch(rename, kernel, site)
                 outside = raised if outside is None else outside
             site_cache.store(key, site, kernel, kernel_key)
@@ -408,16 +469,18 @@ def _naming_failed(
     exc: Exception,
     key: tuple,
     frames: list[FrameType],
+    codes: tuple[CodeType, ...],
     kernel_name: str,
     lib: str,
     rules: Rules,
     compiling: bool,
+    renaming: bool,
 ) -> tuple[str, str, Any, BaseException | None]:
     """After naming a new site raised `exc`: its name, identifier and range calls, and `exc`
     where it was raised into naming from outside (None: it was kname's fault), to raise once
     the site is cached."""
     own, done, named = faults.take_again(
-        exc, _naming, key, frames, kernel_name, lib, rules, compiling
+        exc, _naming, key, frames, codes, kernel_name, lib, rules, compiling, renaming
     )
     if not own:
         if not done:
@@ -431,28 +494,30 @@ def _naming_failed(
 def _naming(
     key: tuple,
     frames: list[FrameType],
+    codes: tuple[CodeType, ...],
     kernel_name: str,
     lib: str,
     rules: Rules,
     compiling: bool,
+    renaming: bool,
 ) -> tuple[str, str, Any]:
-    """The name, identifier and range calls of the site at `key`, resuming an attempt that was
-    interrupted: each step's result is kept as soon as it is computed."""
-    progress = _progress_of(key, tuple(f.f_code for f in frames), kernel_name, lib, rules)
+    """The name, identifier ("" unless `renaming`) and range calls of the site at `key` (the
+    code of `frames` is `codes`), resuming an attempt that was interrupted: each step's result
+    is kept as soon as it is computed."""
+    progress = _progress_of(key, codes, kernel_name, lib, rules)
+    facts = progress.facts
     for index, frame in enumerate(frames):  # each step kept by index as soon as it is made
-        if progress.places[index] is None:
-            progress.places[index] = naming.frame_place(frame)
-        if progress.functions[index] is None:
-            progress.functions[index] = naming.function_name(frame)
-        if progress.facts[index] is None:
-            place, function = progress.places[index], progress.functions[index]
-            progress.facts[index] = naming.facts_of(frame, place, function)  # type: ignore[arg-type]
-    if progress.names is None:
-        progress.names = _names(progress.facts, kernel_name, lib, rules.template, compiling)
+        if facts[index] is None:
+            facts[index] = naming.frame_facts(frame)
+    if progress.name is None:
+        progress.name = _display_name(facts, kernel_name, lib, rules.template, compiling)
+    if renaming and progress.identifier is None:
+        # Only a renamed kernel is named by it: no other launch reads it.
+        progress.identifier = naming.identifier_name(kernel_name, facts[0]) if facts else ""
     if progress.calls is None:
-        name = progress.names[0]
+        name = progress.name
         progress.calls = (ranges.range_for(name, kernel_name, lib) if rules.emit_nvtx else None,)
-    return (*progress.names, progress.calls[0])
+    return progress.name, progress.identifier or "", progress.calls[0]
 
 
 def _progress_of(
@@ -470,14 +535,14 @@ def _progress_of(
     return progress
 
 
-def _names(
+def _display_name(
     facts: list[Any], kernel_name: str, lib: str, template: str, compiling: bool
-) -> tuple[str, str]:
-    """The display name and the identifier (none when named by the kernel alone)."""
+) -> str:
+    """The display name (by the kernel alone where there is no frame to name it by)."""
     if not facts:
-        return naming.kernel_only_name(kernel_name), ""
+        return naming.kernel_only_name(kernel_name)
     name = naming.display_name(template, kernel_name, lib, facts)
-    return name + (COMPILE_MARK if compiling else ""), naming.identifier_name(kernel_name, facts[0])
+    return name + COMPILE_MARK if compiling else name
 
 
 def _renamed_launch(rename: Any, kernel: Any, site: Site) -> tuple[Any, BaseException | None]:

@@ -12,8 +12,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 from kname import counters, naming
 from kname._locks import reset_in_child
@@ -78,8 +77,7 @@ def report(file: IO[str] | str | os.PathLike | None = None, format: str = "table
         write_atomically(os.fspath(file), text)
 
 
-@dataclass(frozen=True)
-class _ExitPlan:
+class _ExitPlan(NamedTuple):
     """What the census does as the process ends (write_at_exit()), replaced whole."""
 
     destination: str  # "-" (the table on stderr) or the path asked for

@@ -35,13 +35,13 @@ def counter_for(name: str, kernel: str, lib: str) -> hotpath.Counter:
     key = (name, kernel, lib)
     with _lock:
         counter = launch_counts.get(key)
-        if not hotpath.is_counter(counter):
+        if counter is None or not hotpath.is_counter(counter):
             if counter is None and len(launch_counts) >= MAX_COUNTED:
                 key = (ranges.OVERFLOW_NAME, "", "")  # past the bound: counted together
                 shared = launch_counts.get(key)
                 if shared is not None:
                     return shared
-            counter = launch_counts[key] = new_counter()
+            counter = launch_counts[key] = hotpath.current().counter()  # new_counter(), inline
         return counter
 
 

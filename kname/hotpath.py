@@ -19,9 +19,8 @@ import importlib
 import operator
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import FrameType, ModuleType
-from typing import Any, Protocol, TypeGuard
+from typing import Any, NamedTuple, Protocol, TypeGuard
 
 from kname import _watched, pyhotpath
 from kname.config import native_requested
@@ -89,9 +88,9 @@ class NvtxRangeMaker(Protocol):
     ) -> RangeCalls | None: ...
 
 
-@dataclass(frozen=True)
-class HotPath:
-    """The implementations one choice of hot path hands down, and why it is what it is."""
+class HotPath(NamedTuple):
+    """The implementations one choice of hot path hands down, and why it is what it is (a
+    NamedTuple: no dataclass is made at start-up)."""
 
     why_python: str  # why the pure-Python path is in effect; "" where the C one is
     extension_file: str  # the C extension in use ("" on the Python path)
@@ -234,14 +233,12 @@ def _extension(name: str) -> Extension:
 
 def _import(name: str) -> Extension:
     """(the extension, "") or (None, why it cannot be used here)."""
-    import sysconfig
-
     if sys.implementation.name != "cpython":
         return None, f"{sys.implementation.name} (the extension is for CPython)"
     if sys.version_info < (3, 11):
         version = f"{sys.version_info[0]}.{sys.version_info[1]}"
         return None, f"Python {version} (the extension needs 3.11+)"
-    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+    if "t" in getattr(sys, "abiflags", ""):  # Py_GIL_DISABLED, without sysconfig's 0.5 ms
         return None, "free-threaded Python (the extension needs the GIL)"
     if not is_main_interpreter():
         return None, "a subinterpreter (the extension is for the main interpreter)"

@@ -23,8 +23,7 @@ What every launch wrapper keeps (a native one too):
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kname import callsite, hotpath, pyhotpath, site_faults
 from kname._watched import Watched
@@ -51,9 +50,9 @@ class Switch(Watched):
         self.on = on
 
 
-@dataclass(frozen=True)
-class LaunchSpec:
-    """How to name the launches of one launch callable.
+class LaunchSpec(NamedTuple):
+    """How to name the launches of one launch callable (a NamedTuple: no dataclass is made at
+    start-up).
 
     `kernel_of(args)` returns the launched kernel object, or None when the call is not a launch
     (a device function called from a kernel in the simulator); without it, the wrapped callable

@@ -17,7 +17,6 @@ import contextlib
 import functools
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -97,17 +96,17 @@ def _after_fork_in_child() -> None:
 reset_in_child(_after_fork_in_child)
 
 
-@dataclass
 class _State:
     """What install() set up; reset by uninstall()."""
 
-    config: Config | None = None  # None: not installed
-    switch: Switch = field(default_factory=Switch)
-    enabled: bool = True  # survives uninstall(): install() after disable() stays disabled
-    watches: list[Watch] = field(default_factory=list)
-    changes: list[Change] = field(default_factory=list)
-    # Where each module:qualname target was given (KNAME_TARGETS or install()), for messages.
-    given: dict[str, str] = field(default_factory=dict)
+    def __init__(self) -> None:
+        self.config: Config | None = None  # None: not installed
+        self.switch = Switch()
+        self.enabled = True  # survives uninstall(): install() after disable() stays disabled
+        self.watches: list[Watch] = []
+        self.changes: list[Change] = []
+        # Where each module:qualname target was given (KNAME_TARGETS or install()), for messages.
+        self.given: dict[str, str] = {}
 
 
 _state = _State()
@@ -271,7 +270,7 @@ def _with_targets(config: Config, targets: Iterable[str] | str) -> Config:
     parsed = read_config({KNAME_TARGETS: entries}, builtin_targets=BUILTIN)
     for problem in parsed.problems:
         warn_once(problem, problem.replace(KNAME_TARGETS, _ARGUMENT))
-    return replace(config, targets=parsed.targets or ())
+    return config._replace(targets=parsed.targets or ())
 
 
 def cancel_exit_check() -> None:
@@ -370,7 +369,7 @@ def _add_targets(targets: Iterable[str] | str) -> None:
         _restore(change)
     unwatch(_state.watches)
     _state.watches, _state.changes = [], []
-    _state.config = replace(config, targets=(*named, *added))
+    _state.config = config._replace(targets=(*named, *added))
     _state.given.update(dict.fromkeys(added, _ARGUMENT))
     _watch_targets(_state.switch)
 

@@ -5,16 +5,14 @@ Runs once per new call site, never per launch.
 
 from __future__ import annotations
 
-import dis
 import functools
 import itertools
-import linecache
 import os
 import re
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from types import CodeType, FrameType
+from typing import NamedTuple
 
 from kname import cells, faults
 from kname._warnings import warn_once
@@ -37,26 +35,28 @@ _roots_from: list[str] | None = None
 
 # Code that Python 3.12+ runs in the frame of the code it is written in (PEP 709); generator
 # expressions keep a frame of their own on every version.
-_INLINED = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>"})
+INLINED = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>"})
 # Python 3.10 only (no co_qualname): per file, the qualified names its code is created under.
 _MAX_FILES = 64
 _created_names: dict[str, tuple[list[str], dict[tuple[str, int], list]]] = {}
-_LOAD_CONST, _STORE_NAME = dis.opmap["LOAD_CONST"], dis.opmap["STORE_NAME"]
 # The file each `{path}` shown in a name was read from (a cell's code too), for the source a
 # saved document keeps (kname.documents.sources): the first file of a path wins.
 _MAX_SHOWN_FILES = 4096
 _shown_files: dict[str, str] = {}
 
 
-@dataclass(frozen=True)
-class FrameFacts:
-    """What a name may say about one frame of the call site."""
+class FrameFacts(NamedTuple):
+    """What a name may say about one frame of the call site (a tuple: made at every new site,
+    where a frozen dataclass's __init__ cost a microsecond)."""
 
     function: str
     path: str
     module: str
     file: str
     line: int
+
+
+_new_facts = tuple.__new__
 
 
 def frame_facts(frame: FrameType) -> FrameFacts:
@@ -67,27 +67,32 @@ def frame_facts(frame: FrameType) -> FrameFacts:
 def frame_place(frame: FrameType) -> tuple[str, int]:
     """`{path}` and `{line}` of a live frame: a notebook or IPython cell's code by its cell
     (`<cell 3>`) and line there, else its file's short path and line."""
-    place = cells.cell_place(frame)
-    if place is None:
-        place = _short_path(frame.f_code.co_filename, path_roots()), frame.f_lineno or 0
-    return place
+    filename = frame.f_code.co_filename
+    # A cell's code runs under IPython, or has a pseudo file name (`<ipython-input-3-...>`, a
+    # timing magic's): elsewhere no code is a cell's, and that is asked at no cost.
+    if "IPython" in sys.modules or filename.startswith("<"):
+        place = cells.cell_place(frame)
+        if place is not None:
+            return place
+    roots = _roots if _roots is not None else path_roots()  # made once: read, not called
+    return _short_path(filename, roots), frame.f_lineno or 0
 
 
 def facts_of(frame: FrameType, place: tuple[str, int], function: str) -> FrameFacts:
     """The facts of a live frame, from its place (frame_place) and function (function_name)."""
-    filename = frame.f_code.co_filename
     path, line = place
+    if path not in _shown_files:  # once per path
+        _show_file(path, frame.f_code.co_filename)
+    module = frame.f_globals.get("__name__")
+    file = path[path.rfind("/") + 1 :]
+    facts = (function, path, module if isinstance(module, str) else "?", file, line)
+    return _new_facts(FrameFacts, facts)  # the tuple made in C: FrameFacts() runs its __new__
+
+
+def _show_file(path: str, filename: str) -> None:
     if len(_shown_files) < _MAX_SHOWN_FILES and filename not in cells.TIMED_FILES:
         # As the name shows it: UTF-8, an undecodable byte replaced (display_name).
-        _shown_files.setdefault(path.encode("utf-8", "replace").decode("utf-8"), filename)
-    module = frame.f_globals.get("__name__")
-    return FrameFacts(
-        function=function,
-        path=path,
-        module=module if isinstance(module, str) else "?",
-        file=path.rsplit("/", 1)[-1],
-        line=line,
-    )
+        _shown_files.setdefault(_valid_utf8(path), filename)
 
 
 def shown_files() -> dict[str, str]:
@@ -106,23 +111,21 @@ def function_name(frame: FrameType) -> str:
     """
     code = frame.f_code
     qualname = getattr(code, "co_qualname", None) or _created_name(code, frame.f_globals)
+    if "<" not in qualname and code.co_filename not in cells.TIMED_FILES:
+        return qualname  # most functions: nothing to fold, not %timeit's (asked at every miss)
     return fold_comprehensions(cells.untimed_name(code.co_filename, qualname))
 
 
 def fold_comprehensions(qualname: str) -> str:
     """`qualname` with its list, set and dict comprehensions folded into the code around them:
     `Solver.step.<locals>.<listcomp>` is `Solver.step`, a top-level `<listcomp>` is `<module>`."""
-    parts = [part for part in qualname.split(".") if part not in _INLINED]
+    if "<" not in qualname:  # no comprehension, nor `<locals>`: most functions
+        return qualname
+    parts = [part for part in qualname.split(".") if part not in INLINED]
     # Only a folded name can end in `<locals>`: it was the comprehension's.
     while parts and parts[-1] == "<locals>":
         parts.pop()
     return ".".join(parts) or "<module>"
-
-
-def is_inlined_comprehension(code: CodeType) -> bool:
-    """Whether `code` is a list, set or dict comprehension, which has a frame of its own only
-    before Python 3.12: its caller is then the frame it is written in, not another caller."""
-    return code.co_name in _INLINED
 
 
 def display_name(template: str, kernel: str, lib: str, frames: list[FrameFacts]) -> str:
@@ -130,14 +133,24 @@ def display_name(template: str, kernel: str, lib: str, frames: list[FrameFacts])
 
     At most MAX_NAME_LENGTH characters: a longer name is cut, and said once.
     """
-    name = CALLER_SEPARATOR.join(_render(template, kernel, lib, frame) for frame in frames)
+    if len(frames) == 1:
+        name = _render(template, kernel, lib, frames[0])
+    else:
+        name = CALLER_SEPARATOR.join([_render(template, kernel, lib, frame) for frame in frames])
+    if name.isascii() and len(name) <= MAX_NAME_LENGTH:
+        return name  # most names, at every miss: no call more
     # File names may hold lone surrogates (undecodable bytes); NVTX needs valid UTF-8.
-    return _cut(name.encode("utf-8", "replace").decode("utf-8"))
+    return _cut(_valid_utf8(name))
+
+
+def _valid_utf8(text: str) -> str:
+    """`text` with each lone surrogate (an undecodable byte of a file name) replaced."""
+    return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
 
 
 def kernel_only_name(kernel: str) -> str:
     """The name of a launch with no user frame on its stack (a kernel run as a thread's target)."""
-    return _cut(f"{kernel} {NO_USER_FRAME}".strip().encode("utf-8", "replace").decode("utf-8"))
+    return _cut(_valid_utf8(f"{kernel} {NO_USER_FRAME}".strip()))
 
 
 def kernel_label(kernel: object) -> str:
@@ -218,6 +231,8 @@ def _created_names_in(filename: str, module_globals: dict) -> dict[tuple[str, in
     Keyed by name and line, not by the code itself: pytest rewrites its test modules' asserts, so
     their code differs from the file's compiled again.
     """
+    import linecache  # deferred, as the rest of Python 3.10's naming: not at every start-up
+
     lines = linecache.getlines(filename, module_globals)
     cached = _created_names.get(filename)
     if cached is not None and cached[0] is lines:
@@ -246,14 +261,17 @@ def _collect_created_names(
     # Python 3.10 creates a function as LOAD_CONST <code>, LOAD_CONST <qualified name>,
     # MAKE_FUNCTION: the name is the compiler's own. A class body is created under the bare
     # class name, and stores its qualified name first thing: LOAD_CONST, STORE_NAME __qualname__.
+    import dis
+
+    load_const, store_name = dis.opmap["LOAD_CONST"], dis.opmap["STORE_NAME"]
     consts, created, stored = code.co_consts, {}, None
     if any(isinstance(c, CodeType) for c in consts) or "__qualname__" in code.co_names:
         for (first, a), (second, b) in itertools.pairwise(_instructions(code)):
-            if first != _LOAD_CONST:
+            if first != load_const:
                 continue
-            if second == _LOAD_CONST and isinstance(consts[a], CodeType):
+            if second == load_const and isinstance(consts[a], CodeType):
                 created.setdefault(id(consts[a]), consts[b])
-            elif second == _STORE_NAME and code.co_names[b] == "__qualname__" and stored is None:
+            elif second == store_name and code.co_names[b] == "__qualname__" and stored is None:
                 stored = consts[a]  # the compiler's store comes before any of the user's
     if code.co_name != "<module>" and isinstance(stored, str):
         qualname = stored
@@ -267,11 +285,13 @@ def _collect_created_names(
 def _instructions(code: CodeType) -> Iterator[tuple[int, int]]:
     """(opcode, argument) of each instruction of Python 3.10's bytecode: two bytes each, a large
     argument spread over EXTENDED_ARG prefixes. Much cheaper than dis.get_instructions."""
+    from dis import EXTENDED_ARG
+
     raw, extended = code.co_code, 0
     for at in range(0, len(raw), 2):
         operation, argument = raw[at], raw[at + 1] | extended
-        extended = argument << 8 if operation == dis.EXTENDED_ARG else 0
-        if operation != dis.EXTENDED_ARG:
+        extended = argument << 8 if operation == EXTENDED_ARG else 0
+        if operation != EXTENDED_ARG:
             yield operation, argument
 
 

@@ -33,6 +33,7 @@ so ``short_path(short_path(f, roots), roots) == short_path(f, roots)``.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -78,7 +79,7 @@ def _parse(filename: str) -> tuple[bool, list[str]]:
         if part == "..":
             if comps:
                 comps.pop()
-        elif part and part != "." and not _is_drive(part):
+        elif part and part != "." and not (len(part) == 2 and _is_drive(part)):
             comps.append(part)
     return anchored, comps
 
@@ -113,15 +114,22 @@ def _short_components(filename: str, roots: Sequence[str]) -> list[str] | str:
     if not anchored:
         return comps
     best = -1
-    for root in (roots,) if isinstance(roots, str) else roots:
-        root_anchored, root_comps = _parse(root)
+    for root_comps in _anchored_roots((roots,) if isinstance(roots, str) else tuple(roots)):
         n = len(root_comps)
-        if root_anchored and best < n < len(comps) and comps[:n] == root_comps:
+        if best < n < len(comps) and comps[:n] == root_comps:
             best = n
     if best >= 0:
         return comps[best:]
     tail = _after_last(comps, _INSTALL_DIRS) or _after_last(comps, _SRC_DIRS)
     return tail or comps[-2:]
+
+
+@functools.lru_cache(maxsize=16)
+def _anchored_roots(roots: tuple[str, ...]) -> tuple[list[str], ...]:
+    """The components of each absolute root (relative roots never match), parsed once per set of
+    roots: a new file's path is parsed alone, not with every root again."""
+    parsed = (_parse(root) for root in roots)
+    return tuple(comps for anchored, comps in parsed if anchored)
 
 
 def short_path(filename: str, roots: Sequence[str] = ()) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 # KNAME_RANKS as sorted, disjoint, non-adjacent (first, last) spans, both ends included (parsed
@@ -60,15 +59,28 @@ LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 _OPTIONS_WITH_VALUE = ("-X", "-W", "--check-hash-based-pycs")
 
 
-@dataclass(frozen=True)
-class Rank:
+def problems_not_compared(cls: type) -> type:
+    """A NamedTuple class whose last field, its problems, is left out of == and hash: a value
+    equals the one it stands for, whatever was wrong on the way."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, cls) and self[:-1] == other[:-1]
+
+    cls.__eq__ = __eq__  # type: ignore[method-assign]
+    cls.__ne__ = lambda self, other: not __eq__(self, other)  # type: ignore[method-assign]
+    cls.__hash__ = lambda self: hash(self[:-1])  # type: ignore[method-assign]
+    return cls
+
+
+@problems_not_compared
+class Rank(NamedTuple):
     """This process's place in its job; launcher None: no launcher said (a lone process)."""
 
     rank: int = 0
     local_rank: int | None = 0  # None: the launcher did not say (or said it badly)
     world_size: int = 1
     launcher: str | None = None
-    problems: tuple[str, ...] = field(default=(), compare=False)
+    problems: tuple[str, ...] = ()  # last: left out of == and hash
 
 
 LONE = Rank()

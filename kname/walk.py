@@ -12,7 +12,8 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
 
-from kname import hotpath, naming
+from kname import hotpath
+from kname.naming import INLINED
 
 # How a code object's frames count in the walk. USER: a call site. LIBRARY: passed over, but
 # names a launch that has no user frame at all (a library's own code). PLUMBING: passed over,
@@ -71,7 +72,7 @@ def stack(
             if kind == USER:
                 user_frames.append(frame)
                 # The frames it is written in are one frame with it on 3.12+ (PEP 709).
-                while naming.is_inlined_comprehension(frame.f_code) and frame.f_back is not None:
+                while frame.f_code.co_name in INLINED and frame.f_back is not None:
                     frame = frame.f_back
             elif kind in (LIBRARY, COMPILE) and not user_frames:
                 library_frame = frame

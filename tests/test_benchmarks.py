@@ -57,7 +57,10 @@ def test_quick_launch_suite_runs_to_the_end_and_prints_its_table(tmp_path):
     assert done.returncode == 0, done.stderr
     table = done.stdout
     assert "## Per launch (CPU)" in table
-    assert "## First launch from a new call site (cache miss)" in table
+    assert "## First launch from a new line (cache miss)" in table
+    for tool in ("none", "null"):
+        for case in ("seen file", "new file"):
+            assert any(line.startswith(f"| {tool} | {case} |") for line in table.splitlines())
     results = json.loads((tmp_path / "results.json").read_text())
     tools = list(dict.fromkeys(run["tool"] for run in results["launch"]))
     # The null tool is built as the tests build theirs; where it cannot be, a note says so.
@@ -77,7 +80,8 @@ def test_quick_launch_suite_runs_to_the_end_and_prints_its_table(tmp_path):
         # kname's variant named its launches: every count is of the one launching line.
         where = {"noop": "bench_loops_noop.py", "noop_step": "bench_step_noop.py"}[run["workload"]]
         assert run["site_names"] and all(where in n for n in run["site_names"])
-    assert [m["new_sites"] for m in results["miss"]] == [m["pairs"] for m in results["miss"]]
+    for miss in results["miss"]:  # each named launch of each case is a new site
+        assert miss["new_sites"] == miss["seen_file"]["pairs"] + miss["new_file"]["pairs"]
     assert (tmp_path / "results.md").read_text().strip() == table.strip()
 
 
@@ -364,3 +368,32 @@ def test_the_cpu_profile_benchmark_runs_without_a_gpu_and_prints_a_row_per_varia
     rows = [line.split(" | ")[0] for line in done.stdout.splitlines() if line.startswith("| ")]
     assert rows == ["| variant", "| ---", "| kname", "| --json", "| --trace"]
     assert "2 rounds; the launch wrapper: " in done.stdout
+
+
+def test_the_in_process_benchmark_runs_its_harness_on_the_cpu_with_an_a_a_pair(tmp_path):
+    """--noop: the harness alone (the no-op target, kname toggled in blocks): every round has
+    each variant once, and the table gives the A/A pair beside kname."""
+    out = tmp_path / "result.json"
+    script = REPO / "benchmarks" / "profile_inprocess.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--noop", "--rounds", "30", "--json", str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    rows = result["phase_kname"]
+    assert set(rows) == {"off-again", "kname"}
+    assert {row["rounds"] for row in rows.values()} == {30}
+    for row in rows.values():
+        for clock in ("cpu", "wall"):
+            assert row[clock]["low_us"] <= row[clock]["added_us"] <= row[clock]["high_us"]
+    assert "| kname | off-again | 30 |" in done.stdout and "| kname | kname | 30 |" in done.stdout
+
+
+@given(st.lists(st.floats(-50, 50), min_size=1, max_size=200))
+def test_the_median_lies_within_its_interval_and_the_interval_within_the_values(values):
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import profile_inprocess
+
+    median, low, high = profile_inprocess.median_interval(values)
+    assert min(values) <= low <= median <= high <= max(values)

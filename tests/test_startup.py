@@ -250,8 +250,13 @@ def test_the_cheap_gates_test_the_same_off_values_as_kname_config(gate: str) -> 
 NOT_ON_THE_C_PATH = ("numpy", "nvtx")
 # Modules kname's start-up must not import on the C hot path: those, and wrapt, whose package
 # imports asyncio (about 20 ms); kname imports it when a watched module is imported. Nor,
-# with no KNAME_REPORT, kname's saved documents and the json they import (about 2 ms).
-NOT_AT_START_UP = (*NOT_ON_THE_C_PATH, "wrapt", "asyncio", "kname.documents", "json")
+# with no KNAME_REPORT, kname's saved documents and the json they import (about 2 ms). Nor
+# dataclasses and inspect, with the ast, dis and tokenize they import (4 to 5 ms, and 0.6 ms
+# per dataclass made), nor sysconfig (0.5 ms), tempfile or the source cache (linecache).
+NOT_AT_START_UP = (
+    *NOT_ON_THE_C_PATH, "wrapt", "asyncio", "kname.documents", "json",
+    "dataclasses", "inspect", "ast", "dis", "tokenize", "linecache", "sysconfig", "tempfile",
+)  # fmt: skip
 
 IMPORTED = "import json, sys; print(json.dumps(sorted(sys.modules)))"
 

@@ -18,9 +18,8 @@ import re
 import sys
 import types
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 from kname import callsite, hotpath
 from kname.launch import (
@@ -52,20 +51,31 @@ def inside_launcher() -> bool:
     return hotpath.current().inside_launcher()
 
 
-@dataclass(frozen=True)
 class Options:
     """What a target's changes may depend on: handed down by install()."""
 
-    switch: Switch  # the on/off switch of this install()
-    renaming: bool  # KNAME_MODE=rename
-    chosen: frozenset[str]  # the built-in targets in use
-    # A launch can run inside a KNAME_TARGETS launcher (one is chosen, with other targets). The
-    # launcher's range then names it, as the user asked by naming the launcher: a kernel inside
-    # it is not a launch of its own (no range, not counted), as one under a library's frames.
-    nesting: bool = False
-    # The hot path of this install(): its launch wrappers, and the C types or their Python twins
-    # a unit may use (Triton's SkipBeneath and SubscriptLaunch, CuPy's BaseCall).
-    hot_path: hotpath.HotPath = field(default_factory=hotpath.current)
+    __slots__ = ("chosen", "hot_path", "nesting", "renaming", "switch")
+
+    def __init__(
+        self,
+        switch: Switch,
+        renaming: bool,
+        chosen: frozenset[str],
+        nesting: bool = False,
+        hot_path: hotpath.HotPath | None = None,
+    ) -> None:
+        self.switch = switch  # the on/off switch of this install()
+        self.renaming = renaming  # KNAME_MODE=rename
+        self.chosen = chosen  # the built-in targets in use
+        # A launch can run inside a KNAME_TARGETS launcher (one is chosen, with other targets).
+        # The launcher's range then names it, as the user asked by naming the launcher: a kernel
+        # inside it is not a launch of its own (no range, not counted), as one under a library's
+        # frames.
+        self.nesting = nesting
+        # The hot path of this install() (default: the one in effect): its launch wrappers, and
+        # the C types or their Python twins a unit may use (Triton's SkipBeneath and
+        # SubscriptLaunch, CuPy's BaseCall).
+        self.hot_path = hotpath.current() if hot_path is None else hot_path
 
     def wrapper(
         self, original: Callable[..., Any], spec: LaunchSpec, launcher: bool = False
@@ -73,7 +83,7 @@ class Options:
         """A launch wrapper of `original` (renaming per site only in rename mode); `launcher`:
         a KNAME_TARGETS launcher's."""
         if not self.renaming and spec.rename is not None:
-            spec = replace(spec, rename=None)
+            spec = spec._replace(rename=None)
         # Decided per launch, not per call site, by the hot path (in C on the C one): one line (a
         # helper) can launch both inside a launcher and outside, and a site's cached name must
         # not answer for the other.
@@ -81,8 +91,7 @@ class Options:
         return make_launch_wrapper(original, spec, self.switch, self.hot_path, launchers)
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     """One module to watch, and the changes to make in it when it is imported."""
 
     name: str  # what KNAME_TARGETS calls it: a unit's name, or `module:qualname`
@@ -93,8 +102,7 @@ class Target:
     changes: Callable[[ModuleType, Options], list[Change]]
 
 
-@dataclass(frozen=True)
-class Library:
+class Library(NamedTuple):
     """Everything kname knows about one GPU library."""
 
     name: str  # the built-in target name
@@ -113,8 +121,7 @@ class Library:
     generated: tuple[tuple[str, callsite.Generated], ...] = ()
 
 
-@dataclass(frozen=True)
-class LibraryCode:
+class LibraryCode(NamedTuple):
     """What every built-in unit declares library code, for callsite.configure."""
 
     packages: tuple[str, ...]

@@ -11,7 +11,6 @@ behaviour shared with the Python callback is tested on both in test_profiling_ca
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import importlib.util
 import os
@@ -138,7 +137,7 @@ def drained(made) -> dict[int, LaunchRecord]:
 def this_line(offset: int = 0) -> str:
     """kname's name for the caller's line plus `offset`."""
     facts = naming.frame_facts(sys._getframe(1))
-    facts = dataclasses.replace(facts, line=facts.line + offset)
+    facts = facts._replace(line=facts.line + offset)
     return naming.display_name(DEFAULT_FORMAT, "", "", [facts])
 
 

@@ -13,7 +13,6 @@ ActivityMemcpy6, ActivityMemset4, ActivityExternalCorrelation).
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import sys
 import textwrap
@@ -472,7 +471,7 @@ def test_a_failing_cupti_tag_is_said_once_and_the_launch_keeps_its_site(user, ca
 def this_line(offset: int = 0) -> str:
     """kname's name for the caller's line plus `offset`."""
     facts = naming.frame_facts(sys._getframe(1))
-    facts = dataclasses.replace(facts, line=facts.line + offset)
+    facts = facts._replace(line=facts.line + offset)
     return naming.display_name(DEFAULT_FORMAT, "", "", [facts])
 
 

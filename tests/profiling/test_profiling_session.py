@@ -8,7 +8,6 @@ and the outputs written at exit, in a real subprocess, also after sys.exit and a
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -84,7 +83,7 @@ def session():
 def this_line(offset: int = 0) -> str:
     """kname's name for the caller's line plus `offset`."""
     facts = naming.frame_facts(sys._getframe(1))
-    facts = dataclasses.replace(facts, line=facts.line + offset)
+    facts = facts._replace(line=facts.line + offset)
     return naming.display_name(DEFAULT_FORMAT, "", "", [facts])
 
 

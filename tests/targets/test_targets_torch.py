@@ -41,6 +41,16 @@ SITE_PACKAGES = "/venv/lib/python3.11/site-packages"
 KEY = "cab5u7tiw2gcs6ggluapbfvgu3k2uc7bxj5oo2jqfth3eshsy4cw"  # as the issue's table showed it
 
 
+@pytest.fixture(autouse=True)
+def torch_makes_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inductor's and dynamo's modules in sys.modules, as torch has them imported by the time they
+    make code (kname asks its generated-code rules only of a library imported): empty
+    stand-ins, torch itself is never imported."""
+    for name in ("torch._inductor", "torch._dynamo"):
+        if name not in sys.modules:
+            monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+
+
 def torch_code(source: str, module: str | None, filename: str | None = None) -> dict:
     """The namespace of `source` run as torch runs it: as module `module` (None: bare globals,
     as exec'd generated code), from `filename` (default: the module's file under a

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -155,6 +154,8 @@ def _numba_classes() -> tuple[type, type]:
 
 def _check_numba_internals(numba_dispatcher: Any) -> None:
     """Raise unless numba-cuda's dispatcher is what SiteDispatcher is written against."""
+    import inspect  # deferred: 3 ms of every KNAME=1 start-up (with ast, dis, tokenize)
+
     if "numba_cuda" not in (numba_dispatcher.__file__ or ""):
         raise RuntimeError("numba.cuda is not numba-cuda's")
     if "abi_info" not in inspect.signature(numba_dispatcher.compile_cuda).parameters:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -67,6 +66,8 @@ def _triton_support() -> tuple[tuple[type, type] | None, str | None]:
 
 
 def _triton_classes() -> tuple[type, type]:
+    import inspect  # deferred: 3 ms of every KNAME=1 start-up (with ast, dis, tokenize)
+
     from triton.runtime import jit as triton_jit
 
     plain = triton_jit.JITFunction
@@ -108,6 +109,8 @@ def _triton_classes() -> tuple[type, type]:
 
 def _check_triton_internals(triton_jit: Any) -> None:
     """Raise unless Triton's JITFunction is what SiteJITFunction is written against."""
+    import inspect
+
     plain = triton_jit.JITFunction
     parameters = inspect.signature(plain.__init__).parameters
     for option in (*TRITON_OPTIONS, "repr"):

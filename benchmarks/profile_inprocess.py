@@ -1,0 +1,413 @@
+"""kname profile's whole-program cost, measured inside one process: blocks of the mixed
+program's iterations with profiling on and off, many short blocks interleaved.
+
+    python benchmarks/profile_inprocess.py [--rounds 400] [--iterations 20] [--max-seconds 40]
+        [--json OUT] [--repo CHECKOUT] [--no-proton] [--noop] [--lines] [--phase all|kname|proton]
+
+Whole processes on the GPU hosts swing 1.7-2x for the same loop (docs/benchmarks.md), far more
+than the microsecond a launch that the budget speaks of. Here one process imports the libraries
+once (mixed_program.workloads: numba-cuda, CuPy, torch, Triton, each that starts), and each
+round runs one block of each variant, in a new order each round:
+
+- `off`, `off-again`: kname.disable()d, nothing profiling; the pair's difference (A/A) is the
+  method's own spread, the floor under which no other difference means anything;
+- `floor`: CUPTI's floor (cupti_floor.CallbackFloor and the activity kinds kname profile
+  enables), kname disabled;
+- `kname`: kname.enable()d and a kname.profile() session started (as `kname profile --json`
+  collects, in process);
+- then, in a second phase, in a process of its own (`--phase proton`: CUPTI takes one
+  subscriber a process, and once kname's or the floor's has been there Proton's is refused):
+  `off`, `off-again` and `proton` (triton.profiler, context="python", deactivated between its
+  blocks).
+
+A block: the variant started (untimed), `--warm` untimed iterations (a started session builds
+its sites anew; a state change undoes the interpreter's specialisations), a synchronisation,
+then `--iterations` timed by the launching thread's CPU time (time.thread_time_ns, the loop
+alone) and by the wall clock (the loop and a synchronisation), then the variant stopped. Per
+round, each variant's difference to that round's `off` block, per GPU launch; the median over
+rounds and its 95% interval (order statistics of the median), beside the A/A pair's. `--noop`
+runs the same harness on the CPU with the no-op target in place of the GPU libraries (no floor,
+no profile: a check of the harness). `--lines` also times each line of the loop apart (the
+timer's own cost the same in every variant) and gives each variant's added µs per iteration
+per line: where kname's cost above the floor goes. GPU launches per iteration are counted by
+kname's session (its launch API calls), else taken as the loop's lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+
+
+class Variant:
+    """A way of running a block: start() and stop() around it, untimed."""
+
+    def __init__(self, name: str, start: Callable[[], None], stop: Callable[[], None]):
+        self.name, self.start, self.stop = name, start, stop
+
+
+def run_block(variant: Variant, loop, sync, warm: int, iterations: int) -> tuple:
+    """One block of `variant`: (thread CPU ns of the timed loop, wall ns of it and its sync),
+    and each line's ns where `loop` times its lines (loop.lines: then it returns them)."""
+    variant.start()
+    try:
+        loop(warm)
+        sync()
+        wall0, cpu0 = time.perf_counter_ns(), time.thread_time_ns()
+        by_line = loop(iterations)
+        cpu = time.thread_time_ns() - cpu0
+        sync()
+        wall = time.perf_counter_ns() - wall0
+    finally:
+        variant.stop()
+    return (cpu, wall) if by_line is None else (cpu, wall, by_line)
+
+
+def interleaved(variants: list[Variant], loop, sync, args, deadline: float, notes: list) -> dict:
+    """{variant: [(cpu, wall) per round]}, rounds in a new order each, until `deadline`; a
+    variant that fails its first (untimed) block is left out, said in `notes`."""
+    working = []
+    for variant in variants:  # once each, untimed: every variant's first start is apart
+        try:
+            run_block(variant, loop, sync, args.warm, args.iterations)
+            working.append(variant)
+        except Exception as exc:
+            notes.append(f"{variant.name} left out: {type(exc).__name__}: {exc}"[:300])
+    samples: dict[str, list[tuple[int, int]]] = {v.name: [] for v in working}
+    order, shuffle = list(working), random.Random(0).shuffle
+    for _ in range(args.rounds):
+        if time.monotonic() > deadline:
+            break
+        shuffle(order)
+        try:
+            blocks = [(v.name, run_block(v, loop, sync, args.warm, args.iterations)) for v in order]
+        except Exception as exc:  # a round is whole or not kept
+            notes.append(f"rounds stopped: {type(exc).__name__}: {exc}"[:300])
+            break
+        for name, block in blocks:
+            samples[name].append(block)
+    return samples
+
+
+def median_interval(values: list[float]) -> tuple[float, float, float]:
+    """The median and its distribution-free 95% interval (order statistics)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    half = 1.96 * math.sqrt(n) / 2
+    low = max(0, math.floor(n / 2 - half))
+    high = min(n - 1, math.ceil(n / 2 + half))
+    return statistics.median(ordered), ordered[low], ordered[high]
+
+
+def added(samples: dict, launches: int, base: str = "off") -> dict:
+    """Per variant and clock: the per-round difference to `base`, µs per launch."""
+    rows = {}
+    for name, blocks in samples.items():
+        if name == base:
+            continue
+        rounds = min(len(blocks), len(samples[base]))
+        row = {"rounds": rounds}
+        for index, clock in enumerate(("cpu", "wall")):
+            pairs = zip(blocks[:rounds], samples[base][:rounds], strict=True)
+            diffs = [(block[index] - off[index]) / launches / 1000 for block, off in pairs]
+            median, low, high = median_interval(diffs)
+            base_us = statistics.median(b[index] for b in samples[base]) / launches / 1000
+            row[clock] = {"added_us": median, "low_us": low, "high_us": high, "off_us": base_us}
+        rows[name] = row
+    return rows
+
+
+# --- the variants ---------------------------------------------------------------------------
+
+
+def added_by_line(samples: dict, lines: list[str], iterations: int, base: str = "off") -> dict:
+    """Per variant and line: the per-round difference to `base`, µs per iteration (wall clock,
+    each line timed apart: the timer's own cost is the same in every variant)."""
+    rows: dict = {}
+    for name, blocks in samples.items():
+        rounds = min(len(blocks), len(samples[base]))
+        if name == base or not rounds or len(blocks[0]) < 3:
+            continue
+        pairs = list(zip(blocks[:rounds], samples[base][:rounds], strict=True))
+        rows[name] = {
+            line: median_interval([(b[2][i] - o[2][i]) / iterations / 1000 for b, o in pairs])[0]
+            for i, line in enumerate(lines)
+        }
+    return rows
+
+
+def off_variant(name: str) -> Variant:
+    import kname
+
+    return Variant(name, kname.disable, lambda: None)
+
+
+def kname_variant(counted: list[int]) -> Variant:
+    """kname enabled, a profile session collecting; `counted` gets each block's launch calls."""
+    import kname
+    from kname.profiling.session import ProfileSession
+
+    session: list = []
+
+    def start() -> None:
+        kname.enable()
+        session.append(ProfileSession())
+        if not session[-1].start():
+            raise RuntimeError(f"kname profile did not start: {session[-1].not_collected}")
+
+    def stop() -> None:
+        current = session.pop()
+        current.stop()
+        counted.append(getattr(current.join, "launch_count", 0))
+        kname.disable()
+
+    return Variant("kname", start, stop)
+
+
+def floor_variant(library: Path | None) -> Variant:
+    import kname
+
+    sys.path.insert(0, str(BENCH_DIR))
+    from cupti import cupti
+    from cupti_floor import CallbackFloor
+
+    from kname.profiling.cupti_collector import ACTIVITY_KINDS
+
+    floor = CallbackFloor(library)
+    kinds = [getattr(cupti.ActivityKind, name) for name in ACTIVITY_KINDS]
+
+    def start() -> None:
+        kname.disable()
+        floor.start(cupti)
+        for kind in kinds:
+            cupti.activity_enable(kind)
+
+    def stop() -> None:
+        cupti.activity_flush_all(1)
+        for kind in kinds:
+            cupti.activity_disable(kind)
+        floor.stop()
+
+    return Variant("floor", start, stop)
+
+
+def proton_variant(out: Path) -> tuple[Variant, Callable[[], None]]:
+    import triton.profiler as proton
+
+    import kname
+
+    kname.disable()
+    session = proton.start(str(out / "proton"), context="python")
+    proton.deactivate(session)
+
+    def start() -> None:
+        proton.activate(session)
+
+    def stop() -> None:
+        proton.deactivate(session)
+
+    return Variant("proton", start, stop), proton.finalize
+
+
+# --- the program ----------------------------------------------------------------------------
+
+
+def gpu_program(folder: Path, by_line: bool) -> tuple[Callable, Callable, dict, dict]:
+    """The mixed program's loop (with `by_line`, one that times each line and returns their
+    ns), its synchronisation, its lines and the libraries it skipped."""
+    import mixed_program
+
+    ns: dict = {"N": mixed_program.N, "BLOCK": mixed_program.BLOCK}
+    lines, skipped = mixed_program.workloads(ns)
+    loop, timed_lines, _ = mixed_program.write_loop(folder, lines, ns)
+    if by_line:
+        loop = _line_timer(timed_lines, len(lines))
+    return loop, lambda: mixed_program.synchronize(ns), lines, skipped
+
+
+def _line_timer(timed_lines: Callable, count: int) -> Callable[[int], list[int]]:
+    def loop(iterations: int) -> list[int]:
+        spent = [0] * count
+        timed_lines(iterations, spent)
+        return spent
+
+    return loop
+
+
+def noop_program(folder: Path, by_line: bool) -> tuple[Callable, Callable, dict, dict]:
+    """The same harness's program on the CPU: two launches of the no-op target an iteration."""
+    import bench_noop_target as target
+    import mixed_program
+
+    import kname
+
+    kname.install(targets=["bench_noop_target:launch"])
+    lines = {"noop-1": "target.launch(1)", "noop-2": "target.launch(2)"}
+    loop, timed_lines, _ = mixed_program.write_loop(folder, lines, {"target": target})
+    if by_line:
+        loop = _line_timer(timed_lines, len(lines))
+    return loop, lambda: None, lines, {}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=400)
+    parser.add_argument("--iterations", type=int, default=20, help="timed iterations a block")
+    parser.add_argument("--warm", type=int, default=3, help="untimed iterations a block")
+    parser.add_argument("--max-seconds", type=float, default=40.0)
+    parser.add_argument("--json")
+    parser.add_argument("--repo", help="import kname from this checkout (default: this one)")
+    parser.add_argument("--floor-library", help="a built cupti_callback_floor.c")
+    parser.add_argument("--launches", type=int, help="GPU launches an iteration (Proton's phase)")
+    parser.add_argument("--no-proton", action="store_true")
+    parser.add_argument("--noop", action="store_true", help="the harness on the CPU, no GPU")
+    parser.add_argument("--lines", action="store_true", help="also time each line apart")
+    parser.add_argument(
+        "--phase", choices=("all", "kname", "proton"), default="all",
+        help="all: kname's phase here, then Proton's in a process of its own (CUPTI keeps one "
+        "subscriber a process)",
+    )  # fmt: skip
+    args = parser.parse_args()
+    started = time.monotonic()
+    repo = Path(args.repo).resolve() if args.repo else BENCH_DIR.parent
+    sys.path[:0] = [str(repo), str(BENCH_DIR)]
+    import kname
+
+    kname.install()  # before the libraries: their launches are wrapped as they are imported
+    folder = Path(tempfile.mkdtemp(prefix="kname-inprocess-"))
+    make_program = noop_program if args.noop else gpu_program
+    loop, sync, lines, skipped = make_program(folder, args.lines)
+    loop(20)  # compiles, sites built
+    sync()
+    result: dict = {"repo": str(repo), "lines": list(lines), "skipped": skipped, "notes": []}
+    result.update(iterations=args.iterations, warm=args.warm)
+    counted: list[int] = []
+    if args.phase == "proton":
+        result["phase_proton"] = proton_phase(folder, loop, sync, args, started, result)
+        return finish(result, args, started)
+    variants = [off_variant("off"), off_variant("off-again")]
+    if not args.noop:
+        for make in (lambda: floor_variant(args.floor_library and Path(args.floor_library)),
+                     lambda: kname_variant(counted)):  # fmt: skip
+            try:
+                variants.append(make())
+            except Exception as exc:
+                result["notes"].append(f"a variant left out: {type(exc).__name__}: {exc}")
+    else:
+        variants.append(Variant("kname", kname.enable, kname.disable))
+    proton = not args.noop and not args.no_proton and args.phase == "all"
+    share = 0.6 if proton else 1.0
+    budget = args.max_seconds - (time.monotonic() - started)
+    deadline = time.monotonic() + budget * share
+    samples = interleaved(variants, loop, sync, args, deadline, result["notes"])
+    per_iteration = max(1, len(lines))
+    if counted and counted[-1]:
+        per_iteration = max(1, round(counted[-1] / (args.warm + args.iterations)))
+    launches = args.iterations * per_iteration
+    result["launches_per_iteration"] = per_iteration
+    result["phase_kname"] = added(samples, launches)
+    if args.lines:
+        result["lines_kname"] = added_by_line(samples, list(lines), args.iterations)
+    if proton:
+        seconds = args.max_seconds - (time.monotonic() - started)
+        result["phase_proton"] = proton_process(seconds, per_iteration, args, result["notes"])
+    return finish(result, args, started)
+
+
+def finish(result: dict, args, started: float) -> int:
+    result["load_average"] = list(os.getloadavg())
+    result["seconds"] = time.monotonic() - started
+    print(render(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+def proton_phase(folder: Path, loop, sync, args, started: float, result: dict) -> dict:
+    """off, off again and Proton in blocks, in this process (its CUPTI subscriber is Proton's)."""
+    per_iteration = args.launches or max(1, len(result["lines"]))
+    result["launches_per_iteration"] = per_iteration
+    try:
+        variant, finalize = proton_variant(folder)
+        deadline = started + args.max_seconds
+        samples = interleaved(
+            [off_variant("off"), off_variant("off-again"), variant],
+            loop, sync, args, deadline, result["notes"],
+        )  # fmt: skip
+        finalize()
+        return added(samples, args.iterations * per_iteration)
+    except Exception as exc:
+        result["notes"].append(f"Proton left out: {type(exc).__name__}: {exc}"[:300])
+        return {}
+
+
+def proton_process(seconds: float, per_iteration: int, args, notes: list) -> dict:
+    """Proton's phase in a process of its own (its rows, {} with a note when it did not run)."""
+    if seconds < 10:
+        notes.append(f"Proton left out: {seconds:.0f} s left")
+        return {}
+    out = Path(tempfile.mkdtemp(prefix="kname-proton-")) / "proton.json"
+    command = [
+        sys.executable, __file__, "--phase", "proton", "--max-seconds", f"{seconds - 2:.0f}",
+        "--iterations", str(args.iterations), "--warm", str(args.warm), "--rounds",
+        str(args.rounds), "--launches", str(per_iteration), "--json", str(out),
+    ]  # fmt: skip
+    if args.repo:
+        command += ["--repo", args.repo]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 30)
+    if not out.exists():
+        notes.append(f"Proton's process exited {done.returncode}: {done.stderr[-300:]}")
+        return {}
+    proton = json.loads(out.read_text())
+    notes += proton["notes"]
+    return proton.get("phase_proton", {})
+
+
+def render(result: dict) -> str:
+    out = [
+        f"in-process whole program: {', '.join(result['lines'])}; "
+        f"{result['launches_per_iteration']} launches an iteration, "
+        f"{result['iterations']} a block",
+        "| phase | variant | rounds | CPU: added µs/launch [95%] | wall: added µs/launch [95%] |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    for phase in ("phase_kname", "phase_proton"):
+        for name, row in result.get(phase, {}).items():
+            cells = [
+                f"{row[c]['added_us']:+.2f} [{row[c]['low_us']:+.2f}, {row[c]['high_us']:+.2f}]"
+                for c in ("cpu", "wall")
+            ]
+            out.append(f"| {phase[6:]} | {name} | {row['rounds']} | {cells[0]} | {cells[1]} |")
+    kname_row, floor_row = (result.get("phase_kname", {}).get(k) for k in ("kname", "floor"))
+    if kname_row and floor_row:
+        for clock in ("cpu", "wall"):
+            above = kname_row[clock]["added_us"] - floor_row[clock]["added_us"]
+            out.append(f"kname above CUPTI's floor ({clock}): {above:+.2f} µs/launch")
+    by_line = result.get("lines_kname", {})
+    if by_line:
+        names = list(by_line)
+        out += ["", "| line | " + " | ".join(f"{n}: added µs/iteration" for n in names) + " |",
+                "| --- |" + " ---: |" * len(names)]  # fmt: skip
+        for line in result["lines"]:
+            cells = " | ".join(f"{by_line[n][line]:+.2f}" for n in names)
+            out.append(f"| {line} | {cells} |")
+    out += [f"note: {note}" for note in result["notes"]]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -200,3 +200,10 @@ def test_every_sample_output_in_the_readme_is_checked_by_a_test() -> None:
     for match in opening:
         if match.group(1):
             assert match.group(1) in tests, f"no test reads the block {match.group(1)!r}"
+
+
+def test_every_page_the_readme_links_to_is_in_the_repository() -> None:
+    """The reference moved out of the README (docs/configuration.md, ...) is where it points."""
+    targets = re.findall(r"\]\(([\w-]+(?:/[\w.-]+)*\.\w+|[\w-]+/)(?:#[\w-]*)?\)", README)
+    assert "docs/configuration.md" in targets
+    assert [t for t in targets if not (REPO / t).exists()] == []

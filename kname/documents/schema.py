@@ -102,6 +102,7 @@ from kname.documents.sources import SOURCES, validate_sources
 CENSUS_SCHEMA = 1
 PROFILE_SCHEMA = 2
 SCHEMAS = (CENSUS_SCHEMA, PROFILE_SCHEMA)
+SCHEMA_KINDS = {CENSUS_SCHEMA: "census", PROFILE_SCHEMA: "profile"}  # what messages call each
 # The third kind of saved file: the pytest plugin's report of each test's census (its "report"
 # field; pytest_report.py), which documents.files.load reads where asked.
 PYTEST_REPORT = "pytest"
@@ -139,7 +140,8 @@ class DocumentError(ValueError):
 def validate(document: Any, source: str, schemas: tuple[int, ...] = SCHEMAS) -> dict[str, Any]:
     """`document` if it is a census of one of `schemas`, else DocumentError naming `source`."""
     if not isinstance(document, dict) or "sites" not in document or "schema" not in document:
-        raise DocumentError(f"{source}: not a kname census (an object with 'schema' and 'sites')")
+        kinds = " or ".join(SCHEMA_KINDS[schema] for schema in schemas)
+        raise DocumentError(f"{source}: not a kname {kinds} (an object with 'schema' and 'sites')")
     schema = document["schema"]
     if schema not in schemas:
         read = " and ".join(map(str, schemas))

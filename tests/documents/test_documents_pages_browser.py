@@ -174,9 +174,14 @@ def test_the_screenshots_are_made_at_their_sizes(tmp_path):
         assert f"]({shot.file})" in (REPO / "docs" / "pages.md").read_text(encoding="utf-8")
 
 
-def test_the_ranking_of_a_jobs_ranks_fits_a_wide_window(tmp_path):
-    """Two more columns, each line's spread and slowest rank: at 1100 px (not yet at 800)."""
-    page = render_page(merge_documents(h200_ranks(depth=3)))
-    shown = browse(tmp_path, page, width=1100)
+@pytest.mark.parametrize("width", [800, 1100])
+@pytest.mark.parametrize("kind", ["profile", "census"])
+def test_the_ranking_of_a_jobs_ranks_fits_the_window(tmp_path, kind, width):
+    """Two more columns, each line's spread and slowest rank, fit as the others do."""
+    documents = h200_ranks(depth=3)
+    if kind == "census":
+        documents = [{**h200_census(depth=3), "ranks": d["ranks"]} for d in documents]
+    page = render_page(merge_documents(documents))
+    shown = browse(tmp_path, page, width=width)
     assert shown["views"] == ["ranking"]
     assert shown["scroll_width"] <= shown["window_width"]

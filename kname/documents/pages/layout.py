@@ -54,6 +54,12 @@ td.site .call { white-space: nowrap; }
 .h4 { background: #ff9a4d; } .h5 { background: #f0663a; color: #fff; }
 .h6 { background: #c8321f; color: #fff; }
 .h5 a, .h6 a { color: #fff; }
+@media (max-width: 900px) {
+  body { margin: 0 1em 1em; }
+  th, td { padding: 0.2em 0.4em; }
+  th { white-space: normal; }
+  td.site .call { white-space: normal; }
+}
 """
 
 

@@ -138,7 +138,10 @@ def _write_now() -> None:
             text = render_json(with_sources(document, naming.shown_files()))
             write_output(plan.output, text, what, launched=launched)
         elif launched or os.getpid() == plan.owner:  # a table on stderr stays there, in a child too
-            sys.stderr.write(render_census_table(document))
+            # The tables of a program and its children share stderr: each says whose it is
+            # (and its rank, in a job: tables.heading adds it).
+            title = f"kname census of process {os.getpid()}"
+            sys.stderr.write(render_census_table(document, title=title))
             sys.stderr.flush()
     except Exception as exc:  # never a traceback at exit
         reason = f"{type(exc).__name__}: {exc.strerror if isinstance(exc, OSError) else exc}"

@@ -411,6 +411,23 @@ def check_children_write_their_censuses(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_childs_names_at_depth_3_are_of_its_own_stack_however_it_started(
+    kname_venv: Venv, tmp_path: Path, method: str
+) -> None:
+    """Forked, a child's stack goes on into its parent's (`p.start()`); spawned, into spawn's
+    `<string>` entry: neither is the child's, so its names are the same either way."""
+    (tmp_path / "pool_app.py").write_text(POOL_APP)
+    env = {"KNAME": "1", "NUMBA_ENABLE_CUDASIM": "1", "KNAME_REPORT": "c.json", **NOT_BENEATH}
+    env["KNAME_DEPTH"] = "3"
+    result = kname_venv.python_run("pool_app.py", method, "process", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    merged = merge_documents([load(str(path)) for path in tmp_path.glob("c.pid*.json")])
+    name = f"work pool_app.py:{line_of(POOL_APP, 'worker-line')}"
+    assert [(s["name"], s["launches"]) for s in merged["sites"]] == [(name, 10)]
+
+
+@pytest.mark.slow
 def test_each_table_on_stderr_says_which_process_and_rank_it_is(
     kname_venv: Venv, tmp_path: Path
 ) -> None:

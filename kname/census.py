@@ -41,11 +41,14 @@ def names() -> dict[str, int]:
 
 def census() -> dict[str, Any]:
     """The census so far, as the JSON document of schema 1 (see kname.documents.schema), with
-    who made it: this process's rank, host and device (kname.ranks.meta)."""
+    who made it: this process's rank, host and device (kname.ranks.meta), its program and the
+    time (documents/run_facts.py)."""
     from kname.documents.build import census_document
+    from kname.documents.run_facts import run_facts
     from kname.ranks import find_rank, meta, visible_device
 
-    return census_document(_rows(), ranks=meta(find_rank(), device=visible_device()))
+    record = meta(find_rank(), device=visible_device()) | run_facts()
+    return census_document(_rows(), ranks=record)
 
 
 def _rows() -> dict[tuple[str, str, str], int]:

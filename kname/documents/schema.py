@@ -97,6 +97,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kname._version import __version__
+from kname.documents.run_facts import MAX_PROGRAM, PROGRAM, WRITTEN, run_facts_problem
 from kname.documents.sources import SOURCES, validate_sources
 
 CENSUS_SCHEMA = 1
@@ -380,6 +381,12 @@ def _validate_rank_record(record: Any, where: str) -> None:
         raise DocumentError(
             f"{where}.{wrong} cannot be {_shown(record[wrong])} (counts are {COUNT_RULE}, "
             f"text {TEXT_RULE})"
+        )
+    fact = run_facts_problem(record)
+    if fact is not None:
+        raise DocumentError(
+            f"{where}.{fact} cannot be {_shown(record[fact])} ({PROGRAM}: a file name of at most "
+            f"{MAX_PROGRAM} characters; {WRITTEN}: a UTC time such as 2026-12-06T08:30:12Z)"
         )
 
 

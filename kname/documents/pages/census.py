@@ -24,6 +24,7 @@ from kname.documents.pages.layout import (
     site_name,
 )
 from kname.documents.pages.source import CODE, SourceFiles, file_views, files_view, linked
+from kname.documents.pages.titles import page_title
 from kname.documents.spread import Spread, spreads
 from kname.documents.tables import ranked_sites
 from kname.documents.text import count_of
@@ -35,8 +36,8 @@ table.sites td.kernel { overflow-wrap: anywhere; }
 """
 
 
-def render_census_page(document: Mapping[str, Any], title: str = "kname census") -> str:
-    """The page for a schema-1 document."""
+def render_census_page(document: Mapping[str, Any], title: str | None = None) -> str:
+    """The page for a schema-1 document; `title` by default says of which run (titles.py)."""
     order = ranked_sites(document, "launches")
     sites = [document["sites"][index] for index in order]
     spread = spreads(document)
@@ -64,7 +65,8 @@ def render_census_page(document: Mapping[str, Any], title: str = "kname census")
         f"{count_of(len({s['name'] for s in sites}), 'call site')} "
         f"(kname {document.get('kname', '?')})"
     )
-    return render(title, summary, views, STYLE + ranks.STYLE + source.STYLE + tree.STYLE)
+    shown = page_title(document, "kname census") if title is None else title
+    return render(shown, summary, views, STYLE + ranks.STYLE + source.STYLE + tree.STYLE)
 
 
 def per_line(

@@ -40,7 +40,7 @@ a { color: #1a4f8b; text-decoration: none; }
 a:hover { text-decoration: underline; }
 .summary { color: #555; margin-top: 0; }
 .warning { color: #a00; font-weight: bold; }
-:target { scroll-margin-top: 3em; }
+:target { scroll-margin-top: 3.5rem; }  /* below the sticky bar, whatever the font */
 body:not(:has(:target)) .view:not(:first-of-type),
 body:has(:target) .view:not(:target):not(:has(:target)) { display: none; }
 table { border-collapse: collapse; margin-top: 1em; }

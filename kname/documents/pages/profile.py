@@ -32,6 +32,7 @@ from kname.documents.pages.layout import (
     site_name,
 )
 from kname.documents.pages.source import CODE, SourceFiles, file_views, files_view, linked
+from kname.documents.pages.titles import page_title
 from kname.documents.spread import Spread, spreads
 from kname.documents.tables import graph_note, ranked_sites
 from kname.documents.text import count_of, format_duration
@@ -57,8 +58,8 @@ ul.kernels .time { white-space: nowrap; }
 SOURCE_HEADERS = ("GPU time", "launches", CODE, "kernels")
 
 
-def render_profile_page(document: Mapping[str, Any], title: str = "kname profile") -> str:
-    """The page for a schema-2 document."""
+def render_profile_page(document: Mapping[str, Any], title: str | None = None) -> str:
+    """The page for a schema-2 document; `title` by default says of which run (titles.py)."""
     order = ranked_sites(document, "gpu_ns")
     sites = [document["sites"][index] for index in order]
     spread = spreads(document)
@@ -84,7 +85,8 @@ def render_profile_page(document: Mapping[str, Any], title: str = "kname profile
     if tree.has_callers(files):
         values = {site["name"]: site["gpu_ns"] for site in sites}
         views.append(tree.tree_view(values, files, total, format_duration))
-    return render(title, summary, views, STYLE + ranks.STYLE + source.STYLE + tree.STYLE)
+    shown = page_title(document, "kname profile") if title is None else title
+    return render(shown, summary, views, STYLE + ranks.STYLE + source.STYLE + tree.STYLE)
 
 
 def site_row(

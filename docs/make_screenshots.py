@@ -25,6 +25,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from support.recorded_pages import h200_document, h200_halves  # noqa: E402
 
+from kname.documents.diff import Comparison  # noqa: E402
 from kname.documents.pages.diff import render_diff_page  # noqa: E402
 from kname.documents.pages.profile import render_profile_page  # noqa: E402
 
@@ -57,7 +58,9 @@ def pages() -> dict[str, str]:
         "profile": render_profile_page(h200_document()),
         "profile at depth 3": render_profile_page(h200_document(depth=3)),
         # As `kname report first.json --diff second.json --min-time 1us --html diff.html`.
-        "diff": render_diff_page(first, second, ("first.json", "second.json"), 0.10, 1_000),
+        "diff": render_diff_page(
+            Comparison(first, second, ("first.json", "second.json"), min_time_ns=1_000)
+        ),
     }
 
 

@@ -40,11 +40,14 @@ def names() -> dict[str, int]:
 
 def census() -> dict[str, Any]:
     """The census so far, as the JSON document of schema 1 (see kname.documents.schema), with
-    who made it: this process's rank, host and device (kname.ranks.meta)."""
+    who made it: this process's rank, host and device (kname.ranks.meta), its program and the
+    time (documents/run_facts.py)."""
     from kname.documents.build import census_document
+    from kname.documents.run_facts import run_facts
     from kname.ranks import find_rank, meta, visible_device
 
-    return census_document(_rows(), ranks=meta(find_rank(), device=visible_device()))
+    record = meta(find_rank(), device=visible_device()) | run_facts()
+    return census_document(_rows(), ranks=record)
 
 
 def _rows() -> dict[tuple[str, str, str], int]:
@@ -136,7 +139,10 @@ def _write_now() -> None:
             text = render_json(with_sources(document, naming.shown_files()))
             write_output(plan.output, text, what, launched=launched)
         elif launched or os.getpid() == plan.owner:  # a table on stderr stays there, in a child too
-            sys.stderr.write(render_census_table(document))
+            # The tables of a program and its children share stderr: each says whose it is
+            # (and its rank, in a job: tables.heading adds it).
+            title = f"kname census of process {os.getpid()}"
+            sys.stderr.write(render_census_table(document, title=title))
             sys.stderr.flush()
     except Exception as exc:  # never a traceback at exit
         reason = f"{type(exc).__name__}: {exc.strerror if isinstance(exc, OSError) else exc}"

@@ -527,8 +527,9 @@ def _add_report_command(commands: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     report.add_argument(
         "--straggler", metavar="PCT",
-        help="profiles of several ranks: mark (!) each call site whose slowest rank takes more "
-        "than PCT percent over the median rank, e.g. 20%%, and at least --min-time",
+        help="files of several ranks: mark (!) each call site whose slowest rank takes more "
+        "than PCT percent over the median rank, e.g. 20%%, and (profiles) at least --min-time; "
+        "a census compares launches",
     )  # fmt: skip
     report.add_argument(
         "--fail-on-straggler", action="store_true",

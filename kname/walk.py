@@ -8,6 +8,7 @@ called it) means the launch is nested in another, which names it.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
@@ -54,8 +55,11 @@ def stack(
     # A native launch wrapper has no frame: the caller of the one running marks where it is, and
     # reaching it from below is reaching that wrapper (a walk that starts there starts above it).
     is_native_caller, start = hotpath.current().is_launch_caller, frame
+    process_start = _process_start()
     while frame is not None and len(user_frames) < depth:
         code = frame.f_code
+        if code is process_start:
+            break  # the frames outside it are the parent's (forked) or spawn's: not this child's
         if (
             is_native_caller is not None
             and frame is not start
@@ -79,6 +83,15 @@ def stack(
                 compiling = compiling or kind == COMPILE
         frame = frame.f_back
     return user_frames, library_frame, compiling
+
+
+def _process_start() -> CodeType | None:
+    """multiprocessing's BaseProcess._bootstrap, where a child process's own stack begins (None
+    before multiprocessing is imported): a forked child's frames go on into its parent's, up
+    to `p.start()`, a spawned one's into spawn's `<string>` entry; neither is the child's."""
+    module = sys.modules.get("multiprocessing.process")
+    bootstrap = getattr(getattr(module, "BaseProcess", None), "_bootstrap", None)
+    return getattr(bootstrap, "__code__", None)
 
 
 def _key(frames: list[FrameType], kernel_key: Any, depth: int) -> tuple:

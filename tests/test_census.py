@@ -164,7 +164,9 @@ def test_kname_report_dash_prints_the_table_on_stderr_at_exit(kname_venv: Venv, 
     result = run_app(kname_venv, app, env={"KNAME_REPORT": "-"})
     assert result.returncode == 0
     assert result.stdout == ""
-    assert result.stderr == table
+    heading, *rows = result.stderr.splitlines(keepends=True)
+    assert re.fullmatch(r"kname census of process \d+: 7 launches from 3 call sites\n", heading)
+    assert rows == table.splitlines(keepends=True)[1:]
 
 
 @pytest.mark.slow
@@ -406,6 +408,42 @@ def check_children_write_their_censuses(
     assert [(s["name"], s["launches"]) for s in merged["sites"]] == [(name, 10)]
     # Not one lost: every child that launched has a file (a Pool may give one worker all tasks).
     assert 1 <= len(children) <= 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_childs_names_at_depth_3_are_of_its_own_stack_however_it_started(
+    kname_venv: Venv, tmp_path: Path, method: str
+) -> None:
+    """Forked, a child's stack goes on into its parent's (`p.start()`); spawned, into spawn's
+    `<string>` entry: neither is the child's, so its names are the same either way."""
+    (tmp_path / "pool_app.py").write_text(POOL_APP)
+    env = {"KNAME": "1", "NUMBA_ENABLE_CUDASIM": "1", "KNAME_REPORT": "c.json", **NOT_BENEATH}
+    env["KNAME_DEPTH"] = "3"
+    result = kname_venv.python_run("pool_app.py", method, "process", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    merged = merge_documents([load(str(path)) for path in tmp_path.glob("c.pid*.json")])
+    name = f"work pool_app.py:{line_of(POOL_APP, 'worker-line')}"
+    assert [(s["name"], s["launches"]) for s in merged["sites"]] == [(name, 10)]
+
+
+@pytest.mark.slow
+def test_each_table_on_stderr_says_which_process_and_rank_it_is(
+    kname_venv: Venv, tmp_path: Path
+) -> None:
+    """KNAME_REPORT=- in a program with children: a table per process, all on one stderr."""
+    (tmp_path / "pool_app.py").write_text(POOL_APP)
+    env = {"KNAME": "1", "NUMBA_ENABLE_CUDASIM": "1", "KNAME_REPORT": "-", **NOT_BENEATH}
+    env |= {"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2"}  # rank 1 of a job of two
+    result = kname_venv.python_run("pool_app.py", "fork", "process", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    headings = [line for line in result.stderr.splitlines() if line.startswith("kname census")]
+    found = [
+        re.fullmatch(r"kname census of process (\d+) \(rank 1 of 2\): .*", h) for h in headings
+    ]
+    assert all(found), headings
+    # The parent (which launched nothing) and its two children, each once.
+    assert len({match.group(1) for match in found if match}) == len(headings) == 3
 
 
 SIGTERM_APP = kernels.program(

@@ -5,7 +5,6 @@ GPU-only recipes (ncu, nsys) are checked on the H200 by tests/test_gpu_*.py, not
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -14,10 +13,6 @@ from pathlib import Path
 
 import pytest
 from support import REPO, Venv
-
-from kname.documents.build import profile_document
-from kname.profiling.join import replay
-from kname.profiling.records import load_streams
 
 pytestmark = pytest.mark.slow
 
@@ -115,7 +110,8 @@ def test_the_census_recipe_prints_the_table_of_the_multi_gpu_example_for_one_ran
     assert result.returncode == 0, result.stderr
     title, header, *rows = result.stderr.splitlines()
     _, merged_header, *merged_rows = marked_block("ranks-census").splitlines()
-    assert title.startswith("kname census: ")
+    merged_rows = [row for row in merged_rows if not row.startswith("kname report: ")]  # verdict
+    assert re.match(r"kname census of process \d+: ", title)
     assert merged_header.startswith(header.rstrip())
     assert {tuple(row.split()[:4]) for row in rows} == {
         tuple(row.split()[:4]) for row in merged_rows
@@ -136,17 +132,49 @@ def test_the_ci_check_recipe_prints_the_diff_shown_and_fails(
     assert diff.stdout + diff.stderr == marked_block("census-diff")
 
 
-def test_the_profile_table_is_kname_report_of_the_recorded_h200_run(
-    kname_venv: Venv, tmp_path: Path
+def example_recipes() -> list[str]:
+    """Every `kname report` of the example profiles (examples/, recorded on a GPU) that the
+    README shows, as written: in a command block, a shell block or a sentence."""
+    found = re.findall(r"kname report examples/[^`\n]*", README)
+    return list(dict.fromkeys(command.split("  #")[0].strip() for command in found))
+
+
+def test_the_example_recipes_try_every_option_on_profiles() -> None:
+    options = " ".join(example_recipes()).split()
+    wanted = {"--top", "--diff", "--fail-on-slower", "--straggler", "--fail-on-straggler",
+              "--by-rank", "--html"}  # fmt: skip
+    assert wanted <= set(options), wanted - set(options)
+
+
+@pytest.mark.parametrize("command", example_recipes())
+def test_each_example_recipe_runs_as_written_without_a_gpu(
+    kname_venv: Venv, tmp_path: Path, command: str
 ) -> None:
-    """The table shown is `kname report` of the profile made from the H200 run's CUPTI records."""
-    document = profile_document(replay(load_streams(str(REPO / "tests/data/profile_h200.json"))))
-    (tmp_path / "profile.json").write_text(json.dumps(document))
-    command = "kname report profile.json --top 3"
-    assert command in section("### Where does my GPU time go? (run on the H200)")
+    """The profiles in examples/ stand for the user's: every recipe on them works here; a
+    --fail-on-* recipe fails (the pair and the ranks differ), after saying why."""
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
     shown = run_shell(command, kname_venv, tmp_path)
-    assert shown.returncode == 0, shown.stderr
-    assert shown.stdout + shown.stderr == marked_block("profile-table")
+    failing = "--fail-on" in command
+    assert shown.returncode == (1 if failing else 0), shown.stderr
+    assert shown.stdout.startswith("kname profile")
+    verdicts = shown.stderr.splitlines()  # the lines that say what failed, and nothing else
+    assert all(re.search(r"\(--(fail-on-\w+|straggler)\)", line) for line in verdicts)
+    assert bool(verdicts) >= failing
+    for page in re.findall(r"--html (\S+)", command):
+        assert (tmp_path / page).read_text().startswith("<!DOCTYPE html>")
+
+
+@pytest.mark.parametrize(
+    ("command", "marker"),
+    [("kname report examples/profile.json --top 3", "profile-table")],
+)  # fmt: skip
+def test_the_example_outputs_shown_are_what_kname_report_prints(
+    kname_venv: Venv, tmp_path: Path, command: str, marker: str
+) -> None:
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
+    assert command in example_recipes()
+    shown = run_shell(command, kname_venv, tmp_path)
+    assert shown.stdout + shown.stderr == marked_block(marker)
 
 
 @pytest.mark.parametrize(
@@ -200,3 +228,10 @@ def test_every_sample_output_in_the_readme_is_checked_by_a_test() -> None:
     for match in opening:
         if match.group(1):
             assert match.group(1) in tests, f"no test reads the block {match.group(1)!r}"
+
+
+def test_every_page_the_readme_links_to_is_in_the_repository() -> None:
+    """The reference moved out of the README (docs/configuration.md, ...) is where it points."""
+    targets = re.findall(r"\]\(([\w-]+(?:/[\w.-]+)*\.\w+|[\w-]+/)(?:#[\w-]*)?\)", README)
+    assert "docs/configuration.md" in targets
+    assert [t for t in targets if not (REPO / t).exists()] == []

@@ -57,12 +57,12 @@ from kname.documents.schema import (
     DocumentError,
     check_totals,
 )
-from kname.documents.spread import ranks_of, stragglers
+from kname.documents.spread import Spread, ranks_of, stragglers
 from kname.documents.tables import render_by_rank, render_table
 from kname.documents.text import count_of, format_duration, printable, stdout_to_devnull
 
 NEEDS_DIFF = ("ignore_lines", "fail_on_slower", "fail_on_change")
-PROFILE_ONLY = ("fail_on_slower", "min_time", "top", "straggler", "fail_on_straggler")
+PROFILE_ONLY = ("fail_on_slower", "min_time", "top")
 NOT_WITH_DIFF = ("by_rank", "straggler", "fail_on_straggler")
 DEFAULT_STRAGGLER = "20%"  # --fail-on-straggler without --straggler
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|µs|ms|s)?\s*$")
@@ -166,26 +166,39 @@ def _one_document(
         return 0
     try:
         threshold = parse_threshold(straggler, "--straggler")
-        min_time = _min_time(options)
+        min_time = _min_time(options) if document["schema"] == PROFILE_SCHEMA else 0
     except ValueError as exc:
         return _usage_error(str(exc))
     if len(ranks_of(document)) < 2:
-        return _usage_error("--straggler needs profiles of several ranks (a job's rank files)")
+        return _usage_error("--straggler needs files of several ranks (a job's rank files)")
     rule = (threshold, min_time)
     printed.text.append(render_table(document, source=label, top=options.top, straggler=rule))
     found = stragglers(document, threshold, min_time)
-    flag = "--fail-on-straggler" if options.fail_on_straggler else "--straggler"
     if found:
-        named = ", ".join(
-            f"{printable(site['name'])} (rank {spread.slowest})" for site, spread in found[:3]
-        )
-        more = f", and {len(found) - 3} more" if len(found) > 3 else ""
-        printed.verdicts.append(
-            f"{count_of(len(found), 'call site')} with a straggler: the slowest rank over the "
-            f"median by more than {100 * threshold:g}% and {format_duration(min_time)} "
-            f"({flag}): {named}{more}"
-        )
+        printed.verdicts.append(_straggler_verdict(document, found, rule, options))
     return 1 if found and options.fail_on_straggler else 0
+
+
+def _straggler_verdict(
+    document: Mapping[str, Any],
+    found: list[tuple[Mapping[str, Any], Spread]],
+    rule: tuple[float, int],
+    options: argparse.Namespace,
+) -> str:
+    """The line that names the sites with a straggler (the first three) and the rule."""
+    named = ", ".join(
+        f"{printable(site['name'])} (rank {spread.slowest})" for site, spread in found[:3]
+    )
+    more = f", and {len(found) - 3} more" if len(found) > 3 else ""
+    threshold, min_time = rule
+    # A census has no time: its rule is on launches alone (any excess counts).
+    least = f" and {format_duration(min_time)}" if document["schema"] == PROFILE_SCHEMA else ""
+    what = "" if least else " in launches"
+    flag = "--fail-on-straggler" if options.fail_on_straggler else "--straggler"
+    return (
+        f"{count_of(len(found), 'call site')} with a straggler: the slowest rank over the "
+        f"median{what} by more than {100 * threshold:g}%{least} ({flag}): {named}{more}"
+    )
 
 
 def parse_threshold(text: str, option: str = "--fail-on-slower") -> float:

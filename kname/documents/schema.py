@@ -97,11 +97,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kname._version import __version__
+from kname.documents.run_facts import MAX_PROGRAM, PROGRAM, WRITTEN, run_facts_problem
 from kname.documents.sources import SOURCES, validate_sources
 
 CENSUS_SCHEMA = 1
 PROFILE_SCHEMA = 2
 SCHEMAS = (CENSUS_SCHEMA, PROFILE_SCHEMA)
+SCHEMA_KINDS = {CENSUS_SCHEMA: "census", PROFILE_SCHEMA: "profile"}  # what messages call each
 # The third kind of saved file: the pytest plugin's report of each test's census (its "report"
 # field; pytest_report.py), which documents.files.load reads where asked.
 PYTEST_REPORT = "pytest"
@@ -139,7 +141,8 @@ class DocumentError(ValueError):
 def validate(document: Any, source: str, schemas: tuple[int, ...] = SCHEMAS) -> dict[str, Any]:
     """`document` if it is a census of one of `schemas`, else DocumentError naming `source`."""
     if not isinstance(document, dict) or "sites" not in document or "schema" not in document:
-        raise DocumentError(f"{source}: not a kname census (an object with 'schema' and 'sites')")
+        kinds = " or ".join(SCHEMA_KINDS[schema] for schema in schemas)
+        raise DocumentError(f"{source}: not a kname {kinds} (an object with 'schema' and 'sites')")
     schema = document["schema"]
     if schema not in schemas:
         read = " and ".join(map(str, schemas))
@@ -378,6 +381,12 @@ def _validate_rank_record(record: Any, where: str) -> None:
         raise DocumentError(
             f"{where}.{wrong} cannot be {_shown(record[wrong])} (counts are {COUNT_RULE}, "
             f"text {TEXT_RULE})"
+        )
+    fact = run_facts_problem(record)
+    if fact is not None:
+        raise DocumentError(
+            f"{where}.{fact} cannot be {_shown(record[fact])} ({PROGRAM}: a file name of at most "
+            f"{MAX_PROGRAM} characters; {WRITTEN}: a UTC time such as 2026-12-06T08:30:12Z)"
         )
 
 

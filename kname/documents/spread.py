@@ -47,6 +47,11 @@ class Spread:
         return over / self.median if self.median else float("inf")
 
 
+def slowest_rank(spread: Spread) -> str:
+    """`rank 3`, the rank with the most, or `all equal` where no rank has more than another."""
+    return "all equal" if spread.low == spread.high else f"rank {spread.slowest}"
+
+
 class RankValues(Sequence[int]):
     """A site's values on each rank, in rank order, 0 where it never ran: dense (a value per
     rank) or sparse (the positions where it ran, ascending, and a value at each)."""
@@ -173,7 +178,8 @@ def is_straggler(spread: Spread, threshold: float, min_time_ns: int = DEFAULT_MI
 def stragglers(
     document: Mapping[str, Any], threshold: float, min_time_ns: int = DEFAULT_MIN_TIME_NS
 ) -> list[tuple[Mapping[str, Any], Spread]]:
-    """Each site of a profile with a straggler, with its spread, in the document's order."""
+    """Each site with a straggler (of a profile or a census), with its spread, in the
+    document's order."""
     sites = document["sites"]
     return [
         (sites[index], spread)

@@ -41,6 +41,7 @@ from kname.documents.spread import (
     is_straggler,
     metric_of,
     ranks_of,
+    slowest_rank,
     spread_of,
     spreads,
 )
@@ -80,9 +81,9 @@ def render_table(
     straggler: Straggler | None = None,
 ) -> str:
     """The table of a document of either schema; `top` limits a profile's rows; `straggler`
-    marks a profile's sites whose slowest rank is a straggler by that rule."""
+    marks the sites whose slowest rank is a straggler by that rule."""
     if document["schema"] == CENSUS_SCHEMA:
-        return render_census_table(document, source=source)
+        return render_census_table(document, source=source, straggler=straggler)
     return render_profile_table(document, source=source, top=top, straggler=straggler)
 
 
@@ -91,11 +92,13 @@ def render_census_table(
     source: str = "",
     title: str = "kname census",
     first_seen: bool = True,
+    straggler: Straggler | None = None,
 ) -> str:
     """A census as an aligned table, most launches first, under a one-line heading (`title`:
-    what it is the census of); `first_seen` shows each site's order."""
+    what it is the census of); `first_seen` shows each site's order; `straggler`: the rule that
+    marks a site of several ranks with `!`."""
     text_heading = heading(document, source, title)
-    header, *rows = census_rows(document, name_cell, first_seen)
+    header, *rows = census_rows(document, name_cell, first_seen, straggler)
     if not rows:
         return text_heading + "\n"
     left = ("call site", "kernel", "library", "slowest")
@@ -104,11 +107,14 @@ def render_census_table(
 
 
 def census_rows(
-    document: Mapping[str, Any], text: Callable[[str], str], first_seen: bool = True
+    document: Mapping[str, Any],
+    text: Callable[[str], str],
+    first_seen: bool = True,
+    straggler: Straggler | None = None,
 ) -> list[tuple[str, ...]]:
     """The header and a row per site of a census's table, most launches first, names through
     `text`: a GPU time column where sites carry one (a profiler's), and with several ranks
-    each site's spread across them."""
+    each site's spread across them (`straggler`: the rule that marks one with `!`)."""
     spread = spreads(document)
     timed = any("gpu_ns" in site for site in document["sites"])
     header = ("call site", "kernel", "library", "launches", "share")
@@ -122,7 +128,10 @@ def census_rows(
         if timed:
             row += (format_duration(s["gpu_ns"]) if "gpu_ns" in s else "-",)
         row += (str(s["order"]),) * first_seen
-        rows.append(row + (_spread_cells(spread[index], str) if spread else ()))
+        if spread:
+            flagged = straggler is not None and is_straggler(spread[index], *straggler)
+            row += _spread_cells(spread[index], str, flagged)
+        rows.append(row)
     return rows
 
 
@@ -272,7 +281,7 @@ def _spread_cells(spread: Spread, show: Any, flagged: bool = False) -> tuple[str
         over = " (median 0)"
     else:
         over = f" (+{100 * spread.excess:.0f}%)" if round(100 * spread.excess) else ""
-    slowest = f"{'! ' if flagged else ''}rank {spread.slowest}{over}"
+    slowest = f"{'! ' if flagged else ''}{slowest_rank(spread)}{over}"
     return (show(spread.low), show(spread.median), show(spread.high), slowest)
 
 

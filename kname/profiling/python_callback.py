@@ -68,8 +68,13 @@ class PythonCallbacks:
         params.subscriber_name = SUBSCRIBER_NAME
         try:
             return cupti.subscribe_v2(self._on_api, self._userdata, params.ptr)
-        except Exception:
-            self.holder = params.old_subscriber_name
+        except Exception as exc:
+            # CUPTI names the subscriber that holds it only when one does: after any other
+            # failure (no driver) the field holds whatever bytes, and reading it would raise a
+            # UnicodeDecodeError in place of the error that says what is wrong.
+            taken = int(cupti.Result.ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+            if getattr(exc, "status", None) == taken:
+                self.holder = params.old_subscriber_name
             raise
 
     # CUPTI's callback: never raises into CUPTI.

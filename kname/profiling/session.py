@@ -38,6 +38,7 @@ from kname.documents.build import profile_document
 from kname.documents.files import write_atomically
 from kname.documents.owner import Output, OutputName, claim_each, write_outputs
 from kname.documents.pages.profile import render_profile_page
+from kname.documents.run_facts import run_facts
 from kname.documents.schema import render_json
 from kname.documents.sources import with_sources
 from kname.documents.tables import render_profile_table
@@ -170,7 +171,7 @@ class ProfileSession:
         return with_sources(self._totals(), naming.shown_files())
 
     def _totals(self) -> dict[str, Any]:
-        record = meta(find_rank(), device=self.device())
+        record = meta(find_rank(), device=self.device()) | run_facts()
         return profile_document(self.join.profile(), ranks=record)
 
     def device(self) -> str | None:

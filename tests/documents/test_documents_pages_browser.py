@@ -48,6 +48,8 @@ window.addEventListener("load", () => setTimeout(() => {
       broken_links: [...document.querySelectorAll("a[href]")].map(a => a.getAttribute("href"))
         .filter(href => !href.startsWith("#") || !document.getElementById(href.slice(1))),
       target_in_window: box ? box.top >= 0 && box.bottom <= innerHeight : null,
+      below_the_bar: box ? box.top >= document.querySelector("nav").getBoundingClientRect().bottom
+        : null,
       scroll_width: document.documentElement.scrollWidth,
       window_width: document.documentElement.clientWidth,
     });
@@ -81,12 +83,15 @@ def deep_page() -> str:
     ("fragment", "views"),
     [("", ["ranking"]), ("#files", ["files"]), ("#f1-L105", ["f1"]), ("#tree", ["tree"])],
 )
-def test_a_link_shows_its_view_alone_with_its_line_in_the_window(
-    tmp_path, deep_page, fragment, views
+@pytest.mark.parametrize("width", [800, 1100])
+def test_a_link_shows_its_view_alone_with_its_line_in_the_window_below_the_bar(
+    tmp_path, deep_page, fragment, views, width
 ):
-    shown = browse(tmp_path, deep_page, fragment)
+    """The navigation bar stays at the top: what a link goes to is not under it."""
+    shown = browse(tmp_path, deep_page, fragment, width=width)
     assert shown["views"] == views
     assert shown["target_in_window"] in (None, True)
+    assert shown["below_the_bar"] in (None, True)
 
 
 @pytest.mark.parametrize(
@@ -99,7 +104,7 @@ def test_a_link_shows_its_view_alone_with_its_line_in_the_window(
 )
 def test_clicking_a_row_or_a_frame_goes_to_its_line(tmp_path, deep_page, click, hash):
     shown = browse(tmp_path, deep_page, click=click)
-    assert shown["hash"] == hash and shown["target_in_window"]
+    assert shown["hash"] == hash and shown["target_in_window"] and shown["below_the_bar"]
     assert shown["views"] == ["f1" if hash.startswith("#f1") else "tree"]
 
 
@@ -174,9 +179,14 @@ def test_the_screenshots_are_made_at_their_sizes(tmp_path):
         assert f"]({shot.file})" in (REPO / "docs" / "pages.md").read_text(encoding="utf-8")
 
 
-def test_the_ranking_of_a_jobs_ranks_fits_a_wide_window(tmp_path):
-    """Two more columns, each line's spread and slowest rank: at 1100 px (not yet at 800)."""
-    page = render_page(merge_documents(h200_ranks(depth=3)))
-    shown = browse(tmp_path, page, width=1100)
+@pytest.mark.parametrize("width", [800, 1100])
+@pytest.mark.parametrize("kind", ["profile", "census"])
+def test_the_ranking_of_a_jobs_ranks_fits_the_window(tmp_path, kind, width):
+    """Two more columns, each line's spread and slowest rank, fit as the others do."""
+    documents = h200_ranks(depth=3)
+    if kind == "census":
+        documents = [{**h200_census(depth=3), "ranks": d["ranks"]} for d in documents]
+    page = render_page(merge_documents(documents))
+    shown = browse(tmp_path, page, width=width)
     assert shown["views"] == ["ranking"]
     assert shown["scroll_width"] <= shown["window_width"]

@@ -9,10 +9,13 @@ from hypothesis import strategies as st
 from support.html_pages import ATTRIBUTES, TAGS, ParsedPage, per_line, shown_code, sourced_censuses
 from support.profile_streams import census_of, hostile_names
 
+from kname.documents.merge import merge_documents
 from kname.documents.pages import render_page
 from kname.documents.pages.census import render_census_page
+from kname.documents.schema import RANKS
 from kname.documents.sources import SOURCES, lines_of
 from kname.documents.text import printable
+from kname.ranks import Rank, meta
 
 
 @settings(deadline=None)
@@ -81,3 +84,18 @@ def test_hostile_names_and_kernels_never_leave_their_escaping(counts):
     parsed = ParsedPage(page)
     assert set(parsed.tags) <= TAGS and {name for name, _ in parsed.attributes} <= ATTRIBUTES
     assert not [chunk for chunk in parsed.raw_text if "<" in chunk or ">" in chunk]
+
+
+def test_a_census_of_several_ranks_shows_each_sites_launches_across_them_and_its_slowest():
+    """`kname report census.rank*.json --html`: the ranks' numbers, as the text table has them."""
+    parts = []
+    for rank, steps in enumerate([3, 3, 3, 9]):
+        part = census_of({("step app.py:12", "axpy"): steps, ("main app.py:30", "scale"): 1})
+        parts.append({**part, RANKS: [meta(Rank(rank, rank, 4, "slurm"), pid=rank)]})
+    page = ParsedPage(render_census_page(merge_documents(parts)))
+    rows = {row.attributes["data-site"]: row for row in page.sites("ranking")}
+    assert [cell for _, cell in rows["step app.py:12"].cells[5:]] == ["3 / 3 / 9", "rank 3"]
+    assert [cell for _, cell in rows["main app.py:30"].cells[5:]] == ["1 / 1 / 1", "all equal"]
+    headers = [cell for _, cell in page.rows_of("ranking")[0].cells]
+    assert headers[5:] == ["across ranks:min / median / max", "slowest"]
+    assert "across ranks" not in render_census_page(parts[0])  # one rank: no spread

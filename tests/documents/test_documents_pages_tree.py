@@ -36,9 +36,10 @@ def test_each_frame_holds_the_sum_of_the_sites_beneath_it(made):
     document, _ = made
     values = {site["name"]: site["gpu_ns"] for site in document["sites"]}
     files = SourceFiles(values, [document])
+    chains = tree.grafted({name: files.chains[name] for name in values})
     for path, node in walk(tree.build(values, files)):
         outermost_first = {
-            name: [frame.label for frame in reversed(files.chains[name])] for name in values
+            name: [frame.label for frame in reversed(chains[name])] for name in values
         }
         beneath = [n for n, labels in outermost_first.items() if tuple(labels[: len(path)]) == path]
         assert node.value == sum(values[name] for name in beneath)
@@ -78,6 +79,39 @@ def test_a_tree_reads_outermost_caller_first():
         ("main app.py:21", "100", ""),
         ("c app.py:3", "100", "100"),
     ]
+
+
+@settings(deadline=None)
+@given(sourced_profiles())
+def test_a_grafted_chain_is_its_own_chain_then_callers_another_chain_shows(made):
+    document, _ = made
+    files = SourceFiles([site["name"] for site in document["sites"]], [document])
+    chains = tree.grafted(files.chains)
+    shown = {tuple(f.label for f in frames) for frames in files.chains.values()}
+    for name, frames in chains.items():
+        own = files.chains[name]
+        assert frames[: len(own)] == own
+        if len(frames) > len(own):  # its outermost frame, with the callers another shows it has
+            labels = tuple(f.label for f in frames[len(own) - 1 :])
+            assert any(chain[-len(labels) :] == labels for chain in shown)
+
+
+def test_a_chain_cut_short_by_the_depth_hangs_under_its_callers_not_beside_them():
+    """KNAME_DEPTH=3: `inner` is called from deeper down than `step`, so its name loses `main`;
+    its outermost frame, `run app.py:10`, is the one `step`'s name shows `main` calling."""
+    page = ParsedPage(
+        render_profile_page(
+            document_of(
+                {
+                    "step app.py:5 < run app.py:10 < main app.py:20": 600,
+                    "inner app.py:2 < step app.py:6 < run app.py:10": 400,
+                }
+            )
+        )
+    )
+    roots = [f["a-title"].split(":")[0] for f in page.frames if not f["parent"]]
+    assert roots == ["main app.py"]
+    assert [f["data-value"] for f in page.frames][:2] == ["1000", "1000"]
 
 
 def test_frames_too_narrow_to_see_are_left_out_and_counted():

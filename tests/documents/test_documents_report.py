@@ -417,7 +417,7 @@ def test_fail_on_straggler_fails_a_ci_job_only_for_a_straggler(job, files, capsy
     ("args", "message"),
     [
         (["--by-rank"], "--by-rank needs files of several ranks"),
-        (["--straggler", "20%"], "--straggler needs profiles of several ranks"),
+        (["--straggler", "20%"], "--straggler needs files of several ranks"),
         (["--straggler", "much"], "--straggler 'much': expected a percentage"),
         (["--diff", "p.json", "--by-rank"], "--by-rank is for files of several ranks, not --diff"),
         (["--min-time", "1ms"], "--min-time needs --diff OTHER.json or --straggler PCT"),
@@ -430,10 +430,40 @@ def test_rank_options_used_wrongly_are_one_line_and_exit_2(files, capsys, args, 
     assert err.startswith(f"kname report: {message}") and err.count("\n") == 1
 
 
-def test_the_straggler_options_are_for_profiles(files, capsys) -> None:
-    files(c0=census(step_app_py__12=3), c1=census(step_app_py__12=2))
-    code, _, err = run(capsys, "c0.json", "c1.json", "--straggler", "20%")
-    assert code == 2 and "--straggler is for GPU profiles (schema 2)" in err
+def census_job(files, launches: list[int]) -> list[str]:
+    """census.rank0.json ...: `step` launched launches[r] times on rank r, `main` once on each."""
+    ranks = {}
+    for rank, count in enumerate(launches):
+        document = census(step_app_py__12=count, main_app_py__30=1)
+        record = meta(Rank(rank, rank, len(launches), "slurm"), pid=rank)
+        ranks[f"census.rank{rank}"] = {**document, "ranks": [record]}
+    return files(**ranks)
+
+
+def test_a_straggler_among_the_ranks_of_a_census_is_one_with_more_launches(files, capsys) -> None:
+    """A census has launches, not time: the rule is on launches alone, with no --min-time."""
+    job = census_job(files, [3, 3, 3, 9])
+    code, out, err = run(capsys, *job, "--straggler", "20%", "--fail-on-straggler")
+    assert code == 1
+    marked = [line for line in out.splitlines() if "! rank" in line]
+    assert [" ".join(line.split()[:2]) for line in marked] == ["step app.py:12"]
+    assert marked[0].endswith("! rank 3 (+200%)")
+    assert err == (
+        "kname report: 1 call site with a straggler: the slowest rank over the median in "
+        "launches by more than 20% (--fail-on-straggler): step app.py:12 (rank 3)\n"
+    )
+    assert run(capsys, *job, "--straggler", "200%", "--fail-on-straggler")[0] == 0
+    code, _, err = run(capsys, *job, "--straggler", "20%", "--min-time", "1ms")
+    assert code == 2 and "--min-time is for GPU profiles (schema 2)" in err
+
+
+def test_the_slowest_of_ranks_that_all_launched_alike_is_none_of_them_all_equal(
+    files, capsys
+) -> None:
+    code, out, _ = run(capsys, *census_job(files, [3, 3, 3, 9]))
+    assert code == 0
+    (main_row,) = [line for line in out.splitlines() if line.startswith("main app.py:30")]
+    assert main_row.split()[-5:] == ["1", "1.0", "1", "all", "equal"]
 
 
 # --- --html ---------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from kname.documents.build import profile_document
 from kname.documents.files import load
 from kname.documents.schema import (
     CENSUS_SCHEMA,
+    PROFILE_SCHEMA,
     SITE_FIELDS,
     DocumentError,
     _validate_site,
@@ -65,6 +66,19 @@ def test_validate_names_the_file_and_the_fault_on_one_line(document, fault) -> N
     message = str(raised.value)
     assert message.startswith("census.json: ") and fault in message
     assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("schemas", "kinds"),
+    [((CENSUS_SCHEMA,), "census"), ((CENSUS_SCHEMA, PROFILE_SCHEMA), "census or profile")],
+)
+def test_a_file_of_neither_kind_is_said_to_be_none_of_the_kinds_read(schemas, kinds) -> None:
+    """`kname report` reads censuses and profiles: a file of neither (raw CUPTI streams, say)
+    is said to be neither, not only "not a census"."""
+    streams = {"streams": [], "activities": []}
+    with pytest.raises(DocumentError) as raised:
+        validate(streams, "x.json", schemas)
+    assert str(raised.value) == f"x.json: not a kname {kinds} (an object with 'schema' and 'sites')"
 
 
 @pytest.mark.parametrize(

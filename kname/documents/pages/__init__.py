@@ -3,6 +3,8 @@
 layout.py    the page: its views, navigation, style and escaping
 source.py    the source views: each file's lines with their numbers beside them
 tree.py      the call tree (KNAME_DEPTH above 1), as an icicle
+ranks.py     a line's spread across a job's ranks, two cells of a ranking
+titles.py    a page's title: the run it is of
 profile.py   a GPU profile's page: ranking, source views, tree
 census.py    a launch census's page, by launches
 diff.py      two profiles (or censuses) compared, line by line

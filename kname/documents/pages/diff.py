@@ -79,7 +79,8 @@ def render_diff_page(comparison: Comparison) -> str:
         files_view(files, sums),
         *file_views(files, rows, headers, sums),
     ]
-    return render("kname diff", summary, views, source.STYLE + STYLE)
+    title = f"kname diff: {labels[0]} -> {labels[1]}"
+    return render(title, summary, views, source.STYLE + STYLE)
 
 
 def _measure(comparison: Comparison) -> Measure:

@@ -40,7 +40,7 @@ a { color: #1a4f8b; text-decoration: none; }
 a:hover { text-decoration: underline; }
 .summary { color: #555; margin-top: 0; }
 .warning { color: #a00; font-weight: bold; }
-:target { scroll-margin-top: 3em; }
+:target { scroll-margin-top: 3.5rem; }  /* below the sticky bar, whatever the font */
 body:not(:has(:target)) .view:not(:first-of-type),
 body:has(:target) .view:not(:target):not(:has(:target)) { display: none; }
 table { border-collapse: collapse; margin-top: 1em; }
@@ -54,6 +54,12 @@ td.site .call { white-space: nowrap; }
 .h4 { background: #ff9a4d; } .h5 { background: #f0663a; color: #fff; }
 .h6 { background: #c8321f; color: #fff; }
 .h5 a, .h6 a { color: #fff; }
+@media (max-width: 900px) {
+  body { margin: 0 1em 1em; }
+  th, td { padding: 0.2em 0.4em; }
+  th { white-space: normal; }
+  td.site .call { white-space: normal; }
+}
 """
 
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kname.documents.kernel_names import display_name
-from kname.documents.pages import source, tree
+from kname.documents.pages import ranks, source, tree
 from kname.documents.pages.layout import (
     EMPTY,
     Html,
@@ -32,6 +32,7 @@ from kname.documents.pages.layout import (
     site_name,
 )
 from kname.documents.pages.source import CODE, SourceFiles, file_views, files_view, linked
+from kname.documents.pages.titles import page_title
 from kname.documents.spread import Spread, spreads
 from kname.documents.tables import graph_note, ranked_sites
 from kname.documents.text import count_of, format_duration
@@ -41,7 +42,6 @@ BAR_WIDTH = 600  # px, the longest bar
 ROW_HEIGHT = 22
 LABEL_WIDTH = 360
 KERNELS_SHOWN = 3  # on a line of source; the ranking lists them all
-SPREAD_WIDTH = 120  # px, a line's range across ranks, from 0 to the most loaded rank of any line
 
 # The chart scales down to the window, and a kernel name (up to 80 characters without a space)
 # may break anywhere; call sites, times and headings stay on one line.
@@ -50,10 +50,6 @@ svg.chart { max-width: 100%; height: auto; }
 svg text { font: 12px ui-monospace, monospace; fill: #222; }
 svg .value { fill: #555; }
 svg rect { fill: #4e79a7; }
-svg.spread line.range { stroke: #4e79a7; stroke-width: 4; }
-svg.spread line.median { stroke: #e15759; stroke-width: 2; }
-td.spread { white-space: normal; }
-td.spread .value { white-space: nowrap; }
 td.site .graph { color: #555; font-size: 0.9em; white-space: normal; }
 ul.kernels { margin: 0; padding-left: 1.2em; }
 ul.kernels .kernel { overflow-wrap: anywhere; }
@@ -62,8 +58,8 @@ ul.kernels .time { white-space: nowrap; }
 SOURCE_HEADERS = ("GPU time", "launches", CODE, "kernels")
 
 
-def render_profile_page(document: Mapping[str, Any], title: str = "kname profile") -> str:
-    """The page for a schema-2 document."""
+def render_profile_page(document: Mapping[str, Any], title: str | None = None) -> str:
+    """The page for a schema-2 document; `title` by default says of which run (titles.py)."""
     order = ranked_sites(document, "gpu_ns")
     sites = [document["sites"][index] for index in order]
     spread = spreads(document)
@@ -89,7 +85,8 @@ def render_profile_page(document: Mapping[str, Any], title: str = "kname profile
     if tree.has_callers(files):
         values = {site["name"]: site["gpu_ns"] for site in sites}
         views.append(tree.tree_view(values, files, total, format_duration))
-    return render(title, summary, views, STYLE + source.STYLE + tree.STYLE)
+    shown = page_title(document, "kname profile") if title is None else title
+    return render(shown, summary, views, STYLE + ranks.STYLE + source.STYLE + tree.STYLE)
 
 
 def site_row(
@@ -188,12 +185,12 @@ def _table(
 ) -> Html:
     """The ranking table; with `spread` (each site's, in the same order), its cells across
     ranks."""
-    ranks = Html("<th>across ranks:<br>min / median / max</th><th>slowest</th>" if spread else "")
+    across = ranks.HEADERS if spread else EMPTY
     rows = [
         html(
             '<table class="sites">\n<tr><th>call site</th><th>GPU time</th><th>share</th>'
-            "<th>launches</th><th>mean</th>{ranks}<th>kernels</th></tr>",
-            ranks=ranks,
+            "<th>launches</th><th>mean</th>{across}<th>kernels</th></tr>",
+            across=across,
         )
     ]
     widest = max((s.high for s in spread), default=0) if spread else 0
@@ -202,48 +199,12 @@ def _table(
             site,
             total,
             files.site_link(site["name"]),
-            _spread_cells(spread[index], widest) if spread else EMPTY,
+            ranks.spread_cells(spread[index], widest, format_duration) if spread else EMPTY,
         )
         for index, site in enumerate(sites)
     ]
     rows.append(Html("</table>"))
     return joined(rows, "\n")
-
-
-def _spread_cells(spread: Spread, widest: int) -> Html:
-    """A line's spread across ranks: the numbers, a range drawn to the page's one scale, and
-    the slowest rank."""
-    values = (spread.low, spread.median, spread.high)
-    x = [round(SPREAD_WIDTH * value / widest, 1) + 2 if widest else 2.0 for value in values]
-    low, median, high = (format_duration(value) for value in values)
-    drawing = html(
-        '<svg class="spread" width="{width}" height="12" role="img" '
-        'aria-label="{low} to {high}, median {median}" '
-        'data-min-ns="{low_ns}" data-median-ns="{median_ns}" data-max-ns="{high_ns}">'
-        '<line class="range" x1="{x_low}" y1="6" x2="{x_high}" y2="6"/>'
-        '<line class="median" x1="{x_median}" y1="1" x2="{x_median}" y2="11"/></svg>',
-        width=SPREAD_WIDTH + 4,
-        low=low,
-        median=median,
-        high=high,
-        low_ns=spread.low,
-        median_ns=round(spread.median),
-        high_ns=spread.high,
-        x_low=x[0],
-        x_median=x[1],
-        x_high=x[2],
-    )
-    numbers = joined(
-        (html('<span class="value">{value}</span>', value=value) for value in (low, median, high)),
-        " / ",
-    )
-    return html(
-        '<td class="number spread">{numbers}<br>{drawing}</td>'
-        '<td class="number">rank {slowest}</td>',
-        numbers=numbers,
-        drawing=drawing,
-        slowest=spread.slowest,
-    )
 
 
 def _line_rows(

@@ -48,13 +48,36 @@ def has_callers(files: SourceFiles) -> bool:
 def build(values: Mapping[str, int], files: SourceFiles) -> dict[str, Node]:
     """The roots of the tree of `values` {site name: value}, outermost callers first."""
     roots: dict[str, Node] = {}
+    chains = grafted({name: files.chains[name] for name in values})
     for name, value in values.items():
         level = roots
-        for frame in reversed(files.chains[name]):
+        for frame in reversed(chains[name]):
             node = level.setdefault(frame.label, Node(frame))
             node.value += value
             level = node.kids
     return roots
+
+
+def grafted(chains: Mapping[str, list[Frame]]) -> dict[str, list[Frame]]:
+    """Each chain (its site first) with the callers that other chains show its outermost frame
+    has, where they show one way to it: KNAME_DEPTH cuts every name at the same number of
+    frames, so a site called from deeper down loses callers that a shallower site keeps, and
+    would stand as a root beside its own caller."""
+    outer: dict[str, set[tuple[Frame, ...]]] = {}
+    for frames in chains.values():
+        for at, frame in enumerate(frames[:-1]):
+            outer.setdefault(frame.label, set()).add(tuple(frames[at + 1 :]))
+    return {
+        name: frames + _only_way(outer.get(frames[-1].label, set()))
+        for name, frames in chains.items()
+    }
+
+
+def _only_way(paths: set[tuple[Frame, ...]]) -> list[Frame]:
+    """The longest of `paths` (callers, innermost first) when every other one begins it, else
+    none: a frame called from two places is left a root."""
+    longest = max(paths, key=len, default=())
+    return list(longest) if all(longest[: len(path)] == path for path in paths) else []
 
 
 def tree_view(

@@ -31,6 +31,15 @@ from support.nvtx_capture import InjectionUnavailable, build_injection_library
 import kname
 from kname import _warnings, callsite, hotpath, naming
 
+# Test modules import helpers from one another across folders (test_startup from
+# reliability/test_reliability): every folder of tests is on the path, whichever files are run.
+_FOLDERS = [
+    str(folder)
+    for folder in sorted(Path(__file__).parent.iterdir())
+    if folder.is_dir() and folder.name not in ("data", "support", "__pycache__")
+]
+sys.path.extend(folder for folder in _FOLDERS if folder not in sys.path)
+
 HOT_PATHS = {"python": "0", "native": "1"}  # KNAME_NATIVE for each
 
 

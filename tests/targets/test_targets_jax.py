@@ -247,6 +247,10 @@ def run_step(executable, x):
 
 def eager_op(dispatch, x):
     return dispatch.apply_primitive("sin", x)  # L:eager
+
+
+def read(array):
+    return array._value  # L:read (as float(array), np.asarray(array) read it)
 """
 
 
@@ -277,6 +281,18 @@ def stand_in_jax(monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
     )
     eager.update(compiler=compiler, site_of_frame=site_of_frame)
     dispatch.apply_primitive = eager["apply_primitive"]
+    array = types.ModuleType("jax._src.array")
+    # An array read on the host: its copy comes from PJRT's transfer thread while it waits.
+    array.ArrayImpl = jax_code(
+        """
+        class ArrayImpl:
+            @property
+            def _value(self):
+                return site_of_frame(None)
+        """,
+        "jax._src.array",
+    )["ArrayImpl"]
+    array.ArrayImpl._value.fget.__globals__["site_of_frame"] = site_of_frame
     modules = {
         "jax": types.ModuleType("jax"),
         "jax._src": types.ModuleType("jax._src"),
@@ -284,10 +300,11 @@ def stand_in_jax(monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
         "jax._src.interpreters": types.ModuleType("jax._src.interpreters"),
         "jax._src.interpreters.pxla": pxla,
         "jax._src.dispatch": dispatch,
+        "jax._src.array": array,
     }
     for name, module in modules.items():
         monkeypatch.setitem(sys.modules, name, module)
-    return types.SimpleNamespace(compiler=compiler, pxla=pxla, dispatch=dispatch)
+    return types.SimpleNamespace(compiler=compiler, pxla=pxla, dispatch=dispatch, array=array)
 
 
 @pytest.fixture
@@ -327,6 +344,15 @@ def test_an_eager_ops_host_copies_take_its_line_and_its_first_compile_is_marked_
     line = f"eager_op scopes_app.py:{line_of(SCOPES_APP, 'L:eager')}"
     assert scopes_app.eager_op(jax.dispatch, "first") == (line + " (compile)", line)
     assert scopes_app.eager_op(jax.dispatch, 2) == (None, line)
+    assert backward.frameless_name() is None
+
+
+def test_an_arrays_host_read_takes_the_reading_line(monkeypatch, scopes_app) -> None:
+    jax = stand_in_jax(monkeypatch)
+    kname.install(targets=["jax"])
+    backward.collect(site_of_frame)
+    line = f"read scopes_app.py:{line_of(SCOPES_APP, 'L:read')}"
+    assert scopes_app.read(jax.array.ArrayImpl()) == line
     assert backward.frameless_name() is None
 
 

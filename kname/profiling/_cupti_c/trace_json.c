@@ -529,15 +529,13 @@ work_event(Text *t, const TraceLog *log, const GpuRecord *g, uint64_t number, Ta
 {
     int64_t at = index_get(&x->site_launch, g->correlation_id);
     const void *launch_site = n->unattributed;
-    const Piece *site = piece_at(&n->sites, (uint64_t)(uintptr_t)n->unattributed);
     if (at >= 0) {
         const void *launched_at = site_of_launch(n, &log->launches[at]);
-        const Piece *launched = piece_at(&n->sites, (uint64_t)(uintptr_t)launched_at);
-        if (launched->length > 2) { /* "" is no site: `or UNATTRIBUTED` */
-            site = launched;
+        /* "" is no site: `or UNATTRIBUTED` */
+        if (piece_at(&n->sites, (uint64_t)(uintptr_t)launched_at)->length > 2)
             launch_site = launched_at;
-        }
     }
+    const Piece *site = piece_at(&n->sites, (uint64_t)(uintptr_t)launch_site);
     const Piece *where = site, *replayed_at = NULL;
     int capture_seen = 1;
     if (g->graph_node_id || g->graph_id) {

@@ -6,9 +6,9 @@ is that call's; a node added explicitly (cudaGraphAddKernelNode) gets the line t
 Instantiation clones every node into the executable graph (the clone takes its original's site),
 and cudaGraphExecUpdate gives an executable graph's node the parameters of a node of another
 graph (it takes that node's site, for replays launched after the update). The kernel, copy and
-set records of a replay carry the node's id: the join asks `site_of(node, correlation_id)`.
+set records of a replay carry the node's id: the join asks `charged(node, graph, ...)`.
 
-A graph a library makes and runs itself is not the user's capture: XLA builds its executables
+A graph a library makes and runs itself is not the user's capture: XLA builds its executables'
 CUDA graphs (command buffers) inside the call that first runs them, torch.compile's cudagraph
 trees record theirs at build time (`(compile)`). So a node made at the line that launched its
 graph first, or made at build time, counts each replay's work under the line replaying it
@@ -96,11 +96,8 @@ class GraphNodes:
         capture = self.site_of(node, correlation_id)
         if capture is None:
             return None
-        return (
-            replay
-            if follows_replay(capture, self._first_launch(graph, correlation_id, replay))
-            else capture
-        )
+        first = self._first_launch(graph, correlation_id, replay)
+        return replay if follows_replay(capture, first) else capture
 
     def _first_launch(self, graph: int, correlation_id: int, replay: str) -> str | None:
         """The line of the earliest launch of `graph` seen so far (this one counted)."""

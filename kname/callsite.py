@@ -79,6 +79,9 @@ COMPILE_MARK = " (compile)"
 # is_generated(code, module): whether a library made `code` at run time, as its own code
 # (a code object made to run in the user's module, or with no module of its own).
 Generated = Callable[[CodeType, "str | None"], bool]
+# Whether a function of a library module doing both builds and runs (Inductor's cudagraph trees)
+# is build-time work: True COMPILE, False LIBRARY, None the module's own kind.
+CompilePhase = Callable[[CodeType], "bool | None"]
 
 
 class Site(Watched):
@@ -138,6 +141,8 @@ class Rules:
         "compile_modules",  # library modules doing build-time work (COMPILE)
         # Code libraries make at run time, with the module making it: (module, is_generated).
         "generated",
+        # Library modules judged function by function, build time or run: (module, phase).
+        "compile_phases",
     )
     # The library modules' files, for code run with no module name; skip, user,
     # compile_modules and library_modules as sets (_kind_of_module).
@@ -154,9 +159,10 @@ class Rules:
         user: tuple[str, ...] = (),
         compile_modules: tuple[str, ...] = (),
         generated: tuple[tuple[str, Generated], ...] = (),
+        compile_phases: tuple[tuple[str, CompilePhase], ...] = (),
     ) -> None:
         given = (skip, template, depth, emit_nvtx, library_modules, site_calls, user,
-                 compile_modules, generated)  # fmt: skip
+                 compile_modules, generated, compile_phases)  # fmt: skip
         for name, value in zip(self._GIVEN, given, strict=True):
             object.__setattr__(self, name, value)
         library = tuple(m for m in library_modules if not _matches(m, user))
@@ -252,6 +258,7 @@ def configure(
     user: tuple[str, ...] = (),
     compile_modules: tuple[str, ...] = (),
     generated: tuple[tuple[str, Generated], ...] = (),
+    compile_phases: tuple[tuple[str, CompilePhase], ...] = (),
 ) -> None:
     """Set the rules (no arguments: the defaults); forget every decision and site made under the
     old ones, but keep their launch counts. Sites keep being handed over (use_site_calls).
@@ -266,7 +273,7 @@ def configure(
         makers = tuple((m, rule) for m, rule in generated if not _matches(m, tuple(user)))
         _rules = Rules(
             tuple(skip), template, depth, emit_nvtx, library, site_calls, tuple(user),
-            tuple(compile_modules), makers,
+            tuple(compile_modules), makers, tuple(compile_phases),
         )  # fmt: skip
         _forget_sites()
         _forget_kinds()
@@ -378,6 +385,8 @@ def _judge(code: CodeType, module: object) -> int:
         kind = _module_kinds.get(place, False)
         if kind is False:
             kind = _module_kinds[place] = _kind_of_module(module, filename, rules)
+        if kind in (LIBRARY, COMPILE) and rules.compile_phases:
+            kind = _phase_of(code, module, rules.compile_phases, kind)
         if kind is not None:
             return kind
     # No module name (code run by exec with bare globals): judge by where the file lives. A
@@ -393,6 +402,18 @@ def _judge(code: CodeType, module: object) -> int:
         if maker in modules and is_generated(code, module):
             return LIBRARY
     return USER
+
+
+def _phase_of(
+    code: CodeType, module: str, phases: tuple[tuple[str, CompilePhase], ...], kind: int
+) -> int:
+    """COMPILE or LIBRARY for a function of a module judged function by function, else `kind`."""
+    for owner, phase in phases:
+        if module == owner:
+            compiling = phase(code)
+            if compiling is not None:
+                return COMPILE if compiling else LIBRARY
+    return kind
 
 
 def _kind_of_module(module: str, filename: str, rules: Rules) -> int | None:

@@ -145,7 +145,7 @@ def install(targets: Iterable[str] | str | None = None) -> None:
     code = library_code()
     callsite.configure(
         config.skip, config.format, config.depth, config.mode != "census", code.packages,
-        config.user, code.compile_modules, code.generated,
+        config.user, code.compile_modules, code.generated, code.compile_phases,
     )  # fmt: skip
     ranges.configure(config.domain)
     source = KNAME_TARGETS if targets is None else _ARGUMENT

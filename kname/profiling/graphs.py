@@ -6,7 +6,13 @@ is that call's; a node added explicitly (cudaGraphAddKernelNode) gets the line t
 Instantiation clones every node into the executable graph (the clone takes its original's site),
 and cudaGraphExecUpdate gives an executable graph's node the parameters of a node of another
 graph (it takes that node's site, for replays launched after the update). The kernel, copy and
-set records of a replay carry the node's id: the join asks `site_of(node, correlation_id)`.
+set records of a replay carry the node's id: the join asks `charged(node, graph, ...)`.
+
+A graph a library makes and runs itself is not the user's capture: XLA builds its executables'
+CUDA graphs (command buffers) inside the call that first runs them, torch.compile's cudagraph
+trees record theirs at build time (`(compile)`). So a node made at the line that launched its
+graph first, or made at build time, counts each replay's work under the line replaying it
+(`charged`): a jitted step called from two lines is two lines' run, never the first's.
 
 A node whose making kname did not see (a graph captured or instantiated before profiling began)
 has no site here: its work stays with the line that replayed it, marked so.
@@ -25,6 +31,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from kname._warnings import warn_once
+from kname.callsite import COMPILE_MARK
 from kname.profiling.records import (
     EXEC_DESTROYED,
     GRAPH_DESTROYED,
@@ -37,6 +44,7 @@ from kname.profiling.records import (
 
 MAX_NODES = 1_000_000
 RECENT_NODES = 65_536
+MAX_GRAPHS = 65_536  # graphs whose first launch is kept: past it, nodes keep their lines
 
 Container = tuple[bool, int]  # (an executable graph, its id): what a node is destroyed with
 
@@ -70,6 +78,8 @@ class GraphNodes:
         self._members: dict[Container, set[int]] = {}  # live nodes by what destroys them
         self._destroyed: deque[int] = deque()  # lately destroyed, oldest first
         self.not_kept = 0  # nodes refused at the bound
+        # A launched graph's id (the records' graph id) -> its earliest launch: id, line.
+        self._first_launches: dict[int, tuple[int, str]] = {}
 
     def site_of(self, node: int, correlation_id: int) -> str | None:
         """The line that made `node`, for its work in the replay with this correlation id; None
@@ -78,6 +88,25 @@ class GraphNodes:
         if site is None or type(site) is str:
             return site
         return site.at(correlation_id)
+
+    def charged(self, node: int, graph: int, correlation_id: int, replay: str) -> str | None:
+        """The line a replayed record of `node` goes to: the line that made the node, or
+        `replay` where the graph is a library's own (made at its first launch's line, or at
+        build time); None where kname did not see the node made."""
+        capture = self.site_of(node, correlation_id)
+        if capture is None:
+            return None
+        first = self._first_launch(graph, correlation_id, replay)
+        return replay if follows_replay(capture, first) else capture
+
+    def _first_launch(self, graph: int, correlation_id: int, replay: str) -> str | None:
+        """The line of the earliest launch of `graph` seen so far (this one counted)."""
+        first = self._first_launches.get(graph)
+        if first is None or correlation_id < first[0]:
+            if first is None and len(self._first_launches) >= MAX_GRAPHS:
+                return None
+            first = self._first_launches[graph] = (correlation_id, replay)
+        return first[1]
 
     @property
     def live(self) -> int:
@@ -155,6 +184,12 @@ class GraphNodes:
             gone = self._destroyed.popleft()
             if gone not in self._container_of:  # not made live again since (ids are unique)
                 self._sites.pop(gone, None)
+
+
+def follows_replay(capture: str, first_launch: str | None) -> bool:
+    """Whether a node made at `capture` is a library's own, its work each replay's line's: made
+    at build time, or at the line that launched its graph first (inside that call)."""
+    return capture.endswith(COMPILE_MARK) or capture == first_launch
 
 
 def say_nodes_not_kept(max_nodes: int) -> None:

@@ -229,7 +229,9 @@ class Join:
         site = self.site_of(record.correlation_id) or UNATTRIBUTED
         if not (record.graph_node_id or record.graph_id):
             return Attribution(site)
-        capture = self.nodes.site_of(record.graph_node_id, record.correlation_id)
+        capture = self.nodes.charged(
+            record.graph_node_id, record.graph_id, record.correlation_id, site
+        )
         if capture is None:
             return Attribution(site, site, capture_seen=False)
         return Attribution(capture, site)
@@ -303,7 +305,9 @@ class Join:
         if not (record.graph_node_id or record.graph_id):
             self._totals(site).add(record)
             return
-        capture = self.nodes.site_of(record.graph_node_id, record.correlation_id)
+        capture = self.nodes.charged(
+            record.graph_node_id, record.graph_id, record.correlation_id, site
+        )
         if capture is None:
             self._totals(site).add_unseen(record)
         else:

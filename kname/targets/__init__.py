@@ -119,6 +119,8 @@ class Library(NamedTuple):
     # Code it makes at run time that has no module of its own, or the user's (callsite.Generated),
     # with the module making it: library code too, unless KNAME_USER names that module.
     generated: tuple[tuple[str, callsite.Generated], ...] = ()
+    # Its modules that both build and run (callsite.CompilePhase): judged function by function.
+    compile_phases: tuple[tuple[str, callsite.CompilePhase], ...] = ()
 
 
 class LibraryCode(NamedTuple):
@@ -127,6 +129,7 @@ class LibraryCode(NamedTuple):
     packages: tuple[str, ...]
     compile_modules: tuple[str, ...]
     generated: tuple[tuple[str, callsite.Generated], ...]
+    compile_phases: tuple[tuple[str, callsite.CompilePhase], ...] = ()
 
 
 def library(name: str) -> Library:
@@ -141,6 +144,7 @@ def library_code() -> LibraryCode:
         packages=tuple(p for unit in units for p in unit.packages),
         compile_modules=tuple(m for unit in units for m in unit.compile_modules),
         generated=tuple(g for unit in units for g in unit.generated),
+        compile_phases=tuple(p for unit in units for p in unit.compile_phases),
     )
 
 

@@ -16,9 +16,11 @@ RedzoneAllocator's kernels, host copies): a launch with no Python frame while a 
 named after the line that caused the compile, `(compile)`. That is a scope
 (kname.profiling.backward), opened while a profile collects by the wrappers of the compile entry
 points below; the first run of an executable (`ExecuteReplicated.__call__`, where XLA builds its
-CUDA graphs, command buffers, on its own threads) opens one too, unmarked. The cached call of a
-jitted function (the C++ fast path) launches on the calling thread: its frames name it, with no
-wrapper.
+CUDA graphs, command buffers, on its own threads) opens one too, unmarked, and so does an eager
+op's dispatch (`jax._src.dispatch.apply_primitive`), whose host operands PJRT copies to the
+device from a transfer thread of its own, and an array's host read (`ArrayImpl._value`: its copy
+to the host comes from that thread too). The cached call of a jitted function (the C++ fast
+path) launches on the calling thread: its frames name it, with no wrapper.
 
 KNAME_USER=jax (or a part, jax._src.interpreters) makes those frames user code again: for
 people debugging jax itself.
@@ -67,6 +69,17 @@ COMPILE_ENTRIES = ("compile_or_get_cached", "backend_compile_and_load", "backend
 EXECUTE = "jax._src.interpreters.pxla"
 EXECUTE_ENTRY = "ExecuteReplicated.__call__"
 
+# An eager op (jnp on device arrays, outside any jit): its host operands (a Python scalar, a
+# numpy array) go to the device in host-to-device copies that PJRT launches on a transfer
+# thread of its own while the op's call runs, with no Python frame there.
+EAGER = "jax._src.dispatch"
+EAGER_ENTRY = "apply_primitive"
+
+# An array's value read on the host (float(loss), np.asarray, print): PJRT copies it to the host
+# from its transfer thread while the reading line waits.
+ARRAY = "jax._src.array"
+ARRAY_VALUE = "ArrayImpl._value"
+
 
 def xla_scope(entry: Any, mark: str) -> Any:
     """`entry`, naming what XLA launches on its own threads while it runs after the line calling
@@ -95,6 +108,24 @@ def execute_changes(module: ModuleType, options: Options) -> list[Change]:
     return [Patch(owner, "__call__", xla_scope(entry, ""))]
 
 
+def eager_changes(module: ModuleType, options: Options) -> list[Change]:
+    """A scope around an eager op's dispatch (before the primitives take it as their impl)."""
+    entry = vars(module).get(EAGER_ENTRY)
+    if not callable(entry) or is_wrapper(entry):
+        return []
+    return [Patch(module, EAGER_ENTRY, xla_scope(entry, ""))]
+
+
+def value_changes(module: ModuleType, options: Options) -> list[Change]:
+    """A scope around an array's host read (the `_value` property's getter)."""
+    owner = vars(module).get(ARRAY_VALUE.split(".")[0])
+    value = vars(owner).get("_value") if isinstance(owner, type) else None
+    if not isinstance(value, property) or value.fget is None or is_wrapper(value.fget):
+        return []
+    scoped = property(xla_scope(value.fget, ""), value.fset, value.fdel, value.__doc__)
+    return [Patch(owner, "_value", scoped)]
+
+
 LIBRARY = Library(
     name="jax",
     packages=PACKAGES,
@@ -102,6 +133,8 @@ LIBRARY = Library(
     targets=(
         Target("jax", COMPILER, ", ".join(COMPILE_ENTRIES), compile_changes),
         Target("jax", EXECUTE, EXECUTE_ENTRY, execute_changes),
+        Target("jax", EAGER, EAGER_ENTRY, eager_changes),
+        Target("jax", ARRAY, ARRAY_VALUE, value_changes),
     ),
     compile_modules=COMPILE_MODULES,
 )

@@ -61,6 +61,40 @@ COMPILE_MODULES = (
     "torch._inductor.autotune_process",
 )
 
+# torch.compile(mode="reduce-overhead"): CUDA graphs over the compiled code. Their warm-up run and
+# their recording (with the replay that ends it) are build-time work; the steady state replays,
+# through the same modules, are the line's run (issue 40). Judged function by function.
+CUDAGRAPH_TREES = "torch._inductor.cudagraph_trees"
+CUDAGRAPH_BUILD = frozenset(
+    {
+        "CUDAWarmupNode.run",  # the warm-up: the compiled code run eagerly
+        "CUDAGraphNode.__init__",  # recording, then its first replay
+        "CUDAGraphNode._record",
+        "CUDAGraphTreeManager.run_eager",
+        "CUDAGraphTreeManager.record_function",
+    }
+)
+COMPILE_FX = "torch._inductor.compile_fx"
+# compile_fx's closures that run a compiled graph every call (cudagraph trees', the plain
+# cudagraphify's replay), in a module otherwise doing build-time work.
+COMPILE_FX_RUN = frozenset({"cudagraphify.<locals>.run", "cudagraphify_impl.<locals>.run"})
+
+
+def cudagraph_trees_phase(code: CodeType) -> bool | None:
+    """Build time for cudagraph trees' warm-up and recording; None (library code) else."""
+    return True if _qualname(code) in CUDAGRAPH_BUILD else None
+
+
+def compile_fx_phase(code: CodeType) -> bool | None:
+    """Run time for compile_fx's closures that run a compiled graph; None (build time) else."""
+    return False if _qualname(code) in COMPILE_FX_RUN else None
+
+
+def _qualname(code: CodeType) -> str:
+    # Python 3.10 has no co_qualname: the bare name matches none of the above (module's kind).
+    return getattr(code, "co_qualname", code.co_name)
+
+
 # `<dir>/<xy>/c<xy><49 more>.py`: the key is "c" and 51 base32 characters, its directory the
 # key's second and third characters.
 _OUTPUT_FILE = re.compile(r"[/\\]([a-z2-7]{2})[/\\]c\1[a-z2-7]{49}\.py\Z")
@@ -138,4 +172,5 @@ LIBRARY = Library(
     ),
     compile_modules=COMPILE_MODULES,
     generated=(("torch._inductor", inductor_output), ("torch._dynamo", dynamo_output)),
+    compile_phases=((CUDAGRAPH_TREES, cudagraph_trees_phase), (COMPILE_FX, compile_fx_phase)),
 )

@@ -4,7 +4,8 @@ tests/gpu/test_gpu_jax.py runs it as `kname profile --json profile.json -- pytho
 GPU and checks that every call site in the profile is one of the lines below marked
 `# site: MARKER` (each launches GPU work, or may), or that line marked ` (compile)`:
 
-    a jitted MLP training step (jax.grad through the loss, optax's Adam) called twenty times;
+    a jitted MLP training step (jax.grad through the loss, optax's Adam) called twenty times,
+    then five times more from a second line (XLA replays the CUDA graph it built at the first);
     a jax.vmap of a per-example function, jitted, and a lax.scan of a recurrence, jitted;
     eager ops (jnp on device arrays, outside any jit).
 
@@ -25,6 +26,7 @@ import jax.numpy as jnp
 import optax
 
 STEPS = 20
+MORE_STEPS = 5
 
 
 def init(key: jax.Array) -> dict:
@@ -78,6 +80,8 @@ def main() -> None:
     y = jax.random.randint(jax.random.PRNGKey(2), (256,), 0, 10)  # site: y
     for _ in range(STEPS):
         params, opt_state, loss = train_step(params, opt_state, x, y)  # site: step
+    for _ in range(MORE_STEPS):
+        params, opt_state, loss = train_step(params, opt_state, x, y)  # site: step-again
     print("loss", float(loss))  # site: loss
     xs = jnp.ones((64, 32))  # site: xs
     w = jnp.full((32, 32), 0.01)  # site: w

@@ -1,6 +1,9 @@
 """On a GPU: a JAX training program under `kname profile` with no settings names its GPU time
 after the program's own lines (tests/gpu/jax_demo.py, the program of issue 39).
 
+The jitted step is called from two lines (twenty calls, then five): XLA builds its CUDA graph
+inside a call of the first and replays it from both; each line's replays are its own.
+
 Marked `gpu`, skipped without a CUDA driver, cupti-python or a GPU build of jax. Runs
 `kname profile --json profile.json -- python jax_demo.py` from kname's checkout, once per
 launch callback (native, Python), each in a fresh process, so that every jitted function
@@ -23,7 +26,7 @@ from kname.profiling.capture import NO_PYTHON_FRAME
 DEMO = REPO / "tests" / "gpu" / "jax_demo.py"
 MARKED = marked_lines(DEMO)
 LINE = {marker: number for number, marker in MARKED.items()}
-STEPS = 20  # as jax_demo.py has them
+STEPS, MORE_STEPS = 20, 5  # as jax_demo.py has them
 
 pytestmark = pytest.mark.gpu
 
@@ -71,3 +74,11 @@ def test_a_jax_program_is_named_after_its_own_lines_only(tmp_path, callbacks) ->
     assert step + COMPILE_MARK in sites, sorted(sites)  # XLA's compile and autotuning
     for marker in ("vmap", "scan", "eager"):
         assert f"main jax_demo.py:{LINE[marker]}" in sites, marker
+    # XLA's CUDA graph for the step, built at the first line's call, replayed from each line:
+    # each line's replays are its own.
+    again = f"main jax_demo.py:{LINE['step-again']}"
+    assert list(sites[again].get("replayed_at", {})) == [again], sites.get(again)
+    assert again not in sites[step].get("replayed_at", {}), sites[step].get("replayed_at")
+    per_call = sites[again]["replayed_at"][again]["launches"] / MORE_STEPS
+    # (the first line's first calls run before XLA has its graph: at most two)
+    assert sites[step]["replayed_at"][step]["launches"] >= per_call * (STEPS - 2)

@@ -212,3 +212,42 @@ def test_graph_node_records_from_many_threads_while_records_arrive():
         thread.join()
     assert join.nodes.live == 0
     assert join.profile().total_launches == 200
+
+
+def test_a_librarys_graph_made_at_its_first_launchs_line_goes_to_each_replays_line():
+    """XLA builds a jitted function's CUDA graph inside the call that first launches it (nodes
+    added outside any launch call, at the calling line); a later call from another line replays
+    it: that line's run, not the first's."""
+    join = Join()
+    join.add_launch(LaunchRecord(1, 1, "main app.py:14"))  # the call's plain launch
+    join.add_graph_node(made(50, "main app.py:14", correlation_id=1))
+    join.add_graph_node(GraphNodeRecord(NODE_CLONED, 51, 1, 2, 50, "", 1))
+    join.add_launch(LaunchRecord(2, 1, "main app.py:14", graph=True))
+    join.add_launch(LaunchRecord(3, 1, "main app.py:17", graph=True))
+    join.add_activities([replayed(2, 51), replayed(3, 51), replayed(3, 51)])
+    sites = join.profile().sites
+    assert {name: site.launches for name, site in sites.items()} == {
+        "main app.py:14": 1,
+        "main app.py:17": 2,
+    }
+    assert list(sites["main app.py:17"].replays) == ["main app.py:17"]
+
+
+def test_a_graph_recorded_at_build_time_goes_to_each_replays_line_never_compile():
+    """torch.compile(mode="reduce-overhead"): cudagraph trees record at build time (the nodes'
+    line is marked (compile)) and replay at the calling line, which is the run."""
+    join = Join()
+    join.add_launch(LaunchRecord(1, 1, "main app.py:21 (compile)"))  # captured: no record
+    join.add_graph_node(made(50, "main app.py:21 (compile)", correlation_id=1))
+    join.add_graph_node(GraphNodeRecord(NODE_CLONED, 51, 1, 2, 50, "", 1))
+    join.add_launch(LaunchRecord(2, 1, "main app.py:21 (compile)", graph=True))  # recording's
+    join.add_launch(LaunchRecord(3, 1, "main app.py:21", graph=True))
+    join.add_launch(LaunchRecord(4, 1, "main app.py:21", graph=True))
+    join.add_activities([replayed(2, 51), replayed(3, 51), replayed(4, 51)])
+    sites = join.profile().sites
+    assert {name: site.launches for name, site in sites.items()} == {
+        "main app.py:21 (compile)": 1,
+        "main app.py:21": 2,
+    }
+    attribution = join.attribution(replayed(4, 51))
+    assert (attribution.site, attribution.replayed_at) == ("main app.py:21", "main app.py:21")

@@ -22,7 +22,7 @@ from kname.documents.files import load
 from kname.documents.schema import validate
 from kname.profiling.capture import NO_PYTHON_FRAME
 from kname.profiling.join import replay
-from kname.profiling.records import load_streams
+from kname.profiling.records import NODE_CREATED, load_streams
 
 DATA = Path(__file__).parent.parent / "data"
 STREAMS = DATA / "jax_h100.json"
@@ -33,6 +33,7 @@ LINE = {
     for number, text in enumerate(DEMO, 1)
     if (match := re.search(r"#\s*site:\s*(\S+)\s*$", text))
 }
+STEPS, MORE_STEPS = 20, 5  # as jax_demo.py calls the step from its two lines
 OWN = re.compile(r"\S+ jax_demo\.py:(\d+)( \(compile\))?")
 
 
@@ -80,12 +81,19 @@ def test_xlas_compile_work_on_its_own_threads_is_the_compiling_lines_marked_comp
 
 
 def test_the_cached_steps_graph_replays_go_to_the_line_calling_them(recorded) -> None:
-    """XLA runs the step as a CUDA graph (a command buffer): its nodes are made at the first
-    call's line, and its twenty cached calls replay it from the main thread."""
+    """XLA runs the step as a CUDA graph (a command buffer) that it builds inside a call of the
+    first line; that line's cached calls and the second line's replay it from the main thread:
+    each line's replays are its own, never the first line's."""
     streams, sites = recorded
     main_thread = streams.meta["main_thread"]
     step = f"main jax_demo.py:{LINE['step']}"
-    replays = [launch for launch in streams.launches if launch.site == step and launch.graph]
-    assert len(replays) == 20 and all(launch.thread == main_thread for launch in replays)
-    assert list(sites[step]["replayed_at"]) == [step]
-    assert "replayed_unseen" not in sites[step]
+    again = f"main jax_demo.py:{LINE['step-again']}"
+    made = {node.site for node in streams.graph_nodes if node.event == NODE_CREATED}
+    assert step in made and again not in made  # built at the first line only
+    for line, calls in ((step, STEPS - 2), (again, MORE_STEPS)):
+        replays = [launch for launch in streams.launches if launch.site == line and launch.graph]
+        assert len(replays) >= calls and all(launch.thread == main_thread for launch in replays)
+        assert list(sites[line]["replayed_at"]) == [line], sites[line]["replayed_at"]
+        assert "replayed_unseen" not in sites[line]
+    per_call = sites[again]["replayed_at"][again]["launches"] / MORE_STEPS
+    assert per_call >= 1 and sites[step]["replayed_at"][step]["launches"] >= per_call * (STEPS - 2)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
 
+from kname.callsite import COMPILE_MARK
 from kname.documents.build import profile_document
 from kname.profiling.join import UNATTRIBUTED, KernelTotals, Profile, SiteTotals
 from kname.profiling.records import (
@@ -281,7 +282,10 @@ def terminal_safe(text: str) -> bool:
 # CUDA graphs: programs that capture, instantiate, update, replay and free graphs
 # --------------------------------------------------------------------------
 
-CAPTURE_SITES = ("layer model.py:21", "layer model.py:22", "layer model.py:23", "build app.py:8")
+CAPTURE_SITES = (
+    "layer model.py:21", "layer model.py:22", "layer model.py:23", "build app.py:8",
+    "step model.py:30 (compile)",  # captured at build time (torch.compile's cudagraph trees)
+)  # fmt: skip
 REPLAY_SITES = ("run runner.py:26", "run runner.py:40", "<no Python frame>")
 INSTANTIATE_SITE = "compile runner.py:12"
 
@@ -338,6 +342,8 @@ def graph_programs(draw, max_steps: int = 24) -> GraphProgram:
 
     Graphs are captured (each launch captured makes a node inside its launch call) or built node
     by node (each node the line that added it), some before profiling started (no event at all);
+    some are a library's own (XLA's command buffers): built, instantiated and launched at once by
+    one call of a replay line, that first launch's records delivered at once;
     instantiated (each node cloned into the executable graph, CUPTI's copy sometimes also
     reported as made, before or after the clone), some before profiling started; updated from
     another graph with as many nodes (cudaGraphExecUpdate); replayed from several lines and
@@ -351,6 +357,7 @@ def graph_programs(draw, max_steps: int = 24) -> GraphProgram:
     last = 0  # the last launch call's correlation id
     graphs: dict[int, list[tuple[int, str | None, str]]] = {}  # id -> (node, site, kernel)
     execs: dict[int, list[list]] = {}  # id -> [node, site, kernel] per node, the site as now
+    first_launch: dict[int, str] = {}  # executable graph -> the line of its first launch
     waiting: list[ActivityRecord] = []
     clock = 1_000
 
@@ -407,22 +414,41 @@ def graph_programs(draw, max_steps: int = 24) -> GraphProgram:
             program.node(GraphNodeRecord(NODE_UPDATED, original, 0, graph_exec, copy_[0], "", last))
             copy_[1] = site  # for the replays launched from now on
 
-    def replay(graph_exec: int) -> None:
+    def library_graph() -> None:
+        """Made by one call at a replay line (no launch call open), instantiated and launched."""
         site = draw(st.sampled_from(REPLAY_SITES))
+        graph, graph_exec = next(ids), next(ids)
+        copies = []
+        for _ in range(draw(st.integers(1, 3))):
+            node, copy_ = next(ids), next(ids)
+            kernel = draw(st.sampled_from(KERNEL_NAMES[:3]))
+            program.node(GraphNodeRecord(NODE_CREATED, node, graph, 0, 0, site, last))
+            program.node(GraphNodeRecord(NODE_CLONED, copy_, graph, graph_exec, node, "", last))
+            copies.append([copy_, site, kernel])
+        execs[graph_exec] = copies
+        program.deliver(replay(graph_exec, site))
+
+    def replay(graph_exec: int, site: str | None = None) -> list[ActivityRecord]:
+        site = site or draw(st.sampled_from(REPLAY_SITES))
         correlation_id = launch(site, graph=True)
+        first = first_launch.setdefault(graph_exec, site)
+        works = []
         for node, capture, kernel in execs[graph_exec]:
             work = record(correlation_id, kernel, node, graph_exec)
-            waiting.append(work)
+            works.append(work)
             if capture is None:
                 program.count(site, work, None)
+            elif capture.endswith(COMPILE_MARK) or capture == first:  # a library's own graph
+                program.count(site, work, site)
             else:
                 program.count(capture, work, site)
+        return works
 
     for _ in range(draw(st.integers(1, max_steps))):
         step = draw(st.sampled_from(
             ["graph", "graph", "old graph", "instantiate", "instantiate", "old exec", "update",
              "update", "replay", "replay", "replay", "free graph", "free exec", "free node",
-             "launch", "deliver"]
+             "launch", "deliver", "library graph"]
         ))  # fmt: skip
         if step in ("graph", "old graph"):
             make_graph(step == "graph")
@@ -433,11 +459,13 @@ def graph_programs(draw, max_steps: int = 24) -> GraphProgram:
             fits = [g for g, nodes in graphs.items() if len(nodes) == len(execs[graph_exec])]
             if fits:
                 if draw(st.booleans()):  # replayed just before: the update is not for it
-                    replay(graph_exec)
+                    waiting.extend(replay(graph_exec))
                 update(graph_exec, draw(st.sampled_from(sorted(fits))))
+        elif step == "library graph":
+            library_graph()
         elif step == "replay" and execs:
             for _ in range(draw(st.integers(1, 3))):
-                replay(draw(st.sampled_from(sorted(execs))))
+                waiting.extend(replay(draw(st.sampled_from(sorted(execs)))))
         elif step == "free graph" and graphs:
             graph = draw(st.sampled_from(sorted(graphs)))
             del graphs[graph]

@@ -243,6 +243,14 @@ def compile_step(compiler, x):
 
 def run_step(executable, x):
     return executable(x)  # L:run
+
+
+def eager_op(dispatch, x):
+    return dispatch.apply_primitive("sin", x)  # L:eager
+
+
+def read(array):
+    return array._value  # L:read (as float(array), np.asarray(array) read it)
 """
 
 
@@ -260,16 +268,43 @@ def stand_in_jax(monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
             return site_of_frame(None)
 
     pxla.ExecuteReplicated = ExecuteReplicated
+    dispatch = types.ModuleType("jax._src.dispatch")
+    # An eager op, as jax's own code: its first call compiles inside it; its host operand's
+    # copy is launched on PJRT's transfer thread (no Python frame) while it runs.
+    eager = jax_code(
+        """
+        def apply_primitive(primitive, x):
+            compiled = compiler.backend_compile_and_load(x) if x == "first" else None
+            return compiled, site_of_frame(None)
+        """,
+        "jax._src.dispatch",
+    )
+    eager.update(compiler=compiler, site_of_frame=site_of_frame)
+    dispatch.apply_primitive = eager["apply_primitive"]
+    array = types.ModuleType("jax._src.array")
+    # An array read on the host: its copy comes from PJRT's transfer thread while it waits.
+    array.ArrayImpl = jax_code(
+        """
+        class ArrayImpl:
+            @property
+            def _value(self):
+                return site_of_frame(None)
+        """,
+        "jax._src.array",
+    )["ArrayImpl"]
+    array.ArrayImpl._value.fget.__globals__["site_of_frame"] = site_of_frame
     modules = {
         "jax": types.ModuleType("jax"),
         "jax._src": types.ModuleType("jax._src"),
         "jax._src.compiler": compiler,
         "jax._src.interpreters": types.ModuleType("jax._src.interpreters"),
         "jax._src.interpreters.pxla": pxla,
+        "jax._src.dispatch": dispatch,
+        "jax._src.array": array,
     }
     for name, module in modules.items():
         monkeypatch.setitem(sys.modules, name, module)
-    return types.SimpleNamespace(compiler=compiler, pxla=pxla)
+    return types.SimpleNamespace(compiler=compiler, pxla=pxla, dispatch=dispatch, array=array)
 
 
 @pytest.fixture
@@ -296,6 +331,29 @@ def test_xlas_frameless_work_takes_the_line_of_the_compile_or_run_causing_it(
     assert ran == f"run_step scopes_app.py:{line_of(SCOPES_APP, 'L:run')}"
     assert backward.frameless_name() is None  # every scope closed with its call
     assert site_of_frame(None) == NO_PYTHON_FRAME
+
+
+def test_an_eager_ops_host_copies_take_its_line_and_its_first_compile_is_marked_alone(
+    monkeypatch, scopes_app
+) -> None:
+    """The copy PJRT launches from its transfer thread while an eager op runs is the op's line;
+    the compile nested in the op's first call is `(compile)`, not two concurrent scopes."""
+    jax = stand_in_jax(monkeypatch)
+    kname.install(targets=["jax"])
+    backward.collect(site_of_frame)
+    line = f"eager_op scopes_app.py:{line_of(SCOPES_APP, 'L:eager')}"
+    assert scopes_app.eager_op(jax.dispatch, "first") == (line + " (compile)", line)
+    assert scopes_app.eager_op(jax.dispatch, 2) == (None, line)
+    assert backward.frameless_name() is None
+
+
+def test_an_arrays_host_read_takes_the_reading_line(monkeypatch, scopes_app) -> None:
+    jax = stand_in_jax(monkeypatch)
+    kname.install(targets=["jax"])
+    backward.collect(site_of_frame)
+    line = f"read scopes_app.py:{line_of(SCOPES_APP, 'L:read')}"
+    assert scopes_app.read(jax.array.ArrayImpl()) == line
+    assert backward.frameless_name() is None
 
 
 def test_no_scope_is_opened_while_no_profile_collects(monkeypatch, scopes_app) -> None:

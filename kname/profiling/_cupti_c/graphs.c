@@ -401,10 +401,69 @@ graph_nodes_site(const GraphNodes *g, uint64_t node, uint32_t correlation_id, co
     return found != NULL;
 }
 
+/* callsite.COMPILE_MARK, as graphs.py's follows_replay reads it. */
+static const char COMPILE_MARK[] = " (compile)";
+
+/* Whether the str `site` ends with COMPILE_MARK. Read without the GIL: a kept name is immutable
+ * and lives as long as the recorder. */
+static int
+compile_marked(const void *site)
+{
+    PyObject *name = (PyObject *)site;
+    Py_ssize_t mark = (Py_ssize_t)(sizeof COMPILE_MARK - 1), length = PyUnicode_GET_LENGTH(name);
+    if (length < mark)
+        return 0;
+    int kind = PyUnicode_KIND(name);
+    const void *data = PyUnicode_DATA(name);
+    for (Py_ssize_t i = 0; i < mark; i++) {
+        if (PyUnicode_READ(kind, data, length - mark + i) != (Py_UCS4)COMPILE_MARK[i])
+            return 0;
+    }
+    return 1;
+}
+
+/* The line of the earliest launch of `graph` seen so far, this one counted (graphs.py's
+ * _first_launch); NULL past MAX_GRAPHS graphs or for want of memory. */
+static const void *
+first_launch(GraphNodes *g, uint32_t graph, uint32_t correlation_id, const void *replay)
+{
+    int64_t at = index_get(&g->first_of, graph);
+    if (at >= 0) {
+        FirstLaunch *first = &g->firsts[at];
+        if (correlation_id < first->correlation_id)
+            *first = (FirstLaunch){correlation_id, replay};
+        return first->site;
+    }
+    if (g->first_count >= MAX_GRAPHS)
+        return NULL;
+    if (!grow((void **)&g->firsts, &g->first_room, g->first_count, sizeof *g->firsts)
+        || !index_set(&g->first_of, graph, (uint32_t)g->first_count)) {
+        g->no_memory = 1;
+        return NULL;
+    }
+    g->firsts[g->first_count++] = (FirstLaunch){correlation_id, replay};
+    return replay;
+}
+
+int
+graph_nodes_charged(GraphNodes *g, uint64_t node, uint32_t graph, uint32_t correlation_id,
+                    const void *replay, const void **site)
+{
+    const void *capture;
+    if (!graph_nodes_site(g, node, correlation_id, &capture))
+        return 0;
+    const void *first = first_launch(g, graph, correlation_id, replay);
+    /* Names are kept once each (the recorder's `kept`): the same line is the same object. */
+    *site = compile_marked(capture) || capture == first ? replay : capture;
+    return 1;
+}
+
 void
 graph_nodes_free(GraphNodes *g)
 {
     free(g->nodes);
+    free(g->firsts);
+    index_free(&g->first_of);
     free(g->updates);
     free(g->destroyed);
     index_free(&g->by_id);

@@ -66,6 +66,13 @@ typedef struct {
 } NodeUpdate;
 
 typedef struct {
+    uint32_t correlation_id; /* the earliest launch of a graph seen */
+    const void *site;        /* its line */
+} FirstLaunch;
+
+#define MAX_GRAPHS 65536
+
+typedef struct {
     Py_ssize_t max_nodes, recent_nodes;
     GraphNode *nodes; /* a pool: a freed slot is on the free list */
     size_t node_count, node_room;
@@ -78,6 +85,9 @@ typedef struct {
     uint64_t *destroyed; /* a ring of the ids destroyed lately, oldest at `head` */
     size_t head, destroyed_count, destroyed_room;
     size_t live, kept;
+    Index64 first_of;        /* a launched graph's id -> its earliest launch in `firsts` */
+    FirstLaunch *firsts;     /* graphs.py's _first_launches, at most MAX_GRAPHS */
+    size_t first_count, first_room;
     uint64_t not_kept;
     int capped;    /* nodes were not kept at the bound: said at the next report */
     int no_memory; /* something was not kept for want of memory */
@@ -91,6 +101,13 @@ INTERNAL void graph_nodes_add(GraphNodes *g, const NodeEvent *e, const void *no_
  * this correlation id; 0 where kname did not see it made. */
 INTERNAL int graph_nodes_site(const GraphNodes *g, uint64_t node, uint32_t correlation_id,
                               const void **site);
+
+/* GraphNodes.charged: 1 and in *site the line a replayed record of `node` (launched as `graph`
+ * with this correlation id at `replay`) goes to: the node's own line, or `replay` where the graph
+ * is a library's own (graphs.py's follows_replay); 0 where kname did not see the node made.
+ * `replay` and every site are str objects the recorder keeps (read without the GIL: immutable). */
+INTERNAL int graph_nodes_charged(GraphNodes *g, uint64_t node, uint32_t graph,
+                                 uint32_t correlation_id, const void *replay, const void **site);
 
 INTERNAL void graph_nodes_free(GraphNodes *g);
 

@@ -301,7 +301,8 @@ join_count(Join *j, const void *site, const GpuRecord *g)
         return;
     }
     const void *capture;
-    if (!graph_nodes_site(&j->nodes, g->graph_node_id, g->correlation_id, &capture)) {
+    if (!graph_nodes_charged(&j->nodes, g->graph_node_id, g->graph_id, g->correlation_id, site,
+                             &capture)) {
         int64_t s = count_record(j, site, g); /* add_unseen */
         if (s >= 0) {
             j->sites[s].unseen_launches++;

@@ -524,23 +524,25 @@ static const char *const WORK_KINDS[] = {NULL, "kernel", "memcpy", "memset"};
 /* One GPU record (join.Join.attribution, then trace._work_event), and its flow from the launch
  * that caused it, numbered `number`. */
 static void
-work_event(Text *t, const TraceLog *log, const GpuRecord *g, uint64_t number, const Tables *x,
+work_event(Text *t, const TraceLog *log, const GpuRecord *g, uint64_t number, Tables *x,
            const TraceNames *n)
 {
     int64_t at = index_get(&x->site_launch, g->correlation_id);
-    const Piece *site = piece_at(&n->sites, (uint64_t)(uintptr_t)n->unattributed);
+    const void *launch_site = n->unattributed;
     if (at >= 0) {
-        const Piece *launched = piece_at(
-            &n->sites, (uint64_t)(uintptr_t)site_of_launch(n, &log->launches[at]));
-        if (launched->length > 2) /* "" is no site: `or UNATTRIBUTED` */
-            site = launched;
+        const void *launched_at = site_of_launch(n, &log->launches[at]);
+        /* "" is no site: `or UNATTRIBUTED` */
+        if (piece_at(&n->sites, (uint64_t)(uintptr_t)launched_at)->length > 2)
+            launch_site = launched_at;
     }
+    const Piece *site = piece_at(&n->sites, (uint64_t)(uintptr_t)launch_site);
     const Piece *where = site, *replayed_at = NULL;
     int capture_seen = 1;
     if (g->graph_node_id || g->graph_id) {
         const void *capture = NULL;
         replayed_at = site;
-        if (graph_nodes_site(&x->nodes, g->graph_node_id, g->correlation_id, &capture))
+        if (graph_nodes_charged(&x->nodes, g->graph_node_id, g->graph_id, g->correlation_id,
+                                launch_site, &capture))
             where = piece_at(&n->sites, (uint64_t)(uintptr_t)capture);
         else
             capture_seen = 0;
@@ -606,7 +608,7 @@ work_event(Text *t, const TraceLog *log, const GpuRecord *g, uint64_t number, co
 
 /* trace.trace_json's whole document. */
 static void
-write_trace(Text *t, const TraceLog *log, const Tables *x, const TraceNames *n)
+write_trace(Text *t, const TraceLog *log, Tables *x, const TraceNames *n)
 {
     ADD(t, "{\"traceEvents\":[");
     track_names(t, log, x, n);

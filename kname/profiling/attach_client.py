@@ -62,9 +62,10 @@ def _say(line: str) -> None:
 
 def _ask(pid: int, request: Request) -> dict[str, Any]:
     """Send the request, wait for the reply (the window, then the files written)."""
-    answers(pid)
+    environ = answers(pid)
     try:
-        folder = runtime_folder(make=True)
+        # The process's own runtime folder: where it will look (its XDG_RUNTIME_DIR, not ours).
+        folder = runtime_folder(make=True, environ=environ)
     except RequestRefused as exc:
         raise AttachError(str(exc)) from None
     request_path = exchange_path(folder, pid, REQUEST)
@@ -102,9 +103,10 @@ def _ask(pid: int, request: Request) -> dict[str, Any]:
     return reply
 
 
-def answers(pid: int) -> None:
-    """AttachError unless `pid` is a process of this user that kname in it would answer: started
-    with KNAME=1 (or -X kname), kname's SIGUSR2 handler set (the OS's mask of signals caught)."""
+def answers(pid: int) -> dict[str, str] | None:
+    """The environment of `pid` (None where /proc does not show it); AttachError unless it is a
+    process of this user that kname in it would answer: started with KNAME=1 (or -X kname), a
+    SIGUSR2 handler set (the OS's mask of signals caught)."""
     if pid <= 0 or pid == os.getpid():
         raise AttachError(f"{pid} is not another process's id")
     try:
@@ -115,8 +117,8 @@ def answers(pid: int) -> None:
         raise AttachError(
             f"process {pid} is another user's: only its owner can profile it"
         ) from None
-    switched_on = _started_with_kname(pid)
-    if switched_on is False:
+    environ, argv = _environ_and_argv(pid)
+    if environ is not None and not _switched_on(environ, argv):
         raise AttachError(
             f"process {pid} was not started with KNAME=1 (or kname run, -X kname): no kname in "
             "it can answer; start it so"
@@ -127,22 +129,32 @@ def answers(pid: int) -> None:
             "there (the program handles SIGUSR2 itself, kname started off its main thread, or "
             "it is a job's launcher or a rank KNAME_RANKS leaves out)"
         )
+    return environ
 
 
-def _started_with_kname(pid: int) -> bool | None:
-    """Whether `pid`'s environment switches kname on (KNAME, -X kname); None if unreadable."""
+def _environ_and_argv(pid: int) -> tuple[dict[str, str] | None, list[bytes]]:
+    """`pid`'s environment and command line, from /proc (None, [] where unreadable)."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as file:
-            environ = file.read().split(b"\0")
+            entries = file.read().split(b"\0")
         with open(f"/proc/{pid}/cmdline", "rb") as file:
             argv = file.read().split(b"\0")
     except OSError:
-        return None
+        return None, []
+    environ = {}
+    for entry in entries:
+        name, equals, value = entry.decode("utf-8", "surrogateescape").partition("=")
+        if equals:
+            environ[name] = value
+    return environ, argv
+
+
+def _switched_on(environ: dict[str, str], argv: list[bytes]) -> bool:
+    """Whether a process of this environment and command line started kname (KNAME, -X kname)."""
     for index, word in enumerate(argv[:-1]):
         if word == b"-X" and argv[index + 1].split(b"=")[0] == b"kname":
             return True
-    values = [entry[6:] for entry in environ if entry.startswith(b"KNAME=")]
-    return bool(values) and parse_switch(values[-1].decode("utf-8", "replace")) is True
+    return parse_switch(environ.get("KNAME")) is True
 
 
 def _catches(pid: int, signum: int) -> bool | None:

@@ -81,21 +81,39 @@ reset_in_child(_disarmed_in_child)
 
 
 def _on_signal(signum: int, frame: object) -> None:
-    # The main thread, between two bytecodes: only what must be here (the SIGTERM writer can be
-    # set on this thread alone), then a thread of its own reads files and starts CUPTI.
-    _register_exit_writer()
-    with _lock:
-        pending = list(_pending)
-        _pending.clear()
-    if pending:
-        for request, start_at in pending:
-            _in_thread(_serve_trigger, request, start_at)
-    else:
-        _in_thread(_serve_attach)
+    # The main thread, between two bytecodes of the program: only what must be here (the
+    # SIGTERM writer can be set on this thread alone), then a thread of its own reads files and
+    # starts CUPTI. Nothing may be raised into the program from here.
+    try:
+        _register_exit_writer()
+        with _lock:
+            pending = list(_pending)
+            _pending.clear()
+        if pending:
+            for request, start_at in pending:
+                _in_thread(_serve_trigger, request, start_at)
+        else:
+            _in_thread(_serve_attach)
+    except Exception as exc:
+        warn_once("attach:signal", f"attach: a profile window could not start ({_reason(exc)})")
 
 
 def _in_thread(work: Any, *args: Any) -> None:
-    threading.Thread(target=work, args=args, name="kname-profile-window", daemon=True).start()
+    threading.Thread(
+        target=_guarded, args=(work, *args), name="kname-profile-window", daemon=True
+    ).start()
+
+
+def _guarded(work: Any, *args: Any) -> None:
+    """`work(*args)`; a fault of kname's is one line, never a thread's traceback."""
+    try:
+        work(*args)
+    except Exception as exc:
+        warn_once("attach:window", f"attach: the profile window failed ({_reason(exc)})")
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".replace("\n", " ")
 
 
 def _register_exit_writer() -> None:
@@ -200,7 +218,7 @@ def _triggered(path: str, touched: float) -> None:
             _pending.append((request, start_at))
         os.kill(os.getpid(), SIGNAL)
     else:
-        _serve_trigger(request, start_at)
+        _guarded(_serve_trigger, request, start_at)
 
 
 def _serve_trigger(request: Any, start_at: float) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kname.config import parse_seconds
@@ -165,11 +166,12 @@ def read_owned(path: str, what: str) -> str:
         raise RequestRefused(f"{what} is not UTF-8 text") from None
 
 
-def runtime_folder(make: bool = False) -> str:
+def runtime_folder(make: bool = False, environ: Mapping[str, str] | None = None) -> str:
     """The user's private folder for attach requests and replies: `$XDG_RUNTIME_DIR/kname` where
-    that is set, else `/tmp/kname-<uid>`; made (mode 0700) with `make`. RequestRefused where it
-    is not the user's own (another user made it first, or it is a link)."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    that is set in `environ` (default: this process's; `kname attach` reads the target's), else
+    `/tmp/kname-<uid>`; made (mode 0700) with `make`. RequestRefused where it is not the user's
+    own (another user made it first, or it is a link)."""
+    runtime = (os.environ if environ is None else environ).get("XDG_RUNTIME_DIR", "")
     if runtime and os.path.isabs(runtime):
         folder = os.path.join(runtime, "kname")
     else:

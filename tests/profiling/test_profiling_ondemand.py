@@ -108,6 +108,7 @@ def start(fake_libcupti: Path, tmp_path: Path):
 
 def kname_attach(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KNAME")}
+    env.pop("XDG_RUNTIME_DIR", None)
     env.update(PYTHONPATH=str(REPO))
     return subprocess.run(
         [sys.executable, "-m", "kname", "attach", *args], cwd=cwd, env=env, capture_output=True,
@@ -141,6 +142,16 @@ def test_attach_profiles_only_the_window_and_prints_the_table(start, tmp_path: P
     window = profile["ranks"][0]["window"]
     assert window["by"] == "attach" and 0 < window["start_ns"] < window["end_ns"]
     assert not (Path(runtime_folder()) / f"{process.pid}.request").exists()
+
+
+def test_attach_asks_in_the_runtime_folder_the_process_uses_not_its_own(start, tmp_path) -> None:
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    process = start(3, env={"XDG_RUNTIME_DIR": str(runtime)})
+    done = kname_attach(str(process.pid), "--duration", "0.5", cwd=tmp_path)  # no XDG_RUNTIME_DIR
+    assert done.returncode == 0, done.stderr
+    assert "<module> prog.py:" in done.stdout
+    assert stat.S_IMODE((runtime / "kname").stat().st_mode) == 0o700
 
 
 def test_a_process_that_ends_during_the_window_writes_its_files_whole(start, tmp_path) -> None:

@@ -199,6 +199,25 @@ def test_under_another_cupti_tool_attach_says_so_and_the_process_runs_on(start, 
     assert not (tmp_path / "p.json").exists()
 
 
+def test_a_second_window_profiles_only_its_own_launches(start, tmp_path) -> None:
+    process = start(4)
+    first = kname_attach(str(process.pid), "--duration", "0.5", "--json", "a.json", cwd=tmp_path)
+    second = kname_attach(str(process.pid), "--duration", "0.5", "--json", "b.json", cwd=tmp_path)
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+    process.communicate(timeout=60)
+    launches = [load(str(tmp_path / name))["total_launches"] for name in ("a.json", "b.json")]
+    assert 0 not in launches and sum(launches) == counted(tmp_path)["recorded"]
+
+
+def test_attach_is_refused_while_a_kname_profile_session_collects(start, tmp_path) -> None:
+    process = start(2, setup="import kname; session = kname.profile(); session.start()")
+    done = kname_attach(str(process.pid), "--duration", "0.5", cwd=tmp_path)
+    assert done.returncode == 1
+    (line,) = done.stderr.splitlines()
+    assert "a kname profile session is collecting in this process already" in line
+    process.communicate(timeout=60)
+
+
 def test_a_process_without_kname_is_refused_in_one_line(tmp_path: Path) -> None:
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:

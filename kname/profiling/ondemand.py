@@ -271,15 +271,19 @@ def _run_window(request: Any, origin: str, reply: str | None) -> None:
             )
         else:
             session = sessions.ProfileSession(keep_streams=request.trace is not None)
-            session.window = {"start_ns": time.time_ns(), "end_ns": 0, "by": _by(origin)}
             window = _window = Window(session, request, origin, reply)
     if busy:
         _refuse(origin, reply, why)
         return
     try:
         if not session.start():
-            _refuse(origin, reply, f"no GPU time can be collected: {session.not_collected}")
+            # For a trigger, the collector's own line on stderr has said why.
+            if reply is not None:
+                _refuse(origin, reply, f"no GPU time can be collected: {session.not_collected}")
             return
+        # From when CUPTI collects: the ranks of a trigger compare these.
+        window.started = time.time()
+        session.window = {"start_ns": time.time_ns(), "end_ns": 0, "by": _by(origin)}
         window.ended.wait(request.duration)
         window.finish()
     finally:

@@ -30,11 +30,22 @@ import os
 import signal
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from kname._locks import new_lock, reset_in_child
 from kname._warnings import warn_once
 from kname.config import KNAME_PROFILE_TRIGGER
+from kname.profiling.requests import (
+    REPLY,
+    REQUEST,
+    RequestRefused,
+    exchange_path,
+    parse_request,
+    read_owned,
+    runtime_folder,
+    runtime_path,
+)
 
 SIGNAL = signal.SIGUSR2
 POLL_SECONDS = 2.0  # how often a trigger file is looked at
@@ -89,10 +100,10 @@ def _on_signal(signum: int, frame: object) -> None:
         with _lock:
             pending = list(_pending)
             _pending.clear()
-        if pending:
-            for request, start_at in pending:
-                _in_thread(_serve_trigger, request, start_at)
-        else:
+        for request, start_at in pending:
+            _in_thread(_serve_trigger, request, start_at)
+        # kname attach's signal (its request may have come with a trigger's own signal).
+        if not pending or os.path.exists(exchange_path(runtime_path(), os.getpid(), REQUEST)):
             _in_thread(_serve_attach)
     except Exception as exc:
         warn_once("attach:signal", f"attach: a profile window could not start ({_reason(exc)})")
@@ -130,16 +141,6 @@ def _register_exit_writer() -> None:
 
 def _serve_attach() -> None:
     """Read this process's request, run its window, write the reply; a refusal is the reply."""
-    from kname.profiling.requests import (
-        REPLY,
-        REQUEST,
-        RequestRefused,
-        exchange_path,
-        parse_request,
-        read_owned,
-        runtime_folder,
-    )
-
     pid = os.getpid()
     try:
         folder = runtime_folder()
@@ -194,8 +195,6 @@ def _state(path: str) -> tuple[int, int, int, int] | None:
 def _triggered(path: str, touched: float) -> None:
     """The trigger changed: read it (the user's own only), then open the window at the same
     moment in every rank: POLL_SECONDS after it was touched, when each has seen it."""
-    from kname.profiling.requests import RequestRefused, parse_request, read_owned
-
     what = f"{TRIGGER} {path!r}"
     try:
         request = parse_request(read_owned(path, what), os.path.dirname(path), what)
@@ -203,8 +202,6 @@ def _triggered(path: str, touched: float) -> None:
         warn_once(f"trigger:{exc}", f"{exc}; no profile window")
         return
     if not request.outputs():
-        from dataclasses import replace
-
         request = replace(request, json=os.path.join(os.path.dirname(path), TRIGGER_JSON))
     start_at = min(max(touched + POLL_SECONDS, time.time()), time.time() + POLL_SECONDS)
     try:
@@ -222,6 +219,10 @@ def _triggered(path: str, touched: float) -> None:
 
 
 def _serve_trigger(request: Any, start_at: float) -> None:
+    # What the window imports, imported first: every rank then starts collecting on time.
+    import kname.profiling.cupti_collector
+    import kname.profiling.session  # noqa: F401
+
     time.sleep(max(0.0, start_at - time.time()))
     _run_window(request, TRIGGER, None)
 

@@ -171,11 +171,7 @@ def runtime_folder(make: bool = False, environ: Mapping[str, str] | None = None)
     that is set in `environ` (default: this process's; `kname attach` reads the target's), else
     `/tmp/kname-<uid>`; made (mode 0700) with `make`. RequestRefused where it is not the user's
     own (another user made it first, or it is a link)."""
-    runtime = (os.environ if environ is None else environ).get("XDG_RUNTIME_DIR", "")
-    if runtime and os.path.isabs(runtime):
-        folder = os.path.join(runtime, "kname")
-    else:
-        folder = os.path.join("/tmp", f"kname-{os.geteuid()}")
+    folder = runtime_path(environ)
     if make:
         try:
             os.mkdir(folder, 0o700)
@@ -195,6 +191,14 @@ def runtime_folder(make: bool = False, environ: Mapping[str, str] | None = None)
     if problem:
         raise RequestRefused(problem)
     return folder
+
+
+def runtime_path(environ: Mapping[str, str] | None = None) -> str:
+    """Where runtime_folder() is, unchecked."""
+    runtime = (os.environ if environ is None else environ).get("XDG_RUNTIME_DIR", "")
+    if runtime and os.path.isabs(runtime):
+        return os.path.join(runtime, "kname")
+    return os.path.join("/tmp", f"kname-{os.geteuid()}")
 
 
 def exchange_path(folder: str, pid: int, kind: str) -> str:

@@ -40,8 +40,9 @@ from kname.profiling.requests import (
 
 pytestmark = pytest.mark.slow
 
-# A launch loop on the stand-in libcupti: a kernel per launch CUPTI calls back for (counted), a
-# millisecond apart, for SECONDS; `ready` is made as the loop starts.
+# A launch loop on the stand-in libcupti: a kernel per launch CUPTI calls back for, a millisecond
+# apart, for SECONDS; `ready` is made as the loop starts. It counts the launches CUPTI saw at both
+# ends (certainly in the profile) and at their start (possibly: the window may close between).
 PROGRAM = """\
 import json, os, sys, time
 from pathlib import Path
@@ -58,18 +59,21 @@ from kname.profiling import native_callback
 native_callback.libcupti_path = lambda: {library!r}
 cupti = stand_in_library(Path({library!r}))
 {setup}
-seconds, recorded, number = float(sys.argv[1]), 0, 0
+seconds, certain, possible, number = float(sys.argv[1]), 0, 0, 0
 Path("ready").touch()
 end = time.monotonic() + seconds
 while time.monotonic() < end:
     number += 1
-    called = cupti.fake_callback(DRIVER, CUDA_LAUNCH_KERNEL, 0, number)  # launch-line
-    cupti.fake_callback(DRIVER, CUDA_LAUNCH_KERNEL, 1, number)
-    if called:
+    entered = cupti.fake_callback(DRIVER, CUDA_LAUNCH_KERNEL, 0, number)  # launch-line
+    if entered:
         cupti.fake_kernel(CONCURRENT_KERNEL, number, 10, 30, 7, 0, 0, 0, b"k")
-        recorded += 1
+    exited = cupti.fake_callback(DRIVER, CUDA_LAUNCH_KERNEL, 1, number)
+    # Collecting at both ends: recorded for sure; at the start only: CUPTI stopped meanwhile.
+    certain += entered and exited
+    possible += entered
     time.sleep(0.001)
-Path("count.json").write_text(json.dumps({{"recorded": recorded, "launched": number}}))
+counts = {{"certain": certain, "possible": possible, "launched": number}}
+Path("count.json").write_text(json.dumps(counts))
 print("done")
 """
 
@@ -120,6 +124,13 @@ def counted(folder: Path) -> dict[str, int]:
     return json.loads((folder / "count.json").read_text())
 
 
+def window_only(profile: dict, folder: Path) -> bool:
+    """Whether the profile holds the launches the program made while CUPTI collected, no other
+    (and at least one)."""
+    count = counted(folder)
+    return 0 < count["certain"] <= profile["total_launches"] <= count["possible"]
+
+
 # --- kname attach ------------------------------------------------------------------------------
 
 
@@ -132,9 +143,9 @@ def test_attach_profiles_only_the_window_and_prints_the_table(start, tmp_path: P
     assert process.returncode == 0 and "done" in out, err
     line = line_of(PROGRAM, "launch-line")  # `setup` is one line: the template's numbering
     profile = load(str(tmp_path / "p.json"))
-    count = counted(tmp_path)
     # Only the window's launches, every one: the program counted those CUPTI called back for.
-    assert 0 < count["recorded"] == profile["total_launches"] < count["launched"]
+    assert window_only(profile, tmp_path)
+    assert profile["total_launches"] < counted(tmp_path)["launched"]
     (site,) = profile["sites"]
     assert site["name"] == f"<module> prog.py:{line}"
     assert f"<module> prog.py:{line}" in done.stdout  # the table, printed by the command
@@ -147,7 +158,7 @@ def test_attach_profiles_only_the_window_and_prints_the_table(start, tmp_path: P
 def test_attach_asks_in_the_runtime_folder_the_process_uses_not_its_own(start, tmp_path) -> None:
     runtime = tmp_path / "run"
     runtime.mkdir(mode=0o700)
-    process = start(3, env={"XDG_RUNTIME_DIR": str(runtime)})
+    process = start(4, env={"XDG_RUNTIME_DIR": str(runtime)})
     done = kname_attach(str(process.pid), "--duration", "0.5", cwd=tmp_path)  # no XDG_RUNTIME_DIR
     assert done.returncode == 0, done.stderr
     assert "<module> prog.py:" in done.stdout
@@ -155,7 +166,7 @@ def test_attach_asks_in_the_runtime_folder_the_process_uses_not_its_own(start, t
 
 
 def test_a_process_that_ends_during_the_window_writes_its_files_whole(start, tmp_path) -> None:
-    process = start(1.5)
+    process = start(4)
     done = kname_attach(
         str(process.pid), "--duration", "30", "--json", "p.json", "--html", "p.html", cwd=tmp_path
     )
@@ -163,7 +174,7 @@ def test_a_process_that_ends_during_the_window_writes_its_files_whole(start, tmp
     process.communicate(timeout=60)
     assert "the process ended" in done.stderr and "into the 30 s window" in done.stderr
     profile = load(str(tmp_path / "p.json"))  # whole: it validates
-    assert profile["total_launches"] == counted(tmp_path)["recorded"] > 0
+    assert window_only(profile, tmp_path)
     assert (tmp_path / "p.html").read_text().rstrip().endswith("</html>")
 
 
@@ -174,21 +185,21 @@ def test_a_process_ended_by_sigterm_during_the_window_writes_its_files(start, tm
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.PIPE,
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
-    request = Path(runtime_folder()) / f"{process.pid}.request"
-    deadline = time.monotonic() + 30
-    while not (tmp_path / "p.json").exists() and time.monotonic() < deadline:
-        time.sleep(0.5)
-        if not request.exists():  # taken: the window is open
-            process.send_signal(signal.SIGTERM)
+    # CUPTI collects once the process says so (its first window's line on stderr).
+    for line in process.stderr:
+        if "profile: collecting through" in line:
+            break
+    time.sleep(0.5)
+    process.send_signal(signal.SIGTERM)
     _, err = attach.communicate(timeout=60)
     process.communicate(timeout=60)
     assert process.returncode == -signal.SIGTERM  # it still dies of it
     assert attach.returncode == 0, err
-    assert load(str(tmp_path / "p.json"))["total_launches"] > 0
+    assert load(str(tmp_path / "p.json"))["total_launches"] > 0  # killed: the program counts none
 
 
 def test_under_another_cupti_tool_attach_says_so_and_the_process_runs_on(start, tmp_path) -> None:
-    process = start(2, setup="cupti.fake_refuse(39, b'nsys')")
+    process = start(4, setup="cupti.fake_refuse(39, b'nsys')")
     done = kname_attach(str(process.pid), "--duration", "1", "--json", "p.json", cwd=tmp_path)
     assert done.returncode == 1
     (line,) = done.stderr.splitlines()
@@ -206,11 +217,12 @@ def test_a_second_window_profiles_only_its_own_launches(start, tmp_path) -> None
     assert first.returncode == second.returncode == 0, first.stderr + second.stderr
     process.communicate(timeout=60)
     launches = [load(str(tmp_path / name))["total_launches"] for name in ("a.json", "b.json")]
-    assert 0 not in launches and sum(launches) == counted(tmp_path)["recorded"]
+    count = counted(tmp_path)
+    assert 0 not in launches and count["certain"] <= sum(launches) <= count["possible"]
 
 
 def test_attach_is_refused_while_a_kname_profile_session_collects(start, tmp_path) -> None:
-    process = start(2, setup="import kname; session = kname.profile(); session.start()")
+    process = start(4, setup="import kname; session = kname.profile(); session.start()")
     done = kname_attach(str(process.pid), "--duration", "0.5", cwd=tmp_path)
     assert done.returncode == 1
     (line,) = done.stderr.splitlines()
@@ -246,7 +258,7 @@ def test_a_request_writable_by_others_is_refused_and_no_window_opens(start, tmp_
     reply.unlink()
     assert "is writable by others (mode 666" in answer["refused"]
     process.communicate(timeout=60)
-    assert counted(tmp_path)["recorded"] == 0
+    assert counted(tmp_path)["possible"] == 0
 
 
 # --- The trigger file ------------------------------------------------------------------------
@@ -267,13 +279,14 @@ def test_one_trigger_gives_each_rank_its_file_for_the_same_window(start, tmp_pat
         _, err = process.communicate(timeout=60)
         assert process.returncode == 0, err
         profile = load(str(tmp_path / f"kname-profile.rank{rank}.json"))
-        assert profile["total_launches"] == counted(tmp_path / f"rank{rank}")["recorded"] > 0
+        assert window_only(profile, tmp_path / f"rank{rank}")
         record = profile["ranks"][0]
         assert record["rank"] == rank and record["window"]["by"] == "trigger"
         windows[rank] = record["window"]
-    # The same window: each starts when every rank has seen the trigger (touched + POLL).
+    # The same window: each starts when every rank has seen the trigger (touched + POLL), to
+    # the poll's jitter.
     starts = [window["start_ns"] for window in windows.values()]
-    assert max(starts) - min(starts) < 0.5e9
+    assert max(starts) - min(starts) < 0.5e9, windows
 
 
 @pytest.mark.parametrize(
@@ -293,7 +306,7 @@ def test_a_bad_trigger_is_one_line_and_no_window(start, tmp_path, contents, said
     _, err = process.communicate(timeout=60)
     (line,) = [line for line in err.splitlines() if "KNAME_PROFILE_TRIGGER" in line]
     assert said in line and "no profile window" in line
-    assert counted(tmp_path)["recorded"] == 0
+    assert counted(tmp_path)["possible"] == 0
 
 
 def test_a_trigger_others_can_write_is_refused(start, tmp_path) -> None:
@@ -303,7 +316,7 @@ def test_a_trigger_others_can_write_is_refused(start, tmp_path) -> None:
     trigger.chmod(0o622)
     _, err = process.communicate(timeout=60)
     assert "is writable by others (mode 622; chmod go-w it); no profile window" in err
-    assert counted(tmp_path)["recorded"] == 0
+    assert counted(tmp_path)["possible"] == 0
     assert not (tmp_path / "kname-profile.json").exists()
 
 

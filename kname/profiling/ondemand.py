@@ -34,6 +34,7 @@ from dataclasses import replace
 from typing import Any
 
 from kname._locks import new_lock, reset_in_child
+from kname._sigterm import at_exit
 from kname._warnings import warn_once
 from kname.config import KNAME_PROFILE_TRIGGER
 from kname.profiling.requests import (
@@ -128,12 +129,14 @@ def _reason(exc: BaseException) -> str:
 
 
 def _register_exit_writer() -> None:
+    """The writer of an open window as the process ends: at exit, and, registered from the main
+    thread, when SIGTERM (left at its default) ends it."""
     global _exit_writer
-    if not _exit_writer:
-        from kname._sigterm import at_exit
-
+    with _lock:
+        if _exit_writer:
+            return
         _exit_writer = True
-        at_exit(_end_at_exit)
+    at_exit(_end_at_exit)
 
 
 # --- kname attach ------------------------------------------------------------------------------
@@ -261,6 +264,7 @@ def _run_window(request: Any, origin: str, reply: str | None) -> None:
     global _window
     from kname.profiling import session as sessions
 
+    _register_exit_writer()  # where no signal of ours came first (a program's own SIGUSR2)
     with _lock:
         busy = _window is not None or sessions._collecting is not None
         if busy:

@@ -377,3 +377,21 @@ def test_a_runtime_folder_open_to_others_is_refused(tmp_path, monkeypatch) -> No
 def test_attach_refuses_a_process_id_that_is_no_process() -> None:
     with pytest.raises(attach_client.AttachError, match="no process"):
         attach_client.answers(2**22 + 12345)
+
+
+def test_a_trigger_of_a_program_with_its_own_sigusr2_works_and_is_written_at_exit(
+    start, tmp_path
+) -> None:
+    """The program took SIGUSR2 for itself: the trigger's window runs on the watcher's thread,
+    and the process, ending during it, still writes its file whole."""
+    trigger = tmp_path / "kname.trigger"
+    own = "import signal; signal.signal(signal.SIGUSR2, lambda *args: None)"
+    process = start(
+        ondemand.POLL_SECONDS * 2 + 1, env={"KNAME_PROFILE_TRIGGER": str(trigger)}, setup=own
+    )
+    trigger.write_text("duration=60\n")
+    trigger.chmod(0o600)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert window_only(load(str(tmp_path / "kname-profile.json")), tmp_path)
+    assert "the process ended" in err and "into the 60 s window" in err

@@ -1,4 +1,4 @@
-"""The `kname` command: `kname run | profile | doctor | report` (also `python -m kname`)."""
+"""The `kname` command: `kname run | profile | attach | doctor | report` (or `python -m kname`)."""
 
 from __future__ import annotations
 

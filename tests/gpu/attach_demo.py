@@ -20,9 +20,10 @@ import torch
 
 
 def window_open() -> bool:
-    # Not imported here: where kname never opened a window, nothing of it is loaded.
+    # Not imported here: where kname never opened a window, nothing of it is loaded. The window's
+    # thread may be importing it now: a module half made has no _collecting yet.
     sessions = sys.modules.get("kname.profiling.session")
-    return sessions is not None and sessions._collecting is not None
+    return getattr(sessions, "_collecting", None) is not None
 
 
 def captured(z: torch.Tensor) -> None:

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import IO, Any
 
-from kname.config import parse_switch
+from kname.config import KNAME, parse_switch
 from kname.profiling.ondemand import SIGNAL
 from kname.profiling.requests import (
     REPLY,
@@ -154,7 +154,7 @@ def _switched_on(environ: dict[str, str], argv: list[bytes]) -> bool:
     for index, word in enumerate(argv[:-1]):
         if word == b"-X" and argv[index + 1].split(b"=")[0] == b"kname":
             return True
-    return parse_switch(environ.get("KNAME")) is True
+    return parse_switch(environ.get(KNAME)) is True
 
 
 def _catches(pid: int, signum: int) -> bool | None:

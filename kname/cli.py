@@ -1,4 +1,4 @@
-"""The `kname` command: `kname run | profile | doctor | report` (also `python -m kname`)."""
+"""The `kname` command: `kname run | profile | attach | doctor | report` (or `python -m kname`)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ examples:
 """
 
 
-COMMANDS = ("run", "profile", "doctor", "report")
+COMMANDS = ("run", "profile", "attach", "doctor", "report")
 
 # `kname run` option -> the environment variable it sets.
 RUN_OPTIONS = {
@@ -132,6 +132,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("program", nargs=argparse.REMAINDER, help="the command, after --")
     run.set_defaults(handler=_run)
     _add_profile_command(commands)
+    _add_attach_command(commands)
     doctor_command = commands.add_parser(
         "doctor",
         help="check this environment: start-up gate, switch, libraries, NVTX tool, settings",
@@ -436,6 +437,73 @@ def _profile(options: argparse.Namespace, parser: argparse.ArgumentParser) -> in
             os.environ[variable] = value
     options.mode, options.report = "profile", options.json
     return _run(options, parser)
+
+
+ATTACH_EXAMPLES = """\
+examples:
+  KNAME=1 python train.py &                 any process started with kname on (any mode)
+  kname attach 4242                         profile it for 30 s, then print the table
+  kname attach 4242 --duration 5 --json now.json --html now.html
+                                            ... 5 s, and the profile saved (in the process)
+  KNAME=1 KNAME_PROFILE_TRIGGER=/shared/kname.trigger torchrun ... train.py
+  echo duration=60 > /shared/kname.trigger  every rank profiles the same 60 s and writes its
+                                            file beside the trigger (kname-profile.rank3.json)
+
+Only the process's owner can attach (the OS checks the signal); a trigger file must be the
+user's own and writable by no one else. See docs/attach.md.
+"""
+
+
+def _add_attach_command(commands: argparse._SubParsersAction) -> None:
+    attach = commands.add_parser(
+        "attach",
+        help="profile a running process started with KNAME=1 for a window, then print the table",
+        description="Ask a running process started with KNAME=1 (any mode) to profile its GPU "
+        "work for a window (CUPTI subscribed then, and unsubscribed after), write the files "
+        "asked for, and print the table here.",
+        epilog=ATTACH_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    attach.add_argument("pid", metavar="PID", type=_process_id, help="the process's id")
+    attach.add_argument(
+        "--duration", metavar="SECONDS", type=_window_seconds, default="30",
+        help="how long the window lasts (default 30, at most a day)",
+    )  # fmt: skip
+    each = "; written by the process ({rank}, {host}, {pid} placeholders as in kname profile)"
+    attach.add_argument("--json", metavar="PATH", help=f"the profile (schema 2) as JSON{each}")
+    attach.add_argument("--trace", metavar="PATH", help=f"a Chrome trace-event timeline{each}")
+    attach.add_argument("--html", metavar="PATH", help=f"a self-contained HTML page{each}")
+    attach.set_defaults(handler=_attach)
+
+
+def _process_id(text: str) -> int:
+    if not (text.isascii() and text.isdigit() and 0 < len(text) <= 9 and int(text) > 0):
+        raise argparse.ArgumentTypeError(f"expected a process id (a whole number), not {text!r}")
+    return int(text)
+
+
+def _window_seconds(text: str) -> str:
+    from kname.profiling.requests import MAX_SECONDS
+
+    text = _seconds(text)
+    if float(text) > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_SECONDS:g} seconds, not {text!r}")
+    return text
+
+
+def _attach(options: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Build the request (paths made absolute here, where the user named them) and attach."""
+    from kname.profiling.attach_client import attach
+    from kname.profiling.requests import Request, RequestRefused, parse_request
+
+    lines = [f"duration={options.duration}"]
+    lines += [f"{kind}={getattr(options, kind)}" for kind in ("json", "trace", "html")
+              if getattr(options, kind)]  # fmt: skip
+    try:
+        request: Request = parse_request("\n".join(lines), os.getcwd(), "kname attach")
+    except RequestRefused as exc:
+        return _usage_error(str(exc))
+    return attach(options.pid, request)
 
 
 REPORT_EXAMPLES = """\

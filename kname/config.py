@@ -39,6 +39,7 @@ KNAME_PROFILE_FLUSH = "KNAME_PROFILE_FLUSH"
 KNAME_PROFILE_DELAY = "KNAME_PROFILE_DELAY"
 KNAME_PROFILE_DURATION = "KNAME_PROFILE_DURATION"
 KNAME_PROFILE_TRACE_MAX = "KNAME_PROFILE_TRACE_MAX"
+KNAME_PROFILE_TRIGGER = "KNAME_PROFILE_TRIGGER"
 
 SWITCH_ON = ("1", "true", "yes", "on")
 SWITCH_OFF = ("", "0", "false", "no", "off")
@@ -73,7 +74,7 @@ KNOWN_VARIABLES = (
     KNAME, KNAME_TARGETS, KNAME_SKIP, KNAME_USER, KNAME_FORMAT, KNAME_DEPTH,
     KNAME_MODE, KNAME_REPORT, KNAME_DOMAIN, KNAME_STRICT, *PROFILE_OUTPUTS,
     *PROFILE_SETTINGS, KNAME_NATIVE, KNAME_RANKS, KNAME_SOURCES,
-    KNAME_DRIVER_HOOK,
+    KNAME_DRIVER_HOOK, KNAME_PROFILE_TRIGGER,
 )  # fmt: skip
 # How alike (difflib's ratio) a name must be to a known one to be taken for a misspelling of it:
 # at start-up, a near miss (KNAME_MDOE) is a problem; `kname doctor` shows any likeness.
@@ -115,6 +116,7 @@ class Config(NamedTuple):
     native: bool = True  # KNAME_NATIVE: the C hot path where built (False: the pure-Python one)
     sources: bool = True  # KNAME_SOURCES: saved documents keep the source of their lines
     driver_hook: bool = True  # KNAME_DRIVER_HOOK: under an NVTX tool, launches named at the driver
+    trigger: str | None = None  # KNAME_PROFILE_TRIGGER: a file whose change opens a profile window
     problems: tuple[str, ...] = ()  # last: left out of == and hash
 
 
@@ -208,6 +210,7 @@ def read_config(
         native=_read_native(env.get(KNAME_NATIVE), problems),
         sources=_read_sources(env.get(KNAME_SOURCES), problems),
         driver_hook=_read_driver_hook(env.get(KNAME_DRIVER_HOOK), problems),
+        trigger=_read_trigger(env.get(KNAME_PROFILE_TRIGGER), problems),
         problems=tuple(problems + _misspellings(env)),
     )
     if strict and config.problems:
@@ -454,6 +457,21 @@ def _read_output(variable: str, value: str | None, problems: list[str]) -> str |
         problems.append(f"{problem}; nothing is written there")
         return None
     return text
+
+
+def _read_trigger(value: str | None, problems: list[str]) -> str | None:
+    """KNAME_PROFILE_TRIGGER, in any mode: a file path, made absolute now (the program may
+    change directory); touching that file opens a profile window (profiling/ondemand.py)."""
+    text = (value or "").strip()
+    if not text:
+        return None
+    if not text.isprintable() or len(text) > 4096:
+        problems.append(
+            f"KNAME_PROFILE_TRIGGER={text[:80]!r} is not a file path (printable, at "
+            "most 4096 characters); no trigger is watched"
+        )
+        return None
+    return os.path.abspath(text)
 
 
 def parse_count(text: str) -> int | None:

@@ -32,6 +32,7 @@ from kname.config import (
     KNAME_PROFILE_TOP,
     KNAME_PROFILE_TRACE,
     KNAME_PROFILE_TRACE_MAX,
+    KNAME_PROFILE_TRIGGER,
     KNAME_RANKS,
     KNAME_REPORT,
     KNAME_SKIP,
@@ -537,6 +538,7 @@ def _settings_in_effect(config: Config, strict: bool) -> dict[str, str]:
         KNAME_RANKS: "every rank" if config.ranks is None else format_ranks(config.ranks),
         KNAME_SOURCES: "on (saved documents keep their lines' source)" if config.sources else "off",
         KNAME_DRIVER_HOOK: "off" if hook_off else "on (where it can be: see its line above)",
+        KNAME_PROFILE_TRIGGER: config.trigger or "(none: kname attach PID only)",
     }
     return {variable: described[variable] for variable in KNOWN_VARIABLES}
 

@@ -162,6 +162,19 @@ def install(targets: Iterable[str] | str | None = None) -> None:
     _watch_targets(Switch(_state.enabled))
     if _state.enabled:
         driver_hook.install(config.mode)
+    if _writes_outputs(config):
+        _arm_on_demand(config)
+
+
+def _arm_on_demand(config: Config) -> None:
+    """`kname attach` and KNAME_PROFILE_TRIGGER answered (profiling/ondemand.py): a signal
+    handler and, with a trigger, a thread that stats it; nothing on the launch path."""
+    try:
+        from kname.profiling import ondemand
+
+        ondemand.arm(config.trigger)
+    except Exception as exc:  # on-demand profiling must not stop the program, nor its naming
+        warn_once("profile:attach", f"kname attach cannot be answered here ({exc})")
 
 
 @_one_at_a_time

@@ -171,7 +171,7 @@ def test_a_mistyped_command_is_refused_not_run_as_a_script(kname_venv, tmp_path,
         assert (result.returncode, result.stdout) == (2, ""), result.stderr
         assert result.stderr == (
             f"kname: unknown command {typo!r}; did you mean {meant!r}? (commands: run, profile, "
-            "doctor, report)\n"
+            "attach, doctor, report)\n"
         )
 
 

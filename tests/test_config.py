@@ -48,6 +48,7 @@ VARIABLES = (
     "KNAME_RANKS",
     "KNAME_SOURCES",
     "KNAME_DRIVER_HOOK",
+    "KNAME_PROFILE_TRIGGER",
 )
 DEFAULTS = Config()
 
@@ -745,3 +746,20 @@ def test_the_variables_names_are_spelled_in_config_alone() -> None:
         if names
     }
     assert spelled == {}
+
+
+def test_the_trigger_is_read_in_any_mode_and_made_absolute(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for mode in ("nvtx", "census", "profile"):
+        cfg = config(profile_trigger=" kname.trigger ", mode=mode)
+        assert (cfg.trigger, cfg.problems) == (str(tmp_path / "kname.trigger"), ())
+    assert config().trigger is None
+
+
+def test_a_trigger_that_is_no_path_is_one_line_naming_it_and_none_is_watched() -> None:
+    cfg = config(profile_trigger="a\nb")
+    assert cfg.trigger is None
+    assert the_problem(cfg) == (
+        "KNAME_PROFILE_TRIGGER='a\\nb' is not a file path (printable, at most 4096 characters); "
+        "no trigger is watched"
+    )

@@ -184,6 +184,8 @@ def test_the_example_outputs_shown_are_what_kname_report_prints(
          "torch-table"),
         ("jax_h100_profile.json", "### JAX (run on the H100)", "kname report jax.json --top 1",
          "jax-table"),
+        ("attach_h100.json", "### Where does my GPU time go? (run on the H200)",
+         "kname report now.json --top 2", "attach-table"),
     ],
 )  # fmt: skip
 def test_a_frameworks_table_is_kname_report_of_the_profile_written_on_the_gpu(
@@ -192,7 +194,8 @@ def test_a_frameworks_table_is_kname_report_of_the_profile_written_on_the_gpu(
     """The table shown is `kname report` of what `kname profile --json` wrote for
     tests/gpu/torch_demo.py on the H200, tests/gpu/jax_demo.py on the H100
     (tests/gpu/test_gpu_torch.py
-    and tests/gpu/test_gpu_jax.py run them there)."""
+    and tests/gpu/test_gpu_jax.py run them there), and `kname attach --json` for
+    tests/gpu/attach_demo.py on the H100 (tests/gpu/test_gpu_attach.py)."""
     shutil.copy(REPO / "tests/data" / recorded, tmp_path / command.split()[2])
     assert command in section(title)
     shown = run_shell(command, kname_venv, tmp_path)

@@ -76,8 +76,16 @@ With more than one rank, each site keeps its numbers on each rank, in lists alig
         {"name": "step app.py:12", ..., "launches": 40, "gpu_ns": 162000, ...,
          "by_rank": {"launches": [20, 20], "gpu_ns": [81000, 81000]}}     a census: launches only
 
-A record of one rank may hold other fields. Files written before ranks were recorded have no
-`ranks`: they read as documents of an unknown rank (merged, rank 0).
+A record of one rank may hold other fields. One is read: a profile of an on-demand window
+(`kname attach`, KNAME_PROFILE_TRIGGER: profiling/ondemand.py) says when it was, in its rank's
+record, and a merge keeps each rank's:
+
+         "window": {"start_ns": 1765000000000000000,   the wall clock (ns since 1970) when
+                    "end_ns": 1765000003000000000,     collecting started and stopped
+                    "by": "attach"}                    attach or trigger
+
+Files written before ranks were recorded have no `ranks`: they read as documents of an unknown
+rank (merged, rank 0).
 
 Either schema may end with `sources`: the lines of source around each site's line, kept when
 the document was written, for its page (kname.documents.sources). Files without it read as
@@ -123,6 +131,9 @@ TOTAL_FIELDS = {
 RANKS = "ranks"
 BY_RANK = "by_rank"
 RANK_FIELDS = ("rank", "local_rank", "world_size", "launcher", "host", "pid", "device")
+# A rank record's optional on-demand window (see above), and who may have opened one.
+WINDOW = "window"
+WINDOW_BY = ("attach", "trigger")
 BY_RANK_FIELDS = {CENSUS_SCHEMA: ("launches",), PROFILE_SCHEMA: ("launches", "gpu_ns")}
 # The rank a document that has no `ranks` counts as when merged with others.
 UNKNOWN_RANK = dict.fromkeys(RANK_FIELDS) | {"rank": 0, "world_size": 1}
@@ -387,6 +398,24 @@ def _validate_rank_record(record: Any, where: str) -> None:
         raise DocumentError(
             f"{where}.{fact} cannot be {_shown(record[fact])} ({PROGRAM}: a file name of at most "
             f"{MAX_PROGRAM} characters; {WRITTEN}: a UTC time such as 2026-12-06T08:30:12Z)"
+        )
+    if WINDOW in record:
+        _validate_window(record[WINDOW], f"{where}.{WINDOW}")
+
+
+def _validate_window(window: Any, where: str) -> None:
+    """An on-demand window: start_ns and end_ns counts, the end not before the start, and who
+    opened it."""
+    if (
+        not isinstance(window, dict)
+        or not is_count(window.get("start_ns"))
+        or not is_count(window.get("end_ns"))
+        or window["end_ns"] < window["start_ns"]
+        or window.get("by") not in WINDOW_BY
+    ):
+        raise DocumentError(
+            f"{where} must be an object of start_ns and end_ns (counts, {COUNT_RULE}, the end "
+            f"not before the start) and by ({' or '.join(WINDOW_BY)}), not {_shown(window)}"
         )
 
 

@@ -103,6 +103,8 @@ class ProfileSession:
         # Why CUPTI never collected for this session (None: it did, or it was not started):
         # the table and the exit then say that instead of a profile of no launch.
         self.not_collected: str | None = None
+        # An on-demand window's bounds (ondemand.py): kept in this rank's record of the document.
+        self.window: dict[str, Any] | None = None
 
     def start(self) -> bool:
         """Start collecting; False when CUPTI cannot be used (the program runs on)."""
@@ -172,6 +174,8 @@ class ProfileSession:
 
     def _totals(self) -> dict[str, Any]:
         record = meta(find_rank(), device=self.device()) | run_facts()
+        if self.window is not None:
+            record["window"] = dict(self.window)
         return profile_document(self.join.profile(), ranks=record)
 
     def device(self) -> str | None:

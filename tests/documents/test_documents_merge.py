@@ -175,6 +175,18 @@ def test_two_files_of_one_rank_add_up_to_that_ranks_numbers() -> None:
     assert merge_documents([worker, rank1, rank0])[RANKS] == merged[RANKS]
 
 
+def test_a_merge_of_on_demand_windows_keeps_each_ranks_window() -> None:
+    windows = {}
+    inputs = []
+    for rank in (1, 0):
+        document = with_rank(profile_document(profile_of({"step app.py:1": ("k", 2, 90)})), rank)
+        windows[rank] = {"start_ns": 10**18 + rank, "end_ns": 10**18 + 3 * 10**9, "by": "trigger"}
+        document[RANKS][0]["window"] = windows[rank]
+        inputs.append(document)
+    merged = written(merge_documents(inputs))
+    assert [record["window"] for record in merged[RANKS]] == [windows[0], windows[1]]
+
+
 def test_a_site_that_never_ran_on_a_rank_counts_zero_there() -> None:
     rank0 = with_rank(profile_document(profile_of({"save app.py:9": ("[memcpy DtoH]", 1, 40)})), 0)
     rank2 = with_rank(profile_document(profile_of({"step app.py:1": ("k", 5, 500)})), 2)

@@ -167,8 +167,12 @@ def two_ranks() -> dict:
     return document
 
 
+WINDOW = {"start_ns": 10, "end_ns": 20, "by": "attach"}
+
+
 def test_a_document_of_two_ranks_survives_its_json_form() -> None:
     document = two_ranks()
+    document["ranks"][1]["window"] = dict(WINDOW)  # an on-demand window's, read back too
     text = render_json(document)
     assert validate(json.loads(text), "x.json") == document
     assert text.splitlines()[-4:-1] == [
@@ -199,6 +203,10 @@ def test_a_document_of_two_ranks_survives_its_json_form() -> None:
         (lambda d: d["sites"][0]["by_rank"].update(launches=[2, 2]), "does not add up to"),
         (lambda d: d.pop("ranks"), "sites have 'by_rank' but the document has no 'ranks'"),
         (lambda d: d["ranks"].pop(), r"sites\[0\] has 'by_rank' but the document has one rank"),
+        (lambda d: d["ranks"][0].update(window=[1, 2]), r"ranks\[0\].window must be an object"),
+        (lambda d: d["ranks"][0].update(window=WINDOW | {"end_ns": 5}), "the end not before"),
+        (lambda d: d["ranks"][0].update(window=WINDOW | {"start_ns": 2**63}), "2\\*\\*63-1"),
+        (lambda d: d["ranks"][1].update(window=WINDOW | {"by": "cron"}), "by \\(attach or trigger"),
     ],
 )
 def test_bad_ranks_are_one_line_naming_the_file_and_the_fault(tmp_path, change, message) -> None:

@@ -1,0 +1,167 @@
+"""On a GPU: `kname attach` and KNAME_PROFILE_TRIGGER on a torch loop (tests/gpu/attach_demo.py)
+started with KNAME=1, from this checkout.
+
+- A window of 3 s in the middle of a 20 s loop: the profile holds the window's launches and no
+  others (the loop counts the iterations it ran with the window open: at both ends, at either
+  end), with GPU time on each marked line; the graph captured before the window is said plainly
+  to stay at its replay line; and the loop's iteration time after the window is the time before
+  it, within the A/A spread of a run without kname: an expected failure (xfail) today, since
+  CUPTI, unsubscribed but not finalized, keeps a cost (docs/attach.md).
+- Two ranks (RANK=0/1, one GPU) and one trigger file: each writes its rank file for the same
+  window, which `kname report --straggler` reads.
+
+Marked `gpu`, skipped without a CUDA driver, cupti-python or a CUDA build of torch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support import REPO, profile_missing_reason
+from support.gpu_programs import marked_lines
+
+from kname.documents.files import load
+
+DEMO = REPO / "tests" / "gpu" / "attach_demo.py"
+LINE = {marker: number for number, marker in marked_lines(DEMO).items()}
+PER_ITERATION = {"mul": 8, "add": 1}  # launches each iteration makes at each line
+GRAPH_KERNELS = 4  # the captured graph's kernels, replayed once an iteration
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def _gpu_and_torch() -> None:
+    missing = profile_missing_reason()
+    if missing is None and importlib.util.find_spec("torch") is None:
+        missing = "torch is not installed"
+    if missing is not None:
+        pytest.skip(missing)
+
+
+def site(function: str, marker: str) -> str:
+    return f"{function} attach_demo.py:{LINE[marker]}"
+
+
+def start_demo(folder: Path, seconds: float, env: dict[str, str] | None = None):
+    """The demo under `kname run` in `folder`, once its timed loop has begun: (process, pid of
+    the program, its summary's path)."""
+    folder.mkdir(exist_ok=True)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("KNAME")}
+    environ.update(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", **(env or {}))
+    ready, summary = folder / "ready", folder / "summary.json"
+    command = [sys.executable, "-m", "kname", "run", "--", sys.executable, str(DEMO),
+               str(seconds), str(summary), str(ready)]  # fmt: skip
+    process = subprocess.Popen(
+        command, cwd=folder, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 300
+    while not ready.exists() or not ready.read_text():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the demo never began its loop"
+        time.sleep(0.05)
+    return process, int(ready.read_text()), summary
+
+
+def finished(process: subprocess.Popen, summary: Path) -> dict:
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0 and "attach demo done" in out, err[-4000:]
+    assert "internal error" not in err, err[-4000:]
+    return json.loads(summary.read_text())
+
+
+def assert_window_only(profile: dict, window: dict) -> None:
+    """Each marked line holds the launches of the iterations run with the window open: at least
+    those open at both ends, at most those open at either; each with GPU time."""
+    sites = {entry["name"]: entry for entry in profile["sites"]}
+    for marker, launches in PER_ITERATION.items():
+        entry = sites[site("step", marker)]
+        low, high = launches * window["inside"], launches * window["touched"]
+        assert low <= entry["launches"] <= high, (marker, entry["launches"], window)
+        assert entry["gpu_ns"] > 0
+    assert window["inside"] > 0
+
+
+def test_attach_profiles_only_the_window_and_the_loop_runs_on_as_before(tmp_path) -> None:
+    process, pid, summary = start_demo(tmp_path / "kname", 20)
+    time.sleep(6)
+    attach = subprocess.run(
+        [sys.executable, "-m", "kname", "attach", str(pid), "--duration", "3", "--json",
+         "p.json"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert attach.returncode == 0, attach.stderr
+    counts = finished(process, summary)
+    print(attach.stdout, attach.stderr, json.dumps(counts))
+    profile = load(str(tmp_path / "p.json"))
+    (window,) = counts["windows"]
+    assert_window_only(profile, window)
+    assert site("step", "mul") in attach.stdout  # the table, printed by the command
+    # The graph was captured before the window: its kernels stay at the replay line, said so.
+    replay = {entry["name"]: entry for entry in profile["sites"]}[site("step", "replay")]
+    assert replay["replayed_unseen"]["launches"] >= GRAPH_KERNELS * window["inside"]
+    assert "CUDA graphs captured before the window" in attach.stderr
+    # After the window (CUPTI unsubscribed), an iteration takes what it took before it, within
+    # the spread of two halves of a run without kname (an A/A pair), or 5%.
+    baseline = baseline_run(tmp_path / "baseline", 8)
+    halves = baseline["median_first_half_us"], baseline["median_second_half_us"]
+    spread = abs(halves[0] - halves[1]) / min(halves)
+    change = counts["median_after_us"] / counts["median_before_us"] - 1
+    print(f"after/before {change:+.1%}, A/A spread {spread:.1%}, baseline {halves}")
+    if abs(change) > max(3 * spread, 0.05):
+        # Measured on the H100 (batch 1b): 77.5 us an iteration before a window, 116.7 us after
+        # it (A/A 0.9%). CUPTI, unsubscribed, stays attached to the driver; its detach is
+        # cuptiFinalize from an API exit callback, which kname does not call yet.
+        pytest.xfail(f"after the window an iteration takes {change:+.1%} (CUPTI not finalized)")
+
+
+def baseline_run(folder: Path, seconds: float) -> dict:
+    """The demo without kname: its summary."""
+    folder.mkdir()
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("KNAME")}
+    done = subprocess.run(
+        [sys.executable, str(DEMO), str(seconds), str(folder / "summary.json")], env=environ,
+        cwd=folder, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads((folder / "summary.json").read_text())
+
+
+def test_one_trigger_gives_two_ranks_their_files_for_the_same_window(tmp_path) -> None:
+    trigger = tmp_path / "kname.trigger"
+    started = []
+    for rank in (0, 1):
+        env = {"KNAME_PROFILE_TRIGGER": str(trigger), "RANK": str(rank), "WORLD_SIZE": "2"}
+        env["LOCAL_RANK"] = str(rank)
+        started.append(start_demo(tmp_path / f"rank{rank}", 12, env))
+    time.sleep(1)
+    trigger.write_text("duration=3\n")
+    trigger.chmod(0o600)
+    starts = []
+    for rank, (process, _, summary) in enumerate(started):
+        (window,) = finished(process, summary)["windows"]
+        profile = load(str(tmp_path / f"kname-profile.rank{rank}.json"))
+        assert_window_only(profile, window)
+        record = profile["ranks"][0]
+        assert (record["rank"], record["world_size"], record["window"]["by"]) == (
+            rank,
+            2,
+            "trigger",
+        )
+        starts.append(record["window"]["start_ns"])
+    assert abs(starts[0] - starts[1]) < 0.5e9  # the same window on both ranks
+    report = subprocess.run(
+        [sys.executable, "-m", "kname", "report", "kname-profile.rank0.json",
+         "kname-profile.rank1.json", "--straggler", "20%"], cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    assert site("step", "mul") in report.stdout

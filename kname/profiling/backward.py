@@ -19,9 +19,15 @@ and an executable's run through Python (`scoped`): XLA compiles, autotunes and b
 graphs on threads of its own, where a launch has no Python frame.
 
 Two passes running at once whose lines differ (threads of their own): autograd's threads do not
-say whose node they run, so their launches take the newest's name, marked CONCURRENT. A pass
-started inside another (reentrant checkpointing, on autograd's thread) is named after the outer
-one by the same rules, and so is not a second name. Nothing here runs per launch but one read.
+say whose pass their node is of, so their launches take the newest's name, marked CONCURRENT. A
+pass started inside another (reentrant checkpointing, on autograd's thread) is named after the
+outer one by the same rules, and so is not a second name. Nothing here runs per launch but one
+read.
+
+Backward per forward line: once the torch unit gives a reader of the forward line of the node
+running on this thread (`know_forward_lines`: kname.profiling.torch_forward), a launch named
+after a pass is named `backward_site(pass, forward line)` (kname.documents.backward_lines) where
+a node runs; the C recorder asks `forward_named` under the GIL (`listen_forward`), only then.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from typing import Any
 from kname._locks import new_lock, reset_in_child
 from kname._warnings import report_fault
 from kname.callsite import COMPILE_MARK
+from kname.documents.backward_lines import backward_site
 from kname.patching import mark_wrapper
 
 CONCURRENT = " [concurrent backward]"
@@ -65,6 +72,14 @@ def _never() -> bool:
 _autograd_thread: Callable[[], bool] = _never
 
 
+# The forward line of the node running on this thread (None: none runs): the torch unit's reader.
+_forward_line: Callable[[], str | None] | None = None
+# Told the namer to use for frameless launches (forward_named), or None: the C recorder's.
+_forward_listener: Callable[[Callable[[str], str] | None], object] | None = None
+# Told when a profile starts collecting (its namer) or stops (None): the torch unit's mode.
+_followers: list[Callable[[Callable[[FrameType], str] | None], object]] = []
+
+
 def recognise_autograd_threads(test: Callable[[], bool]) -> None:
     """`test()` says whether this thread is running an autograd node now (never raises)."""
     global _autograd_thread
@@ -76,6 +91,67 @@ def collect(namer: Callable[[FrameType], str] | None) -> None:
     from now on (those open close as their passes end)."""
     global _namer
     _namer = namer
+    for follower in list(_followers):
+        _tell_follower(follower, namer)
+
+
+def follow_collection(follower: Callable[[Callable[[FrameType], str] | None], object]) -> None:
+    """`follower(namer)` at every collect(), and now if a profile collects (the torch unit's)."""
+    _followers.append(follower)
+    if _namer is not None:
+        _tell_follower(follower, _namer)
+
+
+def _tell_follower(follower: Callable, namer: Callable[[FrameType], str] | None) -> None:
+    try:  # the profile runs on, with or without forward lines
+        follower(namer)
+    except Exception as exc:
+        report_fault("following kname profile for backward per forward line", exc)
+
+
+def know_forward_lines(reader: Callable[[], str | None]) -> None:
+    """`reader()` gives the forward line of the node running on this thread (None: none)."""
+    global _forward_line
+    _forward_line = reader
+    _tell_forward_listener()
+
+
+def listen_forward(listener: Callable[[Callable[[str], str] | None], object] | None) -> None:
+    """`listener(forward_named)` now and whenever forward lines become known (None: none are)."""
+    global _forward_listener
+    _forward_listener = listener
+    _tell_forward_listener()
+
+
+def _tell_forward_listener() -> None:
+    listener = _forward_listener
+    if listener is None:
+        return
+    try:
+        listener(forward_named if _forward_line is not None else None)
+    except Exception as exc:
+        report_fault("naming a backward pass for kname profile", exc)
+
+
+def forward_named(name: str) -> str:
+    """`name` (a pass's) with the forward line of the node running on this thread, if one
+    runs; a fault is said once and the launch keeps `name`."""
+    reader = _forward_line
+    if reader is None:
+        return name
+    try:
+        forward = reader()
+    except Exception as exc:
+        report_fault("finding the forward line of a backward launch", exc)
+        return name
+    return name if forward is None else backward_site(name, forward)
+
+
+def frameless_site() -> str | None:
+    """The name of a launch with no Python frame now, with its forward line: None when no
+    backward pass runs."""
+    current = _current
+    return None if current is None else forward_named(current)
 
 
 def enter(frame: FrameType, mark: str = "") -> Scope | None:
@@ -133,7 +209,7 @@ def library_code_name(name: str) -> str:
     current = _current
     if current is None or not _autograd_thread():
         return name
-    return current + COMPILE_MARK if name.endswith(COMPILE_MARK) else current
+    return current + COMPILE_MARK if name.endswith(COMPILE_MARK) else forward_named(current)
 
 
 def listen(listener: Callable[[str | None], object] | None) -> None:
@@ -168,8 +244,8 @@ def _tell() -> None:
 
 def _nothing_runs_in_a_child() -> None:
     """A forked child runs no pass of its parent's, and CUPTI does not follow it."""
-    global _namer, _current, _listener
-    _namer, _current, _listener = None, None, None
+    global _namer, _current, _listener, _forward_listener
+    _namer, _current, _listener, _forward_listener = None, None, None, None
     _scopes.clear()
 
 

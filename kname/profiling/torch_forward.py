@@ -35,6 +35,7 @@ _pushed_on: int | None = None  # the thread whose stack holds it
 def make_mode(torch: Any, namer: Callable[[FrameType], str], on_autograd_thread: Callable) -> Any:
     """A TorchFunctionMode recording each call's node numbers and line, while `active`."""
     numbers = torch.autograd._get_sequence_nr
+    compiling = torch.compiler.is_compiling
 
     class ForwardLines(torch.overrides.TorchFunctionMode):
         """kname profile: which line's torch call made which autograd nodes."""
@@ -44,7 +45,9 @@ def make_mode(torch: Any, namer: Callable[[FrameType], str], on_autograd_thread:
         def __torch_function__(self, func, types, args=(), kwargs=None):
             if kwargs is None:
                 kwargs = {}
-            if not self.active:
+            if compiling() or not self.active:
+                # dynamo traces a mode on the stack: while it does, the call alone (no break
+                # in the graph); its compiled code's node is made outside any call seen here.
                 return func(*args, **kwargs)
             before = numbers()
             result = func(*args, **kwargs)

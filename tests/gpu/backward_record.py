@@ -20,7 +20,40 @@ sys.path.insert(0, str(Path(__file__).parent))
 import backward_demo as demo
 
 
+def timing(model, opt, tokens) -> None:
+    """With BACKWARD_RECORD_TIMING=1: CPU time per step under kname profile, backward per forward
+    line on, its forward recording off, its backward naming off, both off; interleaved blocks."""
+    import torch
+
+    from kname.profiling import backward, torch_forward
+
+    reader = backward._forward_line
+
+    def configure(forward: bool, names: bool) -> None:
+        torch_forward._mode.active = forward
+        backward._forward_line = reader if names else None
+        backward._tell_forward_listener()
+
+    configs = {"on": (True, True), "forward-off": (False, True), "names-off": (True, False),
+               "off": (False, False)}  # fmt: skip
+    times: dict[str, list[float]] = {name: [] for name in configs}
+    for _ in range(7):
+        for name, config in configs.items():
+            configure(*config)
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(2):
+                demo.step(model, opt, tokens)
+            torch.cuda.synchronize()
+            times[name].append((time.perf_counter() - start) / 2)
+    configure(True, True)
+    for name, values in times.items():
+        print(f"COST {name}: {sorted(values)[len(values) // 2] * 1e3:.3f} ms/step (median of 7)")
+
+
 def main() -> None:
+    import os
+
     from kname.profiling import mode
 
     start = time.perf_counter()
@@ -31,6 +64,9 @@ def main() -> None:
 
     torch.cuda.synchronize()
     print(f"STEPS {demo.STEPS} in {time.perf_counter() - start:.3f} s")
+    if os.environ.get("BACKWARD_RECORD_TIMING") == "1":
+        timing(model, opt, tokens)
+        return
     session = mode._session
     if session is None:
         print("NO SESSION (not under kname profile)")

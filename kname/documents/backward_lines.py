@@ -114,3 +114,80 @@ def summed_backward_fields(sites: Iterable[Mapping[str, Any]]) -> dict[str, int]
         for field, value in backward_fields(site).items():
             sums[field] = sums.get(field, 0) + value
     return {field: value for field, value in sums.items() if value}
+
+
+# --- in the table and on the page -------------------------------------------------------------
+
+HEADER = "backward"
+PASS_CELL = "all"  # a pass's row: its GPU time is every backward launch of the pass
+
+
+def shows_backward(sites: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether a table of `sites` has the backward column (a profile with backward lines)."""
+    return any(field in site for site in sites for field in FIELDS)
+
+
+def backward_cell(site: Mapping[str, Any], duration: Callable[[float], str]) -> str:
+    """The backward column's cell: a forward line's backward time, PASS_CELL on a pass's row."""
+    if BACKWARD_NS in site:
+        return duration(site[BACKWARD_NS])
+    if BACKWARD_LINES_NS in site or BACKWARD_UNKNOWN_NS in site:
+        return PASS_CELL
+    return ""
+
+
+def unknown_notes(
+    sites: Iterable[Mapping[str, Any]], duration: Callable[[float], str], text: Callable
+) -> list[str]:
+    """One line per pass with backward time whose forward line is not known."""
+    return [
+        f"kname profile: {duration(site[BACKWARD_UNKNOWN_NS])} of the backward pass at "
+        f"{text(site['name'])} ran nodes with no known forward line (made in C++ with no torch "
+        "call above, or by a forward recomputed in backward: docs/backward_lines.md)"
+        for site in sites
+        if site.get(BACKWARD_UNKNOWN_NS)
+    ]
+
+
+# --- read back: the bounds a file's fields must keep --------------------------------------------
+
+
+def field_fault(site: Mapping[str, Any], is_count: Callable[[Any], bool]) -> str | None:
+    """What is wrong with a site's backward fields (None: nothing): each a count, and a pass's
+    parts within its GPU time."""
+    for field in FIELDS:
+        if field in site and not is_count(site[field]):
+            return f"{field} must be a count"
+    parts = site.get(BACKWARD_LINES_NS, 0) + site.get(BACKWARD_UNKNOWN_NS, 0)
+    if parts > site["gpu_ns"]:
+        return f"{BACKWARD_LINES_NS} and {BACKWARD_UNKNOWN_NS} add up to more than its gpu_ns"
+    return None
+
+
+def totals_fault(sites: Iterable[Mapping[str, Any]]) -> str | None:
+    """What is wrong between sites (None: nothing): the forward lines' backward time is what
+    the passes charged to forward lines."""
+    charged = given = 0
+    for site in sites:
+        charged += site.get(BACKWARD_LINES_NS, 0)
+        given += site.get(BACKWARD_NS, 0)
+    if charged != given:
+        return (
+            f"the forward lines' {BACKWARD_NS} add up to {given}, not the "
+            f"{BACKWARD_LINES_NS} of the passes ({charged})"
+        )
+    return None
+
+
+def diff_note(
+    before: Mapping[str, Any] | None,
+    after: Mapping[str, Any] | None,
+    duration: Callable[[float], str],
+) -> str:
+    """`  (backward 310 us -> 450 us)` for a forward line with backward time in either profile
+    of a diff, else "" (the passes' rows carry the total, judged as any line)."""
+    was = (before or {}).get(BACKWARD_NS)
+    now = (after or {}).get(BACKWARD_NS)
+    if was is None and now is None:
+        return ""
+    return f"  (backward {duration(was or 0)} -> {duration(now or 0)})"

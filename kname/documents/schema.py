@@ -97,6 +97,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kname._version import __version__
+from kname.documents import backward_lines
 from kname.documents.sources import SOURCES, validate_sources
 
 CENSUS_SCHEMA = 1
@@ -160,6 +161,7 @@ def validate(document: Any, source: str, schemas: tuple[int, ...] = SCHEMAS) -> 
     if profile and len({site["name"] for site in sites}) != len(sites):
         _name_listed_twice(sites, source)  # a census lists a site once per kernel
     if profile:
+        _validate_backward_fields(sites, source)
         _validate_profile_totals(document, source)
     else:
         _validate_census_total(document, source)
@@ -419,6 +421,19 @@ def _validate_site(site: Any, where: str, fields: tuple[str, ...]) -> None:
         if kernel_sums(site["kernels"]) != (site["launches"], site["gpu_ns"]):
             raise DocumentError(f"{where}: launches and gpu_ns are not the sums of its kernels")
         _validate_graph_fields(site, where)
+
+
+def _validate_backward_fields(sites: list[dict[str, Any]], source: str) -> None:
+    """Backward per forward line's optional fields (backward_lines.py), where a site has any."""
+    plain = len(SITE_FIELDS[PROFILE_SCHEMA])
+    extended = [(index, site) for index, site in enumerate(sites) if len(site) > plain]
+    for index, site in extended:
+        fault = backward_lines.field_fault(site, is_count)
+        if fault:
+            raise DocumentError(f"{source}: sites[{index}]: {fault} ({COUNT_RULE})")
+    fault = backward_lines.totals_fault(site for _, site in extended)
+    if fault:
+        raise DocumentError(f"{source}: {fault}")
 
 
 def _validate_kernels(kernels: Any, where: str) -> None:

@@ -89,12 +89,27 @@ def _add_launches(row: dict[str, Any], site: Mapping[str, Any]) -> None:
     row["gpu_ns"] += site["gpu_ns"]
     kernels = row["kernels"]
     for kernel, counts in site["kernels"].items():
-        mine = kernels.setdefault(kernel, {"launches": 0, "gpu_ns": 0})
-        mine["launches"] += counts["launches"]
-        mine["gpu_ns"] += counts["gpu_ns"]
+        _add_counts(kernels, kernel, counts)
     ranked = sorted(kernels.items(), key=lambda kv: (-kv[1]["gpu_ns"], -kv[1]["launches"], kv[0]))
     row["kernels"] = dict(ranked)
     row["kernel"] = next(iter(row["kernels"]), "")
+    _add_graph_work(row, site)
+
+
+def _add_graph_work(row: dict[str, Any], site: Mapping[str, Any]) -> None:
+    """A backward launch's graph work (a compiled backward replaying a CUDA graph), kept."""
+    from kname.documents.schema import REPLAYED_AT, REPLAYED_UNSEEN  # schema imports this
+
+    for replay, counts in site.get(REPLAYED_AT, {}).items():
+        _add_counts(row.setdefault(REPLAYED_AT, {}), replay, counts)
+    if REPLAYED_UNSEEN in site:
+        _add_counts(row, REPLAYED_UNSEEN, site[REPLAYED_UNSEEN])
+
+
+def _add_counts(into: dict[str, Any], key: str, counts: Mapping[str, int]) -> None:
+    mine = into.setdefault(key, {"launches": 0, "gpu_ns": 0})
+    mine["launches"] += counts["launches"]
+    mine["gpu_ns"] += counts["gpu_ns"]
 
 
 def _add(row: dict[str, Any], field: str, value: int) -> None:

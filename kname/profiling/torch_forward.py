@@ -70,7 +70,7 @@ def follow(torch: Any, namer: Callable[[FrameType], str] | None, on_autograd_thr
     if namer is None:
         if _mode is not None:
             _mode.active = False
-            _pop_if_here()
+            _pop_if_here(torch)
         return
     forward_lines.forget()
     if _mode is not None and _pushed_on is not None:
@@ -81,15 +81,13 @@ def follow(torch: Any, namer: Callable[[FrameType], str] | None, on_autograd_thr
     _pushed_on = threading.get_ident()
 
 
-def _pop_if_here() -> None:
+def _pop_if_here(torch: Any) -> None:
     """Off the stack if this thread pushed it and it is on top (else it stays, passing through)."""
     global _mode, _pushed_on
     if _pushed_on != threading.get_ident():
         return
     try:
-        from torch.overrides import _get_current_function_mode
-
-        if _get_current_function_mode() is not _mode:
+        if torch.overrides._get_current_function_mode() is not _mode:
             return
         _mode.__exit__(None, None, None)
         _mode, _pushed_on = None, None

@@ -57,6 +57,13 @@ is kept beside it. Two fields of a site say so, each only where there is such wo
 Each is part of the site's launches and gpu_ns (its sums are not above them). Files written
 before these fields read as sites with no graph work.
 
+Backward per forward line (torch, documents/backward_lines.py). Optional counts of a site, each
+only where it is not 0: on a forward line, `backward_ns` and `backward_launches` (the backward
+kernels of its ops, which are also in the `backward()` line's own numbers); on that line,
+`backward_lines_ns` (the part of its gpu_ns charged to forward lines) and `backward_unknown_ns`
+(nodes whose forward line is not known). The forward lines' backward_ns add up to the passes'
+backward_lines_ns. Files written before these fields read as profiles with none.
+
 Ranks, in either schema. A document says who wrote it in `ranks`, after the totals: one record
 for a file one process wrote, one per rank in a merge of several (merge.py), in rank order:
 

@@ -79,8 +79,9 @@ def record(start: int, end: int, line: str) -> None:
 def line_of(number: int) -> str | None:
     """The forward line whose call made node `number`; None: not known (see the module)."""
     found = None
-    for ranges in list(_threads.values()):
-        line = ranges.find(number)
+    with _lock:  # a thread's oldest half may be forgotten meanwhile
+        lines = [ranges.find(number) for ranges in _threads.values()]
+    for line in lines:
         if line is None:
             continue
         if found is not None:

@@ -47,18 +47,21 @@ CONCURRENT = " [concurrent backward]"
 
 
 class Scope:
-    """One backward pass running: the name of the line that started it."""
+    """One backward pass running: the name of the line that started it; `autograd`: a pass of
+    torch's autograd (not XLA's work), whose launches may gain their forward line."""
 
-    __slots__ = ("name",)
+    __slots__ = ("autograd", "name")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, autograd: bool = False) -> None:
         self.name = name
+        self.autograd = autograd
 
 
 _lock = new_lock()
 _namer: Callable[[FrameType], str] | None = None  # set while a profile collects
 _scopes: list[Scope] = []  # the passes running, oldest first
 _current: str | None = None  # what a frameless launch is named now (None: no pass runs)
+_current_autograd = False  # whether the newest scope is autograd's: forward lines apply
 # Told every change: the C recorder's set_frameless (one collects at a time: CUPTI has one
 # subscriber per process).
 _listener: Callable[[str | None], object] | None = None
@@ -124,11 +127,14 @@ def listen_forward(listener: Callable[[Callable[[str], str] | None], object] | N
 
 
 def _tell_forward_listener() -> None:
+    """The C recorder asks forward_named (under the GIL) only in an autograd pass: XLA's threads,
+    never Python's, are not made to take the GIL."""
     listener = _forward_listener
     if listener is None:
         return
     try:
-        listener(forward_named if _forward_line is not None else None)
+        wanted = _forward_line is not None and _current_autograd
+        listener(forward_named if wanted else None)
     except Exception as exc:
         report_fault("naming a backward pass for kname profile", exc)
 
@@ -151,33 +157,38 @@ def frameless_site() -> str | None:
     """The name of a launch with no Python frame now, with its forward line: None when no
     backward pass runs."""
     current = _current
-    return None if current is None else forward_named(current)
+    if current is None or not _current_autograd:
+        return current
+    return forward_named(current)
 
 
-def enter(frame: FrameType, mark: str = "") -> Scope | None:
+def enter(frame: FrameType, mark: str = "", autograd: bool = False) -> Scope | None:
     """A backward pass starts, called from `frame` (or XLA's work, its name with `mark` after
     it: the jax unit's); None when no profile collects."""
     namer = _namer
     if namer is None:
         return None
     name = namer(frame)
-    scope = Scope(name if name.endswith(mark) else name + mark)
+    scope = Scope(name if name.endswith(mark) else name + mark, autograd)
     with _lock:
         _scopes.append(scope)
         _changed()
     return scope
 
 
-def scoped(entry: Callable[..., Any], what: str, mark: str = "") -> Callable[..., Any]:
-    """`entry` opening a scope (its name with `mark` after it) while it runs, when a profile
-    collects; one read when none does. A fault is one line naming `what`, and `entry` runs."""
+def scoped(
+    entry: Callable[..., Any], what: str, mark: str = "", autograd: bool = False
+) -> Callable[..., Any]:
+    """`entry` opening a scope (its name with `mark` after it; `autograd`: torch's pass) while
+    it runs, when a profile collects; one read when none does. A fault is one line naming
+    `what`, and `entry` runs."""
 
     def run_with_scope(*args: Any, **kwargs: Any) -> Any:
         if _namer is None:  # no profile collects
             return entry(*args, **kwargs)
         scope = None
         try:
-            scope = enter(sys._getframe(1), mark)
+            scope = enter(sys._getframe(1), mark, autograd)
         except Exception as exc:  # the user's call runs, named or not
             report_fault(what, exc)
         try:
@@ -209,7 +220,9 @@ def library_code_name(name: str) -> str:
     current = _current
     if current is None or not _autograd_thread():
         return name
-    return current + COMPILE_MARK if name.endswith(COMPILE_MARK) else forward_named(current)
+    if name.endswith(COMPILE_MARK):
+        return current + COMPILE_MARK
+    return forward_named(current) if _current_autograd else current
 
 
 def listen(listener: Callable[[str | None], object] | None) -> None:
@@ -223,14 +236,21 @@ def listen(listener: Callable[[str | None], object] | None) -> None:
 
 def _changed() -> None:
     """Under _lock: the name of frameless launches anew, told to every listener."""
-    global _current
+    global _current, _current_autograd
+    autograd = bool(_scopes) and _scopes[-1].autograd
     if not _scopes:
         _current = None
     else:
         newest = _scopes[-1].name
         alone = all(scope.name == newest for scope in _scopes)
         _current = newest if alone else newest + CONCURRENT
+    if autograd and not _current_autograd:  # the namer first: no launch of it goes unasked
+        _current_autograd = True
+        _tell_forward_listener()
     _tell()
+    if not autograd and _current_autograd:
+        _current_autograd = False
+        _tell_forward_listener()
 
 
 def _tell() -> None:
@@ -244,8 +264,9 @@ def _tell() -> None:
 
 def _nothing_runs_in_a_child() -> None:
     """A forked child runs no pass of its parent's, and CUPTI does not follow it."""
-    global _namer, _current, _listener, _forward_listener
+    global _namer, _current, _listener, _forward_listener, _current_autograd
     _namer, _current, _listener, _forward_listener = None, None, None, None
+    _current_autograd = False
     _scopes.clear()
 
 

@@ -97,7 +97,7 @@ def backward_scope(entry: Any) -> Any:
     profile collects (kname.profiling.backward); one module read when none does."""
     from kname.profiling import backward
 
-    return backward.scoped(entry, "naming a backward pass for kname profile")
+    return backward.scoped(entry, "naming a backward pass for kname profile", autograd=True)
 
 
 def autograd_changes(module: ModuleType, options: Options) -> list[Change]:

@@ -74,7 +74,10 @@ def test_a_passs_launch_gains_the_forward_line_of_the_node_running(monkeypatch, 
     backward.listen_forward(told.append)
     assert told == [None]  # no reader yet: the recorder asks nothing
     backward.know_forward_lines(lambda: running[0])
-    assert told[-1] == backward.forward_named
+    assert told[-1] is None  # no autograd pass runs
+    backward.collect(lambda frame: frame)
+    backward.leave(backward.enter("train app.py:40", autograd=True))  # type: ignore[arg-type]
+    assert told[-2:] == [backward.forward_named, None]
     assert backward.forward_named("train app.py:40") == "train app.py:40"  # no node runs
     running[0] = LINES[0]
     assert backward.forward_named("train app.py:40") == backward_site("train app.py:40", LINES[0])
@@ -183,10 +186,18 @@ def test_the_python_callbacks_frameless_launch_gains_the_forward_line_as_the_c_o
     running: list[str | None] = [LINES[2]]
     backward.know_forward_lines(lambda: running[0])
     assert site_of_frame(None) == NO_PYTHON_FRAME  # no pass runs
-    scope = backward.enter("train app.py:40")  # type: ignore[arg-type]
+    told: list = []
+    backward.listen_forward(told.append)
+    xla = backward.enter("run app.py:7", " (compile)")  # type: ignore[arg-type]
+    assert site_of_frame(None) == "run app.py:7 (compile)"  # XLA's work: no node, no GIL
+    backward.leave(xla)
+    scope = backward.enter("train app.py:40", autograd=True)  # type: ignore[arg-type]
     try:
         assert site_of_frame(None) == backward_site("train app.py:40", LINES[2])
         running[0] = None
         assert site_of_frame(None) == "train app.py:40"
     finally:
         backward.leave(scope)
+        backward.listen_forward(None)
+    # The C recorder is told to ask only while autograd's pass is the newest.
+    assert told == [None, backward.forward_named, None]

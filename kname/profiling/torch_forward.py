@@ -22,6 +22,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from kname._locks import reset_in_child
 from kname._warnings import report_fault
 from kname.documents.backward_lines import UNKNOWN
 from kname.profiling import forward_lines
@@ -108,3 +109,12 @@ def forward_line_reader(current_node: Callable[[], Any]) -> Callable[[], str | N
         return forward_lines.line_of(number) or UNKNOWN
 
     return running_forward_line
+
+
+def _passing_through_in_a_child() -> None:
+    """A forked child (a DataLoader worker) is not profiled: its calls go straight through."""
+    if _mode is not None:
+        _mode.active = False
+
+
+reset_in_child(_passing_through_in_a_child)

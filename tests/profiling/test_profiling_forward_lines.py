@@ -201,3 +201,19 @@ def test_the_python_callbacks_frameless_launch_gains_the_forward_line_as_the_c_o
         backward.listen_forward(None)
     # The C recorder is told to ask only while autograd's pass is the newest.
     assert told == [None, backward.forward_named, None]
+
+
+def test_a_forked_child_records_nothing_its_calls_pass_straight_through():
+    import os
+
+    torch = StandInTorch()
+    torch_forward.follow(torch, _named_by_line, lambda: False)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a DataLoader worker, say
+        torch.call(2)()
+        os.write(write, b"1" if forward_lines.line_of(0) is None else b"0")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1"
+    torch_forward.follow(torch, None, lambda: False)

@@ -258,6 +258,43 @@ def backward_thread_costs(tokens) -> dict:
     return found
 
 
+def special_cases() -> dict:
+    """Whether RangeMode sees a custom autograd.Function's node made, and checkpointing's."""
+    result = {}
+
+    class Double(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * 2
+
+    x = torch.randn(8, 8, device="cuda", requires_grad=True)
+    for label, run in (
+        ("custom_function", lambda: Double.apply(x)),
+        ("checkpoint", lambda: torch.utils.checkpoint.checkpoint(
+            lambda y: (y.sin() * 3).cos(), x, use_reentrant=False)),
+        ("checkpoint_reentrant", lambda: torch.utils.checkpoint.checkpoint(
+            lambda y: (y.sin() * 3).cos(), x, use_reentrant=True)),
+    ):  # fmt: skip
+        try:
+            mode = RangeMode()
+            with mode:
+                out = run()
+            node = out.grad_fn
+            result[label] = {
+                "node": node.name(),
+                "line": mode.line_of(node._sequence_nr()),
+                "calls": mode.calls,
+            }
+            out.sum().backward()
+        except Exception as exc:
+            result[label] = {"error": repr(exc)[:300]}
+    return result
+
+
 def compile_check() -> dict:
     """torch.compile of a small function (forward and backward), with and without a
     TorchFunctionMode on the stack: graph breaks, graphs, time."""
@@ -323,6 +360,8 @@ def main() -> None:
     print("PER STEP", report["per_step"], flush=True)
     report["backward_thread"] = backward_thread_costs(tokens)
     print("BACKWARD THREAD", report["backward_thread"], flush=True)
+    report["special"] = special_cases()
+    print("SPECIAL", report["special"], flush=True)
     save()
     try:
         report["soundness"] = soundness(model, opt, tokens)

@@ -260,6 +260,8 @@ def backward_thread_costs(tokens) -> dict:
 
 def special_cases() -> dict:
     """Whether RangeMode sees a custom autograd.Function's node made, and checkpointing's."""
+    import torch.utils.checkpoint
+
     result = {}
 
     class Double(torch.autograd.Function):

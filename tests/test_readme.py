@@ -156,6 +156,8 @@ def test_the_profile_table_is_kname_report_of_the_recorded_h200_run(
          "torch-table"),
         ("jax_h100_profile.json", "### JAX (run on the H100)", "kname report jax.json --top 1",
          "jax-table"),
+        ("backward_h100_profile.json", "### PyTorch (run on the H200)",
+         "kname report backward.json --top 4 | cut -c1-66", "backward-table"),
     ],
 )  # fmt: skip
 def test_a_frameworks_table_is_kname_report_of_the_profile_written_on_the_gpu(

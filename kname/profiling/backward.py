@@ -26,8 +26,10 @@ read.
 
 Backward per forward line: once the torch unit gives a reader of the forward line of the node
 running on this thread (`know_forward_lines`: kname.profiling.torch_forward), a launch named
-after a pass is named `backward_site(pass, forward line)` (kname.documents.backward_lines) where
-a node runs; the C recorder asks `forward_named` under the GIL (`listen_forward`), only then.
+after an autograd pass (a scope opened with `autograd`: torch's backward and grad, never XLA's)
+is named `backward_site(pass, forward line)` (kname.documents.backward_lines) where a node runs;
+the C recorder asks `forward_named` under the GIL (`listen_forward`) only while such a pass is
+the newest.
 """
 
 from __future__ import annotations

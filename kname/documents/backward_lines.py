@@ -48,10 +48,13 @@ def split_backward_site(name: str) -> tuple[str, str] | None:
 
 
 def fold_backward_sites(
-    sites: list[dict[str, Any]], new_row: Callable[[str, int], dict[str, Any]]
+    sites: list[dict[str, Any]],
+    new_row: Callable[[str, int], dict[str, Any]],
+    graph_keys: tuple[str, str],
 ) -> list[dict[str, Any]]:
     """`sites` with every backward launch's row folded into its pass's row, and its time added to
-    its forward line's (see the module); `new_row(name, order)` makes a row with no launch."""
+    its forward line's (see the module); `new_row(name, order)` makes a row with no launch;
+    `graph_keys`: schema.py's REPLAYED_AT and REPLAYED_UNSEEN (schema.py imports this module)."""
     rows: dict[str, dict[str, Any]] = {}
     folded: list[tuple[str, str, dict[str, Any]]] = []
     for site in sites:
@@ -63,6 +66,7 @@ def fold_backward_sites(
     for pass_name, forward, site in folded:
         row = _row(rows, pass_name, site["order"], new_row)
         _add_launches(row, site)
+        _add_graph_work(row, site, *graph_keys)
         if forward == UNKNOWN:
             _add(row, BACKWARD_UNKNOWN_NS, site["gpu_ns"])
             continue
@@ -93,17 +97,16 @@ def _add_launches(row: dict[str, Any], site: Mapping[str, Any]) -> None:
     ranked = sorted(kernels.items(), key=lambda kv: (-kv[1]["gpu_ns"], -kv[1]["launches"], kv[0]))
     row["kernels"] = dict(ranked)
     row["kernel"] = next(iter(row["kernels"]), "")
-    _add_graph_work(row, site)
 
 
-def _add_graph_work(row: dict[str, Any], site: Mapping[str, Any]) -> None:
+def _add_graph_work(
+    row: dict[str, Any], site: Mapping[str, Any], replayed_at: str, replayed_unseen: str
+) -> None:
     """A backward launch's graph work (a compiled backward replaying a CUDA graph), kept."""
-    from kname.documents.schema import REPLAYED_AT, REPLAYED_UNSEEN  # schema imports this
-
-    for replay, counts in site.get(REPLAYED_AT, {}).items():
-        _add_counts(row.setdefault(REPLAYED_AT, {}), replay, counts)
-    if REPLAYED_UNSEEN in site:
-        _add_counts(row, REPLAYED_UNSEEN, site[REPLAYED_UNSEEN])
+    for replay, counts in site.get(replayed_at, {}).items():
+        _add_counts(row.setdefault(replayed_at, {}), replay, counts)
+    if replayed_unseen in site:
+        _add_counts(row, replayed_unseen, site[replayed_unseen])
 
 
 def _add_counts(into: dict[str, Any], key: str, counts: Mapping[str, int]) -> None:

@@ -25,7 +25,13 @@ from kname.documents.build import profile_document
 from kname.documents.diff import render_gpu_diff
 from kname.documents.merge import merge_documents
 from kname.documents.pages.profile import render_profile_page
-from kname.documents.schema import DocumentError, render_json, validate
+from kname.documents.schema import (
+    REPLAYED_AT,
+    REPLAYED_UNSEEN,
+    DocumentError,
+    render_json,
+    validate,
+)
 from kname.documents.tables import render_profile_table
 from kname.profiling.join import Profile, SiteTotals
 
@@ -68,6 +74,11 @@ def test_folding_keeps_every_launch_and_gives_the_forward_lines_what_the_passes_
     assert not any(split_backward_site(name) for name in sites)
     recorded = sum(totals.gpu_ns for totals in profile.sites.values())
     assert sum(site["gpu_ns"] for site in sites.values()) == recorded == document["total_gpu_ns"]
+    replayed = sum(c.launches for t in profile.sites.values() for c in t.replays.values())
+    replayed += sum(t.unseen.launches for t in profile.sites.values())
+    kept = sum(c["launches"] for s in sites.values() for c in s.get(REPLAYED_AT, {}).values())
+    kept += sum(s.get(REPLAYED_UNSEEN, {}).get("launches", 0) for s in sites.values())
+    assert kept == replayed  # a compiled backward's graph work stays, in its pass's row
     for pass_ in PASSES:
         mine = {f: t for (p, f), t in _backward(profile).items() if p == pass_}
         if not mine:

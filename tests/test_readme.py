@@ -186,6 +186,8 @@ def test_the_example_outputs_shown_are_what_kname_report_prints(
          "jax-table"),
         ("attach_h100.json", "### Where does my GPU time go? (run on the H200)",
          "kname report now.json --top 2", "attach-table"),
+        ("backward_h100_profile.json", "### PyTorch (run on the H200)",
+         "kname report backward.json --top 4 | cut -c1-66", "backward-table"),
     ],
 )  # fmt: skip
 def test_a_frameworks_table_is_kname_report_of_the_profile_written_on_the_gpu(

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from kname._version import __version__
+from kname.documents.backward_lines import fold_backward_sites
 from kname.documents.schema import (
     CENSUS_SCHEMA,
     PROFILE_SCHEMA,
@@ -72,6 +73,9 @@ def profile_document(
         | graph_fields(_counts(totals.replays), _count(totals.unseen))
         for name, totals in profile.sites.items()
     ]
+    sites = fold_backward_sites(
+        sites, lambda name, order: _site(name, "", 0, 0, order, {}), (REPLAYED_AT, REPLAYED_UNSEEN)
+    )
     return _with_rank(profile_of_sites(sites, _kernels(profile.unattributed), processes), ranks)
 
 

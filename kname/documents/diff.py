@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from kname.documents.backward_lines import diff_note
 from kname.documents.schema import PROFILE_SCHEMA
 from kname.documents.tables import graph_note, kernel_cells, name_cell
 from kname.documents.text import columns, count_of, format_duration, printable
@@ -155,7 +156,7 @@ def compare_gpu(
             now["gpu_ns"] if now else 0,
             was["launches"] if was else 0,
             now["launches"] if now else 0,
-            graph_note(now or was),
+            graph_note(now or was) + diff_note(was, now, format_duration),
         )
         if kind is None:
             change = _judged(change, threshold, min_time_ns)

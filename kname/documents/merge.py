@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from kname._version import __version__
+from kname.documents.backward_lines import backward_fields, summed_backward_fields
 from kname.documents.build import graph_fields, profile_of_sites, ranked_kernels
 from kname.documents.schema import (
     BY_RANK,
@@ -47,6 +48,7 @@ from kname.documents.schema import (
     RANKS,
     REPLAYED_AT,
     REPLAYED_UNSEEN,
+    SITE_FIELDS,
     UNKNOWN_RANK,
     DocumentError,
 )
@@ -77,7 +79,8 @@ class _Site:
     """
 
     __slots__ = (
-        "columns", "kernels", "lib", "next_slot", "order", "replays", "slots", "start", "unseen"
+        "backward", "columns", "kernels", "lib", "next_slot", "order", "replays", "slots",
+        "start", "unseen",
     )  # fmt: skip
 
     def __init__(self, lib: str, order: int, columns: int, slot: int) -> None:
@@ -90,6 +93,8 @@ class _Site:
         # Graph work (schema.py): by the line that replayed it, and replayed unseen.
         self.replays: dict[str, list[int]] = {}
         self.unseen = [0, 0]
+        # Backward per forward line (backward_lines.py): its fields summed, None while absent.
+        self.backward: dict[str, int] | None = None
 
 
 class Merge:
@@ -180,6 +185,8 @@ class Merge:
                     total[1] += kernel["gpu_ns"]
             if REPLAYED_AT in site or REPLAYED_UNSEEN in site:
                 _add_graph_work(merged, site)
+            if len(site) > len(SITE_FIELDS[PROFILE_SCHEMA]):  # optional fields: cheap test first
+                _add_backward(merged, backward_fields(site))
             if merged.next_slot == one:  # the common case: this rank is the newest slot
                 launches, gpu_ns = merged.columns
                 launches.append(site["launches"])
@@ -233,6 +240,8 @@ class Merge:
             _add_kernels(mine.replays, theirs.replays)
             mine.unseen[0] += theirs.unseen[0]
             mine.unseen[1] += theirs.unseen[1]
+            if theirs.backward:
+                _add_backward(mine, theirs.backward)
             if appended and theirs.slots is None and _extends(mine, before + theirs.start, theirs):
                 continue  # machine integers copied whole, at C's speed
             for slot, numbers in _entries(theirs):
@@ -262,6 +271,8 @@ class Merge:
             site["kernel"] = next(iter(site["kernels"]), "")
             unseen = {"launches": merged.unseen[0], "gpu_ns": merged.unseen[1]}
             site |= graph_fields(_as_counts(merged.replays), unseen)
+            if merged.backward:
+                site |= merged.backward
             if arrange is not None:
                 launches_by_rank, gpu_ns_by_rank = arrange(merged)
                 site[BY_RANK] = {"launches": launches_by_rank, "gpu_ns": gpu_ns_by_rank}
@@ -403,6 +414,15 @@ def _add_graph_work(merged: _Site, site: Mapping[str, Any]) -> None:
     if unseen:
         merged.unseen[0] += unseen["launches"]
         merged.unseen[1] += unseen["gpu_ns"]
+
+
+def _add_backward(merged: _Site, fields: Mapping[str, int]) -> None:
+    """A profile site's backward per forward line fields added to `merged`'s."""
+    if not fields:
+        return
+    if merged.backward is None:
+        merged.backward = {}
+    merged.backward.update(summed_backward_fields([merged.backward, fields]))
 
 
 def _zeros(count: int) -> array:

@@ -57,6 +57,13 @@ is kept beside it. Two fields of a site say so, each only where there is such wo
 Each is part of the site's launches and gpu_ns (its sums are not above them). Files written
 before these fields read as sites with no graph work.
 
+Backward per forward line (torch, documents/backward_lines.py). Optional counts of a site, each
+only where it is not 0: on a forward line, `backward_ns` and `backward_launches` (the backward
+kernels of its ops, which are also in the `backward()` line's own numbers); on that line,
+`backward_lines_ns` (the part of its gpu_ns charged to forward lines) and `backward_unknown_ns`
+(nodes whose forward line is not known). The forward lines' backward_ns add up to the passes'
+backward_lines_ns. Files written before these fields read as profiles with none.
+
 Ranks, in either schema. A document says who wrote it in `ranks`, after the totals: one record
 for a file one process wrote, one per rank in a merge of several (merge.py), in rank order:
 
@@ -105,6 +112,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kname._version import __version__
+from kname.documents import backward_lines
 from kname.documents.run_facts import MAX_PROGRAM, PROGRAM, WRITTEN, run_facts_problem
 from kname.documents.sources import SOURCES, validate_sources
 
@@ -174,6 +182,7 @@ def validate(document: Any, source: str, schemas: tuple[int, ...] = SCHEMAS) -> 
     if profile and len({site["name"] for site in sites}) != len(sites):
         _name_listed_twice(sites, source)  # a census lists a site once per kernel
     if profile:
+        _validate_backward_fields(sites, source)
         _validate_profile_totals(document, source)
     else:
         _validate_census_total(document, source)
@@ -457,6 +466,19 @@ def _validate_site(site: Any, where: str, fields: tuple[str, ...]) -> None:
         if kernel_sums(site["kernels"]) != (site["launches"], site["gpu_ns"]):
             raise DocumentError(f"{where}: launches and gpu_ns are not the sums of its kernels")
         _validate_graph_fields(site, where)
+
+
+def _validate_backward_fields(sites: list[dict[str, Any]], source: str) -> None:
+    """Backward per forward line's optional fields (backward_lines.py), where a site has any."""
+    plain = len(SITE_FIELDS[PROFILE_SCHEMA])
+    extended = [(index, site) for index, site in enumerate(sites) if len(site) > plain]
+    for index, site in extended:
+        fault = backward_lines.field_fault(site, is_count)
+        if fault:
+            raise DocumentError(f"{source}: sites[{index}]: {fault} ({COUNT_RULE})")
+    fault = backward_lines.totals_fault(site for _, site in extended)
+    if fault:
+        raise DocumentError(f"{source}: {fault}")
 
 
 def _validate_kernels(kernels: Any, where: str) -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from kname.documents import backward_lines
 from kname.documents.kernel_names import display_name, distinct_forms
 from kname.documents.schema import BY_RANK, CENSUS_SCHEMA, RANKS, REPLAYED_AT, REPLAYED_UNSEEN
 from kname.documents.spread import (
@@ -175,8 +176,10 @@ def render_profile_table(
     if unattributed["launches"]:
         row = _profile_row(UNATTRIBUTED_ROW, unattributed, total, cells)
         rows.append(row[:-1] + ("",) * len(SPREAD_HEADER) + row[-1:] if spread else row)
+    right = (1, 2, 3, 4, 5, 6, 7) if spread else (1, 2, 3, 4)
+    if backward_lines.shows_backward(document["sites"]):
+        header, rows, right = _with_backward_column(header, rows, listed, right)
     if rows:
-        right = (1, 2, 3, 4, 5, 6, 7) if spread else (1, 2, 3, 4)
         lines.append(columns([header, *rows], right_aligned=right).rstrip("\n"))
     hidden = sites[len(shown) :]
     if hidden:
@@ -185,6 +188,7 @@ def render_profile_table(
             f"... and {count_of(len(hidden), 'more call site')}: {format_duration(hidden_ns)}"
             f" ({_percent(hidden_ns, total)})"
         )
+    lines += backward_lines.unknown_notes(sites, format_duration, name_cell)
     if unattributed["launches"]:
         lines.append(
             f"kname profile: {count_of(unattributed['launches'], 'GPU record')} "
@@ -192,6 +196,20 @@ def render_profile_table(
             " please report this"
         )
     return "\n".join(lines) + "\n"
+
+
+def _with_backward_column(
+    header: tuple[str, ...],
+    rows: list[tuple[str, ...]],
+    sites: list[Mapping[str, Any]],
+    right: tuple[int, ...],
+) -> tuple[tuple[str, ...], list[tuple[str, ...]], tuple[int, ...]]:
+    """The backward column after the GPU time (backward per forward line: backward_lines.py);
+    `sites` are the rows' sites, in order."""
+    cells = [backward_lines.backward_cell(site, format_duration) for site in sites]
+    rows = [(*row[:2], cell, *row[2:]) for row, cell in zip(rows, cells, strict=False)]
+    header = (*header[:2], backward_lines.HEADER, *header[2:])
+    return header, rows, (*right, len(right) + 1)
 
 
 def ranked_sites(document: Mapping[str, Any], metric: str) -> list[int]:

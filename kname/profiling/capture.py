@@ -396,7 +396,7 @@ def site_of_frame(frame: FrameType | None) -> str:
     """The call-site name, by kname's rules, of a launch made while `frame` was running (None:
     a thread with no Python frame)."""
     if frame is None:
-        return backward.frameless_name() or NO_PYTHON_FRAME
+        return backward.frameless_site() or NO_PYTHON_FRAME
     try:
         # The cheap case first, as in kname's launch wrapper: the library called the CUDA API
         # straight from compiled code, so `frame` is the user's line itself.
@@ -409,7 +409,7 @@ def site_of_frame(frame: FrameType | None) -> str:
             # do the same.
             frame = _caller_of_wrapper(frame)
             if frame is None:
-                return backward.frameless_name() or NO_PYTHON_FRAME
+                return backward.frameless_site() or NO_PYTHON_FRAME
             site = callsite.resolve(frame, _KEPT, SITE_KEY, "", "")
         if backward.frameless_name() is not None and not names_user_line(site):
             return backward.library_code_name(site.name)

@@ -85,6 +85,7 @@ class NativeCallbacks:
         recorder = self.recorder
         self._capture.mark_wrapped_with(recorder.mark, recorder.unmark, recorder.site_calls)
         backward.listen(recorder.set_frameless)
+        backward.listen_forward(recorder.set_frameless_namer)
 
     def subscribe(self, cupti: Any, apis: Apis, graphs: GraphCallbacks | None = None) -> None:
         """Subscribe and enable `apis` (and `graphs`); raises the binding's error for a CUPTI
@@ -116,6 +117,7 @@ class NativeCallbacks:
         """No callback after this (and nothing in C touches Python any more)."""
         if self.recorder is not None:
             backward.listen(None)
+            backward.listen_forward(None)
             self.recorder.unsubscribe()
 
     def drain(self) -> None:

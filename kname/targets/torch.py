@@ -131,7 +131,7 @@ def backward_scope(entry: Any) -> Any:
     profile collects (kname.profiling.backward); one module read when none does."""
     from kname.profiling import backward
 
-    return backward.scoped(entry, "naming a backward pass for kname profile")
+    return backward.scoped(entry, "naming a backward pass for kname profile", autograd=True)
 
 
 def autograd_changes(module: ModuleType, options: Options) -> list[Change]:
@@ -142,6 +142,9 @@ def autograd_changes(module: ModuleType, options: Options) -> list[Change]:
     current_node = getattr(torch_c, "_current_autograd_node", None)
     if current_node is not None:
         backward.recognise_autograd_threads(_autograd_thread_test(current_node))
+        from kname.profiling import torch_forward
+
+        backward.know_forward_lines(torch_forward.forward_line_reader(current_node))
     changes: list[Change] = []
     for name in ("backward", "grad"):
         entry = getattr(module, name, None)
@@ -160,6 +163,19 @@ def _autograd_thread_test(current_node: Any) -> Any:
     return running_autograd
 
 
+def forward_line_changes(module: ModuleType, options: Options) -> list[Change]:
+    """Backward per forward line (kname.profiling.torch_forward): once torch's import is done,
+    its mode follows the profile's collection. Nothing to patch."""
+    from kname.profiling import backward, torch_forward
+
+    current_node = getattr(getattr(module, "_C", None), "_current_autograd_node", None)
+    if current_node is None or not hasattr(getattr(module, "overrides", None), "TorchFunctionMode"):
+        return []  # a torch too old for it: backward stays on the pass's line
+    test = _autograd_thread_test(current_node)
+    backward.follow_collection(lambda namer: torch_forward.follow(module, namer, test))
+    return []
+
+
 REPLAY_LAUNCH = LaunchSpec(LIB, lambda _replay: REPLAY)
 
 LIBRARY = Library(
@@ -169,6 +185,7 @@ LIBRARY = Library(
     targets=(
         Target("torch", "torch.cuda.graphs", REPLAY, wraps(REPLAY, REPLAY_LAUNCH)),
         Target("torch", "torch.autograd", "backward, grad", autograd_changes),
+        Target("torch", "torch", "backward per forward line", forward_line_changes),
     ),
     compile_modules=COMPILE_MODULES,
     generated=(("torch._inductor", inductor_output), ("torch._dynamo", dynamo_output)),

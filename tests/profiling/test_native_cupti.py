@@ -640,3 +640,50 @@ def test_each_c_file_compiles_without_warnings(tmp_path, source) -> None:
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+
+
+def test_a_frameless_launch_is_named_by_the_namer_under_the_gil_only_while_one_is_set(rules):
+    # Backward per forward line: on a thread that never ran Python (autograd's), the recorder
+    # asks the namer (kname.profiling.backward.forward_named) for the pass's name, with the GIL.
+    made = recorder()
+    asked: list[tuple[str, bool]] = []
+
+    def namer(name: str) -> str:
+        asked.append((name, threading.current_thread() is threading.main_thread()))
+        return f"{name} [backward of fwd.py:{len(asked)}]"
+
+    made.set_frameless("train.py:9")
+    made.call_without_gil(1, KERNEL, 0, 0, True)  # no namer: the pass's name, no GIL taken
+    made.set_frameless_namer(namer)
+    made.call_without_gil(2, KERNEL, 0, 0, True)
+    made.call_without_gil(3, KERNEL, 0, 0, True)
+    made.set_frameless(None)
+    made.call_without_gil(4, KERNEL, 0, 0, True)  # no pass runs: not asked
+    made.set_frameless("train.py:9")
+    made.set_frameless_namer(None)
+    made.call_without_gil(5, KERNEL, 0, 0, True)
+    sites = {number: record.site for number, record in drained(made).items()}
+    assert sites == {
+        1: "train.py:9",
+        2: "train.py:9 [backward of fwd.py:1]",
+        3: "train.py:9 [backward of fwd.py:2]",
+        4: NO_PYTHON_FRAME,
+        5: "train.py:9",
+    }
+    assert asked == [("train.py:9", False), ("train.py:9", False)]
+
+
+def test_a_namer_that_fails_leaves_the_passs_name_and_the_fault_kept(rules):
+    made = recorder()
+
+    def namer(name: str) -> str:
+        raise RuntimeError("no node")
+
+    made.set_frameless("train.py:9")
+    made.set_frameless_namer(namer)
+    made.call_without_gil(1, KERNEL, 0, 0, True)
+    assert drained(made)[1].site == "train.py:9"
+    where, exc = made.take_fault()
+    assert "call site" in where and "no node" in str(exc)
+    with pytest.raises(TypeError):
+        made.set_frameless_namer(3)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kname.documents import backward_lines
 from kname.documents.kernel_names import display_name
 from kname.documents.pages import ranks, source, tree
 from kname.documents.pages.layout import (
@@ -56,6 +57,8 @@ ul.kernels .kernel { overflow-wrap: anywhere; }
 ul.kernels .time { white-space: nowrap; }
 """
 SOURCE_HEADERS = ("GPU time", "launches", CODE, "kernels")
+# With backward per forward line (documents/backward_lines.py): each line's backward time beside.
+BACKWARD_HEADERS = ("GPU time", backward_lines.HEADER, "launches", CODE, "kernels")
 
 
 def render_profile_page(document: Mapping[str, Any], title: str | None = None) -> str:
@@ -81,7 +84,11 @@ def render_profile_page(document: Mapping[str, Any], title: str | None = None) -
         View("ranking", "ranking", joined(filter(None, ranking), "\n")),
         files_view(files, sums),
     ]
-    views += file_views(files, _line_rows(sites, total, files), SOURCE_HEADERS, sums)
+    rows = _line_rows(sites, total, files)
+    if backward_lines.shows_backward(sites):
+        rows = _with_backward_cells(rows, sites, files)
+    headers = BACKWARD_HEADERS if backward_lines.shows_backward(sites) else SOURCE_HEADERS
+    views += file_views(files, rows, headers, sums)
     if tree.has_callers(files):
         values = {site["name"]: site["gpu_ns"] for site in sites}
         views.append(tree.tree_view(values, files, total, format_duration))
@@ -107,6 +114,9 @@ def site_row(
         for name, k in site["kernels"].items()
     )
     note = graph_note(site, text=str).strip().removeprefix("(").removesuffix(")")
+    if backward_lines.BACKWARD_NS in site:
+        backward = f"backward {format_duration(site[backward_lines.BACKWARD_NS])}"
+        note = f"{note}; {backward}" if note else backward
     return html(
         '<tr data-site="{name}"><td class="site">{link}{graph}</td>'
         '<td class="number {heat}">{time}</td><td class="number">{share}</td>'
@@ -244,6 +254,27 @@ def _line_rows(
             ),
         ]
     return rows
+
+
+def _with_backward_cells(
+    rows: dict[tuple[str, int], list[Html]], sites: list[Mapping[str, Any]], files: SourceFiles
+) -> dict[tuple[str, int], list[Html]]:
+    """Each line's cells with its backward time after its GPU time (backward_lines.py): the
+    backward kernels of its ops; `all` on a pass's line, whose GPU time holds them."""
+    cells: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
+    for site in sites:
+        frame = files.chains[site["name"]][0]
+        if frame.path:
+            cells.setdefault((frame.path, frame.line), []).append(site)
+    with_backward = {}
+    for place, row in rows.items():
+        here = cells.get(place, [])
+        backward = sum(site.get(backward_lines.BACKWARD_NS, 0) for site in here)
+        shown = [backward_lines.backward_cell(site, format_duration) for site in here]
+        text = format_duration(backward) if backward else next(filter(None, shown), "")
+        cell = html('<td class="number backward">{time}</td>', time=text)
+        with_backward[place] = [row[0], cell, *row[1:]]
+    return with_backward
 
 
 def _file_sums(sites: list[Mapping[str, Any]], total: int, files: SourceFiles) -> dict[str, str]:

@@ -321,6 +321,41 @@ site_here(Recorder *r, ThreadCalls *t)
     return site;
 }
 
+/* The site of a launch with no Python frame (borrowed): set_frameless's name (the backward pass
+ * running; NULL: none), or, with a namer set, namer(that name), asked under the GIL: the
+ * forward line of the autograd node running here (kname.profiling.backward). A fault is kept
+ * and the launch keeps the pass's name. */
+static PyObject *
+frameless_site(Recorder *r, ThreadCalls *t)
+{
+    PyObject *frameless = atomic_load_explicit(&r->frameless, memory_order_acquire);
+    if (frameless == NULL || t->naming || !atomic_load(&r->has_frameless_namer)
+        || must_not_touch_python(r))
+        return frameless;
+    int held = gil_held_here();
+    PyGILState_STATE gil = PyGILState_UNLOCKED;
+    if (!held)
+        gil = PyGILState_Ensure();
+    PyObject *name = frameless;
+    PyObject *namer = r->frameless_namer; /* read under the GIL: set_frameless_namer holds it */
+    if (namer != NULL) {
+        t->naming = 1;
+        PyObject *pending = take_error();
+        PyObject *found = PyObject_CallOneArg(namer, frameless);
+        PyObject *kept = found != NULL ? keep(r, found) : NULL;
+        Py_XDECREF(found);
+        if (kept != NULL)
+            name = kept;
+        else
+            note_fault(r, FINDING);
+        restore_error(pending);
+        t->naming = 0;
+    }
+    if (!held)
+        PyGILState_Release(gil);
+    return name;
+}
+
 /* ---- enter and exit: what the CUPTI callback calls (and the test methods) */
 
 /* An exit was missed: no stale outer call may name later launches. The recorded ones are kept
@@ -357,7 +392,7 @@ launch_enter(Recorder *r, uint32_t correlation_id, int api, uint64_t timestamp)
     else {
         launch.site = site_here(r, t);
         if (launch.site == NULL) /* no Python frame: autograd's threads, in a backward pass */
-            launch.site = atomic_load_explicit(&r->frameless, memory_order_acquire);
+            launch.site = frameless_site(r, t);
         if (t->count >= r->max_open) /* Python ran meanwhile, and launched more */
             forget_open_calls(r, t);
     }

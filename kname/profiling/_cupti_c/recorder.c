@@ -152,6 +152,23 @@ recorder_set_frameless(Recorder *r, PyObject *name)
     Py_RETURN_NONE;
 }
 
+static PyObject *
+recorder_set_frameless_namer(Recorder *r, PyObject *namer)
+{
+    if (namer != Py_None && !PyCallable_Check(namer)) {
+        PyErr_SetString(PyExc_TypeError, "set_frameless_namer: a callable or None");
+        return NULL;
+    }
+    /* Read by the callback under the GIL, which this holds: no launch sees it half-changed. */
+    atomic_store(&r->has_frameless_namer, 0);
+    Py_CLEAR(r->frameless_namer);
+    if (namer != Py_None) {
+        r->frameless_namer = Py_NewRef(namer);
+        atomic_store(&r->has_frameless_namer, 1);
+    }
+    Py_RETURN_NONE;
+}
+
 /* ---- records as Python objects */
 
 /* The `count` records at `taken` (each `size` bytes), made by one(r, make_record, record), as a
@@ -406,6 +423,9 @@ static PyMethodDef recorder_methods[] = {
     {"set_frameless", (PyCFunction)recorder_set_frameless, METH_O,
      "set_frameless(name or None): a launch with no Python frame has this site from now on "
      "(None: no_frame)."},
+    {"set_frameless_namer", (PyCFunction)recorder_set_frameless_namer, METH_O,
+     "set_frameless_namer(namer or None): a launch set_frameless names is named "
+     "namer(that name) instead, asked under the GIL (None: not asked)."},
     {"drain", (PyCFunction)recorder_drain, METH_O,
      "drain(make_record) -> list: the finished calls, as make_record(correlation_id, thread, "
      "site, api, start, end, graph, parent), in the order they finished; open ones stay."},
@@ -519,6 +539,7 @@ recorder_traverse(Recorder *r, visitproc visit, void *arg)
     Py_VISIT(r->sites);
     Py_VISIT(r->kinds);
     Py_VISIT(r->site_of_frame);
+    Py_VISIT(r->frameless_namer);
     Py_VISIT(r->site_key);
     Py_VISIT(r->no_frame);
     Py_VISIT(r->unnamed);
@@ -549,6 +570,8 @@ recorder_clear(Recorder *r)
     Py_CLEAR(r->api_names);
     Py_CLEAR(r->sites);
     Py_CLEAR(r->kinds);
+    atomic_store(&r->has_frameless_namer, 0);
+    Py_CLEAR(r->frameless_namer);
     Py_CLEAR(r->site_of_frame);
     Py_CLEAR(r->site_key);
     Py_CLEAR(r->no_frame);

@@ -130,6 +130,11 @@ typedef struct {
     /* The site of a launch with no Python frame (kept), or NULL: no_frame. set_frameless() sets
      * it while a backward pass runs (kname.profiling.backward); read by any thread. */
     _Atomic(PyObject *) frameless;
+    /* While set (set_frameless_namer, under the GIL): a launch named `frameless` is named
+     * namer(frameless) instead, under the GIL: kname.profiling.backward's, which adds the
+     * forward line of the autograd node running on the launching thread. */
+    PyObject *frameless_namer;
+    _Atomic int has_frameless_namer;
     int max_open;
     int remember; /* look-ups may go in the recent tables: both dicts are followed */
     Py_ssize_t max_pending;

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kname.documents.kernel_names import display_name, distinct_forms
+from kname.documents.memory import MEMORY_HEADER, has_memory, memory_cells, memory_peak_lines
 from kname.documents.schema import BY_RANK, CENSUS_SCHEMA, RANKS, REPLAYED_AT, REPLAYED_UNSEEN
 from kname.documents.spread import (
     Spread,
@@ -152,6 +153,9 @@ def render_profile_table(
     shown = order if top is None else order[: max(top, 0)]
     header = ("call site", "GPU time", "share", "launches", "mean")
     header += (*SPREAD_HEADER, "kernels") if spread else ("kernels",)
+    memory = has_memory(document)  # kname profile --memory: two columns before the kernels
+    if memory:
+        header = header[:-1] + MEMORY_HEADER + header[-1:]
     unattributed = document["unattributed"]
     listed = [document["sites"][index] for index in shown] + [unattributed]
     cells = kernel_cells(k for site in listed for k in list(site["kernels"])[:KERNELS_SHOWN])
@@ -162,12 +166,14 @@ def render_profile_table(
         if spread:
             flagged = straggler is not None and is_straggler(spread[index], *straggler)
             row = row[:-1] + _spread_cells(spread[index], format_duration, flagged) + row[-1:]
-        rows.append(row)
+        rows.append(row[:-1] + memory_cells(site) + row[-1:] if memory else row)
     if unattributed["launches"]:
         row = _profile_row(UNATTRIBUTED_ROW, unattributed, total, cells)
-        rows.append(row[:-1] + ("",) * len(SPREAD_HEADER) + row[-1:] if spread else row)
+        row = row[:-1] + ("",) * len(SPREAD_HEADER) + row[-1:] if spread else row
+        rows.append((*row[:-1], "", "", *row[-1:]) if memory else row)
     if rows:
         right = (1, 2, 3, 4, 5, 6, 7) if spread else (1, 2, 3, 4)
+        right += (len(header) - 3, len(header) - 2) if memory else ()
         lines.append(columns([header, *rows], right_aligned=right).rstrip("\n"))
     hidden = sites[len(shown) :]
     if hidden:
@@ -176,6 +182,7 @@ def render_profile_table(
             f"... and {count_of(len(hidden), 'more call site')}: {format_duration(hidden_ns)}"
             f" ({_percent(hidden_ns, total)})"
         )
+    lines.extend(memory_peak_lines(document))
     if unattributed["launches"]:
         lines.append(
             f"kname profile: {count_of(unattributed['launches'], 'GPU record')} "

@@ -524,6 +524,11 @@ def _add_report_command(commands: argparse._SubParsersAction) -> None:
         "more than PCT percent, e.g. 10%%, and by at least --min-time",
     )  # fmt: skip
     report.add_argument(
+        "--fail-on-more-memory", metavar="PCT",
+        help="with --diff of profiles made with --memory: exit 1 if a memory view's peak grew "
+        "by more than PCT percent, e.g. 10%%, and by at least 1 MiB",
+    )  # fmt: skip
+    report.add_argument(
         "--min-time", metavar="TIME",
         help="with --diff of profiles: smaller growth is never slower (default 50us)",
     )  # fmt: skip

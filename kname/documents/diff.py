@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from kname.documents.memory import memory_diff_lines
 from kname.documents.schema import PROFILE_SCHEMA
 from kname.documents.tables import graph_note, kernel_cells, name_cell
 from kname.documents.text import columns, count_of, format_duration, printable
@@ -274,9 +275,11 @@ class Comparison:
         """The text `kname report --diff` prints."""
         if not self.is_profile:
             return render_diff(self.before, self.after, self.labels, self.ignore_lines)
-        return render_gpu_diff(
-            self.before, self.after, self.labels, self.threshold, self.min_time_ns
-        ) + render_count_changes(self.before, self.after, self.labels)
+        return (
+            render_gpu_diff(self.before, self.after, self.labels, self.threshold, self.min_time_ns)
+            + render_count_changes(self.before, self.after, self.labels)
+            + "".join(f"{line}\n" for line in memory_diff_lines(self.before, self.after))
+        )
 
 
 def slower(changes: list[GpuChange]) -> list[GpuChange]:

@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from kname.documents.kernel_names import display_name
-from kname.documents.pages import source, tree
+from kname.documents.memory import has_memory
+from kname.documents.pages import memory, source, tree
 from kname.documents.pages.layout import (
     EMPTY,
     Html,
@@ -31,6 +32,7 @@ from kname.documents.pages.layout import (
     render,
     site_name,
 )
+from kname.documents.pages.memory import memory_cell, memory_section
 from kname.documents.pages.source import CODE, SourceFiles, file_views, files_view, linked
 from kname.documents.spread import Spread, spreads
 from kname.documents.tables import graph_note, ranked_sites
@@ -60,6 +62,7 @@ ul.kernels .kernel { overflow-wrap: anywhere; }
 ul.kernels .time { white-space: nowrap; }
 """
 SOURCE_HEADERS = ("GPU time", "launches", CODE, "kernels")
+MEMORY_SOURCE_HEADERS = ("GPU time", "launches", "memory", CODE, "kernels")  # with --memory
 
 
 def render_profile_page(document: Mapping[str, Any], title: str = "kname profile") -> str:
@@ -79,17 +82,21 @@ def render_profile_page(document: Mapping[str, Any], title: str = "kname profile
         _unattributed(document),
         _chart(sites[:BARS_SHOWN]),
         _table(sites, total, files, across),
+        memory_section(document),
     ]
     sums = _file_sums(sites, total, files)
     views = [
         View("ranking", "ranking", joined(filter(None, ranking), "\n")),
         files_view(files, sums),
     ]
-    views += file_views(files, _line_rows(sites, total, files), SOURCE_HEADERS, sums)
+    rows, headers = _line_rows(sites, total, files), SOURCE_HEADERS
+    if has_memory(document):
+        rows, headers = _with_memory_cells(rows, sites, files), MEMORY_SOURCE_HEADERS
+    views += file_views(files, rows, headers, sums)
     if tree.has_callers(files):
         values = {site["name"]: site["gpu_ns"] for site in sites}
         views.append(tree.tree_view(values, files, total, format_duration))
-    return render(title, summary, views, STYLE + source.STYLE + tree.STYLE)
+    return render(title, summary, views, STYLE + source.STYLE + tree.STYLE + memory.STYLE)
 
 
 def site_row(
@@ -283,6 +290,21 @@ def _line_rows(
             ),
         ]
     return rows
+
+
+def _with_memory_cells(
+    rows: dict[tuple[str, int], list[Html]], sites: list[Mapping[str, Any]], files: SourceFiles
+) -> dict[tuple[str, int], list[Html]]:
+    """`rows` with each line's memory cell after its launches (MEMORY_SOURCE_HEADERS)."""
+    on_line: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
+    for site in sites:
+        frame = files.chains[site["name"]][0]
+        if frame.path:
+            on_line.setdefault((frame.path, frame.line), []).append(site)
+    return {
+        place: [*cells[:2], memory_cell(on_line.get(place, ())), *cells[2:]]
+        for place, cells in rows.items()
+    }
 
 
 def _file_sums(sites: list[Mapping[str, Any]], total: int, files: SourceFiles) -> dict[str, str]:

@@ -20,6 +20,7 @@ line (report_fault) and the program's allocation goes on.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -84,9 +85,18 @@ class PoolHooks:
         try:
             hook = cupy_hook(module, self)
             hook.__enter__()
-            self._undo.append(lambda: hook.__exit__(None, None, None))
         except Exception as exc:
             report_fault("hooking CuPy's memory pool", exc)
+            return
+        entered_on = threading.get_ident()
+
+        def undo() -> None:
+            # CuPy's hooks are per thread: only the thread that entered it can take it out.
+            # Elsewhere (a --duration timer) it stays, charging nothing (`active` is False).
+            if threading.get_ident() == entered_on:
+                hook.__exit__(None, None, None)
+
+        self._undo.append(undo)
 
     def _hook_torch(self, module: Any) -> None:
         try:

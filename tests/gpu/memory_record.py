@@ -284,6 +284,10 @@ def kname_session(out: Path) -> None:
     session = ProfileSession(keep_streams=True, memory=True)
     print("SESSION started", session.start(), session.collector.launch_callbacks)
     run_demo(libraries)
+    # The streams of the demo alone (the fixture), with what the live run found per line.
+    session.collector.flush()  # CUPTI's buffers so far to the join
+    live = {view: ledger.site_dicts() for view, ledger in session.ledgers().items()}
+    session.save_streams(out / "memory_streams.json", demo=memory_demo.marked_lines(), live=live)
     loops = {}
     if "torch" in libraries:
         import torch
@@ -309,7 +313,6 @@ def write_session(session, out: Path) -> None:
     print(session.table())
     session.save(out / "memory_profile.json")
     session.save_html(out / "memory_profile.html")
-    session.save_streams(out / "memory_streams.json", demo=memory_demo.marked_lines())
     for view, ledger in session.ledgers().items():
         print(f"VIEW {view} peak {ledger.peak} site {ledger.peak_site()}")
         for site, row in ledger.site_dicts().items():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -35,6 +36,7 @@ from kname.profiling.records import (
     MemoryRecord,
     Streams,
     StreamsError,
+    load_streams,
     streams_from_json,
     streams_to_json,
 )
@@ -186,3 +188,35 @@ def test_a_session_with_memory_names_each_line_its_bytes_and_peak(session):
     assert "memory peak (device): 80.0 MiB, most held by " in table
     replayed = replay_memory(session.streams())
     assert replayed.ledgers[DEVICE].site_dicts() == session.ledgers()[DEVICE].site_dicts()
+
+
+DATA = Path(__file__).parent.parent / "data"
+MEMORY_FIXTURES = sorted(DATA.glob("memory_*.json"))
+
+
+def test_a_memory_fixture_recorded_on_a_gpu_is_here():
+    assert MEMORY_FIXTURES  # tests/gpu/memory_record.py --session writes memory_streams.json
+
+
+@pytest.mark.parametrize("path", MEMORY_FIXTURES, ids=lambda path: path.name)
+def test_recorded_memory_records_replay_to_the_lines_and_bytes_of_the_live_run(path):
+    streams = load_streams(str(path))
+    replayed = replay_memory(streams)
+    live = streams.meta["live"]
+    for view in (DEVICE, PINNED):
+        assert replayed.ledgers[view].site_dicts() == live[view]
+    assert replayed.unattributed == 0
+    sites = {
+        (view, int(name.rsplit(":", 1)[1])): numbers
+        for view in (DEVICE, PINNED)
+        for name, numbers in live[view].items()
+        if "memory_demo.py:" in name
+    }
+    # The lines that call cuda-bindings themselves. (The recorder ran without install(): numba's,
+    # CuPy's and torch's frames were not known as library code, so their calls are named after
+    # the library's own line there; `kname profile` names them after the demo's.)
+    raw = {tag: mark for tag, mark in streams.meta["demo"].items() if tag.startswith("raw_")}
+    assert len(raw) == 4
+    for tag, mark in raw.items():
+        numbers = sites[(PINNED if tag == "raw_pinned" else DEVICE, mark["alloc"])]
+        assert numbers["allocated"] == mark["bytes"] == numbers["freed"], tag

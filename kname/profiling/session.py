@@ -191,7 +191,10 @@ class ProfileSession:
         """With memory=True: {view: its Ledger}, the driver's views and the pools' (each view
         that saw an allocation); else empty."""
         views = dict(self.memory.ledgers) if self.memory is not None else {}
-        return views | (self.pools.ledgers if self.pools is not None else {})
+        if self.pools is None:
+            return views
+        self.pools.settle()  # torch's events wait for their sizes
+        return views | self.pools.ledgers
 
     def device(self) -> str | None:
         """This process's GPU as CUDA_VISIBLE_DEVICES names it (or its ordinal where that is

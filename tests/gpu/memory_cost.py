@@ -1,6 +1,7 @@
 """A torch training step, timed: what `kname profile --memory` adds to an allocation-heavy loop.
 
-    python3 tests/gpu/memory_cost.py [STEPS]      prints `STEP <ms per step>`
+    python3 tests/gpu/memory_cost.py [STEPS]      prints `STEP <ms per step>` and
+                                                  `ALLOC <ns per torch.empty and its free>`
 Run bare, under `kname profile` and under `kname profile --memory`, and compare.
 """
 
@@ -34,6 +35,11 @@ def main() -> int:
         step()
     torch.cuda.synchronize()
     print(f"STEP {1000 * (time.perf_counter() - started) / steps:.3f} ms")
+    started = time.perf_counter_ns()
+    for _ in range(2000):
+        block = torch.empty(4096, device="cuda")
+        del block
+    print(f"ALLOC {(time.perf_counter_ns() - started) / 2000:.0f} ns")
     return 0
 
 

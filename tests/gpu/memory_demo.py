@@ -15,6 +15,7 @@ tests/gpu/test_gpu_memory.py and tests/gpu/memory_record.py.
 
 from __future__ import annotations
 
+import gc
 import re
 import sys
 from pathlib import Path
@@ -101,6 +102,7 @@ def run(libraries: set[str]) -> None:
         from numba import cuda
 
         del held["numba_array"]  # numba frees later, in a batch: flushed on the next line
+        gc.collect()  # (in batch 1 the array outlived its del: no cuMemFree came)
         cuda.current_context().deallocations.clear()  # free: numba_array
     if "driver" in libraries:
         free_driver(held)

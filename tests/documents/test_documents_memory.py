@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support import REPO
 from support.html_pages import ParsedPage, assert_no_injected_markup
 from support.profile_streams import TERMINAL_HOSTILE
 
 from kname.cli import main
 from kname.config import read_config
 from kname.documents.build import profile_document
+from kname.documents.files import load
 from kname.documents.memory import format_bytes, more_memory, with_memory
 from kname.documents.merge import Merge, merge_documents
 from kname.documents.pages.profile import render_profile_page
@@ -222,3 +225,17 @@ def test_kname_profile_memory_is_a_switch_read_in_profile_mode(value, memory, pr
 )
 def test_bytes_are_shown_in_binary_units(count, shown):
     assert format_bytes(count) == shown
+
+
+def test_the_readmes_memory_sample_is_what_kname_profile_memory_printed_on_the_h100():
+    """tests/data/memory_profile_h100.json: `kname profile --memory --json` of
+    tests/gpu/memory_demo.py on the H100 (batch 1); the README shows two of its lines, cut."""
+    readme = (REPO / "README.md").read_text()
+    block = re.search(r"<!-- readme-test: memory-table -->\n```\n(.*?)```", readme, re.DOTALL)
+    assert block is not None
+    row, peak = block.group(1).splitlines()
+    table = render_profile_table(load(str(REPO / "tests" / "data" / "memory_profile_h100.json")))
+    name, allocated, held = re.split(r"  +", row)
+    (line,) = [line for line in table.splitlines() if line.startswith(name + " ")]
+    assert re.search(rf"  {re.escape(allocated)}  +{re.escape(held)}(  |$)", line), line
+    assert peak in table.splitlines()

@@ -20,6 +20,7 @@ from kname.config import (
     KNAME_PROFILE_DURATION,
     KNAME_PROFILE_FLUSH,
     KNAME_PROFILE_HTML,
+    KNAME_PROFILE_MEMORY,
     KNAME_PROFILE_TOP,
     KNAME_PROFILE_TRACE,
     KNAME_RANKS,
@@ -342,6 +343,7 @@ PROFILE_OPTIONS = {
     "delay": KNAME_PROFILE_DELAY,
     "duration": KNAME_PROFILE_DURATION,
     "ranks": KNAME_RANKS,
+    "memory": KNAME_PROFILE_MEMORY,
 }
 
 
@@ -385,6 +387,11 @@ def _add_profile_command(commands: argparse._SubParsersAction) -> None:
     profile.add_argument(
         "--duration", metavar="SECONDS", type=_seconds,
         help="stop profiling SECONDS after it started (the outputs are still written at exit)",
+    )  # fmt: skip
+    profile.add_argument(
+        "--memory", action="store_const", const="1",
+        help="also GPU memory per line: what each line allocated through the driver and the "
+        "torch and CuPy pools, and what it held at the peak (docs/memory.md)",
     )  # fmt: skip
     for option in ("targets", "skip", "format", "depth", "domain"):
         profile.add_argument(
@@ -583,6 +590,11 @@ def _add_report_command(commands: argparse._SubParsersAction) -> None:
         "--fail-on-slower", metavar="PCT",
         help="with --diff of profiles: exit 1 if a call site's GPU time (or the total) grew by "
         "more than PCT percent, e.g. 10%%, and by at least --min-time",
+    )  # fmt: skip
+    report.add_argument(
+        "--fail-on-more-memory", metavar="PCT",
+        help="with --diff of profiles made with --memory: exit 1 if a memory view's peak grew "
+        "by more than PCT percent, e.g. 10%%, and by at least 1 MiB",
     )  # fmt: skip
     report.add_argument(
         "--min-time", metavar="TIME",

@@ -40,6 +40,7 @@ KNAME_PROFILE_DELAY = "KNAME_PROFILE_DELAY"
 KNAME_PROFILE_DURATION = "KNAME_PROFILE_DURATION"
 KNAME_PROFILE_TRACE_MAX = "KNAME_PROFILE_TRACE_MAX"
 KNAME_PROFILE_TRIGGER = "KNAME_PROFILE_TRIGGER"
+KNAME_PROFILE_MEMORY = "KNAME_PROFILE_MEMORY"
 
 SWITCH_ON = ("1", "true", "yes", "on")
 SWITCH_OFF = ("", "0", "false", "no", "off")
@@ -59,7 +60,9 @@ PROFILE_SECONDS = {
     KNAME_PROFILE_DELAY: "delay",
     KNAME_PROFILE_DURATION: "duration",
 }
-PROFILE_SETTINGS = (KNAME_PROFILE_TOP, KNAME_PROFILE_TRACE_MAX, *PROFILE_SECONDS)
+PROFILE_SETTINGS = (
+    KNAME_PROFILE_TOP, KNAME_PROFILE_TRACE_MAX, *PROFILE_SECONDS, KNAME_PROFILE_MEMORY,
+)  # fmt: skip
 # What a bad value of each setting in seconds is replaced by.
 _SECONDS_DEFAULTS = {
     KNAME_PROFILE_FLUSH: "none: the profile is written at exit only",
@@ -111,6 +114,7 @@ class Config(NamedTuple):
     delay: float | None = None  # KNAME_MODE=profile: seconds before profiling starts
     duration: float | None = None  # KNAME_MODE=profile: seconds profiling lasts (None: to exit)
     trace_max: int = DEFAULT_TRACE_MAX  # KNAME_MODE=profile: records the trace keeps at most
+    memory: bool = False  # KNAME_PROFILE_MEMORY: memory per line too (kname profile --memory)
     ranks: RankSpans | None = None  # KNAME_RANKS: the ranks that profile (None: every rank)
     strict: bool = False
     native: bool = True  # KNAME_NATIVE: the C hot path where built (False: the pure-Python one)
@@ -428,6 +432,8 @@ def _read_profile_settings(
                     f"{variable}={env[variable]!r} is not a whole number of 1 or more ({what}); "
                     f"using {default}"
                 )
+    if given[KNAME_PROFILE_MEMORY]:
+        settings["memory"] = _read_memory_switch(env[KNAME_PROFILE_MEMORY], problems)
     for variable, attribute in PROFILE_SECONDS.items():
         if given[variable]:
             settings[attribute] = parse_seconds(given[variable])
@@ -437,6 +443,17 @@ def _read_profile_settings(
                     f"30 or 0.5); using {_SECONDS_DEFAULTS[variable]}"
                 )
     return settings
+
+
+def _read_memory_switch(value: str, problems: list[str]) -> bool:
+    """KNAME_PROFILE_MEMORY: on or off; a bad value is a problem, and off."""
+    switch = parse_switch(value)
+    if switch is None:
+        accepted = ", ".join(SWITCH_ON + SWITCH_OFF[1:])
+        problems.append(
+            f"{KNAME_PROFILE_MEMORY}={value!r} is not one of {accepted}; memory is not profiled"
+        )
+    return bool(switch)
 
 
 def _read_output(variable: str, value: str | None, problems: list[str]) -> str | None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from kname.documents.backward_lines import diff_note
+from kname.documents.memory import memory_diff_lines
 from kname.documents.schema import PROFILE_SCHEMA
 from kname.documents.tables import graph_note, kernel_cells, name_cell
 from kname.documents.text import columns, count_of, format_duration, printable
@@ -275,9 +276,11 @@ class Comparison:
         """The text `kname report --diff` prints."""
         if not self.is_profile:
             return render_diff(self.before, self.after, self.labels, self.ignore_lines)
-        return render_gpu_diff(
-            self.before, self.after, self.labels, self.threshold, self.min_time_ns
-        ) + render_count_changes(self.before, self.after, self.labels)
+        return (
+            render_gpu_diff(self.before, self.after, self.labels, self.threshold, self.min_time_ns)
+            + render_count_changes(self.before, self.after, self.labels)
+            + "".join(f"{line}\n" for line in memory_diff_lines(self.before, self.after))
+        )
 
 
 def slower(changes: list[GpuChange]) -> list[GpuChange]:

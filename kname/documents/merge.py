@@ -41,6 +41,7 @@ from typing import Any
 from kname._version import __version__
 from kname.documents.backward_lines import backward_fields, summed_backward_fields
 from kname.documents.build import graph_fields, profile_of_sites, ranked_kernels
+from kname.documents.memory import MemoryMerge
 from kname.documents.schema import (
     BY_RANK,
     CENSUS_SCHEMA,
@@ -110,6 +111,7 @@ class Merge:
         self._sites: dict[Any, _Site] = {}  # a profile's by name; a census's by (name, kernel, lib)
         self._unattributed: dict[str, list[int]] = {}
         self._sources: dict[str, dict[int, str]] = {}  # {path: {line number: text}} kept
+        self._memory = MemoryMerge()  # memory per line (kname profile --memory), where measured
 
     def add(self, document: Mapping[str, Any]) -> None:
         """Fold a valid document (schema.validate) in; DocumentError for one of another kind."""
@@ -124,6 +126,7 @@ class Merge:
         try:
             if schema == PROFILE_SCHEMA:
                 self._add_profile(document, slots)
+                self._memory.add(document)
             else:
                 self._add_census(document, slots)
         except OverflowError:  # a hostile count: past what 64 bits hold
@@ -247,6 +250,7 @@ class Merge:
             for slot, numbers in _entries(theirs):
                 _put(mine, slots[slot], numbers)
         _add_kernels(self._unattributed, other._unattributed)
+        self._memory.absorb(other._memory)
         add_lines(self._sources, other._sources)
         self.ranked = self.ranked or other.ranked
         self.documents += other.documents
@@ -277,7 +281,8 @@ class Merge:
                 launches_by_rank, gpu_ns_by_rank = arrange(merged)
                 site[BY_RANK] = {"launches": launches_by_rank, "gpu_ns": gpu_ns_by_rank}
             sites.append(site)
-        return profile_of_sites(sites, _as_counts(self._unattributed), self.processes)
+        document = profile_of_sites(sites, _as_counts(self._unattributed), self.processes)
+        return self._memory.into(document)
 
     def _census(self, arrange: _Arranger | None) -> dict[str, Any]:
         ranked = sorted(self._sites.items(), key=lambda item: (item[1].order, item[0]))

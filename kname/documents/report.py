@@ -45,6 +45,7 @@ from kname.documents.diff import (
     slower,
 )
 from kname.documents.files import load, write_atomically
+from kname.documents.memory import DEFAULT_MIN_BYTES, format_bytes, more_memory
 from kname.documents.merge import MixedKinds, merge_files
 from kname.documents.pages import render_page
 from kname.documents.pages.diff import render_diff_page
@@ -61,8 +62,8 @@ from kname.documents.spread import Spread, ranks_of, stragglers
 from kname.documents.tables import render_by_rank, render_table
 from kname.documents.text import count_of, format_duration, printable, stdout_to_devnull
 
-NEEDS_DIFF = ("ignore_lines", "fail_on_slower", "fail_on_change")
-PROFILE_ONLY = ("fail_on_slower", "min_time", "top")
+NEEDS_DIFF = ("ignore_lines", "fail_on_slower", "fail_on_change", "fail_on_more_memory")
+PROFILE_ONLY = ("fail_on_slower", "min_time", "top", "fail_on_more_memory")
 NOT_WITH_DIFF = ("by_rank", "straggler", "fail_on_straggler")
 DEFAULT_STRAGGLER = "20%"  # --fail-on-straggler without --straggler
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|µs|ms|s)?\s*$")
@@ -277,6 +278,7 @@ def _profile_diff(
             else parse_threshold(options.fail_on_slower)
         )
         min_time = _min_time(options)
+        memory_threshold = _memory_threshold(options)
     except ValueError as exc:
         return _usage_error(str(exc))
     comparison = Comparison(before, after, labels, threshold=threshold, min_time_ns=min_time)
@@ -299,7 +301,32 @@ def _profile_diff(
             failed = 1
     if options.fail_on_change and launch_counts(before) != launch_counts(after):
         failed = 1
+    if memory_threshold is not None and _more_memory(before, after, memory_threshold, printed):
+        failed = 1
     return failed
+
+
+def _memory_threshold(options: argparse.Namespace) -> float | None:
+    """--fail-on-more-memory as a fraction (None: not given); ValueError says what is accepted."""
+    text = getattr(options, "fail_on_more_memory", None)
+    return None if text is None else parse_threshold(text, "--fail-on-more-memory")
+
+
+def _more_memory(
+    before: Mapping[str, Any], after: Mapping[str, Any], threshold: float, printed: Printed
+) -> bool:
+    """Whether a memory view's peak grew by more than `threshold` (and DEFAULT_MIN_BYTES),
+    its verdict kept in `printed`."""
+    grown = more_memory(before, after, threshold, DEFAULT_MIN_BYTES)
+    if grown:
+        views = ", ".join(
+            f"{view} {format_bytes(was)} -> {format_bytes(now)}" for view, was, now in grown
+        )
+        printed.verdicts.append(
+            f"the memory peak grew by more than {100 * threshold:g}% and "
+            f"{format_bytes(DEFAULT_MIN_BYTES)} ({views}) (--fail-on-more-memory)"
+        )
+    return bool(grown)
 
 
 def _min_time(options: argparse.Namespace) -> int:

@@ -64,6 +64,21 @@ kernels of its ops, which are also in the `backward()` line's own numbers); on t
 (nodes whose forward line is not known). The forward lines' backward_ns add up to the passes'
 backward_lines_ns. Files written before these fields read as profiles with none.
 
+Memory (`kname profile --memory`: docs/memory.md), each only in a profile that measured it. A
+site's `memory` has one entry per view that saw its line allocate (`device` and `pinned`: the
+driver's, from CUPTI; `torch`, `cupy`: the pools' own, from their hooks):
+
+        {"name": "step app.py:12", ...,
+         "memory": {"torch": {"allocated": 16777216, "allocations": 1,    bytes and count
+                              "freed": 16777216, "frees": 1,             of those freed
+                              "peak": 16777216,                           the most it held
+                              "at_peak": 16777216}}}                      held at the view's peak
+
+and the document's `memory`, after the totals, each view's process-wide numbers: its `peak`
+(bytes), `peak_ns` (when), `live` (bytes held at the end), `unmatched_frees`, `untracked`, and
+`timeline`, at most MAX_TIMELINE [ns, live bytes] points. Views are never added together (the
+driver sees the pools' segments too). Files without it read as profiles that did not measure it.
+
 Ranks, in either schema. A document says who wrote it in `ranks`, after the totals: one record
 for a file one process wrote, one per rank in a merge of several (merge.py), in rank order:
 
@@ -135,6 +150,13 @@ TOTAL_FIELDS = {
     CENSUS_SCHEMA: ("total_launches",),
     PROFILE_SCHEMA: ("total_launches", "total_gpu_ns", "unattributed", "processes"),
 }
+# Memory per line (see above): a site's field and the document's, each optional.
+MEMORY = "memory"
+MEMORY_SITE_FIELDS = ("allocated", "allocations", "freed", "frees", "peak", "at_peak")
+MEMORY_VIEW_FIELDS = ("peak", "peak_ns", "live", "unmatched_frees", "untracked")
+MAX_VIEWS = 16  # views in one memory field, each named in at most MAX_VIEW_NAME characters
+MAX_VIEW_NAME = 32
+MAX_TIMELINE = 4096  # points of a view's timeline
 # Who wrote a document (kname.ranks.meta records), and a site's numbers on each of those ranks.
 RANKS = "ranks"
 BY_RANK = "by_rank"
@@ -184,6 +206,7 @@ def validate(document: Any, source: str, schemas: tuple[int, ...] = SCHEMAS) -> 
     if profile:
         _validate_backward_fields(sites, source)
         _validate_profile_totals(document, source)
+        _validate_memory(document, source)
     else:
         _validate_census_total(document, source)
     if RANKS in document:
@@ -212,6 +235,8 @@ def render_json(document: Mapping[str, Any]) -> str:
             for key in TOTAL_FIELDS[document["schema"]]
         ),
     ]
+    if MEMORY in document:
+        fields.append(f"  {json.dumps(MEMORY)}: {json.dumps(document[MEMORY])}")
     if RANKS in document:
         fields.append(_json_list(RANKS, document[RANKS]))
     if SOURCES in document:  # one file per line
@@ -548,6 +573,64 @@ def _validate_profile_totals(document: dict[str, Any], source: str) -> None:
             f"{source}: totals ({document['total_launches']} launches, "
             f"{document['total_gpu_ns']} ns) are not the sums of the sites "
             f"({launches} launches, {gpu_ns} ns)"
+        )
+
+
+def _validate_memory(document: dict[str, Any], source: str) -> None:
+    """Each site's `memory` and the document's, where present (see above)."""
+    for index, site in enumerate(document["sites"]):
+        if MEMORY in site:
+            _validate_memory_views(
+                site[MEMORY], MEMORY_SITE_FIELDS, f"{source}: sites[{index}].{MEMORY}"
+            )
+    if MEMORY in document:
+        views = document[MEMORY]
+        _validate_memory_views(views, MEMORY_VIEW_FIELDS, f"{source}: {MEMORY}")
+        for view, numbers in views.items():
+            _validate_timeline(numbers.get("timeline"), f"{source}: {MEMORY}.{_shown(view)}")
+
+
+def _validate_memory_views(views: Any, fields: tuple[str, ...], where: str) -> None:
+    """{view: {field: count}}: at most MAX_VIEWS views, each name short text, each field a count;
+    a site's bytes held within what it allocated."""
+    if (
+        not isinstance(views, dict)
+        or len(views) > MAX_VIEWS
+        or not all(isinstance(v, str) and 0 < len(v) <= MAX_VIEW_NAME for v in views)
+    ):
+        raise DocumentError(
+            f"{where} must be an object of at most {MAX_VIEWS} views, each named in 1 to "
+            f"{MAX_VIEW_NAME} characters"
+        )
+    for view, numbers in views.items():
+        if not isinstance(numbers, dict) or not all(is_count(numbers.get(f)) for f in fields):
+            raise DocumentError(
+                f"{where}.{_shown(view)} must be an object of {', '.join(fields)}, each "
+                f"{COUNT_RULE}"
+            )
+        if "allocated" in fields and not (
+            numbers["freed"] <= numbers["allocated"]
+            and numbers["at_peak"] <= numbers["peak"] <= numbers["allocated"]
+        ):
+            raise DocumentError(
+                f"{where}.{_shown(view)}: freed, peak and at_peak must be within allocated "
+                "(and at_peak within peak)"
+            )
+
+
+def _validate_timeline(points: Any, where: str) -> None:
+    """A view's timeline: at most MAX_TIMELINE [ns, bytes] pairs of counts."""
+    if (
+        not isinstance(points, list)
+        or len(points) > MAX_TIMELINE
+        or not all(
+            isinstance(p, list) and len(p) == 2 and is_count(p[0]) and is_count(p[1])
+            for p in points
+        )
+    ):
+        raise DocumentError(
+            f"{where}.timeline must list at most {MAX_TIMELINE} [ns, bytes] pairs, each "
+            f"{COUNT_RULE}"
         )
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from kname.documents import backward_lines
 from kname.documents.kernel_names import display_name, distinct_forms
+from kname.documents.memory import MEMORY_HEADER, has_memory, memory_cells, memory_peak_lines
 from kname.documents.schema import BY_RANK, CENSUS_SCHEMA, RANKS, REPLAYED_AT, REPLAYED_UNSEEN
 from kname.documents.spread import (
     Spread,
@@ -162,6 +163,9 @@ def render_profile_table(
     shown = order if top is None else order[: max(top, 0)]
     header = ("call site", "GPU time", "share", "launches", "mean")
     header += (*SPREAD_HEADER, "kernels") if spread else ("kernels",)
+    memory = has_memory(document)  # kname profile --memory: two columns before the kernels
+    if memory:
+        header = header[:-1] + MEMORY_HEADER + header[-1:]
     unattributed = document["unattributed"]
     listed = [document["sites"][index] for index in shown] + [unattributed]
     cells = kernel_cells(k for site in listed for k in list(site["kernels"])[:KERNELS_SHOWN])
@@ -172,11 +176,13 @@ def render_profile_table(
         if spread:
             flagged = straggler is not None and is_straggler(spread[index], *straggler)
             row = row[:-1] + _spread_cells(spread[index], format_duration, flagged) + row[-1:]
-        rows.append(row)
+        rows.append(row[:-1] + memory_cells(site) + row[-1:] if memory else row)
     if unattributed["launches"]:
         row = _profile_row(UNATTRIBUTED_ROW, unattributed, total, cells)
-        rows.append(row[:-1] + ("",) * len(SPREAD_HEADER) + row[-1:] if spread else row)
+        row = row[:-1] + ("",) * len(SPREAD_HEADER) + row[-1:] if spread else row
+        rows.append((*row[:-1], "", "", *row[-1:]) if memory else row)
     right = (1, 2, 3, 4, 5, 6, 7) if spread else (1, 2, 3, 4)
+    right += (len(header) - 3, len(header) - 2) if memory else ()
     if backward_lines.shows_backward(document["sites"]):
         header, rows, right = _with_backward_column(header, rows, listed, right)
     if rows:
@@ -189,6 +195,7 @@ def render_profile_table(
             f" ({_percent(hidden_ns, total)})"
         )
     lines += backward_lines.unknown_notes(sites, format_duration, name_cell)
+    lines.extend(memory_peak_lines(document))
     if unattributed["launches"]:
         lines.append(
             f"kname profile: {count_of(unattributed['launches'], 'GPU record')} "
@@ -209,7 +216,7 @@ def _with_backward_column(
     cells = [backward_lines.backward_cell(site, format_duration) for site in sites]
     rows = [(*row[:2], cell, *row[2:]) for row, cell in zip(rows, cells, strict=False)]
     header = (*header[:2], backward_lines.HEADER, *header[2:])
-    return header, rows, (*right, len(right) + 1)
+    return header, rows, (*(index + (index >= 2) for index in right), 2)
 
 
 def ranked_sites(document: Mapping[str, Any], metric: str) -> list[int]:

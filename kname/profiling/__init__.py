@@ -17,6 +17,9 @@ sets) that carry the same correlation id and their device start and end times. T
     native_callback.py  the callback in C (kname._native_cupti's Recorder), with native_join.py
                         and native_trace.py, its join and trace read from C
     python_callback.py  cupti-python's callback, the pure-Python fallback
+    memory.py           memory per line (--memory): allocations and frees -> bytes, peaks
+    memory_join.py      the driver's view: memory API calls and CUPTI's memory records joined
+    memory_hooks.py     the pools' views: torch's and CuPy's allocator hooks
     backward.py         scopes: autograd's launches named after the line that started a backward
                         pass, XLA's after the line that compiled or ran (the jax unit's)
     session.py          a profiling session: start, stop, outputs (what kname.profile() returns)

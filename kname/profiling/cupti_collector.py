@@ -70,11 +70,19 @@ from kname.profiling.capture import (
 )
 from kname.profiling.capture import select_launch_apis as _select
 from kname.profiling.join import Join
+from kname.profiling.memory_join import (
+    MEMORY_KINDS,
+    MemoryCalls,
+    MemoryKinds,
+    memory_kinds,
+    memory_records,
+    with_memory_apis,
+)
 from kname.profiling.native_callback import NativeCallbacks, NativeUnavailable
 from kname.profiling.native_join import NativeJoin
 from kname.profiling.native_trace import NativeTrace
 from kname.profiling.python_callback import PythonCallbacks
-from kname.profiling.records import ActivityRecord, ExternalCorrelation, StreamLog
+from kname.profiling.records import ActivityRecord, ExternalCorrelation, MemoryRecord, StreamLog
 
 BUFFER_BYTES = 8 << 20  # per CUPTI activity buffer; cupti-python or the recorder allocates them
 FLUSH_FORCED = 1  # CUPTI_ACTIVITY_FLAG_FLUSH_FORCED: also hand over incomplete buffers
@@ -96,6 +104,7 @@ class CuptiCollector:
         log: StreamLog | None = None,
         buffer_bytes: int = BUFFER_BYTES,
         external_correlation: bool = False,
+        memory: MemoryCalls | None = None,
     ) -> None:
         self._capture = capture
         self._join = join
@@ -105,6 +114,10 @@ class CuptiCollector:
         # needs an API record per CUDA call, each a Python object in this binding, while the
         # launch callback already gets a wrapped launch's site from its wrapper.
         self._external_correlation = external_correlation
+        # kname profile --memory: memory calls and CUPTI's memory records to it (memory_join.py);
+        # the activity buffers are then read by cupti-python, which knows the memory records.
+        self._memory = memory
+        self._memory_kinds: MemoryKinds | None = None
         self._cupti: Any = None
         self._callbacks: Any = None  # NativeCallbacks or PythonCallbacks (choose)
         self._enabled_kinds: list[int] = []
@@ -131,6 +144,9 @@ class CuptiCollector:
             return False
         self._cupti = cupti
         apis = launch_apis(cupti)
+        if self._memory is not None:
+            apis = with_memory_apis(cupti, apis)
+            self._memory_kinds = memory_kinds(cupti)
         graphs = select_graph_callbacks(cupti.CallbackIdResource.__members__)
         kinds = cupti.ActivityKind
         self._kinds = ActivityKinds(
@@ -144,7 +160,7 @@ class CuptiCollector:
         try:
             # Buffers before kinds: records may be produced as soon as a kind is enabled.
             self._take_buffers(cupti)
-            for name in ACTIVITY_KINDS + (API_KINDS if self._external_correlation else ()):
+            for name in ACTIVITY_KINDS + self._more_kinds():
                 cupti.activity_enable(getattr(kinds, name))
                 self._enabled_kinds.append(int(getattr(kinds, name)))
         except Exception as exc:
@@ -258,8 +274,22 @@ class CuptiCollector:
         self._callbacks.drain()  # first: every record of this buffer then finds its launch
         try:
             self._add(*activity_records(activities, self._kinds, self._copy_kind_name))
+            if self._memory_kinds is not None:
+                self._add_memory(memory_records(activities, self._memory_kinds))
         except Exception as exc:
             report_fault("reading CUPTI's activity records", exc)
+
+    def _add_memory(self, records: list[MemoryRecord]) -> None:
+        if records and self._memory is not None:
+            self._memory.add_memory(records)
+            if self._log is not None:
+                self._log.add_memory(records)
+
+    def _more_kinds(self) -> tuple[str, ...]:
+        """The activity kinds enabled beyond ACTIVITY_KINDS: the API records tagging needs,
+        and the memory records of --memory."""
+        more = API_KINDS if self._external_correlation else ()
+        return more + (MEMORY_KINDS if self._memory is not None else ())
 
     def _native_buffer_completed(self) -> None:
         """The recorder read a buffer (in C): its records, after the launches, to the join."""
@@ -300,7 +330,8 @@ class CuptiCollector:
     def _take_buffers(self, cupti: Any) -> None:
         """CUPTI's activity buffers to the native recorder where it collects, else cupti-python's
         callbacks; raises the binding's error."""
-        self._native_buffers = self._callbacks.reads_activity_buffers
+        # The recorder in C reads no memory record: with --memory, cupti-python reads them all.
+        self._native_buffers = self._callbacks.reads_activity_buffers and self._memory is None
         if not self._native_buffers:
             cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
             return

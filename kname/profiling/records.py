@@ -12,7 +12,7 @@ Timestamps are CUPTI's, in ns.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -96,6 +96,26 @@ class ExternalCorrelation:
     external_id: int
 
 
+# What a memory record did (CUPTI's CUpti_ActivityMemoryOperationType), in MemoryRecord.operation.
+ALLOCATION, RELEASE = "allocation", "release"
+
+
+@dataclass(slots=True)
+class MemoryRecord:
+    """One of CUPTI's memory records (MEMORY2): memory the driver gave or took back, and the
+    correlation id of the API call that did it (memory_join.py ties it to that call's line)."""
+
+    correlation_id: int
+    operation: str  # ALLOCATION or RELEASE
+    memory_kind: str  # CUPTI's CUpti_ActivityMemoryKind, lower case: "device", "pinned", ...
+    address: int
+    bytes: int
+    timestamp: int  # CUPTI's, ns
+    device: int = 0
+    stream: int = 0
+    is_async: bool = False  # cudaMallocAsync / cudaFreeAsync (a memory pool's)
+
+
 @dataclass
 class Streams:
     """Everything recorded in one process: what the join needs, and facts about the run."""
@@ -106,6 +126,7 @@ class Streams:
     external_sites: dict[int, str] = field(default_factory=dict)  # external id -> site name
     meta: dict[str, Any] = field(default_factory=dict)
     graph_nodes: list[GraphNodeRecord] = field(default_factory=list)  # in the order they came
+    memory: list[MemoryRecord] = field(default_factory=list)  # kname profile --memory only
 
 
 class StreamsError(ValueError):
@@ -121,6 +142,7 @@ class StreamLog:
         self.activities: list[ActivityRecord] = []
         self.externals: list[ExternalCorrelation] = []
         self.graph_nodes: list[GraphNodeRecord] = []
+        self.memory: list[MemoryRecord] = []
         self.dropped = 0  # records not kept once the bound was reached
         self._lock = new_lock()  # freed in a forked child, whoever held it
 
@@ -146,6 +168,10 @@ class StreamLog:
         """Keep external correlation records (one per API call inside a wrapped launch)."""
         self._add(self.externals, records)
 
+    def add_memory(self, records: list[MemoryRecord]) -> None:
+        """Keep memory records, up to the bound."""
+        self._add(self.memory, records)
+
     def streams(self, external_sites: Mapping[int, str] | None = None, **meta: Any) -> Streams:
         """A snapshot of what was kept, with `meta` describing the run."""
         with self._lock:
@@ -156,6 +182,7 @@ class StreamLog:
                 dict(external_sites or {}),
                 dict(meta, dropped_records=self.dropped),
                 list(self.graph_nodes),
+                list(self.memory),
             )
 
     @property
@@ -163,7 +190,8 @@ class StreamLog:
         """Records kept, of every kind."""
         return (
             len(self.launches) + len(self.activities) + len(self.externals) + len(self.graph_nodes)
-        )
+            + len(self.memory)
+        )  # fmt: skip
 
     def _add(self, kept: list, records: list) -> None:
         with self._lock:
@@ -188,9 +216,14 @@ def streams_to_json(streams: Streams) -> str:
         f'  "activities": {lines(streams.activities)},\n'
         f'  "external_correlations": {lines(streams.externals)},\n'
         f'  "external_sites": {json.dumps(sites, ensure_ascii=False)},\n'
-        f'  "graph_nodes": {lines(streams.graph_nodes)}\n'
+        f'  "graph_nodes": {lines(streams.graph_nodes)}{_memory_json(streams, lines)}\n'
         "}\n"
     )
+
+
+def _memory_json(streams: Streams, lines: Callable[[list], str]) -> str:
+    """The memory records' key, only where there are some (streams recorded before have none)."""
+    return f',\n  "memory": {lines(streams.memory)}' if streams.memory else ""
 
 
 def streams_from_json(text: str, source: str) -> Streams:
@@ -209,9 +242,10 @@ def streams_from_json(text: str, source: str) -> Streams:
         sites = {int(k): str(v) for k, v in data.get("external_sites", {}).items()}
         meta = dict(data.get("meta", {}))
         nodes = [_graph_node(item) for item in data.get("graph_nodes", [])]
+        memory = [_memory(item) for item in data.get("memory", [])]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise StreamsError(f"{source}: malformed record ({type(exc).__name__}: {exc})") from None
-    return Streams(launches, activities, externals, sites, meta, nodes)
+    return Streams(launches, activities, externals, sites, meta, nodes, memory)
 
 
 def load_streams(path: str) -> Streams:
@@ -242,4 +276,13 @@ def _graph_node(item: dict) -> GraphNodeRecord:
     record = GraphNodeRecord(**item)
     if record.event not in NODE_EVENTS or not isinstance(record.site, str):
         raise ValueError(f"bad graph node record {item!r}")
+    return record
+
+
+def _memory(item: dict) -> MemoryRecord:
+    record = MemoryRecord(**item)
+    if record.operation not in (ALLOCATION, RELEASE) or not isinstance(record.bytes, int):
+        raise ValueError(f"bad memory record {item!r}")
+    if not isinstance(record.address, int) or not isinstance(record.memory_kind, str):
+        raise ValueError(f"bad memory record {item!r}")
     return record

@@ -36,6 +36,7 @@ from kname._warnings import warn_once
 from kname.config import KNAME_PROFILE_HTML, KNAME_PROFILE_TRACE, KNAME_REPORT
 from kname.documents.build import profile_document
 from kname.documents.files import write_atomically
+from kname.documents.memory import with_memory
 from kname.documents.owner import Output, OutputName, claim_each, write_outputs
 from kname.documents.pages.profile import render_profile_page
 from kname.documents.run_facts import run_facts
@@ -46,6 +47,9 @@ from kname.documents.text import os_text
 from kname.profiling import backward
 from kname.profiling.capture import LaunchCapture, site_of_frame
 from kname.profiling.join import Join
+from kname.profiling.memory import Ledger
+from kname.profiling.memory_hooks import PoolHooks
+from kname.profiling.memory_join import MemoryCalls
 from kname.profiling.native_join import NativeJoin
 from kname.profiling.native_trace import NativeTrace, merged
 from kname.profiling.records import MAX_LOGGED, StreamLog, Streams, streams_to_json
@@ -84,13 +88,19 @@ class ProfileSession:
         keep_streams: bool = False,
         collector: Callable[[LaunchCapture, Join, StreamLog | None], Collector] | None = None,
         max_records: int = MAX_LOGGED,
+        memory: bool = False,
     ) -> None:
         self.join: Join | NativeJoin = Join()
         self.log = StreamLog(max_records) if keep_streams else None
-        self.capture = LaunchCapture(self.join, self.log)
+        # --memory: the memory calls kept apart from the launches (memory_join), and the pools'
+        # hooks (memory_hooks); None without it.
+        self.memory = MemoryCalls(self.join) if memory else None
+        self.pools = PoolHooks() if memory else None
+        self.capture = LaunchCapture(self.memory or self.join, self.log)
         if collector is None:
             from kname.profiling.cupti_collector import CuptiCollector as collector
-        self.collector = collector(self.capture, self.join, self.log)
+        more = {"memory": self.memory} if memory else {}
+        self.collector = collector(self.capture, self.join, self.log, **more)
         # A kname lock: freed in a forked child, and re-entrant for a SIGTERM handler that
         # stops the session on the thread that was inside start() or stop().
         self._lock = new_lock()
@@ -137,6 +147,8 @@ class ProfileSession:
             # passes are named for the launches autograd makes on its own threads.
             callsite.use_site_calls(self.capture.site_calls)
             backward.collect(site_of_frame)
+            if self.pools is not None:
+                self.pools.start()
             return True
 
     def _not_collecting(self, reason: str) -> None:
@@ -153,6 +165,8 @@ class ProfileSession:
                 callsite.use_site_calls(None)  # before the flush: no launch is tagged after it
                 backward.collect(None)
                 _collecting = None
+            if self.pools is not None:
+                self.pools.stop()
             self.collector.stop()
 
     def __enter__(self) -> ProfileSession:
@@ -176,7 +190,16 @@ class ProfileSession:
         record = meta(find_rank(), device=self.device()) | run_facts()
         if self.window is not None:
             record["window"] = dict(self.window)
-        return profile_document(self.join.profile(), ranks=record)
+        return with_memory(profile_document(self.join.profile(), ranks=record), self.ledgers())
+
+    def ledgers(self) -> dict[str, Ledger]:
+        """With memory=True: {view: its Ledger}, the driver's views and the pools' (each view
+        that saw an allocation); else empty."""
+        views = dict(self.memory.ledgers) if self.memory is not None else {}
+        if self.pools is None:
+            return views
+        self.pools.settle()  # torch's events wait for their sizes
+        return views | self.pools.ledgers
 
     def device(self) -> str | None:
         """This process's GPU as CUDA_VISIBLE_DEVICES names it (or its ordinal where that is

@@ -24,13 +24,14 @@ from support.profile_streams import TERMINAL_HOSTILE
 TAGS = {
     "html", "head", "meta", "title", "style", "body", "nav", "a", "h1", "h2", "p", "section",
     "table", "tr", "th", "td", "span", "div", "ul", "li", "svg", "g", "text", "rect", "br",
-    "line",
+    "line", "h3", "polyline", "circle",
 }  # fmt: skip
 ATTRIBUTES = {
     "lang", "charset", "name", "content", "href", "id", "class", "title", "style", "colspan",
     "data-site", "data-gpu-ns", "data-value", "data-change", "width", "height", "viewbox", "role",
     "aria-label", "x", "y", "text-anchor", "x1", "y1", "x2", "y2", "data-min-ns",
-    "data-median-ns", "data-max-ns",
+    "data-median-ns", "data-max-ns", "points", "cx", "cy", "r", "data-view", "data-peak-bytes",
+    "data-peak-ns",
 }  # fmt: skip
 HEAT = re.compile(r"\bh([1-6])\b")
 

@@ -20,7 +20,8 @@ from typing import Any
 
 from kname.documents import backward_lines
 from kname.documents.kernel_names import display_name
-from kname.documents.pages import ranks, source, tree
+from kname.documents.memory import has_memory
+from kname.documents.pages import memory, ranks, source, tree
 from kname.documents.pages.layout import (
     EMPTY,
     Html,
@@ -32,6 +33,7 @@ from kname.documents.pages.layout import (
     render,
     site_name,
 )
+from kname.documents.pages.memory import memory_cell, memory_section
 from kname.documents.pages.source import CODE, SourceFiles, file_views, files_view, linked
 from kname.documents.pages.titles import page_title
 from kname.documents.spread import Spread, spreads
@@ -57,8 +59,7 @@ ul.kernels .kernel { overflow-wrap: anywhere; }
 ul.kernels .time { white-space: nowrap; }
 """
 SOURCE_HEADERS = ("GPU time", "launches", CODE, "kernels")
-# With backward per forward line (documents/backward_lines.py): each line's backward time beside.
-BACKWARD_HEADERS = ("GPU time", backward_lines.HEADER, "launches", CODE, "kernels")
+MEMORY_SOURCE_HEADERS = ("GPU time", "launches", "memory", CODE, "kernels")  # with --memory
 
 
 def render_profile_page(document: Mapping[str, Any], title: str | None = None) -> str:
@@ -78,22 +79,26 @@ def render_profile_page(document: Mapping[str, Any], title: str | None = None) -
         _unattributed(document),
         _chart(sites[:BARS_SHOWN]),
         _table(sites, total, files, across),
+        memory_section(document),
     ]
     sums = _file_sums(sites, total, files)
     views = [
         View("ranking", "ranking", joined(filter(None, ranking), "\n")),
         files_view(files, sums),
     ]
-    rows = _line_rows(sites, total, files)
-    if backward_lines.shows_backward(sites):
+    rows, headers = _line_rows(sites, total, files), SOURCE_HEADERS
+    if has_memory(document):
+        rows, headers = _with_memory_cells(rows, sites, files), MEMORY_SOURCE_HEADERS
+    if backward_lines.shows_backward(sites):  # each line's backward time beside its GPU time
         rows = _with_backward_cells(rows, sites, files)
-    headers = BACKWARD_HEADERS if backward_lines.shows_backward(sites) else SOURCE_HEADERS
+        headers = (headers[0], backward_lines.HEADER, *headers[1:])
     views += file_views(files, rows, headers, sums)
     if tree.has_callers(files):
         values = {site["name"]: site["gpu_ns"] for site in sites}
         views.append(tree.tree_view(values, files, total, format_duration))
     shown = page_title(document, "kname profile") if title is None else title
-    return render(shown, summary, views, STYLE + ranks.STYLE + source.STYLE + tree.STYLE)
+    styles = STYLE + ranks.STYLE + source.STYLE + tree.STYLE + memory.STYLE
+    return render(shown, summary, views, styles)
 
 
 def site_row(
@@ -275,6 +280,21 @@ def _with_backward_cells(
         cell = html('<td class="number backward">{time}</td>', time=text)
         with_backward[place] = [row[0], cell, *row[1:]]
     return with_backward
+
+
+def _with_memory_cells(
+    rows: dict[tuple[str, int], list[Html]], sites: list[Mapping[str, Any]], files: SourceFiles
+) -> dict[tuple[str, int], list[Html]]:
+    """`rows` with each line's memory cell after its launches (MEMORY_SOURCE_HEADERS)."""
+    on_line: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
+    for site in sites:
+        frame = files.chains[site["name"]][0]
+        if frame.path:
+            on_line.setdefault((frame.path, frame.line), []).append(site)
+    return {
+        place: [*cells[:2], memory_cell(on_line.get(place, ())), *cells[2:]]
+        for place, cells in rows.items()
+    }
 
 
 def _file_sums(sites: list[Mapping[str, Any]], total: int, files: SourceFiles) -> dict[str, str]:

@@ -16,6 +16,7 @@ from kname.config import (
     KNAME_DOMAIN,
     KNAME_FORMAT,
     KNAME_MODE,
+    KNAME_PROFILE_BACKWARD,
     KNAME_PROFILE_DELAY,
     KNAME_PROFILE_DURATION,
     KNAME_PROFILE_FLUSH,
@@ -344,6 +345,7 @@ PROFILE_OPTIONS = {
     "duration": KNAME_PROFILE_DURATION,
     "ranks": KNAME_RANKS,
     "memory": KNAME_PROFILE_MEMORY,
+    "backward_lines": KNAME_PROFILE_BACKWARD,
 }
 
 
@@ -392,6 +394,11 @@ def _add_profile_command(commands: argparse._SubParsersAction) -> None:
         "--memory", action="store_const", const="1",
         help="also GPU memory per line: what each line allocated through the driver and the "
         "torch and CuPy pools, and what it held at the peak (docs/memory.md)",
+    )  # fmt: skip
+    profile.add_argument(
+        "--backward-lines", action="store_const", const="1",
+        help="also torch's backward time per forward line (each torch call of the run then costs "
+        "tens of microseconds more: docs/backward_lines.md)",
     )  # fmt: skip
     for option in ("targets", "skip", "format", "depth", "domain"):
         profile.add_argument(

@@ -41,6 +41,7 @@ KNAME_PROFILE_DURATION = "KNAME_PROFILE_DURATION"
 KNAME_PROFILE_TRACE_MAX = "KNAME_PROFILE_TRACE_MAX"
 KNAME_PROFILE_TRIGGER = "KNAME_PROFILE_TRIGGER"
 KNAME_PROFILE_MEMORY = "KNAME_PROFILE_MEMORY"
+KNAME_PROFILE_BACKWARD = "KNAME_PROFILE_BACKWARD"
 
 SWITCH_ON = ("1", "true", "yes", "on")
 SWITCH_OFF = ("", "0", "false", "no", "off")
@@ -62,6 +63,7 @@ PROFILE_SECONDS = {
 }
 PROFILE_SETTINGS = (
     KNAME_PROFILE_TOP, KNAME_PROFILE_TRACE_MAX, *PROFILE_SECONDS, KNAME_PROFILE_MEMORY,
+    KNAME_PROFILE_BACKWARD,
 )  # fmt: skip
 # What a bad value of each setting in seconds is replaced by.
 _SECONDS_DEFAULTS = {
@@ -115,6 +117,8 @@ class Config(NamedTuple):
     duration: float | None = None  # KNAME_MODE=profile: seconds profiling lasts (None: to exit)
     trace_max: int = DEFAULT_TRACE_MAX  # KNAME_MODE=profile: records the trace keeps at most
     memory: bool = False  # KNAME_PROFILE_MEMORY: memory per line too (kname profile --memory)
+    # KNAME_PROFILE_BACKWARD: torch's backward time per forward line too (--backward-lines)
+    backward_lines: bool = False
     ranks: RankSpans | None = None  # KNAME_RANKS: the ranks that profile (None: every rank)
     strict: bool = False
     native: bool = True  # KNAME_NATIVE: the C hot path where built (False: the pure-Python one)
@@ -434,6 +438,8 @@ def _read_profile_settings(
                 )
     if given[KNAME_PROFILE_MEMORY]:
         settings["memory"] = _read_memory_switch(env[KNAME_PROFILE_MEMORY], problems)
+    if given[KNAME_PROFILE_BACKWARD]:
+        settings["backward_lines"] = _read_backward_switch(env[KNAME_PROFILE_BACKWARD], problems)
     for variable, attribute in PROFILE_SECONDS.items():
         if given[variable]:
             settings[attribute] = parse_seconds(given[variable])
@@ -447,12 +453,30 @@ def _read_profile_settings(
 
 def _read_memory_switch(value: str, problems: list[str]) -> bool:
     """KNAME_PROFILE_MEMORY: on or off; a bad value is a problem, and off."""
+    return _read_off_by_default(KNAME_PROFILE_MEMORY, value, "memory is not profiled", problems)
+
+
+def backward_lines_wanted(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether KNAME_PROFILE_BACKWARD asks for backward time per forward line (off by default: it
+    costs each torch call of a profiled run tens of µs; a bad value is off, said by read_config):
+    Config.backward_lines, read alone (for the torch unit)."""
+    env = os.environ if environ is None else environ
+    value = env.get(KNAME_PROFILE_BACKWARD)
+    return value is not None and _read_backward_switch(value, [])
+
+
+def _read_backward_switch(value: str, problems: list[str]) -> bool:
+    return _read_off_by_default(
+        KNAME_PROFILE_BACKWARD, value, "backward time stays on the backward() line", problems
+    )
+
+
+def _read_off_by_default(variable: str, value: str, off: str, problems: list[str]) -> bool:
+    """A switch that is off unless set on; a bad value is a problem, and off."""
     switch = parse_switch(value)
     if switch is None:
         accepted = ", ".join(SWITCH_ON + SWITCH_OFF[1:])
-        problems.append(
-            f"{KNAME_PROFILE_MEMORY}={value!r} is not one of {accepted}; memory is not profiled"
-        )
+        problems.append(f"{variable}={value!r} is not one of {accepted}; {off}")
     return bool(switch)
 
 

@@ -25,6 +25,7 @@ from kname.config import (
     PROFILE_SETTINGS,
     Config,
     ConfigError,
+    backward_lines_wanted,
     driver_hook_wanted,
     format_ranks,
     merge_rank_spans,
@@ -763,3 +764,22 @@ def test_a_trigger_that_is_no_path_is_one_line_naming_it_and_none_is_watched() -
         "KNAME_PROFILE_TRIGGER='a\\nb' is not a file path (printable, at most 4096 characters); "
         "no trigger is watched"
     )
+
+
+@pytest.mark.parametrize("value", ["1", "yes", "on", "true"])
+def test_backward_per_forward_line_is_asked_for_in_profile_mode(value) -> None:
+    cfg = config(mode="profile", profile_backward=value)
+    assert cfg.backward_lines and not cfg.problems
+    assert backward_lines_wanted({"KNAME_PROFILE_BACKWARD": value})
+
+
+def test_backward_per_forward_line_is_off_by_default_and_a_bad_value_is_one_line() -> None:
+    assert not config(mode="profile").backward_lines
+    assert not backward_lines_wanted({})
+    cfg = config(mode="profile", profile_backward="sometimes")
+    (problem,) = cfg.problems
+    assert not cfg.backward_lines and not backward_lines_wanted(
+        {"KNAME_PROFILE_BACKWARD": "sometimes"}
+    )
+    assert problem.startswith("KNAME_PROFILE_BACKWARD='sometimes' is not one of 1, true, yes, on")
+    assert problem.endswith("backward time stays on the backward() line")

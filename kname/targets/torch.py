@@ -166,8 +166,11 @@ def _autograd_thread_test(current_node: Any) -> Any:
 def forward_line_changes(module: ModuleType, options: Options) -> list[Change]:
     """Backward per forward line (kname.profiling.torch_forward): once torch's import is done,
     its mode follows the profile's collection. Nothing to patch."""
+    from kname.config import backward_lines_wanted
     from kname.profiling import backward, torch_forward
 
+    if not backward_lines_wanted():  # KNAME_PROFILE_BACKWARD: its mode costs every torch call
+        return []
     current_node = getattr(getattr(module, "_C", None), "_current_autograd_node", None)
     if current_node is None or not hasattr(getattr(module, "overrides", None), "TorchFunctionMode"):
         return []  # a torch too old for it: backward stays on the pass's line

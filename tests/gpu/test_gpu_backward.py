@@ -38,7 +38,9 @@ def _site(sites: dict, marker: str) -> dict:
 @pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
 @pytest.mark.parametrize("callbacks", ["native", "python"])
 def test_each_forward_line_shows_the_backward_time_of_its_ops(tmp_path, callbacks) -> None:
-    document, run = profiled_run(DEMO, tmp_path, callbacks, "BACKWARD DEMO DONE")
+    document, run = profiled_run(
+        DEMO, tmp_path, callbacks, "BACKWARD DEMO DONE", KNAME_PROFILE_BACKWARD="1"
+    )
     sites = {site["name"]: site for site in document["sites"]}
     for name in sites:
         match = SITE.fullmatch(name)

@@ -34,7 +34,7 @@ def profiled_run(
 ) -> tuple[dict, subprocess.CompletedProcess]:
     """`kname profile --json profile.json -- python PROGRAM` in tmp_path, on the `callbacks`
     launch callback ("native" or "python"; skipped where the native one is not built): the
-    profile it wrote and the run. `settings` are the program's own variables (not kname's);
+    profile it wrote and the run. `settings` are variables set for the run (KNAME_* ones too);
     the program prints `done` as its last line."""
     native, why = hotpath.choose(True).cupti()
     if callbacks == "native" and native is None:

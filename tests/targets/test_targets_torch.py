@@ -565,3 +565,21 @@ def test_an_nccl_kernel_is_named_after_the_line_that_called_the_collective() -> 
     train["step"](dist, object())
     lines = [line_of(TRAIN, marker) for marker in ("L:blocking", "L:async")]
     assert seen == [f"step alice/train.py:{line}" for line in lines]
+
+
+def test_backward_per_forward_line_puts_nothing_in_place_unless_asked(monkeypatch) -> None:
+    """Its TorchFunctionMode costs every torch call of a profiled run: without
+    KNAME_PROFILE_BACKWARD the unit leaves torch and the profile's collection alone."""
+    from kname.profiling import backward
+    from kname.targets.torch import forward_line_changes
+
+    followed = []
+    monkeypatch.setattr(backward, "follow_collection", followed.append)
+    stand_in = types.SimpleNamespace(  # torch's parts the unit reads (torch is not installed here)
+        _C=types.SimpleNamespace(_current_autograd_node=lambda: None),
+        overrides=types.SimpleNamespace(TorchFunctionMode=object),
+    )
+    monkeypatch.delenv("KNAME_PROFILE_BACKWARD", raising=False)
+    assert forward_line_changes(stand_in, None) == [] and followed == []
+    monkeypatch.setenv("KNAME_PROFILE_BACKWARD", "1")
+    assert forward_line_changes(stand_in, None) == [] and len(followed) == 1

@@ -10,7 +10,8 @@ _native_buffer_completed with the GIL), else cupti-python reads them into a Pyth
 record (_buffer_completed). With the C callback and no tagging, the recorder also joins the
 records in C (native_join.py): `totals` is then that join, and no Python code runs per record or
 per buffer; with a stream log asked for (--trace), the recorder keeps the trace's records in C
-as well (native_trace.py: `trace`), and launch calls are timed only then. The rest (kinds,
+as well (native_trace.py: `trace`), and every launch call is timed only then (outermost calls
+always are: the launch-bound verdict's CPU time, launch_times.py). The rest (kinds,
 flush, the messages) is here, the same for both: before each buffer's records go to the join,
 the native callback's finished calls are drained into it, so every GPU record finds its launch.
 Everything but the CUPTI calls lives in capture.py and join.py.
@@ -308,6 +309,8 @@ class CuptiCollector:
         # in C, and so is the trace when one is kept. Only the trace reads launch times.
         in_c = not self._external_correlation
         self._callbacks.time_launches(self._log is not None)
+        # The launch-bound verdict's CPU time per line: outermost launch calls, timed in C.
+        self._callbacks.time_outer_launches(True)
         if in_c:
             earlier = self._totals if isinstance(self._totals, NativeJoin) else None
             self._totals = self._callbacks.join_in_c(self._memcpy_name, earlier)

@@ -151,6 +151,9 @@ join_free(Join *j)
     index_free(&j->kernel_of);
     index_free(&j->replay_line);
     index_free(&j->replay_of);
+    map_free(&j->timed_calls);
+    index_free(&j->stream_of);
+    free(j->stream_ends);
     graph_nodes_free(&j->nodes);
     free(j->ids);
     free(j->records);
@@ -224,7 +227,7 @@ site_totals(Join *j, const void *site)
     if (!grow((void **)&j->sites, &j->site_room, j->site_count, sizeof *j->sites)
         || !index_set(&j->site_of, (uint64_t)(uintptr_t)site, (uint32_t)j->site_count))
         return -1;
-    j->sites[j->site_count] = (SiteTotal){site, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    j->sites[j->site_count] = (SiteTotal){site, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     return (int64_t)j->site_count++;
 }
 
@@ -292,12 +295,66 @@ replay_totals(Join *j, int64_t s, const void *replay)
     return r;
 }
 
+/* ---- launch_times.py's LaunchTimes */
+
+/* LaunchTimes.launch: an outermost timed launch call kept until its first GPU record. */
+static void
+times_launch(Join *j, const Launch *launch)
+{
+    if (launch->parent || launch->graph || !(launch->end > launch->start && launch->start > 0))
+        return;
+    MapEntry *entry = map_put(&j->timed_calls, launch->correlation_id);
+    if (entry == NULL) {
+        j->no_memory = 1;
+        return;
+    }
+    entry->a = launch->start;
+    entry->b = launch->end;
+    if ((Py_ssize_t)j->timed_calls.live > j->max_pending)
+        map_remove(&j->timed_calls, map_oldest(&j->timed_calls)->key, NULL);
+}
+
+/* The last end of `g`'s stream (NULL: past MAX_STREAMS, or no memory: not kept). */
+static uint64_t *
+stream_end(Join *j, const GpuRecord *g)
+{
+    uint64_t key = ((uint64_t)g->device << 32) | g->stream;
+    int64_t found = index_get(&j->stream_of, key);
+    if (found >= 0)
+        return &j->stream_ends[found];
+    if (j->stream_count >= MAX_STREAMS
+        || !grow((void **)&j->stream_ends, &j->stream_room, j->stream_count, sizeof(uint64_t))
+        || !index_set(&j->stream_of, key, (uint32_t)j->stream_count))
+        return NULL;
+    j->stream_ends[j->stream_count] = 0;
+    return &j->stream_ends[j->stream_count++];
+}
+
+/* LaunchTimes.count: a GPU record joined to site `s` (-1: not counted). */
+static void
+times_count(Join *j, int64_t s, const GpuRecord *g, int graph)
+{
+    uint64_t *end = stream_end(j, g);
+    uint64_t previous_end = end != NULL ? *end : 0;
+    MapEntry call;
+    if (s >= 0 && !graph && map_remove(&j->timed_calls, g->correlation_id, &call)) {
+        SiteTotal *t = &j->sites[s];
+        uint64_t from = previous_end > call.a ? previous_end : call.a;
+        t->launch_calls++;
+        t->launch_cpu_ns += call.b - call.a;
+        if (previous_end && g->start > from)
+            t->idle_ns += g->start - from;
+    }
+    if (end != NULL && g->end > previous_end)
+        *end = g->end;
+}
+
 /* _count: a record launched at `site`; graph work goes to the line that made its node. */
 static void
 join_count(Join *j, const void *site, const GpuRecord *g)
 {
     if (!(g->graph_node_id || g->graph_id)) {
-        count_record(j, site, g);
+        times_count(j, count_record(j, site, g), g, 0);
         return;
     }
     const void *capture;
@@ -307,9 +364,11 @@ join_count(Join *j, const void *site, const GpuRecord *g)
             j->sites[s].unseen_launches++;
             j->sites[s].unseen_gpu_ns += duration_of(g);
         }
+        times_count(j, s, g, 1);
         return;
     }
     int64_t s = count_record(j, capture, g); /* add_replayed */
+    times_count(j, s, g, 1);
     int64_t r = s < 0 ? -1 : replay_totals(j, s, site);
     if (s >= 0 && r < 0)
         j->no_memory = 1;
@@ -454,6 +513,7 @@ static void
 join_launch(Join *j, const Launch *launch, const void *site)
 {
     uint32_t id = launch->correlation_id;
+    times_launch(j, launch); /* first: its GPU records may be waiting (join_adopt) */
     j->launch_count++;
     if (!j->first || id < j->first)
         j->first = id;
@@ -573,7 +633,8 @@ static int
 snapshot_site(Snapshot *s, const Join *j, const SiteTotal *t, SiteCount *into)
 {
     *into = (SiteCount){t->site, t->first, s->kernel_count, 0, s->replay_count, 0,
-                        t->unseen_launches, t->unseen_gpu_ns};
+                        t->unseen_launches, t->unseen_gpu_ns, t->launch_calls, t->launch_cpu_ns,
+                        t->idle_ns};
     for (uint32_t k = t->head; k != 0; k = j->kernels[k - 1].next) {
         if (!grow((void **)&s->kernels, &s->kernel_room, s->kernel_count, sizeof *s->kernels))
             return 0;
@@ -608,7 +669,7 @@ join_snapshot(const Join *j, Snapshot *s)
             return 0;
     }
     s->unattributed = (SiteCount){j->unattributed, 0, s->kernel_count, 0, s->replay_count, 0,
-                                  0, 0};
+                                  0, 0, 0, 0, 0};
     if (unattributed != NULL && !snapshot_site(s, j, unattributed, &s->unattributed))
         return 0;
     for (size_t p = j->orphans.head; p < j->orphans.tail; p++) {

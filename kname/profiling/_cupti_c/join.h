@@ -61,6 +61,8 @@ typedef struct {
 
 /* ---- the join's state */
 
+#define MAX_STREAMS 4096 /* launch_times.py's: streams whose last end is kept */
+
 /* What a site's totals count a record under: its kernel name's index, or a copy's kind, or the
  * one name of a memset (as the record's name in join.py). */
 #define WORK_MEMCPY 0x40000000u
@@ -96,6 +98,7 @@ typedef struct {
     uint32_t head, tail; /* the site's kernels, in the order first seen (index + 1) */
     uint32_t replay_head, replay_tail; /* its graph work by replay line (index + 1) */
     uint64_t unseen_launches, unseen_gpu_ns; /* graph work replayed here, its nodes not seen */
+    uint64_t launch_calls, launch_cpu_ns, idle_ns; /* launch_times.py's numbers */
 } SiteTotal;
 
 /* Lists of correlation ids (children) and of GPU records (orphans), in pools with free lists. */
@@ -133,6 +136,12 @@ typedef struct {
     Index64 replay_line, replay_of; /* replay site -> its number; site index << 32 | number ->
                                    * replay */
     GraphNodes nodes;
+    /* launch_times.py's tables: timed_calls (a: enter, b: exit), each stream's last end (by
+     * device << 32 | stream, at most MAX_STREAMS of them) */
+    Map timed_calls;
+    Index64 stream_of;
+    uint64_t *stream_ends;
+    size_t stream_count, stream_room;
     uint64_t dropped, launch_count, record_count;
     uint32_t first;
     int trimmed;   /* launches were dropped at the bound: said at the next report */
@@ -157,6 +166,7 @@ typedef struct {
     size_t start, count;               /* its kernels in the snapshot's `kernels` */
     size_t replay_start, replay_count; /* its replay lines in the snapshot's `replays` */
     uint64_t unseen_launches, unseen_gpu_ns;
+    uint64_t launch_calls, launch_cpu_ns, idle_ns;
 } SiteCount;
 
 typedef struct {

@@ -39,7 +39,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from kname._version import __version__
-from kname.documents.build import graph_fields, profile_of_sites, ranked_kernels
+from kname.documents.build import (
+    graph_fields,
+    launch_time_fields,
+    profile_of_sites,
+    ranked_kernels,
+)
 from kname.documents.schema import (
     BY_RANK,
     CENSUS_SCHEMA,
@@ -52,6 +57,7 @@ from kname.documents.schema import (
 )
 from kname.documents.sources import SOURCES, add_lines, bounded_sources, keep_lines
 from kname.documents.spread import RankValues
+from kname.documents.verdict import LAUNCH_TIMES, site_times
 
 TOO_LARGE = "a launch count or GPU time is too large to add up (past 2**63-1, what 64 bits hold)"
 
@@ -77,7 +83,8 @@ class _Site:
     """
 
     __slots__ = (
-        "columns", "kernels", "lib", "next_slot", "order", "replays", "slots", "start", "unseen"
+        "columns", "kernels", "launch_times", "lib", "next_slot", "order", "replays", "slots",
+        "start", "unseen",
     )  # fmt: skip
 
     def __init__(self, lib: str, order: int, columns: int, slot: int) -> None:
@@ -90,6 +97,7 @@ class _Site:
         # Graph work (schema.py): by the line that replayed it, and replayed unseen.
         self.replays: dict[str, list[int]] = {}
         self.unseen = [0, 0]
+        self.launch_times = [0, 0, 0]  # calls, cpu_ns, idle_ns (schema.py's launch_times)
 
 
 class Merge:
@@ -180,6 +188,8 @@ class Merge:
                     total[1] += kernel["gpu_ns"]
             if REPLAYED_AT in site or REPLAYED_UNSEEN in site:
                 _add_graph_work(merged, site)
+            if LAUNCH_TIMES in site:
+                _add_launch_times(merged.launch_times, site_times(site))
             if merged.next_slot == one:  # the common case: this rank is the newest slot
                 launches, gpu_ns = merged.columns
                 launches.append(site["launches"])
@@ -233,6 +243,7 @@ class Merge:
             _add_kernels(mine.replays, theirs.replays)
             mine.unseen[0] += theirs.unseen[0]
             mine.unseen[1] += theirs.unseen[1]
+            _add_launch_times(mine.launch_times, theirs.launch_times)
             if appended and theirs.slots is None and _extends(mine, before + theirs.start, theirs):
                 continue  # machine integers copied whole, at C's speed
             for slot, numbers in _entries(theirs):
@@ -262,6 +273,7 @@ class Merge:
             site["kernel"] = next(iter(site["kernels"]), "")
             unseen = {"launches": merged.unseen[0], "gpu_ns": merged.unseen[1]}
             site |= graph_fields(_as_counts(merged.replays), unseen)
+            site |= launch_time_fields(*merged.launch_times)
             if arrange is not None:
                 launches_by_rank, gpu_ns_by_rank = arrange(merged)
                 site[BY_RANK] = {"launches": launches_by_rank, "gpu_ns": gpu_ns_by_rank}
@@ -403,6 +415,12 @@ def _add_graph_work(merged: _Site, site: Mapping[str, Any]) -> None:
     if unseen:
         merged.unseen[0] += unseen["launches"]
         merged.unseen[1] += unseen["gpu_ns"]
+
+
+def _add_launch_times(merged: list[int], times: Sequence[int]) -> None:
+    """A site's launch times (calls, cpu_ns, idle_ns) added to `merged`'s."""
+    for index, value in enumerate(times):
+        merged[index] += value
 
 
 def _zeros(count: int) -> array:

@@ -45,8 +45,19 @@ from kname.documents.spread import (
     spreads,
 )
 from kname.documents.text import columns, count_of, format_duration, printable
+from kname.documents.verdict import (
+    LAUNCH_BOUND,
+    LAUNCH_TIMES,
+    per_launch,
+    site_advice,
+    site_times,
+    site_verdict,
+)
 
 KERNELS_SHOWN = 3
+ADVICE_SHOWN = 5  # launch-bound lines given advice under a profile's table
+# A profile's verdict columns (where its launches were timed), before its kernels.
+VERDICT_HEADER = ("launch CPU", "GPU idle", "verdict")
 REPLAY_SITES_SHOWN = 2
 UNATTRIBUTED_ROW = "<unattributed>"
 NAME_WIDTH = 120  # the most characters a name (call site, kernel, library) takes in a table
@@ -152,6 +163,9 @@ def render_profile_table(
     shown = order if top is None else order[: max(top, 0)]
     header = ("call site", "GPU time", "share", "launches", "mean")
     header += (*SPREAD_HEADER, "kernels") if spread else ("kernels",)
+    timed = any(LAUNCH_TIMES in document["sites"][index] for index in shown)
+    if timed:
+        header = header[:-1] + VERDICT_HEADER + header[-1:]
     unattributed = document["unattributed"]
     listed = [document["sites"][index] for index in shown] + [unattributed]
     cells = kernel_cells(k for site in listed for k in list(site["kernels"])[:KERNELS_SHOWN])
@@ -162,13 +176,17 @@ def render_profile_table(
         if spread:
             flagged = straggler is not None and is_straggler(spread[index], *straggler)
             row = row[:-1] + _spread_cells(spread[index], format_duration, flagged) + row[-1:]
-        rows.append(row)
+        rows.append(row[:-1] + verdict_cells(site) + row[-1:] if timed else row)
     if unattributed["launches"]:
         row = _profile_row(UNATTRIBUTED_ROW, unattributed, total, cells)
-        rows.append(row[:-1] + ("",) * len(SPREAD_HEADER) + row[-1:] if spread else row)
+        row = row[:-1] + ("",) * len(SPREAD_HEADER) + row[-1:] if spread else row
+        rows.append(row[:-1] + ("",) * len(VERDICT_HEADER) + row[-1:] if timed else row)
     if rows:
         right = (1, 2, 3, 4, 5, 6, 7) if spread else (1, 2, 3, 4)
+        if timed:
+            right += (len(header) - 4, len(header) - 3)  # launch CPU and GPU idle
         lines.append(columns([header, *rows], right_aligned=right).rstrip("\n"))
+    lines += advice_lines(document["sites"][index] for index in shown)
     hidden = sites[len(shown) :]
     if hidden:
         hidden_ns = sum(site["gpu_ns"] for site in hidden)
@@ -183,6 +201,24 @@ def render_profile_table(
             " please report this"
         )
     return "\n".join(lines) + "\n"
+
+
+def verdict_cells(site: Mapping[str, Any]) -> tuple[str, str, str]:
+    """A profile site's launch CPU time per launch call, the GPU idle its launches left, and its
+    verdict (verdict.py); blank where its launches were not timed."""
+    calls, cpu_ns, idle_ns = site_times(site)
+    if not calls:
+        return "", "", ""
+    return format_duration(per_launch(cpu_ns, calls)), format_duration(idle_ns), site_verdict(site)
+
+
+def advice_lines(sites: Iterable[Mapping[str, Any]]) -> list[str]:
+    """One line of advice per launch-bound site, at most ADVICE_SHOWN of them."""
+    advised = [(name_cell(site["name"]), site_advice(site)) for site in sites]
+    lines = [f"{name} is {LAUNCH_BOUND}: {advice}" for name, advice in advised if advice]
+    if len(lines) > ADVICE_SHOWN:
+        lines[ADVICE_SHOWN:] = [f"... and {count_of(len(lines) - ADVICE_SHOWN, 'more')}"]
+    return lines
 
 
 def ranked_sites(document: Mapping[str, Any], metric: str) -> list[int]:

@@ -14,8 +14,8 @@ from typing import Any
 LAUNCH_TIMES = "launch_times"  # a profile site's optional field (schema.py)
 LAUNCH_BOUND = "launch-bound"
 # Advice for a launch-bound line: one of these, by what the line launches.
-FUSE = "fuse its kernels into fewer (torch.compile, a fused op) or capture it in a CUDA graph"
-BATCH = "batch: one kernel launched {launches} times; fewer, larger launches (or a CUDA graph)"
+FUSE = "fuse its {kernels} kernels (torch.compile, a fused op) or capture it in a CUDA graph"
+BATCH = "one kernel launched {launches} times: batch them into fewer, larger launches"
 GRAPH = "capture it in a CUDA graph with the launches around it"
 
 
@@ -38,7 +38,7 @@ def advice(calls: int, cpu_ns: int, launches: int, gpu_ns: int, kernels: int) ->
     if not launch_bound(calls, cpu_ns, launches, gpu_ns):
         return ""
     if kernels > 1:
-        return FUSE
+        return FUSE.format(kernels=kernels)
     if launches > 1:
         return BATCH.format(launches=launches)
     return GRAPH

@@ -30,7 +30,8 @@ ATTRIBUTES = {
     "lang", "charset", "name", "content", "href", "id", "class", "title", "style", "colspan",
     "data-site", "data-gpu-ns", "data-value", "data-change", "width", "height", "viewbox", "role",
     "aria-label", "x", "y", "text-anchor", "x1", "y1", "x2", "y2", "data-min-ns",
-    "data-median-ns", "data-max-ns",
+    "data-median-ns", "data-max-ns", "data-verdict", "data-launch-cpu-ns", "data-launch-calls",
+    "data-idle-ns",
 }  # fmt: skip
 HEAT = re.compile(r"\bh([1-6])\b")
 

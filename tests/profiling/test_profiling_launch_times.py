@@ -1,0 +1,84 @@
+"""The launch-bound verdict's numbers as the join counts them (profiling/launch_times.py): each
+line's timed launch calls, their CPU time and the GPU idle they left, against a model written
+from the definition; the C join gives the same (test_native_cupti_join.py compares the two)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+from support.profile_streams import streams
+
+from kname.profiling.join import replay
+from kname.profiling.launch_times import idle_before
+from kname.profiling.records import ActivityRecord, LaunchRecord, Streams
+
+instants = st.integers(0, 10**12)
+
+
+@given(start=instants, previous_end=instants, enter=instants)
+def test_the_idle_before_work_is_within_both_the_wait_since_the_launch_and_since_the_last_end(
+    start, previous_end, enter
+) -> None:
+    idle = idle_before(start, previous_end, enter)
+    assert 0 <= idle <= max(0, start - enter)
+    assert idle <= max(0, start - previous_end)
+    assert idle == max(0, min(start - enter, start - previous_end))
+
+
+def expected_launch_times(stream: Streams) -> dict[str, tuple[int, int, int]]:
+    """{site: (calls, cpu_ns, idle_ns)} by the definition: each outermost timed launch call at
+    its first GPU record (in the order the join is given them), and the idle before that record
+    on its stream from the later of the stream's last end and the call's enter."""
+    launches = {launch.correlation_id: launch for launch in stream.launches}
+    waiting = {
+        launch.correlation_id: (launch.start, launch.end)
+        for launch in stream.launches
+        if not launch.parent and not launch.graph and launch.end > launch.start > 0
+    }
+    ends: dict[tuple[int, int], int] = {}
+    times: dict[str, list[int]] = {}
+    for record in stream.activities:
+        launch = launches.get(record.correlation_id)
+        if launch is None:
+            continue  # never joined: it ends no stream's work either
+        stream_key = (record.device, record.stream)
+        last = ends.get(stream_key, 0)
+        graph = bool(record.graph_id or record.graph_node_id)
+        call = None if graph else waiting.pop(record.correlation_id, None)
+        if call is not None:
+            site = times.setdefault(launch.site, [0, 0, 0])
+            site[0] += 1
+            site[1] += call[1] - call[0]
+            site[2] += max(0, record.start - max(last, call[0])) if last else 0
+        ends[stream_key] = max(last, record.end)
+    return {site: tuple(numbers) for site, numbers in times.items()}
+
+
+@given(streams())
+def test_each_line_has_the_launch_times_of_its_outermost_timed_calls_and_the_idle_they_left(
+    stream,
+) -> None:
+    profile = replay(stream)
+    got = {
+        name: (site.launch_calls, site.launch_cpu_ns, site.idle_ns)
+        for name, site in profile.sites.items()
+        if site.launch_calls
+    }
+    assert got == expected_launch_times(stream)
+
+
+def test_a_stream_left_empty_while_a_tiny_kernel_was_launched_is_idle_from_the_launch_only():
+    # Kernel 1 runs 0-100; the program sleeps; the launch of kernel 2 enters at 1000, returns
+    # at 1400, and the kernel starts at 1600: 600 ns of idle are the launch's, not 900.
+    launches = [
+        LaunchRecord(1, 1, "a.py:1", "cuLaunchKernel", 10, 20),
+        LaunchRecord(2, 1, "a.py:2", "cuLaunchKernel", 1000, 1400),
+    ]
+    records = [
+        ActivityRecord("kernel", 1, "k", 50, 100, stream=7),
+        ActivityRecord("kernel", 2, "k", 1600, 1650, stream=7),
+    ]
+    sites = replay(Streams(launches, records)).sites
+    assert (sites["a.py:2"].launch_calls, sites["a.py:2"].launch_cpu_ns) == (1, 400)
+    assert sites["a.py:2"].idle_ns == 600
+    assert sites["a.py:1"].idle_ns == 0  # the stream's first work: nothing before it to wait on

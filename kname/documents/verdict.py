@@ -62,3 +62,14 @@ def site_advice(site: Mapping[str, Any]) -> str:
     """advice() for a profile site."""
     calls, cpu_ns, _ = site_times(site)
     return advice(calls, cpu_ns, site["launches"], site["gpu_ns"], len(site.get("kernels", ())))
+
+
+def verdict_change(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> str:
+    """How a site's verdict changed between two profiles: "now launch-bound", "no longer
+    launch-bound", or "" (the same, or either side's launches not timed)."""
+    if not before or not after or LAUNCH_TIMES not in before or LAUNCH_TIMES not in after:
+        return ""
+    was, now = site_verdict(before), site_verdict(after)
+    if was == now:
+        return ""
+    return f"now {LAUNCH_BOUND}" if now else f"no longer {LAUNCH_BOUND}"

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from support.profile_streams import documents, profile_of
 
 from kname.documents.build import profile_document
+from kname.documents.diff import Comparison
 from kname.documents.merge import merge_documents as merge
 from kname.documents.pages.profile import render_profile_page
 from kname.documents.schema import DocumentError, render_json, validate
@@ -160,3 +161,23 @@ def test_the_page_says_the_verdict_beneath_each_timed_line() -> None:
     assert page.count(f'<div class="verdict" data-verdict="{LAUNCH_BOUND}"') == 1
     assert page.count('<div class="verdict" data-verdict=""') == 1
     assert 'data-launch-cpu-ns="800000" data-launch-calls="200" data-idle-ns="600000"' in page
+
+
+def test_a_diff_says_which_lines_became_launch_bound_and_which_no_longer_are() -> None:
+    before = merge(
+        [
+            timed("main demo.py:30", 200, 300_000, 200, 200_000, 0),
+            timed("main demo.py:32", 4, 12_000, 4, 24_000, 0),
+        ]
+    )
+    after = merge(
+        [
+            timed("main demo.py:30", 200, 300_000, 200, 800_000, 0),
+            timed("main demo.py:32", 4, 12_000_000, 4, 24_000, 0),
+        ]
+    )
+    text = Comparison(before, after, ("a.json", "b.json")).text()
+    assert "main demo.py:32  (no longer launch-bound)" in text
+    assert "main demo.py:30" not in text  # the same GPU time: not listed, however judged
+    untimed = profile_document(profile_of({"main demo.py:32": ("k", 4, 12_000)}))
+    assert "launch-bound" not in Comparison(untimed, after, ("a.json", "b.json")).text()

@@ -1,15 +1,18 @@
 """The launch-bound verdict's numbers, as the join counts them per line (docs/verdict.md).
 
-For each line: its timed launch calls, their CPU time (the callback's timestamps at the call's
-enter and exit: outermost calls only, a driver call inside the runtime's being part of it), and
-the GPU idle time its launches left. The idle before a GPU record is the time its stream sat
-empty while its launch was under way: from the later of the end of the stream's previous work
-and the launch call's enter, to the record's start (0 when the record started first). Time the
-stream sat empty before the launch call began (the program busy elsewhere, or sleeping) is no
-launch's. A launch call counts when its first GPU record is joined, at the line the record goes
-to; graph work is timed by no launch (its records only end the stream's previous work).
+For each line: its timed kernel launch calls, their CPU time (the callback's timestamps at the
+call's enter, once kname's own work for it is done, and at its exit: outermost calls only, a
+driver call inside the runtime's being part of it), and the GPU idle time its launches left.
+Copies and sets are left out: their API call may wait for the GPU (a synchronous copy).
 
-The C join keeps the same tables (_cupti_c/launch_times.c); this is its specification.
+The idle before a GPU record is the time its stream sat empty while its launch was under way: from
+the later of the end of the stream's previous work and the launch call's enter, to the record's
+start (0 when the record started first). Time the stream sat empty before the launch call began (the
+program busy elsewhere, or sleeping) is no launch's. A launch call counts when its first GPU record
+is joined, at the line the record goes to; graph work is timed by no launch (its records only end
+the stream's previous work), and neither are copies and sets (their records end it too).
+
+The C join keeps the same tables (_cupti_c/join.c, its launch times); this is their specification.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Protocol
 
-from kname.profiling.records import ActivityRecord, LaunchRecord
+from kname.profiling.records import KERNEL, ActivityRecord, LaunchRecord
 
 MAX_STREAMS = 4096  # streams whose last end is kept (past it, a new stream's idle is not)
 
@@ -41,14 +44,15 @@ class LaunchTimes:
 
     def __init__(self, max_calls: int) -> None:
         self.max_calls = max_calls
-        self._calls: OrderedDict[int, tuple[int, int]] = OrderedDict()  # id -> (enter, exit)
+        self._calls: OrderedDict[int, LaunchRecord] = OrderedDict()  # by correlation id
         self._ends: dict[tuple[int, int], int] = {}  # (device, stream) -> its last end
 
     def launch(self, record: LaunchRecord) -> None:
-        """A launch call: kept when it is outermost and timed. No lock (single dict steps)."""
-        if record.parent or record.graph or not record.end > record.start > 0:
+        """A launch call: kept when it is outermost (its times are read at its first GPU record:
+        the Python callback hands it over at its enter). No lock (single dict steps)."""
+        if record.parent or record.graph or not self.max_calls:
             return
-        self._calls[record.correlation_id] = (record.start, record.end)
+        self._calls[record.correlation_id] = record
         if len(self._calls) > self.max_calls:  # calls that got no GPU record (captured ones)
             self._calls.popitem(last=False)
 
@@ -58,11 +62,10 @@ class LaunchTimes:
         key = (record.device, record.stream)
         previous_end = self._ends.get(key, 0)
         call = None if graph else self._calls.pop(record.correlation_id, None)
-        if call is not None:
-            enter, exit_ = call
+        if call is not None and record.kind == KERNEL and call.end > call.start > 0:
             totals.launch_calls += 1
-            totals.launch_cpu_ns += exit_ - enter
+            totals.launch_cpu_ns += call.end - call.start
             if previous_end:
-                totals.idle_ns += idle_before(record.start, previous_end, enter)
+                totals.idle_ns += idle_before(record.start, previous_end, call.start)
         if record.end > previous_end and (key in self._ends or len(self._ends) < MAX_STREAMS):
             self._ends[key] = record.end

@@ -10,7 +10,14 @@ from support.profile_streams import streams
 
 from kname.profiling.join import replay
 from kname.profiling.launch_times import idle_before
-from kname.profiling.records import ActivityRecord, LaunchRecord, Streams
+from kname.profiling.records import (
+    KERNEL,
+    ActivityRecord,
+    LaunchRecord,
+    Streams,
+    streams_from_json,
+    streams_to_json,
+)
 
 instants = st.integers(0, 10**12)
 
@@ -27,13 +34,14 @@ def test_the_idle_before_work_is_within_both_the_wait_since_the_launch_and_since
 
 def expected_launch_times(stream: Streams) -> dict[str, tuple[int, int, int]]:
     """{site: (calls, cpu_ns, idle_ns)} by the definition: each outermost timed launch call at
-    its first GPU record (in the order the join is given them), and the idle before that record
-    on its stream from the later of the stream's last end and the call's enter."""
+    its first GPU record (in the order the join is given them) where that is a kernel, and the
+    idle before that record on its stream from the later of the stream's last end and the
+    call's enter."""
     launches = {launch.correlation_id: launch for launch in stream.launches}
     waiting = {
         launch.correlation_id: (launch.start, launch.end)
         for launch in stream.launches
-        if not launch.parent and not launch.graph and launch.end > launch.start > 0
+        if not launch.parent and not launch.graph
     }
     ends: dict[tuple[int, int], int] = {}
     times: dict[str, list[int]] = {}
@@ -45,7 +53,7 @@ def expected_launch_times(stream: Streams) -> dict[str, tuple[int, int, int]]:
         last = ends.get(stream_key, 0)
         graph = bool(record.graph_id or record.graph_node_id)
         call = None if graph else waiting.pop(record.correlation_id, None)
-        if call is not None:
+        if call is not None and record.kind == KERNEL and call[1] > call[0] > 0:
             site = times.setdefault(launch.site, [0, 0, 0])
             site[0] += 1
             site[1] += call[1] - call[0]
@@ -82,3 +90,31 @@ def test_a_stream_left_empty_while_a_tiny_kernel_was_launched_is_idle_from_the_l
     assert (sites["a.py:2"].launch_calls, sites["a.py:2"].launch_cpu_ns) == (1, 400)
     assert sites["a.py:2"].idle_ns == 600
     assert sites["a.py:1"].idle_ns == 0  # the stream's first work: nothing before it to wait on
+
+
+def test_a_copy_or_a_set_is_no_timed_launch_its_call_may_wait_for_the_gpu():
+    launches = [
+        LaunchRecord(1, 1, "a.py:1", "cuMemcpyHtoD", 10, 9000),
+        LaunchRecord(2, 1, "a.py:2", "cuLaunchKernel", 9100, 9200),
+    ]
+    records = [
+        ActivityRecord("memcpy", 1, "[memcpy HtoD]", 100, 8900, stream=7),
+        ActivityRecord("kernel", 2, "k", 9300, 9350, stream=7),
+    ]
+    sites = replay(Streams(launches, records)).sites
+    assert sites["a.py:1"].launch_calls == 0
+    assert (sites["a.py:2"].launch_calls, sites["a.py:2"].idle_ns) == (1, 200)  # from 9100
+
+
+def test_streams_recorded_before_launch_calls_were_timed_after_knames_work_give_no_times(
+    tmp_path,
+):
+    launches = [LaunchRecord(1, 1, "a.py:1", "cuLaunchKernel", 10, 9000)]
+    records = [ActivityRecord("kernel", 1, "k", 100, 200, stream=7)]
+    text = streams_to_json(Streams(launches, records)).replace(
+        '"kname_streams": 3', '"kname_streams": 2'
+    )
+    old = streams_from_json(text, "old.json")
+    assert not old.timed_calls and replay(old).sites["a.py:1"].launch_calls == 0
+    again = streams_from_json(streams_to_json(old), "again.json")  # saved again: still format 2
+    assert not again.timed_calls and replay(again).sites["a.py:1"].launch_calls == 0

@@ -416,6 +416,18 @@ stamps_enter(Recorder *r)
                && calls_of(r)->count == 0);
 }
 
+/* The enter of a launch call, timed (where stamps_enter says) once kname's own work for it is
+ * done: its CPU time is the launch API's, not the site's look-up (0: not timed). */
+static void
+launch_enter_now(Recorder *r, uint32_t correlation_id, int api)
+{
+    int stamped = stamps_enter(r);
+    launch_enter(r, correlation_id, api, 0);
+    ThreadCalls *t = calls_of(r);
+    if (stamped && t->count > 0 && t->calls[t->count - 1].launch.correlation_id == correlation_id)
+        t->calls[t->count - 1].launch.start = timestamp_now(r);
+}
+
 /* The exit of a launch call: timed as its enter was (an outermost call timed at its enter). */
 static void
 launch_exit_now(Recorder *r, uint32_t correlation_id)
@@ -493,8 +505,8 @@ on_api(void *userdata, kn_CallbackDomain domain, kn_CallbackId cbid, const void 
     }
     if (data->callbackSite == KN_CUPTI_API_ENTER) {
         int api = api_of(r, domain, cbid);
-        if (api >= 0) /* 0: not timed (nothing reads the time) */
-            launch_enter(r, data->correlationId, api, stamps_enter(r) ? timestamp_now(r) : 0);
+        if (api >= 0)
+            launch_enter_now(r, data->correlationId, api);
     }
     else if (data->callbackSite == KN_CUPTI_API_EXIT) {
         launch_exit_now(r, data->correlationId);

@@ -337,7 +337,8 @@ times_count(Join *j, int64_t s, const GpuRecord *g, int graph)
     uint64_t *end = stream_end(j, g);
     uint64_t previous_end = end != NULL ? *end : 0;
     MapEntry call;
-    if (s >= 0 && !graph && map_remove(&j->timed_calls, g->correlation_id, &call)) {
+    if (s >= 0 && !graph && map_remove(&j->timed_calls, g->correlation_id, &call)
+        && g->kind == GPU_KERNEL) {
         SiteTotal *t = &j->sites[s];
         uint64_t from = previous_end > call.a ? previous_end : call.a;
         t->launch_calls++;

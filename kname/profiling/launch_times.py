@@ -45,23 +45,28 @@ class LaunchTimes:
     def __init__(self, max_calls: int) -> None:
         self.max_calls = max_calls
         self._calls: OrderedDict[int, LaunchRecord] = OrderedDict()  # by correlation id
+        # A call made inside another -> the outer one: its GPU record may carry either's id
+        # (the driver's inside the runtime's, as CUDA 12 gave them on the H200).
+        self._outer_of: OrderedDict[int, int] = OrderedDict()
         self._ends: dict[tuple[int, int], int] = {}  # (device, stream) -> its last end
 
     def launch(self, record: LaunchRecord) -> None:
         """A launch call: kept when it is outermost (its times are read at its first GPU record:
         the Python callback hands it over at its enter). No lock (single dict steps)."""
-        if record.parent or record.graph or not self.max_calls:
+        if not self.max_calls:
             return
-        self._calls[record.correlation_id] = record
-        if len(self._calls) > self.max_calls:  # calls that got no GPU record (captured ones)
-            self._calls.popitem(last=False)
+        if record.parent:
+            _bounded_put(self._outer_of, record.correlation_id, record.parent, self.max_calls)
+        elif not record.graph:
+            _bounded_put(self._calls, record.correlation_id, record, self.max_calls)
 
     def count(self, totals: Timed, record: ActivityRecord, graph: bool) -> None:
         """A GPU record joined to the line of `totals` (under the join's lock): its launch
         call's time, the first time, and the idle it left."""
         key = (record.device, record.stream)
         previous_end = self._ends.get(key, 0)
-        call = None if graph else self._calls.pop(record.correlation_id, None)
+        outer = self._outer_of.pop(record.correlation_id, record.correlation_id)
+        call = None if graph else self._calls.pop(outer, None)
         if call is not None and record.kind == KERNEL and call.end > call.start > 0:
             totals.launch_calls += 1
             totals.launch_cpu_ns += call.end - call.start
@@ -69,3 +74,11 @@ class LaunchTimes:
                 totals.idle_ns += idle_before(record.start, previous_end, call.start)
         if record.end > previous_end and (key in self._ends or len(self._ends) < MAX_STREAMS):
             self._ends[key] = record.end
+
+
+def _bounded_put(table: OrderedDict, key: int, value: object, bound: int) -> None:
+    """table[key] = value, the oldest entry dropped past `bound` (calls that got no GPU record:
+    captured ones, or those whose record came with the other call's id)."""
+    table[key] = value
+    if len(table) > bound:
+        table.popitem(last=False)

@@ -152,6 +152,7 @@ join_free(Join *j)
     index_free(&j->replay_line);
     index_free(&j->replay_of);
     map_free(&j->timed_calls);
+    map_free(&j->outer_of);
     index_free(&j->stream_of);
     free(j->stream_ends);
     graph_nodes_free(&j->nodes);
@@ -297,21 +298,31 @@ replay_totals(Join *j, int64_t s, const void *replay)
 
 /* ---- launch_times.py's LaunchTimes */
 
-/* LaunchTimes.launch: an outermost timed launch call kept until its first GPU record. */
+/* _bounded_put: `id`'s entry in `m` (a, b), the oldest dropped past max_pending. */
 static void
-times_launch(Join *j, const Launch *launch)
+times_put(Join *j, Map *m, uint32_t id, uint64_t a, uint64_t b)
 {
-    if (launch->parent || launch->graph || !(launch->end > launch->start && launch->start > 0))
-        return;
-    MapEntry *entry = map_put(&j->timed_calls, launch->correlation_id);
+    MapEntry *entry = map_put(m, id);
     if (entry == NULL) {
         j->no_memory = 1;
         return;
     }
-    entry->a = launch->start;
-    entry->b = launch->end;
-    if ((Py_ssize_t)j->timed_calls.live > j->max_pending)
-        map_remove(&j->timed_calls, map_oldest(&j->timed_calls)->key, NULL);
+    entry->a = a;
+    entry->b = b;
+    if ((Py_ssize_t)m->live > j->max_pending)
+        map_remove(m, map_oldest(m)->key, NULL);
+}
+
+/* LaunchTimes.launch: an outermost timed launch call kept until its first GPU record; a call
+ * made inside another, the link to it (its GPU record may carry either's id). The C join is
+ * handed finished calls: an untimed one is not kept. */
+static void
+times_launch(Join *j, const Launch *launch)
+{
+    if (launch->parent)
+        times_put(j, &j->outer_of, launch->correlation_id, launch->parent, 0);
+    else if (!launch->graph && launch->end > launch->start && launch->start > 0)
+        times_put(j, &j->timed_calls, launch->correlation_id, launch->start, launch->end);
 }
 
 /* The last end of `g`'s stream (NULL: past MAX_STREAMS, or no memory: not kept). */
@@ -336,9 +347,11 @@ times_count(Join *j, int64_t s, const GpuRecord *g, int graph)
 {
     uint64_t *end = stream_end(j, g);
     uint64_t previous_end = end != NULL ? *end : 0;
-    MapEntry call;
-    if (s >= 0 && !graph && map_remove(&j->timed_calls, g->correlation_id, &call)
-        && g->kind == GPU_KERNEL) {
+    MapEntry call, link;
+    uint32_t outer = g->correlation_id;
+    if (map_remove(&j->outer_of, g->correlation_id, &link))
+        outer = (uint32_t)link.a;
+    if (s >= 0 && !graph && map_remove(&j->timed_calls, outer, &call) && g->kind == GPU_KERNEL) {
         SiteTotal *t = &j->sites[s];
         uint64_t from = previous_end > call.a ? previous_end : call.a;
         t->launch_calls++;

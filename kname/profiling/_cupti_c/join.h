@@ -138,7 +138,7 @@ typedef struct {
     GraphNodes nodes;
     /* launch_times.py's tables: timed_calls (a: enter, b: exit), each stream's last end (by
      * device << 32 | stream, at most MAX_STREAMS of them) */
-    Map timed_calls;
+    Map timed_calls, outer_of; /* outer_of: a call made inside another (a: the outer one) */
     Index64 stream_of;
     uint64_t *stream_ends;
     size_t stream_count, stream_room;

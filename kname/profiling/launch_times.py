@@ -12,7 +12,7 @@ program busy elsewhere, or sleeping) is no launch's. A launch call counts when i
 is joined, at the line the record goes to; graph work is timed by no launch (its records only end
 the stream's previous work), and neither are copies and sets (their records end it too).
 
-The C join keeps the same tables (_cupti_c/join.c, its launch times); this is their specification.
+The C join keeps the same tables (_cupti_c/launch_times.c); this is their specification.
 """
 
 from __future__ import annotations

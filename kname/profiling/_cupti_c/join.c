@@ -1,140 +1,15 @@
 /*
  * The join of kname._native_cupti (see join.h): join.py's tables (an
- * insertion-ordered map of correlation ids for each of its dicts, an insert-only table for the
- * totals), its steps, and a snapshot of its totals for profile().
+ * insertion-ordered map of correlation ids for each of its dicts: id_map.c; an insert-only table
+ * for the totals), its steps, and a snapshot of its totals for profile(). Each line's launch
+ * times are launch_times.c's.
  */
 #include "profiling/_cupti_c/join.h"
 
+#include "profiling/_cupti_c/launch_times.h"
+
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- the map of correlation ids */
-
-static inline size_t
-map_home(const Map *m, uint32_t key)
-{
-    return (size_t)(key * 2654435761u) & (m->index_size - 1);
-}
-
-static size_t
-map_slot(const Map *m, uint32_t key)
-{
-    size_t mask = m->index_size - 1, i = map_home(m, key);
-    while (m->index[i] != 0 && m->entries[m->index[i] - 1].key != key)
-        i = (i + 1) & mask;
-    return i;
-}
-
-static MapEntry *
-map_find(const Map *m, uint32_t key)
-{
-    if (m->live == 0)
-        return NULL;
-    uint32_t at = m->index[map_slot(m, key)];
-    return at ? &m->entries[at - 1] : NULL;
-}
-
-static void
-map_reindex(Map *m)
-{
-    memset(m->index, 0, m->index_size * sizeof *m->index);
-    for (size_t p = m->head; p < m->tail; p++) {
-        if (m->entries[p].live)
-            m->index[map_slot(m, m->entries[p].key)] = (uint32_t)p + 1;
-    }
-}
-
-/* The entry of `key`, made at the end when new (its values zero); NULL: no memory. An existing
- * key keeps its place, as in a dict. */
-static MapEntry *
-map_put(Map *m, uint32_t key)
-{
-    MapEntry *found = map_find(m, key);
-    if (found != NULL)
-        return found;
-    if ((m->live + 1) * 2 > m->index_size) {
-        size_t size = m->index_size ? 2 * m->index_size : 64;
-        uint32_t *index = malloc(size * sizeof *index);
-        if (index == NULL)
-            return NULL;
-        free(m->index);
-        m->index = index;
-        m->index_size = size;
-        map_reindex(m);
-    }
-    if (m->tail == m->capacity) {
-        if (m->capacity && m->live * 2 <= m->capacity) { /* half of it is dead: compacted */
-            size_t to = 0;
-            for (size_t p = m->head; p < m->tail; p++) {
-                if (m->entries[p].live)
-                    m->entries[to++] = m->entries[p];
-            }
-            m->head = 0;
-            m->tail = to;
-            map_reindex(m);
-        }
-        else {
-            size_t capacity = m->capacity ? 2 * m->capacity : 64;
-            MapEntry *grown = realloc(m->entries, capacity * sizeof *grown);
-            if (grown == NULL)
-                return NULL;
-            m->entries = grown;
-            m->capacity = capacity;
-        }
-    }
-    MapEntry *entry = &m->entries[m->tail];
-    *entry = (MapEntry){key, 1, 0, 0};
-    m->index[map_slot(m, key)] = (uint32_t)m->tail + 1;
-    m->tail++;
-    m->live++;
-    return entry;
-}
-
-/* `key`'s entry removed: 1 (its values in *out, when given), or 0 when there is none. */
-static int
-map_remove(Map *m, uint32_t key, MapEntry *out)
-{
-    if (m->live == 0)
-        return 0;
-    size_t mask = m->index_size - 1, i = map_slot(m, key);
-    if (m->index[i] == 0)
-        return 0;
-    MapEntry *entry = &m->entries[m->index[i] - 1];
-    if (out != NULL)
-        *out = *entry;
-    entry->live = 0;
-    m->live--;
-    /* Backward-shift deletion: each later entry of the probe run moves up unless its home
-     * lies cyclically in (i, j], so that no run is broken. */
-    for (size_t j = (i + 1) & mask; m->index[j] != 0; j = (j + 1) & mask) {
-        size_t home = map_home(m, m->entries[m->index[j] - 1].key);
-        if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) {
-            m->index[i] = m->index[j];
-            i = j;
-        }
-    }
-    m->index[i] = 0;
-    while (m->head < m->tail && !m->entries[m->head].live)
-        m->head++;
-    if (m->live == 0)
-        m->head = m->tail = 0;
-    return 1;
-}
-
-/* The oldest entry (NULL when empty). */
-static MapEntry *
-map_oldest(Map *m)
-{
-    return m->live ? &m->entries[m->head] : NULL;
-}
-
-static void
-map_free(Map *m)
-{
-    free(m->entries);
-    free(m->index);
-    memset(m, 0, sizeof *m);
-}
 
 /* ---- the join's state */
 
@@ -294,73 +169,6 @@ replay_totals(Join *j, int64_t s, const void *replay)
         j->replays[t->replay_tail - 1].next = (uint32_t)r + 1;
     t->replay_tail = (uint32_t)r + 1;
     return r;
-}
-
-/* ---- launch_times.py's LaunchTimes */
-
-/* _bounded_put: `id`'s entry in `m` (a, b), the oldest dropped past max_pending. */
-static void
-times_put(Join *j, Map *m, uint32_t id, uint64_t a, uint64_t b)
-{
-    MapEntry *entry = map_put(m, id);
-    if (entry == NULL) {
-        j->no_memory = 1;
-        return;
-    }
-    entry->a = a;
-    entry->b = b;
-    if ((Py_ssize_t)m->live > j->max_pending)
-        map_remove(m, map_oldest(m)->key, NULL);
-}
-
-/* LaunchTimes.launch: an outermost timed launch call kept until its first GPU record; a call
- * made inside another, the link to it (its GPU record may carry either's id). The C join is
- * handed finished calls: an untimed one is not kept. */
-static void
-times_launch(Join *j, const Launch *launch)
-{
-    if (launch->parent)
-        times_put(j, &j->outer_of, launch->correlation_id, launch->parent, 0);
-    else if (!launch->graph && launch->end > launch->start && launch->start > 0)
-        times_put(j, &j->timed_calls, launch->correlation_id, launch->start, launch->end);
-}
-
-/* The last end of `g`'s stream (NULL: past MAX_STREAMS, or no memory: not kept). */
-static uint64_t *
-stream_end(Join *j, const GpuRecord *g)
-{
-    uint64_t key = ((uint64_t)g->device << 32) | g->stream;
-    int64_t found = index_get(&j->stream_of, key);
-    if (found >= 0)
-        return &j->stream_ends[found];
-    if (j->stream_count >= MAX_STREAMS
-        || !grow((void **)&j->stream_ends, &j->stream_room, j->stream_count, sizeof(uint64_t))
-        || !index_set(&j->stream_of, key, (uint32_t)j->stream_count))
-        return NULL;
-    j->stream_ends[j->stream_count] = 0;
-    return &j->stream_ends[j->stream_count++];
-}
-
-/* LaunchTimes.count: a GPU record joined to site `s` (-1: not counted). */
-static void
-times_count(Join *j, int64_t s, const GpuRecord *g, int graph)
-{
-    uint64_t *end = stream_end(j, g);
-    uint64_t previous_end = end != NULL ? *end : 0;
-    MapEntry call, link;
-    uint32_t outer = g->correlation_id;
-    if (map_remove(&j->outer_of, g->correlation_id, &link))
-        outer = (uint32_t)link.a;
-    if (s >= 0 && !graph && map_remove(&j->timed_calls, outer, &call) && g->kind == GPU_KERNEL) {
-        SiteTotal *t = &j->sites[s];
-        uint64_t from = previous_end > call.a ? previous_end : call.a;
-        t->launch_calls++;
-        t->launch_cpu_ns += call.b - call.a;
-        if (previous_end && g->start > from)
-            t->idle_ns += g->start - from;
-    }
-    if (end != NULL && g->end > previous_end)
-        *end = g->end;
 }
 
 /* _count: a record launched at `site`; graph work goes to the line that made its node. */

@@ -15,6 +15,7 @@
 
 #include "_common_c/common.h" /* first: it includes Python.h */
 #include "profiling/_cupti_c/graphs.h"
+#include "profiling/_cupti_c/id_map.h"
 
 #include <stdint.h>
 
@@ -43,21 +44,6 @@ typedef struct {
 } GpuRecord;
 
 /* ------------------------------------------------------------------ its tables */
-
-/* ---- an insertion-ordered map of correlation ids (one of join.py's dicts) */
-
-typedef struct {
-    uint32_t key;
-    uint32_t live;
-    uint64_t a, b; /* what the map keeps for the key */
-} MapEntry;
-
-typedef struct {
-    MapEntry *entries; /* in insertion order; a removed entry stays, dead, until compacted */
-    size_t head, tail, capacity, live;
-    uint32_t *index;   /* linear probing: an entry's position + 1 (0: empty); live ones only */
-    size_t index_size; /* a power of 2, at least twice `live` */
-} Map;
 
 /* ---- the join's state */
 

@@ -22,6 +22,7 @@ from kname.config import (
     KNAME_PROFILE_HTML,
     KNAME_PROFILE_TOP,
     KNAME_PROFILE_TRACE,
+    KNAME_PROFILE_VERDICT,
     KNAME_RANKS,
     KNAME_REPORT,
     KNAME_SKIP,
@@ -341,6 +342,7 @@ PROFILE_OPTIONS = {
     "delay": KNAME_PROFILE_DELAY,
     "duration": KNAME_PROFILE_DURATION,
     "ranks": KNAME_RANKS,
+    "verdict": KNAME_PROFILE_VERDICT,
 }
 
 
@@ -384,6 +386,11 @@ def _add_profile_command(commands: argparse._SubParsersAction) -> None:
     profile.add_argument(
         "--duration", metavar="SECONDS", type=_seconds,
         help="stop profiling SECONDS after it started (the outputs are still written at exit)",
+    )  # fmt: skip
+    profile.add_argument(
+        "--verdict", action="store_const", const="1",
+        help="time each launch call for the launch-bound verdict per line (about 0.1 us a "
+        "launch; docs/verdict.md)",
     )  # fmt: skip
     for option in ("targets", "skip", "format", "depth", "domain"):
         profile.add_argument(

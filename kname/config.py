@@ -39,6 +39,7 @@ KNAME_PROFILE_FLUSH = "KNAME_PROFILE_FLUSH"
 KNAME_PROFILE_DELAY = "KNAME_PROFILE_DELAY"
 KNAME_PROFILE_DURATION = "KNAME_PROFILE_DURATION"
 KNAME_PROFILE_TRACE_MAX = "KNAME_PROFILE_TRACE_MAX"
+KNAME_PROFILE_VERDICT = "KNAME_PROFILE_VERDICT"
 
 SWITCH_ON = ("1", "true", "yes", "on")
 SWITCH_OFF = ("", "0", "false", "no", "off")
@@ -58,7 +59,9 @@ PROFILE_SECONDS = {
     KNAME_PROFILE_DELAY: "delay",
     KNAME_PROFILE_DURATION: "duration",
 }
-PROFILE_SETTINGS = (KNAME_PROFILE_TOP, KNAME_PROFILE_TRACE_MAX, *PROFILE_SECONDS)
+PROFILE_SETTINGS = (
+    KNAME_PROFILE_TOP, KNAME_PROFILE_TRACE_MAX, *PROFILE_SECONDS, KNAME_PROFILE_VERDICT,
+)  # fmt: skip
 # What a bad value of each setting in seconds is replaced by.
 _SECONDS_DEFAULTS = {
     KNAME_PROFILE_FLUSH: "none: the profile is written at exit only",
@@ -108,6 +111,7 @@ class Config:
     delay: float | None = None  # KNAME_MODE=profile: seconds before profiling starts
     duration: float | None = None  # KNAME_MODE=profile: seconds profiling lasts (None: to exit)
     trace_max: int = DEFAULT_TRACE_MAX  # KNAME_MODE=profile: records the trace keeps at most
+    verdict: bool = False  # KNAME_MODE=profile: launch calls timed for the launch-bound verdict
     ranks: RankSpans | None = None  # KNAME_RANKS: the ranks that profile (None: every rank)
     strict: bool = False
     native: bool = True  # KNAME_NATIVE: the C hot path where built (False: the pure-Python one)
@@ -289,6 +293,18 @@ def _read_driver_hook(value: str | None, problems: list[str]) -> bool:
     )  # fmt: skip
 
 
+def _read_verdict(value: str, problems: list[str]) -> bool:
+    """KNAME_PROFILE_VERDICT: a switch, off by default (docs/verdict.md: what timing costs)."""
+    state = parse_switch(value)
+    if state is None:
+        problems.append(
+            f"{KNAME_PROFILE_VERDICT}={value!r} is not a switch value; accepted: "
+            f"{'/'.join(SWITCH_ON)} (launch calls timed for the launch-bound verdict) or "
+            f"{'/'.join(v for v in SWITCH_OFF if v)} (not timed, the default); using the default"
+        )
+    return bool(state)
+
+
 def _read_on_by_default(
     variable: str, value: str | None, on: str, off: str, problems: list[str]
 ) -> bool:
@@ -406,6 +422,7 @@ def _read_profile_settings(
         return settings
     for variable, attribute in PROFILE_OUTPUTS.items():
         settings[attribute] = _read_output(variable, given[variable], problems)
+    settings["verdict"] = _read_verdict(given[KNAME_PROFILE_VERDICT], problems)
     counts = {
         "top": (KNAME_PROFILE_TOP, "call sites in the table", DEFAULT_TOP),
         "trace_max": (

@@ -13,16 +13,22 @@ from typing import Any
 
 LAUNCH_TIMES = "launch_times"  # a profile site's optional field (schema.py)
 LAUNCH_BOUND = "launch-bound"
+# A line with fewer timed calls is not judged: its one call may have loaded the kernel's module
+# (CUDA's lazy loading: 0.6 ms for torch.randn's first launch on the H100), not launched it.
+MIN_CALLS = 2
 # Advice for a launch-bound line: one of these, by what the line launches.
 FUSE = "fuse its {kernels} kernels (torch.compile, a fused op) or capture it in a CUDA graph"
-BATCH = "one kernel launched {launches} times: batch them into fewer, larger launches"
-GRAPH = "capture it in a CUDA graph with the launches around it"
+BATCH = (
+    "one kernel launched {launches} times: batch them into fewer, larger launches, or capture "
+    "the loop in a CUDA graph"
+)
 
 
 def launch_bound(calls: int, cpu_ns: int, launches: int, gpu_ns: int) -> bool:
     """Whether `calls` launch calls of `cpu_ns` CPU time in all take longer per call than the
-    `launches` GPU records of `gpu_ns` GPU time take per record (cross-multiplied: exact)."""
-    if calls <= 0 or launches <= 0:
+    `launches` GPU records of `gpu_ns` GPU time take per record (cross-multiplied: exact), of
+    at least MIN_CALLS calls."""
+    if calls < MIN_CALLS or launches <= 0:
         return False
     return cpu_ns * launches > gpu_ns * calls
 
@@ -34,14 +40,12 @@ def per_launch(total_ns: int, count: int) -> float:
 
 def advice(calls: int, cpu_ns: int, launches: int, gpu_ns: int, kernels: int) -> str:
     """One line of advice for a launch-bound line ("" for one that is not): fuse several
-    kernels, batch one kernel launched again and again, else capture it in a CUDA graph."""
+    kernels, batch one kernel launched again and again (or capture either in a CUDA graph)."""
     if not launch_bound(calls, cpu_ns, launches, gpu_ns):
         return ""
     if kernels > 1:
         return FUSE.format(kernels=kernels)
-    if launches > 1:
-        return BATCH.format(launches=launches)
-    return GRAPH
+    return BATCH.format(launches=launches)
 
 
 def site_times(site: Mapping[str, Any]) -> tuple[int, int, int]:

@@ -11,7 +11,8 @@ record (_buffer_completed). With the C callback and no tagging, the recorder als
 records in C (native_join.py): `totals` is then that join, and no Python code runs per record or
 per buffer; with a stream log asked for (--trace), the recorder keeps the trace's records in C
 as well (native_trace.py: `trace`), and every launch call is timed only then (outermost calls
-always are: the launch-bound verdict's CPU time, launch_times.py). The rest (kinds,
+also with KNAME_PROFILE_VERDICT: the launch-bound verdict's CPU time, launch_times.py; the
+Python callback times every call). The rest (kinds,
 flush, the messages) is here, the same for both: before each buffer's records go to the join,
 the native callback's finished calls are drained into it, so every GPU record finds its launch.
 Everything but the CUPTI calls lives in capture.py and join.py.
@@ -97,6 +98,7 @@ class CuptiCollector:
         log: StreamLog | None = None,
         buffer_bytes: int = BUFFER_BYTES,
         external_correlation: bool = False,
+        time_outer_calls: bool = False,
     ) -> None:
         self._capture = capture
         self._join = join
@@ -106,6 +108,9 @@ class CuptiCollector:
         # needs an API record per CUDA call, each a Python object in this binding, while the
         # launch callback already gets a wrapped launch's site from its wrapper.
         self._external_correlation = external_correlation
+        # The launch-bound verdict's CPU time per line (KNAME_PROFILE_VERDICT): outermost launch
+        # calls timed in C, two cuptiGetTimestamp calls a launch (docs/verdict.md: its cost).
+        self._time_outer_calls = time_outer_calls
         self._cupti: Any = None
         self._callbacks: Any = None  # NativeCallbacks or PythonCallbacks (choose)
         self._enabled_kinds: list[int] = []
@@ -309,8 +314,7 @@ class CuptiCollector:
         # in C, and so is the trace when one is kept. Only the trace reads launch times.
         in_c = not self._external_correlation
         self._callbacks.time_launches(self._log is not None)
-        # The launch-bound verdict's CPU time per line: outermost launch calls, timed in C.
-        self._callbacks.time_outer_launches(True)
+        self._callbacks.time_outer_launches(self._time_outer_calls)
         if in_c:
             earlier = self._totals if isinstance(self._totals, NativeJoin) else None
             self._totals = self._callbacks.join_in_c(self._memcpy_name, earlier)

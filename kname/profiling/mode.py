@@ -33,7 +33,11 @@ def start(config: Config) -> ProfileSession | None:
     global _session
     if _session is not None and _session.collecting:
         return _session  # install() again after uninstall(): the same session goes on
-    session = ProfileSession(keep_streams=config.trace is not None, max_records=config.trace_max)
+    session = ProfileSession(
+        keep_streams=config.trace is not None,
+        max_records=config.trace_max,
+        verdict=config.verdict,
+    )
     started = config.delay is not None or _start_window(session, config)
     files = {"json": None if config.report in (None, "-") else config.report}
     files.update(trace=config.trace, html=config.html)

@@ -23,6 +23,7 @@ the process inherits the session but not CUPTI's collection: there it stops and 
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -83,12 +84,16 @@ class ProfileSession:
         keep_streams: bool = False,
         collector: Callable[[LaunchCapture, Join, StreamLog | None], Collector] | None = None,
         max_records: int = MAX_LOGGED,
+        verdict: bool = False,
     ) -> None:
         self.join: Join | NativeJoin = Join()
         self.log = StreamLog(max_records) if keep_streams else None
         self.capture = LaunchCapture(self.join, self.log)
         if collector is None:
-            from kname.profiling.cupti_collector import CuptiCollector as collector
+            from kname.profiling.cupti_collector import CuptiCollector
+
+            # verdict: the native callback times outermost launch calls (launch_times.py).
+            collector = functools.partial(CuptiCollector, time_outer_calls=verdict)
         self.collector = collector(self.capture, self.join, self.log)
         # A kname lock: freed in a forked child, and re-entrant for a SIGTERM handler that
         # stops the session on the thread that was inside start() or stop().

@@ -2,9 +2,10 @@
 large matmul not (tests/gpu/verdict_demo.py).
 
 Marked `gpu`, skipped without a CUDA driver, cupti-python or a CUDA build of torch. Runs
-`kname profile --json profile.json -- python verdict_demo.py` from kname's checkout, once per
-launch callback (native, Python), each in a fresh process: the profile's `launch_times` of the
-two lines, their verdict, and the table's verdict column and advice.
+`KNAME_PROFILE_VERDICT=1 kname profile --json profile.json -- python verdict_demo.py` from
+kname's checkout, once per launch callback (native, Python), each in a fresh process: the
+profile's `launch_times` of the two lines, their verdict, and the table's verdict column and
+advice.
 """
 
 from __future__ import annotations
@@ -56,7 +57,10 @@ def site_at(document: dict, marker: str) -> dict:
 def test_a_loop_of_tiny_kernels_is_launch_bound_and_a_large_matmul_is_not(
     tmp_path, callbacks
 ) -> None:
-    document, run = profiled_run(DEMO, tmp_path, callbacks, "VERDICT DEMO DONE")
+    # KNAME_PROFILE_VERDICT (what --verdict sets) times the native callback's launch calls; the
+    # Python callback times every call anyway.
+    verdict = {"KNAME_PROFILE_VERDICT": "1"}
+    document, run = profiled_run(DEMO, tmp_path, callbacks, "VERDICT DEMO DONE", **verdict)
     tiny, matmul = site_at(document, "tiny"), site_at(document, "matmul")
     print({name: site.get(LAUNCH_TIMES) for name, site in (("tiny", tiny), ("matmul", matmul))})
     # Every launch call of the loop timed, once, and its kernels' GPU time below its CPU time.

@@ -321,22 +321,25 @@ def nested_launches(session: ProfileSession, cupti, site: str, count: int) -> No
         )
 
 
-def test_outermost_launch_calls_are_timed_always_and_nested_ones_where_a_trace_reads_them(
-    stand_in_cupti,
+@pytest.mark.parametrize(
+    ("keep_streams", "verdict", "stamps", "timed_calls"),
+    [
+        (False, False, 0, None),  # nothing reads a launch call's time: none taken
+        (False, True, 20, 10),  # the verdict: enter and exit of the outer call
+        (True, False, 40, 10),  # the trace: of the call inside it too
+    ],
+)
+def test_launch_calls_are_timed_where_the_verdict_or_a_trace_reads_the_times(
+    stand_in_cupti, keep_streams, verdict, stamps, timed_calls
 ):
-    taken, times = {}, {}
-    for keep_streams in (False, True):
-        stand_in_cupti.library.fake_reset_activity()
-        session = ProfileSession(keep_streams=keep_streams)
-        assert session.start()
-        nested_launches(session, stand_in_cupti, "a.py:1", 10)
-        taken[keep_streams] = stand_in_cupti.library.fake_timestamps_taken()
-        session.stop()
-        (site,) = session.document()["sites"]
-        times[keep_streams] = site["launch_times"]["calls"]
-    # Enter and exit of the outer call; with the trace, of the call inside it too.
-    assert taken == {False: 20, True: 40}
-    assert times == {False: 10, True: 10}  # each outer call, once, at its kernel's line
+    session = ProfileSession(keep_streams=keep_streams, verdict=verdict)
+    assert session.start()
+    nested_launches(session, stand_in_cupti, "a.py:1", 10)
+    assert stand_in_cupti.library.fake_timestamps_taken() == stamps
+    session.stop()
+    (site,) = session.document()["sites"]
+    # Each outer call once, at its kernel's line.
+    assert site.get("launch_times", {}).get("calls") == timed_calls
 
 
 def test_a_trace_past_its_cap_is_valid_json_said_once_with_what_it_dropped(stand_in_cupti, capsys):

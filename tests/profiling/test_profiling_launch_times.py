@@ -1,13 +1,22 @@
 """The launch-bound verdict's numbers as the join counts them (profiling/launch_times.py): each
 line's timed launch calls, their CPU time and the GPU idle they left, against a model written
-from the definition; the C join gives the same (test_native_cupti_join.py compares the two)."""
+from the definition; the C join gives the same (test_native_cupti_join.py compares the two).
+And the streams of tests/gpu/verdict_demo.py recorded on the H100 (tests/data/verdict_h100.json:
+`VERDICT_DEMO_STREAMS=verdict_h100.json kname profile --trace t.json -- python verdict_demo.py`,
+native callback, torch 2.11, CUDA 13), replayed."""
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 from support.profile_streams import streams
 
+from kname.documents.build import profile_document
+from kname.documents.schema import validate
+from kname.documents.verdict import LAUNCH_BOUND, LAUNCH_TIMES, site_verdict
 from kname.profiling.join import replay
 from kname.profiling.launch_times import idle_before
 from kname.profiling.records import (
@@ -15,9 +24,18 @@ from kname.profiling.records import (
     ActivityRecord,
     LaunchRecord,
     Streams,
+    load_streams,
     streams_from_json,
     streams_to_json,
 )
+
+RECORDED = Path(__file__).parent.parent / "data" / "verdict_h100.json"
+DEMO = (Path(__file__).parent.parent / "gpu" / "verdict_demo.py").read_text().splitlines()
+LINE = {
+    match[1]: number
+    for number, text in enumerate(DEMO, 1)
+    if (match := re.search(r"#\s*site:\s*(\S+)\s*$", text))
+}
 
 instants = st.integers(0, 10**12)
 
@@ -133,3 +151,24 @@ def test_a_kernel_whose_record_carries_the_inner_calls_id_times_the_outer_call()
     records = [ActivityRecord("kernel", 2, "k", 1000, 1100, stream=7)]
     site = replay(Streams(launches, records)).sites["a.py:1"]
     assert (site.launch_calls, site.launch_cpu_ns) == (1, 890)
+
+
+def recorded_sites() -> dict[str, dict]:
+    """The replayed profile's sites of tests/data/verdict_h100.json, by their marker."""
+    document = validate(profile_document(replay(load_streams(str(RECORDED)))), RECORDED.name)
+    marker = {number: name for name, number in LINE.items()}
+    lines = {int(site["name"].rsplit(":", 1)[1]): site for site in document["sites"]}
+    return {marker[line]: site for line, site in lines.items() if line in marker}
+
+
+def test_on_the_h100_a_loop_of_tiny_kernels_is_launch_bound_and_a_large_matmul_is_not() -> None:
+    sites = recorded_sites()
+    tiny, matmul = sites["tiny"], sites["matmul"]
+    assert tiny["launches"] == tiny[LAUNCH_TIMES]["calls"] == 200  # every call timed, once
+    assert site_verdict(tiny) == LAUNCH_BOUND
+    assert tiny[LAUNCH_TIMES]["idle_ns"] > tiny["gpu_ns"]  # the GPU mostly waited on the loop
+    assert matmul[LAUNCH_TIMES]["calls"] == matmul["launches"] == 4
+    assert site_verdict(matmul) == ""
+    # torch's cudaLaunchKernel around the driver's cuLaunchKernel: one timed call each.
+    assert all(site[LAUNCH_TIMES]["calls"] <= site["launches"] for site in sites.values()
+               if LAUNCH_TIMES in site)  # fmt: skip

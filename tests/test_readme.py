@@ -149,6 +149,20 @@ def test_the_profile_table_is_kname_report_of_the_recorded_h200_run(
     assert shown.stdout + shown.stderr == marked_block("profile-table")
 
 
+def test_the_verdict_table_is_kname_report_of_the_recorded_h100_run(
+    kname_venv: Venv, tmp_path: Path
+) -> None:
+    """The verdict shown is `kname report` of the profile made from tests/gpu/verdict_demo.py's
+    CUPTI records on the H100 (tests/data/verdict_h100.json, launch calls timed)."""
+    document = profile_document(replay(load_streams(str(REPO / "tests/data/verdict_h100.json"))))
+    (tmp_path / "verdict.json").write_text(json.dumps(document))
+    command = "kname report verdict.json --top 3"
+    assert command in section("### Where does my GPU time go? (run on the H200)")
+    shown = run_shell(command, kname_venv, tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout + shown.stderr == marked_block("verdict-table")
+
+
 @pytest.mark.parametrize(
     ("recorded", "title", "command", "marker"),
     [

@@ -93,7 +93,11 @@ class ProfileSession:
             from kname.profiling.cupti_collector import CuptiCollector
 
             # verdict: the native callback times outermost launch calls (launch_times.py).
-            collector = functools.partial(CuptiCollector, time_outer_calls=verdict)
+            collector = (
+                functools.partial(CuptiCollector, time_outer_calls=True)
+                if verdict
+                else CuptiCollector
+            )
         self.collector = collector(self.capture, self.join, self.log)
         # A kname lock: freed in a forked child, and re-entrant for a SIGTERM handler that
         # stops the session on the thread that was inside start() or stop().

@@ -136,31 +136,25 @@ def test_the_ci_check_recipe_prints_the_diff_shown_and_fails(
     assert diff.stdout + diff.stderr == marked_block("census-diff")
 
 
-def test_the_profile_table_is_kname_report_of_the_recorded_h200_run(
-    kname_venv: Venv, tmp_path: Path
+@pytest.mark.parametrize(
+    ("recorded", "command", "marker"),
+    [
+        ("profile_h200.json", "kname report profile.json --top 3", "profile-table"),
+        ("verdict_h100.json", "kname report verdict.json --top 3", "verdict-table"),
+    ],
+)
+def test_a_profile_table_is_kname_report_of_the_streams_recorded_on_the_gpu(
+    kname_venv: Venv, tmp_path: Path, recorded: str, command: str, marker: str
 ) -> None:
-    """The table shown is `kname report` of the profile made from the H200 run's CUPTI records."""
-    document = profile_document(replay(load_streams(str(REPO / "tests/data/profile_h200.json"))))
-    (tmp_path / "profile.json").write_text(json.dumps(document))
-    command = "kname report profile.json --top 3"
+    """The table shown is `kname report` of the profile made from a run's CUPTI records:
+    tests/gpu/profile_demo.py on the H200, tests/gpu/verdict_demo.py on the H100 (its launch
+    calls timed: the verdict)."""
+    document = profile_document(replay(load_streams(str(REPO / "tests/data" / recorded))))
+    (tmp_path / command.split()[2]).write_text(json.dumps(document))
     assert command in section("### Where does my GPU time go? (run on the H200)")
     shown = run_shell(command, kname_venv, tmp_path)
     assert shown.returncode == 0, shown.stderr
-    assert shown.stdout + shown.stderr == marked_block("profile-table")
-
-
-def test_the_verdict_table_is_kname_report_of_the_recorded_h100_run(
-    kname_venv: Venv, tmp_path: Path
-) -> None:
-    """The verdict shown is `kname report` of the profile made from tests/gpu/verdict_demo.py's
-    CUPTI records on the H100 (tests/data/verdict_h100.json, launch calls timed)."""
-    document = profile_document(replay(load_streams(str(REPO / "tests/data/verdict_h100.json"))))
-    (tmp_path / "verdict.json").write_text(json.dumps(document))
-    command = "kname report verdict.json --top 3"
-    assert command in section("### Where does my GPU time go? (run on the H200)")
-    shown = run_shell(command, kname_venv, tmp_path)
-    assert shown.returncode == 0, shown.stderr
-    assert shown.stdout + shown.stderr == marked_block("verdict-table")
+    assert shown.stdout + shown.stderr == marked_block(marker)
 
 
 @pytest.mark.parametrize(

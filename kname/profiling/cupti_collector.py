@@ -11,8 +11,8 @@ record (_buffer_completed). With the C callback and no tagging, the recorder als
 records in C (native_join.py): `totals` is then that join, and no Python code runs per record or
 per buffer; with a stream log asked for (--trace), the recorder keeps the trace's records in C
 as well (native_trace.py: `trace`), and every launch call is timed only then (outermost calls
-also with KNAME_PROFILE_VERDICT: the launch-bound verdict's CPU time, launch_times.py; the
-Python callback times every call). The rest (kinds,
+also with KNAME_PROFILE_VERDICT: the launch-bound verdict's CPU time, launch_times.py, which
+the joins count only then). The rest (kinds,
 flush, the messages) is here, the same for both: before each buffer's records go to the join,
 the native callback's finished calls are drained into it, so every GPU record finds its launch.
 Everything but the CUPTI calls lives in capture.py and join.py.

@@ -383,8 +383,7 @@ def replay_join(streams: Streams) -> Join:
         max_nodes=len(streams.graph_nodes) + 1,
         recent_nodes=len(streams.graph_nodes) + 1,
     )
-    if not streams.timed_calls:
-        join.launch_times.max_calls = 0  # recorded before the launch's own time was kept
+    join.launch_times.on = streams.timed_calls  # before format 3: not the launch's own time
     for launch in streams.launches:
         join.add_launch(launch)
     for node in streams.graph_nodes:

@@ -42,8 +42,9 @@ def idle_before(start: int, previous_end: int, enter: int) -> int:
 class LaunchTimes:
     """Timed launch calls waiting for their first GPU record, and each stream's last end."""
 
-    def __init__(self, max_calls: int) -> None:
+    def __init__(self, max_calls: int, on: bool = True) -> None:
         self.max_calls = max_calls
+        self.on = on  # off: no call is kept (the verdict not asked for, or streams untimed)
         self._calls: OrderedDict[int, LaunchRecord] = OrderedDict()  # by correlation id
         # A call made inside another -> the outer one: its GPU record may carry either's id
         # (the driver's inside the runtime's, as CUDA 12 gave them on the H200).
@@ -53,7 +54,7 @@ class LaunchTimes:
     def launch(self, record: LaunchRecord) -> None:
         """A launch call: kept when it is outermost (its times are read at its first GPU record:
         the Python callback hands it over at its enter). No lock (single dict steps)."""
-        if not self.max_calls:
+        if not self.on:
             return
         if record.parent:
             _bounded_put(self._outer_of, record.correlation_id, record.parent, self.max_calls)

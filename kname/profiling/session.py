@@ -87,6 +87,7 @@ class ProfileSession:
         verdict: bool = False,
     ) -> None:
         self.join: Join | NativeJoin = Join()
+        self.join.launch_times.on = verdict  # the verdict's launch times, only where asked for
         self.log = StreamLog(max_records) if keep_streams else None
         self.capture = LaunchCapture(self.join, self.log)
         if collector is None:

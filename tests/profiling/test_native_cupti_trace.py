@@ -326,7 +326,8 @@ def nested_launches(session: ProfileSession, cupti, site: str, count: int) -> No
     [
         (False, False, 0, None),  # nothing reads a launch call's time: none taken
         (False, True, 20, 10),  # the verdict: enter and exit of the outer call
-        (True, False, 40, 10),  # the trace: of the call inside it too
+        (True, False, 40, None),  # the trace: of the call inside it too, for the trace alone
+        (True, True, 40, 10),  # both
     ],
 )
 def test_launch_calls_are_timed_where_the_verdict_or_a_trace_reads_the_times(
@@ -338,7 +339,8 @@ def test_launch_calls_are_timed_where_the_verdict_or_a_trace_reads_the_times(
     assert stand_in_cupti.library.fake_timestamps_taken() == stamps
     session.stop()
     (site,) = session.document()["sites"]
-    # Each outer call once, at its kernel's line.
+    # With the verdict, each outer call once, at its kernel's line; the document is the same
+    # with or without the trace.
     assert site.get("launch_times", {}).get("calls") == timed_calls
 
 

@@ -402,6 +402,8 @@ recorder_join_in_c(Recorder *r, PyObject *args)
     r->join.nodes.max_nodes = max_nodes;
     r->join.nodes.recent_nodes = recent_nodes;
     r->join.on = 1;
+    /* Launch times are counted where outermost calls are timed for them (the verdict). */
+    r->join.times_on = atomic_load(&r->timed_outer);
     pthread_mutex_unlock(&r->activity_lock);
     Py_RETURN_NONE;
 }

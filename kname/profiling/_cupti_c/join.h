@@ -124,6 +124,7 @@ typedef struct {
     GraphNodes nodes;
     /* launch_times.py's tables: timed_calls (a: enter, b: exit), each stream's last end (by
      * device << 32 | stream, at most MAX_STREAMS of them) */
+    int times_on; /* LaunchTimes.on: the recorder times outermost calls for the verdict */
     Map timed_calls, outer_of; /* outer_of: a call made inside another (a: the outer one) */
     Index64 stream_of;
     uint64_t *stream_ends;

@@ -25,6 +25,8 @@ times_put(Join *j, Map *m, uint32_t id, uint64_t a, uint64_t b)
 void
 times_launch(Join *j, const Launch *launch)
 {
+    if (!j->times_on)
+        return;
     if (launch->parent)
         times_put(j, &j->outer_of, launch->correlation_id, launch->parent, 0);
     else if (!launch->graph && launch->end > launch->start && launch->start > 0)

@@ -24,6 +24,7 @@ from kname.config import (
     KNAME_PROFILE_MEMORY,
     KNAME_PROFILE_TOP,
     KNAME_PROFILE_TRACE,
+    KNAME_PROFILE_VERDICT,
     KNAME_RANKS,
     KNAME_REPORT,
     KNAME_SKIP,
@@ -346,6 +347,7 @@ PROFILE_OPTIONS = {
     "ranks": KNAME_RANKS,
     "memory": KNAME_PROFILE_MEMORY,
     "backward_lines": KNAME_PROFILE_BACKWARD,
+    "verdict": KNAME_PROFILE_VERDICT,
 }
 
 
@@ -399,6 +401,11 @@ def _add_profile_command(commands: argparse._SubParsersAction) -> None:
         "--backward-lines", action="store_const", const="1",
         help="also torch's backward time per forward line (each torch call of the run then costs "
         "tens of microseconds more: docs/backward_lines.md)",
+    )  # fmt: skip
+    profile.add_argument(
+        "--verdict", action="store_const", const="1",
+        help="time each launch call for the launch-bound verdict per line (about 0.1 us a "
+        "launch; docs/verdict.md)",
     )  # fmt: skip
     for option in ("targets", "skip", "format", "depth", "domain"):
         profile.add_argument(

@@ -42,6 +42,7 @@ KNAME_PROFILE_TRACE_MAX = "KNAME_PROFILE_TRACE_MAX"
 KNAME_PROFILE_TRIGGER = "KNAME_PROFILE_TRIGGER"
 KNAME_PROFILE_MEMORY = "KNAME_PROFILE_MEMORY"
 KNAME_PROFILE_BACKWARD = "KNAME_PROFILE_BACKWARD"
+KNAME_PROFILE_VERDICT = "KNAME_PROFILE_VERDICT"
 
 SWITCH_ON = ("1", "true", "yes", "on")
 SWITCH_OFF = ("", "0", "false", "no", "off")
@@ -63,7 +64,7 @@ PROFILE_SECONDS = {
 }
 PROFILE_SETTINGS = (
     KNAME_PROFILE_TOP, KNAME_PROFILE_TRACE_MAX, *PROFILE_SECONDS, KNAME_PROFILE_MEMORY,
-    KNAME_PROFILE_BACKWARD,
+    KNAME_PROFILE_BACKWARD, KNAME_PROFILE_VERDICT,
 )  # fmt: skip
 # What a bad value of each setting in seconds is replaced by.
 _SECONDS_DEFAULTS = {
@@ -119,6 +120,7 @@ class Config(NamedTuple):
     memory: bool = False  # KNAME_PROFILE_MEMORY: memory per line too (kname profile --memory)
     # KNAME_PROFILE_BACKWARD: torch's backward time per forward line too (--backward-lines)
     backward_lines: bool = False
+    verdict: bool = False  # KNAME_MODE=profile: launch calls timed for the launch-bound verdict
     ranks: RankSpans | None = None  # KNAME_RANKS: the ranks that profile (None: every rank)
     strict: bool = False
     native: bool = True  # KNAME_NATIVE: the C hot path where built (False: the pure-Python one)
@@ -302,6 +304,18 @@ def _read_driver_hook(value: str | None, problems: list[str]) -> bool:
     )  # fmt: skip
 
 
+def _read_verdict(value: str, problems: list[str]) -> bool:
+    """KNAME_PROFILE_VERDICT: a switch, off by default (docs/verdict.md: what timing costs)."""
+    state = parse_switch(value)
+    if state is None:
+        problems.append(
+            f"{KNAME_PROFILE_VERDICT}={value!r} is not a switch value; accepted: "
+            f"{'/'.join(SWITCH_ON)} (launch calls timed for the launch-bound verdict) or "
+            f"{'/'.join(v for v in SWITCH_OFF if v)} (not timed, the default); using the default"
+        )
+    return bool(state)
+
+
 def _read_on_by_default(
     variable: str, value: str | None, on: str, off: str, problems: list[str]
 ) -> bool:
@@ -419,6 +433,7 @@ def _read_profile_settings(
         return settings
     for variable, attribute in PROFILE_OUTPUTS.items():
         settings[attribute] = _read_output(variable, given[variable], problems)
+    settings["verdict"] = _read_verdict(given[KNAME_PROFILE_VERDICT], problems)
     counts = {
         "top": (KNAME_PROFILE_TOP, "call sites in the table", DEFAULT_TOP),
         "trace_max": (

@@ -35,6 +35,7 @@ from kname.config import (
     KNAME_PROFILE_TRACE,
     KNAME_PROFILE_TRACE_MAX,
     KNAME_PROFILE_TRIGGER,
+    KNAME_PROFILE_VERDICT,
     KNAME_RANKS,
     KNAME_REPORT,
     KNAME_SKIP,
@@ -538,6 +539,9 @@ def _settings_in_effect(config: Config, strict: bool) -> dict[str, str]:
         KNAME_PROFILE_DURATION: f"{config.duration:g} s" if config.duration else "to the end",
         KNAME_PROFILE_MEMORY: "on (memory per line)" if config.memory else "off",
         KNAME_PROFILE_BACKWARD: "on (per forward line)" if config.backward_lines else "off",
+        KNAME_PROFILE_VERDICT: "on (launch calls timed: the launch-bound verdict)"
+        if config.verdict
+        else "off",
         KNAME_NATIVE: "on (where built)" if config.native else "off (pure Python)",
         KNAME_RANKS: "every rank" if config.ranks is None else format_ranks(config.ranks),
         KNAME_SOURCES: "on (saved documents keep their lines' source)" if config.sources else "off",

@@ -16,7 +16,7 @@ import kname
 print(kname.is_installed(), *(os.environ.get(v) for v in ("KNAME", "KNAME_MODE", "KNAME_REPORT",
       "KNAME_PROFILE_TRACE", "KNAME_PROFILE_HTML", "KNAME_PROFILE_TOP", "KNAME_SKIP",
       "KNAME_DEPTH", "KNAME_PROFILE_FLUSH", "KNAME_PROFILE_DELAY", "KNAME_PROFILE_DURATION",
-      "KNAME_RANKS")), sep="|")
+      "KNAME_RANKS", "KNAME_PROFILE_VERDICT")), sep="|")
 sys.exit(3)
 """
 
@@ -28,11 +28,12 @@ def test_profile_sets_the_mode_and_its_outputs_and_passes_the_exit_code(
     result = run_kname(
         kname_venv, "profile", "--json", "p.{rank}.json", "--trace", "t.json", "--html", "p.html",
         "--top", "7", "--skip", "mypkg.ops", "--depth", "2", "--flush-every", "60", "--delay",
-        "0.5", "--duration", "600", "--ranks", "0-3", "--", "python", "probe.py", cwd=tmp_path,
+        "0.5", "--duration", "600", "--ranks", "0-3", "--verdict", "--", "python", "probe.py",
+        cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 3, result.stderr
     assert result.stdout.strip() == (
-        "True|1|profile|p.{rank}.json|t.json|p.html|7|mypkg.ops|2|60|0.5|600|0-3"
+        "True|1|profile|p.{rank}.json|t.json|p.html|7|mypkg.ops|2|60|0.5|600|0-3|1"
     )
 
 

@@ -723,6 +723,29 @@ def test_kname_profile_trace_max_outside_profile_mode_is_one_line_and_ignored() 
     assert cfg.trace_max == DEFAULT_TRACE_MAX
 
 
+# --------------------------------------------------------------------------
+# KNAME_PROFILE_VERDICT (issue 40): launch calls timed for the launch-bound verdict
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "verdict"), [(None, False), ("1", True), ("on", True), ("0", False)]
+)
+def test_the_verdict_is_off_unless_switched_on(value, verdict) -> None:
+    cfg = config(mode="profile", **({} if value is None else {"profile_verdict": value}))
+    assert (cfg.verdict, cfg.problems) == (verdict, ())
+
+
+def test_a_verdict_switch_that_is_no_switch_is_one_line_naming_it_and_what_is_accepted() -> None:
+    cfg = config(mode="profile", profile_verdict="maybe")
+    assert the_problem(cfg) == (
+        "KNAME_PROFILE_VERDICT='maybe' is not a switch value; accepted: 1/true/yes/on (launch "
+        "calls timed for the launch-bound verdict) or 0/false/no/off (not timed, the default); "
+        "using the default"
+    )
+    assert cfg.verdict is False
+
+
 def plain_variable_names(source: str) -> list[str]:
     """The string literals in Python `source` that are a KNAME_* variable's name, whole (the
     variable used as a key or a value, not named in a message)."""

@@ -5,6 +5,7 @@ GPU-only recipes (ncu, nsys) are checked on the H200 by tests/test_gpu_*.py, not
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -13,6 +14,10 @@ from pathlib import Path
 
 import pytest
 from support import REPO, Venv
+
+from kname.documents.build import profile_document
+from kname.profiling.join import replay
+from kname.profiling.records import load_streams
 
 pytestmark = pytest.mark.slow
 
@@ -174,6 +179,25 @@ def test_the_example_outputs_shown_are_what_kname_report_prints(
     shutil.copytree(REPO / "examples", tmp_path / "examples")
     assert command in example_recipes()
     shown = run_shell(command, kname_venv, tmp_path)
+    assert shown.stdout + shown.stderr == marked_block(marker)
+
+
+@pytest.mark.parametrize(
+    ("recorded", "command", "marker"),
+    [
+        ("verdict_h100.json", "kname report verdict.json --top 3", "verdict-table"),
+    ],
+)
+def test_a_profile_table_is_kname_report_of_the_streams_recorded_on_the_gpu(
+    kname_venv: Venv, tmp_path: Path, recorded: str, command: str, marker: str
+) -> None:
+    """The table shown is `kname report` of the profile made from a run's CUPTI records:
+    tests/gpu/verdict_demo.py on the H100 (its launch calls timed: the verdict)."""
+    document = profile_document(replay(load_streams(str(REPO / "tests/data" / recorded))))
+    (tmp_path / command.split()[2]).write_text(json.dumps(document))
+    assert command in section("### Where does my GPU time go? (run on the H200)")
+    shown = run_shell(command, kname_venv, tmp_path)
+    assert shown.returncode == 0, shown.stderr
     assert shown.stdout + shown.stderr == marked_block(marker)
 
 

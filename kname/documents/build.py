@@ -18,6 +18,7 @@ from kname.documents.schema import (
     kernel_sums,
 )
 from kname.documents.text import os_text
+from kname.documents.verdict import LAUNCH_TIMES
 
 
 class KernelTotals(Protocol):
@@ -36,6 +37,9 @@ class SiteTotals(Protocol):
     kernels: Mapping[str, KernelTotals]
     replays: Mapping[str, KernelTotals]  # its graph work, by the line that replayed it
     unseen: KernelTotals  # graph work replayed here whose node's making was not seen
+    launch_calls: int  # the launch-bound verdict's numbers (kname.profiling.launch_times)
+    launch_cpu_ns: int
+    idle_ns: int
 
 
 class Profile(Protocol):
@@ -71,6 +75,7 @@ def profile_document(
     sites = [
         _site(name, "", totals.launches, totals.gpu_ns, order[name], _kernels(totals))
         | graph_fields(_counts(totals.replays), _count(totals.unseen))
+        | launch_time_fields(totals.launch_calls, totals.launch_cpu_ns, totals.idle_ns)
         for name, totals in profile.sites.items()
     ]
     sites = fold_backward_sites(
@@ -137,6 +142,13 @@ def graph_fields(
     if unseen["launches"]:
         fields[REPLAYED_UNSEEN] = {"launches": unseen["launches"], "gpu_ns": unseen["gpu_ns"]}
     return fields
+
+
+def launch_time_fields(calls: int, cpu_ns: int, idle_ns: int) -> dict[str, Any]:
+    """A site's launch times (schema.py), present only where a launch call of it was timed."""
+    if not calls:
+        return {}
+    return {LAUNCH_TIMES: {"calls": calls, "cpu_ns": cpu_ns, "idle_ns": idle_ns}}
 
 
 def _kernels(totals: SiteTotals) -> dict[str, dict[str, int]]:

@@ -8,7 +8,8 @@ image: slower with before and after swapped. The total GPU time is judged by the
 regression still shows when lines moved and every site was renamed (added and removed sites are
 listed, never counted as slower themselves). Names and labels are printed through
 text.printable, as in the tables, and names cut to tables.NAME_WIDTH (tables.name_cell);
-kernels as tables.kernel_cells shows them, distinct names distinct.
+kernels as tables.kernel_cells shows them, distinct names distinct. A site whose launch-bound
+verdict (verdict.py) changed, its launches timed in both, says so beside its name.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from kname.documents.memory import memory_diff_lines
 from kname.documents.schema import PROFILE_SCHEMA
 from kname.documents.tables import graph_note, kernel_cells, name_cell
 from kname.documents.text import columns, count_of, format_duration, printable
+from kname.documents.verdict import verdict_change
 
 DEFAULT_MIN_TIME_NS = 50_000
 DEFAULT_THRESHOLD = 0.10  # what a diff calls slower or faster when --fail-on-slower is not given
@@ -128,7 +130,7 @@ class GpuChange:
     after_ns: int
     before_launches: int
     after_launches: int
-    note: str = ""  # graph_note of the site (where a graph replay ran its work)
+    note: str = ""  # graph_note of the site (where a graph replay ran its work); verdict change
 
 
 def is_slower(before_ns: int, after_ns: int, threshold: float, min_time_ns: int) -> bool:
@@ -157,7 +159,7 @@ def compare_gpu(
             now["gpu_ns"] if now else 0,
             was["launches"] if was else 0,
             now["launches"] if now else 0,
-            graph_note(now or was) + diff_note(was, now, format_duration),
+            graph_note(now or was) + diff_note(was, now, format_duration) + _verdict_note(was, now),
         )
         if kind is None:
             change = _judged(change, threshold, min_time_ns)
@@ -286,6 +288,12 @@ class Comparison:
 def slower(changes: list[GpuChange]) -> list[GpuChange]:
     """The changes that fail `--fail-on-slower`."""
     return [c for c in changes if c.kind == "slower"]
+
+
+def _verdict_note(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> str:
+    """`  (now launch-bound)` where a site's verdict changed (verdict.py), else ""."""
+    changed = verdict_change(before, after)
+    return f"  ({changed})" if changed else ""
 
 
 def _judged(change: GpuChange, threshold: float, min_time_ns: int) -> GpuChange:

@@ -40,7 +40,12 @@ from typing import Any
 
 from kname._version import __version__
 from kname.documents.backward_lines import backward_fields, summed_backward_fields
-from kname.documents.build import graph_fields, profile_of_sites, ranked_kernels
+from kname.documents.build import (
+    graph_fields,
+    launch_time_fields,
+    profile_of_sites,
+    ranked_kernels,
+)
 from kname.documents.memory import MemoryMerge
 from kname.documents.schema import (
     BY_RANK,
@@ -55,6 +60,7 @@ from kname.documents.schema import (
 )
 from kname.documents.sources import SOURCES, add_lines, bounded_sources, keep_lines
 from kname.documents.spread import RankValues
+from kname.documents.verdict import LAUNCH_TIMES, site_times
 
 TOO_LARGE = "a launch count or GPU time is too large to add up (past 2**63-1, what 64 bits hold)"
 
@@ -80,7 +86,8 @@ class _Site:
     """
 
     __slots__ = (
-        "backward", "columns", "kernels", "lib", "next_slot", "order", "replays", "slots",
+        "backward", "columns", "kernels", "launch_times", "lib", "next_slot", "order", "replays",
+        "slots",
         "start", "unseen",
     )  # fmt: skip
 
@@ -96,6 +103,7 @@ class _Site:
         self.unseen = [0, 0]
         # Backward per forward line (backward_lines.py): its fields summed, None while absent.
         self.backward: dict[str, int] | None = None
+        self.launch_times = [0, 0, 0]  # calls, cpu_ns, idle_ns (schema.py's launch_times)
 
 
 class Merge:
@@ -190,6 +198,8 @@ class Merge:
                 _add_graph_work(merged, site)
             if len(site) > len(SITE_FIELDS[PROFILE_SCHEMA]):  # optional fields: cheap test first
                 _add_backward(merged, backward_fields(site))
+            if LAUNCH_TIMES in site:
+                _add_launch_times(merged.launch_times, site_times(site))
             if merged.next_slot == one:  # the common case: this rank is the newest slot
                 launches, gpu_ns = merged.columns
                 launches.append(site["launches"])
@@ -245,6 +255,7 @@ class Merge:
             mine.unseen[1] += theirs.unseen[1]
             if theirs.backward:
                 _add_backward(mine, theirs.backward)
+            _add_launch_times(mine.launch_times, theirs.launch_times)
             if appended and theirs.slots is None and _extends(mine, before + theirs.start, theirs):
                 continue  # machine integers copied whole, at C's speed
             for slot, numbers in _entries(theirs):
@@ -277,6 +288,7 @@ class Merge:
             site |= graph_fields(_as_counts(merged.replays), unseen)
             if merged.backward:
                 site |= merged.backward
+            site |= launch_time_fields(*merged.launch_times)
             if arrange is not None:
                 launches_by_rank, gpu_ns_by_rank = arrange(merged)
                 site[BY_RANK] = {"launches": launches_by_rank, "gpu_ns": gpu_ns_by_rank}
@@ -428,6 +440,12 @@ def _add_backward(merged: _Site, fields: Mapping[str, int]) -> None:
     if merged.backward is None:
         merged.backward = {}
     merged.backward.update(summed_backward_fields([merged.backward, fields]))
+
+
+def _add_launch_times(merged: list[int], times: Sequence[int]) -> None:
+    """A site's launch times (calls, cpu_ns, idle_ns) added to `merged`'s."""
+    for index, value in enumerate(times):
+        merged[index] += value
 
 
 def _zeros(count: int) -> array:

@@ -79,6 +79,16 @@ and the document's `memory`, after the totals, each view's process-wide numbers:
 `timeline`, at most MAX_TIMELINE [ns, live bytes] points. Views are never added together (the
 driver sees the pools' segments too). Files without it read as profiles that did not measure it.
 
+Launch times (the launch-bound verdict, docs/verdict.md), only where a launch call of the site
+was timed:
+
+        {"name": "main app.py:9", ...,
+         "launch_times": {"calls": 200,    its launch calls timed (at most its launches)
+                          "cpu_ns": 610000, their CPU time, enter to exit, ns
+                          "idle_ns": 480000}} the GPU idle time they left on their streams, ns
+
+Files written before it read as sites whose launches were not timed (no verdict).
+
 Ranks, in either schema. A document says who wrote it in `ranks`, after the totals: one record
 for a file one process wrote, one per rank in a merge of several (merge.py), in rank order:
 
@@ -130,6 +140,7 @@ from kname._version import __version__
 from kname.documents import backward_lines
 from kname.documents.run_facts import MAX_PROGRAM, PROGRAM, WRITTEN, run_facts_problem
 from kname.documents.sources import SOURCES, validate_sources
+from kname.documents.verdict import LAUNCH_TIMES
 
 CENSUS_SCHEMA = 1
 PROFILE_SCHEMA = 2
@@ -145,6 +156,8 @@ SITE_FIELDS = {
 # A profile site's optional fields, for its CUDA graph work (see above).
 REPLAYED_AT = "replayed_at"
 REPLAYED_UNSEEN = "replayed_unseen"
+# A profile site's optional launch times (see above; kname.documents.verdict reads them).
+LAUNCH_TIME_KEYS = ("calls", "cpu_ns", "idle_ns")
 # The fields after the sites, in the order they are written.
 TOTAL_FIELDS = {
     CENSUS_SCHEMA: ("total_launches",),
@@ -306,6 +319,7 @@ def _plain_profile_site(site: Any) -> bool:
             type(site) is dict
             and REPLAYED_AT not in site  # graph work: the full checks, which know its fields
             and REPLAYED_UNSEEN not in site
+            and launch_times_fault(site) is None
             and _plain_texts(site)
             and type(launches) is int
             and type(gpu_ns) is int
@@ -491,6 +505,22 @@ def _validate_site(site: Any, where: str, fields: tuple[str, ...]) -> None:
         if kernel_sums(site["kernels"]) != (site["launches"], site["gpu_ns"]):
             raise DocumentError(f"{where}: launches and gpu_ns are not the sums of its kernels")
         _validate_graph_fields(site, where)
+        fault = launch_times_fault(site)
+        if fault is not None:
+            raise DocumentError(f"{where}.{LAUNCH_TIMES}: {fault}")
+
+
+def launch_times_fault(site: Mapping[str, Any]) -> str | None:
+    """What is wrong with a profile site's launch_times, None where it is absent or valid."""
+    times = site.get(LAUNCH_TIMES)
+    if times is None:
+        return None
+    if not isinstance(times, dict) or not all(is_count(times.get(k)) for k in LAUNCH_TIME_KEYS):
+        return f"must be {{'calls': n, 'cpu_ns': t, 'idle_ns': t}}, each {COUNT_RULE}"
+    launches = site.get("launches")
+    if is_count(launches) and times["calls"] > launches:
+        return "more timed launch calls than the site's launches"
+    return None
 
 
 def _validate_backward_fields(sites: list[dict[str, Any]], source: str) -> None:

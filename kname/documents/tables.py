@@ -48,8 +48,19 @@ from kname.documents.spread import (
     spreads,
 )
 from kname.documents.text import columns, count_of, format_duration, printable
+from kname.documents.verdict import (
+    LAUNCH_BOUND,
+    LAUNCH_TIMES,
+    per_launch,
+    site_advice,
+    site_times,
+    site_verdict,
+)
 
 KERNELS_SHOWN = 3
+ADVICE_SHOWN = 5  # launch-bound lines given advice under a profile's table
+# A profile's verdict columns (where its launches were timed), before its kernels.
+VERDICT_HEADER = ("launch CPU", "GPU idle", "verdict")
 REPLAY_SITES_SHOWN = 2
 UNATTRIBUTED_ROW = "<unattributed>"
 NAME_WIDTH = 120  # the most characters a name (call site, kernel, library) takes in a table
@@ -163,9 +174,10 @@ def render_profile_table(
     shown = order if top is None else order[: max(top, 0)]
     header = ("call site", "GPU time", "share", "launches", "mean")
     header += (*SPREAD_HEADER, "kernels") if spread else ("kernels",)
-    memory = has_memory(document)  # kname profile --memory: two columns before the kernels
-    if memory:
-        header = header[:-1] + MEMORY_HEADER + header[-1:]
+    # Optional columns before the kernels: memory (--memory), the verdict (--verdict).
+    extras = _extra_columns(document, [document["sites"][index] for index in shown])
+    for names, _, _ in extras:
+        header = header[:-1] + names + header[-1:]
     unattributed = document["unattributed"]
     listed = [document["sites"][index] for index in shown] + [unattributed]
     cells = kernel_cells(k for site in listed for k in list(site["kernels"])[:KERNELS_SHOWN])
@@ -176,17 +188,18 @@ def render_profile_table(
         if spread:
             flagged = straggler is not None and is_straggler(spread[index], *straggler)
             row = row[:-1] + _spread_cells(spread[index], format_duration, flagged) + row[-1:]
-        rows.append(row[:-1] + memory_cells(site) + row[-1:] if memory else row)
+        rows.append(_with_extra_cells(row, site, extras))
     if unattributed["launches"]:
         row = _profile_row(UNATTRIBUTED_ROW, unattributed, total, cells)
         row = row[:-1] + ("",) * len(SPREAD_HEADER) + row[-1:] if spread else row
-        rows.append((*row[:-1], "", "", *row[-1:]) if memory else row)
+        rows.append(_with_extra_cells(row, None, extras))
     right = (1, 2, 3, 4, 5, 6, 7) if spread else (1, 2, 3, 4)
-    right += (len(header) - 3, len(header) - 2) if memory else ()
+    right += _extra_numbers(len(header), extras)
     if backward_lines.shows_backward(document["sites"]):
         header, rows, right = _with_backward_column(header, rows, listed, right)
     if rows:
         lines.append(columns([header, *rows], right_aligned=right).rstrip("\n"))
+    lines += advice_lines(document["sites"][index] for index in shown)
     hidden = sites[len(shown) :]
     if hidden:
         hidden_ns = sum(site["gpu_ns"] for site in hidden)
@@ -217,6 +230,62 @@ def _with_backward_column(
     rows = [(*row[:2], cell, *row[2:]) for row, cell in zip(rows, cells, strict=False)]
     header = (*header[:2], backward_lines.HEADER, *header[2:])
     return header, rows, (*(index + (index >= 2) for index in right), 2)
+
+
+# An optional column group: its headers, a site's cells, and how many of them (from the left)
+# are numbers, aligned right.
+Extra = tuple[tuple[str, ...], Callable[[Mapping[str, Any]], tuple[str, ...]], int]
+
+
+def _extra_columns(document: Mapping[str, Any], shown: list[Mapping[str, Any]]) -> list[Extra]:
+    """The optional column groups a profile table has: memory, where the profile measured it;
+    the verdict's (launch CPU, GPU idle, verdict), where a shown line's launches were timed."""
+    extras: list[Extra] = []
+    if has_memory(document):
+        extras.append((MEMORY_HEADER, memory_cells, len(MEMORY_HEADER)))
+    if any(LAUNCH_TIMES in site for site in shown):
+        extras.append((VERDICT_HEADER, verdict_cells, 2))
+    return extras
+
+
+def _with_extra_cells(
+    row: tuple[str, ...], site: Mapping[str, Any] | None, extras: list[Extra]
+) -> tuple[str, ...]:
+    """`row` with each optional group's cells before its kernels (blank where `site` is None)."""
+    added = tuple(
+        cell
+        for names, cells_of, _ in extras
+        for cell in (cells_of(site) if site is not None else ("",) * len(names))
+    )
+    return row[:-1] + added + row[-1:]
+
+
+def _extra_numbers(width: int, extras: list[Extra]) -> tuple[int, ...]:
+    """The indices of the optional groups' number columns in a row of `width` cells."""
+    start = width - 1 - sum(len(names) for names, _, _ in extras)
+    numbers: list[int] = []
+    for names, _, count in extras:
+        numbers += range(start, start + count)
+        start += len(names)
+    return tuple(numbers)
+
+
+def verdict_cells(site: Mapping[str, Any]) -> tuple[str, str, str]:
+    """A profile site's launch CPU time per launch call, the GPU idle its launches left, and its
+    verdict (verdict.py); blank where its launches were not timed."""
+    calls, cpu_ns, idle_ns = site_times(site)
+    if not calls:
+        return "", "", ""
+    return format_duration(per_launch(cpu_ns, calls)), format_duration(idle_ns), site_verdict(site)
+
+
+def advice_lines(sites: Iterable[Mapping[str, Any]]) -> list[str]:
+    """One line of advice per launch-bound site, at most ADVICE_SHOWN of them."""
+    advised = [(name_cell(site["name"]), site_advice(site)) for site in sites]
+    lines = [f"{name} is {LAUNCH_BOUND}: {advice}" for name, advice in advised if advice]
+    if len(lines) > ADVICE_SHOWN:
+        lines[ADVICE_SHOWN:] = [f"... and {count_of(len(lines) - ADVICE_SHOWN, 'more')}"]
+    return lines
 
 
 def ranked_sites(document: Mapping[str, Any], metric: str) -> list[int]:

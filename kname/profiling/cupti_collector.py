@@ -10,7 +10,9 @@ _native_buffer_completed with the GIL), else cupti-python reads them into a Pyth
 record (_buffer_completed). With the C callback and no tagging, the recorder also joins the
 records in C (native_join.py): `totals` is then that join, and no Python code runs per record or
 per buffer; with a stream log asked for (--trace), the recorder keeps the trace's records in C
-as well (native_trace.py: `trace`), and launch calls are timed only then. The rest (kinds,
+as well (native_trace.py: `trace`), and every launch call is timed only then (outermost calls
+also with KNAME_PROFILE_VERDICT: the launch-bound verdict's CPU time, launch_times.py, which
+the joins count only then). The rest (kinds,
 flush, the messages) is here, the same for both: before each buffer's records go to the join,
 the native callback's finished calls are drained into it, so every GPU record finds its launch.
 Everything but the CUPTI calls lives in capture.py and join.py.
@@ -105,6 +107,7 @@ class CuptiCollector:
         buffer_bytes: int = BUFFER_BYTES,
         external_correlation: bool = False,
         memory: MemoryCalls | None = None,
+        time_outer_calls: bool = False,
     ) -> None:
         self._capture = capture
         self._join = join
@@ -118,6 +121,9 @@ class CuptiCollector:
         # the activity buffers are then read by cupti-python, which knows the memory records.
         self._memory = memory
         self._memory_kinds: MemoryKinds | None = None
+        # The launch-bound verdict's CPU time per line (KNAME_PROFILE_VERDICT): outermost launch
+        # calls timed in C, two cuptiGetTimestamp calls a launch (docs/verdict.md: its cost).
+        self._time_outer_calls = time_outer_calls
         self._cupti: Any = None
         self._callbacks: Any = None  # NativeCallbacks or PythonCallbacks (choose)
         self._enabled_kinds: list[int] = []
@@ -339,6 +345,7 @@ class CuptiCollector:
         # in C, and so is the trace when one is kept. Only the trace reads launch times.
         in_c = not self._external_correlation
         self._callbacks.time_launches(self._log is not None)
+        self._callbacks.time_outer_launches(self._time_outer_calls)
         if in_c:
             earlier = self._totals if isinstance(self._totals, NativeJoin) else None
             self._totals = self._callbacks.join_in_c(self._memcpy_name, earlier)

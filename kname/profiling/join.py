@@ -32,6 +32,7 @@ from typing import NamedTuple
 from kname._locks import new_lock
 from kname._warnings import warn_once
 from kname.profiling.graphs import MAX_NODES, RECENT_NODES, GraphNodes
+from kname.profiling.launch_times import LaunchTimes
 from kname.profiling.records import (
     ActivityRecord,
     ExternalCorrelation,
@@ -65,6 +66,11 @@ class SiteTotals:
     replays: dict[str, KernelTotals] = field(default_factory=dict)
     # Of the above, graph work replayed here whose node kname did not see made.
     unseen: KernelTotals = field(default_factory=KernelTotals)
+    # The launch-bound verdict's numbers (launch_times.py): timed launch calls, their CPU time,
+    # and the GPU idle time they left.
+    launch_calls: int = 0
+    launch_cpu_ns: int = 0
+    idle_ns: int = 0
 
     def add(self, record: ActivityRecord) -> None:
         """Count one GPU record."""
@@ -99,7 +105,16 @@ class SiteTotals:
         kernels = {k: KernelTotals(v.launches, v.gpu_ns) for k, v in self.kernels.items()}
         replays = {k: KernelTotals(v.launches, v.gpu_ns) for k, v in self.replays.items()}
         unseen = KernelTotals(self.unseen.launches, self.unseen.gpu_ns)
-        return SiteTotals(self.launches, self.gpu_ns, self.first, kernels, replays, unseen)
+        copied = SiteTotals(self.launches, self.gpu_ns, self.first, kernels, replays, unseen)
+        add_launch_times(copied, self)
+        return copied
+
+
+def add_launch_times(totals: SiteTotals, more: SiteTotals) -> None:
+    """`more`'s launch times added to `totals`'."""
+    totals.launch_calls += more.launch_calls
+    totals.launch_cpu_ns += more.launch_cpu_ns
+    totals.idle_ns += more.idle_ns
 
 
 class Attribution(NamedTuple):
@@ -158,6 +173,7 @@ class Join:
         self.launch_count = 0  # launch records seen
         self.record_count = 0  # activity records seen
         self.nodes = GraphNodes(max_nodes, recent_nodes)
+        self.launch_times = LaunchTimes(max_pending)
         self._lock = new_lock()  # freed in a forked child, whoever held it
         # Graph node records come on the threads that make graphs, while CUPTI's thread may hold
         # _lock for a whole buffer: their own lock, and the join reads the table without one.
@@ -165,6 +181,7 @@ class Join:
 
     def add_launch(self, record: LaunchRecord) -> None:
         """A launch API call and its site. Called on the launching thread: no lock taken."""
+        self.launch_times.launch(record)  # first: its GPU records may be waiting (_adopt)
         self.launch_count += 1
         if not self._first or record.correlation_id < self._first:
             self._first = record.correlation_id
@@ -303,15 +320,20 @@ class Join:
     def _count(self, site: str, record: ActivityRecord) -> None:
         """Count `record`, launched at `site`: graph work goes to the line that made its node."""
         if not (record.graph_node_id or record.graph_id):
-            self._totals(site).add(record)
+            totals = self._totals(site)
+            totals.add(record)
+            self.launch_times.count(totals, record, graph=False)
             return
         capture = self.nodes.charged(
             record.graph_node_id, record.graph_id, record.correlation_id, site
         )
         if capture is None:
-            self._totals(site).add_unseen(record)
+            totals = self._totals(site)
+            totals.add_unseen(record)
         else:
-            self._totals(capture).add_replayed(record, site)
+            totals = self._totals(capture)
+            totals.add_replayed(record, site)
+        self.launch_times.count(totals, record, graph=True)
 
     def _park(self, record: ActivityRecord) -> None:
         if self._orphan_count >= self.max_pending:
@@ -365,6 +387,7 @@ def replay_join(streams: Streams) -> Join:
         max_nodes=len(streams.graph_nodes) + 1,
         recent_nodes=len(streams.graph_nodes) + 1,
     )
+    join.launch_times.on = streams.timed_calls  # before format 3: not the launch's own time
     for launch in streams.launches:
         join.add_launch(launch)
     for node in streams.graph_nodes:

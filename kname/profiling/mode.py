@@ -34,7 +34,10 @@ def start(config: Config) -> ProfileSession | None:
     if _session is not None and _session.collecting:
         return _session  # install() again after uninstall(): the same session goes on
     session = ProfileSession(
-        keep_streams=config.trace is not None, max_records=config.trace_max, memory=config.memory
+        keep_streams=config.trace is not None,
+        max_records=config.trace_max,
+        memory=config.memory,
+        verdict=config.verdict,
     )
     started = config.delay is not None or _start_window(session, config)
     files = {"json": None if config.report in (None, "-") else config.report}

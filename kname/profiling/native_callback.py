@@ -207,6 +207,11 @@ class NativeCallbacks:
         trace or a stream log reads them."""
         self.recorder.time_launches(timed)
 
+    def time_outer_launches(self, timed: bool) -> None:
+        """Whether outermost launch calls get CPU timestamps (the launch-bound verdict's CPU
+        time per line): two cuptiGetTimestamp calls per launch."""
+        self.recorder.time_outer_launches(timed)
+
     def join_now(self) -> None:
         """The calls finished and the GPU records read so far, joined in C now."""
         self.recorder.join_now()

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from kname.profiling.join import KernelTotals, Profile, SiteTotals
+from kname.profiling.join import KernelTotals, Profile, SiteTotals, add_launch_times
 
 
 class NativeJoin:
@@ -86,6 +86,7 @@ def _plus(totals: SiteTotals, more: SiteTotals) -> SiteTotals:
         _add(totals.replays, replay, counts.launches, counts.gpu_ns)
     totals.unseen.launches += more.unseen.launches
     totals.unseen.gpu_ns += more.unseen.gpu_ns
+    add_launch_times(totals, more)
     return totals
 
 
@@ -94,11 +95,14 @@ def site_totals(
     kernels: Iterable[tuple[str, int, int]],
     replays: Iterable[tuple[str, int, int]] = (),
     unseen: tuple[int, int] = (0, 0),
+    launch_times: tuple[int, int, int] = (0, 0, 0),
 ) -> SiteTotals:
     """A site's totals from (kernel name, launches, gpu_ns) counts; counts of the same name
     are one kernel (two copy kinds that CUPTI's enum does not name are both `unknown`). Its graph
-    work: (replay site, launches, gpu_ns) counts, and (launches, gpu_ns) replayed here unseen."""
+    work: (replay site, launches, gpu_ns) counts, and (launches, gpu_ns) replayed here unseen.
+    Its launch times: (timed launch calls, their CPU ns, the GPU idle ns they left)."""
     totals = SiteTotals(first=first, unseen=KernelTotals(*unseen))
+    totals.launch_calls, totals.launch_cpu_ns, totals.idle_ns = launch_times
     for name, launches, gpu_ns in kernels:
         _add(totals.kernels, name, launches, gpu_ns)
         totals.launches += launches

@@ -88,9 +88,9 @@ class PythonCallbacks:
                     frame = sys._getframe(1)  # the Python frame that called into the library
                 except ValueError:  # a thread with no Python frame (a C++ worker thread)
                     frame = None
-                self._capture.enter(
-                    frame, data.correlation_id, api, graph, self._cupti.get_timestamp()
-                )
+                record = self._capture.enter(frame, data.correlation_id, api, graph, 0)
+                # Timed once kname's own work is done: the call's time is the launch's.
+                record.start = self._cupti.get_timestamp()
             else:
                 self._capture.exit(data.correlation_id, self._cupti.get_timestamp())
         except Exception as exc:

@@ -21,8 +21,12 @@ from kname.config import DEFAULT_TRACE_MAX
 
 KERNEL, MEMCPY, MEMSET = "kernel", "memcpy", "memset"
 ACTIVITY_KINDS = (KERNEL, MEMCPY, MEMSET)
-STREAMS_FORMAT = 2  # 2 added graph node records and activity records' graph_node_id
-READ_FORMATS = (1, 2)
+# 2 added graph node records and activity records' graph_node_id; 3: a launch call's start is
+# stamped once kname's own work for it is done (before, its CPU time counted kname's look-up,
+# so a replay of format 1 or 2 gives no launch times: Streams.timed_calls).
+STREAMS_FORMAT = 3
+UNTIMED_FORMAT = 2  # what streams read from a format below 3 are written as again
+READ_FORMATS = (1, 2, 3)
 MAX_LOGGED = DEFAULT_TRACE_MAX  # records a StreamLog keeps (for --trace and fixtures), all kinds
 
 
@@ -127,6 +131,7 @@ class Streams:
     meta: dict[str, Any] = field(default_factory=dict)
     graph_nodes: list[GraphNodeRecord] = field(default_factory=list)  # in the order they came
     memory: list[MemoryRecord] = field(default_factory=list)  # kname profile --memory only
+    timed_calls: bool = True  # launch calls' times are the launch's own (format 3 on)
 
 
 class StreamsError(ValueError):
@@ -210,7 +215,7 @@ def streams_to_json(streams: Streams) -> str:
     sites = {str(k): v for k, v in sorted(streams.external_sites.items())}
     return (
         "{\n"
-        f'  "kname_streams": {STREAMS_FORMAT},\n'
+        f'  "kname_streams": {STREAMS_FORMAT if streams.timed_calls else UNTIMED_FORMAT},\n'
         f'  "meta": {json.dumps(streams.meta, ensure_ascii=False, sort_keys=True)},\n'
         f'  "launches": {lines(streams.launches)},\n'
         f'  "activities": {lines(streams.activities)},\n'
@@ -233,7 +238,7 @@ def streams_from_json(text: str, source: str) -> Streams:
     except json.JSONDecodeError as exc:
         raise StreamsError(f"{source}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(data, dict) or data.get("kname_streams") not in READ_FORMATS:
-        read = " or ".join(map(str, READ_FORMATS))
+        read = ", ".join(map(str, READ_FORMATS[:-1])) + f" or {READ_FORMATS[-1]}"
         raise StreamsError(f"{source}: not kname streams of format {read}")
     try:
         launches = [_launch(item) for item in data["launches"]]
@@ -245,7 +250,8 @@ def streams_from_json(text: str, source: str) -> Streams:
         memory = [_memory(item) for item in data.get("memory", [])]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise StreamsError(f"{source}: malformed record ({type(exc).__name__}: {exc})") from None
-    return Streams(launches, activities, externals, sites, meta, nodes, memory)
+    timed = data["kname_streams"] >= 3
+    return Streams(launches, activities, externals, sites, meta, nodes, memory, timed_calls=timed)
 
 
 def load_streams(path: str) -> Streams:

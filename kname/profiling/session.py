@@ -89,8 +89,10 @@ class ProfileSession:
         collector: Callable[[LaunchCapture, Join, StreamLog | None], Collector] | None = None,
         max_records: int = MAX_LOGGED,
         memory: bool = False,
+        verdict: bool = False,
     ) -> None:
         self.join: Join | NativeJoin = Join()
+        self.join.launch_times.on = verdict  # the verdict's launch times, only where asked for
         self.log = StreamLog(max_records) if keep_streams else None
         # --memory: the memory calls kept apart from the launches (memory_join), and the pools'
         # hooks (memory_hooks); None without it.
@@ -99,7 +101,9 @@ class ProfileSession:
         self.capture = LaunchCapture(self.memory or self.join, self.log)
         if collector is None:
             from kname.profiling.cupti_collector import CuptiCollector as collector
-        more = {"memory": self.memory} if memory else {}
+        more: dict[str, Any] = {"memory": self.memory} if memory else {}
+        if verdict:  # the native callback times outermost launch calls (launch_times.py)
+            more["time_outer_calls"] = True
         self.collector = collector(self.capture, self.join, self.log, **more)
         # A kname lock: freed in a forked child, and re-entrant for a SIGTERM handler that
         # stops the session on the thread that was inside start() or stop().

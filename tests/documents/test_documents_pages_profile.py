@@ -32,6 +32,7 @@ from kname.documents.schema import RANKS
 from kname.documents.sources import SOURCES, lines_of
 from kname.documents.tables import graph_note
 from kname.documents.text import format_duration, printable
+from kname.documents.verdict import LAUNCH_TIMES, site_advice, site_verdict
 from kname.profiling.join import KernelTotals, Profile, SiteTotals
 from kname.ranks import Rank, meta
 
@@ -69,8 +70,19 @@ def test_the_table_has_every_site_with_its_numbers(document):
     for row, site in zip(rows, document["sites"], strict=True):
         name, _time, _share, launches, _mean, kernels = (cell for _, cell in row.cells)
         note = graph_note(site, text=str).strip().removeprefix("(").removesuffix(")")
-        assert name == site["name"] + note and int(launches) == site["launches"]
+        assert name == site["name"] + note + verdict_text(site)
+        assert int(launches) == site["launches"]
         assert kernels.count(":") >= len(site["kernels"])
+
+
+def verdict_text(site: dict) -> str:
+    """What the page says beneath a site whose launches were timed (documents/verdict.py)."""
+    times = site.get(LAUNCH_TIMES)
+    if not times:
+        return ""
+    cpu = format_duration(times["cpu_ns"] / times["calls"])
+    said = f": launch-bound, {site_advice(site)}" if site_verdict(site) else ""
+    return f"launch CPU {cpu} a call, GPU idle {format_duration(times['idle_ns'])}{said}"
 
 
 def test_a_site_of_graph_work_shows_the_lines_that_replayed_it_beneath_its_own():

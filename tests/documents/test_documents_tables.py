@@ -29,6 +29,7 @@ from kname.documents.tables import (
     CUT,
     KERNELS_SHOWN,
     NAME_WIDTH,
+    advice_lines,
     cut,
     kernel_cells,
     kernels_cell,
@@ -143,7 +144,8 @@ def test_every_site_has_one_row_in_rank_order(document):
     for row, name in zip(rows, names, strict=True):
         assert row.startswith(name + " ")
     unattributed = document["unattributed"]["launches"]
-    assert len(rest) == (2 if unattributed else 0)
+    advice = advice_lines(document["sites"])  # one line per launch-bound site
+    assert len(rest) == (2 if unattributed else 0) + len(advice)
 
 
 @given(hostile_documents, hostile_names)
@@ -153,8 +155,10 @@ def test_hostile_names_and_file_labels_reach_the_terminal_escaped(document, sour
     unattributed = bool(document["unattributed"]["launches"])
     sites = document["sites"]
     rows = len(sites) + unattributed
-    # No name broke a line: the heading, the header and rows, the line about unattributed work.
-    assert len(text.splitlines()) == 1 + (1 + rows if rows else 0) + unattributed
+    # No name broke a line: the heading, the header and rows, the advice to launch-bound lines,
+    # the line about unattributed work.
+    advice = len(advice_lines(sites))
+    assert len(text.splitlines()) == 1 + (1 + rows if rows else 0) + advice + unattributed
     for site in sites:
         assert name_cell(site["name"]) in text
         for kernel in list(site["kernels"])[:KERNELS_SHOWN]:

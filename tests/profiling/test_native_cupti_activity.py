@@ -353,10 +353,10 @@ def native_path_join(collecting, stream, early: frozenset[int] = frozenset()) ->
     waiting = list(stream.activities)
     for number, launch in enumerate(c for c in stream.launches if not c.parent):
         recorder.mark(launch.site)
-        recorder.enter(launch.correlation_id, 1 if launch.graph else 0, 1)
+        recorder.enter(launch.correlation_id, 1 if launch.graph else 0, launch.start)
         inner = inner_of.get(launch.correlation_id)
         if inner is not None:
-            recorder.enter(inner.correlation_id, 0, 2)
+            recorder.enter(inner.correlation_id, 0, inner.start)
         if number in early:
             family = {launch.correlation_id, inner.correlation_id if inner else 0}
             for record in waiting:
@@ -365,8 +365,8 @@ def native_path_join(collecting, stream, early: frozenset[int] = frozenset()) ->
             waiting = [r for r in waiting if r.correlation_id not in family]
             callbacks.flush_activities(1)
         if inner is not None:
-            recorder.exit(inner.correlation_id, 3)
-        recorder.exit(launch.correlation_id, 4)
+            recorder.exit(inner.correlation_id, inner.end)
+        recorder.exit(launch.correlation_id, launch.end)
         recorder.unmark()
     for record in waiting:
         queue_record(collecting.cupti, record)

@@ -103,16 +103,16 @@ class Both:
         self.nodes: list[GraphNodeRecord] = []  # graph node records the recorder holds
 
     def launch(self, outer: LaunchRecord, inner: LaunchRecord | None) -> None:
-        """A launch call (with the driver call made inside it): the recorder keeps the calls
-        until the next buffer, inner one first (it returns first)."""
+        """A launch call (with the driver call made inside it), at its own times: the recorder
+        keeps the calls until the next buffer, inner one first (it returns first)."""
         recorder = self.recorder
         recorder.mark(outer.site)
-        recorder.enter(outer.correlation_id, 1 if outer.graph else 0, 1)
+        recorder.enter(outer.correlation_id, 1 if outer.graph else 0, outer.start)
         if inner is not None:
-            recorder.enter(inner.correlation_id, 0, 2)
-            recorder.exit(inner.correlation_id, 3)
+            recorder.enter(inner.correlation_id, 0, inner.start)
+            recorder.exit(inner.correlation_id, inner.end)
             self.finished.append(inner)
-        recorder.exit(outer.correlation_id, 4)
+        recorder.exit(outer.correlation_id, outer.end)
         recorder.unmark()
         self.finished.append(outer)
 

@@ -305,16 +305,43 @@ def test_a_session_with_a_trace_writes_it_from_c_as_trace_py_writes_its_streams(
     assert names == ["cuLaunchKernel"] * 3 + ["a.py:1 / k", "b.py:2 / k", "a.py:1 / k"]
 
 
-def test_launch_calls_are_timed_only_where_a_trace_reads_the_times(stand_in_cupti):
-    taken = {}
-    for keep_streams in (False, True):
-        stand_in_cupti.library.fake_reset_activity()
-        session = ProfileSession(keep_streams=keep_streams)
-        assert session.start()
-        launched(session, stand_in_cupti, ["a.py:1"] * 10)
-        taken[keep_streams] = stand_in_cupti.library.fake_timestamps_taken()
-        session.stop()
-    assert taken == {False: 0, True: 20}  # two a launch call (enter, exit) with the trace
+def nested_launches(session: ProfileSession, cupti, site: str, count: int) -> None:
+    """Launch calls at `site`, each with a launch call made inside it (as the runtime calls the
+    driver), the kernel carrying the outer call's correlation id."""
+    recorder, fire = session.collector._callbacks.recorder, cupti.library.fake_callback
+    for number in range(1, count + 1):
+        recorder.mark(site)
+        fire(DRIVER, CUDA_LAUNCH_KERNEL, 0, number)
+        fire(DRIVER, CUDA_LAUNCH_KERNEL, 0, 1000 + number)
+        fire(DRIVER, CUDA_LAUNCH_KERNEL, 1, 1000 + number)
+        fire(DRIVER, CUDA_LAUNCH_KERNEL, 1, number)
+        recorder.unmark()
+        cupti.library.fake_kernel(
+            CONCURRENT_KERNEL, number, 50 + number, 60 + number, 7, 0, 0, 0, b"k"
+        )
+
+
+@pytest.mark.parametrize(
+    ("keep_streams", "verdict", "stamps", "timed_calls"),
+    [
+        (False, False, 0, None),  # nothing reads a launch call's time: none taken
+        (False, True, 20, 10),  # the verdict: enter and exit of the outer call
+        (True, False, 40, None),  # the trace: of the call inside it too, for the trace alone
+        (True, True, 40, 10),  # both
+    ],
+)
+def test_launch_calls_are_timed_where_the_verdict_or_a_trace_reads_the_times(
+    stand_in_cupti, keep_streams, verdict, stamps, timed_calls
+):
+    session = ProfileSession(keep_streams=keep_streams, verdict=verdict)
+    assert session.start()
+    nested_launches(session, stand_in_cupti, "a.py:1", 10)
+    assert stand_in_cupti.library.fake_timestamps_taken() == stamps
+    session.stop()
+    (site,) = session.document()["sites"]
+    # With the verdict, each outer call once, at its kernel's line; the document is the same
+    # with or without the trace.
+    assert site.get("launch_times", {}).get("calls") == timed_calls
 
 
 def test_a_trace_past_its_cap_is_valid_json_said_once_with_what_it_dropped(stand_in_cupti, capsys):

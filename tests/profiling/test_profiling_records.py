@@ -40,8 +40,8 @@ def test_streams_survive_their_json_form(stream):
     ("text", "message"),
     [
         ("{", "not valid JSON"),
-        ("[]", "not kname streams of format 1 or 2"),
-        ('{"kname_streams": 3}', "not kname streams of format 1 or 2"),
+        ("[]", "not kname streams of format 1, 2 or 3"),
+        ('{"kname_streams": 4}', "not kname streams of format 1, 2 or 3"),
         ('{"kname_streams": 1, "launches": [{"nope": 1}], "activities": []}', "malformed record"),
         (
             '{"kname_streams": 1, "launches": [], "activities": [{"kind": "copy", '

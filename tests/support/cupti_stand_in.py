@@ -167,6 +167,7 @@ def joining_recorder(
     assert recorder.subscribe(cupti.path)[0] == 0
     for cbid, event in select_graph_callbacks(GRAPH_CALLBACK_IDS).items():
         assert recorder.enable_graph(cbid, NODE_EVENTS.index(event) + 1) == 0
+    recorder.time_outer_launches(True)  # the C join counts launch times, as join.py's does
     recorder.join_in_c(bounds[0], bounds[1], UNATTRIBUTED, bounds[2], bounds[3])
     if trace is not None:
         recorder.keep_trace(trace)

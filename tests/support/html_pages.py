@@ -32,6 +32,7 @@ ATTRIBUTES = {
     "aria-label", "x", "y", "text-anchor", "x1", "y1", "x2", "y2", "data-min-ns",
     "data-median-ns", "data-max-ns", "points", "cx", "cy", "r", "data-view", "data-peak-bytes",
     "data-peak-ns",
+    "data-verdict", "data-launch-cpu-ns", "data-launch-calls", "data-idle-ns",
 }  # fmt: skip
 HEAT = re.compile(r"\bh([1-6])\b")
 

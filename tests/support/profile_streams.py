@@ -180,12 +180,15 @@ PROFILE_KERNELS = st.sampled_from(KERNEL_NAMES)
 @st.composite
 def profiles(draw, site_names=PROFILE_SITES, kernel_names=PROFILE_KERNELS) -> Profile:
     """A join's result: sites with kernels (part of them CUDA graph work, by the sites that
-    replayed it, or replayed with its capture not seen), some unattributed work."""
+    replayed it, or replayed with its capture not seen; some with launch times), some
+    unattributed work."""
     sites = {}
     for name in draw(st.lists(site_names, max_size=6, unique=True)):
         sites[name] = _totals(draw, draw(st.integers(1, 1000)), kernel_names)
         if draw(st.booleans()):
             _replayed(draw, sites[name], site_names)
+        if draw(st.booleans()):
+            _timed(draw, sites[name])
     unattributed = _totals(draw, 0, kernel_names) if draw(st.booleans()) else SiteTotals()
     return Profile(sites, unattributed)
 
@@ -212,6 +215,13 @@ def _replayed(draw, totals: SiteTotals, site_names) -> None:
         totals.unseen = KernelTotals(draw(st.integers(1, max(launches, 1))), 0)
         totals.unseen.launches = min(totals.unseen.launches, launches)
         totals.unseen.gpu_ns = draw(st.integers(0, gpu_ns))
+
+
+def _timed(draw, totals: SiteTotals) -> None:
+    """Launch calls of `totals` timed (at most one per GPU record): the verdict's numbers."""
+    totals.launch_calls = draw(st.integers(1, totals.launches))
+    totals.launch_cpu_ns = draw(st.integers(0, 10**9))
+    totals.idle_ns = draw(st.integers(0, 10**9))
 
 
 documents = profiles().map(profile_document)

@@ -6,7 +6,8 @@ launches and kernels beside the source, the time coloured by its share of the to
 tree is drawn when names carry callers (KNAME_DEPTH above 1). Each bar carries its data
 (`data-site`, `data-gpu-ns`), and each row its site (`data-site`), for tests and for anyone
 reading the source. A site with CUDA graph work says beneath its name which lines replayed its
-graph (`<div class="graph">`, as the table's note says it).
+graph (`<div class="graph">`, as the table's note says it); one whose launches were timed, their
+CPU time per call, the GPU idle they left and its launch-bound verdict (`<div class="verdict">`).
 
 A merged document of several ranks shows, in the ranking, each line's spread across them
 (documents/spread.py): the least, median and most GPU time of one rank, drawn as a range with the
@@ -39,6 +40,7 @@ from kname.documents.pages.titles import page_title
 from kname.documents.spread import Spread, spreads
 from kname.documents.tables import graph_note, ranked_sites
 from kname.documents.text import count_of, format_duration
+from kname.documents.verdict import per_launch, site_advice, site_times, site_verdict
 
 BARS_SHOWN = 40
 BAR_WIDTH = 600  # px, the longest bar
@@ -54,6 +56,8 @@ svg text { font: 12px ui-monospace, monospace; fill: #222; }
 svg .value { fill: #555; }
 svg rect { fill: #4e79a7; }
 td.site .graph { color: #555; font-size: 0.9em; white-space: normal; }
+td.site .verdict { color: #555; font-size: 0.9em; white-space: normal; }
+td.site .verdict[data-verdict="launch-bound"] { color: #b03a2e; }
 ul.kernels { margin: 0; padding-left: 1.2em; }
 ul.kernels .kernel { overflow-wrap: anywhere; }
 ul.kernels .time { white-space: nowrap; }
@@ -123,13 +127,14 @@ def site_row(
         backward = f"backward {format_duration(site[backward_lines.BACKWARD_NS])}"
         note = f"{note}; {backward}" if note else backward
     return html(
-        '<tr data-site="{name}"><td class="site">{link}{graph}</td>'
+        '<tr data-site="{name}"><td class="site">{link}{graph}{verdict}</td>'
         '<td class="number {heat}">{time}</td><td class="number">{share}</td>'
         '<td class="number">{launches}</td><td class="number">{mean}</td>'
         '{spread_cells}<td><ul class="kernels">{kernels}</ul></td></tr>',
         name=site["name"],
         link=linked(site_name(site["name"]), href),
         graph=html('<div class="graph">{note}</div>', note=note) if note else EMPTY,
+        verdict=verdict_note(site),
         heat=heat(site["gpu_ns"] / total if total else 0),
         time=format_duration(site["gpu_ns"]),
         share=percent(site["gpu_ns"], total),
@@ -190,6 +195,27 @@ def _chart(sites: list[Mapping[str, Any]]) -> Html:
         )
     rows.append(Html("</svg>"))
     return joined(rows, "\n")
+
+
+def verdict_note(site: Mapping[str, Any]) -> Html:
+    """Beneath a site's name, where its launches were timed: their CPU time per launch call, the
+    GPU idle they left, and the verdict with its advice (`data-verdict`: "launch-bound" or "")."""
+    calls, cpu_ns, idle_ns = site_times(site)
+    if not calls:
+        return EMPTY
+    verdict, advice = site_verdict(site), site_advice(site)
+    return html(
+        '<div class="verdict" data-verdict="{verdict}" data-launch-cpu-ns="{cpu_ns}" '
+        'data-launch-calls="{calls}" data-idle-ns="{idle_ns}">launch CPU {cpu} a call, GPU idle '
+        "{idle}{said}</div>",
+        verdict=verdict,
+        cpu_ns=cpu_ns,
+        calls=calls,
+        idle_ns=idle_ns,
+        cpu=format_duration(per_launch(cpu_ns, calls)),
+        idle=format_duration(idle_ns),
+        said=f": {verdict}, {advice}" if verdict else "",
+    )
 
 
 def _table(

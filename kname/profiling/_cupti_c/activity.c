@@ -402,6 +402,8 @@ recorder_join_in_c(Recorder *r, PyObject *args)
     r->join.nodes.max_nodes = max_nodes;
     r->join.nodes.recent_nodes = recent_nodes;
     r->join.on = 1;
+    /* Launch times are counted where outermost calls are timed for them (the verdict). */
+    r->join.times_on = atomic_load(&r->timed_outer);
     pthread_mutex_unlock(&r->activity_lock);
     Py_RETURN_NONE;
 }
@@ -446,7 +448,8 @@ work_name(Recorder *r, PyObject *memcpy_name, uint32_t work)
 }
 
 /* (first, [(kernel name, launches, gpu_ns)], [(replay site, launches, gpu_ns)],
- * (unseen launches, unseen gpu_ns)) of one site of the snapshot. */
+ * (unseen launches, unseen gpu_ns), (launch calls, their CPU ns, idle ns)) of one site of the
+ * snapshot. */
 static PyObject *
 site_object(Recorder *r, PyObject *memcpy_name, const Snapshot *s, const SiteCount *site)
 {
@@ -474,8 +477,9 @@ site_object(Recorder *r, PyObject *memcpy_name, const Snapshot *s, const SiteCou
         Py_XDECREF(kernels);
         return NULL;
     }
-    return Py_BuildValue("(kNN(KK))", (unsigned long)site->first, kernels, replays,
-                         site->unseen_launches, site->unseen_gpu_ns);
+    return Py_BuildValue("(kNN(KK)(KKK))", (unsigned long)site->first, kernels, replays,
+                         site->unseen_launches, site->unseen_gpu_ns, site->launch_calls,
+                         site->launch_cpu_ns, site->idle_ns);
 }
 
 /* join_profile(memcpy_name) -> (sites, unattributed, unmatched, dropped, earlier): the join's

@@ -402,22 +402,78 @@ launch_enter(Recorder *r, uint32_t correlation_id, int api, uint64_t timestamp)
     atomic_store_explicit(&r->last_correlation_id, correlation_id, memory_order_relaxed);
 }
 
-void
-launch_exit(Recorder *r, uint32_t correlation_id, uint64_t timestamp)
+/* The open call `correlation_id` of this thread, taken off its list; 0: none open. */
+static int
+take_open_call(ThreadCalls *t, uint32_t correlation_id, OpenCall *call)
 {
-    ThreadCalls *t = calls_of(r);
     for (int i = t->count - 1; i >= 0; i--) {
         if (t->calls[i].launch.correlation_id != correlation_id)
             continue;
-        OpenCall call = t->calls[i];
+        *call = t->calls[i];
         memmove(&t->calls[i], &t->calls[i + 1], (size_t)(t->count - i - 1) * sizeof(OpenCall));
         t->count--;
-        if (call.recorded) {
-            call.launch.end = timestamp;
-            finish(r, &call.launch);
-        }
-        return;
+        return 1;
     }
+    return 0;
+}
+
+void
+launch_exit(Recorder *r, uint32_t correlation_id, uint64_t timestamp)
+{
+    OpenCall call;
+    if (take_open_call(calls_of(r), correlation_id, &call) && call.recorded) {
+        call.launch.end = timestamp;
+        finish(r, &call.launch);
+    }
+}
+
+/* cuptiGetTimestamp, or 0 when it fails (kept as a fault). */
+static uint64_t
+timestamp_now(Recorder *r)
+{
+    uint64_t timestamp = 0;
+    kn_CUptiResult status = r->get_timestamp(&timestamp);
+    if (status != KN_CUPTI_SUCCESS) {
+        note_c_fault(r, RECORDING, "cuptiGetTimestamp failed", (long)status);
+        return 0;
+    }
+    return timestamp;
+}
+
+/* Whether a launch call entering now gets a CPU timestamp: every call for a trace or a stream
+ * log (`timed`); else, for the launch-bound verdict (`timed_outer`), an outermost one only
+ * (the driver's call inside the runtime's is part of the outer call's time). */
+static inline int
+stamps_enter(Recorder *r)
+{
+    return atomic_load_explicit(&r->timed, memory_order_relaxed)
+           || (atomic_load_explicit(&r->timed_outer, memory_order_relaxed)
+               && calls_of(r)->count == 0);
+}
+
+/* The enter of a launch call, timed (where stamps_enter says) once kname's own work for it is
+ * done: its CPU time is the launch API's, not the site's look-up (0: not timed). */
+static void
+launch_enter_now(Recorder *r, uint32_t correlation_id, int api)
+{
+    int stamped = stamps_enter(r);
+    launch_enter(r, correlation_id, api, 0);
+    ThreadCalls *t = calls_of(r);
+    if (stamped && t->count > 0 && t->calls[t->count - 1].launch.correlation_id == correlation_id)
+        t->calls[t->count - 1].launch.start = timestamp_now(r);
+}
+
+/* The exit of a launch call: timed as its enter was (an outermost call timed at its enter). */
+static void
+launch_exit_now(Recorder *r, uint32_t correlation_id)
+{
+    OpenCall call;
+    if (!take_open_call(calls_of(r), correlation_id, &call) || !call.recorded)
+        return;
+    int timed = atomic_load_explicit(&r->timed, memory_order_relaxed);
+    if (timed || (call.launch.start != 0 && call.launch.parent == 0))
+        call.launch.end = timestamp_now(r);
+    finish(r, &call.launch);
 }
 
 /* ---- CUDA graphs: what the callback calls at CUPTI's graph resource callbacks */
@@ -482,21 +538,14 @@ on_api(void *userdata, kn_CallbackDomain domain, kn_CallbackId cbid, const void 
             graph_event(r, event, (const kn_ResourceData *)cbdata);
         return;
     }
-    uint64_t timestamp = 0; /* 0: not timed (no trace or stream log reads it) */
-    if (atomic_load_explicit(&r->timed, memory_order_relaxed)) {
-        kn_CUptiResult status = r->get_timestamp(&timestamp);
-        if (status != KN_CUPTI_SUCCESS) {
-            note_c_fault(r, RECORDING, "cuptiGetTimestamp failed", (long)status);
-            timestamp = 0;
-        }
-    }
     if (data->callbackSite == KN_CUPTI_API_ENTER) {
         int api = api_of(r, domain, cbid);
         if (api >= 0)
-            launch_enter(r, data->correlationId, api, timestamp);
+            launch_enter_now(r, data->correlationId, api);
     }
     else if (data->callbackSite == KN_CUPTI_API_EXIT) {
-        launch_exit(r, data->correlationId, timestamp);
+        launch_exit_now(r, data->correlationId);
     }
 }
+
 

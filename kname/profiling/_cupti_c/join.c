@@ -1,140 +1,15 @@
 /*
  * The join of kname._native_cupti (see join.h): join.py's tables (an
- * insertion-ordered map of correlation ids for each of its dicts, an insert-only table for the
- * totals), its steps, and a snapshot of its totals for profile().
+ * insertion-ordered map of correlation ids for each of its dicts: id_map.c; an insert-only table
+ * for the totals), its steps, and a snapshot of its totals for profile(). Each line's launch
+ * times are launch_times.c's.
  */
 #include "profiling/_cupti_c/join.h"
 
+#include "profiling/_cupti_c/launch_times.h"
+
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- the map of correlation ids */
-
-static inline size_t
-map_home(const Map *m, uint32_t key)
-{
-    return (size_t)(key * 2654435761u) & (m->index_size - 1);
-}
-
-static size_t
-map_slot(const Map *m, uint32_t key)
-{
-    size_t mask = m->index_size - 1, i = map_home(m, key);
-    while (m->index[i] != 0 && m->entries[m->index[i] - 1].key != key)
-        i = (i + 1) & mask;
-    return i;
-}
-
-static MapEntry *
-map_find(const Map *m, uint32_t key)
-{
-    if (m->live == 0)
-        return NULL;
-    uint32_t at = m->index[map_slot(m, key)];
-    return at ? &m->entries[at - 1] : NULL;
-}
-
-static void
-map_reindex(Map *m)
-{
-    memset(m->index, 0, m->index_size * sizeof *m->index);
-    for (size_t p = m->head; p < m->tail; p++) {
-        if (m->entries[p].live)
-            m->index[map_slot(m, m->entries[p].key)] = (uint32_t)p + 1;
-    }
-}
-
-/* The entry of `key`, made at the end when new (its values zero); NULL: no memory. An existing
- * key keeps its place, as in a dict. */
-static MapEntry *
-map_put(Map *m, uint32_t key)
-{
-    MapEntry *found = map_find(m, key);
-    if (found != NULL)
-        return found;
-    if ((m->live + 1) * 2 > m->index_size) {
-        size_t size = m->index_size ? 2 * m->index_size : 64;
-        uint32_t *index = malloc(size * sizeof *index);
-        if (index == NULL)
-            return NULL;
-        free(m->index);
-        m->index = index;
-        m->index_size = size;
-        map_reindex(m);
-    }
-    if (m->tail == m->capacity) {
-        if (m->capacity && m->live * 2 <= m->capacity) { /* half of it is dead: compacted */
-            size_t to = 0;
-            for (size_t p = m->head; p < m->tail; p++) {
-                if (m->entries[p].live)
-                    m->entries[to++] = m->entries[p];
-            }
-            m->head = 0;
-            m->tail = to;
-            map_reindex(m);
-        }
-        else {
-            size_t capacity = m->capacity ? 2 * m->capacity : 64;
-            MapEntry *grown = realloc(m->entries, capacity * sizeof *grown);
-            if (grown == NULL)
-                return NULL;
-            m->entries = grown;
-            m->capacity = capacity;
-        }
-    }
-    MapEntry *entry = &m->entries[m->tail];
-    *entry = (MapEntry){key, 1, 0, 0};
-    m->index[map_slot(m, key)] = (uint32_t)m->tail + 1;
-    m->tail++;
-    m->live++;
-    return entry;
-}
-
-/* `key`'s entry removed: 1 (its values in *out, when given), or 0 when there is none. */
-static int
-map_remove(Map *m, uint32_t key, MapEntry *out)
-{
-    if (m->live == 0)
-        return 0;
-    size_t mask = m->index_size - 1, i = map_slot(m, key);
-    if (m->index[i] == 0)
-        return 0;
-    MapEntry *entry = &m->entries[m->index[i] - 1];
-    if (out != NULL)
-        *out = *entry;
-    entry->live = 0;
-    m->live--;
-    /* Backward-shift deletion: each later entry of the probe run moves up unless its home
-     * lies cyclically in (i, j], so that no run is broken. */
-    for (size_t j = (i + 1) & mask; m->index[j] != 0; j = (j + 1) & mask) {
-        size_t home = map_home(m, m->entries[m->index[j] - 1].key);
-        if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) {
-            m->index[i] = m->index[j];
-            i = j;
-        }
-    }
-    m->index[i] = 0;
-    while (m->head < m->tail && !m->entries[m->head].live)
-        m->head++;
-    if (m->live == 0)
-        m->head = m->tail = 0;
-    return 1;
-}
-
-/* The oldest entry (NULL when empty). */
-static MapEntry *
-map_oldest(Map *m)
-{
-    return m->live ? &m->entries[m->head] : NULL;
-}
-
-static void
-map_free(Map *m)
-{
-    free(m->entries);
-    free(m->index);
-    memset(m, 0, sizeof *m);
-}
 
 /* ---- the join's state */
 
@@ -151,6 +26,10 @@ join_free(Join *j)
     index_free(&j->kernel_of);
     index_free(&j->replay_line);
     index_free(&j->replay_of);
+    map_free(&j->timed_calls);
+    map_free(&j->outer_of);
+    index_free(&j->stream_of);
+    free(j->stream_ends);
     graph_nodes_free(&j->nodes);
     free(j->ids);
     free(j->records);
@@ -224,7 +103,7 @@ site_totals(Join *j, const void *site)
     if (!grow((void **)&j->sites, &j->site_room, j->site_count, sizeof *j->sites)
         || !index_set(&j->site_of, (uint64_t)(uintptr_t)site, (uint32_t)j->site_count))
         return -1;
-    j->sites[j->site_count] = (SiteTotal){site, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    j->sites[j->site_count] = (SiteTotal){site, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     return (int64_t)j->site_count++;
 }
 
@@ -297,7 +176,7 @@ static void
 join_count(Join *j, const void *site, const GpuRecord *g)
 {
     if (!(g->graph_node_id || g->graph_id)) {
-        count_record(j, site, g);
+        times_count(j, count_record(j, site, g), g, 0);
         return;
     }
     const void *capture;
@@ -308,9 +187,11 @@ join_count(Join *j, const void *site, const GpuRecord *g)
             j->sites[s].unseen_launches++;
             j->sites[s].unseen_gpu_ns += duration_of(g);
         }
+        times_count(j, s, g, 1);
         return;
     }
     int64_t s = count_record(j, capture, g); /* add_replayed */
+    times_count(j, s, g, 1);
     int64_t r = s < 0 ? -1 : replay_totals(j, s, site);
     if (s >= 0 && r < 0)
         j->no_memory = 1;
@@ -455,6 +336,7 @@ static void
 join_launch(Join *j, const Launch *launch, const void *site)
 {
     uint32_t id = launch->correlation_id;
+    times_launch(j, launch); /* first: its GPU records may be waiting (join_adopt) */
     j->launch_count++;
     if (!j->first || id < j->first)
         j->first = id;
@@ -574,7 +456,8 @@ static int
 snapshot_site(Snapshot *s, const Join *j, const SiteTotal *t, SiteCount *into)
 {
     *into = (SiteCount){t->site, t->first, s->kernel_count, 0, s->replay_count, 0,
-                        t->unseen_launches, t->unseen_gpu_ns};
+                        t->unseen_launches, t->unseen_gpu_ns, t->launch_calls, t->launch_cpu_ns,
+                        t->idle_ns};
     for (uint32_t k = t->head; k != 0; k = j->kernels[k - 1].next) {
         if (!grow((void **)&s->kernels, &s->kernel_room, s->kernel_count, sizeof *s->kernels))
             return 0;
@@ -609,7 +492,7 @@ join_snapshot(const Join *j, Snapshot *s)
             return 0;
     }
     s->unattributed = (SiteCount){j->unattributed, 0, s->kernel_count, 0, s->replay_count, 0,
-                                  0, 0};
+                                  0, 0, 0, 0, 0};
     if (unattributed != NULL && !snapshot_site(s, j, unattributed, &s->unattributed))
         return 0;
     for (size_t p = j->orphans.head; p < j->orphans.tail; p++) {

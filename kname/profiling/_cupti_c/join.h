@@ -15,6 +15,7 @@
 
 #include "_common_c/common.h" /* first: it includes Python.h */
 #include "profiling/_cupti_c/graphs.h"
+#include "profiling/_cupti_c/id_map.h"
 
 #include <stdint.h>
 
@@ -44,22 +45,9 @@ typedef struct {
 
 /* ------------------------------------------------------------------ its tables */
 
-/* ---- an insertion-ordered map of correlation ids (one of join.py's dicts) */
-
-typedef struct {
-    uint32_t key;
-    uint32_t live;
-    uint64_t a, b; /* what the map keeps for the key */
-} MapEntry;
-
-typedef struct {
-    MapEntry *entries; /* in insertion order; a removed entry stays, dead, until compacted */
-    size_t head, tail, capacity, live;
-    uint32_t *index;   /* linear probing: an entry's position + 1 (0: empty); live ones only */
-    size_t index_size; /* a power of 2, at least twice `live` */
-} Map;
-
 /* ---- the join's state */
+
+#define MAX_STREAMS 4096 /* launch_times.py's: streams whose last end is kept */
 
 /* What a site's totals count a record under: its kernel name's index, or a copy's kind, or the
  * one name of a memset (as the record's name in join.py). */
@@ -96,6 +84,7 @@ typedef struct {
     uint32_t head, tail; /* the site's kernels, in the order first seen (index + 1) */
     uint32_t replay_head, replay_tail; /* its graph work by replay line (index + 1) */
     uint64_t unseen_launches, unseen_gpu_ns; /* graph work replayed here, its nodes not seen */
+    uint64_t launch_calls, launch_cpu_ns, idle_ns; /* launch_times.py's numbers */
 } SiteTotal;
 
 /* Lists of correlation ids (children) and of GPU records (orphans), in pools with free lists. */
@@ -133,6 +122,13 @@ typedef struct {
     Index64 replay_line, replay_of; /* replay site -> its number; site index << 32 | number ->
                                    * replay */
     GraphNodes nodes;
+    /* launch_times.py's tables: timed_calls (a: enter, b: exit), each stream's last end (by
+     * device << 32 | stream, at most MAX_STREAMS of them) */
+    int times_on; /* LaunchTimes.on: the recorder times outermost calls for the verdict */
+    Map timed_calls, outer_of; /* outer_of: a call made inside another (a: the outer one) */
+    Index64 stream_of;
+    uint64_t *stream_ends;
+    size_t stream_count, stream_room;
     uint64_t dropped, launch_count, record_count;
     uint32_t first;
     int trimmed;   /* launches were dropped at the bound: said at the next report */
@@ -157,6 +153,7 @@ typedef struct {
     size_t start, count;               /* its kernels in the snapshot's `kernels` */
     size_t replay_start, replay_count; /* its replay lines in the snapshot's `replays` */
     uint64_t unseen_launches, unseen_gpu_ns;
+    uint64_t launch_calls, launch_cpu_ns, idle_ns;
 } SiteCount;
 
 typedef struct {

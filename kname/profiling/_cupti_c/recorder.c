@@ -132,14 +132,27 @@ recorder_unmark(Recorder *r, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* `switch_` set to the truth of `flag`. */
+static PyObject *
+set_switch(atomic_int *switch_, PyObject *flag)
+{
+    int on = PyObject_IsTrue(flag);
+    if (on < 0)
+        return NULL;
+    atomic_store(switch_, on);
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 recorder_time_launches(Recorder *r, PyObject *flag)
 {
-    int timed = PyObject_IsTrue(flag);
-    if (timed < 0)
-        return NULL;
-    atomic_store(&r->timed, timed);
-    Py_RETURN_NONE;
+    return set_switch(&r->timed, flag);
+}
+
+static PyObject *
+recorder_time_outer_launches(Recorder *r, PyObject *flag)
+{
+    return set_switch(&r->timed_outer, flag);
 }
 
 static PyObject *
@@ -420,6 +433,9 @@ static PyMethodDef recorder_methods[] = {
     {"time_launches", (PyCFunction)recorder_time_launches, METH_O,
      "time_launches(flag): whether launch calls get CPU timestamps at their enter and exit "
      "(cuptiGetTimestamp, twice a call): only a trace or a stream log reads them (default True)."},
+    {"time_outer_launches", (PyCFunction)recorder_time_outer_launches, METH_O,
+     "time_outer_launches(flag): whether outermost launch calls get CPU timestamps at their "
+     "enter and exit (the launch-bound verdict's CPU time; default False)."},
     {"set_frameless", (PyCFunction)recorder_set_frameless, METH_O,
      "set_frameless(name or None): a launch with no Python frame has this site from now on "
      "(None: no_frame)."},
@@ -495,6 +511,7 @@ recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     init_record_layout(&r->node_layout, node_fields);
     r->serial = next_serial++;
     atomic_store(&r->timed, 1);
+    atomic_store(&r->timed_outer, 0);
     r->forks = atomic_load(&forks);
     r->api_names = PyTuple_New(count);
     r->graph_of = calloc(count ? (size_t)count : 1, 1);

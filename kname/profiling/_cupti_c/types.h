@@ -199,6 +199,8 @@ typedef struct {
     /* Launch calls get CPU timestamps (cuptiGetTimestamp at enter and exit): only the trace and
      * the stream log read them. */
     atomic_int timed;
+    /* Outermost launch calls get them (the launch-bound verdict's CPU time per line). */
+    atomic_int timed_outer;
 
     RecordLayout record_layout, activity_layout, external_layout, node_layout;
     RecentSite recent[RECENT];

@@ -30,7 +30,6 @@ import os
 import signal
 import threading
 import time
-from dataclasses import replace
 from typing import Any
 
 from kname._locks import new_lock, reset_in_child
@@ -205,7 +204,7 @@ def _triggered(path: str, touched: float) -> None:
         warn_once(f"trigger:{exc}", f"{exc}; no profile window")
         return
     if not request.outputs():
-        request = replace(request, json=os.path.join(os.path.dirname(path), TRIGGER_JSON))
+        request = request._replace(json=os.path.join(os.path.dirname(path), TRIGGER_JSON))
     start_at = min(max(touched + POLL_SECONDS, time.time()), time.time() + POLL_SECONDS)
     try:
         ours = signal.getsignal(SIGNAL) is _on_signal

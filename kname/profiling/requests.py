@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from kname.config import parse_seconds
 from kname.rank_paths import template_problem
@@ -35,10 +35,9 @@ class RequestRefused(ValueError):
     """A request or trigger that is not read: the message is one line saying why."""
 
 
-@dataclass(frozen=True)
-class Request:
+class Request(NamedTuple):
     """A profile window asked for: how long, and the files to write (absolute templates with
-    kname's placeholders, or None)."""
+    kname's placeholders, or None). A NamedTuple: start-up imports no dataclasses."""
 
     duration: float = DEFAULT_SECONDS
     json: str | None = None

@@ -9,6 +9,7 @@ rendered text has examples.
 from __future__ import annotations
 
 import copy
+import re
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -271,7 +272,9 @@ def test_a_diff_of_hostile_names_reaches_the_terminal_escaped(document, old, new
         assert counts == "" or terminal_safe(counts)
         for site in document["sites"]:
             for kernel in site["kernels"]:
-                assert f"{printable(site['name'])} [{printable(display_name(kernel))}]" in counts
+                # A kernel shown as another is told apart by a digest of its name (tables.py).
+                shown = re.escape(f"{printable(site['name'])} [{printable(display_name(kernel))}")
+                assert re.search(shown + r"( #[0-9a-f]{6})?\]", counts), (kernel, counts)
 
 
 def _document(sites: dict[str, int]) -> dict:

@@ -10,10 +10,10 @@ forward line of the autograd node that was running."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
+from support.gpu_programs import demo_lines
 
 from kname.documents.backward_lines import (
     BACKWARD_LINES_NS,
@@ -31,12 +31,7 @@ from kname.profiling.records import load_streams
 DATA = Path(__file__).parent.parent / "data"
 STREAMS = DATA / "backward_h100.json"
 LIVE = DATA / "backward_h100_profile.json"
-DEMO = (Path(__file__).parent.parent / "gpu" / "backward_demo.py").read_text().splitlines()
-LINE = {
-    match[1]: number
-    for number, text in enumerate(DEMO, 1)
-    if (match := re.search(r"#\s*site:\s*(\S+)\s*$", text))
-}
+LINE = demo_lines("backward_demo.py")
 
 
 def name(sites: dict, marker: str) -> str:

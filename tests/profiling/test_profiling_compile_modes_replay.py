@@ -11,45 +11,31 @@ exit. The launches carry the names the callback gave them there (the torch unit'
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
+from support.gpu_programs import assert_totals_of_the_live_run, demo_lines, replayed_sites
 
 from kname.callsite import COMPILE_MARK
-from kname.documents.build import profile_document
-from kname.documents.files import load
-from kname.documents.schema import validate
-from kname.profiling.join import replay, replay_join
-from kname.profiling.records import NODE_CREATED, load_streams
+from kname.profiling.join import replay_join
+from kname.profiling.records import NODE_CREATED
 
 DATA = Path(__file__).parent.parent / "data"
 STREAMS = DATA / "reduce_overhead_h100.json"
 LIVE = DATA / "reduce_overhead_h100_profile.json"
-DEMO = (Path(__file__).parent.parent / "gpu" / "reduce_overhead_demo.py").read_text()
-LINE = {
-    match[1]: number
-    for number, text in enumerate(DEMO.splitlines(), 1)
-    if (match := re.search(r"#\s*site:\s*(\S+)\s*$", text))
-}
+LINE = demo_lines("reduce_overhead_demo.py")
 INFER = f"main reduce_overhead_demo.py:{LINE['infer']}"
 CALLS = 12
 
 
 @pytest.fixture(scope="module")
 def recorded():
-    streams = load_streams(str(STREAMS))
-    document = validate(profile_document(replay(streams)), STREAMS.name)
-    return streams, {site["name"]: site for site in document["sites"]}
+    return replayed_sites(STREAMS)
 
 
 def test_the_replay_gives_the_totals_the_live_run_wrote(recorded) -> None:
     _, sites = recorded
-    live = {site["name"]: site for site in load(str(LIVE))["sites"]}
-    assert sites.keys() == live.keys()
-    for name, site in sites.items():
-        fields = ("launches", "gpu_ns", "replayed_at", "replayed_unseen")
-        assert [site.get(f) for f in fields] == [live[name].get(f) for f in fields], name
+    assert_totals_of_the_live_run(sites, LIVE)
 
 
 def test_the_graph_is_recorded_at_build_time_and_replayed_at_the_calling_line(recorded) -> None:

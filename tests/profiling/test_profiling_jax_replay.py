@@ -15,42 +15,28 @@ import re
 from pathlib import Path
 
 import pytest
+from support.gpu_programs import assert_totals_of_the_live_run, demo_lines, replayed_sites
 
 from kname.callsite import COMPILE_MARK
-from kname.documents.build import profile_document
-from kname.documents.files import load
-from kname.documents.schema import validate
 from kname.profiling.capture import NO_PYTHON_FRAME
-from kname.profiling.join import replay
-from kname.profiling.records import NODE_CREATED, load_streams
+from kname.profiling.records import NODE_CREATED
 
 DATA = Path(__file__).parent.parent / "data"
 STREAMS = DATA / "jax_h100.json"
 LIVE = DATA / "jax_h100_profile.json"
-DEMO = (Path(__file__).parent.parent / "gpu" / "jax_demo.py").read_text().splitlines()
-LINE = {
-    match[1]: number
-    for number, text in enumerate(DEMO, 1)
-    if (match := re.search(r"#\s*site:\s*(\S+)\s*$", text))
-}
+LINE = demo_lines("jax_demo.py")
 STEPS, MORE_STEPS = 20, 5  # as jax_demo.py calls the step from its two lines
 OWN = re.compile(r"\S+ jax_demo\.py:(\d+)( \(compile\))?")
 
 
 @pytest.fixture(scope="module")
 def recorded():
-    streams = load_streams(str(STREAMS))
-    document = validate(profile_document(replay(streams)), STREAMS.name)
-    return streams, {site["name"]: site for site in document["sites"]}
+    return replayed_sites(STREAMS)
 
 
 def test_the_replay_gives_the_totals_the_live_run_wrote(recorded) -> None:
     _, sites = recorded
-    live = {site["name"]: site for site in load(str(LIVE))["sites"]}
-    assert sites.keys() == live.keys()
-    for name, site in sites.items():
-        fields = ("launches", "gpu_ns", "replayed_at", "replayed_unseen")
-        assert [site.get(f) for f in fields] == [live[name].get(f) for f in fields], name
+    assert_totals_of_the_live_run(sites, LIVE)
 
 
 def test_at_least_99_percent_of_the_gpu_time_is_at_the_programs_own_marked_lines(

@@ -7,11 +7,11 @@ native callback, torch 2.11, CUDA 13), replayed."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
+from support.gpu_programs import demo_lines
 from support.profile_streams import streams
 
 from kname.documents.build import profile_document
@@ -30,12 +30,7 @@ from kname.profiling.records import (
 )
 
 RECORDED = Path(__file__).parent.parent / "data" / "verdict_h100.json"
-DEMO = (Path(__file__).parent.parent / "gpu" / "verdict_demo.py").read_text().splitlines()
-LINE = {
-    match[1]: number
-    for number, text in enumerate(DEMO, 1)
-    if (match := re.search(r"#\s*site:\s*(\S+)\s*$", text))
-}
+LINE = demo_lines("verdict_demo.py")
 
 instants = st.integers(0, 10**12)
 

@@ -13,7 +13,11 @@ from pathlib import Path
 import pytest
 
 from kname import hotpath
+from kname.documents.build import profile_document
 from kname.documents.files import load
+from kname.documents.schema import validate
+from kname.profiling.join import replay
+from kname.profiling.records import Streams, load_streams
 from support import REPO
 
 # A call site's name as KNAME_FORMAT's default writes it, `(compile)` after it for build work.
@@ -27,6 +31,29 @@ def marked_lines(program: Path) -> dict[int, str]:
         for number, text in enumerate(program.read_text().splitlines(), 1)
         if (match := re.search(r"#\s*site:\s*(\S+)\s*$", text))
     }
+
+
+def demo_lines(demo: str) -> dict[str, int]:
+    """{marker: line number} of the demo program tests/gpu/`demo` (its `# site:` marks)."""
+    marked = marked_lines(REPO / "tests" / "gpu" / demo)
+    return {marker: number for number, marker in marked.items()}
+
+
+def replayed_sites(streams: Path) -> tuple[Streams, dict[str, dict]]:
+    """Streams recorded on the GPU, and the sites (by name) of the validated profile that
+    replaying them without a GPU gives."""
+    recorded = load_streams(str(streams))
+    document = validate(profile_document(replay(recorded)), streams.name)
+    return recorded, {site["name"]: site for site in document["sites"]}
+
+
+def assert_totals_of_the_live_run(sites: dict[str, dict], live: Path) -> None:
+    """The replayed `sites` have the numbers (and graph work) of the profile the live run wrote."""
+    written = {site["name"]: site for site in load(str(live))["sites"]}
+    assert sites.keys() == written.keys()
+    for name, site in sites.items():
+        fields = ("launches", "gpu_ns", "replayed_at", "replayed_unseen")
+        assert [site.get(f) for f in fields] == [written[name].get(f) for f in fields], name
 
 
 def profiled_run(

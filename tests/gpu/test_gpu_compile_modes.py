@@ -12,12 +12,8 @@ Marked `gpu`, skipped without a CUDA driver, cupti-python or torch with CUDA.
 
 from __future__ import annotations
 
-import importlib.util
-import subprocess
-import sys
-
 import pytest
-from support import REPO, profile_missing_reason
+from support import REPO, torch_profile_missing_reason
 from support.gpu_programs import marked_lines, profiled_run
 
 from kname.callsite import COMPILE_MARK
@@ -29,21 +25,10 @@ CALLS = 12  # as reduce_overhead_demo.py has them
 STEADY = CALLS - 2
 
 pytestmark = pytest.mark.gpu
+MISSING = torch_profile_missing_reason()
 
 
-def _missing() -> str | None:
-    missing = profile_missing_reason()
-    if missing is not None:
-        return missing
-    if importlib.util.find_spec("torch") is None:
-        return "torch is not installed"
-    probe = [sys.executable, "-c", "import torch; assert torch.cuda.is_available()"]
-    if subprocess.run(probe, capture_output=True, timeout=300, check=False).returncode:
-        return "torch has no CUDA here"
-    return None
-
-
-@pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
+@pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
 @pytest.mark.parametrize("callbacks", ["native", "python"])
 def test_reduce_overhead_replays_are_the_lines_run_and_its_warm_up_compile_time(
     tmp_path, callbacks

@@ -9,12 +9,8 @@ setting of torch's, not kname's), so that the first compiled call compiles and a
 
 from __future__ import annotations
 
-import importlib.util
-import subprocess
-import sys
-
 import pytest
-from support import REPO, profile_missing_reason
+from support import REPO, torch_profile_missing_reason
 from support.gpu_programs import SITE, marked_lines, profiled_run
 
 from kname.callsite import COMPILE_MARK
@@ -25,25 +21,14 @@ LINE = {marker: number for number, marker in MARKED.items()}
 STEPS, COMPILED_CALLS, COMPILED_STEPS = 10, 10, 3  # as torch_demo.py has them
 
 pytestmark = pytest.mark.gpu
-
-
-def _missing() -> str | None:
-    missing = profile_missing_reason()
-    if missing is not None:
-        return missing
-    if importlib.util.find_spec("torch") is None:
-        return "torch is not installed"
-    probe = [sys.executable, "-c", "import torch; assert torch.cuda.is_available()"]
-    if subprocess.run(probe, capture_output=True, timeout=300, check=False).returncode:
-        return "torch has no CUDA device here"
-    return None
+MISSING = torch_profile_missing_reason()
 
 
 def name_of(marker: str, compiling: bool = False) -> str:
     return f"main torch_demo.py:{LINE[marker]}" + (COMPILE_MARK if compiling else "")
 
 
-@pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
+@pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
 @pytest.mark.parametrize("callbacks", ["native", "python"])
 def test_a_torch_program_is_named_after_its_own_lines_only(tmp_path, callbacks) -> None:
     document, _ = profiled_run(

@@ -10,12 +10,8 @@ advice.
 
 from __future__ import annotations
 
-import importlib.util
-import subprocess
-import sys
-
 import pytest
-from support import REPO, profile_missing_reason
+from support import REPO, torch_profile_missing_reason
 from support.gpu_programs import SITE, marked_lines, profiled_run
 
 from kname.documents.verdict import LAUNCH_BOUND, LAUNCH_TIMES, site_verdict
@@ -25,18 +21,7 @@ LINE = {marker: number for number, marker in marked_lines(DEMO).items()}
 TINY_LAUNCHES, MATMULS = 200, 4  # as verdict_demo.py has them
 
 pytestmark = pytest.mark.gpu
-
-
-def _missing() -> str | None:
-    missing = profile_missing_reason()
-    if missing is not None:
-        return missing
-    if importlib.util.find_spec("torch") is None:
-        return "torch is not installed"
-    probe = [sys.executable, "-c", "import torch; assert torch.cuda.is_available()"]
-    if subprocess.run(probe, capture_output=True, timeout=300, check=False).returncode:
-        return "torch has no CUDA device here"
-    return None
+MISSING = torch_profile_missing_reason()
 
 
 def site_at(document: dict, marker: str) -> dict:
@@ -52,7 +37,7 @@ def site_at(document: dict, marker: str) -> dict:
     return found[0]
 
 
-@pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
+@pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
 @pytest.mark.parametrize("callbacks", ["native", "python"])
 def test_a_loop_of_tiny_kernels_is_launch_bound_and_a_large_matmul_is_not(
     tmp_path, callbacks

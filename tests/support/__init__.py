@@ -308,6 +308,21 @@ def profile_missing_reason() -> str | None:
     return None
 
 
+@functools.cache
+def torch_profile_missing_reason() -> str | None:
+    """Why the torch GPU tests of kname profile cannot run here, or None; torch is probed in a
+    child once per run (importing it here would slow every test module's collection)."""
+    missing = profile_missing_reason()
+    if missing is not None:
+        return missing
+    if importlib.util.find_spec("torch") is None:
+        return "torch is not installed"
+    probe = [sys.executable, "-c", "import torch; assert torch.cuda.is_available()"]
+    if subprocess.run(probe, capture_output=True, timeout=300, check=False).returncode:
+        return "torch has no CUDA device here"
+    return None
+
+
 def run_profile_demo(
     demo: Path, callbacks: str, *args: str, timeout: int
 ) -> subprocess.CompletedProcess:

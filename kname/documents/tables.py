@@ -163,14 +163,16 @@ def render_profile_table(
     source: str = "",
     top: int | None = None,
     straggler: Straggler | None = None,
+    title: str = "kname profile",
 ) -> str:
-    """A profile as an aligned table, most GPU time first, with a heading line; with several
-    ranks, each site's spread across them (`straggler`: the rule that marks one with `!`)."""
+    """A profile as an aligned table, most GPU time first, under a one-line heading (`title`:
+    whose profile it is); with several ranks, each site's spread across them (`straggler`: the
+    rule that marks one with `!`)."""
     spread = spreads(document)
     order = ranked_sites(document, "gpu_ns")
     sites = [document["sites"][index] for index in order]
     total = document["total_gpu_ns"]
-    lines = [heading(document, source)]
+    lines = [heading(document, source, title)]
     shown = order if top is None else order[: max(top, 0)]
     header = ("call site", "GPU time", "share", "launches", "mean")
     header += (*SPREAD_HEADER, "kernels") if spread else ("kernels",)
@@ -356,17 +358,17 @@ def render_by_rank(document: Mapping[str, Any], source: str = "", top: int | Non
     return text_heading + "\n" + columns([header, *rows], right_aligned=right)
 
 
-def heading(document: Mapping[str, Any], source: str = "", title: str = "kname census") -> str:
+def heading(document: Mapping[str, Any], source: str = "", title: str | None = None) -> str:
     """`kname profile (FILE, ...): 12.4 ms of GPU time in 345 launches from 7 call sites`, or a
-    census's `kname census (FILE, ...): 50 launches from 3 call sites` (`title` first)."""
+    census's `kname census (FILE, ...): 50 launches from 3 call sites`; `title` in place of
+    `kname census` or `kname profile` (`kname profile of process 4242` at exit)."""
     launches = count_of(document["total_launches"], "launch")
     sites = count_of(len(document["sites"]), "call site")
     if document["schema"] == CENSUS_SCHEMA:
-        return f"{title}{_origin(document, source)}: {launches} from {sites}"
+        return f"{title or 'kname census'}{_origin(document, source)}: {launches} from {sites}"
     time = format_duration(document["total_gpu_ns"])
-    return (
-        f"kname profile{_origin(document, source)}: {time} of GPU time in {launches} from {sites}"
-    )
+    origin = _origin(document, source)
+    return f"{title or 'kname profile'}{origin}: {time} of GPU time in {launches} from {sites}"
 
 
 def _spread_cells(spread: Spread, show: Any, flagged: bool = False) -> tuple[str, ...]:

@@ -1,13 +1,14 @@
 """KNAME_MODE=profile: the session install() starts for the whole process, and its outputs.
 
-At exit the table (KNAME_PROFILE_TOP call sites) goes to stderr, the document to KNAME_REPORT
-(unless it is `-`), the trace to KNAME_PROFILE_TRACE and the page to KNAME_PROFILE_HTML. Each
-rank of a job writes its own files (`profile.rank3.json`, documents/owner.py); only rank 0
-prints its table when there are files to merge. A process started beneath the one that owns
-them (a subprocess, a spawned worker) writes files of its own beside them
-(`profile.pid4242.json`), as the launch census does, so that `kname report` can merge them; it
-prints its table only when there is no file to write, and nothing at all when it launched
-nothing (a compile worker, a DataLoader worker).
+At exit the table (KNAME_PROFILE_TOP call sites) goes to stderr, under a heading that names
+the process (`kname profile of process 4242: ...`: a program and its children share stderr),
+the document to KNAME_REPORT (unless it is `-`), the trace to KNAME_PROFILE_TRACE and the page
+to KNAME_PROFILE_HTML. Each rank of a job writes its own files (`profile.rank3.json`,
+documents/owner.py); only rank 0 prints its table when there are files to merge. A process
+started beneath the one that owns them (a subprocess, a spawned worker) writes files of its own
+beside them (`profile.pid4242.json`), as the launch census does, so that `kname report` can
+merge them; it prints its table only when there is no file to write, and nothing at all when it
+launched nothing (a compile worker, a DataLoader worker).
 
 KNAME_PROFILE_FLUSH rewrites the JSON and the page every so many seconds while the program
 runs; KNAME_PROFILE_DELAY and KNAME_PROFILE_DURATION profile a window of a long run: collecting

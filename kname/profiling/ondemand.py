@@ -338,7 +338,7 @@ def _write_window(window: Window, notes: list[str]) -> None:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             notes.append(f"the {kind} output {template!r} could not be written ({reason})")
     if window.reply is not None:
-        _write_reply(window.reply, table=session.table(), files=written, notes=notes)
+        _write_reply(window.reply, table=session.process_table(), files=written, notes=notes)
         return
     for note in notes:
         warn_once(f"trigger:{note}", f"{TRIGGER}: {note}")

@@ -219,11 +219,18 @@ class ProfileSession:
         """Every call site, most GPU time first, as in the document."""
         return self._totals()["sites"]
 
-    def table(self, top: int | None = None) -> str:
-        """The ranked table, `top` sites at most; one line instead where CUPTI never collected."""
+    def table(self, top: int | None = None, title: str = "kname profile") -> str:
+        """The ranked table, `top` sites at most, under `title`; one line instead where CUPTI
+        never collected."""
         if self.not_collected is not None:
             return f"kname profile: no GPU time was collected ({self.not_collected})\n"
-        return render_profile_table(self._totals(), top=top)
+        return render_profile_table(self._totals(), top=top, title=title)
+
+    def process_table(self, top: int | None = None) -> str:
+        """The table printed at exit and for `kname attach`, saying whose it is: `kname profile
+        of process 4242 (rank 1 of 2): ...`, as the census's table at exit does."""
+        # A program and its children share one stderr: each table names its process.
+        return self.table(top, title=f"kname profile of process {os.getpid()}")
 
     def streams(self, **meta: Any) -> Streams:
         """The recorded streams (needs keep_streams=True), with facts about the run."""
@@ -367,7 +374,7 @@ class ProfileSession:
         if self._exit_print:
             stream = self._exit_table or sys.stderr
             try:
-                stream.write(self.table(top=self._exit_top))
+                stream.write(self.process_table(top=self._exit_top))
                 stream.flush()
             except Exception as exc:  # a closed stderr must not give a traceback at exit
                 warn_once("profile:table", f"profile: the table could not be printed ({exc})")

@@ -99,8 +99,11 @@ def rank_files(tmp_path: Path) -> list[dict]:
 def test_torchrun_on_one_gpu_gives_two_rank_files_and_a_report_with_the_spread(tmp_path):
     # Both ranks on one GPU, also where the machine has more.
     done = profile_job(tmp_path, "--backend", "gloo", env={"CUDA_VISIBLE_DEVICES": "0"})
-    assert "kname profile (rank 0 of 2):" in done.stderr  # rank 0's table alone
-    assert "kname profile (rank 1 of 2):" not in done.stderr
+    # Rank 0's table alone, naming its process (the pid its profile records).
+    lines = done.stderr.splitlines()
+    (heading,) = [line for line in lines if line.startswith("kname profile of process ")]
+    pid = load(str(tmp_path / "profile.rank0.json"))["ranks"][0]["pid"]
+    assert heading.startswith(f"kname profile of process {pid} (rank 0 of 2): ")
     for rank, document in enumerate(rank_files(tmp_path)):
         (record,) = document["ranks"]
         assert (record["rank"], record["world_size"], record["launcher"]) == (rank, 2, "torchrun")

@@ -21,6 +21,7 @@ import textwrap
 import time
 from html import escape
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from support import REPO, cleaned, ended_by_sigterm, line_of
@@ -204,11 +205,31 @@ def beneath(*paths) -> dict[str, str]:
     return {OWNER_VARIABLE: "1", OWNER_PATHS_VARIABLE: json.dumps([str(path) for path in paths])}
 
 
-def run_program(tmp_path, env: dict[str, str], ending: str = "") -> subprocess.CompletedProcess:
+class Finished(NamedTuple):
+    """A program run to its end: its pid (which its table at exit names) and what it gave."""
+
+    pid: int
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_program(tmp_path, env: dict[str, str], ending: str = "") -> Finished:
     environ = write_program(tmp_path, env, ending)
-    return subprocess.run(
-        [sys.executable, "app.py"], cwd=tmp_path, env=environ, capture_output=True, text=True
-    )
+    with subprocess.Popen(
+        [sys.executable, "app.py"], cwd=tmp_path, env=environ, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    ) as program:  # fmt: skip
+        stdout, stderr = program.communicate(timeout=120)
+    return Finished(program.pid, program.returncode, stdout, stderr)
+
+
+def exit_heading(pid: int, rest: str, rank: str = "") -> str:
+    """The heading of the table printed at exit: the process (and its rank), then `rest`."""
+    return f"kname profile of process {pid}{rank}: {rest}"
+
+
+TOTALS = "15.0 us of GPU time in 4 launches from 2 call sites"  # what PROGRAM's launches make
 
 
 def app_line(marker: str) -> int:
@@ -229,8 +250,9 @@ def test_profile_mode_prints_the_table_and_writes_every_output_at_exit(
     assert done.returncode == code, done.stderr
     wrapped = f"<module> app.py:{app_line('L:wrapped')}"
     direct = f"<module> app.py:{app_line('L:direct')}"
-    assert "kname profile: 15.0 us of GPU time in 4 launches from 2 call sites" in done.stderr
     saved = load(str(tmp_path / "p.json"))
+    assert saved["ranks"][0]["pid"] == done.pid
+    assert exit_heading(done.pid, TOTALS) in done.stderr.splitlines()
     assert [(s["name"], s["launches"], s["gpu_ns"]) for s in saved["sites"]] == [
         (direct, 1, 9_000),
         (wrapped, 3, 6_000),
@@ -286,7 +308,7 @@ def test_a_dash_is_the_table_on_stderr_and_no_trace_or_page(tmp_path) -> None:
         tmp_path, {"KNAME_REPORT": "-", "KNAME_PROFILE_TRACE": "-", "KNAME_PROFILE_HTML": "-"}
     )
     assert done.returncode == 0, done.stderr
-    assert "kname profile: 15.0 us of GPU time in 4 launches from 2 call sites" in done.stderr
+    assert exit_heading(done.pid, TOTALS) in done.stderr.splitlines()
     for variable in ("KNAME_PROFILE_TRACE", "KNAME_PROFILE_HTML"):
         assert (
             f"kname: {variable}='-': only KNAME_REPORT takes - (the table on stderr); a trace or "
@@ -304,8 +326,8 @@ def test_a_profile_run_ended_by_sigterm_writes_its_outputs_and_dies_of_it(tmp_pa
     )
     code, stderr = ended_by_sigterm([sys.executable, "app.py"], tmp_path, environ)
     assert code == -signal.SIGTERM, stderr
-    assert "kname profile: 15.0 us of GPU time in 4 launches from 2 call sites" in stderr
     saved = load(str(tmp_path / "p.json"))
+    assert exit_heading(saved["ranks"][0]["pid"], TOTALS) in stderr.splitlines()
     assert saved["total_gpu_ns"] == 15_000 and saved["total_launches"] == 4
     assert (tmp_path / "p.html").read_text().startswith("<!DOCTYPE html>")
 
@@ -383,7 +405,7 @@ def test_a_process_beneath_the_owner_writes_files_of_its_own_and_no_table(tmp_pa
     (written,) = tmp_path.glob("p.pid*.json")
     assert load(str(written))["total_gpu_ns"] == 15_000
     assert not (tmp_path / "p.json").exists()
-    assert "kname profile:" not in done.stderr
+    assert "kname profile" not in done.stderr
 
 
 def test_a_process_beneath_the_owner_that_launched_nothing_leaves_no_file(tmp_path) -> None:
@@ -399,8 +421,68 @@ def test_a_process_beneath_the_owner_that_launched_nothing_leaves_no_file(tmp_pa
     assert sorted(p.name for p in tmp_path.glob("p*")) == [] and done.stderr == ""
     done = run(env=environ)
     assert done.returncode == 0, done.stderr
-    assert load(str(tmp_path / "p.json"))["total_launches"] == 0
-    assert "kname profile:" in done.stderr
+    saved = load(str(tmp_path / "p.json"))
+    assert saved["total_launches"] == 0
+    heading = exit_heading(
+        saved["ranks"][0]["pid"], "0 ns of GPU time in 0 launches from 0 call sites"
+    )
+    assert heading in done.stderr.splitlines()
+
+
+CHILDREN = """
+import multiprocessing, os, subprocess, sys
+import scripted  # before kname starts, in each child too: its session takes the stand-in
+import kname
+kname.install()
+
+
+def work(launches):
+    for _ in range(launches):
+        scripted.cuda_launch("axpy", 1_000)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["again"]:  # the subprocess
+        work(4)
+        sys.exit()
+    for launches in (2, 3):  # two spawned workers, one after the other
+        child = multiprocessing.get_context("spawn").Process(target=work, args=(launches,))
+        child.start()
+        child.join()
+        print(child.pid, launches)
+    with subprocess.Popen([sys.executable, "children.py", "again"]) as child:
+        pass
+    print(child.pid, 4)
+    work(1)
+    print(os.getpid(), 1)
+"""
+
+
+# A lone program, and rank 1 of a Slurm step of 2 (its children are rank 1 too).
+@pytest.mark.parametrize(
+    ("job", "rank"),
+    [({}, ""), ({"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2"}, " (rank 1 of 2)")],
+)
+def test_each_table_at_exit_names_its_own_process_among_a_programs_children(
+    tmp_path, job, rank
+) -> None:
+    """KNAME_REPORT=- in a program with children (two spawned workers, a subprocess): a table
+    per process on one stderr, each heading naming that process's pid (and its rank)."""
+    environ = write_program(tmp_path, {"KNAME_REPORT": "-", **job})
+    (tmp_path / "children.py").write_text(CHILDREN)
+    done = subprocess.run(
+        [sys.executable, "children.py"], cwd=tmp_path, env=environ, capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    launched = {int(pid): int(n) for pid, n in (line.split() for line in done.stdout.splitlines())}
+    assert len(launched) == 4 and set(launched.values()) == {1, 2, 3, 4}
+    headings = [line for line in done.stderr.splitlines() if line.startswith("kname profile")]
+    assert sorted(headings) == sorted(
+        exit_heading(pid, f"{n}.00 us of GPU time in {n} launch{'es' * (n > 1)} from 1 call site",
+                     rank)
+        for pid, n in launched.items()
+    )  # fmt: skip
 
 
 # --- kname.profile() ------------------------------------------------------------------------
@@ -569,7 +651,7 @@ def test_the_kname_command_started_in_profile_mode_leaves_the_users_profile_alon
     )
     assert done.returncode == 0, done.stderr
     assert "15.0 us" in done.stdout  # the report of the user's profile
-    assert "kname profile:" not in done.stderr  # no table of the command's own
+    assert "kname profile" not in done.stderr  # no table of the command's own
     assert (tmp_path / "p.json").read_bytes() == before
 
 
@@ -673,7 +755,9 @@ def test_a_delay_and_a_duration_profile_a_window_of_the_run(tmp_path) -> None:
     saved = load(str(tmp_path / "p.json"))
     # The launches before the window (the program's first four) and after it are not in it.
     assert [(s["kernel"], s["launches"]) for s in saved["sites"]] == [("_Z6insidev", 1)]
-    assert "kname profile: 5.00 us of GPU time in 1 launch from 1 call site" in done.stderr
+    assert saved["ranks"][0]["pid"] == done.pid
+    heading = exit_heading(done.pid, "5.00 us of GPU time in 1 launch from 1 call site")
+    assert heading in done.stderr.splitlines()
 
 
 # --- ranks ------------------------------------------------------------------------------------
@@ -688,8 +772,9 @@ def test_each_rank_writes_its_own_profile_and_rank_0_alone_prints_its_table(tmp_
     assert [p.name for p in tmp_path.glob("p*.json")] == [f"p.rank{rank}.json"]
     (record,) = load(str(tmp_path / f"p.rank{rank}.json"))["ranks"]
     assert (record["rank"], record["world_size"], record["device"]) == (rank, 2, str(4 + rank))
-    heading = "kname profile (rank 0 of 2): 15.0 us of GPU time in 4 launches from 2 call sites"
-    assert (heading in done.stderr) is (rank == 0)
+    assert record["pid"] == done.pid
+    heading = exit_heading(done.pid, TOTALS, rank=" (rank 0 of 2)")
+    assert (heading in done.stderr.splitlines()) is (rank == 0)
     assert ("kname profile" in done.stderr) is (rank == 0)
 
 

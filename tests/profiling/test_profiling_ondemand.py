@@ -149,6 +149,8 @@ def test_attach_profiles_only_the_window_and_prints_the_table(start, tmp_path: P
     (site,) = profile["sites"]
     assert site["name"] == f"<module> prog.py:{line}"
     assert f"<module> prog.py:{line}" in done.stdout  # the table, printed by the command
+    # Its heading names the process, as the tables at exit do.
+    assert done.stdout.startswith(f"kname profile of process {process.pid}: ")
     assert f"kname attach: wrote {tmp_path / 'p.json'}" in done.stderr
     window = profile["ranks"][0]["window"]
     assert window["by"] == "attach" and 0 < window["start_ns"] < window["end_ns"]

@@ -62,6 +62,9 @@ from kname.documents.sources import SOURCES, add_lines, bounded_sources, keep_li
 from kname.documents.spread import RankValues
 from kname.documents.verdict import LAUNCH_TIMES, site_times
 
+# A profile site's fields a merge folds in, as a tuple; a kernel's counts, as a pair.
+_PROFILE_FOLDED = operator.itemgetter("name", "lib", "order", "launches", "gpu_ns", "kernels")
+_KERNEL_COUNTS = operator.itemgetter("launches", "gpu_ns")
 TOO_LARGE = "a launch count or GPU time is too large to add up (past 2**63-1, what 64 bits hold)"
 
 
@@ -174,43 +177,50 @@ class Merge:
         return slot
 
     def _add_profile(self, document: Mapping[str, Any], slots: list[int]) -> None:
-        sites = self._sites
+        sites, get = self._sites, self._sites.get
         one = slots[0] if len(slots) == 1 else -1
+        own_fields = len(SITE_FIELDS[PROFILE_SCHEMA])
+        # One loop, its fields read by itemgetter: 5 million sites in a merge of 1,024 rank files.
         for site in document["sites"]:
-            name = site["name"]
-            merged = sites.get(name)
+            name, lib, order, launches, gpu_ns, site_kernels = _PROFILE_FOLDED(site)
+            merged = get(name)
             if merged is None:
-                merged = sites[name] = _Site(site["lib"], site["order"], 2, one)
+                merged = sites[name] = _Site(lib, order, 2, one)
             else:
-                if merged.lib != site["lib"]:
+                if merged.lib != lib:
                     merged.lib = ""
-                if site["order"] < merged.order:
-                    merged.order = site["order"]
+                if order < merged.order:
+                    merged.order = order
             kernels = merged.kernels
-            for kernel_name, kernel in site["kernels"].items():
+            for kernel_name, kernel in site_kernels.items():
                 total = kernels.get(kernel_name)
                 if total is None:
-                    kernels[kernel_name] = [kernel["launches"], kernel["gpu_ns"]]
+                    kernels[kernel_name] = list(_KERNEL_COUNTS(kernel))
                 else:
-                    total[0] += kernel["launches"]
-                    total[1] += kernel["gpu_ns"]
-            if REPLAYED_AT in site or REPLAYED_UNSEEN in site:
-                _add_graph_work(merged, site)
-            if len(site) > len(SITE_FIELDS[PROFILE_SCHEMA]):  # optional fields: cheap test first
-                _add_backward(merged, backward_fields(site))
-            if LAUNCH_TIMES in site:
-                _add_launch_times(merged.launch_times, site_times(site))
+                    launched, timed = _KERNEL_COUNTS(kernel)
+                    total[0] += launched
+                    total[1] += timed
+            if len(site) != own_fields:  # optional fields: cheap test first
+                self._add_optional(merged, site)
             if merged.next_slot == one:  # the common case: this rank is the newest slot
-                launches, gpu_ns = merged.columns
-                launches.append(site["launches"])
-                gpu_ns.append(site["gpu_ns"])
+                merged.columns[0].append(launches)
+                merged.columns[1].append(gpu_ns)
                 merged.next_slot = one + 1
             elif one >= 0:
-                _put(merged, one, (site["launches"], site["gpu_ns"]))
+                _put(merged, one, (launches, gpu_ns))
             else:
                 per_rank = site[BY_RANK]
                 _put_each(merged, slots, (per_rank["launches"], per_rank["gpu_ns"]))
         _add_kernels(self._unattributed, document["unattributed"]["kernels"])
+
+    @staticmethod
+    def _add_optional(merged: _Site, site: Mapping[str, Any]) -> None:
+        """A profile site's optional fields (graph work, backward, launch times) added."""
+        if REPLAYED_AT in site or REPLAYED_UNSEEN in site:
+            _add_graph_work(merged, site)
+        _add_backward(merged, backward_fields(site))
+        if LAUNCH_TIMES in site:
+            _add_launch_times(merged.launch_times, site_times(site))
 
     def _add_census(self, document: Mapping[str, Any], slots: list[int]) -> None:
         sites = self._sites

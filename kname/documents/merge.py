@@ -33,6 +33,7 @@ import gc
 import json
 import operator
 import os
+import re
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -346,18 +347,25 @@ def merge_files(
     With many files, `workers` processes (default: one per CPU, for PARALLEL_FILES files or
     more) each merge a share of them and this one merges their results: merging is
     associative, so the document is the same. `load` must then be a module-level function.
+    Files are folded in in the order of their names, numbers by value (rank2 before rank10).
     """
     if workers is None:
         workers = workers_for(len(paths))
+    # Ranks first seen in rank order, as rank files are named: then the merged document's
+    # per-rank values are the merge's own arrays, copied whole, not each picked (0.3 s of the
+    # 1,024 files' merge, the serial part).
+    paths = sorted(paths, key=_numbers_by_value)
     with _cyclic_gc_paused():
-        if workers <= 1:
+        if workers <= 1 or not paths:
             return _merged(paths, load).result()
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         # Fork: the workers need nothing but this module, and start in a few ms each.
         context = multiprocessing.get_context("fork")
-        shares = [paths[start::workers] for start in range(workers)]
+        size = -(-len(paths) // workers)  # a run of files each, in order (ceiling division)
+        shares = [paths[start : start + size] for start in range(0, len(paths), size)]
+        workers = len(shares)
         merge = Merge()
         with ProcessPoolExecutor(workers, mp_context=context) as pool:
             for partial in pool.map(_merged, shares, [load] * workers):
@@ -368,6 +376,17 @@ def merge_files(
         return merge.result()
 
 
+def _numbers_by_value(path: str) -> list[Any]:
+    """A file name's sort key: its runs of digits compared as numbers (by their length without
+    leading zeros, then their digits: no int() of thousands of digits)."""
+    parts = _DIGITS.split(path)  # text, digits, text, ...: alike at each index
+    for index in range(1, len(parts), 2):
+        digits = parts[index].lstrip("0")
+        parts[index] = (len(digits), digits)
+    return parts
+
+
+_DIGITS = re.compile(r"(\d+)")
 PARALLEL_FILES = 32  # below this, one process merges faster than starting workers
 
 

@@ -10,7 +10,13 @@ from unittest import mock
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.profile_streams import census_of, documents, profile_of, site_counts
+from support.profile_streams import (
+    census_of,
+    documents,
+    plain_documents,
+    profile_of,
+    site_counts,
+)
 
 from kname.documents import schema as schema_module
 from kname.documents.build import profile_document
@@ -303,18 +309,10 @@ def fault_of(document: dict) -> str | None:
     return None
 
 
-def of_own_fields(document: dict) -> dict:
-    """A profile whose sites keep their schema's own fields alone (still valid: graph work and
-    launch times are parts of a site's numbers), as most rank files are."""
-    fields = SITE_FIELDS[PROFILE_SCHEMA]
-    return document | {"sites": [{f: site[f] for f in fields} for site in document["sites"]]}
-
-
 one_rank = {"ranks": [dict(RECORD)]}
-plain_profiles = documents.map(of_own_fields)
 profiles_and_censuses = st.one_of(
-    plain_profiles,
-    plain_profiles.map(lambda d: d | one_rank),
+    plain_documents,
+    plain_documents.map(lambda d: d | one_rank),
     documents,
     site_counts.map(census_of),
 )

@@ -419,7 +419,7 @@ def _merged(paths: Sequence[str], load: Callable[[str], Mapping[str, Any]]) -> M
 
 # glibc's mallopt parameters (malloc.h), and what a merge worker sets them to.
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-_KEPT_FREE, _FROM_THE_HEAP = 256 * 2**20, 32 * 2**20  # the largest mmap threshold glibc takes
+_KEPT_FREE, _FROM_THE_HEAP = 16 * 2**20, 32 * 2**20  # a few files' texts; the most glibc takes
 
 
 def _keep_freed_memory() -> None:

@@ -492,7 +492,7 @@ def _name_listed_twice(sites: list[dict[str, Any]], source: str) -> None:
 
 def _validate_ranks(document: dict[str, Any], source: str, by_rank_possible: bool) -> None:
     """`ranks`, the records of who wrote the document, and each site's `by_rank` aligned with it
-    (where `by_rank_possible`: sites of their schema's fields alone have none)."""
+    (`by_rank_possible` False: every site has its schema's fields alone, so none has one)."""
     records = document[RANKS]
     if not isinstance(records, list) or not records:
         raise DocumentError(f"{source}: {RANKS!r} must be a list of one or more rank records")

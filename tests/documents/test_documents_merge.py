@@ -30,7 +30,13 @@ from support.profile_streams import (
 
 from kname.documents.build import profile_document
 from kname.documents.files import load
-from kname.documents.merge import Merge, MixedKinds, merge_documents, merge_files
+from kname.documents.merge import (
+    Merge,
+    MixedKinds,
+    _numbers_by_value,
+    merge_documents,
+    merge_files,
+)
 from kname.documents.schema import (
     BY_RANK,
     RANKS,
@@ -507,3 +513,24 @@ def test_rank_files_merged_are_the_sums_a_plain_reading_of_them_gives(
     assert as_read(merged) == plainly_summed(parts)
     assert ranks_of(merged) == sorted({rank for _, rank in files})
     assert merged["total_gpu_ns"] == sum(part["total_gpu_ns"] for part in parts)
+
+
+# Text with no digit in it (what \d finds: every Unicode decimal digit), around a rank's number.
+no_digits = st.text(st.characters(blacklist_categories=("Nd", "Cs")), max_size=8)
+
+
+@given(no_digits, st.lists(st.integers(0, 10**30), min_size=1, unique=True), no_digits,
+       st.integers(0, 3), st.randoms(use_true_random=False))  # fmt: skip
+def test_files_named_alike_but_for_a_number_are_taken_in_the_order_of_the_numbers(
+    before, numbers, after, zeros, randomly
+) -> None:
+    names = [f"{before}{'0' * zeros}{number}{after}" for number in numbers]
+    randomly.shuffle(names)
+    expected = [f"{before}{'0' * zeros}{number}{after}" for number in sorted(numbers)]
+    assert sorted(names, key=_numbers_by_value) == expected
+
+
+def test_a_name_of_thousands_of_digits_is_ordered_without_making_it_an_int() -> None:
+    huge = "profile.rank" + "9" * 5000 + ".json"  # int() refuses over 4,300 digits
+    names = [huge, "profile.rank10.json", "profile.rank2.json"]
+    assert sorted(names, key=_numbers_by_value) == names[::-1]

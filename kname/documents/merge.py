@@ -427,11 +427,11 @@ def _keep_freed_memory() -> None:
     memory a file freed for the next, rather than giving it back to the system and faulting fresh
     pages in again (a rank file's text, 1.7 MB twice: 800 of its 1,600 page faults; a worker's
     time 15% less on the development machine). Nothing where the C library has no mallopt."""
-    import ctypes
-
     try:
+        import ctypes
+
         mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc (musl, macOS): left as it is
+    except (ImportError, OSError, AttributeError):  # no ctypes, or not glibc: left as it is
         return
     mallopt(_M_TRIM_THRESHOLD, _KEPT_FREE)
     mallopt(_M_MMAP_THRESHOLD, _FROM_THE_HEAP)

@@ -11,6 +11,8 @@ sites in at most 10 s and 1 GB.
 On a shared machine, compare a change in one time window: `--keep DIR` once, then
 `--files DIR --baseline OLD_CHECKOUT --rounds 3` merges DIR's files with this checkout's kname
 and OLD_CHECKOUT's in turn (old, new, old, new, ...), each run with the load average before it.
+`--floor` also times parsing alone (`json.loads` of each file, in as many worker processes,
+nothing validated or merged): what no merge in Python can beat.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ def main() -> None:
         "--baseline", metavar="CHECKOUT", help="also merge with CHECKOUT's kname, in turn"
     )
     parser.add_argument("--rounds", type=int, default=1, help="merges of each kname (default 1)")
+    parser.add_argument("--floor", action="store_true", help="also time json.loads alone")
     args = parser.parse_args()
     use_checkout()
     from _common import REPO
@@ -79,6 +82,9 @@ def main() -> None:
             for _ in range(args.rounds)
             for name, checkout in checkouts.items()
         ]
+        if args.floor:
+            floor = {"load_average": round(os.getloadavg()[0], 2)}
+            floor |= in_a_fresh_process(FLOOR, paths, args.workers, str(REPO))
     finally:
         if not (args.keep or args.files):
             shutil.rmtree(directory, ignore_errors=True)
@@ -92,6 +98,8 @@ def main() -> None:
     }
     if len(runs) > 1:
         result["runs"] = runs
+    if args.floor:
+        result["parse_floor"] = floor
     write_json(args.json, result)
 
 
@@ -204,14 +212,53 @@ open(out, "w").write(json.dumps(result))
 """
 
 
+# Parsing alone, as the merge's workers parse (the collector paused, a run of files each).
+FLOOR = """
+import gc, json, multiprocessing, os, resource, sys, time
+from concurrent.futures import ProcessPoolExecutor
+
+out, listing, workers = sys.argv[2:]
+paths = open(listing).read().splitlines()
+workers = int(workers) if workers else len(os.sched_getaffinity(0))
+gc.disable()
+
+
+def parse(share):
+    for path in share:
+        with open(path, "rb") as file:
+            json.loads(file.read().decode())
+
+
+def cpu():
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+started, cpu_started = time.perf_counter(), cpu()
+size = -(-len(paths) // workers)
+shares = [paths[start : start + size] for start in range(0, len(paths), size)]
+with ProcessPoolExecutor(len(shares), mp_context=multiprocessing.get_context("fork")) as pool:
+    list(pool.map(parse, shares))
+result = {"seconds": round(time.perf_counter() - started, 2),
+          "cpu_seconds": round(cpu() - cpu_started, 2), "workers": len(shares)}
+open(out, "w").write(json.dumps(result))
+"""
+
+
 def merge_in_a_fresh_process(paths: list[str], workers: int | None, checkout: str) -> dict:
     """Merge and tabulate in a new interpreter (with `checkout`'s kname), so that its peak
     memory is the merge's alone."""
+    return in_a_fresh_process(MERGE, paths, workers, checkout)
+
+
+def in_a_fresh_process(code: str, paths: list[str], workers: int | None, checkout: str) -> dict:
+    """What `code` (MERGE or FLOOR) writes, run on `paths` in a new interpreter."""
     with tempfile.TemporaryDirectory() as scratch:
         listing, out = Path(scratch, "files.txt"), Path(scratch, "result.json")
         listing.write_text("\n".join(paths))
         argv = [checkout, str(out), str(listing), str(workers or "")]
-        subprocess.run([sys.executable, "-c", MERGE, *argv], check=True, timeout=1800)
+        subprocess.run([sys.executable, "-c", code, *argv], check=True, timeout=1800)
         return json.loads(out.read_text())
 
 

@@ -162,7 +162,7 @@ def test_the_rank_merge_benchmark_merges_every_rank_file(tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KNAME", "NVTX_"))}
     done = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "merge_ranks.py"), "--ranks", "40",
-         "--sites", "30", "--json", str(out)],
+         "--sites", "30", "--floor", "--json", str(out)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -171,6 +171,7 @@ def test_the_rank_merge_benchmark_merges_every_rank_file(tmp_path) -> None:
     assert result["workers"] >= 1 and result["peak_megabytes"] > 0
     assert result["table_head"][0].startswith("kname profile (profile.rank*.json, written by")
     assert "40 ranks" in result["table_head"][0]
+    assert result["parse_floor"]["workers"] >= 1  # json.loads alone, timed too
 
 
 # --- kname profile on a whole program (benchmarks/profile_program.py) ----------------------

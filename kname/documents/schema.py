@@ -134,6 +134,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 from kname._version import __version__
@@ -209,22 +210,26 @@ def validate(document: Any, source: str, schemas: tuple[int, ...] = SCHEMAS) -> 
     if "kname" in document and not is_text(document["kname"]):
         raise DocumentError(f"{source}: 'kname' (the version that wrote it) must be {TEXT_RULE}")
     profile = schema == PROFILE_SCHEMA
-    plain = _plain_profile_site if profile else _plain_census_site
     sites = document["sites"]
-    for index, site in enumerate(sites):
-        if not plain(site):  # the full checks, for the message
-            _validate_site(site, f"{source}: sites[{index}]", SITE_FIELDS[schema])
-    if profile and len({site["name"] for site in sites}) != len(sites):
+    # Sites of the schema's own fields alone (the common form) are checked in one loop, and then
+    # need no look for optional fields; others, or where that loop finds a fault, site by site.
+    plain = _of_own_fields(sites, schema) and _PLAIN_SITES[schema](sites)
+    if not plain:
+        _validate_sites(sites, source, schema)
+    if profile and len(set(map(_NAME, sites))) != len(sites):
         _name_listed_twice(sites, source)  # a census lists a site once per kernel
     if profile:
-        _validate_backward_fields(sites, source)
+        if not plain:
+            _validate_backward_fields(sites, source)
         _validate_profile_totals(document, source)
+        if not plain:
+            _validate_site_memory(sites, source)
         _validate_memory(document, source)
     else:
         _validate_census_total(document, source)
     if RANKS in document:
-        _validate_ranks(document, source)
-    elif any(BY_RANK in site for site in sites):
+        _validate_ranks(document, source, by_rank_possible=not plain)
+    elif not plain and any(BY_RANK in site for site in sites):
         raise DocumentError(f"{source}: sites have {BY_RANK!r} but the document has no {RANKS!r}")
     if SOURCES in document:
         try:
@@ -302,6 +307,99 @@ def check_totals(document: Mapping[str, Any], source: str) -> None:
                 f"{source}: {key} adds up to {document[key]}, past the 2**63-1 ({MAX_COUNT}) "
                 "a saved document can hold"
             )
+
+
+_NAME, _LAUNCHES, _GPU_NS = itemgetter("name"), itemgetter("launches"), itemgetter("gpu_ns")
+_KERNEL_COUNTS = itemgetter("launches", "gpu_ns")
+
+
+def _of_own_fields(sites: list[Any], schema: int) -> bool:
+    """Whether every site is an object of as many fields as its schema's own (which fields, the
+    loop that reads them finds), at C's speed."""
+    return set(map(type, sites)) <= {dict} and set(map(len, sites)) <= {len(SITE_FIELDS[schema])}
+
+
+def _plain_profile_sites(sites: list[dict[str, Any]]) -> bool:
+    """Whether every site, each of the schema's fields alone, is certainly valid, by quick
+    checks of JSON's own types in one loop; False sends them through the checks of each."""
+    # Read by itemgetter, checked inline, no call per site: a merge of 1,024 rank files of
+    # 5,000 sites checks 5 million, as fast as Python can (issue 43).
+    try:
+        for name, kernel, lib, launches, gpu_ns, share, order, kernels in map(
+            _SITE_ROWS[PROFILE_SCHEMA], sites
+        ):
+            if not (
+                type(name) is str
+                and type(kernel) is str
+                and type(lib) is str
+                and len(name) <= MAX_TEXT
+                and len(kernel) <= MAX_TEXT
+                and len(lib) <= MAX_TEXT
+                and type(launches) is int  # >= 0: the sum of its kernels' (below)
+                and type(gpu_ns) is int
+                and launches <= MAX_COUNT
+                and gpu_ns <= MAX_COUNT
+                and type(order) is int
+                and 0 <= order <= MAX_COUNT
+                and (type(share) is float or type(share) is int)
+                and 0 <= share <= 1  # a NaN fails it
+                and type(kernels) is dict
+            ):
+                return False
+            for kernel_name, counts in kernels.items():
+                launched, timed = _KERNEL_COUNTS(counts)
+                if (
+                    type(launched) is not int
+                    or type(timed) is not int
+                    or launched < 0
+                    or timed < 0
+                    or len(kernel_name) > MAX_TEXT
+                ):
+                    return False  # (each at most MAX_COUNT: they add up to the site's)
+                launches -= launched
+                gpu_ns -= timed
+            if launches or gpu_ns:  # not the sums of its kernels
+                return False
+    except (KeyError, TypeError, IndexError):
+        return False
+    return True
+
+
+def _plain_census_sites(sites: list[dict[str, Any]]) -> bool:
+    """_plain_profile_sites' twin for a census."""
+    try:
+        for name, kernel, lib, launches, share, order in map(_SITE_ROWS[CENSUS_SCHEMA], sites):
+            if not (
+                type(name) is str
+                and type(kernel) is str
+                and type(lib) is str
+                and len(name) <= MAX_TEXT
+                and len(kernel) <= MAX_TEXT
+                and len(lib) <= MAX_TEXT
+                and type(launches) is int
+                and 0 <= launches <= MAX_COUNT
+                and type(order) is int
+                and 0 <= order <= MAX_COUNT
+                and (type(share) is float or type(share) is int)
+                and 0 <= share <= 1
+            ):
+                return False
+    except (KeyError, TypeError, IndexError):
+        return False
+    return True
+
+
+_SITE_ROWS = {schema: itemgetter(*fields) for schema, fields in SITE_FIELDS.items()}
+_PLAIN_SITES = {PROFILE_SCHEMA: _plain_profile_sites, CENSUS_SCHEMA: _plain_census_sites}
+
+
+def _validate_sites(sites: list[Any], source: str, schema: int) -> None:
+    """Each site's fields, site by site: quick checks of the common form, else the full checks,
+    which say what is wrong."""
+    plain = _plain_profile_site if schema == PROFILE_SCHEMA else _plain_census_site
+    for index, site in enumerate(sites):
+        if not plain(site):
+            _validate_site(site, f"{source}: sites[{index}]", SITE_FIELDS[schema])
 
 
 def _plain_profile_site(site: Any) -> bool:
@@ -392,8 +490,9 @@ def _name_listed_twice(sites: list[dict[str, Any]], source: str) -> None:
         names.add(site["name"])
 
 
-def _validate_ranks(document: dict[str, Any], source: str) -> None:
-    """`ranks`, the records of who wrote the document, and each site's `by_rank` aligned with it."""
+def _validate_ranks(document: dict[str, Any], source: str, by_rank_possible: bool) -> None:
+    """`ranks`, the records of who wrote the document, and each site's `by_rank` aligned with it
+    (`by_rank_possible` False: every site has its schema's fields alone, so none has one)."""
     records = document[RANKS]
     if not isinstance(records, list) or not records:
         raise DocumentError(f"{source}: {RANKS!r} must be a list of one or more rank records")
@@ -404,6 +503,8 @@ def _validate_ranks(document: dict[str, Any], source: str) -> None:
         if record["rank"] <= previous:
             raise DocumentError(f"{where}: ranks must be listed once each, in order")
         previous = record["rank"]
+    if len(records) == 1 and not by_rank_possible:
+        return
     fields = BY_RANK_FIELDS[document["schema"]]
     for index, site in enumerate(document["sites"]):
         where = f"{source}: sites[{index}]"
@@ -596,8 +697,8 @@ def _validate_profile_totals(document: dict[str, Any], source: str) -> None:
         raise DocumentError(f"{where}: launches and gpu_ns are not the sums of its kernels")
     for key in ("total_launches", "total_gpu_ns", "processes"):
         _validate_count(document, key, source)
-    launches += sum(site["launches"] for site in document["sites"])
-    gpu_ns += sum(site["gpu_ns"] for site in document["sites"])
+    launches += sum(map(_LAUNCHES, document["sites"]))
+    gpu_ns += sum(map(_GPU_NS, document["sites"]))
     if (launches, gpu_ns) != (document["total_launches"], document["total_gpu_ns"]):
         raise DocumentError(
             f"{source}: totals ({document['total_launches']} launches, "
@@ -606,13 +707,17 @@ def _validate_profile_totals(document: dict[str, Any], source: str) -> None:
         )
 
 
-def _validate_memory(document: dict[str, Any], source: str) -> None:
-    """Each site's `memory` and the document's, where present (see above)."""
-    for index, site in enumerate(document["sites"]):
+def _validate_site_memory(sites: list[dict[str, Any]], source: str) -> None:
+    """Each site's `memory`, where present (see above)."""
+    for index, site in enumerate(sites):
         if MEMORY in site:
             _validate_memory_views(
                 site[MEMORY], MEMORY_SITE_FIELDS, f"{source}: sites[{index}].{MEMORY}"
             )
+
+
+def _validate_memory(document: dict[str, Any], source: str) -> None:
+    """The document's `memory`, where present (see above)."""
     if MEMORY in document:
         views = document[MEMORY]
         _validate_memory_views(views, MEMORY_VIEW_FIELDS, f"{source}: {MEMORY}")
@@ -666,7 +771,7 @@ def _validate_timeline(points: Any, where: str) -> None:
 
 def _validate_census_total(document: dict[str, Any], source: str) -> None:
     _validate_count(document, "total_launches", source)
-    launches = sum(site["launches"] for site in document["sites"])
+    launches = sum(map(_LAUNCHES, document["sites"]))
     if launches != document["total_launches"]:
         raise DocumentError(
             f"{source}: total_launches ({document['total_launches']}) is not the sum of the "

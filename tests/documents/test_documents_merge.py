@@ -13,17 +13,30 @@ import copy
 import json
 import os
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import REPO, run
 from support.html_pages import sourced_profiles
-from support.profile_streams import census_of, documents, profile_of, site_counts
+from support.profile_streams import (
+    census_of,
+    documents,
+    plain_documents,
+    profile_of,
+    site_counts,
+)
 
 from kname.documents.build import profile_document
 from kname.documents.files import load
-from kname.documents.merge import Merge, MixedKinds, merge_documents, merge_files
+from kname.documents.merge import (
+    Merge,
+    MixedKinds,
+    _numbers_by_value,
+    merge_documents,
+    merge_files,
+)
 from kname.documents.schema import (
     BY_RANK,
     RANKS,
@@ -433,3 +446,91 @@ def test_merging_ranks_whose_sites_differ_takes_memory_in_proportion_to_the_site
     # site ran on, 4 times (and less: what does not grow with the files).
     small, large = merge_peak(tmp_path / "small", 150), merge_peak(tmp_path / "large", 600)
     assert large < 6 * small, (small, large)
+
+
+# --- rank files merged as a plain reading of them sums them (issue 43) ----------------------
+
+
+def plainly_summed(parts: list[dict]) -> dict[str, dict]:
+    """Each site of one-rank profiles `parts`, read plainly: launches, gpu_ns and each kernel's
+    summed, the earliest order, the library all agree on (else ""), each rank's launches and
+    gpu_ns (0 where it did not run)."""
+    ranks = sorted({rank for part in parts for rank in ranks_of(part)})
+    sites: dict[str, dict] = {}
+    for part in parts:
+        (rank,) = ranks_of(part)
+        for site in part["sites"]:
+            summed = sites.setdefault(site["name"], {
+                "launches": 0, "gpu_ns": 0, "kernels": {}, "order": site["order"],
+                "lib": site["lib"], "by_rank": {"launches": [0] * len(ranks),
+                                                "gpu_ns": [0] * len(ranks)},
+            })  # fmt: skip
+            for field in ("launches", "gpu_ns"):
+                summed[field] += site[field]
+                summed["by_rank"][field][ranks.index(rank)] += site[field]
+            for name, counts in site["kernels"].items():
+                kernel = summed["kernels"].setdefault(name, {"launches": 0, "gpu_ns": 0})
+                kernel["launches"] += counts["launches"]
+                kernel["gpu_ns"] += counts["gpu_ns"]
+            summed["order"] = min(summed["order"], site["order"])
+            summed["lib"] = summed["lib"] if summed["lib"] == site["lib"] else ""
+    return sites
+
+
+def as_read(document: dict) -> dict[str, dict]:
+    """plainly_summed's fields of each site of a merged document."""
+    fields = ("launches", "gpu_ns", "kernels", "order", "lib")
+    return {site["name"]: {f: site[f] for f in fields} | {
+        BY_RANK: site.get(BY_RANK, {"launches": [site["launches"]], "gpu_ns": [site["gpu_ns"]]})
+    } for site in document["sites"]}  # fmt: skip
+
+
+def with_library(document: dict, library: str) -> dict:
+    """`document` with each site launched through `library`."""
+    return document | {"sites": [site | {"lib": library} for site in document["sites"]]}
+
+
+rank_files = st.tuples(
+    st.builds(with_library, st.one_of(documents, plain_documents), st.sampled_from(["", "numba"])),
+    st.integers(0, 11),
+)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@settings(max_examples=40, deadline=None)
+@given(st.lists(rank_files, min_size=1, max_size=6), st.randoms(use_true_random=False))
+def test_rank_files_merged_are_the_sums_a_plain_reading_of_them_gives(
+    tmp_path_factory, workers, files, randomly
+) -> None:
+    directory = tmp_path_factory.mktemp("ranks")
+    parts, paths = [], []
+    for index, (document, rank) in enumerate(files):
+        parts.append(with_rank(document, rank, pid=index))
+        paths.append(str(directory / f"profile.rank{rank}.{index}.json"))
+        Path(paths[-1]).write_text(render_json(parts[-1]))
+    randomly.shuffle(paths)
+    merged = written(merge_files(paths, load, workers=workers))
+    assert as_read(merged) == plainly_summed(parts)
+    assert ranks_of(merged) == sorted({rank for _, rank in files})
+    assert merged["total_gpu_ns"] == sum(part["total_gpu_ns"] for part in parts)
+
+
+# Text with no digit in it (what \d finds: every Unicode decimal digit), around a rank's number.
+no_digits = st.text(st.characters(blacklist_categories=("Nd", "Cs")), max_size=8)
+
+
+@given(no_digits, st.lists(st.integers(0, 10**30), min_size=1, unique=True), no_digits,
+       st.integers(0, 3), st.randoms(use_true_random=False))  # fmt: skip
+def test_files_named_alike_but_for_a_number_are_taken_in_the_order_of_the_numbers(
+    before, numbers, after, zeros, randomly
+) -> None:
+    names = [f"{before}{'0' * zeros}{number}{after}" for number in numbers]
+    randomly.shuffle(names)
+    expected = [f"{before}{'0' * zeros}{number}{after}" for number in sorted(numbers)]
+    assert sorted(names, key=_numbers_by_value) == expected
+
+
+def test_a_name_of_thousands_of_digits_is_ordered_without_making_it_an_int() -> None:
+    huge = "profile.rank" + "9" * 5000 + ".json"  # int() refuses over 4,300 digits
+    names = [huge, "profile.rank10.json", "profile.rank2.json"]
+    assert sorted(names, key=_numbers_by_value) == names[::-1]

@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import copy
 import json
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.profile_streams import census_of, documents, profile_of, site_counts
+from support.profile_streams import (
+    census_of,
+    documents,
+    plain_documents,
+    profile_of,
+    site_counts,
+)
 
+from kname.documents import schema as schema_module
 from kname.documents.build import profile_document
 from kname.documents.files import load
 from kname.documents.schema import (
@@ -235,3 +243,133 @@ def test_a_site_passes_validation_only_if_the_full_checks_pass_it(field, value) 
     except DocumentError:
         with pytest.raises(DocumentError):
             validate(document, "x.json")
+
+
+# --- sites of their schema's own fields, checked in one loop (issue 43) ----------------------
+
+# What a broken or hostile file may hold where a site's field is: values at and past each bound
+# (a count's 0 and 2**63-1, a text's 65,536 characters, a share's 0 and 1), NaN, the
+# infinities, and JSON's other types.
+COUNTS = [-1, 0, 2**63 - 1, 2**63, 10**400, True, False, 1.0, None, "1", [1]]
+SHARES = [-1, -0.5, -0.0, 0, 0.5, 1, 1.0, 1.5, float("nan"), float("inf"), float("-inf"), True,
+          None, "0.5"]  # fmt: skip
+TEXTS = ["", "k" * 65_536, "k" * 65_537, 1, None, True, ["x"]]
+KERNELS = [[], {}, None, "axpy", {"axpy": []}, {"axpy": {"launches": 1}}, {"axpy": None}]
+BOUNDARY = {"name": TEXTS, "kernel": TEXTS, "lib": TEXTS, "launches": COUNTS, "gpu_ns": COUNTS,
+            "order": COUNTS, "share": SHARES, "kernels": KERNELS}  # fmt: skip
+OPTIONAL_SITE_FIELDS = ("replayed_at", "replayed_unseen", "launch_times", "backward_ns",
+                        "memory", "by_rank", "not_a_field")  # fmt: skip
+
+
+def is_whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@st.composite
+def broken(draw, document: dict) -> dict:
+    """`document` as read back from its JSON, with a few of its sites' fields (or a kernel's
+    count, its site's kept its sum, or its name) replaced, removed or added, or a site replaced,
+    by what a broken file may hold."""
+    document = json.loads(json.dumps(document))
+    sites = document["sites"]
+    for _ in range(draw(st.integers(1, 2)) if sites else 0):
+        index = draw(st.integers(0, len(sites) - 1))
+        site = sites[index]
+        change = draw(st.sampled_from(["set", "set", "kernel", "kernel", "remove", "add", "site"]))
+        if change == "site" or not isinstance(site, dict):
+            sites[index] = draw(st.sampled_from([None, 1, "site", [], {}]))
+        elif change == "set":
+            field = draw(st.sampled_from(SITE_FIELDS[document["schema"]]))
+            site[field] = draw(st.sampled_from(BOUNDARY[field]))
+        elif change == "remove" and site:
+            site.pop(draw(st.sampled_from(sorted(site))))
+        elif change == "add":
+            site[draw(st.sampled_from(OPTIONAL_SITE_FIELDS))] = draw(st.sampled_from(COUNTS))
+        elif isinstance(site.get("kernels"), dict) and site["kernels"]:
+            kernels = site["kernels"]
+            kernel = draw(st.sampled_from(sorted(kernels)))
+            counts = kernels[kernel]
+            if draw(st.booleans()):  # renamed, its counts kept
+                kernels[draw(st.sampled_from(["k" * 65_536, "k" * 65_537]))] = kernels.pop(kernel)
+            elif isinstance(counts, dict):
+                field = draw(st.sampled_from(["launches", "gpu_ns"]))
+                value = draw(st.sampled_from(COUNTS))
+                if is_whole(value) and is_whole(counts.get(field)) and is_whole(site.get(field)):
+                    site[field] += value - counts[field]  # the site's sum kept
+                counts[field] = value
+    return document
+
+
+def fault_of(document: dict) -> str | None:
+    """What validate says is wrong with `document` (None: it is valid)."""
+    try:
+        validate(copy.deepcopy(document), "x.json")
+    except DocumentError as exc:
+        return str(exc)
+    return None
+
+
+one_rank = {"ranks": [dict(RECORD)]}
+profiles_and_censuses = st.one_of(
+    plain_documents,
+    plain_documents.map(lambda d: d | one_rank),
+    documents,
+    site_counts.map(census_of),
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(profiles_and_censuses.flatmap(broken))
+def test_validate_accepts_and_refuses_a_document_exactly_as_its_site_by_site_checks_do(document):
+    # The one loop over sites of their own fields is a shortcut: with it turned off each
+    # document gets the same verdict and the same one-line fault.
+    assert fault_of(document) == site_by_site_fault_of(document)
+
+
+def site_by_site_fault_of(document: dict) -> str | None:
+    """fault_of with the one loop turned off: every site through the checks of each, as
+    before issue 43."""
+    site_by_site = dict.fromkeys(schema_module._PLAIN_SITES, lambda sites: False)
+    with mock.patch.dict(schema_module._PLAIN_SITES, site_by_site):
+        return fault_of(document)
+
+
+TWO_SITES = {
+    PROFILE_SCHEMA: profile_document(
+        profile_of({"main app.py:2": ("axpy", 3, 30), "f b.py:9": ("k", 1, 5)})
+    ),
+    CENSUS_SCHEMA: census_of({("main app.py:2", "axpy"): 3, ("f b.py:9", "k"): 1}),
+}
+KERNEL_FIELDS = ("kernel launches", "kernel gpu_ns", "kernel name")
+
+
+def with_value(schema: int, field: str, value) -> dict:
+    """TWO_SITES[schema] with its second site's `field` set to `value`; a kernel's count (the
+    site's sum kept) or its name for a KERNEL_FIELDS one."""
+    document = copy.deepcopy(TWO_SITES[schema])
+    site = document["sites"][1]
+    if field == "kernel name":
+        site["kernels"][value] = site["kernels"].pop("k")
+    elif field in KERNEL_FIELDS:
+        count = field.split()[1]
+        site["kernels"]["k"][count] = value
+        if is_whole(value):
+            site[count] = value
+    else:
+        site[field] = value
+    return document
+
+
+@pytest.mark.parametrize(
+    ("schema", "field"),
+    [(PROFILE_SCHEMA, field) for field in (*SITE_FIELDS[PROFILE_SCHEMA], *KERNEL_FIELDS)]
+    + [(CENSUS_SCHEMA, field) for field in SITE_FIELDS[CENSUS_SCHEMA]],
+)
+def test_each_value_at_or_past_a_bound_gets_the_verdict_of_the_site_by_site_checks(schema, field):
+    if field == "kernel name":
+        values = [text for text in TEXTS if isinstance(text, str)]  # JSON's keys are strings
+    else:
+        values = BOUNDARY.get(field, COUNTS)
+    for value in values:
+        document = with_value(schema, field, value)
+        assert fault_of(document) == site_by_site_fault_of(document), value

@@ -227,6 +227,17 @@ def _timed(draw, totals: SiteTotals) -> None:
 documents = profiles().map(profile_document)
 
 
+def of_own_fields(document: dict) -> dict:
+    """A profile whose sites keep their schema's own fields alone, as most rank files are
+    (still valid: graph work and launch times are parts of a site's numbers)."""
+    fields = ("name", "kernel", "lib", "launches", "gpu_ns", "share", "order", "kernels")
+    return document | {"sites": [{f: site[f] for f in fields} for site in document["sites"]]}
+
+
+# Profiles as most rank files are: sites of their own fields alone (schema.py's common form).
+plain_documents = documents.map(of_own_fields)
+
+
 def profile_of(sites: dict[str, tuple[str, int, int]]) -> Profile:
     """A join's result, built by hand, of {name: (kernel, launches, gpu_ns)}, ranked in order."""
     built = {}

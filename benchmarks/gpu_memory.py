@@ -10,12 +10,15 @@ the step is bound by the CPU) once per variant per round, the variants in a new 
     memory      kname profile --memory
     no-torch    kname profile --memory with kname's torch hook left out (the driver's side:
                 its memory API callbacks and records, and who reads CUPTI's buffers)
+    base-memory kname profile --memory of another checkout (--base DIR, its C built in place):
+                before and after a change, in the same rounds
 
 Prints, per variant, the median ms per step and its ratio to `profile` (the median of the
 per-round ratios), the torch blocks handed out per step, and what --memory adds per block
 ((memory - profile) per step / blocks per step); and the ns per torch.empty(4096) and its free.
 With --kernels N the program launches N in-place adds instead (no allocation; ms per 1000
-launches), under profile and memory: what --memory adds to the reading of kernel records.
+launches), under profile and memory (and base-memory): what --memory adds to the reading of
+kernel records.
 Stops starting runs once `budget` seconds have gone. Without a GPU it says so and exits.
 """
 
@@ -39,27 +42,32 @@ VARIANTS = {
     "profile": ([], {}),
     "memory": (["--memory"], {}),
     "no-torch": (["--memory"], {"MEMORY_COST_NO_TORCH_HOOK": "1"}),
+    "base-memory": (["--memory"], {}),  # --base's kname (another checkout, built in place)
 }
 NUMBER = re.compile(r"^(STEP|ALLOCS|SEGMENTS|ALLOC) ([0-9.]+)", re.MULTILINE)
 
 
-def run_variant(name: str, program: list[str], timeout: float) -> dict[str, float] | None:
-    """One run of the program under `name`'s kname profile: its numbers, or None (said)."""
+def run_variant(
+    name: str, program: list[str], timeout: float, base: Path | None = None
+) -> dict[str, float] | None:
+    """One run of the program under `name`'s kname profile (kname from this checkout, or from
+    `base` for base-*): its numbers, or None (said)."""
     flags, extra = VARIANTS[name]
+    tree = base if name.startswith("base-") and base is not None else REPO
     command = [sys.executable, "-m", "kname", "profile", *flags, "--top", "3", "--"]
     command += [sys.executable, str(PROGRAM), *program]
-    env = {**os.environ, **extra, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **extra, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(tree)}
     started = time.monotonic()
     try:
         done = subprocess.run(
-            command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+            command, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout
         )
     except subprocess.TimeoutExpired:
         print(f"{name}: timed out after {timeout:.0f} s")
         return None
     numbers = {key: float(value) for key, value in NUMBER.findall(done.stdout)}
     numbers["WALL"] = time.monotonic() - started  # the whole run: the final flush included
-    if "STEP" not in numbers:
+    if "STEP" not in numbers or "cannot import kname" in done.stderr:
         print(f"{name}: rc {done.returncode}: {(done.stdout + done.stderr)[-600:]}")
         return None
     return numbers
@@ -93,6 +101,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--kernels", type=int, help="the kernel-heavy loop, this many launches")
+    parser.add_argument("--base", type=Path, help="another checkout: adds base-memory")
     parser.add_argument("--budget", type=float, default=60.0, help="seconds for all the runs")
     parser.add_argument("--json", help="write the numbers here too")
     args = parser.parse_args()
@@ -101,7 +110,9 @@ def main() -> int:
         print(f"gpu_memory: skipped: {reason}")
         return 0
     deadline = time.monotonic() + args.budget
-    names = ["profile", "memory"] if args.kernels else list(VARIANTS)
+    names = ["profile", "memory"] if args.kernels else ["profile", "memory", "no-torch"]
+    if args.base is not None:
+        names.append("base-memory")
     program = ["kernels", str(args.kernels)] if args.kernels else [str(args.steps)]
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in names}
     for round_number, order in enumerate(round_orders(names, args.rounds)):
@@ -109,7 +120,7 @@ def main() -> int:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            numbers = run_variant(name, program, left + 10)
+            numbers = run_variant(name, program, left + 10, args.base)
             if numbers:
                 runs[name].append({**numbers, "round": round_number})
                 print(f"{name}: {numbers}")

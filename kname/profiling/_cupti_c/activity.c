@@ -482,41 +482,6 @@ recorder_keep_memory(Recorder *r, PyObject *args)
     Py_RETURN_NONE;
 }
 
-static PyObject *
-memory_call_object(const void *item)
-{
-    const MemoryCall *call = item;
-    return Py_BuildValue("(kO)", (unsigned long)call->correlation_id, (PyObject *)call->site);
-}
-
-static PyObject *
-memory_fact_object(const void *item)
-{
-    const MemoryFact *f = item;
-    return Py_BuildValue("(kNkKKKkkN)", (unsigned long)f->correlation_id,
-                         PyBool_FromLong(f->allocation), (unsigned long)f->memory_kind,
-                         (unsigned long long)f->address, (unsigned long long)f->bytes,
-                         (unsigned long long)f->timestamp, (unsigned long)f->device,
-                         (unsigned long)f->stream, PyBool_FromLong(f->is_async));
-}
-
-/* A list of make(item) for `count` items of `size` bytes; freed either way. NULL with an
- * error. */
-static PyObject *
-list_of(void *items, size_t count, size_t size, PyObject *(*make)(const void *))
-{
-    PyObject *list = PyList_New((Py_ssize_t)count);
-    for (size_t i = 0; list != NULL && i < count; i++) {
-        PyObject *item = make((const char *)items + i * size);
-        if (item == NULL)
-            Py_CLEAR(list);
-        else
-            PyList_SET_ITEM(list, (Py_ssize_t)i, item);
-    }
-    free(items);
-    return list;
-}
-
 /* drain_memory() -> (calls, records, dropped): the memory calls kept apart [(correlation_id,
  * site)] and CUPTI's memory records [(correlation_id, allocation, memory_kind, address, bytes,
  * timestamp, device, stream, is_async)] so far, and how many of both were not kept (ever). */
@@ -538,16 +503,8 @@ recorder_drain_memory(Recorder *r, PyObject *unused)
         m->call_count = m->call_room = m->fact_count = m->fact_room = 0;
     }
     pthread_mutex_unlock(&r->activity_lock);
-    PyObject *calls = list_of(taken.calls, taken.call_count, sizeof *taken.calls,
-                              memory_call_object);
-    PyObject *facts = list_of(taken.facts, taken.fact_count, sizeof *taken.facts,
-                              memory_fact_object);
-    if (calls == NULL || facts == NULL) {
-        Py_XDECREF(calls);
-        Py_XDECREF(facts);
-        return NULL;
-    }
-    return Py_BuildValue("(NNK)", calls, facts, (unsigned long long)taken.dropped);
+    return memory_drained(taken.calls, taken.call_count, taken.facts, taken.fact_count,
+                          (unsigned long long)taken.dropped);
 }
 
 static PyObject *

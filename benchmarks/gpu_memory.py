@@ -44,6 +44,7 @@ VARIANTS = {
     "no-torch": (["--memory"], {"MEMORY_COST_NO_TORCH_HOOK": "1"}),
     "base-memory": (["--memory"], {}),  # --base's kname (another checkout, built in place)
 }
+SAID: set[str] = set()
 NUMBER = re.compile(r"^(STEP|ALLOCS|SEGMENTS|ALLOC) ([0-9.]+)", re.MULTILINE)
 
 
@@ -65,6 +66,10 @@ def run_variant(
     except subprocess.TimeoutExpired:
         print(f"{name}: timed out after {timeout:.0f} s")
         return None
+    for line in done.stderr.splitlines():  # kname's own lines, each said once here
+        if line.startswith("kname:") and line not in SAID and "collecting through" not in line:
+            SAID.add(line)
+            print(f"{name}: {line[:300]}")
     numbers = {key: float(value) for key, value in NUMBER.findall(done.stdout)}
     numbers["WALL"] = time.monotonic() - started  # the whole run: the final flush included
     if "STEP" not in numbers or "cannot import kname" in done.stderr:

@@ -179,7 +179,7 @@ class TorchBlocks:
         if not (self._on and self._hooks.active):
             return
         try:
-            frame = sys._getframe(2)  # the frame that called into torch (1: torch's registry)
+            frame = caller_frame(2)  # the frame that called into torch (1: torch's registry)
             self._add(address, self._hooks.site_of(frame))
         except Exception as exc:
             report_fault("charging a torch allocation", exc)
@@ -235,6 +235,16 @@ class TorchBlocks:
         except TypeError:  # a torch without clear_history: the bound alone
             record(**settings, max_entries=TORCH_HISTORY)
         self._recording = True
+
+
+def caller_frame(depth: int) -> Any:
+    """The frame `depth` above the caller's, or None where the thread has fewer: torch's
+    backward threads, started in C, call its trace with no Python frame below it (the line is
+    then the backward pass's, as site_of_frame(None) finds it)."""
+    try:
+        return sys._getframe(depth + 1)
+    except ValueError:
+        return None
 
 
 def history_sizes(snapshot: dict) -> dict[int, list[int]]:

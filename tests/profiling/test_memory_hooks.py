@@ -8,10 +8,13 @@ libraries do (tests/gpu/test_gpu_memory.py runs the real ones).
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import sys
 import threading
 import time
 import types
+from collections.abc import Callable
 from typing import ClassVar
 
 import pytest
@@ -20,6 +23,7 @@ from hypothesis import strategies as st
 
 from kname import callsite
 from kname.config import DEFAULT_FORMAT
+from kname.profiling.capture import NO_PYTHON_FRAME
 from kname.profiling.memory_hooks import (
     CUPY,
     TORCH,
@@ -149,7 +153,7 @@ class StandInTorch:
         ]
         return {"device_traces": [list(self.history)], "segments": [{"blocks": blocks}]}
 
-    def alloc(self, address: int, size: int) -> None:
+    def alloc(self, address: int, size: int, _from_c: object = None) -> None:
         self.held[address] = size
         if self.recording:
             entry = {"action": "alloc", "addr": address, "size": size}
@@ -200,6 +204,29 @@ def test_a_torch_block_the_history_missed_is_sized_from_the_blocks_held(named, m
     hooks.stop()  # settles
     ledger = hooks.ledgers[TORCH]
     assert ledger.peak == 4 * MIB and ledger.untracked == 1
+
+
+def on_a_thread_started_in_c(call: Callable[[object], None]) -> None:
+    """call(None) on a thread made by pthread_create (through ctypes), as torch's autograd
+    threads are: the call has no Python frame below it."""
+    libc = ctypes.CDLL(None)
+    start = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(call)  # no frame of its own
+    thread = ctypes.c_ulong()
+    assert libc.pthread_create(ctypes.byref(thread), None, start, None) == 0
+    assert libc.pthread_join(thread, None) == 0
+
+
+def test_a_torch_block_from_a_thread_with_no_python_frame_is_charged_not_lost(
+    named, monkeypatch, capsys
+):
+    torch = StandInTorch(monkeypatch)
+    hooks = torch_hooks(torch)
+    # torch's allocator fires its trace from the backward pass's thread: the registry's frame
+    # (alloc, here) is the only one above kname's callback.
+    on_a_thread_started_in_c(functools.partial(torch.alloc, 0x400, 2 * MIB))
+    hooks.settle()
+    assert hooks.ledgers[TORCH].site_dicts()[NO_PYTHON_FRAME]["allocated"] == 2 * MIB
+    assert "charging a torch allocation" not in capsys.readouterr().err
 
 
 ADDRESSES = st.sampled_from([0x100, 0x200, 0x300])

@@ -8,6 +8,7 @@ libraries do (tests/gpu/test_gpu_memory.py runs the real ones).
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import functools
 import sys
@@ -21,7 +22,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kname import callsite
+from kname import callsite, walk
 from kname.config import DEFAULT_FORMAT
 from kname.profiling.capture import NO_PYTHON_FRAME
 from kname.profiling.memory_hooks import (
@@ -227,6 +228,28 @@ def test_a_torch_block_from_a_thread_with_no_python_frame_is_charged_not_lost(
     hooks.settle()
     assert hooks.ledgers[TORCH].site_dicts()[NO_PYTHON_FRAME]["allocated"] == 2 * MIB
     assert "charging a torch allocation" not in capsys.readouterr().err
+
+
+def test_a_block_from_library_code_is_named_after_the_user_line_without_a_walk_once_cached(
+    named, monkeypatch
+):
+    torch = StandInTorch(monkeypatch)
+    hooks = torch_hooks(torch)
+    walks = []
+    stack = walk.stack
+    monkeypatch.setattr(walk, "stack", lambda *args, **kw: walks.append(1) or stack(*args, **kw))
+
+    class Tensor:  # copy.deepcopy (library code) calls its __deepcopy__: torch's registry
+        def __init__(self, address: int) -> None:
+            self.__deepcopy__ = functools.partial(torch.alloc, address, MIB)
+
+    line = this_line(+2)
+    for address in (0x100, 0x200, 0x300):
+        copy.deepcopy(Tensor(address))  # the user's line, a library frame between
+    hooks.settle()
+    (name,) = hooks.ledgers[TORCH].site_dicts()
+    assert name.endswith(f":{line}") and hooks.ledgers[TORCH].sites[name].allocations == 3
+    assert len(walks) == 1  # kname's rules once, for the first; the cached site after
 
 
 ADDRESSES = st.sampled_from([0x100, 0x200, 0x300])

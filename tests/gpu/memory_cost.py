@@ -3,13 +3,16 @@ loop (run by benchmarks/gpu_memory.py, interleaved under `kname profile` with an
 
     python3 tests/gpu/memory_cost.py [STEPS]
     python3 tests/gpu/memory_cost.py kernels [LAUNCHES]
+    python3 tests/gpu/memory_cost.py floor
 
 Two conv layers and two linear ones, Adam, cross-entropy, on a batch small enough that the step
 is bound by the CPU (the worst case for a per-allocation cost); torch's caching allocator as
 usual. Prints `STEP <ms per step>`, `ALLOCS <torch blocks handed out per step>`, `SEGMENTS
 <cudaMalloc calls over the timed steps>` and `ALLOC <ns per torch.empty(4096) and its free>`.
-`kernels`: a kernel-heavy loop instead, no allocation (one in-place add per launch): prints
-`STEP <ms per 1000 launches>`, to time what --memory adds to the reading of kernel records.
+`kernels`: a kernel-heavy loop instead, no allocation (one in-place CuPy add per launch):
+prints `STEP <ms per 1000 launches>`, to time what --memory adds to the reading of kernel
+records. `floor`: torch.empty and its free, timed as the torch view's pieces are added one by
+one (its history, its GPU trace with no-op callbacks, kname's hook): `FLOOR <piece> <ns>`.
 With MEMORY_COST_NO_TORCH_HOOK=1 (under --memory only) kname's torch hook is left out, so that
 the driver's side of --memory is timed alone; with MEMORY_COST_CPROFILE=FILE the timed steps
 run under cProfile and the top of it by own time is printed.
@@ -32,25 +35,69 @@ def leave_out_torch_hook() -> None:
 def main() -> int:
     if os.environ.get("MEMORY_COST_NO_TORCH_HOOK") == "1":
         leave_out_torch_hook()
+    if sys.argv[1:2] == ["kernels"]:
+        return kernels(int(sys.argv[2]) if len(sys.argv) > 2 else 200_000)
     import torch
 
-    if sys.argv[1:2] == ["kernels"]:
-        return kernels(torch, int(sys.argv[2]) if len(sys.argv) > 2 else 20_000)
+    if sys.argv[1:2] == ["floor"]:
+        return floor(torch)
     return training(torch, int(sys.argv[1]) if len(sys.argv) > 1 else 300)
 
 
-def kernels(torch, launches: int) -> int:
-    """`launches` in-place adds on a small tensor, timed after a warm-up."""
-    data = torch.zeros(1024, device="cuda")
+def kernels(launches: int) -> int:
+    """`launches` in-place adds on a small CuPy array (CuPy starts faster than torch), timed
+    after a warm-up."""
+    import cupy
+
+    data = cupy.zeros(1024, dtype=cupy.float32)
     for _ in range(1000):
-        data.add_(1.0)
-    torch.cuda.synchronize()
+        data += 1
+    cupy.cuda.Device().synchronize()
     started = time.perf_counter()
     for _ in range(launches):
-        data.add_(1.0)
-    torch.cuda.synchronize()
+        data += 1
+    cupy.cuda.Device().synchronize()
     print(f"STEP {1e6 * (time.perf_counter() - started) / launches:.4f} ms")
     print("ALLOCS 0")
+    return 0
+
+
+def pairs_ns(torch, count: int = 4000) -> float:
+    """ns per torch.empty(4096) and its free."""
+    for _ in range(200):
+        block = torch.empty(4096, device="cuda")
+        del block
+    started = time.perf_counter_ns()
+    for _ in range(count):
+        block = torch.empty(4096, device="cuda")
+        del block
+    return (time.perf_counter_ns() - started) / count
+
+
+def floor(torch) -> int:
+    """What each piece of the torch view costs per block, added one after another in this
+    process (no --memory): torch bare, its history without stacks, its GPU trace with no-op
+    callbacks, then kname's hook (memory_hooks.torch_hook) on top."""
+    from torch.cuda import _gpu_trace
+
+    from kname.profiling.memory_hooks import PoolHooks, torch_hook
+
+    torch.empty(1, device="cuda")
+    print(f"FLOOR bare {pairs_ns(torch):.0f} ns")
+    torch.cuda.memory._record_memory_history(
+        enabled="all", context=None, stacks="python", max_entries=65_536
+    )
+    print(f"FLOOR history {pairs_ns(torch):.0f} ns")
+    _gpu_trace.register_callback_for_memory_allocation(lambda address: None)
+    _gpu_trace.register_callback_for_memory_deallocation(lambda address: None)
+    torch._C._activate_gpu_trace()
+    print(f"FLOOR trace {pairs_ns(torch):.0f} ns")
+    hooks = PoolHooks()
+    hooks.active = True
+    torch_hook(torch, hooks)
+    print(f"FLOOR kname {pairs_ns(torch):.0f} ns")
+    hooks.settle()
+    print(f"FLOOR blocks {sum(s.allocations for s in hooks.ledger('torch').sites.values())}")
     return 0
 
 

@@ -107,6 +107,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--kernels", type=int, help="the kernel-heavy loop, this many launches")
     parser.add_argument("--base", type=Path, help="another checkout: adds base-memory")
+    parser.add_argument("--variants", help="a comma list of the variants to run (all: default)")
     parser.add_argument("--budget", type=float, default=60.0, help="seconds for all the runs")
     parser.add_argument("--json", help="write the numbers here too")
     args = parser.parse_args()
@@ -118,6 +119,8 @@ def main() -> int:
     names = ["profile", "memory"] if args.kernels else ["profile", "memory", "no-torch"]
     if args.base is not None:
         names.append("base-memory")
+    if args.variants:
+        names = [name for name in names if name in args.variants.split(",")]
     program = ["kernels", str(args.kernels)] if args.kernels else [str(args.steps)]
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in names}
     for round_number, order in enumerate(round_orders(names, args.rounds)):

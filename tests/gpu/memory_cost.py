@@ -12,7 +12,9 @@ usual. Prints `STEP <ms per step>`, `ALLOCS <torch blocks handed out per step>`,
 `kernels`: a kernel-heavy loop instead, no allocation (one in-place CuPy add per launch):
 prints `STEP <ms per 1000 launches>`, to time what --memory adds to the reading of kernel
 records. `floor`: torch.empty and its free, timed as the torch view's pieces are added one by
-one (its history, its GPU trace with no-op callbacks, kname's hook): `FLOOR <piece> <ns>`.
+one (its history, its GPU trace with no-op callbacks, kname's hook): `FLOOR <piece> <ns>`;
+then the training step in blocks, kname's hook on and off in turn (`INPROC`). Run it under
+`kname profile --memory` with MEMORY_COST_NO_TORCH_HOOK=1 (or under `kname profile`).
 With MEMORY_COST_NO_TORCH_HOOK=1 (under --memory only) kname's torch hook is left out, so that
 the driver's side of --memory is timed alone; with MEMORY_COST_CPROFILE=FILE the timed steps
 run under cProfile and the top of it by own time is printed.
@@ -98,11 +100,33 @@ def floor(torch) -> int:
     print(f"FLOOR kname {pairs_ns(torch):.0f} ns")
     hooks.settle()
     print(f"FLOOR blocks {sum(s.allocations for s in hooks.ledger('torch').sites.values())}")
+    on_and_off(torch, hooks)
     return 0
 
 
-def training(torch, steps: int) -> int:
-    """`steps` training steps timed after a warm-up, and torch.empty's cost per block."""
+def on_and_off(torch, hooks, rounds: int = 8, steps: int = 40) -> None:
+    """The training step in blocks of `steps`, kname's torch hook charging (on) or returning at
+    once (off: torch's history and trace still on), in a new order each round; prints the
+    medians and the median of the per-round differences."""
+    import random
+    import statistics
+
+    step = training_step(torch)
+    times: dict[bool, list[float]] = {True: [], False: []}
+    order = [True, False]
+    for _ in range(rounds):
+        random.shuffle(order)
+        for active in order:
+            hooks.active = active
+            times[active].append(timed_steps(torch, step, steps))
+    hooks.active = True
+    added = statistics.median(on - off for on, off in zip(times[True], times[False], strict=True))
+    on, off = statistics.median(times[True]), statistics.median(times[False])
+    print(f"INPROC on {on:.4f} ms off {off:.4f} ms added {added:.4f} ms per step")
+
+
+def training_step(torch):
+    """The training step (two conv and two linear layers, Adam, cross-entropy), warmed up."""
     from torch import nn
 
     model = nn.Sequential(
@@ -128,6 +152,21 @@ def training(torch, steps: int) -> int:
     for _ in range(20):
         step()
     torch.cuda.synchronize()
+    return step
+
+
+def timed_steps(torch, step, steps: int) -> float:
+    """ms per step over `steps` steps."""
+    started = time.perf_counter()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    return 1000 * (time.perf_counter() - started) / steps
+
+
+def training(torch, steps: int) -> int:
+    """`steps` training steps timed after a warm-up, and torch.empty's cost per block."""
+    step = training_step(torch)
     before = torch.cuda.memory_stats()
     profiler = None
     if os.environ.get("MEMORY_COST_CPROFILE"):
@@ -135,18 +174,14 @@ def training(torch, steps: int) -> int:
 
         profiler = cProfile.Profile()
         profiler.enable()
-    started = time.perf_counter()
-    for _ in range(steps):
-        step()
-    torch.cuda.synchronize()
-    elapsed = time.perf_counter() - started
+    elapsed_ms = timed_steps(torch, step, steps)
     if profiler is not None:
         profiler.disable()
         print_top(profiler, os.environ["MEMORY_COST_CPROFILE"])
     after = torch.cuda.memory_stats()
     allocations = after["allocation.all.allocated"] - before["allocation.all.allocated"]
     segments = after["segment.all.allocated"] - before["segment.all.allocated"]
-    print(f"STEP {1000 * elapsed / steps:.4f} ms")
+    print(f"STEP {elapsed_ms:.4f} ms")
     print(f"ALLOCS {allocations / steps:.1f}")
     print(f"SEGMENTS {segments}")
     started = time.perf_counter_ns()

@@ -9,12 +9,14 @@ registers CUPTI's buffer callbacks, copies each record out in CUPTI's thread, th
 _native_buffer_completed with the GIL), else cupti-python reads them into a Python object per
 record (_buffer_completed). With the C callback and no tagging, the recorder also joins the
 records in C (native_join.py): `totals` is then that join, and no Python code runs per record or
-per buffer; with a stream log asked for (--trace), the recorder keeps the trace's records in C
-as well (native_trace.py: `trace`), and every launch call is timed only then (outermost calls
-also with KNAME_PROFILE_VERDICT: the launch-bound verdict's CPU time, launch_times.py, which
-the joins count only then). The rest (kinds,
-flush, the messages) is here, the same for both: before each buffer's records go to the join,
-the native callback's finished calls are drained into it, so every GPU record finds its launch.
+per buffer (with --memory, the recorder keeps memory API calls apart from the launches and reads
+CUPTI's memory records, and _drain_memory hands those alone to the memory join, only after a
+buffer that had some); with a stream log asked for (--trace), the recorder keeps the trace's
+records in C as well (native_trace.py: `trace`), and every launch call is timed only then
+(outermost calls also with KNAME_PROFILE_VERDICT: the launch-bound verdict's CPU time,
+launch_times.py, which the joins count only then). The rest (kinds, flush, the messages) is
+here, the same for both: before each buffer's records go to the join, the native callback's
+finished calls are drained into it, so every GPU record finds its launch.
 Everything but the CUPTI calls lives in capture.py and join.py.
 
 Versions: the binding must match the CUPTI library of the CUDA release in use. cupti-python
@@ -76,11 +78,17 @@ from kname.profiling.memory_join import (
     MEMORY_KINDS,
     MemoryCalls,
     MemoryKinds,
+    memory_api,
     memory_kinds,
     memory_records,
+    native_memory_records,
     with_memory_apis,
 )
-from kname.profiling.native_callback import NativeCallbacks, NativeUnavailable
+from kname.profiling.native_callback import (
+    MAX_WAITING_RECORDS,
+    NativeCallbacks,
+    NativeUnavailable,
+)
 from kname.profiling.native_join import NativeJoin
 from kname.profiling.native_trace import NativeTrace
 from kname.profiling.python_callback import PythonCallbacks
@@ -118,7 +126,7 @@ class CuptiCollector:
         # launch callback already gets a wrapped launch's site from its wrapper.
         self._external_correlation = external_correlation
         # kname profile --memory: memory calls and CUPTI's memory records to it (memory_join.py);
-        # the activity buffers are then read by cupti-python, which knows the memory records.
+        # the native recorder reads the memory records in C too and hands over only those.
         self._memory = memory
         self._memory_kinds: MemoryKinds | None = None
         # The launch-bound verdict's CPU time per line (KNAME_PROFILE_VERDICT): outermost launch
@@ -304,6 +312,26 @@ class CuptiCollector:
             self._add(*self._callbacks.drain_activities(self._memcpy_name))
         except Exception as exc:
             report_fault("reading CUPTI's activity records", exc)
+        self._drain_memory()
+
+    def _drain_memory(self) -> None:
+        """--memory, the recorder reading the buffers: the memory calls it kept apart (the join
+        in C), then CUPTI's memory records, to the memory join. Never raises."""
+        if self._memory is None or self._memory_kinds is None or not self._native_buffers:
+            return
+        try:
+            calls, rows, dropped = self._callbacks.drain_memory()
+            self._memory.add_calls(calls)
+            self._add_memory(native_memory_records(rows, self._memory_kinds))
+        except Exception as exc:
+            report_fault("reading CUPTI's memory records", exc)
+            return
+        if dropped:
+            warn_once(
+                "profile:native-memory-records",
+                f"profile: more than {MAX_WAITING_RECORDS} memory calls or records waited to "
+                "be read; later ones were not kept, and their bytes are missing",
+            )
 
     def _take_what_is_left(self) -> None:
         """After a flush: calls that finished after the last buffer (no GPU record), and
@@ -320,6 +348,7 @@ class CuptiCollector:
             self._callbacks.join_now()
         except Exception as exc:
             report_fault("joining CUPTI's activity records", exc)
+        self._drain_memory()
         self._callbacks.report()
 
     def _add(self, work: list[ActivityRecord], externals: list[ExternalCorrelation]) -> None:
@@ -336,11 +365,12 @@ class CuptiCollector:
     def _take_buffers(self, cupti: Any) -> None:
         """CUPTI's activity buffers to the native recorder where it collects, else cupti-python's
         callbacks; raises the binding's error."""
-        # The recorder in C reads no memory record: with --memory, cupti-python reads them all.
-        self._native_buffers = self._callbacks.reads_activity_buffers and self._memory is None
+        self._native_buffers = self._callbacks.reads_activity_buffers
         if not self._native_buffers:
             cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
             return
+        if self._memory is not None:  # memory calls and records read in C, handed over alone
+            self._callbacks.keep_memory(memory_api)
         # With nothing tagged, the records need not become Python objects at all: the join is
         # in C, and so is the trace when one is kept. Only the trace reads launch times.
         in_c = not self._external_correlation
@@ -354,7 +384,10 @@ class CuptiCollector:
                     self._trace.move_into(self._log)
                 room = max(self._log.max_records - self._log.kept, 0)  # one cap for every run
                 self._trace = self._callbacks.keep_trace(room, self._memcpy_name)
-        completed = None if in_c else self._native_buffer_completed
+        if not in_c:
+            completed = self._native_buffer_completed
+        else:  # called only when memory calls or records wait
+            completed = self._drain_memory if self._memory is not None else None
         status = self._callbacks.take_activity_buffers(self._buffer_bytes, completed)
         if status:
             raise cupti.cuptiError(status)

@@ -92,6 +92,19 @@ def memory_records(activities: Iterable[Any], kinds: MemoryKinds) -> list[Memory
     return records
 
 
+def native_memory_records(rows: Iterable[tuple], kinds: MemoryKinds) -> list[MemoryRecord]:
+    """The memory records kname's recorder read in C (Recorder.drain_memory's rows:
+    correlation_id, allocation, memory_kind, address, bytes, timestamp, device, stream,
+    is_async), as memory_records makes them from cupti-python's."""
+    names = kinds.kind_names
+    return [
+        MemoryRecord(
+            row[0], ALLOCATION if row[1] else RELEASE, names.get(row[2], "unknown"), *row[3:]
+        )
+        for row in rows
+    ]
+
+
 def memory_api(name: str) -> bool:
     """Whether the CUDA API function `name` allocates or frees memory."""
     return name.startswith(MEMORY_APIS)
@@ -133,10 +146,16 @@ class MemoryCalls:
         if not memory_api(record.api):
             self._join.add_launch(record)
             return
+        self.add_calls(((record.correlation_id, record.site),))
+
+    def add_calls(self, calls: Iterable[tuple[int, str]]) -> None:
+        """Memory calls the join in C kept apart (their correlation id and site), as add_launch
+        keeps a memory call's record."""
         with self._lock:
-            self._sites[record.correlation_id] = record.site
-            if len(self._sites) > self._recent:
-                self._sites.popitem(last=False)
+            for correlation_id, site in calls:
+                self._sites[correlation_id] = site
+                if len(self._sites) > self._recent:
+                    self._sites.popitem(last=False)
 
     def add_externals(self, *args: Any, **kwargs: Any) -> None:
         """Handed on to the join."""

@@ -59,6 +59,7 @@ class NativeCallbacks:
         self._capture = capture
         self.recorder: Any = None
         self.holder: str | None = None
+        self._pairs: list[tuple[str, bool]] = []  # the recorder's (API name, graph), by index
 
     def describe(self) -> str:
         """What collects, for the line said at start."""
@@ -96,6 +97,7 @@ class NativeCallbacks:
         pairs = sorted({pair for chosen in apis.values() for pair in chosen.values()})
         index = {pair: number for number, pair in enumerate(pairs)}
         recorder = self.make_recorder(pairs)
+        self._pairs = pairs
         try:
             status, self.holder = recorder.subscribe(path)
         except OSError as exc:
@@ -183,7 +185,8 @@ class NativeCallbacks:
     def take_activity_buffers(self, buffer_bytes: int, completed: Callable[[], Any] | None) -> int:
         """CUPTI's activity buffers (of `buffer_bytes`) go to the recorder, which reads them in
         CUPTI's thread and then calls completed() with the GIL (None: nothing is called, the
-        join being in C); CUPTI's status (0: taken)."""
+        join being in C; with the join in C, only when memory calls or records wait); CUPTI's
+        status (0: taken)."""
         return self.recorder.take_activity_buffers(buffer_bytes, MAX_WAITING_RECORDS, completed)
 
     def join_in_c(
@@ -211,6 +214,18 @@ class NativeCallbacks:
         """Whether outermost launch calls get CPU timestamps (the launch-bound verdict's CPU
         time per line): two cuptiGetTimestamp calls per launch."""
         self.recorder.time_outer_launches(timed)
+
+    def keep_memory(self, is_memory_api: Callable[[str], bool]) -> None:
+        """kname profile --memory: CUPTI's memory records read in C too, and, with the join in
+        C, the calls of the APIs is_memory_api(name) picks kept apart from the launches, both
+        for drain_memory(). Before take_activity_buffers()."""
+        flags = bytes(is_memory_api(name) for name, _ in self._pairs)
+        self.recorder.keep_memory(flags, MAX_WAITING_RECORDS)
+
+    def drain_memory(self) -> tuple[list[tuple[int, str]], list[tuple], int]:
+        """The memory calls kept apart [(correlation id, site)] and CUPTI's memory records read
+        so far (Recorder.drain_memory's rows), and how many were not kept."""
+        return self.recorder.drain_memory()
 
     def join_now(self) -> None:
         """The calls finished and the GPU records read so far, joined in C now."""

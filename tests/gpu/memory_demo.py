@@ -7,7 +7,8 @@ caching allocator, CuPy's pool. Sizes are whole MiB, so no pool rounds them (tor
 bytes and its segments to 2 MiB; CuPy to 512 bytes). Everything is held at once (the process's
 peak: the line `torch_peak` holds the most there), then freed, each from a `# free: TAG` line.
 
-    python3 tests/gpu/memory_demo.py          run it (under `kname profile` or the recorder)
+    python3 tests/gpu/memory_demo.py [LIBRARY...]   run it (under `kname profile` or the
+                                                    recorder); LIBRARY: driver, numba, cupy, torch
 
 Prints `EXPECT <tag> <source> <bytes> <alloc line> <free line>` per allocation, read by
 tests/gpu/test_gpu_memory.py and tests/gpu/memory_record.py.
@@ -21,6 +22,7 @@ import sys
 from pathlib import Path
 
 MIB = 1 << 20
+LIBRARIES = ("driver", "numba", "cupy", "torch")
 MARK = re.compile(r"# (mem: ([a-z_]+) (\w+) (\d+)|free: ([a-z_]+))$")
 
 
@@ -99,13 +101,29 @@ def run(libraries: set[str]) -> None:
     if "cupy" in libraries:
         del held["cupy_array"]  # free: cupy_array
     if "numba" in libraries:
-        from numba import cuda
-
-        del held["numba_array"]  # numba frees later, in a batch: flushed on the next line
-        gc.collect()  # (in batch 1 the array outlived its del: no cuMemFree came)
-        cuda.current_context().deallocations.clear()  # free: numba_array
+        del held["numba_array"]  # numba's free waits in its memory manager's pending list
+        gc.collect()
+        numba_churn()
     if "driver" in libraries:
         free_driver(held)
+
+
+def numba_churn() -> None:
+    """Small device arrays made and dropped, as a loop does, until numba's pending frees pass
+    its count (CUDA_DEALLOCS_COUNT) and it runs them all, numba_array's first. numba's default
+    memory manager defers every cuMemFree to its own pending list (memory_manager.deallocations,
+    not the context's `deallocations`), run past that count or size, at an out-of-memory retry
+    or a reset."""
+    from numba import cuda
+
+    context = cuda.current_context()
+    pending = getattr(context, "memory_manager", context).deallocations
+    waiting = len(pending)  # 1: numba_array's
+    made = 0
+    while len(pending) and made < 10_000:
+        cuda.device_array(256, "u1")  # free: numba_array
+        made += 1
+    print(f"NUMBA pending frees {waiting}, run after {made} arrays made and dropped")
 
 
 def available() -> set[str]:
@@ -127,7 +145,7 @@ def available() -> set[str]:
 
 
 def main() -> int:
-    libraries = available()
+    libraries = available() & set(sys.argv[1:] or LIBRARIES)
     for tag, entry in marked_lines().items():
         source = "driver" if tag.startswith("raw") else tag.split("_")[0]
         if source in libraries:

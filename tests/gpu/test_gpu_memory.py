@@ -1,7 +1,8 @@
 """On a GPU: `kname profile --memory` names each line of tests/gpu/memory_demo.py with the bytes
 it asked for, through the driver (raw cudaMalloc, cudaMallocAsync, cudaMallocManaged and
 cudaHostAlloc through cuda-bindings; numba's device arrays), CuPy's pool and torch's caching
-allocator, names the line holding the most at the peak, and matches every free.
+allocator, names the line holding the most at the peak, and matches every free (numba's, which
+numba defers, once the demo's churn of small arrays has made numba run its pending frees).
 
 Marked `gpu`, skipped without a CUDA driver or cupti-python; a library the machine lacks is left
 out (the demo prints what it expects). Runs `kname profile -- python memory_demo.py` with
@@ -69,8 +70,9 @@ def test_each_line_holds_the_bytes_it_asked_for_and_the_peak_line_is_named(
         assert site is not None and view in site.get("memory", {}), (tag, sorted(sites))
         numbers = site["memory"][view]
         assert row["bytes"] <= numbers["allocated"] <= 1.01 * row["bytes"], (tag, numbers)
-        if tag != "numba_array":  # numba frees when its pending deallocations run: see below
-            assert numbers["freed"] == numbers["allocated"], (tag, numbers)  # frees matched
+        # Frees matched to the allocating line; numba's arrives late, from the demo's churn
+        # line (numba defers its frees: docs/memory.md), and is still charged here.
+        assert numbers["freed"] == numbers["allocated"], (tag, numbers, run.stdout[-400:])
     if "torch_peak" in rows:
         peak_site = sites[rows["torch_peak"]["alloc"]]
         held = {
@@ -83,8 +85,8 @@ def test_each_line_holds_the_bytes_it_asked_for_and_the_peak_line_is_named(
         assert document["memory"]["torch"]["peak"] >= sum(
             row["bytes"] for tag, row in rows.items() if row["source"] == "torch"
         )
-    if "numba_array" in rows:  # said, not asserted: on the H100 (batch 1) no cuMemFree came
-        numba = sites[rows["numba_array"]["alloc"]]["memory"]["device"]
-        print(f"numba_array: freed {numba['freed']} of {numba['allocated']}")
+    if "numba_array" in rows:  # the churn line freed numba_array (and made its own arrays)
+        churn = sites.get(demo_marks()["numba_array"]["free"], {}).get("memory", {})
+        assert churn.get("device", {}).get("allocations", 0) >= 1, sorted(sites)
     marks = demo_marks()
     assert set(rows) <= set(marks)  # the demo printed what its marks say

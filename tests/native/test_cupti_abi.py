@@ -11,8 +11,8 @@ found; a copy of the header with one thing changed must fail to compile.
 The resource callbacks' data (CUpti_ResourceData, CUpti_GraphData) and the graph id functions
 are checked the same way. Activity records are declared only as far as the fields kname reads:
 those fields' offsets and sizes are checked against the record versions CUPTI 13.0 writes
-(CUpti_ActivityKernel10, CUpti_ActivityMemcpy6, CUpti_ActivityMemset4) and against the newest
-version each set of headers declares (what that release writes).
+(CUpti_ActivityKernel10, CUpti_ActivityMemcpy6, CUpti_ActivityMemset4, CUpti_ActivityMemory4)
+and against the newest version each set of headers declares (what that release writes).
 """
 
 from __future__ import annotations
@@ -58,10 +58,14 @@ RECORDS = {
     "kn_ActivityExternalCorrelation": ("CUpti_ActivityExternalCorrelation", (
         "kind", "externalKind", "externalId", "correlationId",
     )),
+    "kn_ActivityMemory": ("CUpti_ActivityMemory", (
+        "kind", "memoryOperationType", "memoryKind", "correlationId", "address", "bytes",
+        "timestamp", "deviceId", "streamId", "isAsync",
+    )),
 }  # fmt: skip
 # The versions CUPTI 13.0 writes (the GPU host's CUPTI).
 CUPTI_13_0_VERSIONS = {"CUpti_ActivityKernel": 10, "CUpti_ActivityMemcpy": 6,
-                       "CUpti_ActivityMemset": 4}  # fmt: skip
+                       "CUpti_ActivityMemset": 4, "CUpti_ActivityMemory": 4}  # fmt: skip
 VALUES = {
     "KN_CUPTI_SUCCESS": "CUPTI_SUCCESS",
     "KN_CUPTI_ERROR_MAX_LIMIT_REACHED": "CUPTI_ERROR_MAX_LIMIT_REACHED",
@@ -71,6 +75,10 @@ VALUES = {
     "KN_CUPTI_ACTIVITY_KIND_KERNEL": "CUPTI_ACTIVITY_KIND_KERNEL",
     "KN_CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL": "CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL",
     "KN_CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION": "CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION",
+    "KN_CUPTI_ACTIVITY_KIND_MEMORY2": "CUPTI_ACTIVITY_KIND_MEMORY2",
+    "KN_CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION": (
+        "CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION"
+    ),
     "KN_CUPTI_ACTIVITY_FLAG_FLUSH_FORCED": "CUPTI_ACTIVITY_FLAG_FLUSH_FORCED",
     "KN_CUPTI_ACTIVITY_RECORD_ALIGNMENT": "ACTIVITY_RECORD_ALIGNMENT",
     "KN_CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED": (

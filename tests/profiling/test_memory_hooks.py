@@ -8,18 +8,23 @@ libraries do (tests/gpu/test_gpu_memory.py runs the real ones).
 
 from __future__ import annotations
 
+import copy
+import ctypes
+import functools
 import sys
 import threading
 import time
 import types
+from collections.abc import Callable
 from typing import ClassVar
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kname import callsite
+from kname import callsite, walk
 from kname.config import DEFAULT_FORMAT
+from kname.profiling.capture import NO_PYTHON_FRAME
 from kname.profiling.memory_hooks import (
     CUPY,
     TORCH,
@@ -149,7 +154,7 @@ class StandInTorch:
         ]
         return {"device_traces": [list(self.history)], "segments": [{"blocks": blocks}]}
 
-    def alloc(self, address: int, size: int) -> None:
+    def alloc(self, address: int, size: int, _from_c: object = None) -> None:
         self.held[address] = size
         if self.recording:
             entry = {"action": "alloc", "addr": address, "size": size}
@@ -200,6 +205,51 @@ def test_a_torch_block_the_history_missed_is_sized_from_the_blocks_held(named, m
     hooks.stop()  # settles
     ledger = hooks.ledgers[TORCH]
     assert ledger.peak == 4 * MIB and ledger.untracked == 1
+
+
+def on_a_thread_started_in_c(call: Callable[[object], None]) -> None:
+    """call(None) on a thread made by pthread_create (through ctypes), as torch's autograd
+    threads are: the call has no Python frame below it."""
+    libc = ctypes.CDLL(None)
+    start = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(call)  # no frame of its own
+    thread = ctypes.c_ulong()
+    assert libc.pthread_create(ctypes.byref(thread), None, start, None) == 0
+    assert libc.pthread_join(thread, None) == 0
+
+
+def test_a_torch_block_from_a_thread_with_no_python_frame_is_charged_not_lost(
+    named, monkeypatch, capsys
+):
+    torch = StandInTorch(monkeypatch)
+    hooks = torch_hooks(torch)
+    # torch's allocator fires its trace from the backward pass's thread: the registry's frame
+    # (alloc, here) is the only one above kname's callback.
+    on_a_thread_started_in_c(functools.partial(torch.alloc, 0x400, 2 * MIB))
+    hooks.settle()
+    assert hooks.ledgers[TORCH].site_dicts()[NO_PYTHON_FRAME]["allocated"] == 2 * MIB
+    assert "charging a torch allocation" not in capsys.readouterr().err
+
+
+def test_a_block_from_library_code_is_named_after_the_user_line_without_a_walk_once_cached(
+    named, monkeypatch
+):
+    torch = StandInTorch(monkeypatch)
+    hooks = torch_hooks(torch)
+    walks = []
+    stack = walk.stack
+    monkeypatch.setattr(walk, "stack", lambda *args, **kw: walks.append(1) or stack(*args, **kw))
+
+    class Tensor:  # copy.deepcopy (library code) calls its __deepcopy__: torch's registry
+        def __init__(self, address: int) -> None:
+            self.__deepcopy__ = functools.partial(torch.alloc, address, MIB)
+
+    line = this_line(+2)
+    for address in (0x100, 0x200, 0x300):
+        copy.deepcopy(Tensor(address))  # the user's line, a library frame between
+    hooks.settle()
+    (name,) = hooks.ledgers[TORCH].site_dicts()
+    assert name.endswith(f":{line}") and hooks.ledgers[TORCH].sites[name].allocations == 3
+    assert len(walks) == 1  # kname's rules once, for the first; the cached site after
 
 
 ADDRESSES = st.sampled_from([0x100, 0x200, 0x300])

@@ -25,6 +25,9 @@ SUPPORT = REPO / "tests" / "support"
 # CUPTI's numbers the tests use: the driver's domain and two of its callback ids, record kinds.
 DRIVER, CUDA_LAUNCH_KERNEL, CUDA_GRAPH_LAUNCH = 1, 307, 514
 MEMCPY, MEMSET, KERNEL, CONCURRENT_KERNEL, RUNTIME, EXTERNAL_CORRELATION = 1, 2, 3, 10, 5, 39
+MEMORY2 = 49  # kname profile --memory's records (CUpti_ActivityMemory4)
+# CUPTI's memory APIs the stand-in binding names (cupti_driver_cbid.h, cupti_runtime_cbid.h).
+CU_MEM_ALLOC, CU_MEM_FREE, CUDA_MALLOC, CUDA_FREE = 243, 245, 20, 22
 # The resource domain and its graph callback ids (CUpti_CallbackIdResource, cupti_callbacks.h).
 RESOURCE = 3
 GRAPH_CALLBACK_IDS = {
@@ -131,6 +134,25 @@ def queue_record(library: ctypes.CDLL, record) -> None:
         )
 
 
+def queue_memory(library: ctypes.CDLL, record) -> None:
+    """A kname MemoryRecord queued in the stand-in as the MEMORY2 record it was read from."""
+    from kname.profiling.records import ALLOCATION
+
+    kinds = {name.lower(): number for name, number in MEMORY_KINDS.items()}
+    library.fake_memory(
+        record.correlation_id, 1 if record.operation == ALLOCATION else 2,
+        kinds[record.memory_kind], record.address, record.bytes, record.timestamp,
+        record.device, record.stream, int(record.is_async),
+    )  # fmt: skip
+
+
+# CUpti_ActivityMemoryKind (cupti_activity.h)
+MEMORY_KINDS = {
+    "UNKNOWN": 0, "PAGEABLE": 1, "PINNED": 2, "DEVICE": 3, "ARRAY": 4, "MANAGED": 5,
+    "DEVICE_STATIC": 6, "MANAGED_STATIC": 7,
+}  # fmt: skip
+
+
 def fire_graph_event(library: ctypes.CDLL, record) -> int:
     """A kname GraphNodeRecord made by the stand-in as CUPTI's graph resource callback that
     reports it (handles whose ids are the record's); 0 when that callback is not enabled."""
@@ -190,6 +212,8 @@ def stand_in_library(built: Path) -> ctypes.CDLL:
     library.fake_memset.argtypes = [u32, u64, u64, u32, u32, u32, u64]
     library.fake_graph_callback.argtypes = [u32, u32, u64, u64, u32]
     library.fake_external.argtypes = [u32, u64]
+    library.fake_memory.restype = None
+    library.fake_memory.argtypes = [u32, u32, u32, u64, u64, u64, u32, u32, u32]
     library.fake_drop.argtypes = [ctypes.c_size_t]
     library.fake_timestamps_taken.restype = ctypes.c_ulong
     return library
@@ -213,13 +237,22 @@ class StandInBinding:
     CallbackDomain = SimpleNamespace(DRIVER_API=1, RUNTIME_API=2, RESOURCE=3)
     CallbackIdResource = SimpleNamespace(__members__=GRAPH_CALLBACK_IDS)
     driver_api_trace_cbid = SimpleNamespace(
-        __members__={"cuLaunchKernel": CUDA_LAUNCH_KERNEL, "cuGraphLaunch": CUDA_GRAPH_LAUNCH}
+        __members__={
+            "cuLaunchKernel": CUDA_LAUNCH_KERNEL, "cuGraphLaunch": CUDA_GRAPH_LAUNCH,
+            "cuMemAlloc_v2": CU_MEM_ALLOC, "cuMemFree_v2": CU_MEM_FREE,
+        }
+    )  # fmt: skip
+    runtime_api_trace_cbid = SimpleNamespace(
+        __members__={"cudaMalloc_v3020": CUDA_MALLOC, "cudaFree_v3020": CUDA_FREE}
     )
-    runtime_api_trace_cbid = SimpleNamespace(__members__={})
     ActivityKind = SimpleNamespace(
         CONCURRENT_KERNEL=10, KERNEL=3, MEMCPY=1, MEMSET=2, EXTERNAL_CORRELATION=39, DRIVER=4,
-        RUNTIME=5,
+        RUNTIME=5, MEMORY2=MEMORY2,
     )  # fmt: skip
+    ActivityMemoryKind = enum.IntEnum("ActivityMemoryKind", MEMORY_KINDS)
+    ActivityMemoryOperationType = enum.IntEnum(
+        "ActivityMemoryOperationType", {"INVALID": 0, "ALLOCATION": 1, "RELEASE": 2}
+    )
 
     ActivityMemcpyKind = enum.IntEnum(
         "ActivityMemcpyKind", "UNKNOWN HTOD DTOH HTOA ATOH ATOA ATOD DTOA DTOD HTOH PTOP", start=0

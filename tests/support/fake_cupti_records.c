@@ -14,12 +14,14 @@ typedef CUpti_ActivityKernel10 KernelRecord;
 typedef CUpti_ActivityMemcpy6 MemcpyRecord;
 typedef CUpti_ActivityMemset4 MemsetRecord;
 typedef CUpti_ActivityExternalCorrelation ExternalRecord;
+typedef CUpti_ActivityMemory4 MemoryRecord;
 #else
 #include "cupti_abi.h"
 typedef kn_ActivityKernel KernelRecord;
 typedef kn_ActivityMemcpy MemcpyRecord;
 typedef kn_ActivityMemset MemsetRecord;
 typedef kn_ActivityExternalCorrelation ExternalRecord;
+typedef kn_ActivityMemory MemoryRecord;
 #endif
 
 #define ALIGNED(size) (((size) + 7) & ~(size_t)7)
@@ -41,6 +43,8 @@ fake_record_size(uint32_t kind)
         return ALIGNED(sizeof(MemsetRecord));
     case 39: /* CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION */
         return ALIGNED(sizeof(ExternalRecord));
+    case 49: /* CUPTI_ACTIVITY_KIND_MEMORY2 */
+        return ALIGNED(sizeof(MemoryRecord));
     default:
         return OTHER_SIZE;
     }
@@ -93,6 +97,30 @@ fake_external(uint32_t correlation_id, uint64_t external_id)
     e->externalKind = 1; /* CUPTI_EXTERNAL_CORRELATION_KIND_UNKNOWN */
     e->externalId = external_id;
     e->correlationId = correlation_id;
+}
+
+/* A memory record (MEMORY2): `operation` 1 an allocation, 2 a release; `memory_kind` CUPTI's
+ * CUpti_ActivityMemoryKind (3: device, 2: pinned...). */
+void
+fake_memory(uint32_t correlation_id, uint32_t operation, uint32_t memory_kind, uint64_t address,
+            uint64_t bytes, uint64_t timestamp, uint32_t device, uint32_t stream,
+            uint32_t is_async)
+{
+    MemoryRecord *m = fake_queue_record(49);
+    m->memoryOperationType = operation;
+    m->memoryKind = memory_kind;
+    m->correlationId = correlation_id;
+    m->address = address;
+    m->bytes = bytes;
+    m->timestamp = timestamp;
+#ifdef FAKE_CUPTI_HEADERS
+    m->PC = 0xdeadbeef; /* fields kname does not read: filled, so that a misread shows */
+    m->processId = 77;
+    m->contextId = 5;
+#endif
+    m->deviceId = device;
+    m->streamId = stream;
+    m->isAsync = is_async;
 }
 
 /* A record of another kind (an API record, say), which kname passes over. */

@@ -74,9 +74,32 @@ gpu_room(Recorder *r)
         (g)->graph_node_id = (work)->graphNodeId;                                              \
     } while (0)
 
+/* A MEMORY2 record (--memory), kept for Python's memory join. */
+static void
+keep_memory_record(Recorder *r, const kn_ActivityMemory *m)
+{
+    MemoryFact fact = {
+        .address = m->address,
+        .bytes = m->bytes,
+        .timestamp = m->timestamp,
+        .correlation_id = m->correlationId,
+        .device = m->deviceId,
+        .stream = m->streamId,
+        .memory_kind = m->memoryKind,
+        .allocation = m->memoryOperationType == KN_CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION,
+        .is_async = m->isAsync != 0,
+    };
+    memory_keep_fact(&r->join.memory, &fact);
+}
+
 static void
 keep_record(Recorder *r, const kn_Activity *record)
 {
+    if (record->kind == KN_CUPTI_ACTIVITY_KIND_MEMORY2) {
+        if (r->join.memory.on)
+            keep_memory_record(r, (const kn_ActivityMemory *)record);
+        return;
+    }
     int kind = gpu_kind_of(record->kind);
     if (kind == 0)
         return; /* a kind kname does not read (an API record, say) */
@@ -131,10 +154,12 @@ read_buffer(Recorder *r, uint8_t *buffer, size_t valid)
 
 /* With the join in C: the calls finished so far, the graph node events, then the GPU records
  * read, joined (what the collector does with a buffer on the Python join), and kept for the trace
- * when it is kept. Any thread, no GIL. */
-static void
+ * when it is kept (memory calls too, which the join keeps apart). Any thread, no GIL. Whether
+ * memory calls or records wait for Python (drain_memory). */
+static int
 join_buffer(Recorder *r)
 {
+    int memory_waiting;
     pthread_mutex_lock(&r->activity_lock);
     if (r->join.on) {
         Py_ssize_t count;
@@ -158,7 +183,9 @@ join_buffer(Recorder *r)
         join_records(&r->join, r->gpu, r->gpu_count);
         r->gpu_count = 0;
     }
+    memory_waiting = r->join.memory.call_count || r->join.memory.fact_count;
     pthread_mutex_unlock(&r->activity_lock);
+    return memory_waiting;
 }
 
 /* ---- CUPTI's buffer callbacks (any thread; CUPTI's own, mostly) */
@@ -201,9 +228,10 @@ buffer_completed(kn_CUcontext context, uint32_t stream, uint8_t *buffer, size_t 
     /* In a child forked from the owner's process, nothing is recorded (CUPTI does not follow). */
     if (r != NULL && buffer != NULL && atomic_load(&forks) == r->forks) {
         read_buffer(r, buffer, valid);
-        if (r->join.on)
-            join_buffer(r); /* on is set before the buffers are taken, never unset */
-        else if (r->on_buffer != NULL && !must_not_touch_python(r))
+        /* join.on is set before the buffers are taken, never unset. With it, on_buffer (if any)
+         * takes the memory calls and records alone, called only when some wait. */
+        int hand = r->join.on ? join_buffer(r) : 1;
+        if (hand && r->on_buffer != NULL && !must_not_touch_python(r))
             hand_over(r);
     }
     pthread_mutex_unlock(&buffers_lock);
@@ -414,8 +442,69 @@ recorder_join_now(Recorder *r, PyObject *unused)
 {
     (void)unused;
     if (atomic_load(&forks) == r->forks) /* a forked child: its parent reports them */
-        join_buffer(r);
+        (void)join_buffer(r);
     Py_RETURN_NONE;
+}
+
+/* ---- --memory: memory calls and records for Python's memory join */
+
+/* keep_memory(is_memory_api, max_waiting): by api index, which APIs allocate or free (bytes of 0
+ * and 1): with the join in C, their calls are kept apart from the launches; CUPTI's memory
+ * records are read from now on. Before take_activity_buffers(). */
+static PyObject *
+recorder_keep_memory(Recorder *r, PyObject *args)
+{
+    Py_buffer flags;
+    Py_ssize_t max_waiting;
+    if (!PyArg_ParseTuple(args, "y*n:keep_memory", &flags, &max_waiting))
+        return NULL;
+    if (flags.len != r->api_count || max_waiting < 1) {
+        PyBuffer_Release(&flags);
+        PyErr_SetString(PyExc_ValueError, "keep_memory: one flag per api, and max_waiting at "
+                                          "least 1");
+        return NULL;
+    }
+    uint8_t *copy = malloc(flags.len ? (size_t)flags.len : 1);
+    if (copy == NULL) {
+        PyBuffer_Release(&flags);
+        return PyErr_NoMemory();
+    }
+    memcpy(copy, flags.buf, (size_t)flags.len);
+    PyBuffer_Release(&flags);
+    pthread_mutex_lock(&r->activity_lock);
+    MemoryWaiting *m = &r->join.memory;
+    free(m->is_memory_api);
+    m->is_memory_api = copy;
+    m->api_count = (size_t)r->api_count;
+    m->max_waiting = (size_t)max_waiting;
+    m->on = 1;
+    pthread_mutex_unlock(&r->activity_lock);
+    Py_RETURN_NONE;
+}
+
+/* drain_memory() -> (calls, records, dropped): the memory calls kept apart [(correlation_id,
+ * site)] and CUPTI's memory records [(correlation_id, allocation, memory_kind, address, bytes,
+ * timestamp, device, stream, is_async)] so far, and how many of both were not kept (ever). */
+static PyObject *
+recorder_drain_memory(Recorder *r, PyObject *unused)
+{
+    (void)unused;
+    MemoryWaiting taken = {0};
+    pthread_mutex_lock(&r->activity_lock);
+    MemoryWaiting *m = &r->join.memory;
+    taken.dropped = m->dropped;
+    if (atomic_load(&forks) == r->forks) { /* a forked child: its parent reports them */
+        taken.calls = m->calls;
+        taken.call_count = m->call_count;
+        taken.facts = m->facts;
+        taken.fact_count = m->fact_count;
+        m->calls = NULL;
+        m->facts = NULL;
+        m->call_count = m->call_room = m->fact_count = m->fact_room = 0;
+    }
+    pthread_mutex_unlock(&r->activity_lock);
+    return memory_drained(taken.calls, taken.call_count, taken.facts, taken.fact_count,
+                          (unsigned long long)taken.dropped);
 }
 
 static PyObject *
@@ -546,6 +635,14 @@ static PyMethodDef activity_methods[] = {
      "totals: sites [(name, (first, kernels, replays, unseen))], unattributed (first, kernels, "
      "replays, unseen); kernels [(kernel, launches, gpu_ns)], replays [(replay site, launches, "
      "gpu_ns)], unseen (launches, gpu_ns)."},
+    {"keep_memory", (PyCFunction)recorder_keep_memory, METH_VARARGS,
+     "keep_memory(is_memory_api, max_waiting): CUPTI's memory records are read from now on, and "
+     "with the join in C the calls of the APIs flagged (bytes, one per api index) are kept "
+     "apart from the launches, for drain_memory(); at most max_waiting of each wait."},
+    {"drain_memory", (PyCFunction)recorder_drain_memory, METH_NOARGS,
+     "drain_memory() -> (calls, records, dropped): memory calls [(correlation_id, site)], "
+     "CUPTI's memory records [(correlation_id, allocation, memory_kind, address, bytes, "
+     "timestamp, device, stream, is_async)] so far, and how many were not kept."},
     {"activity_counts", (PyCFunction)recorder_activity_counts, METH_NOARGS,
      "activity_counts() -> {'waiting', 'dropped', 'cupti_dropped', 'names', "
      "'names_past_bound'}: GPU records waiting, not kept past the bound, dropped by CUPTI; kernel "

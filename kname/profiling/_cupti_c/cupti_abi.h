@@ -128,6 +128,10 @@ typedef kn_CUptiResult (*kn_GetGraphExecId)(kn_CUgraphExec graphExec, uint32_t *
 #define KN_CUPTI_ACTIVITY_KIND_KERNEL 3
 #define KN_CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL 10
 #define KN_CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION 39
+#define KN_CUPTI_ACTIVITY_KIND_MEMORY2 49 /* kname profile --memory's */
+
+/* CUpti_ActivityMemoryOperationType: what a MEMORY2 record did (RELEASE is 2) */
+#define KN_CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION 1
 
 /* CUpti_ActivityFlag */
 #define KN_CUPTI_ACTIVITY_FLAG_FLUSH_FORCED 1
@@ -143,7 +147,8 @@ typedef struct {
 /* The records kname reads, each declared up to the last field it reads, with the fields it does
  * not read as filler. CUPTI's records are packed (and 8-byte aligned): so are these. The layouts
  * are those of CUPTI 13.0's CUpti_ActivityKernel10 (KERNEL and CONCURRENT_KERNEL records),
- * CUpti_ActivityMemcpy6, CUpti_ActivityMemset4 and CUpti_ActivityExternalCorrelation; later
+ * CUpti_ActivityMemcpy6, CUpti_ActivityMemset4, CUpti_ActivityExternalCorrelation and
+ * CUpti_ActivityMemory4 (MEMORY2 records, read with kname profile --memory); later
  * releases' versions of these records begin the same way (the header check compares both). */
 typedef struct __attribute__((packed)) {
     uint32_t kind;
@@ -199,6 +204,22 @@ typedef struct __attribute__((packed)) {
     uint64_t externalId;
     uint32_t correlationId;
 } kn_ActivityExternalCorrelation;
+
+typedef struct __attribute__((packed)) {
+    uint32_t kind;
+    uint32_t memoryOperationType; /* CUpti_ActivityMemoryOperationType */
+    uint32_t memoryKind;          /* CUpti_ActivityMemoryKind */
+    uint32_t correlationId;
+    uint64_t address;
+    uint64_t bytes;
+    uint64_t timestamp;
+    uint8_t filler0[12]; /* PC, processId */
+    uint32_t deviceId;
+    uint8_t filler1[4]; /* contextId */
+    uint32_t streamId;
+    uint8_t filler2[8]; /* name */
+    uint32_t isAsync;
+} kn_ActivityMemory;
 
 /* CUpti_BuffersCallbackRequestFunc, CUpti_BuffersCallbackCompleteFunc */
 typedef void (*kn_BuffersRequested)(uint8_t **buffer, size_t *size, size_t *maxNumRecords);

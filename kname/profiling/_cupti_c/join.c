@@ -36,6 +36,9 @@ join_free(Join *j)
     free(j->sites);
     free(j->kernels);
     free(j->replays);
+    free(j->memory.is_memory_api);
+    free(j->memory.calls);
+    free(j->memory.facts);
     memset(j, 0, sizeof *j);
 }
 
@@ -390,11 +393,46 @@ join_external(Join *j, uint32_t id, uint64_t external_id)
     join_adopt(j, id);
 }
 
+/* ---- --memory: memory calls and records kept apart, for Python */
+
+static int
+is_memory_call(const MemoryWaiting *m, const Launch *launch)
+{
+    return m->on && launch->api < m->api_count && m->is_memory_api[launch->api];
+}
+
+static void
+memory_keep_call(MemoryWaiting *m, uint32_t correlation_id, const void *site)
+{
+    if (m->call_count >= m->max_waiting
+        || !grow((void **)&m->calls, &m->call_room, m->call_count, sizeof *m->calls)) {
+        m->dropped++;
+        return;
+    }
+    m->calls[m->call_count++] = (MemoryCall){correlation_id, site};
+}
+
+void
+memory_keep_fact(MemoryWaiting *m, const MemoryFact *fact)
+{
+    if (m->fact_count >= m->max_waiting
+        || !grow((void **)&m->facts, &m->fact_room, m->fact_count, sizeof *m->facts)) {
+        m->dropped++;
+        return;
+    }
+    m->facts[m->fact_count++] = *fact;
+}
+
 void
 join_launches(Join *j, const Launch *launches, Py_ssize_t count, const void *no_frame)
 {
-    for (Py_ssize_t i = 0; i < count; i++)
-        join_launch(j, &launches[i], launches[i].site != NULL ? launches[i].site : no_frame);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const void *site = launches[i].site != NULL ? launches[i].site : no_frame;
+        if (is_memory_call(&j->memory, &launches[i]))
+            memory_keep_call(&j->memory, launches[i].correlation_id, site);
+        else
+            join_launch(j, &launches[i], site);
+    }
 }
 
 void

@@ -43,6 +43,38 @@ typedef struct {
     uint8_t kind;
 } GpuRecord;
 
+/* ---- kname profile --memory: what the join keeps apart for Python's memory join */
+
+/* One of CUPTI's memory records (MEMORY2), copied out of its buffer (records.py's MemoryRecord,
+ * the kind and operation as CUPTI numbers them). */
+typedef struct {
+    uint64_t address, bytes, timestamp;
+    uint32_t correlation_id, device, stream, memory_kind; /* CUpti_ActivityMemoryKind */
+    uint8_t allocation, is_async;
+} MemoryFact;
+
+/* A memory API call (cudaMalloc, cuMemFree...): its correlation id and its line. */
+typedef struct {
+    uint32_t correlation_id;
+    const void *site;
+} MemoryCall;
+
+/* As memory_join.MemoryCalls does in front of join.py's Join: memory API calls are no launches
+ * (is_memory_api, by api index), kept here with CUPTI's memory records until Python takes them
+ * (drain_memory: a few per allocation, not one per kernel). At most `max_waiting` of each wait;
+ * past that they are counted in `dropped`. */
+typedef struct {
+    int on;
+    uint8_t *is_memory_api;
+    size_t api_count;
+    MemoryCall *calls;
+    size_t call_count, call_room;
+    MemoryFact *facts;
+    size_t fact_count, fact_room;
+    size_t max_waiting;
+    uint64_t dropped;
+} MemoryWaiting;
+
 /* ------------------------------------------------------------------ its tables */
 
 /* ---- the join's state */
@@ -133,6 +165,7 @@ typedef struct {
     uint32_t first;
     int trimmed;   /* launches were dropped at the bound: said at the next report */
     int no_memory; /* something was not kept for want of memory: said too */
+    MemoryWaiting memory; /* --memory's calls and records (kept with the join off too) */
 } Join;
 
 /* ---- a snapshot of the totals (profile()) */
@@ -170,7 +203,7 @@ typedef struct {
 /* ------------------------------------------------------------------ its steps */
 
 /* add_launch, for each of `count` launches in the order they finished; a launch with no Python
- * frame (site NULL) at `no_frame`. */
+ * frame (site NULL) at `no_frame`. With memory on, a memory API call is kept apart instead. */
 INTERNAL void join_launches(Join *j, const Launch *launches, Py_ssize_t count,
                             const void *no_frame);
 
@@ -182,6 +215,10 @@ INTERNAL void join_graph_nodes(Join *j, const NodeEvent *events, Py_ssize_t coun
 /* One buffer's records, as the collector hands them to the Python join: its external
  * correlations first, then its work (add_externals, then add_activities). */
 INTERNAL void join_records(Join *j, const GpuRecord *records, Py_ssize_t count);
+
+/* CUPTI's memory record kept for Python (memory on); past the bound, or for want of memory,
+ * counted in `dropped`. */
+INTERNAL void memory_keep_fact(MemoryWaiting *m, const MemoryFact *fact);
 
 /* profile(): the sites (but <unattributed>), and <unattributed> with the records still waiting
  * for their launch, but those older than every launch seen (counted as earlier). 0: no memory. */

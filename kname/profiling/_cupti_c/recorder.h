@@ -105,6 +105,12 @@ INTERNAL PyObject *node_object(Recorder *r, PyObject *make_record, const NodeEve
 INTERNAL PyObject *gpu_object(Recorder *r, const GpuRecord *g, PyObject *make_activity,
                               PyObject *make_external, PyObject *memcpy_name);
 
+/* drain_memory()'s ([(correlation_id, site)], [(correlation_id, allocation, memory_kind,
+ * address, bytes, timestamp, device, stream, is_async)], dropped) of these calls and records,
+ * both freed either way: a new reference, NULL with an error. */
+INTERNAL PyObject *memory_drained(MemoryCall *calls, size_t call_count, MemoryFact *facts,
+                                  size_t fact_count, unsigned long long dropped);
+
 /* The str of kernel name `index`, made once; memcpy_name(copy_kind), asked once per copy kind
  * (new references, NULL with an error). */
 INTERNAL PyObject *kernel_name(Recorder *r, uint32_t index);

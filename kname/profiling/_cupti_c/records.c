@@ -256,3 +256,54 @@ gpu_object(Recorder *r, const GpuRecord *g, PyObject *make_activity, PyObject *m
     };
     return new_record(&r->activity_layout, make_activity, args);
 }
+
+/* ---- --memory: the memory calls and records drain_memory() hands over */
+
+static PyObject *
+memory_call_object(const void *item)
+{
+    const MemoryCall *call = item;
+    return Py_BuildValue("(kO)", (unsigned long)call->correlation_id, (PyObject *)call->site);
+}
+
+static PyObject *
+memory_fact_object(const void *item)
+{
+    const MemoryFact *f = item;
+    return Py_BuildValue("(kNkKKKkkN)", (unsigned long)f->correlation_id,
+                         PyBool_FromLong(f->allocation), (unsigned long)f->memory_kind,
+                         (unsigned long long)f->address, (unsigned long long)f->bytes,
+                         (unsigned long long)f->timestamp, (unsigned long)f->device,
+                         (unsigned long)f->stream, PyBool_FromLong(f->is_async));
+}
+
+/* A list of make(item) for `count` items of `size` bytes; freed either way. NULL with an
+ * error. */
+static PyObject *
+list_of(void *items, size_t count, size_t size, PyObject *(*make)(const void *))
+{
+    PyObject *list = PyList_New((Py_ssize_t)count);
+    for (size_t i = 0; list != NULL && i < count; i++) {
+        PyObject *item = make((const char *)items + i * size);
+        if (item == NULL)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    }
+    free(items);
+    return list;
+}
+
+PyObject *
+memory_drained(MemoryCall *calls, size_t call_count, MemoryFact *facts, size_t fact_count,
+               unsigned long long dropped)
+{
+    PyObject *call_list = list_of(calls, call_count, sizeof *calls, memory_call_object);
+    PyObject *fact_list = list_of(facts, fact_count, sizeof *facts, memory_fact_object);
+    if (call_list == NULL || fact_list == NULL) {
+        Py_XDECREF(call_list);
+        Py_XDECREF(fact_list);
+        return NULL;
+    }
+    return Py_BuildValue("(NNK)", call_list, fact_list, dropped);
+}

@@ -23,7 +23,7 @@ import sys
 import weakref
 from collections.abc import Callable
 from types import CodeType, FrameType
-from typing import Any
+from typing import Any, ClassVar
 
 from kname import counters, faults, naming, ranges, site_cache, walk
 from kname._locks import reset_in_child
@@ -277,6 +277,7 @@ def configure(
         )  # fmt: skip
         _forget_sites()
         _forget_kinds()
+        _native_rules(_rules)
 
 
 def use_site_calls(factory: Callable[[Site], tuple[Any, Any]] | None = None) -> None:
@@ -346,6 +347,81 @@ def kind_of(code: CodeType, module: object) -> int:
     return kind
 
 
+class NativeMiss:
+    """What the C wrapper reads to name a miss itself (kname/_native_c/callsite.c): the common
+    miss, a launch straight from a line of user code, named by that one frame. One per wrapper
+    (its kernel's name, library and renaming); the class holds what every wrapper shares, set
+    by the rules of the moment. The Python rules decide: C only looks their answers up."""
+
+    __slots__ = ("kernel_name", "lib", "rename")
+
+    # Whether C may name a miss: the rules name a site by one user frame (KNAME_DEPTH 1), and C
+    # met no fault of its own since they were set (failed()).
+    in_c: ClassVar[bool] = True
+    # The modules whose import makes user code's kind a question for Python (generated code).
+    makers: ClassVar[tuple[str, ...]] = ()
+    # (module, file name) -> the file's `{path}`, where its code is named in C (place_of): a user
+    # module's real file, no IPython loaded. None: every launch from it is named in Python.
+    places: ClassVar[dict[tuple[str, str], str | None]] = {}
+    judge = staticmethod(kind_of)  # a code object's kind, where makers are imported
+
+    def __init__(self, kernel_name: str | Callable[[Any], str], lib: str, rename: Any) -> None:
+        self.kernel_name, self.lib, self.rename = kernel_name, lib, rename
+
+    @staticmethod
+    def place_of(code: CodeType, module: str) -> str | None:
+        """The `{path}` of `code`'s file where C names its launches (None: Python does), kept in
+        `places`: once per file and module."""
+        filename = code.co_filename
+        place = None
+        # A cell's, or code timed in one, and files IPython may run as cells: named in Python.
+        if (
+            not filename.startswith("<")
+            and "IPython" not in sys.modules
+            and _module_kind(module, filename, _rules) in (None, USER)
+        ):
+            place = naming.file_path(filename)
+        NativeMiss.places[(module, filename)] = place
+        return place
+
+    @staticmethod
+    def failed(exc: BaseException) -> None:
+        """C's naming of a miss failed on its own: said once; Python names every miss from now
+        on, until the rules are set again."""
+        NativeMiss.in_c = False
+        report_fault("naming a new call site in C (Python names them from now on)", exc)
+
+    def build(
+        self, code: CodeType, lasti: int, kernel: Any, kernel_key: Any, *facts: Any
+    ) -> Site | None:
+        """The site of a launch from line `facts` of `code` (at `lasti`), a user frame C read:
+        its FrameFacts' fields, as naming.frame_facts reads them."""
+        rules = _rules
+        if rules.depth != 1:  # the rules changed since C read them: Python walks
+            return resolve(sys._getframe(1), kernel, kernel_key, self.kernel_name, self.lib,
+                           self.rename)  # fmt: skip
+        key = (id(code), lasti, kernel_key)
+        site = sites.get(key)
+        if site is not None:
+            return site
+        kernel_name = self.kernel_name
+        if callable(kernel_name):
+            kernel_name = kernel_name(kernel)
+        frame = _new_facts(naming.FrameFacts, facts)
+        return _build(key, [frame], kernel, kernel_key, kernel_name, self.lib, rules, self.rename,
+                      codes=(code,))  # fmt: skip
+
+
+def _native_rules(rules: Rules) -> None:
+    """What C reads of `rules` (NativeMiss), and the files it named under the old ones gone."""
+    NativeMiss.in_c = rules.depth == 1
+    NativeMiss.makers = tuple(maker for maker, _ in rules.generated)
+    NativeMiss.places.clear()
+
+
+_new_facts = tuple.__new__
+
+
 def site_name(depth: int = 1, kernel: Any = "") -> str:
     """The name a launch made from the line calling this would get (for custom launchers).
 
@@ -375,16 +451,14 @@ def _forget_kinds() -> None:
     _kinds.clear()
     _codes.clear()
     _module_kinds.clear()
+    NativeMiss.places.clear()
 
 
 def _judge(code: CodeType, module: object) -> int:
     rules = _rules
     filename = code.co_filename
     if isinstance(module, str):
-        place = (module, filename)
-        kind = _module_kinds.get(place, False)
-        if kind is False:
-            kind = _module_kinds[place] = _kind_of_module(module, filename, rules)
+        kind = _module_kind(module, filename, rules)
         if kind in (LIBRARY, COMPILE) and rules.compile_phases:
             kind = _phase_of(code, module, rules.compile_phases, kind)
         if kind is not None:
@@ -402,6 +476,15 @@ def _judge(code: CodeType, module: object) -> int:
         if maker in modules and is_generated(code, module):
             return LIBRARY
     return USER
+
+
+def _module_kind(module: str, filename: str, rules: Rules) -> int | None:
+    """_kind_of_module, decided once per module and file."""
+    place = (module, filename)
+    kind = _module_kinds.get(place, False)
+    if kind is False:
+        kind = _module_kinds[place] = _kind_of_module(module, filename, rules)
+    return kind
 
 
 def _phase_of(
@@ -443,7 +526,7 @@ def _is_stdlib(module: str, filename: str) -> bool:
 
 def _build(
     key: tuple,
-    frames: list[FrameType],
+    frames: list[FrameType | naming.FrameFacts],
     kernel: Any,
     kernel_key: Any,
     kernel_name: str,
@@ -451,12 +534,15 @@ def _build(
     rules: Rules,
     rename: Any = None,
     compiling: bool = False,
+    codes: tuple[CodeType, ...] | None = None,
 ) -> Site:
-    """The site for `key`, built and cached (another thread's, if it was first).
+    """The site for `key`, built and cached (another thread's, if it was first). `frames` may be
+    their facts, read already (by the C wrapper), with their `codes`.
 
     An exception raised into naming from outside is raised once the site is cached with the name
     it should have; a fault of kname's own caches it unnamed, said once."""
-    codes = (frames[0].f_code,) if len(frames) == 1 else tuple([f.f_code for f in frames])
+    if codes is None:
+        codes = (frames[0].f_code,) if len(frames) == 1 else tuple([f.f_code for f in frames])
     renaming = rename is not None
     try:
         name, identifier, calls = _naming(
@@ -489,7 +575,7 @@ def _build(
 def _naming_failed(
     exc: Exception,
     key: tuple,
-    frames: list[FrameType],
+    frames: list[FrameType | naming.FrameFacts],
     codes: tuple[CodeType, ...],
     kernel_name: str,
     lib: str,
@@ -514,7 +600,7 @@ def _naming_failed(
 
 def _naming(
     key: tuple,
-    frames: list[FrameType],
+    frames: list[FrameType | naming.FrameFacts],
     codes: tuple[CodeType, ...],
     kernel_name: str,
     lib: str,
@@ -529,7 +615,8 @@ def _naming(
     facts = progress.facts
     for index, frame in enumerate(frames):  # each step kept by index as soon as it is made
         if facts[index] is None:
-            facts[index] = naming.frame_facts(frame)
+            is_facts = type(frame) is naming.FrameFacts  # read by the C wrapper
+            facts[index] = frame if is_facts else naming.frame_facts(frame)
     if progress.name is None:
         progress.name = _display_name(facts, kernel_name, lib, rules.template, compiling)
     if renaming and progress.identifier is None:

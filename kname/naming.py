@@ -78,6 +78,16 @@ def frame_place(frame: FrameType) -> tuple[str, int]:
     return _short_path(filename, roots), frame.f_lineno or 0
 
 
+def file_path(filename: str) -> str:
+    """`{path}` of code from the real file `filename` (not a cell's), as frame_place gives it,
+    the file noted as shown (facts_of): for the C wrapper's naming of a miss, once per file."""
+    roots = _roots if _roots is not None else path_roots()
+    path = _short_path(filename, roots)
+    if path not in _shown_files:
+        _show_file(path, filename)
+    return path
+
+
 def facts_of(frame: FrameType, place: tuple[str, int], function: str) -> FrameFacts:
     """The facts of a live frame, from its place (frame_place) and function (function_name)."""
     path, line = place

@@ -110,6 +110,8 @@ def test_generated_code_rules_are_asked_only_once_their_library_is_imported(
                                           "compile_modules")},
         "generated": (("kname_test_maker", rule),),
     }))  # fmt: skip
+    # What the C wrapper reads of the rules, as configure() would set it (callsite._native_rules).
+    monkeypatch.setattr(callsite.NativeMiss, "makers", ("kname_test_maker",))
     before, after = new_lines(sandbox, "generated_rules", 2)
     before()
     assert asked == []  # no library that makes code is imported: nothing to ask

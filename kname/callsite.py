@@ -29,7 +29,7 @@ from kname import counters, faults, naming, ranges, site_cache, walk
 from kname._locks import reset_in_child
 from kname._warnings import report_fault, warn_once
 from kname._watched import Watched
-from kname.config import DEFAULT_FORMAT
+from kname.config import DEFAULT_FORMAT, MAX_NAME_LENGTH
 from kname.site_cache import _lock, sites
 
 # Re-exported: what other modules and the tests read here.
@@ -363,6 +363,10 @@ class NativeMiss:
     # (module, file name) -> the file's `{path}`, where its code is named in C (place_of): a user
     # module's real file, no IPython loaded. None: every launch from it is named in Python.
     places: ClassVar[dict[tuple[str, str], str | None]] = {}
+    # KNAME_FORMAT as naming.template_fields parts (None: Python renders every name), and the
+    # longest name C gives as it is (naming.display_name cuts a longer one, or one not ASCII).
+    template: ClassVar[tuple[str | int, ...] | None] = naming.template_fields(DEFAULT_FORMAT)
+    max_length: ClassVar[int] = MAX_NAME_LENGTH
     judge = staticmethod(kind_of)  # a code object's kind, where makers are imported
 
     def __init__(self, kernel_name: str | Callable[[Any], str], lib: str, rename: Any) -> None:
@@ -389,13 +393,21 @@ class NativeMiss:
         """C's naming of a miss failed on its own: said once; Python names every miss from now
         on, until the rules are set again."""
         NativeMiss.in_c = False
-        report_fault("naming a new call site in C (Python names them from now on)", exc)
+        report_fault("naming a new call site in C", exc, "Python names new call sites from now on")
 
     def build(
-        self, code: CodeType, lasti: int, kernel: Any, kernel_key: Any, *facts: Any
+        self,
+        code: CodeType,
+        lasti: int,
+        kernel: Any,
+        kernel_key: Any,
+        kernel_name: Any,
+        name: str | None,
+        *facts: Any,
     ) -> Site | None:
-        """The site of a launch from line `facts` of `code` (at `lasti`), a user frame C read:
-        its FrameFacts' fields, as naming.frame_facts reads them."""
+        """The site of a launch from `code` at `lasti`, a user frame C read: its FrameFacts'
+        fields `facts`, as naming.frame_facts reads them, the kernel's name and the site's, as
+        naming.display_name makes it (None: not made in C)."""
         rules = _rules
         if rules.depth != 1:  # the rules changed since C read them: Python walks
             return resolve(sys._getframe(1), kernel, kernel_key, self.kernel_name, self.lib,
@@ -404,18 +416,16 @@ class NativeMiss:
         site = sites.get(key)
         if site is not None:
             return site
-        kernel_name = self.kernel_name
-        if callable(kernel_name):
-            kernel_name = kernel_name(kernel)
         frame = _new_facts(naming.FrameFacts, facts)
         return _build(key, [frame], kernel, kernel_key, kernel_name, self.lib, rules, self.rename,
-                      codes=(code,))  # fmt: skip
+                      codes=(code,), name=name)  # fmt: skip
 
 
 def _native_rules(rules: Rules) -> None:
     """What C reads of `rules` (NativeMiss), and the files it named under the old ones gone."""
     NativeMiss.in_c = rules.depth == 1
     NativeMiss.makers = tuple(maker for maker, _ in rules.generated)
+    NativeMiss.template = naming.template_fields(rules.template)
     NativeMiss.places.clear()
 
 
@@ -458,7 +468,9 @@ def _judge(code: CodeType, module: object) -> int:
     rules = _rules
     filename = code.co_filename
     if isinstance(module, str):
-        kind = _module_kind(module, filename, rules)
+        kind = _module_kinds.get((module, filename), False)
+        if kind is False:  # a module not seen before
+            kind = _module_kind(module, filename, rules)
         if kind in (LIBRARY, COMPILE) and rules.compile_phases:
             kind = _phase_of(code, module, rules.compile_phases, kind)
         if kind is not None:
@@ -535,9 +547,10 @@ def _build(
     rename: Any = None,
     compiling: bool = False,
     codes: tuple[CodeType, ...] | None = None,
+    name: str | None = None,
 ) -> Site:
     """The site for `key`, built and cached (another thread's, if it was first). `frames` may be
-    their facts, read already (by the C wrapper), with their `codes`.
+    their facts, read already (by the C wrapper), with their `codes` (and the `name` it made).
 
     An exception raised into naming from outside is raised once the site is cached with the name
     it should have; a fault of kname's own caches it unnamed, said once."""
@@ -546,14 +559,14 @@ def _build(
     renaming = rename is not None
     try:
         name, identifier, calls = _naming(
-            key, frames, codes, kernel_name, lib, rules, compiling, renaming
+            key, frames, codes, kernel_name, lib, rules, compiling, renaming, name
         )
         outside = None
     except RecursionError:
         raise  # no room on the stack to name it here: not a fault, and not cached
     except Exception as exc:
         failed = _naming_failed(
-            exc, key, frames, codes, kernel_name, lib, rules, compiling, renaming
+            exc, key, frames, codes, kernel_name, lib, rules, compiling, renaming, name
         )
         name, identifier, calls, outside = failed
     with _lock:
@@ -582,12 +595,13 @@ def _naming_failed(
     rules: Rules,
     compiling: bool,
     renaming: bool,
+    name: str | None,
 ) -> tuple[str, str, Any, BaseException | None]:
     """After naming a new site raised `exc`: its name, identifier and range calls, and `exc`
     where it was raised into naming from outside (None: it was kname's fault), to raise once
     the site is cached."""
     own, done, named = faults.take_again(
-        exc, _naming, key, frames, codes, kernel_name, lib, rules, compiling, renaming
+        exc, _naming, key, frames, codes, kernel_name, lib, rules, compiling, renaming, name
     )
     if not own:
         if not done:
@@ -607,10 +621,13 @@ def _naming(
     rules: Rules,
     compiling: bool,
     renaming: bool,
+    name: str | None = None,
 ) -> tuple[str, str, Any]:
     """The name, identifier ("" unless `renaming`) and range calls of the site at `key` (the
     code of `frames` is `codes`), resuming an attempt that was interrupted: each step's result
-    is kept as soon as it is computed."""
+    is kept as soon as it is computed. `name`: made already (by the C wrapper)."""
+    if name is not None and not renaming:  # the range is all that is left: no step to keep
+        return name, "", ranges.range_for(name, kernel_name, lib) if rules.emit_nvtx else None
     progress = _progress_of(key, codes, kernel_name, lib, rules)
     facts = progress.facts
     for index, frame in enumerate(frames):  # each step kept by index as soon as it is made
@@ -618,7 +635,11 @@ def _naming(
             is_facts = type(frame) is naming.FrameFacts  # read by the C wrapper
             facts[index] = frame if is_facts else naming.frame_facts(frame)
     if progress.name is None:
-        progress.name = _display_name(facts, kernel_name, lib, rules.template, compiling)
+        made = name is not None  # by the C wrapper
+        template = rules.template
+        progress.name = (
+            name if made else _display_name(facts, kernel_name, lib, template, compiling)
+        )
     if renaming and progress.identifier is None:
         # Only a renamed kernel is named by it: no other launch reads it.
         progress.identifier = naming.identifier_name(kernel_name, facts[0]) if facts else ""

@@ -138,6 +138,31 @@ def fold_comprehensions(qualname: str) -> str:
     return ".".join(parts) or "<module>"
 
 
+# The fields a template may name, in the order template_fields numbers them.
+FIELDS = ("kernel", "function", "path", "module", "file", "line", "lib")
+
+
+def template_fields(template: str) -> tuple[str | int, ...] | None:
+    """`template` as its literal texts and the FIELDS index of each field between them, for the
+    C wrapper, which renders a name from these as _render does; None where a field has a format
+    spec, a conversion or another name (and for a template str.format refuses): Python renders."""
+    import _string  # str.format's own parser, built in
+
+    parts: list[str | int] = []
+    try:
+        for literal, field, spec, conversion in _string.formatter_parser(template):
+            if literal:
+                parts.append(literal)
+            if field is None:
+                continue
+            if spec or conversion or field not in FIELDS:
+                return None
+            parts.append(FIELDS.index(field))
+    except ValueError:
+        return None
+    return tuple(parts)
+
+
 def display_name(template: str, kernel: str, lib: str, frames: list[FrameFacts]) -> str:
     """The name shown in the profiler: the call site, then its callers, each by the template.
 

@@ -238,14 +238,26 @@ walked_site(LaunchWrapper *w, Frame *frame, PyObject *kernel, PyObject **kernel_
 /* ------------------------------------------------------------------ naming a miss in C */
 
 /* What NativeMiss (kname.callsite) is read by, and the names C looks up. */
-enum { M_IN_C, M_PLACES, M_MAKERS, M_PLACE_OF, M_JUDGE, M_FAILED, M_BUILD, M_NAME, M_IPYTHON,
-       M_MODULES, MISS_NAMES };
+enum { FIELDS = 7 }; /* naming.FIELDS: kernel, function, path, module, file, line, lib */
+enum { M_IN_C, M_PLACES, M_MAKERS, M_PLACE_OF, M_JUDGE, M_FAILED, M_BUILD, M_KERNEL_NAME, M_LIB,
+       M_TEMPLATE, M_MAX_LENGTH, M_NAME, M_IPYTHON, M_EMPTY, MISS_NAMES };
 static PyObject *miss_names[MISS_NAMES];
 static const char *const miss_fields[MISS_NAMES] = {
-    [M_IN_C] = "in_c",         [M_PLACES] = "places", [M_MAKERS] = "makers",
-    [M_PLACE_OF] = "place_of", [M_JUDGE] = "judge",   [M_FAILED] = "failed",
-    [M_BUILD] = "build",       [M_NAME] = "__name__", [M_IPYTHON] = "IPython",
-    [M_MODULES] = "modules"};
+    [M_IN_C] = "in_c",
+    [M_PLACES] = "places",
+    [M_MAKERS] = "makers",
+    [M_PLACE_OF] = "place_of",
+    [M_JUDGE] = "judge",
+    [M_FAILED] = "failed",
+    [M_BUILD] = "build",
+    [M_KERNEL_NAME] = "kernel_name",
+    [M_LIB] = "lib",
+    [M_TEMPLATE] = "template",
+    [M_MAX_LENGTH] = "max_length",
+    [M_NAME] = "__name__",
+    [M_IPYTHON] = "IPython",
+    [M_EMPTY] = "",
+};
 
 /* The globals of `frame`, borrowed (the running frame keeps them). */
 static PyObject *
@@ -351,8 +363,70 @@ function_of(PyCodeObject *code)
     return Py_NewRef(qualname);
 }
 
-/* NativeMiss.build(code, lasti, kernel, kernel_key, function, path, module, file, line): the
- * site of the line `caller` runs, from its facts as naming.frame_facts reads them. */
+/* The kernel's name as resolve() takes it (new reference): NativeMiss.kernel_name, or what it
+ * gives for `kernel` where it is a function. */
+static PyObject *
+kernel_name_of(PyObject *miss, PyObject *kernel, Outcome *outcome)
+{
+    *outcome = C_FAULT;
+    PyObject *given = PyObject_GetAttr(miss, miss_names[M_KERNEL_NAME]);
+    if (given == NULL || !PyCallable_Check(given))
+        return given;
+    *outcome = PYTHON_RAISED;
+    PyObject *name = PyObject_CallOneArg(given, kernel);
+    Py_DECREF(given);
+    return name;
+}
+
+/* The name naming.display_name makes of one frame's `fields` (naming.FIELDS' order, each a
+ * str), rendered by NativeMiss.template as naming._render renders it (new reference). Py_None
+ * where Python makes it: another template, or a name to cut (longer than NativeMiss.max_length)
+ * or to make valid UTF-8 (not ASCII). */
+static PyObject *
+rendered_name(PyObject *miss, PyObject *const fields[FIELDS])
+{
+    PyObject *parts = PyObject_GetAttr(miss, miss_names[M_TEMPLATE]);
+    PyObject *longest = parts == NULL ? NULL : PyObject_GetAttr(miss, miss_names[M_MAX_LENGTH]);
+    PyObject *name = NULL, *pieces = NULL;
+    Py_ssize_t max_length = longest == NULL ? -1 : PyLong_AsSsize_t(longest);
+    if (max_length < 0 || !PyTuple_CheckExact(parts)) {
+        if (!PyErr_Occurred())
+            name = Py_NewRef(Py_None); /* a template Python renders */
+        goto done;
+    }
+    for (int i = 0; i < FIELDS; i++) {
+        if (!PyUnicode_CheckExact(fields[i])) {
+            name = Py_NewRef(Py_None); /* a kernel's name of another type, a library's */
+            goto done;
+        }
+    }
+    Py_ssize_t count = PyTuple_GET_SIZE(parts);
+    if ((pieces = PyList_New(count)) == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *part = PyTuple_GET_ITEM(parts, i);
+        Py_ssize_t field = PyLong_CheckExact(part) ? PyLong_AsSsize_t(part) : -1;
+        if (field >= 0 && field < FIELDS)
+            part = fields[field];
+        else if (!PyUnicode_CheckExact(part)) {
+            PyErr_Format(PyExc_TypeError, "NativeMiss.template holds %R", part);
+            goto done;
+        }
+        PyList_SET_ITEM(pieces, i, Py_NewRef(part));
+    }
+    name = PyUnicode_Join(miss_names[M_EMPTY], pieces);
+    if (name != NULL && (!PyUnicode_IS_ASCII(name) || PyUnicode_GET_LENGTH(name) > max_length))
+        Py_SETREF(name, Py_NewRef(Py_None));
+done:
+    Py_XDECREF(pieces);
+    Py_XDECREF(longest);
+    Py_XDECREF(parts);
+    return name;
+}
+
+/* NativeMiss.build(code, lasti, kernel, kernel_key, kernel_name, name, function, path, module,
+ * file, line): the site of the line `caller` runs, from its facts as naming.frame_facts reads
+ * them and its name as naming.display_name makes it (None: not made here). */
 static PyObject *
 build_site(PyObject *miss, Frame *caller, PyObject *kernel, PyObject *kernel_id,
            PyObject *function, PyObject *path, PyObject *module, Outcome *outcome)
@@ -368,14 +442,28 @@ build_site(PyObject *miss, Frame *caller, PyObject *kernel, PyObject *kernel_id,
     PyObject *file = slash < 0 ? Py_NewRef(path) : PyUnicode_Substring(path, slash + 1, length);
     PyObject *lasti_obj = PyLong_FromLong(lasti);
     PyObject *line_obj = PyLong_FromLong(line < 0 ? 0 : line);
-    PyObject *site = NULL;
-    if (file != NULL && lasti_obj != NULL && line_obj != NULL) {
-        *outcome = PYTHON_RAISED;
-        PyObject *args[10] = {miss,   (PyObject *)code, lasti_obj, kernel, kernel_id,
-                              function, path,          module,    file,   line_obj};
-        site = PyObject_VectorcallMethod(miss_names[M_BUILD], args,
-                                         10 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    PyObject *line_text = line_obj == NULL ? NULL : PyObject_Str(line_obj);
+    PyObject *lib = PyObject_GetAttr(miss, miss_names[M_LIB]);
+    PyObject *kernel_name = NULL, *name = NULL, *site = NULL;
+    if (file != NULL && lasti_obj != NULL && line_text != NULL && lib != NULL)
+        kernel_name = kernel_name_of(miss, kernel, outcome);
+    if (kernel_name != NULL) {
+        *outcome = C_FAULT;
+        PyObject *fields[FIELDS] = {kernel_name, function, path, module, file, line_text, lib};
+        name = rendered_name(miss, fields);
     }
+    if (name != NULL) {
+        *outcome = PYTHON_RAISED;
+        PyObject *args[12] = {miss,        (PyObject *)code, lasti_obj, kernel, kernel_id,
+                              kernel_name, name,             function,  path,   module,
+                              file,        line_obj};
+        site = PyObject_VectorcallMethod(miss_names[M_BUILD], args,
+                                         12 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    }
+    Py_XDECREF(name);
+    Py_XDECREF(kernel_name);
+    Py_XDECREF(lib);
+    Py_XDECREF(line_text);
     Py_XDECREF(file);
     Py_XDECREF(lasti_obj);
     Py_XDECREF(line_obj);

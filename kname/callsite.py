@@ -348,7 +348,7 @@ def kind_of(code: CodeType, module: object) -> int:
 
 
 class NativeMiss:
-    """What the C wrapper reads to name a miss itself (kname/_native_c/callsite.c): the common
+    """What the C wrapper reads to name a miss itself (kname/_native_c/miss.c): the common
     miss, a launch straight from a line of user code, named by that one frame. One per wrapper
     (its kernel's name, library and renaming); the class holds what every wrapper shares, set
     by the rules of the moment. The Python rules decide: C only looks their answers up."""
@@ -635,11 +635,9 @@ def _naming(
             is_facts = type(frame) is naming.FrameFacts  # read by the C wrapper
             facts[index] = frame if is_facts else naming.frame_facts(frame)
     if progress.name is None:
-        made = name is not None  # by the C wrapper
-        template = rules.template
-        progress.name = (
-            name if made else _display_name(facts, kernel_name, lib, template, compiling)
-        )
+        if name is None:  # not made by the C wrapper
+            name = _display_name(facts, kernel_name, lib, rules.template, compiling)
+        progress.name = name
     if renaming and progress.identifier is None:
         # Only a renamed kernel is named by it: no other launch reads it.
         progress.identifier = naming.identifier_name(kernel_name, facts[0]) if facts else ""

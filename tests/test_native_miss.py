@@ -147,7 +147,7 @@ def test_a_new_line_named_in_c_gets_the_name_python_gives_it_byte_for_byte(
     # file, by a template of plain fields, named in ASCII.
     plain = all(other not in template for other in ("{line:>5}", "{path!r}"))
     common = shape in ("function", "method") and module in USER_MODULES and plain
-    if common and in_c[0].isascii() and module.isascii() and name.isascii():
+    if common and all(text.isascii() for text in (filename, module, name, template)):
         assert named_in_c == in_c
 
 

@@ -1,4 +1,4 @@
-"""The first launch from a new line named in C (kname/_native_c/callsite.c, named_here): the
+"""The first launch from a new line named in C (kname/_native_c/miss.c, named_in_c): the
 name C makes is the one Python makes, byte for byte, and a fault of C's own is said once, the
 launch named by Python, and every miss after it too, until the rules are set again.
 
@@ -58,7 +58,7 @@ TEMPLATES = st.one_of(
     st.lists(st.one_of(FIELD, FIELD, OTHER, st.text(alphabet="ab -", max_size=3)),
              min_size=1, max_size=6).map("".join),
 )  # fmt: skip
-SHAPES = ["module", "function", "method", "nested", "lambda"]
+SHAPES = ["module", "function", "method", "multiline", "nested", "lambda"]
 
 
 def program(shape: str, name: str, pad: int) -> tuple[str, Callable[[dict], object]]:
@@ -69,6 +69,9 @@ def program(shape: str, name: str, pad: int) -> tuple[str, Callable[[dict], obje
         return head + "fakegpu.launch(1)\n", lambda g: None
     if shape == "function":
         return head + f"def {name}():\n    return fakegpu.launch(1)\n", lambda g: g[name]()
+    if shape == "multiline":  # the call's line: the line of its current instruction
+        source = f"def {name}():\n    return fakegpu.launch(\n        1,\n    )\n"
+        return head + source, lambda g: g[name]()
     if shape == "method":
         source = f"class {name}:\n    def run(self):\n        return fakegpu.launch(1)\n"
         return head + source, lambda g: g[name]().run()
@@ -146,7 +149,7 @@ def test_a_new_line_named_in_c_gets_the_name_python_gives_it_byte_for_byte(
     # The common miss is C's, name and all: a function's or method's line of a user module's
     # file, by a template of plain fields, named in ASCII.
     plain = all(other not in template for other in ("{line:>5}", "{path!r}"))
-    common = shape in ("function", "method") and module in USER_MODULES and plain
+    common = shape in ("function", "method", "multiline") and module in USER_MODULES and plain
     if common and all(text.isascii() for text in (filename, module, name, template)):
         assert named_in_c == in_c
 

@@ -97,31 +97,50 @@ class Site(Watched):
 
     def __init__(self, name, identifier, kernel, lib, calls, code_refs, counter):
         # Set as plain slots, without telling (Watched): no launch has remembered a new site.
-        init = object.__setattr__
-        init(self, "name", name)  # the display name, as the profiler shows it
-        init(self, "identifier", identifier)  # identifier-safe form, for renamed kernels
+        # Through each slot's own setter (_SET_*: object.__setattr__ looks the name up, twice
+        # the cost, at every new site).
+        _SET_NAME(self, name)  # the display name, as the profiler shows it
+        _SET_IDENTIFIER(self, identifier)  # identifier-safe form, for renamed kernels
         # The kernel's name (never the kernel: a site must not keep it).
-        init(self, "kernel", kernel)
-        init(self, "lib", lib)
+        _SET_KERNEL(self, kernel)
+        _SET_LIB(self, lib)
         # The range's prebuilt NVTX push and pop (ranges.range_for), None when none is emitted.
         push, pop = (None, None) if calls is None else calls
-        init(self, "push", push)
-        init(self, "pop", pop)
+        _SET_PUSH(self, push)
+        _SET_POP(self, pop)
         # Weak references to the code objects its key holds: as one is freed, the site leaves.
-        init(self, "code_refs", code_refs)
+        _SET_CODE_REFS(self, code_refs)
         # Shared by every site of this name (kname.counters): next() is atomic, so no count is
         # lost across threads, nor when the site leaves the cache while a launch still holds it.
-        init(self, "counter", counter)
-        init(self, "launch", None)  # KNAME_MODE=rename: launches the site's renamed kernel instead
+        _SET_COUNTER(self, counter)
+        _SET_LAUNCH(self, None)  # KNAME_MODE=rename: launches the site's renamed kernel instead
         site_calls = _rules.site_calls
         if site_calls is not None:  # kname profile: the launch also hands its site over
             push, pop = site_calls(self)
-            init(self, "push", push)
-            init(self, "pop", pop)
+            _SET_PUSH(self, push)
+            _SET_POP(self, pop)
 
     def launches(self) -> int:
         """How many launches were counted under this site's name (by any site of that name)."""
         return counters.value(self.counter)
+
+
+# Each slot's setter, as Site.__init__ sets them.
+(
+    _SET_CODE_REFS,
+    _SET_COUNTER,
+    _SET_IDENTIFIER,
+    _SET_KERNEL,
+    _SET_LAUNCH,
+    _SET_LIB,
+    _SET_NAME,
+    _SET_POP,
+    _SET_PUSH,
+) = (
+    Site.__dict__[slot].__set__
+    for slot in ("code_refs", "counter", "identifier", "kernel", "launch", "lib", "name", "pop",
+                 "push")
+)  # fmt: skip
 
 
 class Rules:
@@ -558,9 +577,13 @@ def _build(
         codes = (frames[0].f_code,) if len(frames) == 1 else tuple([f.f_code for f in frames])
     renaming = rename is not None
     try:
-        name, identifier, calls = _naming(
-            key, frames, codes, kernel_name, lib, rules, compiling, renaming, name
-        )
+        if name is not None and not renaming:  # by the C wrapper: the range is all that is left
+            made = ranges.range_for(name, kernel_name, lib) if rules.emit_nvtx else None
+            identifier, calls = "", made
+        else:
+            name, identifier, calls = _naming(
+                key, frames, codes, kernel_name, lib, rules, compiling, renaming, name
+            )
         outside = None
     except RecursionError:
         raise  # no room on the stack to name it here: not a fault, and not cached
@@ -626,8 +649,6 @@ def _naming(
     """The name, identifier ("" unless `renaming`) and range calls of the site at `key` (the
     code of `frames` is `codes`), resuming an attempt that was interrupted: each step's result
     is kept as soon as it is computed. `name`: made already (by the C wrapper)."""
-    if name is not None and not renaming:  # the range is all that is left: no step to keep
-        return name, "", ranges.range_for(name, kernel_name, lib) if rules.emit_nvtx else None
     progress = _progress_of(key, codes, kernel_name, lib, rules)
     facts = progress.facts
     for index, frame in enumerate(frames):  # each step kept by index as soon as it is made

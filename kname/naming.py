@@ -101,8 +101,9 @@ def facts_of(frame: FrameType, place: tuple[str, int], function: str) -> FrameFa
 
 def _show_file(path: str, filename: str) -> None:
     if len(_shown_files) < _MAX_SHOWN_FILES and filename not in cells.TIMED_FILES:
-        # As the name shows it: UTF-8, an undecodable byte replaced (display_name).
-        _shown_files.setdefault(_valid_utf8(path), filename)
+        # As the name shows it: UTF-8, an undecodable byte replaced (display_name); most paths
+        # are ASCII, asked here without a call (once per new file).
+        _shown_files.setdefault(path if path.isascii() else _valid_utf8(path), filename)
 
 
 def shown_files() -> dict[str, str]:

@@ -155,10 +155,14 @@ def test_a_new_line_named_in_c_gets_the_name_python_gives_it_byte_for_byte(
 
 
 def test_a_fault_of_c_naming_is_said_once_and_python_names_every_miss_until_rules_are_set(
-    sandbox: Sandbox, hot_path: str, capsys: pytest.CaptureFixture[str]
+    sandbox: Sandbox,
+    hot_path: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     if hot_path != "native":
         pytest.skip("names a miss in C: the C wrapper's")
+    monkeypatch.delitem(sys.modules, "IPython", raising=False)  # a shell's cells are Python's
     sandbox.install()
     lines = new_lines(sandbox, "c_fault", 3)
     filename = str(sandbox.root / "c_fault.py")

@@ -487,9 +487,10 @@ def _judge(code: CodeType, module: object) -> int:
     rules = _rules
     filename = code.co_filename
     if isinstance(module, str):
-        kind = _module_kinds.get((module, filename), False)
-        if kind is False:  # a module not seen before
-            kind = _module_kind(module, filename, rules)
+        place = (module, filename)
+        kind = _module_kinds.get(place, False)
+        if kind is False:  # a module not seen before (inline: once per new file, on every path)
+            kind = _module_kinds[place] = _kind_of_module(module, filename, rules)
         if kind in (LIBRARY, COMPILE) and rules.compile_phases:
             kind = _phase_of(code, module, rules.compile_phases, kind)
         if kind is not None:

@@ -239,17 +239,17 @@ walked_site(LaunchWrapper *w, Frame *frame, PyObject *kernel, PyObject **kernel_
 COLD PyObject *
 find_missed_site(LaunchWrapper *w, Frame *caller, PyObject *kernel, PyObject **kernel_id)
 {
-    /* Called from library code, the site may be cached under a user frame above. */
     PyObject *site = NULL;
     int kind = kind_of(w->kinds, w->remember, caller);
     if (w->miss != NULL && (kind == KIND_USER || kind == -1)) {
-        /* Straight from a user's line: named here, where Python's rules let C name it. */
+        /* Straight from a user's line: named in C (miss.c), where Python's rules let C name it. */
         if (*kernel_id == NULL && (*kernel_id = PyLong_FromVoidPtr(kernel)) == NULL)
             return NULL;
         site = named_in_c(w, caller, kernel, *kernel_id, kind);
         if (site != NULL || PyErr_Occurred())
             return site;
     }
+    /* Called from library code, the site may be cached under a user frame above. */
     Frame *back = PASSED_OVER(kind) ? frame_back(caller) : NULL;
     if (back != NULL)
         site = walked_site(w, back, kernel, kernel_id);

@@ -396,15 +396,15 @@ class NativeMiss:
         """The `{path}` of `code`'s file where C names its launches (None: Python does), kept in
         `places`: once per file and module."""
         filename = code.co_filename
-        place = None
+        key, place = (module, filename), None
         # A cell's, or code timed in one, and files IPython may run as cells: named in Python.
-        if (
-            not filename.startswith("<")
-            and "IPython" not in sys.modules
-            and _module_kind(module, filename, _rules) in (None, USER)
-        ):
-            place = naming.file_path(filename)
-        NativeMiss.places[(module, filename)] = place
+        if not filename.startswith("<") and "IPython" not in sys.modules:
+            kind = _module_kinds.get(key, False)
+            if kind is False:  # as _judge decides it
+                kind = _module_kinds[key] = _kind_of_module(module, filename, _rules)
+            if kind is None or kind == USER:
+                place = naming.file_path(filename)
+        NativeMiss.places[key] = place
         return place
 
     @staticmethod
@@ -489,7 +489,7 @@ def _judge(code: CodeType, module: object) -> int:
     if isinstance(module, str):
         place = (module, filename)
         kind = _module_kinds.get(place, False)
-        if kind is False:  # a module not seen before (inline: once per new file, on every path)
+        if kind is False:  # a module and file not seen before
             kind = _module_kinds[place] = _kind_of_module(module, filename, rules)
         if kind in (LIBRARY, COMPILE) and rules.compile_phases:
             kind = _phase_of(code, module, rules.compile_phases, kind)
@@ -508,15 +508,6 @@ def _judge(code: CodeType, module: object) -> int:
         if maker in modules and is_generated(code, module):
             return LIBRARY
     return USER
-
-
-def _module_kind(module: str, filename: str, rules: Rules) -> int | None:
-    """_kind_of_module, decided once per module and file."""
-    place = (module, filename)
-    kind = _module_kinds.get(place, False)
-    if kind is False:
-        kind = _module_kinds[place] = _kind_of_module(module, filename, rules)
-    return kind
 
 
 def _phase_of(

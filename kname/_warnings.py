@@ -25,16 +25,19 @@ def warn_once(key: str, message: str) -> None:
         sys.stderr.flush()
 
 
-def report_fault(where: str, exc: BaseException) -> None:
-    """Say once per kind of fault that kname failed internally; the launch itself still runs."""
+def report_fault(
+    where: str, exc: BaseException, outcome: str = "the launch ran without a name"
+) -> None:
+    """Say once per kind of fault that kname failed internally; the launch itself still runs
+    (`outcome`: what became of it)."""
     try:
         detail = f"{type(exc).__name__}: {exc}".replace("\r", "\\r").replace("\n", "\\n")
     except Exception:  # str(exc) itself failed: the fault must still not reach the program
         detail = type(exc).__name__
     warn_once(
         f"fault:{where}:{type(exc).__name__}",
-        f"internal error while {where} ({detail}); the launch ran without "
-        f"a name. Please report this; KNAME=0 switches kname off.",
+        f"internal error while {where} ({detail}); {outcome}. Please report this; KNAME=0 "
+        f"switches kname off.",
     )
 
 

@@ -23,13 +23,13 @@ import sys
 import weakref
 from collections.abc import Callable
 from types import CodeType, FrameType
-from typing import Any
+from typing import Any, ClassVar
 
 from kname import counters, faults, naming, ranges, site_cache, walk
 from kname._locks import reset_in_child
 from kname._warnings import report_fault, warn_once
 from kname._watched import Watched
-from kname.config import DEFAULT_FORMAT
+from kname.config import DEFAULT_FORMAT, MAX_NAME_LENGTH
 from kname.site_cache import _lock, sites
 
 # Re-exported: what other modules and the tests read here.
@@ -97,31 +97,50 @@ class Site(Watched):
 
     def __init__(self, name, identifier, kernel, lib, calls, code_refs, counter):
         # Set as plain slots, without telling (Watched): no launch has remembered a new site.
-        init = object.__setattr__
-        init(self, "name", name)  # the display name, as the profiler shows it
-        init(self, "identifier", identifier)  # identifier-safe form, for renamed kernels
+        # Through each slot's own setter (_SET_*: object.__setattr__ looks the name up, twice
+        # the cost, at every new site).
+        _SET_NAME(self, name)  # the display name, as the profiler shows it
+        _SET_IDENTIFIER(self, identifier)  # identifier-safe form, for renamed kernels
         # The kernel's name (never the kernel: a site must not keep it).
-        init(self, "kernel", kernel)
-        init(self, "lib", lib)
+        _SET_KERNEL(self, kernel)
+        _SET_LIB(self, lib)
         # The range's prebuilt NVTX push and pop (ranges.range_for), None when none is emitted.
         push, pop = (None, None) if calls is None else calls
-        init(self, "push", push)
-        init(self, "pop", pop)
+        _SET_PUSH(self, push)
+        _SET_POP(self, pop)
         # Weak references to the code objects its key holds: as one is freed, the site leaves.
-        init(self, "code_refs", code_refs)
+        _SET_CODE_REFS(self, code_refs)
         # Shared by every site of this name (kname.counters): next() is atomic, so no count is
         # lost across threads, nor when the site leaves the cache while a launch still holds it.
-        init(self, "counter", counter)
-        init(self, "launch", None)  # KNAME_MODE=rename: launches the site's renamed kernel instead
+        _SET_COUNTER(self, counter)
+        _SET_LAUNCH(self, None)  # KNAME_MODE=rename: launches the site's renamed kernel instead
         site_calls = _rules.site_calls
         if site_calls is not None:  # kname profile: the launch also hands its site over
             push, pop = site_calls(self)
-            init(self, "push", push)
-            init(self, "pop", pop)
+            _SET_PUSH(self, push)
+            _SET_POP(self, pop)
 
     def launches(self) -> int:
         """How many launches were counted under this site's name (by any site of that name)."""
         return counters.value(self.counter)
+
+
+# Each slot's setter, as Site.__init__ sets them.
+(
+    _SET_CODE_REFS,
+    _SET_COUNTER,
+    _SET_IDENTIFIER,
+    _SET_KERNEL,
+    _SET_LAUNCH,
+    _SET_LIB,
+    _SET_NAME,
+    _SET_POP,
+    _SET_PUSH,
+) = (
+    Site.__dict__[slot].__set__
+    for slot in ("code_refs", "counter", "identifier", "kernel", "launch", "lib", "name", "pop",
+                 "push")
+)  # fmt: skip
 
 
 class Rules:
@@ -277,6 +296,7 @@ def configure(
         )  # fmt: skip
         _forget_sites()
         _forget_kinds()
+        _native_rules(_rules)
 
 
 def use_site_calls(factory: Callable[[Site], tuple[Any, Any]] | None = None) -> None:
@@ -346,6 +366,91 @@ def kind_of(code: CodeType, module: object) -> int:
     return kind
 
 
+class NativeMiss:
+    """What the C wrapper reads to name a miss itself (kname/_native_c/miss.c): the common
+    miss, a launch straight from a line of user code, named by that one frame. One per wrapper
+    (its kernel's name, library and renaming); the class holds what every wrapper shares, set
+    by the rules of the moment. The Python rules decide: C only looks their answers up."""
+
+    __slots__ = ("kernel_name", "lib", "rename")
+
+    # Whether C may name a miss: the rules name a site by one user frame (KNAME_DEPTH 1), and C
+    # met no fault of its own since they were set (failed()).
+    in_c: ClassVar[bool] = True
+    # The modules whose import makes user code's kind a question for Python (generated code).
+    makers: ClassVar[tuple[str, ...]] = ()
+    # (module, file name) -> the file's `{path}`, where its code is named in C (place_of): a user
+    # module's real file, no IPython loaded. None: every launch from it is named in Python.
+    places: ClassVar[dict[tuple[str, str], str | None]] = {}
+    # KNAME_FORMAT as naming.template_fields parts (None: Python renders every name), and the
+    # longest name C gives as it is (naming.display_name cuts a longer one, or one not ASCII).
+    template: ClassVar[tuple[str | int, ...] | None] = naming.template_fields(DEFAULT_FORMAT)
+    max_length: ClassVar[int] = MAX_NAME_LENGTH
+    judge = staticmethod(kind_of)  # a code object's kind, where makers are imported
+
+    def __init__(self, kernel_name: str | Callable[[Any], str], lib: str, rename: Any) -> None:
+        self.kernel_name, self.lib, self.rename = kernel_name, lib, rename
+
+    @staticmethod
+    def place_of(code: CodeType, module: str) -> str | None:
+        """The `{path}` of `code`'s file where C names its launches (None: Python does), kept in
+        `places`: once per file and module."""
+        filename = code.co_filename
+        key, place = (module, filename), None
+        # A cell's, or code timed in one, and files IPython may run as cells: named in Python.
+        if not filename.startswith("<") and "IPython" not in sys.modules:
+            kind = _module_kinds.get(key, False)
+            if kind is False:  # as _judge decides it
+                kind = _module_kinds[key] = _kind_of_module(module, filename, _rules)
+            if kind is None or kind == USER:
+                place = naming.file_path(filename)
+        NativeMiss.places[key] = place
+        return place
+
+    @staticmethod
+    def failed(exc: BaseException) -> None:
+        """C's naming of a miss failed on its own: said once; Python names every miss from now
+        on, until the rules are set again."""
+        NativeMiss.in_c = False
+        report_fault("naming a new call site in C", exc, "Python names new call sites from now on")
+
+    def build(
+        self,
+        code: CodeType,
+        lasti: int,
+        kernel: Any,
+        kernel_key: Any,
+        kernel_name: Any,
+        name: str | None,
+        *facts: Any,
+    ) -> Site | None:
+        """The site of a launch from `code` at `lasti`, a user frame C read: its FrameFacts'
+        fields `facts`, as naming.frame_facts reads them, the kernel's name and the site's, as
+        naming.display_name makes it (None: not made in C)."""
+        rules = _rules
+        if rules.depth != 1:  # the rules changed since C read them: Python walks
+            return resolve(sys._getframe(1), kernel, kernel_key, self.kernel_name, self.lib,
+                           self.rename)  # fmt: skip
+        key = (id(code), lasti, kernel_key)
+        site = sites.get(key)
+        if site is not None:
+            return site
+        frame = _new_facts(naming.FrameFacts, facts)
+        return _build(key, [frame], kernel, kernel_key, kernel_name, self.lib, rules, self.rename,
+                      codes=(code,), name=name)  # fmt: skip
+
+
+def _native_rules(rules: Rules) -> None:
+    """What C reads of `rules` (NativeMiss), and the files it named under the old ones gone."""
+    NativeMiss.in_c = rules.depth == 1
+    NativeMiss.makers = tuple(maker for maker, _ in rules.generated)
+    NativeMiss.template = naming.template_fields(rules.template)
+    NativeMiss.places.clear()
+
+
+_new_facts = tuple.__new__
+
+
 def site_name(depth: int = 1, kernel: Any = "") -> str:
     """The name a launch made from the line calling this would get (for custom launchers).
 
@@ -375,6 +480,7 @@ def _forget_kinds() -> None:
     _kinds.clear()
     _codes.clear()
     _module_kinds.clear()
+    NativeMiss.places.clear()
 
 
 def _judge(code: CodeType, module: object) -> int:
@@ -383,7 +489,7 @@ def _judge(code: CodeType, module: object) -> int:
     if isinstance(module, str):
         place = (module, filename)
         kind = _module_kinds.get(place, False)
-        if kind is False:
+        if kind is False:  # a module and file not seen before
             kind = _module_kinds[place] = _kind_of_module(module, filename, rules)
         if kind in (LIBRARY, COMPILE) and rules.compile_phases:
             kind = _phase_of(code, module, rules.compile_phases, kind)
@@ -443,7 +549,7 @@ def _is_stdlib(module: str, filename: str) -> bool:
 
 def _build(
     key: tuple,
-    frames: list[FrameType],
+    frames: list[FrameType | naming.FrameFacts],
     kernel: Any,
     kernel_key: Any,
     kernel_name: str,
@@ -451,23 +557,31 @@ def _build(
     rules: Rules,
     rename: Any = None,
     compiling: bool = False,
+    codes: tuple[CodeType, ...] | None = None,
+    name: str | None = None,
 ) -> Site:
-    """The site for `key`, built and cached (another thread's, if it was first).
+    """The site for `key`, built and cached (another thread's, if it was first). `frames` may be
+    their facts, read already (by the C wrapper), with their `codes` (and the `name` it made).
 
     An exception raised into naming from outside is raised once the site is cached with the name
     it should have; a fault of kname's own caches it unnamed, said once."""
-    codes = (frames[0].f_code,) if len(frames) == 1 else tuple([f.f_code for f in frames])
+    if codes is None:
+        codes = (frames[0].f_code,) if len(frames) == 1 else tuple([f.f_code for f in frames])
     renaming = rename is not None
     try:
-        name, identifier, calls = _naming(
-            key, frames, codes, kernel_name, lib, rules, compiling, renaming
-        )
+        if name is not None and not renaming:  # by the C wrapper: the range is all that is left
+            made = ranges.range_for(name, kernel_name, lib) if rules.emit_nvtx else None
+            identifier, calls = "", made
+        else:
+            name, identifier, calls = _naming(
+                key, frames, codes, kernel_name, lib, rules, compiling, renaming, name
+            )
         outside = None
     except RecursionError:
         raise  # no room on the stack to name it here: not a fault, and not cached
     except Exception as exc:
         failed = _naming_failed(
-            exc, key, frames, codes, kernel_name, lib, rules, compiling, renaming
+            exc, key, frames, codes, kernel_name, lib, rules, compiling, renaming, name
         )
         name, identifier, calls, outside = failed
     with _lock:
@@ -489,19 +603,20 @@ def _build(
 def _naming_failed(
     exc: Exception,
     key: tuple,
-    frames: list[FrameType],
+    frames: list[FrameType | naming.FrameFacts],
     codes: tuple[CodeType, ...],
     kernel_name: str,
     lib: str,
     rules: Rules,
     compiling: bool,
     renaming: bool,
+    name: str | None,
 ) -> tuple[str, str, Any, BaseException | None]:
     """After naming a new site raised `exc`: its name, identifier and range calls, and `exc`
     where it was raised into naming from outside (None: it was kname's fault), to raise once
     the site is cached."""
     own, done, named = faults.take_again(
-        exc, _naming, key, frames, codes, kernel_name, lib, rules, compiling, renaming
+        exc, _naming, key, frames, codes, kernel_name, lib, rules, compiling, renaming, name
     )
     if not own:
         if not done:
@@ -514,24 +629,28 @@ def _naming_failed(
 
 def _naming(
     key: tuple,
-    frames: list[FrameType],
+    frames: list[FrameType | naming.FrameFacts],
     codes: tuple[CodeType, ...],
     kernel_name: str,
     lib: str,
     rules: Rules,
     compiling: bool,
     renaming: bool,
+    name: str | None = None,
 ) -> tuple[str, str, Any]:
     """The name, identifier ("" unless `renaming`) and range calls of the site at `key` (the
     code of `frames` is `codes`), resuming an attempt that was interrupted: each step's result
-    is kept as soon as it is computed."""
+    is kept as soon as it is computed. `name`: made already (by the C wrapper)."""
     progress = _progress_of(key, codes, kernel_name, lib, rules)
     facts = progress.facts
     for index, frame in enumerate(frames):  # each step kept by index as soon as it is made
         if facts[index] is None:
-            facts[index] = naming.frame_facts(frame)
+            is_facts = type(frame) is naming.FrameFacts  # read by the C wrapper
+            facts[index] = frame if is_facts else naming.frame_facts(frame)
     if progress.name is None:
-        progress.name = _display_name(facts, kernel_name, lib, rules.template, compiling)
+        if name is None:  # not made by the C wrapper
+            name = _display_name(facts, kernel_name, lib, rules.template, compiling)
+        progress.name = name
     if renaming and progress.identifier is None:
         # Only a renamed kernel is named by it: no other launch reads it.
         progress.identifier = naming.identifier_name(kernel_name, facts[0]) if facts else ""

@@ -55,6 +55,8 @@ class LaunchWrapperFactory(Protocol):
         kinds: dict[int, int],  # id(code) -> callsite's USER, LIBRARY, ... (for the C walk)
         # pyhotpath.UNNAMED_IN_LAUNCHERS, LAUNCHER: 0 unless KNAME_TARGETS launchers are chosen
         launchers: int = 0,
+        # callsite.NativeMiss: what the C wrapper reads to name a miss itself (None: resolve)
+        miss: Any = None,
     ) -> Callable[..., Any]: ...
 
 

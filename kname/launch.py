@@ -90,7 +90,7 @@ def make_launch_wrapper(
         kernel = (kernel_of.index, kernel_of.attribute)  # read in C, with no call
     wrapper = hot_path.launch_wrapper(
         original, kernel, switch, callsite.sites, resolve_site, site_faults.pass_through,
-        callsite._kinds, launchers,
+        callsite._kinds, launchers, callsite.NativeMiss(kernel_name, lib, rename),
     )  # fmt: skip
     mark_wrapper(wrapper, original)
     if getattr(original, "__module__", None) is None:

@@ -78,6 +78,16 @@ def frame_place(frame: FrameType) -> tuple[str, int]:
     return _short_path(filename, roots), frame.f_lineno or 0
 
 
+def file_path(filename: str) -> str:
+    """`{path}` of code from the real file `filename` (not a cell's), as frame_place gives it,
+    the file noted as shown (facts_of): for the C wrapper's naming of a miss, once per file."""
+    roots = _roots if _roots is not None else path_roots()
+    path = _short_path(filename, roots)
+    if path not in _shown_files:
+        _show_file(path, filename)
+    return path
+
+
 def facts_of(frame: FrameType, place: tuple[str, int], function: str) -> FrameFacts:
     """The facts of a live frame, from its place (frame_place) and function (function_name)."""
     path, line = place
@@ -91,8 +101,9 @@ def facts_of(frame: FrameType, place: tuple[str, int], function: str) -> FrameFa
 
 def _show_file(path: str, filename: str) -> None:
     if len(_shown_files) < _MAX_SHOWN_FILES and filename not in cells.TIMED_FILES:
-        # As the name shows it: UTF-8, an undecodable byte replaced (display_name).
-        _shown_files.setdefault(_valid_utf8(path), filename)
+        # As the name shows it: UTF-8, an undecodable byte replaced (display_name); most paths
+        # are ASCII, asked here without a call (once per new file).
+        _shown_files.setdefault(path if path.isascii() else _valid_utf8(path), filename)
 
 
 def shown_files() -> dict[str, str]:
@@ -126,6 +137,31 @@ def fold_comprehensions(qualname: str) -> str:
     while parts and parts[-1] == "<locals>":
         parts.pop()
     return ".".join(parts) or "<module>"
+
+
+# The fields a template may name, in the order template_fields numbers them.
+FIELDS = ("kernel", "function", "path", "module", "file", "line", "lib")
+
+
+def template_fields(template: str) -> tuple[str | int, ...] | None:
+    """`template` as its literal texts and the FIELDS index of each field between them, for the
+    C wrapper, which renders a name from these as _render does; None where a field has a format
+    spec, a conversion or another name (and for a template str.format refuses): Python renders."""
+    import _string  # str.format's own parser, built in
+
+    parts: list[str | int] = []
+    try:
+        for literal, field, spec, conversion in _string.formatter_parser(template):
+            if literal:
+                parts.append(literal)
+            if field is None:
+                continue
+            if spec or conversion or field not in FIELDS:
+                return None
+            parts.append(FIELDS.index(field))
+    except ValueError:
+        return None
+    return tuple(parts)
 
 
 def display_name(template: str, kernel: str, lib: str, frames: list[FrameFacts]) -> str:

@@ -70,6 +70,7 @@ def launch_wrapper(
     fault: Callable[..., bool],
     kinds: dict[int, int],
     launchers: int = 0,
+    miss: Any = None,
 ) -> Callable[..., Any]:
     """The twin of kname._native.LaunchWrapper: a closure that names each call of `original`.
 
@@ -78,7 +79,7 @@ def launch_wrapper(
     where, again)`, which says whether it was kname's own (kname.site_faults.pass_through): then the
     launch runs; else the exception propagates, before the launch. Finding the site is taken
     once more first, its failure (or None) as `again`: a fault of kname's own recurs. `kinds` is
-    for the C wrapper's walk (here, resolve walks).
+    for the C wrapper's walk and `miss` for its naming of a miss (here, resolve does both).
     """
     kernel_of = KernelArg(*kernel) if isinstance(kernel, tuple) else kernel
     if launchers & UNNAMED_IN_LAUNCHERS:

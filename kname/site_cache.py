@@ -54,6 +54,8 @@ def code_refs(key: tuple, codes: tuple[CodeType, ...]) -> tuple[weakref.ref, ...
     the cache as it is freed. Whatever site is cached there then is keyed by that code's id, and
     the callback is C alone (dict.pop), so no exception can be raised into it."""
     forget = functools.partial(sites.pop, key)  # called with the reference: pop(key, default)
+    if len(codes) == 1:  # most sites: one user frame
+        return (weakref.ref(codes[0], forget),)
     return tuple(map(weakref.ref, codes, itertools.repeat(forget)))
 
 

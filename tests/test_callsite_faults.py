@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from types import CodeType
 
 import pytest
 from test_callsite import Sandbox
@@ -51,19 +52,34 @@ def second(i):
 """
 
 
-def fail_for(monkeypatch: pytest.MonkeyPatch, function_name: str, times: int = -1) -> list[str]:
-    """Make callsite.kind_of raise whenever it judges code named `function_name` (the first
-    `times` times only, if given)."""
-    fired: list[str] = []
-    real_kind_of = callsite.kind_of
+def on_judging(monkeypatch: pytest.MonkeyPatch, hook: Callable[[CodeType], None]) -> None:
+    """Run `hook(code)` as kname judges the code of a line it names: in callsite.kind_of, and in
+    NativeMiss.build, where the C wrapper names a miss itself (it judges user code in C)."""
+    real_kind_of, real_build = callsite.kind_of, callsite.NativeMiss.build
 
     def kind_of(code, module):
+        hook(code)
+        return real_kind_of(code, module)
+
+    def build(self, code, *args):
+        hook(code)
+        return real_build(self, code, *args)
+
+    monkeypatch.setattr(callsite, "kind_of", kind_of)
+    monkeypatch.setattr(callsite.NativeMiss, "build", build)
+
+
+def fail_for(monkeypatch: pytest.MonkeyPatch, function_name: str, times: int = -1) -> list[str]:
+    """Make kname's judging of code named `function_name` raise (on_judging) every time (the
+    first `times` times only, if given)."""
+    fired: list[str] = []
+
+    def fail(code):
         if code.co_name == function_name and len(fired) != times:
             fired.append(function_name)
             raise MemoryError("a fault of kname's")
-        return real_kind_of(code, module)
 
-    monkeypatch.setattr(callsite, "kind_of", kind_of)
+    on_judging(monkeypatch, fail)
     return fired
 
 
@@ -366,17 +382,16 @@ def test_a_signal_handlers_exception_is_not_kname_s_though_raised_alike_when_tak
     sandbox.write("app", APP)
     sandbox.install()
     app = sandbox.load("app")
-    real_kind_of, armed = callsite.kind_of, [True]
+    armed = [True]
 
-    def kind_of(code, module):
+    def judge(code):
         if code.co_name == "go" and armed[0]:
             signal.raise_signal(signal.SIGUSR1)  # its handler runs before this returns
-        return real_kind_of(code, module)
 
     def on_signal(signum, frame):
         raise TimeoutError("from a signal handler")
 
-    monkeypatch.setattr(callsite, "kind_of", kind_of)
+    on_judging(monkeypatch, judge)
     previous = signal.signal(signal.SIGUSR1, on_signal)
     try:
         with pytest.raises(TimeoutError, match="from a signal handler"):

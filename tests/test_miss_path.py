@@ -23,8 +23,10 @@ from kname import callsite, cells, naming, paths
 pytestmark = pytest.mark.launches
 
 # Python calls (kname's and the standard library's) of a first launch from a new line in a file
-# seen before, beyond its cached launch: 61 (C) / 62 (Python) at the branch point, 29 / 30 after.
+# seen before, beyond its cached launch: 61 (C) / 62 (Python) at the branch point, 29 / 30 after;
+# 30 / 31 at 811d06d, then 12 on the C path, which names the common miss itself (issue 43).
 MAX_CALLS_NEW_LINE = 34
+MAX_CALLS_NEW_LINE_IN_C = 14
 
 
 def new_lines(sandbox: Sandbox, module: str, count: int):
@@ -38,7 +40,7 @@ def new_lines(sandbox: Sandbox, module: str, count: int):
 
 
 def test_a_new_line_in_a_file_seen_before_makes_few_python_calls(
-    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch, hot_path: str
 ) -> None:
     monkeypatch.delitem(sys.modules, "IPython", raising=False)  # a shell's cells: more calls
     sandbox.install()
@@ -47,7 +49,8 @@ def test_a_new_line_in_a_file_seen_before_makes_few_python_calls(
     missed = [python_calls_of(line) for line in others]
     cached = [python_calls_of(line) for line in others]  # the launch itself, the line's call
     added = [miss - hit for miss, hit in zip(missed, cached, strict=True)]
-    assert max(added) <= MAX_CALLS_NEW_LINE, added
+    bound = MAX_CALLS_NEW_LINE_IN_C if hot_path == "native" else MAX_CALLS_NEW_LINE
+    assert max(added) <= bound, added
 
 
 def test_a_new_line_in_a_file_seen_before_redoes_none_of_its_path_work(
@@ -110,6 +113,8 @@ def test_generated_code_rules_are_asked_only_once_their_library_is_imported(
                                           "compile_modules")},
         "generated": (("kname_test_maker", rule),),
     }))  # fmt: skip
+    # What the C wrapper reads of the rules, as configure() would set it (callsite._native_rules).
+    monkeypatch.setattr(callsite.NativeMiss, "makers", ("kname_test_maker",))
     before, after = new_lines(sandbox, "generated_rules", 2)
     before()
     assert asked == []  # no library that makes code is imported: nothing to ask

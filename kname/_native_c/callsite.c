@@ -6,6 +6,7 @@
  * forgetting that keeps every remembered answer true.
  */
 #include "_native_c/callsite.h"
+#include "_native_c/miss.h"
 
 /* Set by the launch wrapper around each launch (launch.h), read by the walk below and by
  * is_launch_caller, which kname.callsite's walk asks. */
@@ -238,9 +239,17 @@ walked_site(LaunchWrapper *w, Frame *frame, PyObject *kernel, PyObject **kernel_
 COLD PyObject *
 find_missed_site(LaunchWrapper *w, Frame *caller, PyObject *kernel, PyObject **kernel_id)
 {
-    /* Called from library code, the site may be cached under a user frame above. */
     PyObject *site = NULL;
     int kind = kind_of(w->kinds, w->remember, caller);
+    if (w->miss != NULL && (kind == KIND_USER || kind == -1)) {
+        /* Straight from a user's line: named in C (miss.c), where Python's rules let C name it. */
+        if (*kernel_id == NULL && (*kernel_id = PyLong_FromVoidPtr(kernel)) == NULL)
+            return NULL;
+        site = named_in_c(w, caller, kernel, *kernel_id, kind);
+        if (site != NULL || PyErr_Occurred())
+            return site;
+    }
+    /* Called from library code, the site may be cached under a user frame above. */
     Frame *back = PASSED_OVER(kind) ? frame_back(caller) : NULL;
     if (back != NULL)
         site = walked_site(w, back, kernel, kernel_id);
@@ -304,7 +313,7 @@ intern_names(void)
             && (site_names[i] = PyUnicode_InternFromString(site_fields[i])) == NULL)
             return -1;
     }
-    return 0;
+    return miss_ready();
 }
 
 int

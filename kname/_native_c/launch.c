@@ -338,14 +338,15 @@ static PyObject *
 launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"original", "kernel", "switch", "sites", "resolve", "fault", "kinds",
-                            "launchers", NULL};
+                            "launchers", "miss", NULL};
     PyObject *original, *kernel, *switch_, *sites, *resolve, *fault, *kinds, *attribute = NULL;
+    PyObject *miss = Py_None;
     Py_ssize_t index = 0;
     int mode, launchers = 0;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO!OOO!|i:LaunchWrapper", names, &original,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO!OOO!|iO:LaunchWrapper", names, &original,
                                      &kernel, &switch_, &PyDict_Type, &sites, &resolve, &fault,
-                                     &PyDict_Type, &kinds, &launchers))
+                                     &PyDict_Type, &kinds, &launchers, &miss))
         return NULL;
     if (launchers & ~(UNNAMED_IN_LAUNCHERS | LAUNCHER)) {
         PyErr_SetString(PyExc_ValueError, "LaunchWrapper: launchers must be 0 to 3");
@@ -398,6 +399,7 @@ launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     w->resolve = Py_NewRef(resolve);
     w->fault = Py_NewRef(fault);
     w->kinds = Py_NewRef(kinds);
+    w->miss = miss == Py_None ? NULL : Py_NewRef(miss);
     w->index = (int)index;
     w->kernel_mode = mode;
     w->remember = follow_changes(sites) && follow_changes(kinds);
@@ -416,6 +418,7 @@ launch_traverse(LaunchWrapper *w, visitproc visit, void *arg)
     Py_VISIT(w->resolve);
     Py_VISIT(w->fault);
     Py_VISIT(w->kinds);
+    Py_VISIT(w->miss);
     Py_VISIT(w->dict);
     Py_VISIT(w->switch_layout.type);
     Py_VISIT(w->site_layout.type);
@@ -437,6 +440,7 @@ launch_clear(LaunchWrapper *w)
     Py_CLEAR(w->resolve);
     Py_CLEAR(w->fault);
     Py_CLEAR(w->kinds);
+    Py_CLEAR(w->miss);
     Py_CLEAR(w->dict);
     Py_CLEAR(w->switch_layout.type);
     Py_CLEAR(w->site_layout.type);
@@ -480,7 +484,7 @@ PyTypeObject LaunchWrapperType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "kname._native.LaunchWrapper",
     .tp_doc = "LaunchWrapper(original, kernel, switch, sites, resolve, fault, kinds, "
-              "launchers=0): kname's per-launch wrapper (see kname/_native_c/launch.h).",
+              "launchers=0, miss=None): kname's per-launch wrapper (see kname/_native_c/launch.h).",
     .tp_basicsize = sizeof(LaunchWrapper),
     .tp_dealloc = (destructor)launch_dealloc,
     .tp_vectorcall_offset = offsetof(LaunchWrapper, vectorcall),

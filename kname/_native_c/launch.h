@@ -4,8 +4,8 @@
  * site finding it reads in callsite.h; docs/architecture.md has the table of the files and their
  * jobs.
  *
- * LaunchWrapper(original, kernel, switch, sites, resolve, fault, kinds) does, per call, what the
- * pure-Python closure of kname.launch.make_launch_wrapper does, in the same order:
+ * LaunchWrapper(original, kernel, switch, sites, resolve, fault, kinds, launchers, miss) does, per
+ * call, what the pure-Python closure of kname.launch.make_launch_wrapper does, in the same order:
  *   1. `switch.on` false: the original, nothing else;
  *   2. the kernel: `original` itself (kernel None), args[i] or getattr(args[i], attribute)
  *      (kernel a tuple (i, attribute or None): no Python call; None when args is shorter), or
@@ -15,7 +15,9 @@
  *      `sites` (kname.callsite.sites, shared with the Python path). Where the caller is library
  *      code, the first user frame above it is found with `kinds` (kname.callsite._kinds,
  *      id(code) -> USER 0 / LIBRARY 1) and its key looked up too, as callsite.resolve would; a
- *      miss calls resolve(frame, kernel) (Python);
+ *      miss straight from a user's line is named in C by Python's rules (miss.c, `miss`: a
+ *      callsite.NativeMiss) and built by NativeMiss.build; any other miss calls
+ *      resolve(frame, kernel) (Python);
  *   4. next(site.counter); site.launch (rename mode) in place of the original when not None;
  *      site.push() when not None; the call; site.pop() on every way out.
  * The common launch (the switch on, the site a recent hit, no rename, its range NVTX's own calls

@@ -103,6 +103,7 @@ typedef struct {
     PyObject *resolve;
     PyObject *fault;
     PyObject *kinds; /* dict */
+    PyObject *miss;  /* callsite.NativeMiss, or NULL: every miss named by resolve() */
     PyObject *dict;
     PyObject *weakrefs;
 } LaunchWrapper;

@@ -94,7 +94,7 @@ def scan_log(path) -> dict[str, int]:
 
 
 def test_1_000_000_launches_from_200_000_sites_stay_within_bounds_of_10_000(
-    kname_venv, inject_lib, tmp_path
+    kname_venv, inject_lib, tmp_path, hot_path
 ) -> None:
     """Full scale in launches and call sites; the cache bounds lowered from 100 000 to 10 000
     (and MAX_CODES to 100), so they are reached early and passed 20 times over."""
@@ -113,8 +113,11 @@ def test_1_000_000_launches_from_200_000_sites_stay_within_bounds_of_10_000(
     assert done.stderr == ""
     out = json.loads(done.stdout)
     launches = functions * lines * repeat
-    # The caches never held more than their bounds (+1: the one shared overflow name).
-    assert out["most"] == {"sites": bound, "names": bound + 1, "codes": codes}
+    # The caches never held more than their bounds (+1: the one shared overflow name). The C
+    # wrapper judges a user's line itself, keeping no decision: its bound is the Python path's.
+    most = out["most"]
+    assert {"sites": most["sites"], "names": most["names"]} == {"sites": bound, "names": bound + 1}
+    assert (most["codes"] == codes) if hot_path == "python" else (most["codes"] <= codes)
     # Memory is flat once the bounds are reached (within 4 MiB of noise on a ~400 MiB process
     # that holds the 200 000-line generated module).
     assert max(out["memory"][2:]) - out["memory"][1] < 4 * 2**20, out["memory"]

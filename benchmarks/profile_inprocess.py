@@ -28,7 +28,8 @@ alone) and by the wall clock (the loop and a synchronisation), then the variant 
 round, each variant's difference to that round's `off` block, per GPU launch; the median over
 rounds and its 95% interval (order statistics of the median), beside the A/A pair's. `--noop`
 runs the same harness on the CPU with the no-op target in place of the GPU libraries (no floor,
-no profile: a check of the harness). `--lines` also times each line of the loop apart (the
+no profile: a check of the harness; with `--split`, every variant, CUPTI played by the tests'
+stand-in). `--lines` also times each line of the loop apart (the
 timer's own cost the same in every variant) and gives each variant's added µs per iteration
 per line: where kname's cost above the floor goes. `--split` adds a variant per piece of kname's
 cost, each switched on over the one without it (SPLIT_STEPS: CUPTI's records and a subscriber,
@@ -378,6 +379,35 @@ def noop_program(folder: Path, by_line: bool) -> tuple[Callable, Callable, dict,
     return loop, lambda: None, lines, {}
 
 
+def stand_in_program(folder: Path, by_line: bool) -> tuple[Callable, Callable, dict, dict]:
+    """--noop --split: the split's variants on the CPU, CUPTI played by the tests' stand-in
+    (profile_cpu.stand_in): a launch kname wraps and one it does not, each the stand-in's launch
+    callback at enter and exit (as CUPTI calls a subscriber around cuLaunchKernel)."""
+    import itertools
+
+    import mixed_program
+    import profile_cpu
+
+    import kname
+
+    cupti = profile_cpu.stand_in(folder)
+    # The floor's buffers are its library's (in C): flushed there, not through the binding.
+    sys.modules["cupti"].cupti.activity_flush_all = cupti.library.cuptiActivityFlushAll
+    (folder / "bench_profiled_target.py").write_text(profile_cpu.TARGET)
+    sys.path.insert(0, str(folder))
+    import bench_profiled_target as target
+
+    target.LIBRARY = cupti.library
+    kname.install(targets=["bench_profiled_target:launch"])
+    callback = "c = next(ids); lib.fake_callback(1, 307, 0, c); lib.fake_callback(1, 307, 1, c)"
+    lines = {"wrapped": "target.launch()", "at the launch API": callback}
+    ns = {"target": target, "lib": cupti.library, "ids": itertools.count(1 << 30)}
+    loop, timed_lines, _ = mixed_program.write_loop(folder, lines, ns)
+    if by_line:
+        loop = _line_timer(timed_lines, len(lines))
+    return loop, lambda: None, lines, {}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=400)
@@ -391,7 +421,10 @@ def main() -> int:
     parser.add_argument("--no-proton", action="store_true")
     parser.add_argument("--noop", action="store_true", help="the harness on the CPU, no GPU")
     parser.add_argument("--lines", action="store_true", help="also time each line apart")
-    parser.add_argument("--split", action="store_true", help="kname's cost piece by piece")
+    parser.add_argument(
+        "--split", action="store_true",
+        help="kname's cost piece by piece (with --noop: on the tests' stand-in CUPTI)",
+    )  # fmt: skip
     parser.add_argument(
         "--phase", choices=("all", "kname", "proton"), default="all",
         help="all: kname's phase here, then Proton's in a process of its own (CUPTI keeps one "
@@ -405,7 +438,9 @@ def main() -> int:
 
     kname.install()  # before the libraries: their launches are wrapped as they are imported
     folder = Path(tempfile.mkdtemp(prefix="kname-inprocess-"))
-    make_program = noop_program if args.noop else gpu_program
+    make_program = gpu_program
+    if args.noop:
+        make_program = stand_in_program if args.split else noop_program
     loop, sync, lines, skipped = make_program(folder, args.lines)
     loop(20)  # compiles, sites built
     sync()
@@ -416,7 +451,7 @@ def main() -> int:
         result["phase_proton"] = proton_phase(folder, loop, sync, args, started, result)
         return finish(result, args, started)
     variants = [off_variant("off"), off_variant("off-again")]
-    if not args.noop:
+    if not args.noop or args.split:
         library = floor_library(args)
         makers = [lambda: floor_variant(library), lambda: kname_variant(counted)]
         for make in makers + (split_variants(library, counted) if args.split else []):

@@ -653,7 +653,17 @@ on_api(void *userdata, kn_CallbackDomain domain, kn_CallbackId cbid, const void 
 {
     Recorder *r = (Recorder *)userdata;
     const kn_CallbackData *data = (const kn_CallbackData *)cbdata;
-    if (r == NULL || data == NULL || must_not_touch_python(r))
+    if (r == NULL || data == NULL)
+        return;
+    if (domain != KN_CUPTI_CB_DOMAIN_RESOURCE && data->callbackSite == KN_CUPTI_API_EXIT) {
+        /* An exit touches no Python (this thread's list, the buffer): only whether the recorder
+         * stopped, or this is a forked child, is read, not the interpreter's state. */
+        if (!atomic_load_explicit(&r->stopped, memory_order_relaxed)
+            && atomic_load_explicit(&forks, memory_order_relaxed) == r->forks)
+            launch_exit_now(r, data->correlationId);
+        return;
+    }
+    if (must_not_touch_python(r))
         return;
     if (domain == KN_CUPTI_CB_DOMAIN_RESOURCE) { /* its data is a kn_ResourceData */
         int event = cbid < MAX_RESOURCE_CBID ? r->graph_events[cbid] : 0;
@@ -665,9 +675,6 @@ on_api(void *userdata, kn_CallbackDomain domain, kn_CallbackId cbid, const void 
         int api = api_of(r, domain, cbid);
         if (api >= 0)
             launch_enter_now(r, data->correlationId, api);
-    }
-    else if (data->callbackSite == KN_CUPTI_API_EXIT) {
-        launch_exit_now(r, data->correlationId);
     }
 }
 

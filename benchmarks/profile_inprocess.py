@@ -235,10 +235,15 @@ def recorder_variant(name: str, marked: bool) -> Variant:
 
 
 def floor_variant(
-    library: Path | None, name: str = "floor", naming: bool = False, **parts: bool
+    library: Path | None,
+    name: str = "floor",
+    naming: bool = False,
+    without_kinds: tuple[str, ...] = (),
+    **parts: bool,
 ) -> Variant:
     """CUPTI's floor (`parts`: CallbackFloor's, the pieces of kname's subscription), kname
-    disabled; with `naming`, kname enabled over it (its wrappers name their launches)."""
+    disabled; with `naming`, kname enabled over it (its wrappers name their launches); the
+    activity kinds kname profile enables, but `without_kinds`."""
     import kname
 
     sys.path.insert(0, str(BENCH_DIR))
@@ -248,7 +253,7 @@ def floor_variant(
     from kname.profiling.cupti_collector import ACTIVITY_KINDS
 
     floor = CallbackFloor(library, **parts)
-    kinds = [getattr(cupti.ActivityKind, kind) for kind in ACTIVITY_KINDS]
+    kinds = [getattr(cupti.ActivityKind, k) for k in ACTIVITY_KINDS if k not in without_kinds]
 
     def start() -> None:
         if naming:
@@ -295,6 +300,7 @@ SPLIT_STEPS = (
     ("kname's wrappers and site calls", "kname-no-forward", "recorder"),
     ("torch's forward lines (the mode)", "kname", "kname-no-forward"),
     ("kname's naming over the floor alone", "floor+naming", "floor"),
+    ("external correlation records enabled, none pushed", "floor", "floor-no-external"),
 )
 
 
@@ -305,6 +311,9 @@ def split_variants(library: Path | None, counted: list[int]) -> list[Callable[[]
         lambda: floor_variant(library, "floor-v2", named=True),
         lambda: floor_variant(library, "floor-graphs", graphs=True),
         lambda: floor_variant(library, "floor+naming", naming=True),
+        lambda: floor_variant(
+            library, "floor-no-external", without_kinds=("EXTERNAL_CORRELATION",)
+        ),
         lambda: recorder_variant("recorder-marked", marked=True),
         lambda: recorder_variant("recorder", marked=False),
         lambda: kname_variant(counted, "kname-no-forward", forward_lines=False),

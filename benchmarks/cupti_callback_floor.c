@@ -5,12 +5,14 @@
  * API and reads kernel records pays, before it does any work of its own.
  *
  *   int floor_start(const char *libcupti, const uint32_t *domains, const uint32_t *cbids, int n,
- *                   int named)
+ *                   int flags)
  *   int floor_stop(void)
  *   unsigned long floor_calls(int domain)   the callbacks of `domain` (1 to 3) since the last ask
- * return CUPTI's status (0: success; -1: libcupti or one of its functions not found). `named`:
- * subscribed by cuptiSubscribe_v2 with a name, as kname's recorder is (where the library has
- * it), else by cuptiSubscribe. The pairs may name the resource domain (3) too: the graph
+ * return CUPTI's status (0: success; -1: libcupti or one of its functions not found). `flags`:
+ * FLOOR_NAMED, subscribed by cuptiSubscribe_v2 with a name, as kname's recorder is (where the
+ * library has it), else by cuptiSubscribe; FLOOR_RECORDING, the callback keeps a record of each
+ * call at its enter (its correlation id and a site) on the calling thread, the least a recorder
+ * of launches does, with no lock and nothing shared. The pairs may name the resource domain (3) too: the graph
  * callbacks. n = 0: subscribed, no callback enabled.
  * The activity kinds are enabled by the caller (cupti-python), as for the other variants.
  *
@@ -25,6 +27,16 @@ static kn_SubscriberHandle subscriber;
 static kn_Unsubscribe unsubscribe;
 static unsigned long calls[4]; /* by domain: one add, on the launching thread */
 
+#define FLOOR_NAMED 1
+#define FLOOR_RECORDING 2
+#define KEPT 4096 /* records a thread keeps, a power of 2: the oldest are written over */
+
+static _Thread_local struct {
+    uint32_t ids[KEPT];
+    const void *sites[KEPT];
+    unsigned count;
+} kept;
+
 static void
 empty_callback(void *userdata, kn_CallbackDomain domain, kn_CallbackId cbid, const void *data)
 {
@@ -32,6 +44,20 @@ empty_callback(void *userdata, kn_CallbackDomain domain, kn_CallbackId cbid, con
     (void)cbid;
     (void)data;
     calls[domain & 3]++;
+}
+
+static void
+recording_callback(void *userdata, kn_CallbackDomain domain, kn_CallbackId cbid, const void *data)
+{
+    (void)userdata;
+    (void)cbid;
+    calls[domain & 3]++;
+    const kn_CallbackData *call = (const kn_CallbackData *)data;
+    if (domain == KN_CUPTI_CB_DOMAIN_RESOURCE || call->callbackSite != KN_CUPTI_API_ENTER)
+        return;
+    unsigned i = kept.count++ & (KEPT - 1);
+    kept.ids[i] = call->correlationId;
+    kept.sites[i] = &kept; /* a site: any pointer kept beside the id */
 }
 
 unsigned long
@@ -63,8 +89,9 @@ buffer_completed(kn_CUcontext context, uint32_t stream, uint8_t *buffer, size_t 
 
 int
 floor_start(const char *libcupti, const uint32_t *domains, const uint32_t *cbids, int n,
-            int named)
+            int flags)
 {
+    kn_CallbackFunc callback = (flags & FLOOR_RECORDING) ? recording_callback : empty_callback;
     void *library = dlopen(libcupti, RTLD_NOW | RTLD_NOLOAD);
     if (library == NULL)
         library = dlopen(libcupti, RTLD_NOW);
@@ -81,10 +108,10 @@ floor_start(const char *libcupti, const uint32_t *domains, const uint32_t *cbids
     kn_CUptiResult status = register_buffers(buffer_requested, buffer_completed);
     char holder[KN_CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 1] = "";
     kn_SubscriberParams params = {sizeof params, "kname-floor", holder, sizeof holder - 1};
-    if (status == KN_CUPTI_SUCCESS && named && subscribe_v2 != NULL)
-        status = subscribe_v2(&subscriber, empty_callback, NULL, &params);
+    if (status == KN_CUPTI_SUCCESS && (flags & FLOOR_NAMED) && subscribe_v2 != NULL)
+        status = subscribe_v2(&subscriber, callback, NULL, &params);
     else if (status == KN_CUPTI_SUCCESS)
-        status = subscribe(&subscriber, empty_callback, NULL);
+        status = subscribe(&subscriber, callback, NULL);
     for (int i = 0; status == KN_CUPTI_SUCCESS && i < n; i++)
         status = enable(1, subscriber, domains[i], cbids[i]);
     return (int)status;

@@ -41,7 +41,9 @@ class CallbackFloor:
     unread; `library`: a built cupti_callback_floor.c (built on first start when not given).
     The parts of kname's own subscription, one at a time, for the split of its cost:
     `launches=False`: subscribed, no callback enabled; `graphs`: the graph resource callbacks
-    kname profile enables too; `named`: subscribed by cuptiSubscribe_v2, as kname's recorder."""
+    kname profile enables too; `named`: subscribed by cuptiSubscribe_v2, as kname's recorder;
+    `recording`: the callback keeps each call's id and a site on its thread (no lock), the least
+    a recorder of launches does."""
 
     def __init__(
         self,
@@ -49,10 +51,12 @@ class CallbackFloor:
         launches: bool = True,
         graphs: bool = False,
         named: bool = False,
+        recording: bool = False,
     ) -> None:
         self.path = library
         self.library: Any = None
         self.launches, self.graphs, self.named = launches, graphs, named
+        self.flags = int(named) | 2 * int(recording)  # FLOOR_NAMED, FLOOR_RECORDING
 
     def start(self, cupti: Any) -> None:
         from kname.profiling.native_callback import libcupti_path
@@ -64,7 +68,7 @@ class CallbackFloor:
         domains = (ctypes.c_uint32 * max(1, len(pairs)))(*(domain for domain, _ in pairs))
         cbids = (ctypes.c_uint32 * max(1, len(pairs)))(*(cbid for _, cbid in pairs))
         path = libcupti_path().encode()
-        status = self.library.floor_start(path, domains, cbids, len(pairs), int(self.named))
+        status = self.library.floor_start(path, domains, cbids, len(pairs), self.flags)
         if status:
             raise SystemExit(f"CUPTI refused the floor's subscriber (status {status})")
 

@@ -295,6 +295,7 @@ SPLIT_STEPS = (
     ("an empty callback on kname's launch APIs", "floor", "floor-subscribed"),
     ("subscribed by name (cuptiSubscribe_v2)", "floor-v2", "floor"),
     ("the graph resource callbacks, empty", "floor-graphs", "floor"),
+    ("the least a recorder does: each call's id kept on its thread", "floor-recording", "floor"),
     ("kname's callback: bookkeeping, records read in C", "recorder-marked", "floor"),
     ("the site looked up from the frame", "recorder", "recorder-marked"),
     ("kname's wrappers and site calls", "kname-no-forward", "recorder"),
@@ -310,6 +311,7 @@ def split_variants(library: Path | None, counted: list[int]) -> list[Callable[[]
         lambda: floor_variant(library, "floor-subscribed", launches=False),
         lambda: floor_variant(library, "floor-v2", named=True),
         lambda: floor_variant(library, "floor-graphs", graphs=True),
+        lambda: floor_variant(library, "floor-recording", recording=True),
         lambda: floor_variant(library, "floor+naming", naming=True),
         lambda: floor_variant(
             library, "floor-no-external", without_kinds=("EXTERNAL_CORRELATION",)

@@ -46,7 +46,7 @@ def test_every_piece_of_the_split_runs_on_the_stand_in_and_the_floor_counts_its_
     assert result["launches_per_iteration"] == 2
     calls = result["callbacks_per_iteration"]
     assert calls["floor-subscribed"] == {"driver": 0, "runtime": 0, "resource": 0}
-    for name in ("floor", "floor-v2", "floor-graphs", "floor+naming"):
+    for name in ("floor", "floor-v2", "floor-graphs", "floor+naming", "floor-recording"):
         assert calls[name] == {"driver": 4, "runtime": 0, "resource": 0}, name
     for label, _, _ in SPLIT_STEPS:
         assert f"| {label} |" in done.stdout

@@ -2,7 +2,8 @@
 program's iterations with profiling on and off, many short blocks interleaved.
 
     python benchmarks/profile_inprocess.py [--rounds 400] [--iterations 20] [--max-seconds 40]
-        [--json OUT] [--repo CHECKOUT] [--no-proton] [--noop] [--lines] [--phase all|kname|proton]
+        [--json OUT] [--repo CHECKOUT] [--no-proton] [--noop] [--lines] [--split]
+        [--phase all|kname|proton]
 
 Whole processes on the GPU hosts swing 1.7-2x for the same loop (docs/benchmarks.md), far more
 than the microsecond a launch that the budget speaks of. Here one process imports the libraries
@@ -27,10 +28,16 @@ alone) and by the wall clock (the loop and a synchronisation), then the variant 
 round, each variant's difference to that round's `off` block, per GPU launch; the median over
 rounds and its 95% interval (order statistics of the median), beside the A/A pair's. `--noop`
 runs the same harness on the CPU with the no-op target in place of the GPU libraries (no floor,
-no profile: a check of the harness). `--lines` also times each line of the loop apart (the
+no profile: a check of the harness; with `--split`, every variant, CUPTI played by the tests'
+stand-in). `--lines` also times each line of the loop apart (the
 timer's own cost the same in every variant) and gives each variant's added µs per iteration
-per line: where kname's cost above the floor goes. GPU launches per iteration are counted by
-kname's session (its launch API calls), else taken as the loop's lines.
+per line: where kname's cost above the floor goes. `--split` adds a variant per piece of kname's
+cost, each switched on over the one without it (SPLIT_STEPS: CUPTI's records and a subscriber,
+an empty callback on kname's launch APIs, cuptiSubscribe_v2, the graph resource callbacks,
+kname's recorder with its bookkeeping alone and with each site looked up from the frame, kname's
+wrappers, torch's forward lines; and kname's naming over the floor) and gives each piece's µs
+per launch, paired by round, with CUPTI's callbacks an iteration by domain. GPU launches per
+iteration are counted by kname's session (its launch API calls), else taken as the loop's lines.
 """
 
 from __future__ import annotations
@@ -113,20 +120,30 @@ def median_interval(values: list[float]) -> tuple[float, float, float]:
     return statistics.median(ordered), ordered[low], ordered[high]
 
 
+def paired(with_it: list, without: list, launches: int) -> dict:
+    """Per clock: the per-round difference of two variants' blocks, µs per launch (median and
+    its 95% interval), over the rounds both have."""
+    rounds = min(len(with_it), len(without))
+    row: dict = {"rounds": rounds}
+    for index, clock in enumerate(("cpu", "wall")):
+        pairs = zip(with_it[:rounds], without[:rounds], strict=True)
+        diffs = [(a[index] - b[index]) / launches / 1000 for a, b in pairs]
+        median, low, high = median_interval(diffs)
+        row[clock] = {"added_us": median, "low_us": low, "high_us": high}
+    return row
+
+
 def added(samples: dict, launches: int, base: str = "off") -> dict:
     """Per variant and clock: the per-round difference to `base`, µs per launch."""
     rows = {}
     for name, blocks in samples.items():
         if name == base:
             continue
-        rounds = min(len(blocks), len(samples[base]))
-        row = {"rounds": rounds}
+        row = paired(blocks, samples[base], launches)
         for index, clock in enumerate(("cpu", "wall")):
-            pairs = zip(blocks[:rounds], samples[base][:rounds], strict=True)
-            diffs = [(block[index] - off[index]) / launches / 1000 for block, off in pairs]
-            median, low, high = median_interval(diffs)
-            base_us = statistics.median(b[index] for b in samples[base]) / launches / 1000
-            row[clock] = {"added_us": median, "low_us": low, "high_us": high, "off_us": base_us}
+            row[clock]["off_us"] = (
+                statistics.median(b[index] for b in samples[base]) / launches / 1000
+            )
         rows[name] = row
     return rows
 
@@ -156,9 +173,11 @@ def off_variant(name: str) -> Variant:
     return Variant(name, kname.disable, lambda: None)
 
 
-def kname_variant(counted: list[int]) -> Variant:
-    """kname enabled, a profile session collecting; `counted` gets each block's launch calls."""
+def kname_variant(counted: list[int], name: str = "kname", forward_lines: bool = True) -> Variant:
+    """kname enabled, a profile session collecting; `counted` gets each block's launch calls.
+    Without `forward_lines`: the session's forward lines (backward.collect: torch's mode) off."""
     import kname
+    from kname.profiling import backward
     from kname.profiling.session import ProfileSession
 
     session: list = []
@@ -168,6 +187,8 @@ def kname_variant(counted: list[int]) -> Variant:
         session.append(ProfileSession())
         if not session[-1].start():
             raise RuntimeError(f"kname profile did not start: {session[-1].not_collected}")
+        if not forward_lines:
+            backward.collect(None)
 
     def stop() -> None:
         current = session.pop()
@@ -175,10 +196,54 @@ def kname_variant(counted: list[int]) -> Variant:
         counted.append(getattr(current.join, "launch_count", 0))
         kname.disable()
 
-    return Variant("kname", start, stop)
+    return Variant(name, start, stop)
 
 
-def floor_variant(library: Path | None) -> Variant:
+def recorder_variant(name: str, marked: bool) -> Variant:
+    """kname's C recorder through its collector alone (CUPTI subscribed as kname profile does,
+    the records read and joined in C), kname disabled (no wrapper names a launch), no session;
+    `marked`: this thread's launches take a site set once (the callback's bookkeeping alone, no
+    look-up of the frame)."""
+    import kname
+    from kname.profiling.capture import LaunchCapture
+    from kname.profiling.cupti_collector import CuptiCollector
+    from kname.profiling.join import Join
+
+    held: list = []
+
+    def start() -> None:
+        kname.disable()
+        join = Join()
+        collector = CuptiCollector(LaunchCapture(join, None), join)
+        held.append(collector)
+        if not collector.start():
+            raise RuntimeError(f"the collector did not start: {collector.not_started}")
+        recorder = getattr(collector._callbacks, "recorder", None)
+        if recorder is None:
+            raise RuntimeError(f"no native recorder: {collector.launch_callbacks}")
+        if marked:
+            recorder.mark("inprocess: marked")
+
+    def stop() -> None:
+        collector = held.pop()
+        recorder = getattr(collector._callbacks, "recorder", None)
+        if marked and recorder is not None:
+            recorder.unmark()
+        collector.stop()
+
+    return Variant(name, start, stop)
+
+
+def floor_variant(
+    library: Path | None,
+    name: str = "floor",
+    naming: bool = False,
+    without_kinds: tuple[str, ...] = (),
+    **parts: bool,
+) -> Variant:
+    """CUPTI's floor (`parts`: CallbackFloor's, the pieces of kname's subscription), kname
+    disabled; with `naming`, kname enabled over it (its wrappers name their launches); the
+    activity kinds kname profile enables, but `without_kinds`."""
     import kname
 
     sys.path.insert(0, str(BENCH_DIR))
@@ -187,11 +252,14 @@ def floor_variant(library: Path | None) -> Variant:
 
     from kname.profiling.cupti_collector import ACTIVITY_KINDS
 
-    floor = CallbackFloor(library)
-    kinds = [getattr(cupti.ActivityKind, name) for name in ACTIVITY_KINDS]
+    floor = CallbackFloor(library, **parts)
+    kinds = [getattr(cupti.ActivityKind, k) for k in ACTIVITY_KINDS if k not in without_kinds]
 
     def start() -> None:
-        kname.disable()
+        if naming:
+            kname.enable()
+        else:
+            kname.disable()
         floor.start(cupti)
         for kind in kinds:
             cupti.activity_enable(kind)
@@ -201,8 +269,67 @@ def floor_variant(library: Path | None) -> Variant:
         for kind in kinds:
             cupti.activity_disable(kind)
         floor.stop()
+        kname.disable()
+        FLOOR_CALLS.setdefault(name, []).append(floor.calls())
 
-    return Variant("floor", start, stop)
+    return Variant(name, start, stop)
+
+
+# Per floor variant, the callbacks CUPTI made to it in each block, by domain.
+FLOOR_CALLS: dict[str, list[dict[str, int]]] = {}
+
+
+def callbacks_per_iteration(iterations: int) -> dict:
+    """Per floor variant and domain: CUPTI's callbacks an iteration (median over its blocks)."""
+    return {
+        name: {domain: statistics.median(b[domain] for b in blocks) / iterations
+               for domain in blocks[0]}
+        for name, blocks in FLOOR_CALLS.items()
+    }  # fmt: skip
+
+
+# --split: each piece of kname's cost switched on over the variant without it, as (what it
+# adds, the variant with it, the variant without).
+SPLIT_STEPS = (
+    ("CUPTI's records and a subscriber", "floor-subscribed", "off"),
+    ("an empty callback on kname's launch APIs", "floor", "floor-subscribed"),
+    ("subscribed by name (cuptiSubscribe_v2)", "floor-v2", "floor"),
+    ("the graph resource callbacks, empty", "floor-graphs", "floor"),
+    ("the least a recorder does: each call's id kept on its thread", "floor-recording", "floor"),
+    ("kname's callback: bookkeeping, records read in C", "recorder-marked", "floor"),
+    ("the site looked up from the frame", "recorder", "recorder-marked"),
+    ("kname's wrappers and site calls", "kname-no-forward", "recorder"),
+    ("torch's forward lines (the mode)", "kname", "kname-no-forward"),
+    ("kname's naming over the floor alone", "floor+naming", "floor"),
+    ("external correlation records enabled, none pushed", "floor", "floor-no-external"),
+)
+
+
+def split_variants(library: Path | None, counted: list[int]) -> list[Callable[[], Variant]]:
+    """The makers of the split's variants, beyond off, floor and kname."""
+    return [
+        lambda: floor_variant(library, "floor-subscribed", launches=False),
+        lambda: floor_variant(library, "floor-v2", named=True),
+        lambda: floor_variant(library, "floor-graphs", graphs=True),
+        lambda: floor_variant(library, "floor-recording", recording=True),
+        lambda: floor_variant(library, "floor+naming", naming=True),
+        lambda: floor_variant(
+            library, "floor-no-external", without_kinds=("EXTERNAL_CORRELATION",)
+        ),
+        lambda: recorder_variant("recorder-marked", marked=True),
+        lambda: recorder_variant("recorder", marked=False),
+        lambda: kname_variant(counted, "kname-no-forward", forward_lines=False),
+    ]
+
+
+def step_costs(samples: dict, launches: int, steps: tuple = SPLIT_STEPS) -> dict:
+    """Per step and clock: the per-round difference of its two variants, µs per launch."""
+    return {
+        label: {"with": with_it, "without": without}
+        | paired(samples[with_it], samples[without], launches)
+        for label, with_it, without in steps
+        if with_it in samples and without in samples
+    }
 
 
 def proton_variant(out: Path) -> tuple[Variant, Callable[[], None]]:
@@ -263,6 +390,35 @@ def noop_program(folder: Path, by_line: bool) -> tuple[Callable, Callable, dict,
     return loop, lambda: None, lines, {}
 
 
+def stand_in_program(folder: Path, by_line: bool) -> tuple[Callable, Callable, dict, dict]:
+    """--noop --split: the split's variants on the CPU, CUPTI played by the tests' stand-in
+    (profile_cpu.stand_in): a launch kname wraps and one it does not, each the stand-in's launch
+    callback at enter and exit (as CUPTI calls a subscriber around cuLaunchKernel)."""
+    import itertools
+
+    import mixed_program
+    import profile_cpu
+
+    import kname
+
+    cupti = profile_cpu.stand_in(folder)
+    # The floor's buffers are its library's (in C): flushed there, not through the binding.
+    sys.modules["cupti"].cupti.activity_flush_all = cupti.library.cuptiActivityFlushAll
+    (folder / "bench_profiled_target.py").write_text(profile_cpu.TARGET)
+    sys.path.insert(0, str(folder))
+    import bench_profiled_target as target
+
+    target.LIBRARY = cupti.library
+    kname.install(targets=["bench_profiled_target:launch"])
+    callback = "c = next(ids); lib.fake_callback(1, 307, 0, c); lib.fake_callback(1, 307, 1, c)"
+    lines = {"wrapped": "target.launch()", "at the launch API": callback}
+    ns = {"target": target, "lib": cupti.library, "ids": itertools.count(1 << 30)}
+    loop, timed_lines, _ = mixed_program.write_loop(folder, lines, ns)
+    if by_line:
+        loop = _line_timer(timed_lines, len(lines))
+    return loop, lambda: None, lines, {}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=400)
@@ -277,6 +433,10 @@ def main() -> int:
     parser.add_argument("--noop", action="store_true", help="the harness on the CPU, no GPU")
     parser.add_argument("--lines", action="store_true", help="also time each line apart")
     parser.add_argument(
+        "--split", action="store_true",
+        help="kname's cost piece by piece (with --noop: on the tests' stand-in CUPTI)",
+    )  # fmt: skip
+    parser.add_argument(
         "--phase", choices=("all", "kname", "proton"), default="all",
         help="all: kname's phase here, then Proton's in a process of its own (CUPTI keeps one "
         "subscriber a process)",
@@ -289,7 +449,9 @@ def main() -> int:
 
     kname.install()  # before the libraries: their launches are wrapped as they are imported
     folder = Path(tempfile.mkdtemp(prefix="kname-inprocess-"))
-    make_program = noop_program if args.noop else gpu_program
+    make_program = gpu_program
+    if args.noop:
+        make_program = stand_in_program if args.split else noop_program
     loop, sync, lines, skipped = make_program(folder, args.lines)
     loop(20)  # compiles, sites built
     sync()
@@ -300,9 +462,10 @@ def main() -> int:
         result["phase_proton"] = proton_phase(folder, loop, sync, args, started, result)
         return finish(result, args, started)
     variants = [off_variant("off"), off_variant("off-again")]
-    if not args.noop:
-        for make in (lambda: floor_variant(args.floor_library and Path(args.floor_library)),
-                     lambda: kname_variant(counted)):  # fmt: skip
+    if not args.noop or args.split:
+        library = floor_library(args)
+        makers = [lambda: floor_variant(library), lambda: kname_variant(counted)]
+        for make in makers + (split_variants(library, counted) if args.split else []):
             try:
                 variants.append(make())
             except Exception as exc:
@@ -322,10 +485,24 @@ def main() -> int:
     result["phase_kname"] = added(samples, launches)
     if args.lines:
         result["lines_kname"] = added_by_line(samples, list(lines), args.iterations)
+    result["callbacks_per_iteration"] = callbacks_per_iteration(args.warm + args.iterations)
+    if args.split:
+        result["split"] = step_costs(samples, launches)
     if proton:
         seconds = args.max_seconds - (time.monotonic() - started)
         result["phase_proton"] = proton_process(seconds, per_iteration, args, result["notes"])
     return finish(result, args, started)
+
+
+def floor_library(args) -> Path | None:
+    """The floor's library, built once for every floor variant (None: each builds its own)."""
+    if args.floor_library:
+        return Path(args.floor_library)
+    if not args.split:
+        return None
+    from cupti_floor import build
+
+    return build()
 
 
 def finish(result: dict, args, started: float) -> int:
@@ -397,6 +574,10 @@ def render(result: dict) -> str:
         for clock in ("cpu", "wall"):
             above = kname_row[clock]["added_us"] - floor_row[clock]["added_us"]
             out.append(f"kname above CUPTI's floor ({clock}): {above:+.2f} µs/launch")
+    for name, by_domain in result.get("callbacks_per_iteration", {}).items():
+        said = ", ".join(f"{domain} {count:.1f}" for domain, count in by_domain.items())
+        out.append(f"{name}: CUPTI's callbacks an iteration: {said}")
+    out += render_split(result.get("split", {}))
     by_line = result.get("lines_kname", {})
     if by_line:
         names = list(by_line)
@@ -407,6 +588,22 @@ def render(result: dict) -> str:
             out.append(f"| {line} | {cells} |")
     out += [f"note: {note}" for note in result["notes"]]
     return "\n".join(out)
+
+
+def render_split(split: dict) -> list[str]:
+    """The split's table: each piece over the variant without it (empty without --split)."""
+    if not split:
+        return []
+    out = ["", "| piece | with / without | rounds | CPU: µs/launch [95%] | wall: µs/launch [95%] |",
+           "| --- | --- | ---: | ---: | ---: |"]  # fmt: skip
+    for label, row in split.items():
+        cells = [
+            f"{row[c]['added_us']:+.2f} [{row[c]['low_us']:+.2f}, {row[c]['high_us']:+.2f}]"
+            for c in ("cpu", "wall")
+        ]
+        pair = f"{row['with']} / {row['without']}"
+        out.append(f"| {label} | {pair} | {row['rounds']} | {cells[0]} | {cells[1]} |")
+    return out
 
 
 if __name__ == "__main__":

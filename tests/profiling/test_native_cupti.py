@@ -687,3 +687,55 @@ def test_a_namer_that_fails_leaves_the_passs_name_and_the_fault_kept(rules):
     assert "call site" in where and "no node" in str(exc)
     with pytest.raises(TypeError):
         made.set_frameless_namer(3)
+
+
+# --------------------------------------------------------------------------
+# The whole-program cost (issue 43): less work at each call
+# --------------------------------------------------------------------------
+
+
+def test_an_untimed_launch_call_is_recorded_at_its_enter_and_its_exit_adds_nothing(
+    rules, cupti_library, fake_libcupti
+):
+    """Without a trace or the verdict no end time is read: the call goes to the buffer at its
+    enter (the buffer's lock once a call, not at both ends), nested ones with their parent."""
+    made = recorder()
+    assert made.subscribe(str(fake_libcupti)) == (0, None)
+    assert made.enable(DRIVER, CUDA_LAUNCH_KERNEL, KERNEL) == 0
+    assert made.enable(DRIVER, CUDA_GRAPH_LAUNCH, GRAPH) == 0
+    made.time_launches(False)
+    call = cupti_library.fake_callback
+    here = this_line(+1)
+    assert call(DRIVER, CUDA_GRAPH_LAUNCH, 0, 7) == 1  # API enter
+    assert call(DRIVER, CUDA_LAUNCH_KERNEL, 0, 8) == 1  # a call inside it
+    records = drained(made)  # both exits still to come
+    assert sorted(records) == [7, 8]
+    assert (records[7].site, records[7].parent, records[7].graph) == (here, 0, True)
+    assert (records[8].site, records[8].parent, records[8].api) == (here, 7, "cuLaunchKernel")
+    assert all((r.start, r.end) == (0, 0) for r in records.values())
+    assert made.counts()["open"] == 0
+    assert call(DRIVER, CUDA_LAUNCH_KERNEL, 1, 8) == 1  # API exits: nothing more to record
+    assert call(DRIVER, CUDA_GRAPH_LAUNCH, 1, 7) == 1
+    there = this_line(+1)
+    assert call(DRIVER, CUDA_LAUNCH_KERNEL, 0, 9) == 1  # the next call is outermost again
+    assert call(DRIVER, CUDA_LAUNCH_KERNEL, 1, 9) == 1
+    assert made.unsubscribe() == 0
+    (last,) = made.drain(LaunchRecord)
+    assert (last.correlation_id, last.parent, last.site) == (9, 0, there)
+    assert made.counts() == {
+        "finished": 0, "open": 0, "dropped": 0, "graph_nodes": 0, "graph_nodes_dropped": 0,
+    }  # fmt: skip
+
+
+def test_a_launch_with_the_gil_released_keeps_its_line_and_follows_a_change_of_rules(rules):
+    """A launch from a GIL-released call finds the site this thread found before without the
+    GIL; a change of the rules (a new generation) sends it to Python again."""
+    made = recorder()
+    names = []
+    for template in ("{function}", "{function}", "again {function}", "again {function}"):
+        callsite.configure((), template, 1, False)  # forgets every site and decision
+        for number in range(3):
+            made.call_without_gil(number, KERNEL, 5, 9)
+        names.append({record.site for record in drained(made).values()})
+    function = "test_a_launch_with_the_gil_released_keeps_its_line_and_follows_a_change_of_rules"
+    assert names == [{function}, {function}, {f"again {function}"}, {f"again {function}"}]

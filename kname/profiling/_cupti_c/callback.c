@@ -65,27 +65,31 @@ make_room(Recorder *r, Py_ssize_t needed)
     return 1;
 }
 
-/* Room for one more call to finish later: 1, or 0 when it is not to be recorded. */
+/* Room for one more call: into the buffer now (`now`: the call is recorded at its enter), or
+ * kept for it to finish later (NULL). 1, or 0 when it is not to be recorded. */
 static int
-reserve(Recorder *r)
+take_room(Recorder *r, const Launch *now)
 {
-    int reserved = 0, no_memory = 0;
+    int taken = 0, no_memory = 0;
     pthread_mutex_lock(&r->lock);
     if (r->count + r->open >= r->max_pending)
         r->dropped++;
     else if (!make_room(r, r->count + r->open + 1))
         no_memory = 1;
     else {
-        r->open++;
-        reserved = 1;
+        if (now != NULL)
+            r->records[r->count++] = *now;
+        else
+            r->open++;
+        taken = 1;
     }
     pthread_mutex_unlock(&r->lock);
     if (no_memory)
         note_c_fault(r, RECORDING, "no memory for another launch record", 0);
-    return reserved;
+    return taken;
 }
 
-/* A reserved call finished: into the buffer (the room is there). */
+/* A call that took room to finish later finished: into the buffer (the room is there). */
 static void
 finish(Recorder *r, const Launch *launch)
 {
@@ -231,11 +235,12 @@ kind_of(Recorder *r, Frame *frame)
 
 /* The cached site of a launch made while `frame` runs, as capture.site_of_frame finds it: the
  * frame's own key, or, from library code, the first user frame's above. Borrowed name; NULL
- * without an error when Python must decide. */
+ * without an error when Python must decide. *own: found under `frame`'s own key. */
 static PyObject *
-cached_site(Recorder *r, Frame *frame)
+cached_site(Recorder *r, Frame *frame, int *own)
 {
     PyObject *name = lookup(r, frame);
+    *own = name != NULL;
     if (name != NULL || PyErr_Occurred())
         return name;
     int kind = kind_of(r, frame);
@@ -253,16 +258,110 @@ cached_site(Recorder *r, Frame *frame)
     return NULL;
 }
 
-/* The site of a launch made now on this thread, which holds the GIL (borrowed; NULL: no Python
- * frame). Never fails: a fault is kept and the launch is named `unnamed`. */
-static PyObject *
-site_of_running_frame(Recorder *r)
+/* ---- a launch made with the GIL released (torch's ops and CuPy's launches release it): its
+ * site found again without taking the GIL, from this thread's own table of the sites it found
+ * with the GIL taken under their frame's own key. The frame read is this thread's, stopped in
+ * the launch call: no other thread changes it, and only this thread writes the table. The
+ * dicts' generation is one aligned word their writers change under the GIL, read whole: a stale
+ * read answers as the table did a moment before, as a launch racing a change of rules would. */
+
+#if PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED)
+#define THREAD_SITES 32 /* entries, a power of 2 */
+
+typedef struct {
+    const void *position; /* frame_position: the frame's instruction, in its code object */
+    void *code;
+    uint64_t generation;
+    PyObject *name; /* kept by the recorder */
+} ThreadSite;
+
+typedef struct {
+    uint64_t owner; /* the recorder's serial: another recorder starts the table afresh */
+    ThreadSite entry[THREAD_SITES];
+} ThreadSites;
+
+static _Thread_local ThreadSites thread_sites;
+
+/* The running frame of `state`, a thread state of this thread whose GIL is released. */
+static inline Frame *
+frame_of_state(PyThreadState *state)
 {
+#if PY_VERSION_HEX >= 0x030D0000
+    return complete_frame(state->current_frame);
+#else
+    return complete_frame(state->cframe->current_frame);
+#endif
+}
+
+static inline ThreadSite *
+thread_site_slot(Recorder *r, const void *position)
+{
+    if (thread_sites.owner != r->serial) {
+        memset(&thread_sites, 0, sizeof thread_sites);
+        thread_sites.owner = r->serial;
+    }
+    uintptr_t h = (uintptr_t)position >> 1;
+    return &thread_sites.entry[(h ^ (h >> 7)) & (THREAD_SITES - 1)];
+}
+
+/* The site this thread found for `state`'s running frame under its own key, while the dicts are
+ * unchanged; NULL: not found here (the GIL is then taken). */
+static PyObject *
+site_without_gil(Recorder *r, PyThreadState *state)
+{
+    if (!r->remember)
+        return NULL;
+    Frame *frame = frame_of_state(state);
+    if (frame == NULL)
+        return NULL;
+    const void *position = frame_position(frame);
+    ThreadSite *entry = thread_site_slot(r, position);
+    if (entry->position == position && entry->code == (void *)frame_code(frame)
+        && entry->generation == generation_of(r->sites))
+        return entry->name;
+    return NULL;
+}
+
+/* `name`, found with the GIL under the running frame's own key, kept for site_without_gil. */
+static void
+remember_for_thread(Recorder *r, PyObject *name)
+{
+    Frame *frame = frame_current();
+    if (!r->remember || frame == NULL || name == NULL)
+        return;
+    const void *position = frame_position(frame);
+    *thread_site_slot(r, position) =
+        (ThreadSite){position, (void *)frame_code(frame), generation_of(r->sites), name};
+}
+#else
+static PyObject *
+site_without_gil(Recorder *r, PyThreadState *state)
+{
+    (void)r;
+    (void)state;
+    return NULL;
+}
+
+static void
+remember_for_thread(Recorder *r, PyObject *name)
+{
+    (void)r;
+    (void)name;
+}
+#endif
+
+/* The site of a launch made now on this thread, which holds the GIL (borrowed; NULL: no Python
+ * frame). Never fails: a fault is kept and the launch is named `unnamed`. *own: found cached
+ * under the running frame's own key. */
+static PyObject *
+site_of_running_frame(Recorder *r, int *own)
+{
+    *own = 0;
     Frame *frame = frame_current(); /* no frame object made: see _common_c/common.h */
     if (frame == NULL)
         return NULL;
     PyObject *pending = take_error(); /* a CUDA call made while an exception is being handled */
-    PyObject *name = cached_site(r, frame);
+    PyObject *name = cached_site(r, frame, own);
     if (name == NULL && PyErr_Occurred())
         note_fault(r, FINDING);
     if (name == NULL) {
@@ -307,17 +406,26 @@ site_here(Recorder *r, ThreadCalls *t)
 {
     if (t->naming)
         return r->unnamed; /* a launch API called by kname's own naming code: not walked again */
-    if (PyGILState_GetThisThreadState() == NULL)
+    PyThreadState *state = PyGILState_GetThisThreadState();
+    if (state == NULL)
         return NULL; /* a thread Python never ran on (a C++ worker): no frame, no GIL needed */
     int held = gil_held_here();
     PyGILState_STATE gil = PyGILState_UNLOCKED;
-    if (!held)
+    if (!held) {
+        PyObject *found = site_without_gil(r, state);
+        if (found != NULL)
+            return found;
         gil = PyGILState_Ensure();
+    }
     t->naming = 1;
-    PyObject *site = site_of_running_frame(r);
+    int own;
+    PyObject *site = site_of_running_frame(r, &own);
     t->naming = 0;
-    if (!held)
+    if (!held) {
+        if (own)
+            remember_for_thread(r, site);
         PyGILState_Release(gil);
+    }
     return site;
 }
 
@@ -373,10 +481,13 @@ forget_open_calls(Recorder *r, ThreadCalls *t)
     pthread_mutex_unlock(&r->lock);
 }
 
-void
-launch_enter(Recorder *r, uint32_t correlation_id, int api, uint64_t timestamp)
+/* A launch API call starts on this thread (`t`): its site, and the call open until its exit.
+ * With `at_enter` it is recorded now (nothing at its exit needs it: no end time is taken), and
+ * its exit only closes it; else it is recorded at its exit. */
+static void
+enter_call(Recorder *r, ThreadCalls *t, uint32_t correlation_id, int api, uint64_t timestamp,
+           int at_enter)
 {
-    ThreadCalls *t = calls_of(r);
     if (t->count >= r->max_open)
         forget_open_calls(r, t);
     Launch launch = {timestamp, 0, PyThread_get_thread_ident(), NULL, correlation_id, 0,
@@ -398,8 +509,19 @@ launch_enter(Recorder *r, uint32_t correlation_id, int api, uint64_t timestamp)
     }
     OpenCall *call = &t->calls[t->count++];
     call->launch = launch;
-    call->recorded = reserve(r);
+    if (at_enter) {
+        take_room(r, &launch);
+        call->recorded = 0; /* in the buffer already: its exit has nothing to add */
+    }
+    else
+        call->recorded = take_room(r, NULL);
     atomic_store_explicit(&r->last_correlation_id, correlation_id, memory_order_relaxed);
+}
+
+void
+launch_enter(Recorder *r, uint32_t correlation_id, int api, uint64_t timestamp)
+{
+    enter_call(r, calls_of(r), correlation_id, api, timestamp, 0);
 }
 
 /* The open call `correlation_id` of this thread, taken off its list; 0: none open. */
@@ -440,25 +562,26 @@ timestamp_now(Recorder *r)
     return timestamp;
 }
 
-/* Whether a launch call entering now gets a CPU timestamp: every call for a trace or a stream
- * log (`timed`); else, for the launch-bound verdict (`timed_outer`), an outermost one only
- * (the driver's call inside the runtime's is part of the outer call's time). */
+/* Whether a launch call entering now on `t` gets a CPU timestamp: every call for a trace or a
+ * stream log (`timed`); else, for the launch-bound verdict (`timed_outer`), an outermost one
+ * only (the driver's call inside the runtime's is part of the outer call's time). */
 static inline int
-stamps_enter(Recorder *r)
+stamps_enter(Recorder *r, ThreadCalls *t)
 {
     return atomic_load_explicit(&r->timed, memory_order_relaxed)
-           || (atomic_load_explicit(&r->timed_outer, memory_order_relaxed)
-               && calls_of(r)->count == 0);
+           || (atomic_load_explicit(&r->timed_outer, memory_order_relaxed) && t->count == 0);
 }
 
 /* The enter of a launch call, timed (where stamps_enter says) once kname's own work for it is
- * done: its CPU time is the launch API's, not the site's look-up (0: not timed). */
+ * done: its CPU time is the launch API's, not the site's look-up (0: not timed). A call not
+ * timed is recorded at its enter: its exit then touches nothing but this thread's list, and
+ * the buffer's lock is taken once a call, not twice. */
 static void
 launch_enter_now(Recorder *r, uint32_t correlation_id, int api)
 {
-    int stamped = stamps_enter(r);
-    launch_enter(r, correlation_id, api, 0);
     ThreadCalls *t = calls_of(r);
+    int stamped = stamps_enter(r, t);
+    enter_call(r, t, correlation_id, api, 0, !stamped);
     if (stamped && t->count > 0 && t->calls[t->count - 1].launch.correlation_id == correlation_id)
         t->calls[t->count - 1].launch.start = timestamp_now(r);
 }
@@ -530,7 +653,17 @@ on_api(void *userdata, kn_CallbackDomain domain, kn_CallbackId cbid, const void 
 {
     Recorder *r = (Recorder *)userdata;
     const kn_CallbackData *data = (const kn_CallbackData *)cbdata;
-    if (r == NULL || data == NULL || must_not_touch_python(r))
+    if (r == NULL || data == NULL)
+        return;
+    if (domain != KN_CUPTI_CB_DOMAIN_RESOURCE && data->callbackSite == KN_CUPTI_API_EXIT) {
+        /* An exit touches no Python (this thread's list, the buffer): only whether the recorder
+         * stopped, or this is a forked child, is read, not the interpreter's state. */
+        if (!atomic_load_explicit(&r->stopped, memory_order_relaxed)
+            && atomic_load_explicit(&forks, memory_order_relaxed) == r->forks)
+            launch_exit_now(r, data->correlationId);
+        return;
+    }
+    if (must_not_touch_python(r))
         return;
     if (domain == KN_CUPTI_CB_DOMAIN_RESOURCE) { /* its data is a kn_ResourceData */
         int event = cbid < MAX_RESOURCE_CBID ? r->graph_events[cbid] : 0;
@@ -542,9 +675,6 @@ on_api(void *userdata, kn_CallbackDomain domain, kn_CallbackId cbid, const void 
         int api = api_of(r, domain, cbid);
         if (api >= 0)
             launch_enter_now(r, data->correlationId, api);
-    }
-    else if (data->callbackSite == KN_CUPTI_API_EXIT) {
-        launch_exit_now(r, data->correlationId);
     }
 }
 

@@ -121,9 +121,21 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
+    /* What the callback reads at every launch call, side by side (a cache line or two): between
+     * calls the program's own work evicts them, and each line read is paid again (issue 43). */
     uint64_t serial;
-    PyObject *api_names; /* tuple of str, by api index */
+    atomic_int stopped;
+    unsigned int forks; /* the forks made before this recorder */
+    /* Launch calls get CPU timestamps (cuptiGetTimestamp at enter and exit): only the trace and
+     * the stream log read them. */
+    atomic_int timed;
+    /* Outermost launch calls get them (the launch-bound verdict's CPU time per line). */
+    atomic_int timed_outer;
+    atomic_uint last_correlation_id; /* the last launch call entered (graph nodes take it) */
+    int max_open;
+    int remember; /* look-ups may go in the recent tables: both dicts are followed */
     uint8_t *graph_of;   /* by api index */
+    PyObject *api_names; /* tuple of str, by api index */
     Py_ssize_t api_count;
     PyObject *sites, *kinds, *site_of_frame, *site_key, *no_frame, *unnamed;
     PyObject *kept; /* dict: every site name recorded, name -> name */
@@ -135,8 +147,6 @@ typedef struct {
      * forward line of the autograd node running on the launching thread. */
     PyObject *frameless_namer;
     _Atomic int has_frameless_namer;
-    int max_open;
-    int remember; /* look-ups may go in the recent tables: both dicts are followed */
     Py_ssize_t max_pending;
 
     /* The records: finished ones in `records`, room reserved for the `open` ones. */
@@ -159,8 +169,6 @@ typedef struct {
     kn_EnableCallback enable_callback;
     kn_GetTimestamp get_timestamp;
     kn_SubscriberHandle subscriber;
-    atomic_int stopped;
-    unsigned int forks; /* the forks made before this recorder */
     /* By domain (driver 1, runtime 2): cbid -> api index + 1 (0: not recorded). Fixed in size:
      * a callback may read it on another thread while enable() writes another entry. */
     uint16_t apis_of[3][MAX_CBID];
@@ -172,7 +180,6 @@ typedef struct {
     kn_GetGraphNodeId get_graph_node_id;
     kn_GetGraphId get_graph_id;
     kn_GetGraphExecId get_graph_exec_id; /* NULL before CUPTI 12.4: no executable graph ids */
-    atomic_uint last_correlation_id;
     NodeEvent *node_events;
     Py_ssize_t node_event_count, node_event_capacity;
     unsigned long long node_events_dropped;
@@ -196,11 +203,6 @@ typedef struct {
 
     Join join; /* under activity_lock; on: GPU records are joined here, not handed over */
     TraceLog trace; /* under activity_lock; on: what the join is given is kept for --trace */
-    /* Launch calls get CPU timestamps (cuptiGetTimestamp at enter and exit): only the trace and
-     * the stream log read them. */
-    atomic_int timed;
-    /* Outermost launch calls get them (the launch-bound verdict's CPU time per line). */
-    atomic_int timed_outer;
 
     RecordLayout record_layout, activity_layout, external_layout, node_layout;
     RecentSite recent[RECENT];

@@ -10,9 +10,11 @@ Nothing else runs until asked. Then, on a thread of its own:
    the runtime folder for `kname attach`, from the trigger file for a trigger.
 2. A ProfileSession starts (CUPTI subscribed; under Nsight or another CUPTI tool, it cannot: the
    reply says so in one line, and the process runs on), collects for the window, and stops
-   (CUPTI unsubscribed: launches cost what they did before).
+   (CUPTI unsubscribed, then its records flushed).
 3. The files asked for are written whole (each rank its own: rank_paths' placeholders and
    `.rank<N>`), and, for `kname attach`, the reply: the table and one line per note.
+4. CUPTI is detached (session.detach: cuptiFinalize from the next CUDA API call's exit
+   callback): launches cost what they did before the window. The next window subscribes again.
 
 A process that ends during a window (exit, an exception, SIGTERM left at its default action)
 ends the window there and writes its files whole first (_sigterm.at_exit, registered by the
@@ -49,6 +51,7 @@ from kname.profiling.requests import (
 
 SIGNAL = signal.SIGUSR2
 POLL_SECONDS = 2.0  # how often a trigger file is looked at
+DETACH = True  # CUPTI finalized after each window (False: left attached, to measure its cost)
 ATTACH = "kname attach"
 TRIGGER = KNAME_PROFILE_TRIGGER
 TRIGGER_JSON = "kname-profile.json"  # a trigger's default output, beside the trigger file
@@ -246,8 +249,9 @@ class Window:
         self.finished = False
         self.lock = new_lock()
 
-    def finish(self, note: str = "") -> None:
-        """Stop collecting, write the files and the reply; only the first call does."""
+    def finish(self, note: str = "", detach: bool = True) -> None:
+        """Stop collecting, write the files and the reply, then detach CUPTI (where `detach`);
+        only the first call does."""
         with self.lock:
             if self.finished:
                 return
@@ -255,6 +259,10 @@ class Window:
             self.session.window["end_ns"] = time.time_ns()
             self.session.stop()
             _write_window(self, [note] if note else [])
+            if detach and DETACH:
+                # Unsubscribed, CUPTI stays in the launch path (+50% a torch iteration on the
+                # H100): finalized at the next CUDA call, the launches cost what they did.
+                self.session.detach()
 
 
 def _run_window(request: Any, origin: str, reply: str | None) -> None:
@@ -316,7 +324,8 @@ def _end_at_exit() -> None:
     window.ended.set()
     window.finish(
         f"the process ended {elapsed:.1f} s into the {window.request.duration:g} s window: "
-        "the profile covers the window up to then"
+        "the profile covers the window up to then",
+        detach=False,  # the process ends: nothing to gain, and CUDA itself is going
     )
 
 

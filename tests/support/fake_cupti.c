@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cupti_abi.h"
 
@@ -183,6 +184,7 @@ static char *names[1 << 16]; /* the kernel names of the queued records, freed af
 static size_t name_count;
 static size_t dropped_records;
 static int complete_on_thread, misaligned, handed_over;
+static useconds_t slow_us; /* fake_slow: what registering and flushing take, the launches on */
 
 /* Room for a record of `kind` at the end of the queue, zeroed but for its kind. */
 void *
@@ -217,6 +219,8 @@ cuptiActivityRegisterCallbacks(kn_BuffersRequested on_request, kn_BuffersComplet
         return 1;
     requested = on_request;
     completed = on_complete;
+    if (slow_us)
+        usleep(slow_us); /* registered: the callbacks enabled before come during it */
     return KN_CUPTI_SUCCESS;
 }
 
@@ -297,6 +301,8 @@ cuptiActivityFlushAll(uint32_t flag)
     else {
         hand_over_queue(NULL);
     }
+    if (slow_us)
+        usleep(slow_us); /* handed over: a record queued now waits for the next flush */
     return KN_CUPTI_SUCCESS;
 }
 
@@ -310,6 +316,7 @@ fake_reset_activity(void)
     queued = 0;
     dropped_records = 0;
     complete_on_thread = misaligned = handed_over = 0;
+    slow_us = 0;
     timestamps_taken = 0;
 }
 
@@ -332,6 +339,14 @@ void
 fake_drop(size_t count)
 {
     dropped_records += count;
+}
+
+/* Registering the buffer callbacks and each flush take `us` microseconds more (after their
+ * work), as a real one may: launches called back meanwhile show what each step's order keeps. */
+void
+fake_slow(unsigned us)
+{
+    slow_us = us;
 }
 
 /* Whether a flush hands buffers over on a thread of its own (CUPTI's) or on the caller's. */

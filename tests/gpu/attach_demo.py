@@ -3,15 +3,17 @@
     python attach_demo.py SECONDS OUT.json [READY]
 
 Each iteration launches 8 multiplies and one add at marked lines, replays a CUDA graph of 4
-multiplies captured before any window, then synchronizes. The loop counts, by itself, the
-iterations run while each kname profile window was open, from the phase kname's session shows
-(session.collecting_phase, read before and after each iteration): `inside`, CERTAIN at both ends
-with no change between (each of its launches is in the profile), `touched`, anything but IDLE at
-either end or a change between (its launches may be). It times each iteration: the stretches
-outside the windows (`segments_us`: the median before the first window, after each window) and
-inside them (`during_us`). It also says whether kname detached CUPTI (`finalize`).
+multiplies captured before any window (unless ATTACH_DEMO_GRAPH=0), then synchronizes. The loop
+counts, by itself, the iterations run while each kname profile window was open, from the phase
+kname's session shows (session.collecting_phase, read before and after each iteration):
+`inside`, CERTAIN at both ends with no change between (each of its launches is in the profile),
+`touched`, anything but IDLE at either end or a change between (its launches may be). It times
+each iteration: the stretches outside the windows (`segments_us`: the median before the first
+window, after each window) and inside them (`during_us`). It also says whether kname detached
+CUPTI (`finalize`).
 Without kname (no KNAME=1) nothing of kname is imported: the same loop is the baseline.
-With ATTACH_DEMO_ATTACHED=1, kname leaves CUPTI attached after each window (to measure that).
+With ATTACH_DEMO_ATTACHED=1, kname leaves CUPTI attached after each window (to measure that);
+with ATTACH_DEMO_GRAPH=0, no graph is captured or replayed (kname then detaches CUPTI).
 """
 
 import json
@@ -50,11 +52,12 @@ def captured(z: torch.Tensor) -> None:
         z.mul_(0.5)  # site: captured
 
 
-def step(y: torch.Tensor, graph: torch.cuda.CUDAGraph) -> torch.Tensor:
+def step(y: torch.Tensor, graph: torch.cuda.CUDAGraph | None) -> torch.Tensor:
     for _ in range(8):
         y.mul_(0.5)  # site: mul
     y.add_(1.0)  # site: add
-    graph.replay()  # site: replay
+    if graph is not None:
+        graph.replay()  # site: replay
     return y
 
 
@@ -75,7 +78,7 @@ def capture(z: torch.Tensor) -> torch.cuda.CUDAGraph:
 def main() -> None:
     seconds, out = float(sys.argv[1]), sys.argv[2]
     y, z = torch.ones(4096, device="cuda"), torch.ones(4096, device="cuda")
-    graph = capture(z)
+    graph = capture(z) if os.environ.get("ATTACH_DEMO_GRAPH") != "0" else None
     for _ in range(200):  # warm-up: torch's first launches, the allocator
         step(y, graph)
     torch.cuda.synchronize()

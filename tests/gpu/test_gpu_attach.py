@@ -116,7 +116,7 @@ def test_attach_profiles_only_the_window_and_says_graphs_keep_cupti(tmp_path) ->
 
 
 def test_after_each_window_cupti_is_finalized_and_the_loop_runs_as_before(tmp_path) -> None:
-    process, pid, summary = start_demo(tmp_path / "kname", 14, {"ATTACH_DEMO_GRAPH": "0"})
+    process, pid, summary = start_demo(tmp_path / "kname", 16, {"ATTACH_DEMO_GRAPH": "0"})
     time.sleep(4)
     first = attach(pid, 2, "p.json", tmp_path)
     time.sleep(2.5)

@@ -280,7 +280,7 @@ recorder_counts(Recorder *r, PyObject *unused)
 /* ---- CUPTI */
 
 /* ---- CUPTI's teardown (issue 41): unsubscribed, CUPTI stays in the driver's launch path and
- * launches cost more than before it started (+50% an iteration of a torch loop on the H100). Its
+ * launches cost more than before it started (+33% to +50% a torch iteration on the H100). Its
  * detach is cuptiFinalize, safe only where no other thread is inside CUPTI: from a callback at
  * a driver or runtime API's exit (CUPTI's "dynamic detach"; kineto's teardown does the same). So
  * finalize_later() subscribes a callback of its own to both domains; the first API exit on any

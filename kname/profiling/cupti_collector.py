@@ -190,15 +190,21 @@ class CuptiCollector:
         return True
 
     def stop(self) -> None:
-        """Flush every buffer (records of finished work arrive now), then unsubscribe."""
+        """Unsubscribe, stop the records, then flush every buffer: each launch called back keeps
+        its GPU record (finished work's records arrive now)."""
         if not self.started:
             return
         self.started = False
+        # The launches first, their records after (issue 41): a launch called back while its
+        # record's kind was still enabled has one, and the flush comes after the last of them.
+        # Flushed before the kinds were disabled, a launch called back in between kept none.
+        self._unsubscribe()
+        self._disable_kinds()
         try:
             self._flush()
         except Exception as exc:
             report_fault("flushing CUPTI's activity buffers", exc)
-        self._undo()
+        self._release_buffers()
         self._take_what_is_left()
         launches = self._totals.launch_count
         if launches and not self._totals.record_count:
@@ -221,6 +227,26 @@ class CuptiCollector:
         except Exception as exc:
             report_fault("flushing CUPTI's activity buffers", exc)
         self._take_what_is_left()
+
+    def finalize_later(self) -> bool:
+        """After stop(): CUPTI detached from the process (cuptiFinalize) at the next CUDA API
+        call's exit, so that launches cost what they did before it started; a later start()
+        subscribes again. False where it cannot (the Python callback; CUPTI refused)."""
+        finalize = getattr(self._callbacks, "finalize_later", None)
+        if self.started or finalize is None:
+            return False
+        try:
+            status = finalize()
+        except Exception as exc:
+            report_fault("detaching CUPTI (cuptiFinalize)", exc)
+            return False
+        if status:
+            warn_once(
+                "profile:finalize",
+                f"profile: CUPTI could not be detached (status {status}); launches may cost "
+                "more than before the profile until the process ends",
+            )
+        return not status
 
     def current_device(self) -> int | None:
         """The ordinal of the device of the calling thread's CUDA context (the GPU a rank's
@@ -455,19 +481,29 @@ class CuptiCollector:
         )
 
     def _undo(self) -> None:
-        cupti = self._cupti
-        for kind in self._enabled_kinds:
-            try:
-                cupti.activity_disable(kind)
-            except Exception as exc:
-                report_fault("disabling CUPTI activity collection", exc)
-        self._enabled_kinds.clear()
-        if self._native_buffers:
-            self._callbacks.release_activity_buffers()  # after the kinds: no record comes now
+        self._unsubscribe()
+        self._disable_kinds()
+        self._release_buffers()
+
+    def _unsubscribe(self) -> None:
+        """No launch is called back from now on."""
         try:
             self._callbacks.unsubscribe()
         except Exception as exc:
             report_fault("unsubscribing from CUPTI", exc)
+
+    def _disable_kinds(self) -> None:
+        """No GPU record is made for a launch from now on."""
+        for kind in self._enabled_kinds:
+            try:
+                self._cupti.activity_disable(kind)
+            except Exception as exc:
+                report_fault("disabling CUPTI activity collection", exc)
+        self._enabled_kinds.clear()
+
+    def _release_buffers(self) -> None:
+        if self._native_buffers:
+            self._callbacks.release_activity_buffers()  # after the flush: no record comes now
 
 
 def choose(capture: LaunchCapture) -> NativeCallbacks | PythonCallbacks:

@@ -92,6 +92,9 @@ class NativeCallbacks:
         """Subscribe and enable `apis` (and `graphs`); raises the binding's error for a CUPTI
         status, and NativeUnavailable when libcupti's functions cannot be had (nothing
         subscribed then)."""
+        # A finalize still waiting (finalize_later) is called off before CUPTI is called: it
+        # must not run while this thread is inside CUPTI, and CUPTI takes one subscriber.
+        self._module.cancel_finalize()
         cupti.get_timestamp()  # the binding loads libcupti now (and raises without a driver)
         path = libcupti_path()
         pairs = sorted({pair for chosen in apis.values() for pair in chosen.values()})
@@ -121,6 +124,11 @@ class NativeCallbacks:
             backward.listen(None)
             backward.listen_forward(None)
             self.recorder.unsubscribe()
+
+    def finalize_later(self) -> int:
+        """After unsubscribe and the last flush: CUPTI finalized (detached from the process) at
+        the next CUDA driver or runtime API exit; CUPTI's status (0: it waits for that exit)."""
+        return self.recorder.finalize_later()
 
     def drain(self) -> None:
         """The calls finished so far into the capture (those still open stay), and what the

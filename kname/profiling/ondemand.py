@@ -10,9 +10,13 @@ Nothing else runs until asked. Then, on a thread of its own:
    the runtime folder for `kname attach`, from the trigger file for a trigger.
 2. A ProfileSession starts (CUPTI subscribed; under Nsight or another CUPTI tool, it cannot: the
    reply says so in one line, and the process runs on), collects for the window, and stops
-   (CUPTI unsubscribed: launches cost what they did before).
+   (CUPTI unsubscribed, then its records flushed).
 3. The files asked for are written whole (each rank its own: rank_paths' placeholders and
    `.rank<N>`), and, for `kname attach`, the reply: the table and one line per note.
+4. CUPTI is detached (session.detach: cuptiFinalize from the next CUDA API call's exit
+   callback): launches cost what they did before the window. The next window subscribes again.
+   Not where a window traced CUDA graph work (a traced graph fails once CUPTI is finalized):
+   CUPTI then stays attached, said in one line.
 
 A process that ends during a window (exit, an exception, SIGTERM left at its default action)
 ends the window there and writes its files whole first (_sigterm.at_exit, registered by the
@@ -49,6 +53,12 @@ from kname.profiling.requests import (
 
 SIGNAL = signal.SIGUSR2
 POLL_SECONDS = 2.0  # how often a trigger file is looked at
+DETACH = True  # CUPTI finalized after each window (False: left attached, to measure its cost)
+GRAPHS_KEEP_CUPTI = (
+    "CUPTI stays attached to this process after the window, so launches may cost a little more "
+    "until it ends: CUDA graphs ran while CUPTI traced them, and a graph CUPTI traced fails at its "
+    "next replay once CUPTI is detached (docs/attach.md)"
+)
 ATTACH = "kname attach"
 TRIGGER = KNAME_PROFILE_TRIGGER
 TRIGGER_JSON = "kname-profile.json"  # a trigger's default output, beside the trigger file
@@ -59,6 +69,7 @@ _window: Window | None = None  # the window open now
 _pending: list[tuple[Any, float]] = []  # triggers seen by the poller: (request, start at)
 _exit_writer = False  # _sigterm.at_exit registered (on the main thread, by the first signal)
 _started = time.time()  # a trigger touched before the process started is an old one
+_graphs_traced = False  # a window traced CUDA graph work: CUPTI is never detached again
 
 
 def arm(trigger: str | None) -> None:
@@ -246,15 +257,28 @@ class Window:
         self.finished = False
         self.lock = new_lock()
 
-    def finish(self, note: str = "") -> None:
-        """Stop collecting, write the files and the reply; only the first call does."""
+    def finish(self, note: str = "", detach: bool = True) -> None:
+        """Stop collecting, write the files and the reply, then detach CUPTI (where `detach`
+        and no CUDA graph ran under it); only the first call does."""
+        global _graphs_traced
         with self.lock:
             if self.finished:
                 return
             self.finished = True
             self.session.window["end_ns"] = time.time_ns()
             self.session.stop()
-            _write_window(self, [note] if note else [])
+            notes = [note] if note else []
+            # A graph replayed while CUPTI traced it fails at its next replay once CUPTI is
+            # finalized (unspecified launch failure, H100, CUDA 13; torch keeps CUPTI attached
+            # with graphs too): then CUPTI stays attached, in this process for good.
+            _graphs_traced = _graphs_traced or ran_graphs(self.session.document())
+            detach = detach and DETACH
+            if detach and _graphs_traced:
+                detach = False
+                notes.append(GRAPHS_KEEP_CUPTI)
+            _write_window(self, notes)
+            if detach:
+                self.session.detach()  # finalized at the next CUDA call: launches cost as before
 
 
 def _run_window(request: Any, origin: str, reply: str | None) -> None:
@@ -316,7 +340,8 @@ def _end_at_exit() -> None:
     window.ended.set()
     window.finish(
         f"the process ended {elapsed:.1f} s into the {window.request.duration:g} s window: "
-        "the profile covers the window up to then"
+        "the profile covers the window up to then",
+        detach=False,  # the process ends: nothing to gain, and CUDA itself is going
     )
 
 
@@ -348,6 +373,13 @@ def _write_window(window: Window, notes: list[str]) -> None:
             f"{TRIGGER}: profile window of {window.request.duration:g} s written to "
             f"{', '.join(written)}",
         )
+
+
+def ran_graphs(document: dict[str, Any]) -> bool:
+    """Whether CUDA graph work is in the profile (a site with graph fields)."""
+    from kname.documents.schema import REPLAYED_AT, REPLAYED_UNSEEN
+
+    return any(REPLAYED_AT in site or REPLAYED_UNSEEN in site for site in document["sites"])
 
 
 def graph_note(document: dict[str, Any]) -> list[str]:

@@ -68,10 +68,30 @@ Collector = Any  # start() -> bool, stop(), started: bool (CuptiCollector or a s
 _collecting: ProfileSession | None = None  # the session CUPTI feeds in this process
 _collecting_lock = new_lock()
 
+# Whether a launch made now is in the profile, for a program that counts its own work against a
+# window (tests/gpu/attach_demo.py): CERTAIN from the end of start() to the beginning of stop();
+# POSSIBLE from just before CUPTI is asked to start until stop() has ended (the callbacks, the
+# records and the flush each stop at their own moment); IDLE else. With the count of changes:
+# read before and after some work, an equal pair says the phase held throughout.
+IDLE, POSSIBLE, CERTAIN = 0, 1, 2
+_phase = (IDLE, 0)
+
+
+def collecting_phase() -> tuple[int, int]:
+    """(IDLE, POSSIBLE or CERTAIN, the number of changes so far): one read, never torn."""
+    return _phase
+
+
+def _set_phase(phase: int) -> None:
+    global _phase
+    _phase = (phase, _phase[1] + 1)  # one assignment: a reader sees the old pair or the new
+
 
 def _nothing_collects_in_a_child() -> None:
     """A forked child's launches are plain again: CUPTI does not follow the fork."""
     global _collecting
+    if _phase[0] != IDLE:
+        _set_phase(IDLE)
     if _collecting is not None:
         _collecting = None
         callsite.use_site_calls(None)
@@ -135,7 +155,9 @@ class ProfileSession:
                 )
                 self._not_collecting("another kname profile session is collecting in this process")
                 return False
+            _set_phase(POSSIBLE)  # before CUPTI is asked: its callbacks may come at once
             if not self.collector.start():
+                _set_phase(IDLE)
                 why = getattr(self.collector, "not_started", None)
                 self._not_collecting(why or "CUPTI could not start")
                 return False
@@ -153,6 +175,7 @@ class ProfileSession:
             backward.collect(site_of_frame)
             if self.pools is not None:
                 self.pools.start()
+            _set_phase(CERTAIN)
             return True
 
     def _not_collecting(self, reason: str) -> None:
@@ -165,13 +188,26 @@ class ProfileSession:
         if os.getpid() != self._pid:
             return  # a forked child: CUPTI does not collect here, nothing to flush
         with self._lock, _collecting_lock:
-            if _collecting is self:
+            ours = _collecting is self
+            if ours:
+                _set_phase(POSSIBLE)  # before anything stops: some launches now are recorded
                 callsite.use_site_calls(None)  # before the flush: no launch is tagged after it
                 backward.collect(None)
                 _collecting = None
             if self.pools is not None:
                 self.pools.stop()
             self.collector.stop()
+            if ours:
+                _set_phase(IDLE)  # CUPTI stopped and flushed: no launch from now is recorded
+
+    def detach(self) -> bool:
+        """After stop(): CUPTI detached from the process at the next CUDA API call, so launches
+        cost what they did before start() (an on-demand window's end); False where it cannot."""
+        with self._lock:
+            finalize = getattr(self.collector, "finalize_later", None)
+            if os.getpid() != self._pid or finalize is None or self.collector.started:
+                return False
+            return bool(finalize())
 
     def __enter__(self) -> ProfileSession:
         self.start()

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cupti_abi.h"
 
@@ -19,6 +20,8 @@ static void *userdata, *last_userdata;
 static kn_CUptiResult refusal;
 static const char *holder = "";
 static uint32_t enabled[4][4096];
+static uint32_t domain_enabled[4]; /* cuptiEnableDomain: every callback id of the domain */
+static unsigned finalized;         /* cuptiFinalize calls */
 static uint64_t now = 1000;
 static unsigned long timestamps_taken;
 static int subscriber;
@@ -49,6 +52,29 @@ cuptiUnsubscribe(kn_SubscriberHandle handle)
     (void)handle;
     callback = NULL;
     memset(enabled, 0, sizeof enabled);
+    memset(domain_enabled, 0, sizeof domain_enabled);
+    return KN_CUPTI_SUCCESS;
+}
+
+kn_CUptiResult
+cuptiEnableDomain(uint32_t enable, kn_SubscriberHandle handle, kn_CallbackDomain domain)
+{
+    if (handle != (kn_SubscriberHandle)&subscriber || domain > 3)
+        return 1; /* CUPTI_ERROR_INVALID_PARAMETER */
+    domain_enabled[domain] = enable;
+    return KN_CUPTI_SUCCESS;
+}
+
+/* CUPTI detached: no subscriber, no callback, no activity buffer callbacks (set again later). */
+static kn_BuffersCompleted completed;
+
+kn_CUptiResult
+cuptiFinalize(void)
+{
+    if (callback != NULL)
+        return 1; /* the stand-in's rule: a subscriber still there is a kname bug */
+    completed = NULL;
+    finalized++;
     return KN_CUPTI_SUCCESS;
 }
 
@@ -105,14 +131,18 @@ call(kn_CallbackFunc function, void *data, uint32_t domain, uint32_t cbid, uint3
     function(data, domain, cbid, &info);
 }
 
-/* The callback at a launch API's enter (site 0) or exit (1); 0 when CUPTI would not call. */
+/* The callback at a launch API's enter (site 0) or exit (1): 1 when CUPTI called back for this
+ * id (cuptiEnableCallback, as kname's launch callback asks), 0 when it did not, or only for the
+ * whole domain (cuptiEnableDomain, as kname's teardown asks). */
 int
 fake_callback(uint32_t domain, uint32_t cbid, uint32_t site, uint32_t correlation_id)
 {
-    if (callback == NULL || domain > 2 || cbid >= 4096 || !enabled[domain][cbid])
+    if (callback == NULL || domain > 2 || cbid >= 4096)
         return 0;
-    call(callback, userdata, domain, cbid, site, correlation_id);
-    return 1;
+    int for_this_id = enabled[domain][cbid] != 0;
+    if (for_this_id || domain_enabled[domain])
+        call(callback, userdata, domain, cbid, site, correlation_id);
+    return for_this_id;
 }
 
 /* A graph resource callback (domain 3) with these ids as handles; 0 when CUPTI would not call. */
@@ -148,13 +178,13 @@ fake_stale_callback(uint32_t domain, uint32_t cbid, uint32_t site, uint32_t corr
 size_t fake_record_size(uint32_t kind);
 
 static kn_BuffersRequested requested;
-static kn_BuffersCompleted completed;
 static uint8_t *queue;
 static size_t queued, queue_room;
 static char *names[1 << 16]; /* the kernel names of the queued records, freed after hand-over */
 static size_t name_count;
 static size_t dropped_records;
 static int complete_on_thread, misaligned, handed_over;
+static useconds_t slow_us; /* fake_slow: what registering and flushing take, the launches on */
 
 /* Room for a record of `kind` at the end of the queue, zeroed but for its kind. */
 void *
@@ -189,6 +219,8 @@ cuptiActivityRegisterCallbacks(kn_BuffersRequested on_request, kn_BuffersComplet
         return 1;
     requested = on_request;
     completed = on_complete;
+    if (slow_us)
+        usleep(slow_us); /* registered: the callbacks enabled before come during it */
     return KN_CUPTI_SUCCESS;
 }
 
@@ -269,6 +301,8 @@ cuptiActivityFlushAll(uint32_t flag)
     else {
         hand_over_queue(NULL);
     }
+    if (slow_us)
+        usleep(slow_us); /* handed over: a record queued now waits for the next flush */
     return KN_CUPTI_SUCCESS;
 }
 
@@ -282,7 +316,15 @@ fake_reset_activity(void)
     queued = 0;
     dropped_records = 0;
     complete_on_thread = misaligned = handed_over = 0;
+    slow_us = 0;
     timestamps_taken = 0;
+}
+
+/* cuptiFinalize calls so far. */
+unsigned
+fake_finalized(void)
+{
+    return finalized;
 }
 
 /* cuptiGetTimestamp calls since the last reset. */
@@ -297,6 +339,14 @@ void
 fake_drop(size_t count)
 {
     dropped_records += count;
+}
+
+/* Registering the buffer callbacks and each flush take `us` microseconds more (after their
+ * work), as a real one may: launches called back meanwhile show what each step's order keeps. */
+void
+fake_slow(unsigned us)
+{
+    slow_us = us;
 }
 
 /* Whether a flush hands buffers over on a thread of its own (CUPTI's) or on the caller's. */

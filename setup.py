@@ -131,6 +131,7 @@ CUPTI_SOURCES = [
     "kname/profiling/_cupti_c/module.c",
     "kname/profiling/_cupti_c/state.c",
     "kname/profiling/_cupti_c/recorder.c",
+    "kname/profiling/_cupti_c/teardown.c",
     "kname/profiling/_cupti_c/records.c",
     "kname/profiling/_cupti_c/site_calls.c",
     "kname/profiling/_cupti_c/callback.c",

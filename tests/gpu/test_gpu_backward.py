@@ -14,9 +14,8 @@ forward lines; the table has the backward column.
 from __future__ import annotations
 
 import pytest
-from support import REPO
+from support import REPO, torch_profile_missing_reason
 from support.gpu_programs import SITE, marked_lines, profiled_run
-from test_gpu_torch import _missing
 
 from kname.documents.backward_lines import BACKWARD_LINES_NS, BACKWARD_NS, BACKWARD_UNKNOWN_NS
 
@@ -28,6 +27,7 @@ FORWARD = ("qkv", "attention", "proj", "mlp", "attention-residual", "mlp-residua
            "head", "loss", "forward", "block")  # fmt: skip
 
 pytestmark = pytest.mark.gpu
+MISSING = torch_profile_missing_reason()
 
 
 def _site(sites: dict, marker: str) -> dict:
@@ -35,7 +35,7 @@ def _site(sites: dict, marker: str) -> dict:
     return found
 
 
-@pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
+@pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
 @pytest.mark.parametrize("callbacks", ["native", "python"])
 def test_each_forward_line_shows_the_backward_time_of_its_ops(tmp_path, callbacks) -> None:
     document, run = profiled_run(

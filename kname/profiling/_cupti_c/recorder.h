@@ -87,6 +87,13 @@ INTERNAL int state_ready(void);
 /* libcupti's function `name`; NULL with OSError when it has none (state.c). */
 INTERNAL void *symbol(Recorder *r, const char *name);
 
+/* In teardown.c: CUPTI finalized at the next API exit after a window (finalize_later, a
+ * Recorder method); a finalize still waiting called off (before a subscribe); the module's
+ * finalize_state and cancel_finalize. */
+INTERNAL PyObject *recorder_finalize_later(Recorder *r, PyObject *unused);
+INTERNAL void cancel_teardown(void);
+INTERNAL extern PyMethodDef teardown_functions[];
+
 /* ------------------------------------------------------------------ records */
 
 /* In records.c, the twin of kname.profiling.records. */

@@ -304,6 +304,7 @@ if sys.argv[1] == "unguarded":
 from kname import _sigterm
 
 _sigterm.shielded_at_exit(lambda: print("kname's exit work ran"))
+signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's, even in a background job
 libc = ctypes.CDLL(None)
 interrupt = ctypes.create_string_buffer(128)  # a sigset_t
 libc.sigemptyset(interrupt)

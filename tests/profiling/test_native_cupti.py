@@ -15,6 +15,7 @@ import gc
 import importlib.util
 import os
 import platform
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -411,10 +412,14 @@ def test_a_fault_in_naming_is_said_once_and_the_launch_is_recorded(rules, capsys
     assert "RuntimeError: naming failed" in line
 
 
-def test_an_interrupt_while_naming_reaches_the_program_later(rules):
+def test_an_interrupt_while_naming_reaches_the_program_later(rules, request):
     def interrupted(frame):
         raise KeyboardInterrupt
 
+    # Python's SIGINT handler, which a process started where SIGINT is ignored (a background
+    # job of a shell) does not have: the interrupt is put back as a pending SIGINT.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
     made = recorder(site_of_frame=interrupted)
     with pytest.raises(KeyboardInterrupt):
         made.enter(1, KERNEL, 0)  # the call is recorded, and the interrupt raised right after

@@ -59,6 +59,7 @@ from kname.profiling.records import (
     LaunchRecord,
     StreamLog,
 )
+from kname.walk import LIBRARY, PLUMBING, USER
 
 NO_PYTHON_FRAME = "<no Python frame>"
 MAX_OPEN_CALLS = 8  # launch API calls open at once on one thread; more means an exit was missed
@@ -398,11 +399,10 @@ def site_of_frame(frame: FrameType | None) -> str:
     if frame is None:
         return backward.frameless_site() or NO_PYTHON_FRAME
     try:
-        # The cheap case first, as in kname's launch wrapper: the library called the CUDA API
-        # straight from compiled code, so `frame` is the user's line itself.
-        site = callsite.sites.get((id(frame.f_code), frame.f_lasti, SITE_KEY))
-        if site is not None:
-            return site.name
+        # The cheap case first, as in kname's launch wrapper: a site already found from here.
+        name = cached_site(frame)
+        if name is not None:
+            return name
         site = callsite.resolve(frame, _KEPT, SITE_KEY, "", "")
         while site is None:
             # Inside one of kname's launch wrappers, which names its launch after its caller:
@@ -417,6 +417,35 @@ def site_of_frame(frame: FrameType | None) -> str:
     except Exception as exc:  # a naming fault must not reach the CUDA call
         report_fault("finding the call site of a CUDA launch", exc)
         return UNNAMED
+
+
+PASSED_OVER = (LIBRARY, PLUMBING)
+MAX_WALK = 64  # frames the cached look-up passes before leaving the search to resolve()
+
+
+def cached_site(frame: FrameType) -> str | None:
+    """The cached site of `frame`, found as the native recorder finds a launch's (callback.c's
+    cached_site): the frame's own key, or, from library code, the first user frame's above;
+    None where kname's rules must decide. Launches and allocations are mostly made deep in a
+    library (torch.nn's modules): this passes the library frames without a full walk each time."""
+    sites, kinds = callsite.sites, callsite._kinds
+    site = sites.get((id(frame.f_code), frame.f_lasti, SITE_KEY))
+    if site is not None:
+        return site.name
+    if kinds.get(id(frame.f_code)) not in PASSED_OVER:
+        return None
+    above = frame.f_back
+    for _ in range(MAX_WALK):
+        if above is None:
+            return None
+        kind = kinds.get(id(above.f_code))
+        if kind == USER:
+            site = sites.get((id(above.f_code), above.f_lasti, SITE_KEY))
+            return None if site is None else site.name
+        if kind not in PASSED_OVER:
+            return None
+        above = above.f_back
+    return None
 
 
 def names_user_line(site: callsite.Site) -> bool:

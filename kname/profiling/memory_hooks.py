@@ -4,7 +4,7 @@ torch's caching allocator and CuPy's pool keep freed blocks and hand them out ag
 driver sees one cudaMalloc per segment, not one per tensor. Each pool has a hook of its own,
 called on the allocating thread at each block handed out and taken back; the hook finds the
 line by kname's rules (capture.site_of_frame, its cached sites first, as the native recorder
-finds a launch's: cached_site) and charges it in that pool's Ledger (memory.py):
+finds a launch's: capture.cached_site) and charges it in that pool's Ledger (memory.py):
 
 - CuPy: a cupy.cuda.MemoryHook (malloc_postprocess, free_postprocess): sizes as CuPy rounds
   them (up to 512 bytes). CuPy's hooks are per thread: this one sees the thread that started
@@ -26,12 +26,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from kname import callsite, importhooks
+from kname import importhooks
 from kname._locks import new_lock
 from kname._warnings import report_fault
-from kname.profiling.capture import SITE_KEY, site_of_frame
+from kname.profiling.capture import site_of_frame
 from kname.profiling.memory import Ledger
-from kname.walk import LIBRARY, PLUMBING, USER
 
 CUPY, TORCH = "cupy", "torch"
 POOLS = (CUPY, TORCH)
@@ -44,7 +43,7 @@ class PoolHooks:
 
     def __init__(self, site_of: Callable[[Any], str] | None = None) -> None:
         self.ledgers: dict[str, Ledger] = {}
-        self.site_of = site_of or site_of_block
+        self.site_of = site_of or site_of_frame
         self.settlers: list[Callable[[], None]] = []  # events not charged yet, charged now
         self._watches: list[Any] = []
         self._undo: list[Callable[[], None]] = []
@@ -237,41 +236,6 @@ class TorchBlocks:
         except TypeError:  # a torch without clear_history: the bound alone
             record(**settings, max_entries=TORCH_HISTORY)
         self._recording = True
-
-
-PASSED_OVER = (LIBRARY, PLUMBING)
-MAX_WALK = 64  # frames the cached look-up passes before leaving the search to site_of_frame
-
-
-def site_of_block(frame: Any) -> str:
-    """The line of a block handed out while `frame` ran: its cached site (cached_site), else
-    kname's rules (capture.site_of_frame)."""
-    return (frame is not None and cached_site(frame)) or site_of_frame(frame)
-
-
-def cached_site(frame: Any) -> str | None:
-    """The cached site of `frame`, found as the native recorder finds a launch's (callback.c's
-    cached_site): the frame's own key, or, from library code, the first user frame's above;
-    None where kname's rules must decide. A block is mostly handed out deep in a library
-    (torch.nn's modules): this passes the library frames without a full walk each time."""
-    sites, kinds = callsite.sites, callsite._kinds
-    site = sites.get((id(frame.f_code), frame.f_lasti, SITE_KEY))
-    if site is not None:
-        return site.name
-    if kinds.get(id(frame.f_code)) not in PASSED_OVER:
-        return None
-    above = frame.f_back
-    for _ in range(MAX_WALK):
-        if above is None:
-            return None
-        kind = kinds.get(id(above.f_code))
-        if kind == USER:
-            site = sites.get((id(above.f_code), above.f_lasti, SITE_KEY))
-            return None if site is None else site.name
-        if kind not in PASSED_OVER:
-            return None
-        above = above.f_back
-    return None
 
 
 def caller_frame(depth: int) -> Any:

@@ -1,0 +1,156 @@
+"""Where the cost of kname's torch hook goes: torch.empty(4096) and its free, timed with each
+piece of the torch view on alone (no kname profile around it).
+
+    python3 tests/gpu/memory_floor.py [PAIRS]
+
+Prints `FLOOR <piece> <ns per pair>` for: torch bare; its allocation history without stacks;
+with Python stacks (and what reading them back from the snapshot costs per entry, and whether
+they hold the user's line); its GPU trace with no callback, a Python one, a C one (a list's
+append) in torch's registry; the registry's fire_callbacks replaced by the callable itself (no
+Python frame of torch's: the C++ side's import, attribute look-ups and call alone), Python and C;
+then kname's hooks, each with the history on (sizes): the Python one (memory_hooks.TorchBlocks)
+and, where built, the C one (memory_hooks.torch_hook's native path).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+def pairs_ns(torch, count: int) -> float:
+    """ns per torch.empty(4096) and its free, after a warm-up."""
+    for _ in range(200):
+        block = torch.empty(4096, device="cuda")
+        del block
+    best = float("inf")
+    for _ in range(3):  # the best of three: the floor, not the noise
+        started = time.perf_counter_ns()
+        for _ in range(count):
+            block = torch.empty(4096, device="cuda")
+            del block
+        best = min(best, (time.perf_counter_ns() - started) / count)
+    return best
+
+
+def say(piece: str, ns: float) -> None:
+    print(f"FLOOR {piece:24} {ns:8.0f} ns", flush=True)
+
+
+def history(torch, stacks: str | None) -> None:
+    record = torch.cuda.memory._record_memory_history
+    if stacks is None:
+        record(enabled=None)
+    elif stacks == "none":
+        record(enabled="all", context=None, stacks="python", max_entries=65_536)
+    else:
+        record(enabled="all", context="alloc", stacks=stacks, max_entries=65_536)
+
+
+def stacks_read_back(torch, count: int) -> None:
+    """The history with Python stacks: its cost per pair, the snapshot's read per entry, and
+    whether an entry's frames name this line."""
+    history(torch, "python")
+    say("history+stacks", pairs_ns(torch, count))
+    torch.cuda.memory._record_memory_history(enabled=None)
+    history(torch, "python")
+    for _ in range(4096):
+        block = torch.empty(4096, device="cuda")  # MARK-LINE
+        del block
+    started = time.perf_counter_ns()
+    snapshot = torch.cuda.memory._snapshot()
+    took = time.perf_counter_ns() - started
+    entries = [e for trace in snapshot["device_traces"] for e in trace]
+    say("snapshot/entry(stacks)", took / max(len(entries), 1))
+    allocs = [e for e in entries if e["action"] == "alloc"]
+    frames = allocs[-1].get("frames", []) if allocs else []
+    print(f"STACKS entries {len(entries)} frames of the last alloc: {frames[:3]}")
+    history(torch, None)
+
+
+def trace_pieces(torch, count: int) -> None:
+    """The GPU trace: registry callbacks, then fire_callbacks replaced."""
+    from torch.cuda import _gpu_trace
+
+    allocation = _gpu_trace.MemoryAllocationCallbacks
+    deallocation = _gpu_trace.MemoryDeallocationCallbacks
+    torch._C._activate_gpu_trace()
+    say("trace, no callback", pairs_ns(torch, count))
+    allocation.add_callback(lambda address: None)
+    deallocation.add_callback(lambda address: None)
+    say("trace, Python callback", pairs_ns(torch, count))
+    seen: list[int] = []
+    allocation.callback_list[:] = [seen.append]
+    deallocation.callback_list[:] = [seen.append]
+    say("trace, C callback", pairs_ns(torch, count))
+    allocation.callback_list.clear()
+    deallocation.callback_list.clear()
+    lines: list[int] = []
+
+    def where(address: int) -> None:
+        lines.append(sys._getframe(1).f_lineno)
+
+    allocation.fire_callbacks = deallocation.fire_callbacks = where
+    torch.empty(4096, device="cuda")  # LINE-CHECK
+    print(f"DIRECT frame above a direct Python callback: line {lines[:2]}")
+    allocation.fire_callbacks = deallocation.fire_callbacks = lambda address: None
+    say("direct, Python callable", pairs_ns(torch, count))
+    seen.clear()
+    allocation.fire_callbacks = deallocation.fire_callbacks = seen.append
+    say("direct, C callable", pairs_ns(torch, count))
+    print(f"DIRECT events {len(seen)}")
+    history(torch, "none")
+    say("direct C + history", pairs_ns(torch, count))
+    history(torch, None)
+    del allocation.fire_callbacks, deallocation.fire_callbacks
+
+
+def kname_hooks(torch, count: int) -> None:
+    """kname's torch hooks, the Python one and (where built) the C one, each charging."""
+    from torch.cuda import _gpu_trace
+
+    from kname.profiling import memory_hooks
+
+    for path in ("python", "native"):
+        _gpu_trace.MemoryAllocationCallbacks.callback_list.clear()
+        _gpu_trace.MemoryDeallocationCallbacks.callback_list.clear()
+        hooks = memory_hooks.PoolHooks()
+        hooks.active = True
+        try:
+            undo = memory_hooks.torch_hook(torch, hooks, path=path)
+        except TypeError:  # a kname without the choice: its one hook
+            if path == "native":
+                continue
+            undo = memory_hooks.torch_hook(torch, hooks)
+        except Exception as exc:
+            print(f"FLOOR kname {path}: not hooked: {exc!r}")
+            continue
+        say(f"kname {path}", pairs_ns(torch, count))
+        hooks.settle()
+        ledger = hooks.ledger("torch")
+        print(f"KNAME {path} blocks {sum(s.allocations for s in ledger.sites.values())} "
+              f"sites {sorted(ledger.sites)[:3]} unmatched {ledger.unmatched_frees}")
+        hooks.stop()
+        undo()
+        history(torch, None)
+
+
+def main() -> int:
+    import torch
+
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
+    torch.empty(1, device="cuda")
+    print(f"torch {torch.__version__}", flush=True)
+    say("bare", pairs_ns(torch, count))
+    history(torch, "none")
+    say("history, no stacks", pairs_ns(torch, count))
+    history(torch, None)
+    stacks_read_back(torch, count)
+    say("bare again", pairs_ns(torch, count))
+    trace_pieces(torch, count)
+    kname_hooks(torch, count)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

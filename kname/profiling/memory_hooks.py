@@ -9,10 +9,13 @@ finds a launch's: capture.cached_site) and charges it in that pool's Ledger (mem
 - CuPy: a cupy.cuda.MemoryHook (malloc_postprocess, free_postprocess): sizes as CuPy rounds
   them (up to 512 bytes). CuPy's hooks are per thread: this one sees the thread that started
   the profile.
-- torch: the GPU trace's memory callbacks (torch.cuda._gpu_trace, on once
+- torch: the GPU trace's memory events (torch.cuda._gpu_trace, on once
   torch._C._activate_gpu_trace() is called: the hook torch's CUDA sanitizer uses), which pass
   the block's address, and torch's allocation history without stacks for its size
-  (TorchBlocks; torch rounds to 512 bytes). Every thread.
+  (TorchBlocks; torch rounds to 512 bytes). Every thread. kname's callables stand in for the
+  registries' fire_callbacks (put_in_place: no frame of torch's per event); in C where
+  kname._native_cupti is built (TorchMemory: no Python frame at all on a cached line), else
+  in Python, both by the same rules.
 
 Each is put in place when its library is imported (importhooks.watch). A fault in a hook is one
 line (report_fault) and the program's allocation goes on.
@@ -48,7 +51,19 @@ class PoolHooks:
         self.settlers: list[Callable[[], None]] = []  # events not charged yet, charged now
         self._watches: list[Any] = []
         self._undo: list[Callable[[], None]] = []
-        self.active = False
+        self.switches: list[Callable[[bool], None]] = []  # told when `active` changes
+        self._active = False
+
+    @property
+    def active(self) -> bool:
+        """Whether events are charged (kept, for the native torch hook)."""
+        return self._active
+
+    @active.setter
+    def active(self, on: bool) -> None:
+        self._active = on
+        for switch in self.switches:
+            switch(on)
 
     def start(self) -> None:
         """Hook each pool once its library is imported (now, if it is)."""
@@ -219,6 +234,7 @@ class TorchBlocks:
         if torch.cuda.is_initialized():  # else at the first event: no CUDA start at import
             self._record()
         self._batch(TORCH_BATCH if self._recording else 1)
+        hooks.switches.append(lambda on: self._batch(self._batch_size))
 
     def callbacks(self, registries: Sequence[Any]) -> list[Callable[[int], None]]:
         """The allocation's and the free's callables, for put_in_place."""
@@ -264,8 +280,7 @@ class TorchBlocks:
     def stop(self) -> None:
         """No event is kept after this."""
         self._on = False
-        if self._native is not None:
-            self._native.set(False, TORCH_BATCH)
+        self._batch(self._batch_size)
 
     def settle(self) -> None:
         """The events so far into the ledger, sized from torch's history."""
@@ -303,7 +318,7 @@ class TorchBlocks:
         """Settled every `batch` events (1: the first, to start the history there)."""
         self._batch_size = batch
         if self._native is not None:
-            self._native.set(self._on, batch)
+            self._native.set(self._on and self._hooks.active, batch)
 
     def _add(self, address: int, site: str | None) -> None:
         self._pending.append((address, site, time.time_ns()))

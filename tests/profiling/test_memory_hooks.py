@@ -308,9 +308,12 @@ def test_torchs_own_registered_callbacks_still_run_and_stopped_hooks_charge_noth
     sanitizer: list[int] = []  # another user of the trace, such as torch's CUDA sanitizer
     torch.allocation.add_callback(sanitizer.append)
     torch.alloc(0x100, MIB)()
+    hooks.active = False  # a profile paused
+    torch.alloc(0x300, MIB)()
+    hooks.active = True
     hooks.stop()
     torch.alloc(0x200, MIB)()
-    assert sanitizer == [0x100, 0x200]
+    assert sanitizer == [0x100, 0x300, 0x200]
     assert "fire_callbacks" not in vars(torch.allocation)  # torch's own, back in place
     assert [s.allocations for s in hooks.ledgers[TORCH].sites.values()] == [1]
 

@@ -66,9 +66,16 @@ typedef struct {
 
 /* ------------------------------------------------------------------ faults */
 
+/* The error set now kept as the first fault (a Ctrl-C is raised again at the program's next
+ * check instead: not lost), and cleared. */
 static void
 note_fault(TorchMemory *m, const char *where)
 {
+    if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+        PyErr_Clear();
+        PyErr_SetInterrupt();
+        return;
+    }
     PyObject *exc = take_error();
     if (m->fault == NULL && exc != NULL)
         m->fault = Py_BuildValue("(sO)", where, exc);
@@ -186,12 +193,7 @@ site_now(TorchMemory *m)
                      Py_TYPE(found)->tp_name);
         Py_DECREF(found);
     }
-    if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
-        PyErr_Clear();
-        PyErr_SetInterrupt(); /* not lost: raised again at the program's next check */
-    }
-    else
-        note_fault(m, FINDING);
+    note_fault(m, FINDING);
     return Py_NewRef(m->unnamed);
 }
 

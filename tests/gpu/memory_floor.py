@@ -47,13 +47,10 @@ def history(torch, stacks: str | None) -> None:
         record(enabled="all", context="alloc", stacks=stacks, max_entries=65_536)
 
 
-def stacks_read_back(torch, count: int) -> None:
-    """The history with Python stacks: its cost per pair, the snapshot's read per entry, and
-    whether an entry's frames name this line."""
-    history(torch, "python")
-    say("history+stacks", pairs_ns(torch, count))
+def snapshot_read(torch, piece: str) -> None:
+    """4096 pairs into the history as it is set now, then the snapshot's read per entry."""
     torch.cuda.memory._record_memory_history(enabled=None)
-    history(torch, "python")
+    history(torch, piece)
     for _ in range(4096):
         block = torch.empty(4096, device="cuda")  # MARK-LINE
         del block
@@ -61,11 +58,23 @@ def stacks_read_back(torch, count: int) -> None:
     snapshot = torch.cuda.memory._snapshot()
     took = time.perf_counter_ns() - started
     entries = [e for trace in snapshot["device_traces"] for e in trace]
-    say("snapshot/entry(stacks)", took / max(len(entries), 1))
+    say(f"snapshot/entry({piece})", took / max(len(entries), 1))
     allocs = [e for e in entries if e["action"] == "alloc"]
     frames = allocs[-1].get("frames", []) if allocs else []
-    print(f"STACKS entries {len(entries)} frames of the last alloc: {frames[:3]}")
+    print(
+        f"SNAPSHOT {piece}: {len(entries)} entries, {sorted({e['action'] for e in entries})}, "
+        f"the last alloc's frames: {frames[:3]}"
+    )
     history(torch, None)
+
+
+def stacks_read_back(torch, count: int) -> None:
+    """The history with Python stacks: its cost per pair, the snapshot's read per entry, and
+    whether an entry's frames name this line."""
+    history(torch, "python")
+    say("history+stacks", pairs_ns(torch, count))
+    snapshot_read(torch, "python")
+    snapshot_read(torch, "none")
 
 
 def trace_pieces(torch, count: int) -> None:
@@ -102,7 +111,30 @@ def trace_pieces(torch, count: int) -> None:
     history(torch, "none")
     say("direct C + history", pairs_ns(torch, count))
     history(torch, None)
+    c_hook_alone(torch, count, allocation, deallocation)
     del allocation.fire_callbacks, deallocation.fire_callbacks
+
+
+def c_hook_alone(torch, count: int, allocation, deallocation) -> None:
+    """kname's C callables (TorchMemory) in place, its events dropped at each batch: no
+    history, no ledger."""
+    from kname import callsite
+    from kname.profiling import capture, memory_hooks
+
+    native = memory_hooks.native_memory()
+    if native is None:
+        print("FLOOR C hook alone: not built")
+        return
+    taken = []
+    events = native(
+        sites=callsite.sites, kinds=callsite._kinds, site_key=capture.SITE_KEY,
+        site_of_frame=capture.site_of_frame, unnamed=capture.UNNAMED,
+        settle=lambda: taken.append(len(events.take())), batch=4096,
+    )  # fmt: skip
+    allocation.fire_callbacks = events.callback(False, allocation.fire_callbacks, [])
+    deallocation.fire_callbacks = events.callback(True, deallocation.fire_callbacks, [])
+    say("direct kname C, no history", pairs_ns(torch, count))
+    print(f"C HOOK sites {sorted({site for _, site, _ in events.take() if site})[:3]}")
 
 
 def kname_hooks(torch, count: int) -> None:
@@ -128,8 +160,10 @@ def kname_hooks(torch, count: int) -> None:
         say(f"kname {path}", pairs_ns(torch, count))
         hooks.settle()
         ledger = hooks.ledger("torch")
-        print(f"KNAME {path} blocks {sum(s.allocations for s in ledger.sites.values())} "
-              f"sites {sorted(ledger.sites)[:3]} unmatched {ledger.unmatched_frees}")
+        print(
+            f"KNAME {path} blocks {sum(s.allocations for s in ledger.sites.values())} "
+            f"sites {sorted(ledger.sites)[:3]} unmatched {ledger.unmatched_frees}"
+        )
         hooks.stop()
         undo()
         history(torch, None)

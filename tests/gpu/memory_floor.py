@@ -37,12 +37,17 @@ def say(piece: str, ns: float) -> None:
     print(f"FLOOR {piece:24} {ns:8.0f} ns", flush=True)
 
 
+SKIP = ["free_requested", "free_completed", "segment_alloc", "segment_free"]
+
+
 def history(torch, stacks: str | None) -> None:
     record = torch.cuda.memory._record_memory_history
     if stacks is None:
         record(enabled=None)
     elif stacks == "none":
         record(enabled="all", context=None, stacks="python", max_entries=65_536)
+    elif stacks == "allocs only":  # torch's skip_actions, where it has them
+        record(enabled="all", context=None, stacks="python", max_entries=65_536, skip_actions=SKIP)
     else:
         record(enabled="all", context="alloc", stacks=stacks, max_entries=65_536)
 
@@ -75,6 +80,16 @@ def stacks_read_back(torch, count: int) -> None:
     say("history+stacks", pairs_ns(torch, count))
     snapshot_read(torch, "python")
     snapshot_read(torch, "none")
+    import inspect
+
+    print(f"HISTORY {inspect.signature(torch.cuda.memory._record_memory_history)}")
+    try:
+        history(torch, "allocs only")
+        say("history, allocs only", pairs_ns(torch, count))
+        snapshot_read(torch, "allocs only")
+    except Exception as exc:
+        print(f"HISTORY allocs only: {exc!r}")
+        history(torch, None)
 
 
 def trace_pieces(torch, count: int) -> None:

@@ -39,6 +39,10 @@ CUPY, TORCH = "cupy", "torch"
 POOLS = (CUPY, TORCH)
 TORCH_BATCH = 4096  # torch events waiting for their sizes before its history is read
 TORCH_HISTORY = 65_536  # entries torch's history keeps (its max_entries)
+HISTORY_SKIPS = [
+    "free_requested",
+    "free_completed",
+]  # history actions not recorded, where torch can
 FINDING = "finding the line of a torch allocation"  # the native path's words too
 
 
@@ -326,14 +330,27 @@ class TorchBlocks:
             self.settle()
 
     def _record(self, clear: bool = False) -> None:
-        """torch's history on, without stacks, bounded (cleared when `clear`, where torch
-        can)."""
+        """torch's history on, without stacks, bounded, of allocations only (cleared when
+        `clear`; each where torch can)."""
         record = self._torch.cuda.memory._record_memory_history
-        settings = {"enabled": "all", "context": None, "stacks": "python"}
-        try:
-            record(**settings, max_entries=TORCH_HISTORY, clear_history=clear)
-        except TypeError:  # a torch without clear_history: the bound alone
-            record(**settings, max_entries=TORCH_HISTORY)
+        settings = {
+            "enabled": "all",
+            "context": None,
+            "stacks": "python",
+            "max_entries": TORCH_HISTORY,
+        }
+        # The frees come from the trace: their entries would only lengthen each read.
+        for extra in (
+            {"clear_history": clear, "skip_actions": HISTORY_SKIPS},
+            {"clear_history": clear},
+        ):
+            try:
+                record(**settings, **extra)
+                break
+            except (TypeError, ValueError):  # an older torch: without that setting
+                continue
+        else:
+            record(**settings)
         self._recording = True
 
 

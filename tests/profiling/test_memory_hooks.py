@@ -238,6 +238,19 @@ def test_a_torch_block_the_history_missed_is_sized_from_the_blocks_held(named, m
     assert ledger.peak == 4 * MIB and ledger.untracked == 1
 
 
+@PATHS
+def test_torchs_history_keeps_allocations_only_where_torch_can_skip_the_rest(
+    named, monkeypatch, path
+):
+    torch = StandInTorch(monkeypatch)
+    settings: list[dict] = []
+    torch.module.cuda.memory._record_memory_history = lambda **given: settings.append(given)
+    torch_hooks(torch, path)
+    torch.alloc(0x100, MIB)()  # the first event starts the history
+    assert settings[-1]["skip_actions"] == ["free_requested", "free_completed"]
+    assert settings[-1]["context"] is None  # no stacks
+
+
 def on_a_thread_started_in_c(call: Callable[[], object]) -> None:
     """call() on a thread made by pthread_create (through ctypes), as torch's autograd threads
     are: the call has no Python frame below it."""

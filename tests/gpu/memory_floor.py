@@ -2,6 +2,7 @@
 piece of the torch view on alone (no kname profile around it).
 
     python3 tests/gpu/memory_floor.py [PAIRS]
+    python3 -m kname profile -- python3 tests/gpu/memory_floor.py step
 
 Prints `FLOOR <piece> <ns per pair>` for: torch bare; its allocation history without stacks;
 with Python stacks (and what reading them back from the snapshot costs per entry, and whether
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 
 def pairs_ns(torch, count: int) -> float:
@@ -184,9 +186,67 @@ def kname_hooks(torch, count: int) -> None:
         history(torch, None)
 
 
+def step_pieces(torch, rounds: int = 8, steps: int = 40) -> None:
+    """tests/gpu/memory_cost.py's training step in blocks of `steps`, ms per step (medians of
+    `rounds`, the pieces in a new order each round): torch bare first (its trace cannot be
+    turned off once on), then, the history on, torch's trace calling C no-ops, kname's C hook
+    and kname's Python hook, each put in place as fire_callbacks in turn. Run under `kname
+    profile` (no --memory) for the backward pass's names."""
+    import random
+    import statistics
+
+    from torch.cuda import _gpu_trace
+
+    from kname.documents.backward_lines import BACKWARD_OF
+    from kname.profiling import memory_hooks
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from memory_cost import timed_steps, training_step
+
+    step = training_step(torch)
+    bare = statistics.median(timed_steps(torch, step, steps) for _ in range(rounds))
+    print(f"STEP bare {bare:.4f} ms")
+    registries = (_gpu_trace.MemoryAllocationCallbacks, _gpu_trace.MemoryDeallocationCallbacks)
+    pieces, ledgers = {}, {}
+    for path in ("native", "python"):
+        hooks = memory_hooks.PoolHooks()
+        hooks.active = True
+        memory_hooks.torch_hook(torch, hooks, path=path)
+        pieces[path] = [registry.fire_callbacks for registry in registries]
+        ledgers[path] = hooks
+        for registry in registries:
+            del registry.fire_callbacks
+    dropped: list[int] = []
+    pieces["trace"] = [dropped.append, dropped.append]
+    times: dict[str, list[float]] = {name: [] for name in pieces}
+    order = list(pieces)
+    for _ in range(rounds):
+        random.shuffle(order)
+        for name in order:
+            for registry, callback in zip(registries, pieces[name], strict=True):
+                registry.fire_callbacks = callback
+            times[name].append(timed_steps(torch, step, steps))
+            dropped.clear()
+    for name, measured in times.items():
+        ms = statistics.median(measured)
+        print(f"STEP {name:7} {ms:.4f} ms  +{ms - bare:.4f} ms over bare")
+    hooks = ledgers["native"]
+    hooks.settle()
+    sites = hooks.ledger("torch").sites
+    total = sum(memory.allocations for memory in sites.values()) or 1
+    frameless = sum(m.allocations for name, m in sites.items() if BACKWARD_OF in name)
+    print(f"STEP blocks charged {total}, on backward lines {frameless} ({frameless / total:.0%})")
+    for name, memory in sorted(sites.items(), key=lambda item: -item[1].allocations)[:6]:
+        print(f"STEP site {memory.allocations:6} {name[:150]}")
+
+
 def main() -> int:
     import torch
 
+    if sys.argv[1:2] == ["step"]:
+        torch.empty(1, device="cuda")
+        step_pieces(torch)
+        return 0
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
     torch.empty(1, device="cuda")
     print(f"torch {torch.__version__}", flush=True)

@@ -189,16 +189,19 @@ def kname_hooks(torch, count: int) -> None:
 def step_pieces(torch, rounds: int = 8, steps: int = 40) -> None:
     """tests/gpu/memory_cost.py's training step in blocks of `steps`, ms per step (medians of
     `rounds`, the pieces in a new order each round): torch bare first (its trace cannot be
-    turned off once on), then, the history on, torch's trace calling C no-ops, kname's C hook
-    and kname's Python hook, each put in place as fire_callbacks in turn. Run under `kname
-    profile` (no --memory) for the backward pass's names."""
+    turned off once on), then, the history on, each put in place as fire_callbacks in turn:
+    torch's trace calling C no-ops; kname's C callables with no settle (events dropped); kname's
+    C hook; the same, a backward block named without Python's look-up; kname's Python hook.
+    Run under `kname profile` (no --memory) for the backward pass's names."""
     import random
     import statistics
 
     from torch.cuda import _gpu_trace
 
+    from kname import callsite
     from kname.documents.backward_lines import BACKWARD_OF
     from kname.profiling import memory_hooks
+    from kname.profiling.capture import NO_PYTHON_FRAME, SITE_KEY, UNNAMED, site_of_frame
 
     sys.path.insert(0, str(Path(__file__).parent))
     from memory_cost import timed_steps, training_step
@@ -208,16 +211,32 @@ def step_pieces(torch, rounds: int = 8, steps: int = 40) -> None:
     print(f"STEP bare {bare:.4f} ms")
     registries = (_gpu_trace.MemoryAllocationCallbacks, _gpu_trace.MemoryDeallocationCallbacks)
     pieces, ledgers = {}, {}
-    for path in ("native", "python"):
-        hooks = memory_hooks.PoolHooks()
+
+    def no_pass_naming(frame):  # a backward block named without Python's look-up
+        return NO_PYTHON_FRAME if frame is None else site_of_frame(frame)
+
+    for name, path, site_of in (
+        ("native", "native", None),
+        ("python", "python", None),
+        ("native, backward named in no time", "native", no_pass_naming),
+    ):
+        hooks = memory_hooks.PoolHooks(site_of=site_of)
         hooks.active = True
         memory_hooks.torch_hook(torch, hooks, path=path)
-        pieces[path] = [registry.fire_callbacks for registry in registries]
-        ledgers[path] = hooks
+        pieces[name] = [registry.fire_callbacks for registry in registries]
+        ledgers[name] = hooks
         for registry in registries:
             del registry.fire_callbacks
     dropped: list[int] = []
-    pieces["trace"] = [dropped.append, dropped.append]
+    pieces["trace, history"] = [dropped.append, dropped.append]
+    alone = memory_hooks.native_memory()(
+        sites=callsite.sites, kinds=callsite._kinds, site_key=SITE_KEY,
+        site_of_frame=site_of_frame, unnamed=UNNAMED,
+        settle=lambda: dropped.append(len(alone.take())), batch=4096,
+    )  # fmt: skip
+    pieces["C hook, no settle"] = [
+        alone.callback(i, r.fire_callbacks, []) for i, r in enumerate(registries)
+    ]
     times: dict[str, list[float]] = {name: [] for name in pieces}
     order = list(pieces)
     for _ in range(rounds):
@@ -229,7 +248,7 @@ def step_pieces(torch, rounds: int = 8, steps: int = 40) -> None:
             dropped.clear()
     for name, measured in times.items():
         ms = statistics.median(measured)
-        print(f"STEP {name:7} {ms:.4f} ms  +{ms - bare:.4f} ms over bare")
+        print(f"STEP {name:34} {ms:.4f} ms  +{ms - bare:.4f} ms over bare")
     hooks = ledgers["native"]
     hooks.settle()
     sites = hooks.ledger("torch").sites

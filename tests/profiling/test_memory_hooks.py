@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import signal
 import sys
 import threading
 import time
 import types
 from collections.abc import Callable
 from typing import ClassVar
+from unittest.mock import ANY
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,7 +26,8 @@ from hypothesis import strategies as st
 from kname import callsite, walk
 from kname.config import DEFAULT_FORMAT
 from kname.profiling import memory_hooks
-from kname.profiling.capture import NO_PYTHON_FRAME
+from kname.profiling.capture import NO_PYTHON_FRAME, SITE_KEY, UNNAMED, site_of_frame
+from kname.profiling.memory import Ledger
 from kname.profiling.memory_hooks import (
     CUPY,
     TORCH,
@@ -36,6 +39,9 @@ from kname.profiling.memory_hooks import (
 )
 
 MIB = 1 << 20
+SITE_OF_TEST = (
+    "test_the_c_hook_hands_its_events_over_every_batch_and_at_each_take test_memory_hooks.py"
+)
 
 
 class StandInMemoryHook:
@@ -310,6 +316,50 @@ def test_a_fault_finding_a_torch_blocks_line_is_said_once_and_the_block_still_ch
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "no site" in err
     assert sum(s.allocations for s in hooks.ledgers[TORCH].sites.values()) == 2
+
+
+@PATHS
+def test_a_ctrl_c_while_a_torch_blocks_line_is_found_reaches_the_program(
+    named, monkeypatch, request, path
+):
+    def interrupted(frame):
+        raise KeyboardInterrupt
+
+    # Python's SIGINT handler, which a process started where SIGINT is ignored (a background
+    # job of a shell) does not have: the C hook puts the interrupt back as a pending SIGINT.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
+    torch = StandInTorch(monkeypatch)
+    hooks = torch_hooks(torch, path, site_of=interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        torch.alloc(0x100, MIB)()
+        for _ in range(1_000_000):  # the C hook's: raised at the program's next check
+            pass
+    hooks.settle()
+    assert len(hooks.ledgers.get(TORCH, Ledger()).sites) <= 1  # charged, or not, but no fault
+
+
+def test_the_c_hook_hands_its_events_over_every_batch_and_at_each_take(named):
+    native_or_skip("native")
+    settles: list[list] = []
+    events = native_memory()(
+        sites=callsite.sites, kinds=callsite._kinds, site_key=SITE_KEY,
+        site_of_frame=site_of_frame, unnamed=UNNAMED,
+        settle=lambda: settles.append(events.take()), batch=3,
+    )  # fmt: skip
+    allocated = events.callback(False, None, [])
+    freed = events.callback(True, None, [])
+    line = this_line(+3)
+    for address in range(7):  # frees at even addresses, allocations at odd ones
+        if address % 2:
+            allocated(address)
+        else:
+            freed(address)
+    assert [len(batch) for batch in settles] == [3, 3]
+    (last,) = events.take()
+    assert [(a, site) for a, site, _ in settles[0]] == [(0, None), (1, ANY), (2, None)]
+    assert settles[0][1][1].endswith(f"test_memory_hooks.py:{line}")
+    assert last[:2] == (6, None) and events.take() == [] and events.take_fault() is None
 
 
 @PATHS

@@ -260,9 +260,9 @@ static PyObject *
 event_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     TorchEventCall *call = (TorchEventCall *)op;
-    TorchMemory *m = call->owner;
+    TorchMemory *m = call->owner; /* NULL: cleared by the collector, yet torch still calls */
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (m->on && nargs == 1 && kwnames == NULL) {
+    if (m != NULL && m->on && nargs == 1 && kwnames == NULL) {
         PyObject *pending = take_error(); /* an allocation made while an exception is handled */
         add_event(m, args[0], call->is_free);
         restore_error(pending);

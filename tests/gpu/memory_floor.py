@@ -244,7 +244,17 @@ def step_pieces(torch, rounds: int = 8, steps: int = 40) -> None:
         for name in order:
             for registry, callback in zip(registries, pieces[name], strict=True):
                 registry.fire_callbacks = callback
-            times[name].append(timed_steps(torch, step, steps))
+            ms = timed_steps(torch, step, steps)
+            # kname's pieces settle their events now, timed with them; the history is then
+            # cleared, so that no piece reads another's entries (they share torch's one).
+            started = time.perf_counter()
+            if name in ledgers:
+                ledgers[name].settle()
+            times[name].append(ms + 1000 * (time.perf_counter() - started) / steps)
+            torch.cuda.memory._record_memory_history(
+                enabled="all", context=None, stacks="python", max_entries=65_536,
+                clear_history=True, skip_actions=memory_hooks.HISTORY_SKIPS,
+            )  # fmt: skip
             dropped.clear()
     for name, measured in times.items():
         ms = statistics.median(measured)

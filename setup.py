@@ -142,6 +142,7 @@ CUPTI_SOURCES = [
     "kname/profiling/_cupti_c/graphs.c",
     "kname/profiling/_cupti_c/trace.c",
     "kname/profiling/_cupti_c/trace_json.c",
+    "kname/profiling/_cupti_c/torch_memory.c",
     "kname/_common_c/common.c",
     "kname/_common_c/slots.c",
 ]

@@ -10,6 +10,8 @@ the step is bound by the CPU) once per variant per round, the variants in a new 
     memory      kname profile --memory
     no-torch    kname profile --memory with kname's torch hook left out (the driver's side:
                 its memory API callbacks and records, and who reads CUPTI's buffers)
+    memory-python  kname profile --memory with the torch hook's Python path (the fallback
+                where kname._native_cupti is not built; `memory` takes the C one there)
     base-memory kname profile --memory of another checkout (--base DIR, its C built in place):
                 before and after a change, in the same rounds
 
@@ -42,6 +44,7 @@ VARIANTS = {
     "profile": ([], {}),
     "memory": (["--memory"], {}),
     "no-torch": (["--memory"], {"MEMORY_COST_NO_TORCH_HOOK": "1"}),
+    "memory-python": (["--memory"], {"MEMORY_COST_TORCH_HOOK": "python"}),
     "base-memory": (["--memory"], {}),  # --base's kname (another checkout, built in place)
 }
 SAID: set[str] = set()
@@ -116,7 +119,9 @@ def main() -> int:
         print(f"gpu_memory: skipped: {reason}")
         return 0
     deadline = time.monotonic() + args.budget
-    names = ["profile", "memory"] if args.kernels else ["profile", "memory", "no-torch"]
+    names = ["profile", "memory"]
+    if not args.kernels:
+        names += ["no-torch", "memory-python"]
     if args.base is not None:
         names.append("base-memory")
     if args.variants:
@@ -135,7 +140,7 @@ def main() -> int:
     rows = summary(runs)
     for name, row in rows.items():
         print(
-            f"{name:9} {row['step_ms']:.3f} ms/step  x{row.get('ratio', 1.0):.3f}  "
+            f"{name:13} {row['step_ms']:.3f} ms/step  x{row.get('ratio', 1.0):.3f}  "
             f"{row['allocs_per_step']:.0f} blocks/step  "
             f"+{row.get('added_us_per_block', 0.0):.2f} us/block  "
             f"torch.empty+free {row.get('alloc_ns', 0):.0f} ns  run {row['wall_s']:.2f} s  "

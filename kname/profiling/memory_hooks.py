@@ -9,10 +9,13 @@ finds a launch's: capture.cached_site) and charges it in that pool's Ledger (mem
 - CuPy: a cupy.cuda.MemoryHook (malloc_postprocess, free_postprocess): sizes as CuPy rounds
   them (up to 512 bytes). CuPy's hooks are per thread: this one sees the thread that started
   the profile.
-- torch: the GPU trace's memory callbacks (torch.cuda._gpu_trace, on once
+- torch: the GPU trace's memory events (torch.cuda._gpu_trace, on once
   torch._C._activate_gpu_trace() is called: the hook torch's CUDA sanitizer uses), which pass
   the block's address, and torch's allocation history without stacks for its size
-  (TorchBlocks; torch rounds to 512 bytes). Every thread.
+  (TorchBlocks; torch rounds to 512 bytes). Every thread. kname's callables stand in for the
+  registries' fire_callbacks (put_in_place: no frame of torch's per event); in C where
+  kname._native_cupti is built (TorchMemory: no Python frame at all on a cached line), else
+  in Python, both by the same rules.
 
 Each is put in place when its library is imported (importhooks.watch). A fault in a hook is one
 line (report_fault) and the program's allocation goes on.
@@ -26,16 +29,21 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from kname import importhooks
+from kname import callsite, hotpath, importhooks
 from kname._locks import new_lock
 from kname._warnings import report_fault
-from kname.profiling.capture import site_of_frame
+from kname.profiling.capture import SITE_KEY, UNNAMED, site_of_frame
 from kname.profiling.memory import Ledger
 
 CUPY, TORCH = "cupy", "torch"
 POOLS = (CUPY, TORCH)
 TORCH_BATCH = 4096  # torch events waiting for their sizes before its history is read
 TORCH_HISTORY = 65_536  # entries torch's history keeps (its max_entries)
+HISTORY_SKIPS = [
+    "free_requested",
+    "free_completed",
+]  # history actions not recorded, where torch can
+FINDING = "finding the line of a torch allocation"  # the native path's words too
 
 
 class PoolHooks:
@@ -47,7 +55,19 @@ class PoolHooks:
         self.settlers: list[Callable[[], None]] = []  # events not charged yet, charged now
         self._watches: list[Any] = []
         self._undo: list[Callable[[], None]] = []
-        self.active = False
+        self.switches: list[Callable[[bool], None]] = []  # told when `active` changes
+        self._active = False
+
+    @property
+    def active(self) -> bool:
+        """Whether events are charged (kept, for the native torch hook)."""
+        return self._active
+
+    @active.setter
+    def active(self, on: bool) -> None:
+        self._active = on
+        for switch in self.switches:
+            switch(on)
 
     def start(self) -> None:
         """Hook each pool once its library is imported (now, if it is)."""
@@ -140,75 +160,144 @@ def cupy_hook(cupy: Any, hooks: PoolHooks) -> Any:
     return KnameMemoryHook()
 
 
-def torch_hook(torch: Any, hooks: PoolHooks) -> Callable[[], None]:
+def torch_hook(torch: Any, hooks: PoolHooks, path: str | None = None) -> Callable[[], None]:
     """torch's GPU trace memory callbacks on, charging `hooks`' torch ledger (TorchBlocks);
-    returns the undo (the callbacks stay registered, as torch has no way to remove them: they
-    return at once)."""
+    returns the undo. `path`: "native" (kname._native_cupti.TorchMemory), "python", or None:
+    native where this install's hot path has it (cupti_collector.choose's rule)."""
     from torch.cuda import _gpu_trace
 
-    blocks = TorchBlocks(torch, hooks)
-    _gpu_trace.register_callback_for_memory_allocation(blocks.on_allocation)
-    _gpu_trace.register_callback_for_memory_deallocation(blocks.on_free)
+    registries = (_gpu_trace.MemoryAllocationCallbacks, _gpu_trace.MemoryDeallocationCallbacks)
+    native = native_memory() if path in (None, "native") else None
+    if path == "native" and native is None:
+        raise RuntimeError("kname._native_cupti has no TorchMemory here")
+    blocks = TorchBlocks(torch, hooks, native)
+    undo = put_in_place(registries, blocks.callbacks(registries))
     torch._C._activate_gpu_trace()
     hooks.settlers.append(blocks.settle)
-    return blocks.stop
+
+    def stop() -> None:
+        blocks.stop()
+        undo()
+
+    return stop
+
+
+def native_memory() -> Any:
+    """kname._native_cupti's TorchMemory type, or None where the hot path has no native CUPTI."""
+    module, _ = hotpath.current().cupti()
+    return getattr(module, "TorchMemory", None)
+
+
+def put_in_place(registries: Sequence[Any], callbacks: Sequence[Callable[[int], None]]) -> Any:
+    """Each callback as its registry's fire_callbacks, which torch's C++ looks up at each event
+    (torch/csrc/PyInterpreter.cpp): called with the user's frame running, no frame of torch's
+    registry between (each callback calls the registry's own after it, where others are
+    registered); returns the undo."""
+    for registry, callback in zip(registries, callbacks, strict=True):
+        registry.fire_callbacks = callback
+
+    def undo() -> None:
+        for registry, callback in zip(registries, callbacks, strict=True):
+            if registry.__dict__.get("fire_callbacks") is callback:
+                del registry.fire_callbacks
+
+    return undo
 
 
 class TorchBlocks:
-    """torch's blocks: the GPU trace's callbacks say which block and which line (the Python
-    frame that called into torch), torch's own allocation history says how big.
+    """torch's blocks: the GPU trace's events say which block and which line (the Python frame
+    that called into torch), torch's own allocation history says how big.
 
-    The history is recorded without stacks (torch.cuda.memory._record_memory_history with no
-    context: about 0.5 us per allocation and free on the H100, where reading
-    torch.cuda.memory_allocated at each event cost 270 us) and read every TORCH_BATCH events,
-    then cleared; sizes_of pairs the two (torch records an allocation just before its
-    callback)."""
+    The events are kept by kname._native_cupti.TorchMemory (in C, no Python frame per event:
+    native) or by this class's own callbacks (Python); both name the line by
+    capture.site_of_frame's rules. The history is recorded without stacks
+    (torch.cuda.memory._record_memory_history with no context: about 0.5 us per allocation and
+    free on the H100, where reading torch.cuda.memory_allocated at each event cost 270 us) and
+    read every TORCH_BATCH events (at the first, until it records), then cleared; sizes_of pairs
+    the two (torch records an allocation just before its callback)."""
 
-    def __init__(self, torch: Any, hooks: PoolHooks) -> None:
+    def __init__(self, torch: Any, hooks: PoolHooks, native: Any = None) -> None:
         self._torch = torch
         self._hooks = hooks
-        # (address, site (None: a free), ns, size where known when it came)
-        self._pending: list[tuple[int, str | None, int, int | None]] = []
+        # (address, site (None: a free), ns): the Python path's; the native one's in C
+        self._pending: list[tuple[int, str | None, int]] = []
         self._lock = new_lock()
         self._recording = False
         self._on = True
+        self._native = None
+        if native is not None:
+            self._native = native(
+                sites=callsite.sites,
+                kinds=callsite._kinds,  # read-only, as the native recorder reads them
+                site_key=SITE_KEY,
+                site_of_frame=hooks.site_of,
+                unnamed=UNNAMED,
+                settle=self.settle,
+                batch=1,
+            )
         if torch.cuda.is_initialized():  # else at the first event: no CUDA start at import
             self._record()
+        self._batch(TORCH_BATCH if self._recording else 1)
+        hooks.switches.append(lambda on: self._batch(self._batch_size))
 
-    def on_allocation(self, address: int) -> None:
-        """A block handed out (the GPU trace's callback)."""
-        if not (self._on and self._hooks.active):
-            return
-        try:
-            frame = caller_frame(2)  # the frame that called into torch (1: torch's registry)
-            self._add(address, self._hooks.site_of(frame))
-        except Exception as exc:
-            report_fault("charging a torch allocation", exc)
+    def callbacks(self, registries: Sequence[Any]) -> list[Callable[[int], None]]:
+        """The allocation's and the free's callables, for put_in_place."""
+        if self._native is not None:
+            return [
+                self._native.callback(is_free, registry.fire_callbacks, registry.callback_list)
+                for is_free, registry in enumerate(registries)
+            ]
+        allocation, deallocation = registries
+        then_allocation, then_free = allocation.fire_callbacks, deallocation.fire_callbacks
 
-    def on_free(self, address: int) -> None:
-        """A block taken back (the GPU trace's callback)."""
-        if not (self._on and self._hooks.active):
-            return
+        def on_allocation(address: int) -> None:
+            """A block handed out: charged to the frame that called into torch."""
+            if self._on and self._hooks.active:
+                try:
+                    self._add(address, self._site(caller_frame(1)))
+                except Exception as exc:
+                    report_fault("charging a torch allocation", exc)
+            if allocation.callback_list:
+                then_allocation(address)
+
+        def on_free(address: int) -> None:
+            """A block taken back."""
+            if self._on and self._hooks.active:
+                try:
+                    self._add(address, None)
+                except Exception as exc:
+                    report_fault("charging a torch free", exc)
+            if deallocation.callback_list:
+                then_free(address)
+
+        return [on_allocation, on_free]
+
+    def _site(self, frame: Any) -> str:
+        """The line of an allocation made while `frame` ran; a fault is said once and the block
+        is charged to UNNAMED, as the native path does."""
         try:
-            self._add(address, None)
+            return self._hooks.site_of(frame)
         except Exception as exc:
-            report_fault("charging a torch free", exc)
+            report_fault(FINDING, exc)
+            return UNNAMED
 
     def stop(self) -> None:
         """No event is kept after this."""
         self._on = False
+        self._batch(self._batch_size)
 
     def settle(self) -> None:
         """The events so far into the ledger, sized from torch's history."""
         with self._lock:
-            pending, self._pending = self._pending, []
+            pending = self._take()
             if not pending:
                 return
             snapshot = self._torch.cuda.memory._snapshot()
             self._record(clear=True)
+        self._batch(TORCH_BATCH)
         sizes = sizes_of(pending, history_sizes(snapshot), held_blocks(snapshot))
         ledger = self._hooks.ledger(TORCH)
-        for (address, site, time_ns, _), size in zip(pending, sizes, strict=True):
+        for (address, site, time_ns), size in zip(pending, sizes, strict=True):
             if site is None:
                 ledger.free(address, time_ns)
             elif size is None:
@@ -216,25 +305,52 @@ class TorchBlocks:
             else:
                 ledger.allocate(site, address, size, time_ns)
 
+    def _take(self) -> list[tuple[int, str | None, int]]:
+        """The events waiting, taken; the native path's fault said (once) and its lost counted."""
+        if self._native is None:
+            pending, self._pending = self._pending, []
+            return pending
+        fault = self._native.take_fault()
+        if fault is not None:
+            report_fault(*fault)
+        lost = self._native.take_lost()
+        if lost:
+            self._hooks.ledger(TORCH).untracked += lost
+        return self._native.take()
+
+    def _batch(self, batch: int) -> None:
+        """Settled every `batch` events (1: the first, to start the history there)."""
+        self._batch_size = batch
+        if self._native is not None:
+            self._native.set(self._on and self._hooks.active, batch)
+
     def _add(self, address: int, site: str | None) -> None:
-        size = None
-        if not self._recording:  # the first event: the history starts after it
-            if site is not None:
-                size = held_blocks(self._torch.cuda.memory._snapshot()).get(address)
-            self._record()
-        self._pending.append((address, site, time.time_ns(), size))
-        if len(self._pending) >= TORCH_BATCH:
+        self._pending.append((address, site, time.time_ns()))
+        if len(self._pending) >= self._batch_size:
             self.settle()
 
     def _record(self, clear: bool = False) -> None:
-        """torch's history on, without stacks, bounded (cleared when `clear`, where torch
-        can)."""
+        """torch's history on, without stacks, bounded, of allocations only (cleared when
+        `clear`; each where torch can)."""
         record = self._torch.cuda.memory._record_memory_history
-        settings = {"enabled": "all", "context": None, "stacks": "python"}
-        try:
-            record(**settings, max_entries=TORCH_HISTORY, clear_history=clear)
-        except TypeError:  # a torch without clear_history: the bound alone
-            record(**settings, max_entries=TORCH_HISTORY)
+        settings = {
+            "enabled": "all",
+            "context": None,
+            "stacks": "python",
+            "max_entries": TORCH_HISTORY,
+        }
+        # The frees come from the trace: their entries would only lengthen each read.
+        for extra in (
+            {"clear_history": clear, "skip_actions": HISTORY_SKIPS},
+            {"clear_history": clear},
+        ):
+            try:
+                record(**settings, **extra)
+                break
+            except (TypeError, ValueError):  # an older torch: without that setting
+                continue
+        else:
+            record(**settings)
         self._recording = True
 
 
@@ -269,23 +385,23 @@ def held_blocks(snapshot: dict) -> dict[int, int]:
 
 
 def sizes_of(
-    events: Sequence[tuple[int, str | None, int, int | None]],
+    events: Sequence[tuple[int, str | None, int]],
     history: Mapping[int, Sequence[int]],
     held: Mapping[int, int],
 ) -> list[int | None]:
-    """Each event's size (None: a free, or an allocation not sized). An allocation whose size
-    came with it keeps it; the others at one address take the history's sizes there, in order.
-    Where the history has fewer, those it missed are the first (their callback came after the
-    last read cleared the history) and take the size of their block if it is still held and
-    not freed since; where it has more, the extra are the last (allocated, their callback not
-    come yet: the next read has them)."""
-    sizes: list[int | None] = [event[3] for event in events]
+    """Each event's size (None: a free, or an allocation not sized). The allocations at one
+    address take the history's sizes there, in order. Where the history has fewer, those it
+    missed are the first (their callback came after the last read cleared the history, or
+    before the history started) and take the size of their block if it is still held and not
+    freed since; where it has more, the extra are the last (allocated, their callback not come
+    yet: the next read has them)."""
+    sizes: list[int | None] = [None] * len(events)
     at: dict[int, list[int]] = {}
     freed_after: dict[int, int] = {}  # address -> the index of its last free
-    for index, (address, site, _, size) in enumerate(events):
+    for index, (address, site, _) in enumerate(events):
         if site is None:
             freed_after[address] = index
-        elif size is None:
+        else:
             at.setdefault(address, []).append(index)
     for address, indices in at.items():
         known = history.get(address, ())

@@ -19,6 +19,8 @@ import pytest
 from support import REPO, profile_missing_reason
 from support.gpu_programs import SITE, profiled_run
 
+from kname.profiling.capture import NO_PYTHON_FRAME, UNNAMED
+
 DEMO = REPO / "tests" / "gpu" / "memory_demo.py"
 # Where each source's allocations are seen: the driver's device or pinned view, or a pool's.
 VIEW = {"driver": "device", "torch": "torch", "cupy": "cupy"}
@@ -90,3 +92,50 @@ def test_each_line_holds_the_bytes_it_asked_for_and_the_peak_line_is_named(
         assert churn.get("device", {}).get("allocations", 0) >= 1, sorted(sites)
     marks = demo_marks()
     assert set(rows) <= set(marks)  # the demo printed what its marks say
+
+
+STEP = REPO / "tests" / "gpu" / "memory_cost.py"
+
+
+def torch_view(document: dict) -> dict[str, dict]:
+    """{site name: its torch view} of a profile."""
+    return {
+        site["name"]: site["memory"]["torch"]
+        for site in document["sites"]
+        if "torch" in site.get("memory", {})
+    }
+
+
+@pytest.mark.skipif(profile_missing_reason() is not None, reason=str(profile_missing_reason()))
+def test_a_training_steps_blocks_go_to_the_same_lines_through_the_c_hook_and_the_python_one(
+    tmp_path,
+) -> None:
+    """tests/gpu/memory_cost.py (Adam on two conv and two linear layers, 300 steps) under
+    --memory: the C hook (native) and the Python one charge the same blocks to the same lines,
+    the backward pass's (allocated on autograd's thread, no Python frame) to its line, none
+    left unnamed."""
+    views = {}
+    for callbacks in ("native", "python"):
+        (tmp_path / callbacks).mkdir()
+        document, _ = profiled_run(
+            STEP, tmp_path / callbacks, callbacks, "ALLOC", KNAME_PROFILE_MEMORY="1"
+        )
+        views[callbacks] = torch_view(document)
+    native, python = views["native"], views["python"]
+    assert native.keys() == python.keys(), sorted(native.keys() ^ python.keys())
+    for name, numbers in native.items():
+        # The same program: the same blocks, but for a warm-up's one-off (cuDNN's workspace).
+        assert abs(numbers["allocations"] - python[name]["allocations"]) <= 2, name
+        assert numbers["frees"] <= numbers["allocations"], name
+    backward_line = next(
+        number
+        for number, text in enumerate(STEP.read_text().splitlines(), 1)
+        if "loss.backward()" in text
+    )
+    backward = [
+        name
+        for name in native
+        if (match := SITE.match(name)) and int(match["line"]) == backward_line
+    ]
+    assert sum(native[name]["allocations"] for name in backward) >= 300, sorted(native)
+    assert NO_PYTHON_FRAME not in native and UNNAMED not in native, sorted(native)

@@ -8,33 +8,40 @@ libraries do (tests/gpu/test_gpu_memory.py runs the real ones).
 
 from __future__ import annotations
 
-import copy
 import ctypes
 import functools
+import signal
 import sys
 import threading
 import time
 import types
 from collections.abc import Callable
 from typing import ClassVar
+from unittest.mock import ANY
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kname import callsite, walk
 from kname.config import DEFAULT_FORMAT
-from kname.profiling.capture import NO_PYTHON_FRAME
+from kname.profiling import memory_hooks
+from kname.profiling.capture import NO_PYTHON_FRAME, SITE_KEY, UNNAMED, site_of_frame
+from kname.profiling.memory import Ledger
 from kname.profiling.memory_hooks import (
     CUPY,
     TORCH,
     PoolHooks,
     cupy_hook,
+    native_memory,
     sizes_of,
     torch_hook,
 )
 
 MIB = 1 << 20
+SITE_OF_TEST = (
+    "test_the_c_hook_hands_its_events_over_every_batch_and_at_each_take test_memory_hooks.py"
+)
 
 
 class StandInMemoryHook:
@@ -111,21 +118,35 @@ def test_a_fault_in_a_hook_is_one_line_and_the_allocation_goes_on(named, capsys,
     assert err.count("charging a CuPy allocation") == 1 and "no site" in err
 
 
+class StandInRegistry:
+    """torch._utils.CallbackRegistry's interface: torch's C++ calls its fire_callbacks."""
+
+    def __init__(self) -> None:
+        self.callback_list: list = []
+
+    def add_callback(self, callback) -> None:
+        self.callback_list.append(callback)
+
+    def fire_callbacks(self, *args) -> None:
+        for callback in self.callback_list:
+            callback(*args)
+
+
 class StandInTorch:
-    """torch's pieces TorchBlocks uses: the GPU trace registry (torch.cuda._gpu_trace), the
+    """torch's pieces TorchBlocks uses: the GPU trace's registries (torch.cuda._gpu_trace), the
     allocation history (_record_memory_history, _snapshot) and is_initialized. alloc() and
-    free() do what torch's allocator does (the history first, then the trace's callbacks), in
-    one frame standing for torch's registry, as the user's line sees it."""
+    free() do what torch's allocator does (the history first) and give back the trace's event,
+    the registry's fire_callbacks(address) as torch's C++ looks it up: the caller calls it, so
+    that it runs with the caller's frame running and no frame between, as from torch's C++."""
 
     def __init__(self, monkeypatch, clear_history: bool = True) -> None:
-        self.allocation: list = []
-        self.deallocation: list = []
+        self.allocation, self.deallocation = StandInRegistry(), StandInRegistry()
         self.history: list[dict] = []
         self.recording = False
         self.held: dict[int, int] = {}
         trace = types.ModuleType("torch.cuda._gpu_trace")
-        trace.register_callback_for_memory_allocation = self.allocation.append
-        trace.register_callback_for_memory_deallocation = self.deallocation.append
+        trace.MemoryAllocationCallbacks = self.allocation
+        trace.MemoryDeallocationCallbacks = self.deallocation
         memory = types.SimpleNamespace(
             _record_memory_history=self.record if clear_history else self.record_without_clear,
             _snapshot=self.snapshot,
@@ -154,105 +175,262 @@ class StandInTorch:
         ]
         return {"device_traces": [list(self.history)], "segments": [{"blocks": blocks}]}
 
-    def alloc(self, address: int, size: int, _from_c: object = None) -> None:
+    def alloc(self, address: int, size: int) -> Callable[[], None]:
         self.held[address] = size
         if self.recording:
             entry = {"action": "alloc", "addr": address, "size": size}
             self.history.append(entry | {"time_us": time.time_ns() // 1000})
-        for callback in self.allocation:
-            callback(address)
+        return functools.partial(self.allocation.fire_callbacks, address)
 
-    def free(self, address: int) -> None:
-        for callback in self.deallocation:
-            callback(address)
+    def free(self, address: int) -> Callable[[], None]:
         del self.held[address]
+        return functools.partial(self.deallocation.fire_callbacks, address)
 
 
-def torch_hooks(torch: StandInTorch) -> PoolHooks:
-    hooks = PoolHooks()
+def native_or_skip(path: str) -> None:
+    if path == "native" and native_memory() is None:
+        pytest.skip("kname._native_cupti (TorchMemory) is not built here")
+
+
+PATHS = pytest.mark.parametrize("path", ["native", "python"])
+
+
+def torch_hooks(torch: StandInTorch, path: str, site_of=None) -> PoolHooks:
+    native_or_skip(path)
+    hooks = PoolHooks(site_of=site_of)
     hooks.active = True
-    torch_hook(torch.module, hooks)
+    hooks._undo.append(torch_hook(torch.module, hooks, path=path))
     return hooks
 
 
-def test_a_torch_block_is_sized_from_torchs_history_and_charged_to_the_calling_line(
-    named, monkeypatch
-):
-    torch = StandInTorch(monkeypatch)
-    hooks = torch_hooks(torch)
-    line = this_line(+1)
-    torch.alloc(0x100, 16 * MIB)
-    torch.free(0x100)
-    torch.alloc(0x100, 2 * MIB)  # the same block again, smaller: its own size
+def charged(hooks: PoolHooks) -> dict[str, dict[str, int]]:
+    """{line number: its numbers} of the torch ledger, settled."""
     hooks.settle()
-    sites = {
+    return {
         name.rsplit(":", 1)[1]: numbers
         for name, numbers in hooks.ledgers[TORCH].site_dicts().items()
     }
+
+
+@PATHS
+def test_a_torch_block_is_sized_from_torchs_history_and_charged_to_the_calling_line(
+    named, monkeypatch, path
+):
+    torch = StandInTorch(monkeypatch)
+    hooks = torch_hooks(torch, path)
+    line = this_line(+1)
+    torch.alloc(0x100, 16 * MIB)()
+    torch.free(0x100)()
+    torch.alloc(0x100, 2 * MIB)()  # the same block again, smaller: its own size
+    sites = charged(hooks)
     assert sites[str(line)]["allocated"] == sites[str(line)]["freed"] == 16 * MIB
     assert sites[str(line + 2)]["allocated"] == 2 * MIB and sites[str(line + 2)]["freed"] == 0
     assert torch.history == []  # read, then cleared
+    assert hooks.ledgers[TORCH].unmatched_frees == 0
 
 
-def test_a_torch_block_the_history_missed_is_sized_from_the_blocks_held(named, monkeypatch):
+@PATHS
+def test_a_torch_block_the_history_missed_is_sized_from_the_blocks_held(named, monkeypatch, path):
     torch = StandInTorch(monkeypatch, clear_history=False)
-    hooks = torch_hooks(torch)
+    hooks = torch_hooks(torch, path)
     torch.record = lambda **settings: None  # a history that records nothing
     torch.module.cuda.memory._record_memory_history = torch.record
-    torch.alloc(0x200, 4 * MIB)
-    torch.alloc(0x300, 1 * MIB)
-    del torch.held[0x300]  # freed since, unseen: not followed
+    fire = [torch.alloc(0x200, 4 * MIB), torch.alloc(0x300, 1 * MIB)]
+    del torch.held[0x300]  # freed before its event was read, unseen: not followed
+    for event in fire:
+        event()
     hooks.stop()  # settles
     ledger = hooks.ledgers[TORCH]
     assert ledger.peak == 4 * MIB and ledger.untracked == 1
 
 
-def on_a_thread_started_in_c(call: Callable[[object], None]) -> None:
-    """call(None) on a thread made by pthread_create (through ctypes), as torch's autograd
-    threads are: the call has no Python frame below it."""
+@PATHS
+def test_torchs_history_keeps_allocations_only_where_torch_can_skip_the_rest(
+    named, monkeypatch, path
+):
+    torch = StandInTorch(monkeypatch)
+    settings: list[dict] = []
+    torch.module.cuda.memory._record_memory_history = lambda **given: settings.append(given)
+    torch_hooks(torch, path)
+    torch.alloc(0x100, MIB)()  # the first event starts the history
+    assert settings[-1]["skip_actions"] == ["free_requested", "free_completed"]
+    assert settings[-1]["context"] is None  # no stacks
+
+
+def on_a_thread_started_in_c(call: Callable[[], object]) -> None:
+    """call() on a thread made by pthread_create (through ctypes), as torch's autograd threads
+    are: the call has no Python frame below it."""
     libc = ctypes.CDLL(None)
-    start = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(call)  # no frame of its own
+    start = ctypes.CFUNCTYPE(ctypes.c_void_p)(call)  # no frame of its own; its argument unread
     thread = ctypes.c_ulong()
     assert libc.pthread_create(ctypes.byref(thread), None, start, None) == 0
     assert libc.pthread_join(thread, None) == 0
 
 
+@PATHS
 def test_a_torch_block_from_a_thread_with_no_python_frame_is_charged_not_lost(
-    named, monkeypatch, capsys
+    named, monkeypatch, capsys, path
 ):
     torch = StandInTorch(monkeypatch)
-    hooks = torch_hooks(torch)
-    # torch's allocator fires its trace from the backward pass's thread: the registry's frame
-    # (alloc, here) is the only one above kname's callback.
-    on_a_thread_started_in_c(functools.partial(torch.alloc, 0x400, 2 * MIB))
+    hooks = torch_hooks(torch, path)
+    # torch's allocator fires its trace from the backward pass's thread, no Python frame there.
+    on_a_thread_started_in_c(torch.alloc(0x400, 2 * MIB))
     hooks.settle()
     assert hooks.ledgers[TORCH].site_dicts()[NO_PYTHON_FRAME]["allocated"] == 2 * MIB
     assert "charging a torch allocation" not in capsys.readouterr().err
 
 
+@PATHS
 def test_a_block_from_library_code_is_named_after_the_user_line_without_a_walk_once_cached(
-    named, monkeypatch
+    named, monkeypatch, path
 ):
     torch = StandInTorch(monkeypatch)
-    hooks = torch_hooks(torch)
+    hooks = torch_hooks(torch, path)
     walks = []
     stack = walk.stack
     monkeypatch.setattr(walk, "stack", lambda *args, **kw: walks.append(1) or stack(*args, **kw))
-
-    class Tensor:  # copy.deepcopy (library code) calls its __deepcopy__: torch's registry
-        def __init__(self, address: int) -> None:
-            self.__deepcopy__ = functools.partial(torch.alloc, address, MIB)
-
     line = this_line(+2)
-    for address in (0x100, 0x200, 0x300):
-        copy.deepcopy(Tensor(address))  # the user's line, a library frame between
-    hooks.settle()
-    (name,) = hooks.ledgers[TORCH].site_dicts()
-    assert name.endswith(f":{line}") and hooks.ledgers[TORCH].sites[name].allocations == 3
+    for address in (0x100, 0x200, 0x300):  # threading's run (library code) fires the event
+        threading.Thread(target=torch.alloc(address, MIB)).run()
+    (name,) = charged(hooks)
+    assert name == str(line) and hooks.ledgers[TORCH].site_dicts()
     assert len(walks) == 1  # kname's rules once, for the first; the cached site after
 
 
+@PATHS
+def test_a_fault_finding_a_torch_blocks_line_is_said_once_and_the_block_still_charged(
+    named, monkeypatch, capsys, path
+):
+    from kname import _warnings
+
+    monkeypatch.setattr(_warnings, "_said", set())
+
+    def broken(frame):
+        raise RuntimeError("no site")
+
+    torch = StandInTorch(monkeypatch)
+    hooks = torch_hooks(torch, path, site_of=broken)
+    for address in (0x100, 0x200):
+        torch.alloc(address, MIB)()
+    hooks.settle()
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "no site" in err
+    assert sum(s.allocations for s in hooks.ledgers[TORCH].sites.values()) == 2
+
+
+@PATHS
+def test_a_ctrl_c_while_a_torch_blocks_line_is_found_reaches_the_program(
+    named, monkeypatch, request, path
+):
+    def interrupted(frame):
+        raise KeyboardInterrupt
+
+    # Python's SIGINT handler, which a process started where SIGINT is ignored (a background
+    # job of a shell) does not have: the C hook puts the interrupt back as a pending SIGINT.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
+    torch = StandInTorch(monkeypatch)
+    hooks = torch_hooks(torch, path, site_of=interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        torch.alloc(0x100, MIB)()
+        for _ in range(1_000_000):  # the C hook's: raised at the program's next check
+            pass
+    hooks.settle()
+    assert len(hooks.ledgers.get(TORCH, Ledger()).sites) <= 1  # charged, or not, but no fault
+
+
+def test_the_c_hook_hands_its_events_over_every_batch_and_at_each_take(named):
+    native_or_skip("native")
+    settles: list[list] = []
+    events = native_memory()(
+        sites=callsite.sites, kinds=callsite._kinds, site_key=SITE_KEY,
+        site_of_frame=site_of_frame, unnamed=UNNAMED,
+        settle=lambda: settles.append(events.take()), batch=3,
+    )  # fmt: skip
+    allocated = events.callback(False, None, [])
+    freed = events.callback(True, None, [])
+    line = this_line(+3)
+    for address in range(7):  # frees at even addresses, allocations at odd ones
+        if address % 2:
+            allocated(address)
+        else:
+            freed(address)
+    assert [len(batch) for batch in settles] == [3, 3]
+    (last,) = events.take()
+    assert [(a, site) for a, site, _ in settles[0]] == [(0, None), (1, ANY), (2, None)]
+    assert settles[0][1][1].endswith(f"test_memory_hooks.py:{line}")
+    assert last[:2] == (6, None) and events.take() == [] and events.take_fault() is None
+
+
+@PATHS
+def test_torchs_own_registered_callbacks_still_run_and_stopped_hooks_charge_nothing(
+    named, monkeypatch, path
+):
+    torch = StandInTorch(monkeypatch)
+    hooks = torch_hooks(torch, path)
+    sanitizer: list[int] = []  # another user of the trace, such as torch's CUDA sanitizer
+    torch.allocation.add_callback(sanitizer.append)
+    torch.alloc(0x100, MIB)()
+    hooks.active = False  # a profile paused
+    torch.alloc(0x300, MIB)()
+    hooks.active = True
+    hooks.stop()
+    torch.alloc(0x200, MIB)()
+    assert sanitizer == [0x100, 0x300, 0x200]
+    assert "fire_callbacks" not in vars(torch.allocation)  # torch's own, back in place
+    assert [s.allocations for s in hooks.ledgers[TORCH].sites.values()] == [1]
+
+
 ADDRESSES = st.sampled_from([0x100, 0x200, 0x300])
+
+
+def fire_from_line_a(fire):
+    fire()
+
+
+def fire_from_line_b(fire):
+    fire()  # another line
+
+
+def fire_in_library_code(fire):
+    threading.Thread(target=fire).run()
+
+
+FIRING = [fire_from_line_a, fire_from_line_b, fire_in_library_code, on_a_thread_started_in_c]
+EVENTS = st.lists(
+    st.tuples(st.sampled_from(range(len(FIRING))), ADDRESSES, st.integers(1, 1 << 30)),
+    max_size=40,
+)
+
+
+@given(EVENTS, st.sampled_from([1, 3, 64]))
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+def test_the_c_hook_and_the_python_hook_charge_the_same_events_to_the_same_lines(
+    named, events, batch
+):
+    native_or_skip("native")
+    ledgers = []
+    for path in ("native", "python"):
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            monkeypatch.setattr(memory_hooks, "TORCH_BATCH", batch)
+            torch = StandInTorch(monkeypatch)
+            hooks = torch_hooks(torch, path)
+            for firing, address, size in events:  # a block there is freed, else allocated
+                event = torch.free(address) if address in torch.held else torch.alloc(address, size)
+                FIRING[firing](event)
+            hooks.stop()
+            ledgers.append(hooks.ledgers.get(TORCH))
+    native, python = ledgers
+    if python is None:
+        assert native is None
+        return
+    assert native.site_dicts() == python.site_dicts()
+    assert (native.peak, native.live, native.unmatched_frees, native.untracked) == (
+        python.peak,
+        python.live,
+        python.unmatched_frees,
+        python.untracked,
+    )
 
 
 @given(
@@ -262,7 +440,7 @@ ADDRESSES = st.sampled_from([0x100, 0x200, 0x300])
 def test_allocations_take_the_historys_sizes_at_their_address_in_order(allocations, history_is):
     events = []
     for address, _ in allocations:
-        events += [(address, "a.py:1", 0, None), (address, None, 0, None)]
+        events += [(address, "a.py:1", 0), (address, None, 0)]
     history: dict[int, list[int]] = {}
     for address, size in allocations:
         history.setdefault(address, []).append(size)
@@ -272,7 +450,7 @@ def test_allocations_take_the_historys_sizes_at_their_address_in_order(allocatio
         history[address] = {"whole": sizes, "missed": sizes[1:], "extra": [*sizes, 7]}[history_is]
     sizes = sizes_of(events, history, {})
     seen: dict[int, int] = {}
-    for (address, site, _, _), size in zip(events, sizes, strict=True):
+    for (address, site, _), size in zip(events, sizes, strict=True):
         if site is None:
             assert size is None
             continue
@@ -283,6 +461,7 @@ def test_allocations_take_the_historys_sizes_at_their_address_in_order(allocatio
             assert size == [n for a, n in allocations if a == address][order]
 
 
-def test_a_size_known_when_it_came_is_kept_and_a_missed_block_still_held_takes_its_size():
-    events = [(0x100, "a.py:1", 0, 512), (0x200, "a.py:2", 0, None), (0x300, "a.py:3", 0, None)]
-    assert sizes_of(events, {0x300: [2048]}, {0x200: 1024}) == [512, 1024, 2048]
+def test_a_block_the_history_missed_takes_its_held_size_unless_freed_since():
+    events = [(0x100, "a.py:1", 0), (0x100, None, 0), (0x200, "a.py:2", 0), (0x300, "a.py:3", 0)]
+    held = {0x100: 512, 0x200: 1024}
+    assert sizes_of(events, {0x300: [2048]}, held) == [None, None, 1024, 2048]

@@ -7,6 +7,8 @@
  */
 #include "profiling/_cupti_c/recorder.h"
 
+INTERNAL int torch_memory_ready(PyObject *module); /* torch_memory.c */
+
 static void
 in_forked_child(void)
 {
@@ -47,7 +49,7 @@ PyInit__native_cupti(void)
         PyTuple_SET_ITEM(events, i - 1, Py_NewRef(graph_event_names[i]));
     if (events == NULL || recorder_ready(m) < 0 || activity_ready(&RecorderType) < 0
         || trace_ready(&RecorderType) < 0 || trace_json_ready(&RecorderType) < 0
-        || site_calls_ready(&RecorderType) < 0
+        || site_calls_ready(&RecorderType) < 0 || torch_memory_ready(m) < 0
         || PyModule_AddIntConstant(m, "MAX_OPEN", MAX_OPEN) < 0
         || PyModule_AddObjectRef(m, "GRAPH_EVENTS", events) < 0) {
         Py_XDECREF(events);

@@ -198,7 +198,7 @@ def test_a_kname_that_fails_to_import_is_one_line_at_start_up(
     kname_venv: Venv, tmp_path: Path
 ) -> None:
     """Whatever breaks `import kname` itself at start-up (a broken install; an interpreter missing
-    part of its standard library, as ncu's helper processes are), the program runs, and stderr
+    part of its standard library), the program runs, and stderr
     has one line in place of site's traceback under `Error processing line 1 of kname.pth`; the
     sitecustomize example behind kname.pth does not say it again."""
     broken = broken_kname(tmp_path)

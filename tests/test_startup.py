@@ -129,14 +129,6 @@ def test_pip_uninstall_removes_kname_pth(tmp_path: Path, kname_wheel: Path) -> N
 SITECUSTOMIZE_DIR = Path(__file__).resolve().parent.parent / "sitecustomize_example"
 
 
-@pytest.fixture
-def venv_without_pth(tmp_path: Path, kname_wheel: Path) -> Venv:
-    venv = make_venv(tmp_path / "env")
-    venv.install(str(kname_wheel))
-    (venv.site_packages / "kname.pth").unlink()
-    return venv
-
-
 def sitecustomize_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """PYTHONPATH with the example first and another project's sitecustomize behind it."""
     other = tmp_path / "other"

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 from support import REPO, Venv, cleaned
-from test_startup import venv_without_pth  # noqa: F401  (a fixture)
 
 from kname import _startup
 
@@ -86,7 +85,7 @@ def test_kname_pth_in_an_interpreter_without_its_c_api_says_nothing(
 def test_the_sitecustomize_gates_in_an_interpreter_without_its_c_api_say_nothing(
     embedding_host,
     venv_without_pth: Venv,
-    tmp_path: Path,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     """The same from the sitecustomize example and from the gate `kname run` puts on the path,
     where kname cannot be imported for the same reason."""

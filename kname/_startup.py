@@ -41,7 +41,17 @@ def start() -> None:
     except SystemExit as exc:  # KNAME_STRICT stopped install() itself (it said why)
         os._exit(exc.code if isinstance(exc.code, int) else 2)
     except Exception as exc:
-        _say(f"could not start ({type(exc).__name__}: {exc}); the program runs without kname")
+        if not hides_its_c_api(exc):
+            _say(f"could not start ({type(exc).__name__}: {exc}); the program runs without kname")
+
+
+def hides_its_c_api(exc: BaseException) -> bool:
+    """True when an extension module could not load for want of Python's own C API: this is a
+    Python embedded by a host that loaded libpython privately (RTLD_LOCAL), as Nsight Compute's
+    rules interpreter is. KNAME=1 reaches it with the program's environment, but no GPU library
+    can load there either: nothing to name, so nothing to say (the gates test the same words)."""
+    text = str(exc).replace("symbol: _Py", "symbol: Py")
+    return isinstance(exc, ImportError) and "undefined symbol: Py" in text
 
 
 def _running_kname_command() -> bool:

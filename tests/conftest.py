@@ -170,3 +170,13 @@ def cupti(fake_libcupti: Path, monkeypatch: pytest.MonkeyPatch) -> SimpleNamespa
     kname's one-time messages said afresh."""
     monkeypatch.setattr(_warnings, "_said", set())
     return SimpleNamespace(library=stand_in_library(fake_libcupti), path=str(fake_libcupti))
+
+
+@pytest.fixture
+def venv_without_pth(tmp_path: Path, kname_wheel: Path) -> Venv:
+    """A fresh venv with kname's wheel installed and its kname.pth removed (the sitecustomize
+    gates' tests)."""
+    venv = make_venv(tmp_path / "env")
+    venv.install(str(kname_wheel))
+    (venv.site_packages / "kname.pth").unlink()
+    return venv

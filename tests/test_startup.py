@@ -129,14 +129,6 @@ def test_pip_uninstall_removes_kname_pth(tmp_path: Path, kname_wheel: Path) -> N
 SITECUSTOMIZE_DIR = Path(__file__).resolve().parent.parent / "sitecustomize_example"
 
 
-@pytest.fixture
-def venv_without_pth(tmp_path: Path, kname_wheel: Path) -> Venv:
-    venv = make_venv(tmp_path / "env")
-    venv.install(str(kname_wheel))
-    (venv.site_packages / "kname.pth").unlink()
-    return venv
-
-
 def sitecustomize_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """PYTHONPATH with the example first and another project's sitecustomize behind it."""
     other = tmp_path / "other"
@@ -198,7 +190,7 @@ def test_a_kname_that_fails_to_import_is_one_line_at_start_up(
     kname_venv: Venv, tmp_path: Path
 ) -> None:
     """Whatever breaks `import kname` itself at start-up (a broken install; an interpreter missing
-    part of its standard library, as ncu's helper processes are), the program runs, and stderr
+    part of its standard library), the program runs, and stderr
     has one line in place of site's traceback under `Error processing line 1 of kname.pth`; the
     sitecustomize example behind kname.pth does not say it again."""
     broken = broken_kname(tmp_path)

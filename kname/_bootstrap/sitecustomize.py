@@ -26,7 +26,9 @@ def _start_kname():
         return  # kname.pth, read before any sitecustomize, started kname (or said why not)
     try:
         import kname._startup  # noqa: F401  (importing it starts kname, once per process)
-    except ImportError:
+    except ImportError as exc:
+        if _hides_its_c_api(exc):
+            return  # an embedded Python no GPU library can load in either (kname._startup)
         sys.stderr.write(
             "kname: kname run: this Python (" + sys.executable + ") cannot import kname, so "
             "nothing is named; install kname for it, or run the program with a Python that has "
@@ -34,6 +36,11 @@ def _start_kname():
         )
     except Exception as exc:  # a broken install or interpreter: one line, never a traceback
         sys.stderr.write(_could_not_start(exc) + "; the program runs without kname\n")
+
+
+def _hides_its_c_api(exc):
+    # kname._startup.hides_its_c_api's test, which cannot be imported here.
+    return "undefined symbol: Py" in str(exc).replace("symbol: _Py", "symbol: Py")
 
 
 def _could_not_start(exc):

@@ -30,7 +30,7 @@ def missing_reason() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def ncu_output(tmp_path_factory: pytest.TempPathFactory) -> str:
+def ncu_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess:
     reason = missing_reason()
     if reason:
         pytest.skip(reason)
@@ -44,7 +44,20 @@ def ncu_output(tmp_path_factory: pytest.TempPathFactory) -> str:
         timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    return result.stdout
+    return result
+
+
+@pytest.fixture(scope="module")
+def ncu_output(ncu_run: subprocess.CompletedProcess) -> str:
+    return ncu_run.stdout
+
+
+def test_kname_says_nothing_of_ncus_own_python(ncu_run: subprocess.CompletedProcess) -> None:
+    """ncu's rules interpreter reads the program's site-packages and KNAME=1, and no extension
+    loads in it: it printed `kname: could not start (ImportError: ... undefined symbol:
+    PyExc_SystemError)` on every run before kname learnt to stay quiet there."""
+    said = [line for line in ncu_run.stderr.splitlines() if line.startswith("kname:")]
+    assert said == [], said
 
 
 def test_the_demo_ran_on_the_gpu(ncu_output: str) -> None:

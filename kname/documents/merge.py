@@ -47,10 +47,12 @@ from kname.documents.build import (
     profile_of_sites,
     ranked_kernels,
 )
+from kname.documents.collectives import collective_names
 from kname.documents.memory import MemoryMerge
 from kname.documents.schema import (
     BY_RANK,
     CENSUS_SCHEMA,
+    COLLECTIVE_NS,
     PROFILE_SCHEMA,
     RANKS,
     REPLAYED_AT,
@@ -82,7 +84,8 @@ class MixedKinds(DocumentError):
 class _Site:
     """One merged site: library, earliest order, kernels summed, and its numbers on the rank
     slots it ran on (slots are numbered in the order ranks were first seen), in `columns` of
-    machine integers: launches, and a profile's GPU time.
+    machine integers: launches, and a profile's GPU time and collective GPU time (the part of
+    it in NCCL's kernels, `collectives`: 0 at a site that has none).
 
     Dense while the slots it ran on are at least half of a run of slots from `start` (the
     slots between hold 0); else sparse: `slots` lists them, ascending, with a value in each
@@ -90,9 +93,8 @@ class _Site:
     """
 
     __slots__ = (
-        "backward", "columns", "kernels", "launch_times", "lib", "next_slot", "order", "replays",
-        "slots",
-        "start", "unseen",
+        "backward", "collectives", "columns", "kernels", "launch_times", "lib", "next_slot",
+        "order", "replays", "slots", "start", "unseen",
     )  # fmt: skip
 
     def __init__(self, lib: str, order: int, columns: int, slot: int) -> None:
@@ -108,6 +110,7 @@ class _Site:
         # Backward per forward line (backward_lines.py): its fields summed, None while absent.
         self.backward: dict[str, int] | None = None
         self.launch_times = [0, 0, 0]  # calls, cpu_ns, idle_ns (schema.py's launch_times)
+        self.collectives: tuple[str, ...] = ()  # its kernels that are NCCL's (collectives.py)
 
 
 class Merge:
@@ -186,7 +189,7 @@ class Merge:
             name, lib, order, launches, gpu_ns, site_kernels = _PROFILE_FOLDED(site)
             merged = get(name)
             if merged is None:
-                merged = sites[name] = _Site(lib, order, 2, one)
+                merged = sites[name] = _Site(lib, order, 3, one)
             else:
                 if merged.lib != lib:
                     merged.lib = ""
@@ -197,21 +200,26 @@ class Merge:
                 total = kernels.get(kernel_name)
                 if total is None:
                     kernels[kernel_name] = list(_KERNEL_COUNTS(kernel))
+                    merged.collectives += collective_names((kernel_name,))
                 else:
                     launched, timed = _KERNEL_COUNTS(kernel)
                     total[0] += launched
                     total[1] += timed
             if len(site) != own_fields:  # optional fields: cheap test first
                 self._add_optional(merged, site)
+            collective = _collective_ns(merged, site_kernels) if merged.collectives else 0
             if merged.next_slot == one:  # the common case: this rank is the newest slot
                 merged.columns[0].append(launches)
                 merged.columns[1].append(gpu_ns)
+                merged.columns[2].append(collective)
                 merged.next_slot = one + 1
             elif one >= 0:
-                _put(merged, one, (launches, gpu_ns))
+                _put(merged, one, (launches, gpu_ns, collective))
             else:
                 per_rank = site[BY_RANK]
-                _put_each(merged, slots, (per_rank["launches"], per_rank["gpu_ns"]))
+                collective_by_rank = per_rank.get(COLLECTIVE_NS) or [0] * len(slots)
+                columns = (per_rank["launches"], per_rank["gpu_ns"], collective_by_rank)
+                _put_each(merged, slots, columns)
         _add_kernels(self._unattributed, document["unattributed"]["kernels"])
 
     @staticmethod
@@ -261,6 +269,8 @@ class Merge:
                     mine.lib = ""
                 mine.order = min(mine.order, theirs.order)
             _add_kernels(mine.kernels, theirs.kernels)
+            if theirs.collectives:
+                mine.collectives = tuple(dict.fromkeys(mine.collectives + theirs.collectives))
             _add_kernels(mine.replays, theirs.replays)
             mine.unseen[0] += theirs.unseen[0]
             mine.unseen[1] += theirs.unseen[1]
@@ -301,8 +311,13 @@ class Merge:
                 site |= merged.backward
             site |= launch_time_fields(*merged.launch_times)
             if arrange is not None:
-                launches_by_rank, gpu_ns_by_rank = arrange(merged)
+                # The collective column only where the site has NCCL kernels.
+                launches_by_rank, gpu_ns_by_rank, *collective = arrange(
+                    merged, 3 if merged.collectives else 2
+                )
                 site[BY_RANK] = {"launches": launches_by_rank, "gpu_ns": gpu_ns_by_rank}
+                if collective:
+                    site[BY_RANK][COLLECTIVE_NS] = collective[0]
             sites.append(site)
         document = profile_of_sites(sites, _as_counts(self._unattributed), self.processes)
         return self._memory.into(document)
@@ -451,6 +466,11 @@ def _cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def _collective_ns(merged: _Site, kernels: Mapping[str, Mapping[str, int]]) -> int:
+    """The GPU time of a document's site (its `kernels`) in the merged site's NCCL kernels."""
+    return sum(kernels[name]["gpu_ns"] for name in merged.collectives if name in kernels)
+
+
 def _sums(kernels: Mapping[str, list[int]]) -> tuple[int, int]:
     """(launches, gpu_ns) summed over [launches, gpu_ns] pairs."""
     return sum(k[0] for k in kernels.values()), sum(k[1] for k in kernels.values())
@@ -596,8 +616,9 @@ class _Arranger:
         for position, slot in enumerate(order):
             self.position_of[slot] = position
 
-    def __call__(self, site: _Site) -> tuple[RankValues, ...]:
-        size, columns = self.size, site.columns
+    def __call__(self, site: _Site, count: int = 1) -> tuple[RankValues, ...]:
+        """Its first `count` columns."""
+        size, columns = self.size, site.columns[:count]
         if site.slots is None and 2 * len(columns[0]) >= size:  # most ranks: a value for each
             _widen(site, size)
             pick = self.pick

@@ -181,14 +181,25 @@ def data_parallel_step(rank: int, slow: int, world: int = 4) -> dict:
 
 
 @pytest.fixture
-def job(tmp_path, monkeypatch):
-    """profile.rank0.json to profile.rank3.json, rank 2 the slow one, in the working folder."""
+def write_job(tmp_path, monkeypatch):
+    """Writes profile.rank0.json, ... of a job of `world` ranks, rank `slow` the slow one, in
+    the working folder; their names."""
     monkeypatch.chdir(tmp_path)
-    names = []
-    for rank in range(4):
-        (tmp_path / f"profile.rank{rank}.json").write_text(render_json(data_parallel_step(rank, 2)))
-        names.append(f"profile.rank{rank}.json")
-    return names
+
+    def write(world: int = 4, slow: int = 2) -> list[str]:
+        names = []
+        for rank in range(world):
+            document = data_parallel_step(rank, slow, world)
+            (tmp_path / f"profile.rank{rank}.json").write_text(render_json(document))
+            names.append(f"profile.rank{rank}.json")
+        return names
+
+    return write
+
+
+@pytest.fixture
+def job(write_job) -> list[str]:
+    return write_job()
 
 
 def report(capsys, *args: str) -> tuple[int, str, str]:
@@ -210,12 +221,22 @@ def test_a_fast_ranks_waiting_at_an_all_reduce_is_not_its_own_work() -> None:
     assert written(merged)["sites"] == json.loads(render_json(merged))["sites"]
 
 
-def test_the_straggler_is_the_slow_rank_at_its_compute_not_a_fast_rank_at_its_all_reduce():
-    merged = merge_documents([data_parallel_step(rank, 2) for rank in range(4)])
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_the_straggler_is_the_slow_rank_at_its_compute_not_a_fast_rank_at_its_all_reduce(world):
+    # Of two or three ranks, one slow: before, the median rank waited too, and a fast rank's
+    # waiting at the all_reduce line made it a straggler there.
+    merged = merge_documents([data_parallel_step(rank, 1, world) for rank in range(world)])
     flagged = [(site["name"], spread.slowest) for site, spread in stragglers(merged, 0.2)]
-    assert flagged == [(COMPUTE, 2)]  # before: also (ALL_REDUCE, 3), the fast rank that waited
+    assert flagged == [(COMPUTE, 1)]
     index = [site["name"] for site in merged["sites"]].index(ALL_REDUCE)
     assert spreads(merged)[index].low == spreads(merged)[index].high == 1_100_000
+
+
+def test_kname_report_fails_a_ci_job_for_the_slow_rank_alone(write_job, capsys) -> None:
+    code, out, err = report(capsys, *write_job(2, 1), "--fail-on-straggler")
+    assert code == 1
+    assert err.endswith("(--fail-on-straggler): main train.py:40 (rank 1)\n"), err
+    assert f"{ALL_REDUCE}: 4.00 ms of its 6.20 ms is waiting" in out
 
 
 def test_kname_report_says_how_much_of_a_collective_line_is_waiting_and_flags_no_fast_rank(

@@ -47,7 +47,7 @@ from kname.documents.build import (
     profile_of_sites,
     ranked_kernels,
 )
-from kname.documents.collectives import collective_names
+from kname.documents.collectives import is_collective
 from kname.documents.memory import MemoryMerge
 from kname.documents.schema import (
     BY_RANK,
@@ -84,8 +84,9 @@ class MixedKinds(DocumentError):
 class _Site:
     """One merged site: library, earliest order, kernels summed, and its numbers on the rank
     slots it ran on (slots are numbered in the order ranks were first seen), in `columns` of
-    machine integers: launches, and a profile's GPU time and collective GPU time (the part of
-    it in NCCL's kernels, `collectives`: 0 at a site that has none).
+    machine integers: launches, and a profile's GPU time; and where the site has NCCL kernels
+    (`collectives`), a third: their GPU time (collectives.py), added when the first is seen
+    (8 bytes a rank for the few lines that call collectives, not for every line).
 
     Dense while the slots it ran on are at least half of a run of slots from `start` (the
     slots between hold 0); else sparse: `slots` lists them, ascending, with a value in each
@@ -189,7 +190,7 @@ class Merge:
             name, lib, order, launches, gpu_ns, site_kernels = _PROFILE_FOLDED(site)
             merged = get(name)
             if merged is None:
-                merged = sites[name] = _Site(lib, order, 3, one)
+                merged = sites[name] = _Site(lib, order, 2, one)
             else:
                 if merged.lib != lib:
                     merged.lib = ""
@@ -200,26 +201,32 @@ class Merge:
                 total = kernels.get(kernel_name)
                 if total is None:
                     kernels[kernel_name] = list(_KERNEL_COUNTS(kernel))
-                    merged.collectives += collective_names((kernel_name,))
+                    if is_collective(kernel_name):
+                        _add_collective(merged, kernel_name)
                 else:
                     launched, timed = _KERNEL_COUNTS(kernel)
                     total[0] += launched
                     total[1] += timed
             if len(site) != own_fields:  # optional fields: cheap test first
                 self._add_optional(merged, site)
-            collective = _collective_ns(merged, site_kernels) if merged.collectives else 0
             if merged.next_slot == one:  # the common case: this rank is the newest slot
-                merged.columns[0].append(launches)
-                merged.columns[1].append(gpu_ns)
-                merged.columns[2].append(collective)
+                columns = merged.columns
+                columns[0].append(launches)
+                columns[1].append(gpu_ns)
+                if merged.collectives:
+                    columns[2].append(_collective_ns(merged, site_kernels))
                 merged.next_slot = one + 1
             elif one >= 0:
-                _put(merged, one, (launches, gpu_ns, collective))
+                numbers: tuple[int, ...] = (launches, gpu_ns)
+                if merged.collectives:
+                    numbers += (_collective_ns(merged, site_kernels),)
+                _put(merged, one, numbers)
             else:
                 per_rank = site[BY_RANK]
-                collective_by_rank = per_rank.get(COLLECTIVE_NS) or [0] * len(slots)
-                columns = (per_rank["launches"], per_rank["gpu_ns"], collective_by_rank)
-                _put_each(merged, slots, columns)
+                by_rank = (per_rank["launches"], per_rank["gpu_ns"])
+                if merged.collectives:  # 0 where a file written before the field has none
+                    by_rank += (per_rank.get(COLLECTIVE_NS) or [0] * len(slots),)
+                _put_each(merged, slots, by_rank)
         _add_kernels(self._unattributed, document["unattributed"]["kernels"])
 
     @staticmethod
@@ -269,8 +276,11 @@ class Merge:
                     mine.lib = ""
                 mine.order = min(mine.order, theirs.order)
             _add_kernels(mine.kernels, theirs.kernels)
-            if theirs.collectives:
-                mine.collectives = tuple(dict.fromkeys(mine.collectives + theirs.collectives))
+            for name in theirs.collectives:
+                if name not in mine.collectives:
+                    _add_collective(mine, name)
+            if theirs.columns and len(theirs.columns) < len(mine.columns):
+                _add_collective_column(theirs)  # zeros: no NCCL kernel in their ranks
             _add_kernels(mine.replays, theirs.replays)
             mine.unseen[0] += theirs.unseen[0]
             mine.unseen[1] += theirs.unseen[1]
@@ -464,6 +474,18 @@ def _cyclic_gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def _add_collective(site: _Site, kernel: str) -> None:
+    """An NCCL kernel of `site` first seen: named, with the column of its time on each rank."""
+    site.collectives += (kernel,)
+    _add_collective_column(site)
+
+
+def _add_collective_column(site: _Site) -> None:
+    """A profile site's third column, of zeros (the ranks before held no NCCL kernel here)."""
+    if len(site.columns) == 2:
+        site.columns += (_zeros(len(site.columns[0])),)
 
 
 def _collective_ns(merged: _Site, kernels: Mapping[str, Mapping[str, int]]) -> int:

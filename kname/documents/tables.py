@@ -312,19 +312,20 @@ def advice_lines(sites: Iterable[Mapping[str, Any]]) -> list[str]:
 def waiting_lines(document: Mapping[str, Any]) -> list[str]:
     """A line for each site (the WAITING_SHOWN that waited most) whose NCCL kernels waited for
     slower ranks: how much of its GPU time, the rank that waited most, the collective's cost."""
-    ranks = ranks_of(document)
-    waited = []
-    for site in document["sites"]:
+    ranks, sites = ranks_of(document), document["sites"]
+    waited = []  # (waiting on all ranks, index of the site): the lists are made again if shown
+    for index, site in enumerate(sites):
         waiting = waiting_of(site)
         if waiting and any(waiting):
-            waited.append((sum(waiting), site, waiting))
-    waited.sort(key=lambda entry: -entry[0])
+            waited.append((-sum(waiting), index))
+    waited.sort()
     lines = []
-    for total, site, waiting in waited[:WAITING_SHOWN]:
+    for total, index in waited[:WAITING_SHOWN]:
+        site = sites[index]
+        own, waiting = split_waiting(site[BY_RANK][COLLECTIVE_NS])
         most = max(waiting)
-        own = split_waiting(site["by_rank"][COLLECTIVE_NS])[0]
         lines.append(
-            f"{name_cell(site['name'])}: {format_duration(total)} of its "
+            f"{name_cell(site['name'])}: {format_duration(-total)} of its "
             f"{format_duration(site['gpu_ns'])} is waiting in NCCL kernels for slower ranks "
             f"(most: rank {ranks[waiting.index(most)]}, {format_duration(most)}); "
             f"the collective's own cost: {format_duration(own)} a rank"

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import REPO
 from support.profile_streams import KERNEL_NAMES, profiles
 
 from kname.cli import main
@@ -304,3 +306,12 @@ def test_a_thousand_ranks_that_each_waited_differently_give_each_its_own_waiting
     ]
     (site,) = merge_documents(parts)["sites"]
     assert waiting_of(site) == [time - min(times) for time in times]
+
+
+def test_the_sample_in_docs_ranks_is_what_kname_report_prints(write_job, capsys) -> None:
+    page = (REPO / "docs" / "ranks.md").read_text()
+    command = "kname report profile.rank*.json --straggler 20%"
+    assert f"\n    {command}\n" in page
+    code, out, err = report(capsys, *write_job(2, 1), *command.split()[3:])
+    marked = re.search(r"<!-- readme-test: ranks-waiting -->\n```\n(.*?)```", page, re.DOTALL)
+    assert code == 0 and marked and out + err == marked[1]

@@ -24,7 +24,8 @@ from support.profile_streams import KERNEL_NAMES, profiles
 from kname.cli import main
 from kname.documents.build import profile_document
 from kname.documents.collectives import is_collective, split_waiting
-from kname.documents.merge import merge_documents
+from kname.documents.files import load
+from kname.documents.merge import merge_documents, merge_files
 from kname.documents.schema import (
     BY_RANK,
     COLLECTIVE_NS,
@@ -315,3 +316,26 @@ def test_the_sample_in_docs_ranks_is_what_kname_report_prints(write_job, capsys)
     code, out, err = report(capsys, *write_job(2, 1), *command.split()[3:])
     marked = re.search(r"<!-- readme-test: ranks-waiting -->\n```\n(.*?)```", page, re.DOTALL)
     assert code == 0 and marked and out + err == marked[1]
+
+
+@pytest.mark.parametrize("nccl_ranks", [range(0, 3), range(3, 6)])
+def test_workers_merge_a_line_with_nccl_kernels_on_some_ranks_as_one_process_does(
+    tmp_path, nccl_ranks
+) -> None:
+    # Two workers of three files each: one worker's share has NCCL kernels at the line, the
+    # other's has not (its ranks' collective time is 0), whichever is absorbed first.
+    documents = []
+    for rank in range(6):
+        kernels = {"[memcpy DtoD]": (20, 100_000 + rank)}
+        if rank in nccl_ranks:
+            kernels[NCCL] = (20, 1_000_000 * (rank + 1))
+        documents.append(rank_file(rank, 6, {ALL_REDUCE: kernels}))
+    paths = []
+    for rank, document in enumerate(documents):
+        paths.append(str(tmp_path / f"profile.rank{rank}.json"))
+        (tmp_path / f"profile.rank{rank}.json").write_text(render_json(document))
+    merged = merge_files(paths, load, workers=2)
+    assert merged == merge_documents(documents)
+    (site,) = merged["sites"]
+    expected = [1_000_000 * (rank + 1) if rank in nccl_ranks else 0 for rank in range(6)]
+    assert list(site[BY_RANK][COLLECTIVE_NS]) == expected

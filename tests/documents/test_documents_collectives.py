@@ -66,12 +66,12 @@ nccl_names = st.builds(nccl_name, NCCL_STEMS, NCCL_TAILS, st.booleans())
 
 
 @given(nccl_names)
-def test_a_kernel_is_ncclss_whether_cupti_gives_its_symbol_or_its_name(name) -> None:
+def test_a_kernel_is_nccls_whether_cupti_gives_its_symbol_or_its_name(name) -> None:
     assert is_collective(name)
 
 
 @given(st.sampled_from(NOT_NCCL) | st.text(max_size=30).filter(lambda t: "nccl" not in t))
-def test_a_kernel_whose_name_does_not_start_with_ncclss_is_no_collective(name) -> None:
+def test_a_kernel_whose_name_does_not_start_as_nccls_do_is_no_collective(name) -> None:
     assert not is_collective(name)
 
 

@@ -339,3 +339,19 @@ def test_workers_merge_a_line_with_nccl_kernels_on_some_ranks_as_one_process_doe
     (site,) = merged["sites"]
     expected = [1_000_000 * (rank + 1) if rank in nccl_ranks else 0 for rank in range(6)]
     assert list(site[BY_RANK][COLLECTIVE_NS]) == expected
+
+
+def test_the_ranks_of_the_h100_gloo_job_merge_with_rank_1_named_and_no_waiting_told() -> None:
+    # tests/gpu/test_gpu_ranks.py's one-GPU job on the H100 (torchrun, gloo, rank 1 slow): gloo
+    # moves the all_reduce through the host, so no NCCL kernel, no waiting; each rank replayed
+    # its CUDA graph under the replay line.
+    paths = [str(REPO / "tests" / "data" / f"ranks_gloo_h100.rank{rank}.json") for rank in (0, 1)]
+    compute, graph = "main ranks_demo.py:48", "graph_body ranks_demo.py:84"
+    for path in paths:
+        sites = {site["name"]: site for site in load(path)["sites"]}
+        assert list(sites[graph]["replayed_at"]) == ["replay_graph ranks_demo.py:79"]
+        assert sites[graph]["replayed_at"]["replay_graph ranks_demo.py:79"]["launches"] == 20
+    merged = merge_files(paths, load)
+    assert all(waiting_of(site) is None for site in merged["sites"])
+    flagged = {site["name"]: spread.slowest for site, spread in stragglers(merged, 0.2)}
+    assert flagged[compute] == 1

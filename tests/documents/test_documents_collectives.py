@@ -97,6 +97,26 @@ def test_the_split_does_not_depend_on_the_order_of_the_ranks(times, shuffle) -> 
     assert split_waiting([times[i] for i in order]) == (own, [waiting[i] for i in order])
 
 
+# Each step's collective time on each of a job's ranks (every rank ran every step).
+steps_by_rank = st.integers(1, 8).flatmap(
+    lambda ranks: st.lists(
+        st.lists(st.integers(1, 10**9), min_size=ranks, max_size=ranks), min_size=1, max_size=20
+    )
+)
+
+
+@given(steps_by_rank)
+def test_the_waiting_from_sums_over_the_run_is_at_most_the_waiting_step_by_step(steps) -> None:
+    # docs/ranks.md: the rule reads sums; where the slow rank changes, it shows less waiting.
+    sums = [sum(column) for column in zip(*steps, strict=True)]
+    from_sums = split_waiting(sums)[1]
+    each_step = [split_waiting(step)[1] for step in steps]
+    step_by_step = [sum(waited) for waited in zip(*each_step, strict=True)]
+    assert all(a <= b for a, b in zip(from_sums, step_by_step, strict=True))
+    if len(steps) == 1:
+        assert from_sums == step_by_step
+
+
 # --- the merge: each rank's collective time per line ---------------------------------------
 
 WORLD = 4

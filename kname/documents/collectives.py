@@ -23,8 +23,10 @@ not share a clock to align launches by.
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Iterable, Sequence
+from itertools import repeat
 
 # NCCL's kernels: `ncclKernel_*` (older releases) and `ncclDevKernel_*` (newer ones), as CUPTI
 # names them: the C++ symbol (`_Z39ncclKernel_AllReduce_...`) or the name itself.
@@ -45,6 +47,8 @@ def split_waiting(collective: Sequence[int]) -> tuple[int, list[int]]:
     """(the collective's own cost, each rank's waiting) from each rank's collective GPU time at
     one line: the own cost is the least time of a rank that ran it, and each rank's waiting is
     its excess over that (0 where it never ran)."""
-    ran = [time for time in collective if time > 0]
+    ran = list(filter(None, collective))  # at C's speed: 1,024 ranks at each such line
     own = min(ran) if ran else 0
+    if len(ran) == len(collective):  # every rank ran it: the common case
+        return own, list(map(operator.sub, collective, repeat(own)))
     return own, [time - own if time > 0 else 0 for time in collective]

@@ -20,6 +20,7 @@ ranks times sites. The spread is computed from what is stored.
 
 from __future__ import annotations
 
+import operator
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
@@ -199,7 +200,7 @@ def own_work(site: Mapping[str, Any], metric: str) -> Sequence[int]:
     waiting = waiting_of(site) if metric == "gpu_ns" else None
     if not waiting or not any(waiting):
         return values
-    return [value - waited for value, waited in zip(values, waiting, strict=True)]
+    return list(map(operator.sub, values, waiting))  # both one per rank
 
 
 def is_straggler(spread: Spread, threshold: float, min_time_ns: int = DEFAULT_MIN_TIME_NS) -> bool:

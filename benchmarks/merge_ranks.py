@@ -1,12 +1,13 @@
 """Worker: merging one profile file per rank, as `kname report profile.rank*.json` does.
 
 Writes `--ranks` rank files of `--sites` call sites each, with kname's own writer (the sites a
-training step has on every rank, one to three kernels each, GPU times that differ by rank), then,
+training step has on every rank, one to three kernels each, GPU times that differ by rank; a
+process per CPU writes a run of ranks), then,
 in a fresh interpreter, reads and merges them (kname.documents.merge.merge_files, each file
 validated) and renders the table with the spread across ranks. Reports the wall time and the
 CPU time of the merge (with its worker processes), of the table, and the peak resident memory
 of the merging process and its workers together, against the budget: 1,024 files of 5,000
-sites in at most 10 s and 1 GB.
+sites in at most 10 s and 1 GB; and the host: the CPUs it may use, the machine's memory.
 
 On a shared machine, compare a change in one time window: `--keep DIR` once, then
 `--files DIR --baseline OLD_CHECKOUT --rounds 3` merges DIR's files with this checkout's kname
@@ -93,6 +94,7 @@ def main() -> None:
         "sites": runs[0]["merged_sites"] if args.files else args.sites,
         "files_megabytes": round(size / 2**20, 1),
         "write_seconds": round(written_s, 2),
+        **host_facts(),
         **next(run for run in runs if run["kname"] == "this"),
         "budget": BUDGET,
     }
@@ -103,20 +105,50 @@ def main() -> None:
     write_json(args.json, result)
 
 
+def host_facts() -> dict:
+    """The CPUs this process may run on, and the machine's memory (/proc/meminfo's MemTotal)."""
+    facts = {"cpus": len(os.sched_getaffinity(0)), "memory_gigabytes": None}
+    try:
+        with open("/proc/meminfo") as meminfo:
+            line = next(line for line in meminfo if line.startswith("MemTotal:"))
+        facts["memory_gigabytes"] = round(int(line.split()[1]) / 2**20, 1)
+    except (OSError, StopIteration, ValueError):
+        pass
+    return facts
+
+
 def write_rank_files(directory: Path, ranks: int, sites: int) -> list[str]:
-    """One profile per rank, as `kname profile --json profile.json` writes them under torchrun."""
+    """One profile per rank, as `kname profile --json profile.json` writes them under torchrun,
+    written by as many processes as there are CPUs (each a run of ranks)."""
+    workers = min(len(os.sched_getaffinity(0)), max(ranks // 16, 1))
+    size = -(-ranks // workers)
+    runs = [range(start, min(start + size, ranks)) for start in range(0, ranks, size)]
+    if len(runs) == 1:
+        return write_ranks(directory, runs[0], ranks, sites)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(len(runs), mp_context=context) as pool:
+        written = pool.map(write_ranks, [directory] * len(runs), runs, [ranks] * len(runs),
+                           [sites] * len(runs))  # fmt: skip
+        return [path for paths in written for path in paths]
+
+
+def write_ranks(directory: Path, run: range, ranks: int, sites: int) -> list[str]:
+    """The profiles of the ranks in `run`, of a job of `ranks`."""
     from kname.documents.build import profile_of_sites
     from kname.documents.schema import RANKS, render_json
     from kname.ranks import Rank, meta
 
-    chooser = random.Random(0)
+    chooser = random.Random(0)  # the same sites on every rank, whichever process writes it
     shapes = []
     for index in range(sites):
         name = f"{chooser.choice(FUNCTIONS)} model/layer_{index % 97}.py:{10 + index}"
         kernels = chooser.sample(KERNELS, chooser.randint(1, 3))
         shapes.append((name, kernels, chooser.randint(1, 200), chooser.randint(2_000, 900_000)))
     paths = []
-    for rank in range(ranks):
+    for rank in run:
         slower = 1.0 + (0.3 if rank == ranks // 3 else 0.0)  # one straggler
         site_list = []
         for order, (name, kernels, launches, gpu_ns) in enumerate(shapes, 1):

@@ -172,6 +172,25 @@ def test_the_rank_merge_benchmark_merges_every_rank_file(tmp_path) -> None:
     assert result["table_head"][0].startswith("kname profile (profile.rank*.json, written by")
     assert "40 ranks" in result["table_head"][0]
     assert result["parse_floor"]["workers"] >= 1  # json.loads alone, timed too
+    assert result["cpus"] >= 1 and result["memory_gigabytes"] > 0  # the host, said
+
+
+def test_the_rank_files_written_by_a_process_per_cpu_are_those_one_process_writes(
+    tmp_path, monkeypatch
+):
+    spec = importlib.util.spec_from_file_location(
+        "merge_ranks", REPO / "benchmarks" / "merge_ranks.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "merge_ranks", bench)  # its writer, sent to the processes
+    spec.loader.exec_module(bench)
+    (tmp_path / "one").mkdir()
+    (tmp_path / "shared").mkdir()
+    bench.write_ranks(tmp_path / "one", range(40), 40, 20)
+    paths = bench.write_rank_files(tmp_path / "shared", 40, 20)  # a run of ranks per process
+    assert [Path(path).name for path in paths] == [f"profile.rank{r}.json" for r in range(40)]
+    for path in paths:
+        assert Path(path).read_bytes() == (tmp_path / "one" / Path(path).name).read_bytes()
 
 
 # --- kname profile on a whole program (benchmarks/profile_program.py) ----------------------

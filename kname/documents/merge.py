@@ -47,10 +47,12 @@ from kname.documents.build import (
     profile_of_sites,
     ranked_kernels,
 )
+from kname.documents.collectives import is_collective
 from kname.documents.memory import MemoryMerge
 from kname.documents.schema import (
     BY_RANK,
     CENSUS_SCHEMA,
+    COLLECTIVE_NS,
     PROFILE_SCHEMA,
     RANKS,
     REPLAYED_AT,
@@ -82,7 +84,9 @@ class MixedKinds(DocumentError):
 class _Site:
     """One merged site: library, earliest order, kernels summed, and its numbers on the rank
     slots it ran on (slots are numbered in the order ranks were first seen), in `columns` of
-    machine integers: launches, and a profile's GPU time.
+    machine integers: launches, and a profile's GPU time; and where the site has NCCL kernels
+    (`collectives`), a third: their GPU time (collectives.py), added when the first is seen
+    (8 bytes a rank for the few lines that call collectives, not for every line).
 
     Dense while the slots it ran on are at least half of a run of slots from `start` (the
     slots between hold 0); else sparse: `slots` lists them, ascending, with a value in each
@@ -90,9 +94,8 @@ class _Site:
     """
 
     __slots__ = (
-        "backward", "columns", "kernels", "launch_times", "lib", "next_slot", "order", "replays",
-        "slots",
-        "start", "unseen",
+        "backward", "collectives", "columns", "kernels", "launch_times", "lib", "next_slot",
+        "order", "replays", "slots", "start", "unseen",
     )  # fmt: skip
 
     def __init__(self, lib: str, order: int, columns: int, slot: int) -> None:
@@ -108,6 +111,7 @@ class _Site:
         # Backward per forward line (backward_lines.py): its fields summed, None while absent.
         self.backward: dict[str, int] | None = None
         self.launch_times = [0, 0, 0]  # calls, cpu_ns, idle_ns (schema.py's launch_times)
+        self.collectives: tuple[str, ...] = ()  # its kernels that are NCCL's (collectives.py)
 
 
 class Merge:
@@ -197,6 +201,8 @@ class Merge:
                 total = kernels.get(kernel_name)
                 if total is None:
                     kernels[kernel_name] = list(_KERNEL_COUNTS(kernel))
+                    if is_collective(kernel_name):
+                        _add_collective(merged, kernel_name)
                 else:
                     launched, timed = _KERNEL_COUNTS(kernel)
                     total[0] += launched
@@ -204,14 +210,23 @@ class Merge:
             if len(site) != own_fields:  # optional fields: cheap test first
                 self._add_optional(merged, site)
             if merged.next_slot == one:  # the common case: this rank is the newest slot
-                merged.columns[0].append(launches)
-                merged.columns[1].append(gpu_ns)
+                columns = merged.columns
+                columns[0].append(launches)
+                columns[1].append(gpu_ns)
+                if merged.collectives:
+                    columns[2].append(_collective_ns(merged, site_kernels))
                 merged.next_slot = one + 1
             elif one >= 0:
-                _put(merged, one, (launches, gpu_ns))
+                numbers: tuple[int, ...] = (launches, gpu_ns)
+                if merged.collectives:
+                    numbers += (_collective_ns(merged, site_kernels),)
+                _put(merged, one, numbers)
             else:
                 per_rank = site[BY_RANK]
-                _put_each(merged, slots, (per_rank["launches"], per_rank["gpu_ns"]))
+                by_rank = (per_rank["launches"], per_rank["gpu_ns"])
+                if merged.collectives:  # 0 where a file written before the field has none
+                    by_rank += (per_rank.get(COLLECTIVE_NS) or [0] * len(slots),)
+                _put_each(merged, slots, by_rank)
         _add_kernels(self._unattributed, document["unattributed"]["kernels"])
 
     @staticmethod
@@ -261,6 +276,11 @@ class Merge:
                     mine.lib = ""
                 mine.order = min(mine.order, theirs.order)
             _add_kernels(mine.kernels, theirs.kernels)
+            for name in theirs.collectives:
+                if name not in mine.collectives:
+                    _add_collective(mine, name)
+            if theirs.columns and len(theirs.columns) < len(mine.columns):
+                _add_collective_column(theirs)  # zeros: no NCCL kernel in their ranks
             _add_kernels(mine.replays, theirs.replays)
             mine.unseen[0] += theirs.unseen[0]
             mine.unseen[1] += theirs.unseen[1]
@@ -301,8 +321,13 @@ class Merge:
                 site |= merged.backward
             site |= launch_time_fields(*merged.launch_times)
             if arrange is not None:
-                launches_by_rank, gpu_ns_by_rank = arrange(merged)
+                # The collective column only where the site has NCCL kernels.
+                launches_by_rank, gpu_ns_by_rank, *collective = arrange(
+                    merged, 3 if merged.collectives else 2
+                )
                 site[BY_RANK] = {"launches": launches_by_rank, "gpu_ns": gpu_ns_by_rank}
+                if collective:
+                    site[BY_RANK][COLLECTIVE_NS] = collective[0]
             sites.append(site)
         document = profile_of_sites(sites, _as_counts(self._unattributed), self.processes)
         return self._memory.into(document)
@@ -451,6 +476,27 @@ def _cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def _add_collective(site: _Site, kernel: str) -> None:
+    """An NCCL kernel of `site` first seen: named, with the column of its time on each rank."""
+    site.collectives += (kernel,)
+    _add_collective_column(site)
+
+
+def _add_collective_column(site: _Site) -> None:
+    """A profile site's third column, of zeros (the ranks before held no NCCL kernel here)."""
+    if len(site.columns) == 2:
+        site.columns += (_zeros(len(site.columns[0])),)
+
+
+def _collective_ns(merged: _Site, kernels: Mapping[str, Mapping[str, int]]) -> int:
+    """The GPU time of a document's site (its `kernels`) in the merged site's NCCL kernels."""
+    names = merged.collectives
+    if len(names) == 1:  # most lines call one collective: no generator a rank
+        kernel = kernels.get(names[0])
+        return 0 if kernel is None else kernel["gpu_ns"]
+    return sum(kernels[name]["gpu_ns"] for name in names if name in kernels)
+
+
 def _sums(kernels: Mapping[str, list[int]]) -> tuple[int, int]:
     """(launches, gpu_ns) summed over [launches, gpu_ns] pairs."""
     return sum(k[0] for k in kernels.values()), sum(k[1] for k in kernels.values())
@@ -596,8 +642,9 @@ class _Arranger:
         for position, slot in enumerate(order):
             self.position_of[slot] = position
 
-    def __call__(self, site: _Site) -> tuple[RankValues, ...]:
-        size, columns = self.size, site.columns
+    def __call__(self, site: _Site, count: int = 1) -> tuple[RankValues, ...]:
+        """Its first `count` columns."""
+        size, columns = self.size, site.columns[:count]
         if site.slots is None and 2 * len(columns[0]) >= size:  # most ranks: a value for each
             _widen(site, size)
             pick = self.pick

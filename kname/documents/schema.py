@@ -108,6 +108,13 @@ With more than one rank, each site keeps its numbers on each rank, in lists alig
         {"name": "step app.py:12", ..., "launches": 40, "gpu_ns": 162000, ...,
          "by_rank": {"launches": [20, 20], "gpu_ns": [81000, 81000]}}     a census: launches only
 
+A profile's site whose kernels include NCCL's (collectives.py) also keeps, in `by_rank`, each
+rank's GPU time in them, each at most that rank's gpu_ns and together at most those kernels'
+(a merge that read a merged file written before this field counts its ranks' as 0):
+
+         "by_rank": {..., "collective_ns": [9000, 61000]}   the least is the collective's own
+                                                            cost, each excess waiting
+
 A record of one rank may hold other fields. One is read: a profile of an on-demand window
 (`kname attach`, KNAME_PROFILE_TRIGGER: profiling/ondemand.py) says when it was, in its rank's
 record, and a merge keeps each rank's:
@@ -139,6 +146,7 @@ from typing import Any
 
 from kname._version import __version__
 from kname.documents import backward_lines
+from kname.documents.collectives import collective_names
 from kname.documents.run_facts import MAX_PROGRAM, PROGRAM, WRITTEN, run_facts_problem
 from kname.documents.sources import SOURCES, validate_sources
 from kname.documents.verdict import LAUNCH_TIMES
@@ -179,6 +187,7 @@ RANK_FIELDS = ("rank", "local_rank", "world_size", "launcher", "host", "pid", "d
 WINDOW = "window"
 WINDOW_BY = ("attach", "trigger")
 BY_RANK_FIELDS = {CENSUS_SCHEMA: ("launches",), PROFILE_SCHEMA: ("launches", "gpu_ns")}
+COLLECTIVE_NS = "collective_ns"  # a profile site's optional by_rank list (see above)
 # The rank a document that has no `ranks` counts as when merged with others.
 UNKNOWN_RANK = dict.fromkeys(RANK_FIELDS) | {"rank": 0, "world_size": 1}
 # The bounds of a valid document (see above): a number past them is a hostile file, whose sums
@@ -520,6 +529,26 @@ def _validate_ranks(document: dict[str, Any], source: str, by_rank_possible: boo
             )
         for field in fields:
             _validate_per_rank(per_rank.get(field), site[field], len(records), f"{where}.{field}")
+        if COLLECTIVE_NS in per_rank and document["schema"] == PROFILE_SCHEMA:
+            _validate_collective(site, len(records), f"{where}.{COLLECTIVE_NS}")
+
+
+def _validate_collective(site: dict[str, Any], ranks: int, where: str) -> None:
+    """A site's collective GPU time on each rank: `ranks` counts, each at most that rank's GPU
+    time, together at most its NCCL kernels' GPU time."""
+    values, gpu_ns = site[BY_RANK][COLLECTIVE_NS], site[BY_RANK]["gpu_ns"]
+    most = sum(site["kernels"][name]["gpu_ns"] for name in collective_names(site["kernels"]))
+    if (
+        not isinstance(values, list)
+        or len(values) != ranks
+        or not all(map(is_count, values))
+        or any(value > rank_ns for value, rank_ns in zip(values, gpu_ns, strict=True))
+        or sum(values) > most
+    ):
+        raise DocumentError(
+            f"{where}: {BY_RANK} must list {ranks} whole numbers >= 0, one per rank, each at "
+            "most that rank's gpu_ns, together at most the site's NCCL kernels' gpu_ns"
+        )
 
 
 def _validate_rank_record(record: Any, where: str) -> None:

@@ -7,6 +7,11 @@ A site has a straggler when its slowest rank takes more than a threshold (a frac
 median) over the median, and at least `min_time_ns` over it, so that jitter on tiny kernels
 does not fail a CI job (as diff.py judges a slower site).
 
+A profile's spread is of each rank's own work: its GPU time less the time its NCCL kernels at
+the site waited for slower ranks (collectives.py: the excess over the least rank's collective
+time). A fast rank's all_reduce line, mostly waiting, is then no straggler; the slow rank is
+named at the line where it did more work.
+
 A merge keeps a site's per-rank numbers as `RankValues`: a read-only list, in rank order, that
 stores only the ranks where the site ran when it ran on fewer than half of them, so that
 merging files whose sites differ per rank takes memory in proportion to the sites read, not to
@@ -15,6 +20,7 @@ ranks times sites. The spread is computed from what is stored.
 
 from __future__ import annotations
 
+import operator
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
@@ -22,7 +28,8 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, overload
 
-from kname.documents.schema import BY_RANK, PROFILE_SCHEMA, RANKS
+from kname.documents.collectives import split_waiting
+from kname.documents.schema import BY_RANK, COLLECTIVE_NS, PROFILE_SCHEMA, RANKS
 
 DEFAULT_MIN_TIME_NS = 50_000  # as diff.py's: smaller excess is never a straggler
 
@@ -173,9 +180,27 @@ def spreads(document: Mapping[str, Any]) -> dict[int, Spread]:
         return {}
     metric = metric_of(document)
     return {
-        index: spread_of(site[BY_RANK][metric], ranks)
+        index: spread_of(own_work(site, metric), ranks)
         for index, site in enumerate(document["sites"])
     }
+
+
+def waiting_of(site: Mapping[str, Any]) -> list[int] | None:
+    """A merged profile site's time on each rank waiting in collectives for slower ranks; None
+    where it has no NCCL kernels (no collective time by rank)."""
+    per_rank = site.get(BY_RANK)
+    if per_rank is None or COLLECTIVE_NS not in per_rank:
+        return None
+    return split_waiting(per_rank[COLLECTIVE_NS])[1]
+
+
+def own_work(site: Mapping[str, Any], metric: str) -> Sequence[int]:
+    """A merged site's `metric` on each rank; GPU time less the rank's waiting (waiting_of)."""
+    values = site[BY_RANK][metric]
+    waiting = waiting_of(site) if metric == "gpu_ns" else None
+    if not waiting or not any(waiting):
+        return values
+    return list(map(operator.sub, values, waiting))  # both one per rank
 
 
 def is_straggler(spread: Spread, threshold: float, min_time_ns: int = DEFAULT_MIN_TIME_NS) -> bool:

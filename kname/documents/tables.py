@@ -12,7 +12,13 @@
 A merged document of several ranks gains, per site, the spread across ranks (spread.py): the
 least, median and most GPU time of one rank (a census: launches), and the slowest rank with how
 far it is over the median (`!` where that makes it a straggler, when asked). `by_rank` tables
-show each site's row on each rank instead.
+show each site's row on each rank instead. A profile's spread is of each rank's own work: at a
+line of NCCL kernels, the time a rank waited there for slower ranks (spread.waiting_of) is not
+its work; lines under the table say how much of such a line's GPU time is waiting, and
+`by_rank` tables show each rank's in a column of their own:
+
+    main train.py:41: 41.2 ms of its 52.0 ms is waiting in NCCL kernels for slower ranks
+    (most: rank 0, 40.9 ms); the collective's own cost: 5.40 ms a rank
 
 The GPU work of a CUDA graph replay is on the lines that made the graph's nodes, each with the
 line that replayed it beside its name (graph_note):
@@ -35,17 +41,27 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kname.documents import backward_lines
+from kname.documents.collectives import split_waiting
 from kname.documents.kernel_names import display_name, distinct_forms
 from kname.documents.memory import MEMORY_HEADER, has_memory, memory_cells, memory_peak_lines
-from kname.documents.schema import BY_RANK, CENSUS_SCHEMA, RANKS, REPLAYED_AT, REPLAYED_UNSEEN
+from kname.documents.schema import (
+    BY_RANK,
+    CENSUS_SCHEMA,
+    COLLECTIVE_NS,
+    RANKS,
+    REPLAYED_AT,
+    REPLAYED_UNSEEN,
+)
 from kname.documents.spread import (
     Spread,
     is_straggler,
     metric_of,
+    own_work,
     ranks_of,
     slowest_rank,
     spread_of,
     spreads,
+    waiting_of,
 )
 from kname.documents.text import columns, count_of, format_duration, printable
 from kname.documents.verdict import (
@@ -59,6 +75,7 @@ from kname.documents.verdict import (
 
 KERNELS_SHOWN = 3
 ADVICE_SHOWN = 5  # launch-bound lines given advice under a profile's table
+WAITING_SHOWN = 5  # lines of NCCL kernels whose waiting is said under a profile's table
 # A profile's verdict columns (where its launches were timed), before its kernels.
 VERDICT_HEADER = ("launch CPU", "GPU idle", "verdict")
 REPLAY_SITES_SHOWN = 2
@@ -202,6 +219,8 @@ def render_profile_table(
     if rows:
         lines.append(columns([header, *rows], right_aligned=right).rstrip("\n"))
     lines += advice_lines(document["sites"][index] for index in shown)
+    if spread:
+        lines += waiting_lines(document)
     hidden = sites[len(shown) :]
     if hidden:
         hidden_ns = sum(site["gpu_ns"] for site in hidden)
@@ -290,6 +309,32 @@ def advice_lines(sites: Iterable[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def waiting_lines(document: Mapping[str, Any]) -> list[str]:
+    """A line for each site (the WAITING_SHOWN that waited most) whose NCCL kernels waited for
+    slower ranks: how much of its GPU time, the rank that waited most, the collective's cost."""
+    ranks, sites = ranks_of(document), document["sites"]
+    waited = []  # (waiting on all ranks, index of the site): the lists are made again if shown
+    for index, site in enumerate(sites):
+        waiting = waiting_of(site)
+        if waiting and any(waiting):
+            waited.append((-sum(waiting), index))
+    waited.sort()
+    lines = []
+    for total, index in waited[:WAITING_SHOWN]:
+        site = sites[index]
+        own, waiting = split_waiting(site[BY_RANK][COLLECTIVE_NS])
+        most = max(waiting)
+        lines.append(
+            f"{name_cell(site['name'])}: {format_duration(-total)} of its "
+            f"{format_duration(site['gpu_ns'])} is waiting in NCCL kernels for slower ranks "
+            f"(most: rank {ranks[waiting.index(most)]}, {format_duration(most)}); "
+            f"the collective's own cost: {format_duration(own)} a rank"
+        )
+    if len(waited) > WAITING_SHOWN:
+        lines.append(f"... and {count_of(len(waited) - WAITING_SHOWN, 'more line')} waiting")
+    return lines
+
+
 def ranked_sites(document: Mapping[str, Any], metric: str) -> list[int]:
     """The indices of a document's sites, most of `metric` (gpu_ns, launches) first, then in
     first-seen order: the rows of a table."""
@@ -333,8 +378,11 @@ def render_by_rank(document: Mapping[str, Any], source: str = "", top: int | Non
     metric = metric_of(document)
     order = ranked_sites(document, metric)
     shown = order if top is None else order[: max(top, 0)]
+    # Each rank's waiting in NCCL kernels, where a shown site has any (its own work is compared).
+    waits = profile and any(COLLECTIVE_NS in document["sites"][i][BY_RANK] for i in shown)
     if profile:
         header = ("call site", "rank", "GPU time", "launches", "mean", "vs median")
+        header += ("waiting",) * waits
     else:
         header = ("call site", "kernel", "rank", "launches", "vs median")
     rows: list[tuple[str, ...]] = []
@@ -342,19 +390,25 @@ def render_by_rank(document: Mapping[str, Any], source: str = "", top: int | Non
     for index in shown:
         site = document["sites"][index]
         per_rank = site[BY_RANK]
-        median = spread_of(per_rank[metric], ranks).median
+        own = own_work(site, metric)
+        median = spread_of(own, ranks).median
+        waiting = (waiting_of(site) or [None] * len(ranks)) if waits else []
         label = [name_cell(site["name"])] + ([] if profile else [kernel[site["kernel"] or "?"]])
-        for rank, value, launches in zip(
-            ranks, per_rank[metric], per_rank["launches"], strict=True
+        for position, (rank, value, launches) in enumerate(
+            zip(ranks, per_rank[metric], per_rank["launches"], strict=True)
         ):
             if profile:
                 mean = format_duration(value / launches) if launches else "-"
                 cells = (str(rank), format_duration(value), str(launches), mean)
             else:
                 cells = (str(rank), str(launches))
-            rows.append((*label, *cells, _versus(value, median)))
+            row = (*label, *cells, _versus(own[position], median))
+            if waits:
+                waited = waiting[position]
+                row += ("" if waited is None else format_duration(waited),)
+            rows.append(row)
             label = [""] * len(label)
-    right = (1, 2, 3, 4, 5) if profile else (2, 3, 4)
+    right = ((1, 2, 3, 4, 5) + (6,) * waits) if profile else (2, 3, 4)
     return text_heading + "\n" + columns([header, *rows], right_aligned=right)
 
 

@@ -8,7 +8,9 @@
  */
 #include "profiling/_cupti_c/callback.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char FINDING[] = "finding the call site of a CUDA launch";
@@ -44,59 +46,299 @@ note_c_fault(Recorder *r, const char *where, const char *detail, long status)
     pthread_mutex_unlock(&r->lock);
 }
 
-/* ---- the buffer: every function here runs under r->lock */
+/* ---- each thread's buffer of finished calls (types.h: ThreadBuffer). Its thread appends
+ * without a lock; everything else here runs under r->lock. */
 
-/* Room for `needed` records, growing the buffer up to max_pending. 0: no room (no memory). */
-static int
-make_room(Recorder *r, Py_ssize_t needed)
+static pthread_key_t thread_end;
+
+/* One holder lets `b` go: the last frees it. Any thread, no lock. */
+static void
+let_go(ThreadBuffer *b)
 {
-    if (needed <= r->capacity)
-        return 1;
-    Py_ssize_t capacity = r->capacity ? r->capacity : FIRST_ROOM;
-    while (capacity < needed)
-        capacity *= 2;
-    if (capacity > r->max_pending)
-        capacity = r->max_pending;
-    Launch *grown = realloc(r->records, (size_t)capacity * sizeof(Launch));
-    if (grown == NULL)
+    if (b != NULL && atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1) {
+        free(b->records);
+        free(b);
+    }
+}
+
+/* The thread holding `buffer` ended: its hold let go (the records stay for the drain). */
+static void
+thread_ended(void *buffer)
+{
+    let_go((ThreadBuffer *)buffer);
+}
+
+int
+thread_end_ready(void)
+{
+    static int made = 0;
+    if (made)
         return 0;
-    r->records = grown;
-    r->capacity = capacity;
+    int failed = pthread_key_create(&thread_end, thread_ended);
+    if (failed) {
+        errno = failed;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    made = 1;
+    return 0;
+}
+
+void
+calls_start(Recorder *r, ThreadCalls *t)
+{
+    if (t->buffer != NULL) { /* another recorder's: its list keeps it while it has records */
+        (void)pthread_setspecific(thread_end, NULL);
+        let_go(t->buffer);
+    }
+    memset(t, 0, offsetof(ThreadCalls, calls));
+    t->owner = r->serial;
+}
+
+/* A buffer for this thread, on r's list (NULL: no memory). Under r->lock. */
+static ThreadBuffer *
+new_buffer(Recorder *r, ThreadCalls *t)
+{
+    ThreadBuffer *b = calloc(1, sizeof *b);
+    if (b == NULL || pthread_setspecific(thread_end, b) != 0) {
+        free(b);
+        return NULL;
+    }
+    atomic_store(&b->refs, 2);
+    b->next = r->buffers;
+    r->buffers = b;
+    t->buffer = b;
+    return b;
+}
+
+/* Room for one more record in `b`, full: the drained part's room, else more room, up to
+ * max_pending made over every thread. 0: none (no memory: *no_memory). Under r->lock. */
+static int
+more_room(Recorder *r, ThreadBuffer *b, int *no_memory)
+{
+    Py_ssize_t count = atomic_load_explicit(&b->count, memory_order_relaxed);
+    if (count < b->capacity)
+        return 1;
+    if (b->consumed > 0) { /* the drained part's room used again: the rest moved down */
+        count -= b->consumed;
+        memmove(b->records, &b->records[b->consumed], (size_t)count * sizeof(Launch));
+        b->consumed = 0;
+        atomic_store_explicit(&b->count, count, memory_order_relaxed);
+        return 1;
+    }
+    Py_ssize_t capacity = b->capacity ? 2 * b->capacity : FIRST_ROOM;
+    if (capacity - b->capacity > r->max_pending - r->room)
+        capacity = b->capacity + (r->max_pending - r->room);
+    if (capacity <= b->capacity)
+        return 0;
+    Launch *grown = realloc(b->records, (size_t)capacity * sizeof(Launch));
+    if (grown == NULL) {
+        *no_memory = 1;
+        return 0;
+    }
+    r->room += capacity - b->capacity;
+    b->records = grown;
+    b->capacity = capacity;
     return 1;
 }
 
-/* Room for one more call: into the buffer now (`now`: the call is recorded at its enter), or
- * kept for it to finish later (NULL). 1, or 0 when it is not to be recorded. */
-static int
-take_room(Recorder *r, const Launch *now)
+/* `launch` into this thread's buffer, past its room: under r->lock, a buffer made or room made
+ * (or the call dropped, counted). */
+static void
+append_slowly(Recorder *r, ThreadCalls *t, const Launch *launch)
 {
-    int taken = 0, no_memory = 0;
+    int no_memory = 0;
     pthread_mutex_lock(&r->lock);
-    if (r->count + r->open >= r->max_pending)
-        r->dropped++;
-    else if (!make_room(r, r->count + r->open + 1))
-        no_memory = 1;
+    ThreadBuffer *b = t->buffer != NULL ? t->buffer : new_buffer(r, t);
+    if (b != NULL && more_room(r, b, &no_memory)) {
+        Py_ssize_t count = atomic_load_explicit(&b->count, memory_order_relaxed);
+        b->records[count] = *launch;
+        atomic_store_explicit(&b->count, count + 1, memory_order_release);
+    }
     else {
-        if (now != NULL)
-            r->records[r->count++] = *now;
-        else
-            r->open++;
-        taken = 1;
+        no_memory |= b == NULL;
+        r->dropped++;
     }
     pthread_mutex_unlock(&r->lock);
     if (no_memory)
         note_c_fault(r, RECORDING, "no memory for another launch record", 0);
+}
+
+/* A finished call into this thread's buffer: without a lock while it has room. */
+static inline void
+append(Recorder *r, ThreadCalls *t, const Launch *launch)
+{
+    ThreadBuffer *b = t->buffer;
+    if (b != NULL) {
+        Py_ssize_t count = atomic_load_explicit(&b->count, memory_order_relaxed);
+        if (count < b->capacity) {
+            b->records[count] = *launch;
+            atomic_store_explicit(&b->count, count + 1, memory_order_release);
+            return;
+        }
+    }
+    append_slowly(r, t, launch);
+}
+
+/* Calls open on `t` to be recorded at their exit: `delta` more (its thread alone writes it;
+ * counts() reads it). 0: no buffer for them (no memory): such a call is not recorded. */
+static int
+open_calls_change(Recorder *r, ThreadCalls *t, int delta)
+{
+    ThreadBuffer *b = t->buffer;
+    if (b == NULL) {
+        pthread_mutex_lock(&r->lock);
+        b = new_buffer(r, t);
+        pthread_mutex_unlock(&r->lock);
+        if (b == NULL) {
+            note_c_fault(r, RECORDING, "no memory for another launch record", 0);
+            return 0;
+        }
+    }
+    int open = atomic_load_explicit(&b->open, memory_order_relaxed);
+    atomic_store_explicit(&b->open, open + delta, memory_order_relaxed);
+    return 1;
+}
+
+/* A call recorded at its exit finished (or was forgotten): into this thread's buffer. */
+static void
+finish(Recorder *r, ThreadCalls *t, const Launch *launch)
+{
+    open_calls_change(r, t, -1);
+    append(r, t, launch);
+}
+
+/* The records `b` holds for the drain, from `consumed`. */
+static inline Py_ssize_t
+waiting_in(ThreadBuffer *b)
+{
+    return atomic_load_explicit(&b->count, memory_order_acquire) - b->consumed;
+}
+
+/* The buffers of threads that ended, drained, taken off the list and let go. */
+static void
+drop_ended_buffers(Recorder *r)
+{
+    for (ThreadBuffer **at = &r->buffers; *at != NULL;) {
+        ThreadBuffer *b = *at;
+        if (atomic_load_explicit(&b->refs, memory_order_acquire) == 1 && waiting_in(b) == 0) {
+            *at = b->next;
+            r->room -= b->capacity;
+            let_go(b);
+        }
+        else
+            at = &b->next;
+    }
+}
+
+void
+waiting_calls(Recorder *r, Py_ssize_t *finished, Py_ssize_t *open)
+{
+    *finished = *open = 0;
+    for (ThreadBuffer *b = r->buffers; b != NULL; b = b->next) {
+        *finished += waiting_in(b);
+        *open += atomic_load_explicit(&b->open, memory_order_relaxed);
+    }
+}
+
+/* A thread's records waiting for the drain, from `at` to `end`. */
+typedef struct {
+    const Launch *at, *end;
+} Run;
+
+/* The runs, a min-heap by their first record's correlation id: runs[i] sifted down. */
+static void
+sift_down(Run *runs, size_t n, size_t i)
+{
+    for (;;) {
+        size_t least = i, left = 2 * i + 1, right = left + 1;
+        if (left < n && runs[left].at->correlation_id < runs[least].at->correlation_id)
+            least = left;
+        if (right < n && runs[right].at->correlation_id < runs[least].at->correlation_id)
+            least = right;
+        if (least == i)
+            return;
+        Run swap = runs[i];
+        runs[i] = runs[least];
+        runs[least] = swap;
+        i = least;
+    }
+}
+
+/* The threads' runs merged into `out`, as they would have finished one after the other: each
+ * thread's in its own order, the next taken from the thread whose next call entered first
+ * (CUPTI numbers the calls as they enter, over every thread). `runs` is used up. */
+static void
+merge_runs(Run *runs, size_t n, Launch *out)
+{
+    for (size_t i = n / 2; i-- > 0;)
+        sift_down(runs, n, i);
+    while (n > 0) {
+        *out++ = *runs[0].at++;
+        if (runs[0].at == runs[0].end)
+            runs[0] = runs[--n];
+        sift_down(runs, n, 0);
+    }
+}
+
+Launch *
+take_finished(Recorder *r, Py_ssize_t *count)
+{
+    pthread_mutex_lock(&r->lock);
+    size_t threads = 0;
+    Py_ssize_t total = 0;
+    for (ThreadBuffer *b = r->buffers; b != NULL; b = b->next, threads++)
+        total += waiting_in(b);
+    Launch *taken = total ? malloc((size_t)total * sizeof(Launch)) : NULL;
+    Run *runs = total ? malloc(threads * sizeof(Run)) : NULL;
+    *count = total;
+    if (taken != NULL && runs != NULL) {
+        size_t n = 0;
+        Py_ssize_t at = 0;
+        for (ThreadBuffer *b = r->buffers; b != NULL && at < total; b = b->next) {
+            Py_ssize_t end = atomic_load_explicit(&b->count, memory_order_acquire);
+            if (end - b->consumed > total - at) /* written since it was counted */
+                end = b->consumed + (total - at);
+            if (end > b->consumed)
+                runs[n++] = (Run){&b->records[b->consumed], &b->records[end]};
+            at += end - b->consumed;
+            b->consumed = end;
+        }
+        merge_runs(runs, n, taken);
+        drop_ended_buffers(r);
+    }
+    else if (taken != NULL) {
+        free(taken);
+        taken = NULL;
+    }
+    pthread_mutex_unlock(&r->lock);
+    free(runs);
     return taken;
 }
 
-/* A call that took room to finish later finished: into the buffer (the room is there). */
-static void
-finish(Recorder *r, const Launch *launch)
+void
+forget_finished(Recorder *r)
 {
     pthread_mutex_lock(&r->lock);
-    r->records[r->count++] = *launch;
-    r->open--;
+    for (ThreadBuffer *b = r->buffers; b != NULL; b = b->next)
+        b->consumed = atomic_load_explicit(&b->count, memory_order_acquire);
+    drop_ended_buffers(r);
     pthread_mutex_unlock(&r->lock);
+}
+
+void
+free_buffers(Recorder *r)
+{
+    pthread_mutex_lock(&r->lock);
+    ThreadBuffer *b = r->buffers;
+    r->buffers = NULL;
+    r->room = 0;
+    pthread_mutex_unlock(&r->lock);
+    while (b != NULL) {
+        ThreadBuffer *next = b->next;
+        let_go(b);
+        b = next;
+    }
 }
 
 NodeEvent *
@@ -134,20 +376,6 @@ keep_node_event(Recorder *r, const NodeEvent *e)
     else
         r->node_events_dropped++;
     pthread_mutex_unlock(&r->lock);
-}
-
-Launch *
-take_finished(Recorder *r, Py_ssize_t *count)
-{
-    pthread_mutex_lock(&r->lock);
-    *count = r->count;
-    Launch *taken = *count ? malloc((size_t)*count * sizeof(Launch)) : NULL;
-    if (taken != NULL) {
-        memcpy(taken, r->records, (size_t)*count * sizeof(Launch));
-        r->count = 0;
-    }
-    pthread_mutex_unlock(&r->lock);
-    return taken;
 }
 
 /* ---- the site of a launch, with the GIL held */
@@ -473,7 +701,7 @@ forget_open_calls(Recorder *r, ThreadCalls *t)
 {
     for (int i = 0; i < t->count; i++) {
         if (t->calls[i].recorded)
-            finish(r, &t->calls[i].launch);
+            finish(r, t, &t->calls[i].launch);
     }
     t->count = 0;
     pthread_mutex_lock(&r->lock);
@@ -510,11 +738,11 @@ enter_call(Recorder *r, ThreadCalls *t, uint32_t correlation_id, int api, uint64
     OpenCall *call = &t->calls[t->count++];
     call->launch = launch;
     if (at_enter) {
-        take_room(r, &launch);
+        append(r, t, &launch);
         call->recorded = 0; /* in the buffer already: its exit has nothing to add */
     }
     else
-        call->recorded = take_room(r, NULL);
+        call->recorded = open_calls_change(r, t, 1);
     atomic_store_explicit(&r->last_correlation_id, correlation_id, memory_order_relaxed);
 }
 
@@ -543,9 +771,10 @@ void
 launch_exit(Recorder *r, uint32_t correlation_id, uint64_t timestamp)
 {
     OpenCall call;
-    if (take_open_call(calls_of(r), correlation_id, &call) && call.recorded) {
+    ThreadCalls *t = calls_of(r);
+    if (take_open_call(t, correlation_id, &call) && call.recorded) {
         call.launch.end = timestamp;
-        finish(r, &call.launch);
+        finish(r, t, &call.launch);
     }
 }
 
@@ -591,12 +820,13 @@ static void
 launch_exit_now(Recorder *r, uint32_t correlation_id)
 {
     OpenCall call;
-    if (!take_open_call(calls_of(r), correlation_id, &call) || !call.recorded)
+    ThreadCalls *t = calls_of(r);
+    if (!take_open_call(t, correlation_id, &call) || !call.recorded)
         return;
     int timed = atomic_load_explicit(&r->timed, memory_order_relaxed);
     if (timed || (call.launch.start != 0 && call.launch.parent == 0))
         call.launch.end = timestamp_now(r);
-    finish(r, &call.launch);
+    finish(r, t, &call.launch);
 }
 
 /* ---- CUDA graphs: what the callback calls at CUPTI's graph resource callbacks */

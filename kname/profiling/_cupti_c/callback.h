@@ -12,14 +12,15 @@
  * another recorder). */
 INTERNAL extern _Thread_local ThreadCalls here; /* callback.c */
 
+/* This thread's calls started afresh for `r`: its buffer of another recorder let go. */
+INTERNAL void calls_start(Recorder *r, ThreadCalls *t); /* callback.c */
+
 static inline ThreadCalls *
 calls_of(Recorder *r)
 {
     ThreadCalls *t = &here;
-    if (t->owner != r->serial) {
-        memset(t, 0, offsetof(ThreadCalls, calls));
-        t->owner = r->serial;
-    }
+    if (t->owner != r->serial)
+        calls_start(r, t);
     return t;
 }
 
@@ -44,9 +45,22 @@ INTERNAL void note_fault(Recorder *r, const char *where);
 /* The same for a fault of CUPTI's, said in words (no GIL needed). */
 INTERNAL void note_c_fault(Recorder *r, const char *where, const char *detail, long status);
 
-/* The finished calls taken out of the buffer (a copy, *count of them; NULL when none, or, with
- * *count left above 0, no memory: they stay). Any thread. */
+/* The finished calls taken out of the threads' buffers (a copy, *count of them, thread by
+ * thread, each in the order they finished; NULL when none, or, with *count left above 0, no
+ * memory: they stay). Any thread. */
 INTERNAL Launch *take_finished(Recorder *r, Py_ssize_t *count);
+
+/* The finished calls waiting and the calls open to be recorded at their exit, over every
+ * thread (under r->lock). */
+INTERNAL void waiting_calls(Recorder *r, Py_ssize_t *finished, Py_ssize_t *open);
+
+/* Every thread's buffer let go (the recorder's end); or its calls forgotten (cleared). */
+INTERNAL void free_buffers(Recorder *r);
+INTERNAL void forget_finished(Recorder *r);
+
+/* The module's key whose destructor lets a thread's buffer go when the thread ends (state.c
+ * makes it). 0, or -1 with an error. */
+INTERNAL int thread_end_ready(void);
 
 /* The graph node events waiting, taken the same way. */
 INTERNAL NodeEvent *take_node_events(Recorder *r, Py_ssize_t *count);

@@ -269,8 +269,10 @@ static PyObject *
 recorder_counts(Recorder *r, PyObject *unused)
 {
     (void)unused;
+    Py_ssize_t count, open;
     pthread_mutex_lock(&r->lock);
-    Py_ssize_t count = r->count, open = r->open, nodes = r->node_event_count;
+    waiting_calls(r, &count, &open);
+    Py_ssize_t nodes = r->node_event_count;
     unsigned long long dropped = r->dropped, nodes_dropped = r->node_events_dropped;
     pthread_mutex_unlock(&r->lock);
     return Py_BuildValue("{snsnsKsnsK}", "finished", count, "open", open, "dropped", dropped,
@@ -580,8 +582,8 @@ static int
 recorder_clear(Recorder *r)
 {
     /* The records point into `kept`: none may be read once it goes. */
+    forget_finished(r);
     pthread_mutex_lock(&r->lock);
-    r->count = 0;
     r->node_event_count = 0;
     pthread_mutex_unlock(&r->lock);
     pthread_mutex_lock(&r->activity_lock);
@@ -619,7 +621,7 @@ recorder_dealloc(Recorder *r)
     /* Never while subscribed: CUPTI then holds a reference (see subscribe). */
     PyObject_GC_UnTrack(r);
     recorder_clear(r);
-    free(r->records);
+    free_buffers(r);
     free(r->node_events);
     free(r->graph_of);
     free(r->gpu);

@@ -24,7 +24,7 @@
 
 #define MAX_OPEN 32      /* room per thread; max_open_calls (capture's rule) may not exceed it */
 #define RECENT 256       /* entries of each table of recent look-ups, a power of 2 */
-#define FIRST_ROOM 4096  /* records the buffer first makes room for */
+#define FIRST_ROOM 256   /* records a thread's buffer first makes room for */
 #define MAX_CBID 4096    /* callback ids per domain (CUPTI 13: 877 driver, 567 runtime) */
 #define FIRST_GPU_ROOM 4096 /* GPU records the buffer first makes room for */
 #define COPY_KINDS 32       /* memcpy kinds whose names are kept (CUPTI 13: 0 to 12) */
@@ -57,16 +57,33 @@ finalizing(void)
 
 typedef struct {
     Launch launch;
-    int recorded; /* room was reserved for it: it goes to the buffer at its exit */
+    int recorded; /* it goes to the thread's buffer at its exit */
 } OpenCall;
 
-/* One thread's launch API calls now open, and the site of the wrapped launch it is running. Both
- * belong to one recorder (`owner`, its serial): another recorder starts them afresh. */
+/* One thread's finished calls for one recorder. Its thread alone writes it, without a lock:
+ * records[count], then `count` published (release). The drain reads [consumed, count) under the
+ * recorder's lock, and the thread changes `records`, `capacity` or `consumed` only under that
+ * lock (when full: room again once drained, or more room). Held by its thread and by the
+ * recorder's list (`refs`): the last to let go frees it, so the calls of a thread that ended
+ * before the drain are still drained. */
+typedef struct ThreadBuffer {
+    struct ThreadBuffer *next; /* the recorder's list, under its lock */
+    Launch *records;
+    Py_ssize_t capacity, consumed;
+    _Atomic Py_ssize_t count;
+    atomic_int open; /* calls open now, recorded at their exit */
+    atomic_int refs; /* 2: its thread's and the list's; 1: its thread ended (or moved on) */
+} ThreadBuffer;
+
+/* One thread's launch API calls now open, the site of the wrapped launch it is running, and its
+ * buffer of finished calls. All belong to one recorder (`owner`, its serial): another recorder
+ * starts them afresh. */
 typedef struct {
     uint64_t owner;
     int count;
     int naming; /* asking Python for a site: a launch API called meanwhile is not walked again */
     PyObject *wrapped;
+    ThreadBuffer *buffer; /* NULL until its first finished call */
     OpenCall calls[MAX_OPEN];
 } ThreadCalls;
 
@@ -149,10 +166,11 @@ typedef struct {
     _Atomic int has_frameless_namer;
     Py_ssize_t max_pending;
 
-    /* The records: finished ones in `records`, room reserved for the `open` ones. */
+    /* The finished calls: each thread's buffer (`buffers`, its list), made and grown under
+     * `lock`, with the room they hold (`room`: at most max_pending). */
     pthread_mutex_t lock;
-    Launch *records;
-    Py_ssize_t count, capacity, open;
+    ThreadBuffer *buffers;
+    Py_ssize_t room;
     unsigned long long dropped;
     int forgot_open_calls;
 

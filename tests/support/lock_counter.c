@@ -1,0 +1,49 @@
+/*
+ * A preload library (LD_PRELOAD) that counts the pthread mutex locks taken from one shared
+ * object: every pthread_mutex_lock call is passed on to libc's, and counted when its caller's
+ * code lies in an object whose path holds LOCK_COUNTER_OF (kname._native_cupti, for the tests of
+ * its launch callback). locks_counted() reads the count and starts it afresh.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+static atomic_long counted;
+
+static int (*real_lock)(pthread_mutex_t *);
+
+/* Whether the code at `address` is the counted object's (the answer kept per call site). */
+static int
+counted_caller(void *address)
+{
+    static _Thread_local void *last_address;
+    static _Thread_local int last_answer;
+    if (address == last_address)
+        return last_answer;
+    Dl_info info;
+    const char *of = getenv("LOCK_COUNTER_OF");
+    int answer = of != NULL && dladdr(address, &info) && info.dli_fname != NULL
+                 && strstr(info.dli_fname, of) != NULL;
+    last_address = address;
+    last_answer = answer;
+    return answer;
+}
+
+int
+pthread_mutex_lock(pthread_mutex_t *mutex)
+{
+    if (real_lock == NULL)
+        real_lock = (int (*)(pthread_mutex_t *))dlsym(RTLD_NEXT, "pthread_mutex_lock");
+    if (counted_caller(__builtin_return_address(0)))
+        atomic_fetch_add(&counted, 1);
+    return real_lock(mutex);
+}
+
+long
+locks_counted(void)
+{
+    return atomic_exchange(&counted, 0);
+}

@@ -93,6 +93,7 @@ calls_start(Recorder *r, ThreadCalls *t)
     }
     memset(t, 0, offsetof(ThreadCalls, calls));
     t->owner = r->serial;
+    t->thread = PyThread_get_thread_ident();
 }
 
 /* A buffer for this thread, on r's list (NULL: no memory). Under r->lock. */
@@ -159,23 +160,27 @@ append_slowly(Recorder *r, ThreadCalls *t, const Launch *launch)
         no_memory |= b == NULL;
         r->dropped++;
     }
+    if (b != NULL) { /* this thread's view of it, for append() */
+        t->records = b->records;
+        t->written = atomic_load_explicit(&b->count, memory_order_relaxed);
+        t->capacity = b->capacity;
+    }
     pthread_mutex_unlock(&r->lock);
     if (no_memory)
         note_c_fault(r, RECORDING, "no memory for another launch record", 0);
 }
 
-/* A finished call into this thread's buffer: without a lock while it has room. */
+/* A finished call into this thread's buffer: without a lock while it has room (this thread's
+ * view of the buffer is read, the buffer's count only written). */
 static inline void
 append(Recorder *r, ThreadCalls *t, const Launch *launch)
 {
-    ThreadBuffer *b = t->buffer;
-    if (b != NULL) {
-        Py_ssize_t count = atomic_load_explicit(&b->count, memory_order_relaxed);
-        if (count < b->capacity) {
-            b->records[count] = *launch;
-            atomic_store_explicit(&b->count, count + 1, memory_order_release);
-            return;
-        }
+    Py_ssize_t written = t->written;
+    if (written < t->capacity) {
+        t->records[written] = *launch;
+        t->written = written + 1;
+        atomic_store_explicit(&t->buffer->count, written + 1, memory_order_release);
+        return;
     }
     append_slowly(r, t, launch);
 }
@@ -195,8 +200,8 @@ open_calls_change(Recorder *r, ThreadCalls *t, int delta)
             return 0;
         }
     }
-    int open = atomic_load_explicit(&b->open, memory_order_relaxed);
-    atomic_store_explicit(&b->open, open + delta, memory_order_relaxed);
+    t->open += delta;
+    atomic_store_explicit(&b->open, t->open, memory_order_relaxed);
     return 1;
 }
 
@@ -614,10 +619,10 @@ site_of_running_frame(Recorder *r, int *own)
     return name;
 }
 
-/* Whether this thread holds the GIL now. Not PyGILState_Check(): once a sub-interpreter has
- * been made, that says yes on every thread. */
+/* Whether this thread (`t`'s) holds the GIL now. Not PyGILState_Check(): once a sub-interpreter
+ * has been made, that says yes on every thread. */
 static int
-gil_held_here(void)
+gil_held_here(const ThreadCalls *t)
 {
 #if PY_VERSION_HEX >= 0x030D0000
     PyThreadState *current = PyThreadState_GetUnchecked();
@@ -625,7 +630,7 @@ gil_held_here(void)
     PyThreadState *current = _PyThreadState_UncheckedGet();
 #endif
     /* 3.11: the thread state holding the GIL, whichever thread's; 3.12+: this thread's. */
-    return current != NULL && current->thread_id == PyThread_get_thread_ident();
+    return current != NULL && current->thread_id == t->thread;
 }
 
 /* The site of a launch whose call is not nested and not wrapped (borrowed; NULL: no frame). */
@@ -637,7 +642,7 @@ site_here(Recorder *r, ThreadCalls *t)
     PyThreadState *state = PyGILState_GetThisThreadState();
     if (state == NULL)
         return NULL; /* a thread Python never ran on (a C++ worker): no frame, no GIL needed */
-    int held = gil_held_here();
+    int held = gil_held_here(t);
     PyGILState_STATE gil = PyGILState_UNLOCKED;
     if (!held) {
         PyObject *found = site_without_gil(r, state);
@@ -668,7 +673,7 @@ frameless_site(Recorder *r, ThreadCalls *t)
     if (frameless == NULL || t->naming || !atomic_load(&r->has_frameless_namer)
         || must_not_touch_python(r))
         return frameless;
-    int held = gil_held_here();
+    int held = gil_held_here(t);
     PyGILState_STATE gil = PyGILState_UNLOCKED;
     if (!held)
         gil = PyGILState_Ensure();
@@ -710,16 +715,17 @@ forget_open_calls(Recorder *r, ThreadCalls *t)
 }
 
 /* A launch API call starts on this thread (`t`): its site, and the call open until its exit.
- * With `at_enter` it is recorded now (nothing at its exit needs it: no end time is taken), and
- * its exit only closes it; else it is recorded at its exit. */
+ * `graph`: the api launches a graph. With `at_enter` it is recorded now (nothing at its exit
+ * needs it: no end time is taken), and its exit only closes it; else it is recorded at its
+ * exit. */
 static void
-enter_call(Recorder *r, ThreadCalls *t, uint32_t correlation_id, int api, uint64_t timestamp,
-           int at_enter)
+enter_call(Recorder *r, ThreadCalls *t, uint32_t correlation_id, int api, int graph,
+           uint64_t timestamp, int at_enter)
 {
     if (t->count >= r->max_open)
         forget_open_calls(r, t);
-    Launch launch = {timestamp, 0, PyThread_get_thread_ident(), NULL, correlation_id, 0,
-                     (uint16_t)api, r->graph_of[api]};
+    Launch launch = {timestamp, 0, t->thread, NULL, correlation_id, 0, (uint16_t)api,
+                     (uint8_t)graph};
     if (t->count > 0) {
         const Launch *outer = &t->calls[t->count - 1].launch;
         launch.site = outer->site;
@@ -749,7 +755,7 @@ enter_call(Recorder *r, ThreadCalls *t, uint32_t correlation_id, int api, uint64
 void
 launch_enter(Recorder *r, uint32_t correlation_id, int api, uint64_t timestamp)
 {
-    enter_call(r, calls_of(r), correlation_id, api, timestamp, 0);
+    enter_call(r, calls_of(r), correlation_id, api, r->graph_of[api], timestamp, 0);
 }
 
 /* The open call `correlation_id` of this thread, taken off its list; 0: none open. */
@@ -806,11 +812,11 @@ stamps_enter(Recorder *r, ThreadCalls *t)
  * timed is recorded at its enter: its exit then touches nothing but this thread's list, and
  * the buffer's lock is taken once a call, not twice. */
 static void
-launch_enter_now(Recorder *r, uint32_t correlation_id, int api)
+launch_enter_now(Recorder *r, uint32_t correlation_id, int api, int graph)
 {
     ThreadCalls *t = calls_of(r);
     int stamped = stamps_enter(r, t);
-    enter_call(r, t, correlation_id, api, 0, !stamped);
+    enter_call(r, t, correlation_id, api, graph, 0, !stamped);
     if (stamped && t->count > 0 && t->calls[t->count - 1].launch.correlation_id == correlation_id)
         t->calls[t->count - 1].launch.start = timestamp_now(r);
 }
@@ -870,12 +876,13 @@ graph_event(Recorder *r, int event, const kn_ResourceData *data)
     keep_node_event(r, &e);
 }
 
-static inline int
+/* The api index + 1 and GRAPH_API of a launch API (0: not recorded). */
+static inline unsigned
 api_of(Recorder *r, kn_CallbackDomain domain, kn_CallbackId cbid)
 {
     if (domain > 2 || cbid >= MAX_CBID)
-        return -1;
-    return (int)r->apis_of[domain][cbid] - 1;
+        return 0;
+    return r->apis_of[domain][cbid];
 }
 
 void
@@ -902,9 +909,10 @@ on_api(void *userdata, kn_CallbackDomain domain, kn_CallbackId cbid, const void 
         return;
     }
     if (data->callbackSite == KN_CUPTI_API_ENTER) {
-        int api = api_of(r, domain, cbid);
-        if (api >= 0)
-            launch_enter_now(r, data->correlationId, api);
+        unsigned api = api_of(r, domain, cbid);
+        if (api != 0)
+            launch_enter_now(r, data->correlationId, (int)(api & MAX_APIS) - 1,
+                             (api & GRAPH_API) != 0);
     }
 }
 

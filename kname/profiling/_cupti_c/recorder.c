@@ -356,7 +356,8 @@ recorder_enable(Recorder *r, PyObject *args)
                      MAX_CBID);
         return NULL;
     }
-    r->apis_of[domain][cbid] = (uint16_t)(api + 1); /* before CUPTI may call back with it */
+    /* before CUPTI may call back with it */
+    r->apis_of[domain][cbid] = (uint16_t)((api + 1) | (r->graph_of[api] ? GRAPH_API : 0));
     kn_CUptiResult status;
     kn_SubscriberHandle subscriber = r->subscriber;
     Py_BEGIN_ALLOW_THREADS
@@ -498,9 +499,9 @@ recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (pairs == NULL)
         return NULL;
     Py_ssize_t count = PyTuple_GET_SIZE(pairs);
-    if (count > UINT16_MAX) { /* none: a recorder of activity buffers alone */
+    if (count > MAX_APIS) { /* none: a recorder of activity buffers alone */
         Py_DECREF(pairs);
-        PyErr_SetString(PyExc_ValueError, "Recorder: apis must be at most 65535 (name, graph) "
+        PyErr_SetString(PyExc_ValueError, "Recorder: apis must be at most 32767 (name, graph) "
                                           "pairs");
         return NULL;
     }

@@ -26,6 +26,8 @@
 #define RECENT 256       /* entries of each table of recent look-ups, a power of 2 */
 #define FIRST_ROOM 256   /* records a thread's buffer first makes room for */
 #define MAX_CBID 4096    /* callback ids per domain (CUPTI 13: 877 driver, 567 runtime) */
+#define MAX_APIS 0x7FFF  /* api indexes, below apis_of's GRAPH_API bit */
+#define GRAPH_API 0x8000 /* in an apis_of entry: the api launches a graph */
 #define FIRST_GPU_ROOM 4096 /* GPU records the buffer first makes room for */
 #define COPY_KINDS 32       /* memcpy kinds whose names are kept (CUPTI 13: 0 to 12) */
 #define MAX_RESOURCE_CBID 64 /* resource callback ids (CUPTI 13: 26) */
@@ -83,7 +85,13 @@ typedef struct {
     int count;
     int naming; /* asking Python for a site: a launch API called meanwhile is not walked again */
     PyObject *wrapped;
-    ThreadBuffer *buffer; /* NULL until its first finished call */
+    unsigned long thread; /* PyThread_get_thread_ident() */
+    /* Its buffer (NULL until its first finished call), and the buffer as its thread writes it:
+     * the call finishing reads this line only, the buffer's own is written, never read. */
+    ThreadBuffer *buffer;
+    Launch *records;
+    Py_ssize_t written, capacity;
+    int open; /* the buffer's `open`, as this thread last set it */
     OpenCall calls[MAX_OPEN];
 } ThreadCalls;
 
@@ -187,8 +195,9 @@ typedef struct {
     kn_EnableCallback enable_callback;
     kn_GetTimestamp get_timestamp;
     kn_SubscriberHandle subscriber;
-    /* By domain (driver 1, runtime 2): cbid -> api index + 1 (0: not recorded). Fixed in size:
-     * a callback may read it on another thread while enable() writes another entry. */
+    /* By domain (driver 1, runtime 2): cbid -> api index + 1 (0: not recorded), with GRAPH_API
+     * set for a graph launch. Fixed in size: a callback may read it on another thread while
+     * enable() writes another entry. */
     uint16_t apis_of[3][MAX_CBID];
 
     /* CUDA graphs: resource cbid -> node event (0: not recorded), the id functions, the last

@@ -17,7 +17,7 @@ static const char FINDING[] = "finding the call site of a CUDA launch";
 static const char RECORDING[] = "recording a CUDA launch for kname profile";
 static const char GRAPHING[] = "recording a CUDA graph node for kname profile";
 
-_Thread_local ThreadCalls here;
+_Thread_local ThreadCalls *here INITIAL_EXEC = NULL;
 
 /* ------------------------------------------------------------------ faults */
 
@@ -61,11 +61,27 @@ let_go(ThreadBuffer *b)
     }
 }
 
-/* The thread holding `buffer` ended: its hold let go (the records stay for the drain). */
+/* This thread's calls' hold of their buffer let go (the records stay for the drain). */
 static void
-thread_ended(void *buffer)
+let_buffer_go(ThreadCalls *t)
 {
-    let_go((ThreadBuffer *)buffer);
+    if (t->buffer != NULL)
+        let_go(t->buffer);
+    t->buffer = NULL;
+    t->records = NULL;
+    t->written = t->capacity = 0;
+}
+
+/* The thread holding `calls` ended: its buffer let go, its calls freed. A launch call made after
+ * this on the same thread (from another library's destructor) makes them anew. */
+static void
+thread_ended(void *calls)
+{
+    ThreadCalls *t = (ThreadCalls *)calls;
+    let_buffer_go(t);
+    if (here == t)
+        here = NULL;
+    free(t);
 }
 
 int
@@ -84,16 +100,26 @@ thread_end_ready(void)
     return 0;
 }
 
-void
-calls_start(Recorder *r, ThreadCalls *t)
+ThreadCalls *
+calls_start(Recorder *r)
 {
-    if (t->buffer != NULL) { /* another recorder's: its list keeps it while it has records */
-        (void)pthread_setspecific(thread_end, NULL);
-        let_go(t->buffer);
+    ThreadCalls *t = here;
+    if (t == NULL) {
+        t = malloc(sizeof *t);
+        if (t == NULL || pthread_setspecific(thread_end, t) != 0) {
+            free(t);
+            note_c_fault(r, RECORDING, "no memory for a thread's launch calls", 0);
+            return NULL;
+        }
+        t->buffer = NULL;
+        here = t;
     }
+    else
+        let_buffer_go(t); /* another recorder's: its list keeps it while it has records */
     memset(t, 0, offsetof(ThreadCalls, calls));
     t->owner = r->serial;
     t->thread = PyThread_get_thread_ident();
+    return t;
 }
 
 /* A buffer for this thread, on r's list (NULL: no memory). Under r->lock. */
@@ -101,10 +127,8 @@ static ThreadBuffer *
 new_buffer(Recorder *r, ThreadCalls *t)
 {
     ThreadBuffer *b = calloc(1, sizeof *b);
-    if (b == NULL || pthread_setspecific(thread_end, b) != 0) {
-        free(b);
+    if (b == NULL)
         return NULL;
-    }
     atomic_store(&b->refs, 2);
     b->next = r->buffers;
     r->buffers = b;
@@ -499,21 +523,6 @@ cached_site(Recorder *r, Frame *frame, int *own)
  * read answers as the table did a moment before, as a launch racing a change of rules would. */
 
 #if PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED)
-#define THREAD_SITES 32 /* entries, a power of 2 */
-
-typedef struct {
-    const void *position; /* frame_position: the frame's instruction, in its code object */
-    void *code;
-    uint64_t generation;
-    PyObject *name; /* kept by the recorder */
-} ThreadSite;
-
-typedef struct {
-    uint64_t owner; /* the recorder's serial: another recorder starts the table afresh */
-    ThreadSite entry[THREAD_SITES];
-} ThreadSites;
-
-static _Thread_local ThreadSites thread_sites;
 
 /* The running frame of `state`, a thread state of this thread whose GIL is released. */
 static inline Frame *
@@ -526,21 +535,18 @@ frame_of_state(PyThreadState *state)
 #endif
 }
 
+/* The entry of `t`'s table (ThreadCalls.sites: started afresh with its calls) for `position`. */
 static inline ThreadSite *
-thread_site_slot(Recorder *r, const void *position)
+thread_site_slot(ThreadCalls *t, const void *position)
 {
-    if (thread_sites.owner != r->serial) {
-        memset(&thread_sites, 0, sizeof thread_sites);
-        thread_sites.owner = r->serial;
-    }
     uintptr_t h = (uintptr_t)position >> 1;
-    return &thread_sites.entry[(h ^ (h >> 7)) & (THREAD_SITES - 1)];
+    return &t->sites[(h ^ (h >> 7)) & (THREAD_SITES - 1)];
 }
 
 /* The site this thread found for `state`'s running frame under its own key, while the dicts are
  * unchanged; NULL: not found here (the GIL is then taken). */
 static PyObject *
-site_without_gil(Recorder *r, PyThreadState *state)
+site_without_gil(Recorder *r, ThreadCalls *t, PyThreadState *state)
 {
     if (!r->remember)
         return NULL;
@@ -548,7 +554,7 @@ site_without_gil(Recorder *r, PyThreadState *state)
     if (frame == NULL)
         return NULL;
     const void *position = frame_position(frame);
-    ThreadSite *entry = thread_site_slot(r, position);
+    ThreadSite *entry = thread_site_slot(t, position);
     if (entry->position == position && entry->code == (void *)frame_code(frame)
         && entry->generation == generation_of(r->sites))
         return entry->name;
@@ -557,28 +563,30 @@ site_without_gil(Recorder *r, PyThreadState *state)
 
 /* `name`, found with the GIL under the running frame's own key, kept for site_without_gil. */
 static void
-remember_for_thread(Recorder *r, PyObject *name)
+remember_for_thread(Recorder *r, ThreadCalls *t, PyObject *name)
 {
     Frame *frame = frame_current();
     if (!r->remember || frame == NULL || name == NULL)
         return;
     const void *position = frame_position(frame);
-    *thread_site_slot(r, position) =
+    *thread_site_slot(t, position) =
         (ThreadSite){position, (void *)frame_code(frame), generation_of(r->sites), name};
 }
 #else
 static PyObject *
-site_without_gil(Recorder *r, PyThreadState *state)
+site_without_gil(Recorder *r, ThreadCalls *t, PyThreadState *state)
 {
     (void)r;
+    (void)t;
     (void)state;
     return NULL;
 }
 
 static void
-remember_for_thread(Recorder *r, PyObject *name)
+remember_for_thread(Recorder *r, ThreadCalls *t, PyObject *name)
 {
     (void)r;
+    (void)t;
     (void)name;
 }
 #endif
@@ -645,7 +653,7 @@ site_here(Recorder *r, ThreadCalls *t)
     int held = gil_held_here(t);
     PyGILState_STATE gil = PyGILState_UNLOCKED;
     if (!held) {
-        PyObject *found = site_without_gil(r, state);
+        PyObject *found = site_without_gil(r, t, state);
         if (found != NULL)
             return found;
         gil = PyGILState_Ensure();
@@ -656,7 +664,7 @@ site_here(Recorder *r, ThreadCalls *t)
     t->naming = 0;
     if (!held) {
         if (own)
-            remember_for_thread(r, site);
+            remember_for_thread(r, t, site);
         PyGILState_Release(gil);
     }
     return site;
@@ -755,7 +763,9 @@ enter_call(Recorder *r, ThreadCalls *t, uint32_t correlation_id, int api, int gr
 void
 launch_enter(Recorder *r, uint32_t correlation_id, int api, uint64_t timestamp)
 {
-    enter_call(r, calls_of(r), correlation_id, api, r->graph_of[api], timestamp, 0);
+    ThreadCalls *t = calls_of(r);
+    if (t != NULL)
+        enter_call(r, t, correlation_id, api, r->graph_of[api], timestamp, 0);
 }
 
 /* The open call `correlation_id` of this thread, taken off its list; 0: none open. */
@@ -778,7 +788,7 @@ launch_exit(Recorder *r, uint32_t correlation_id, uint64_t timestamp)
 {
     OpenCall call;
     ThreadCalls *t = calls_of(r);
-    if (take_open_call(t, correlation_id, &call) && call.recorded) {
+    if (t != NULL && take_open_call(t, correlation_id, &call) && call.recorded) {
         call.launch.end = timestamp;
         finish(r, t, &call.launch);
     }
@@ -815,6 +825,8 @@ static void
 launch_enter_now(Recorder *r, uint32_t correlation_id, int api, int graph)
 {
     ThreadCalls *t = calls_of(r);
+    if (t == NULL)
+        return;
     int stamped = stamps_enter(r, t);
     enter_call(r, t, correlation_id, api, graph, 0, !stamped);
     if (stamped && t->count > 0 && t->calls[t->count - 1].launch.correlation_id == correlation_id)
@@ -827,7 +839,7 @@ launch_exit_now(Recorder *r, uint32_t correlation_id)
 {
     OpenCall call;
     ThreadCalls *t = calls_of(r);
-    if (!take_open_call(t, correlation_id, &call) || !call.recorded)
+    if (t == NULL || !take_open_call(t, correlation_id, &call) || !call.recorded)
         return;
     int timed = atomic_load_explicit(&r->timed, memory_order_relaxed);
     if (timed || (call.launch.start != 0 && call.launch.parent == 0))
@@ -865,7 +877,9 @@ graph_event(Recorder *r, int event, const kn_ResourceData *data)
     if (event == NODE_CREATED) {
         /* Made during stream capture: inside the launch call captured, which has its site. */
         ThreadCalls *t = calls_of(r);
-        if (t->count > 0)
+        if (t == NULL)
+            e.site = r->unnamed;
+        else if (t->count > 0)
             e.site = t->calls[t->count - 1].launch.site;
         else if (t->wrapped != NULL)
             e.site = t->wrapped;

@@ -8,20 +8,41 @@
 
 #include "profiling/_cupti_c/types.h" /* first: it includes Python.h */
 
-/* This thread's open calls, as calls_of() gives them to the recorder `r` (started afresh for
- * another recorder). */
-INTERNAL extern _Thread_local ThreadCalls here; /* callback.c */
+/* Thread-locals read at every launch call are initial-exec: read at a fixed offset from the
+ * thread pointer, where a shared library's thread-locals are otherwise found through a call into
+ * the dynamic linker (__tls_get_addr) at each access. Their 8 bytes come from the static TLS
+ * space glibc keeps for libraries loaded later; were it used up, the import fails and kname
+ * takes its Python callback. */
+#if defined(__GNUC__)
+#define INITIAL_EXEC __attribute__((tls_model("initial-exec")))
+#else
+#define INITIAL_EXEC
+#endif
 
-/* This thread's calls started afresh for `r`: its buffer of another recorder let go. */
-INTERNAL void calls_start(Recorder *r, ThreadCalls *t); /* callback.c */
+/* This thread's calls (made at its first launch call, freed as it ends), as calls_of() gives
+ * them to the recorder `r` (started afresh for another recorder). */
+INTERNAL extern _Thread_local ThreadCalls *here INITIAL_EXEC; /* callback.c */
+
+/* This thread's calls made, or started afresh for `r`: its buffer of another recorder let go.
+ * NULL: no memory for them (a fault kept): the call is not recorded. */
+INTERNAL ThreadCalls *calls_start(Recorder *r); /* callback.c */
 
 static inline ThreadCalls *
 calls_of(Recorder *r)
 {
-    ThreadCalls *t = &here;
-    if (t->owner != r->serial)
-        calls_start(r, t);
+    ThreadCalls *t = here;
+    if (t == NULL || t->owner != r->serial)
+        t = calls_start(r);
     return t;
+}
+
+/* The launch kname wraps that runs on this thread now has the site `name` (NULL: none). */
+static inline void
+mark_wrapped(Recorder *r, PyObject *name)
+{
+    ThreadCalls *t = calls_of(r);
+    if (t != NULL)
+        t->wrapped = name;
 }
 
 /* In callback.c: what CUPTI calls at each launch API call, and what it shares. */
@@ -58,8 +79,8 @@ INTERNAL void waiting_calls(Recorder *r, Py_ssize_t *finished, Py_ssize_t *open)
 INTERNAL void free_buffers(Recorder *r);
 INTERNAL void forget_finished(Recorder *r);
 
-/* The module's key whose destructor lets a thread's buffer go when the thread ends (state.c
- * makes it). 0, or -1 with an error. */
+/* The module's key whose destructor lets a thread's calls and buffer go when the thread ends
+ * (state.c makes it). 0, or -1 with an error. */
 INTERNAL int thread_end_ready(void);
 
 /* The graph node events waiting, taken the same way. */

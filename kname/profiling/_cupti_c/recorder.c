@@ -120,7 +120,7 @@ recorder_mark(Recorder *r, PyObject *name)
     PyObject *kept = keep(r, name);
     if (kept == NULL)
         return NULL;
-    calls_of(r)->wrapped = kept;
+    mark_wrapped(r, kept);
     Py_RETURN_NONE;
 }
 
@@ -128,7 +128,7 @@ static PyObject *
 recorder_unmark(Recorder *r, PyObject *unused)
 {
     (void)unused;
-    calls_of(r)->wrapped = NULL;
+    mark_wrapped(r, NULL);
     Py_RETURN_NONE;
 }
 

@@ -77,6 +77,17 @@ typedef struct ThreadBuffer {
     atomic_int refs; /* 2: its thread's and the list's; 1: its thread ended (or moved on) */
 } ThreadBuffer;
 
+/* A site a thread found with the GIL under its frame's own key, for its launches made with the
+ * GIL released (callback.c's site_without_gil). */
+#define THREAD_SITES 32 /* entries, a power of 2 */
+
+typedef struct {
+    const void *position; /* frame_position: the frame's instruction, in its code object */
+    void *code;
+    uint64_t generation;
+    PyObject *name; /* kept by the recorder */
+} ThreadSite;
+
 /* One thread's launch API calls now open, the site of the wrapped launch it is running, and its
  * buffer of finished calls. All belong to one recorder (`owner`, its serial): another recorder
  * starts them afresh. */
@@ -92,7 +103,8 @@ typedef struct {
     Launch *records;
     Py_ssize_t written, capacity;
     int open; /* the buffer's `open`, as this thread last set it */
-    OpenCall calls[MAX_OPEN];
+    ThreadSite sites[THREAD_SITES];
+    OpenCall calls[MAX_OPEN]; /* last: calls_start clears what comes before it */
 } ThreadCalls;
 
 

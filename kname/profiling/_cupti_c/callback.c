@@ -334,12 +334,13 @@ take_finished(Recorder *r, Py_ssize_t *count)
             b->consumed = end;
         }
         merge_runs(runs, n, taken);
-        drop_ended_buffers(r);
     }
     else if (taken != NULL) {
         free(taken);
         taken = NULL;
     }
+    if (total == 0 || taken != NULL) /* all drained: the buffers of threads that ended go */
+        drop_ended_buffers(r);
     pthread_mutex_unlock(&r->lock);
     free(runs);
     return taken;

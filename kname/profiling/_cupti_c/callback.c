@@ -769,29 +769,36 @@ launch_enter(Recorder *r, uint32_t correlation_id, int api, uint64_t timestamp)
         enter_call(r, t, correlation_id, api, r->graph_of[api], timestamp, 0);
 }
 
-/* The open call `correlation_id` of this thread, taken off its list; 0: none open. */
-static int
-take_open_call(ThreadCalls *t, uint32_t correlation_id, OpenCall *call)
+/* The open call `correlation_id` of this thread, taken off its list (the innermost, as calls
+ * nest, without a copy: read it before the thread's next enter); NULL: none open. */
+static inline OpenCall *
+take_open_call(ThreadCalls *t, uint32_t correlation_id)
 {
-    for (int i = t->count - 1; i >= 0; i--) {
+    int last = t->count - 1;
+    if (last >= 0 && t->calls[last].launch.correlation_id == correlation_id) {
+        t->count = last;
+        return &t->calls[last];
+    }
+    for (int i = last - 1; i >= 0; i--) { /* an exit out of order: its call moved to the top */
         if (t->calls[i].launch.correlation_id != correlation_id)
             continue;
-        *call = t->calls[i];
-        memmove(&t->calls[i], &t->calls[i + 1], (size_t)(t->count - i - 1) * sizeof(OpenCall));
-        t->count--;
-        return 1;
+        OpenCall call = t->calls[i];
+        memmove(&t->calls[i], &t->calls[i + 1], (size_t)(last - i) * sizeof(OpenCall));
+        t->calls[last] = call;
+        t->count = last;
+        return &t->calls[last];
     }
-    return 0;
+    return NULL;
 }
 
 void
 launch_exit(Recorder *r, uint32_t correlation_id, uint64_t timestamp)
 {
-    OpenCall call;
     ThreadCalls *t = calls_of(r);
-    if (t != NULL && take_open_call(t, correlation_id, &call) && call.recorded) {
-        call.launch.end = timestamp;
-        finish(r, t, &call.launch);
+    OpenCall *call = t != NULL ? take_open_call(t, correlation_id) : NULL;
+    if (call != NULL && call->recorded) {
+        call->launch.end = timestamp;
+        finish(r, t, &call->launch);
     }
 }
 
@@ -838,14 +845,14 @@ launch_enter_now(Recorder *r, uint32_t correlation_id, int api, int graph)
 static void
 launch_exit_now(Recorder *r, uint32_t correlation_id)
 {
-    OpenCall call;
     ThreadCalls *t = calls_of(r);
-    if (t == NULL || !take_open_call(t, correlation_id, &call) || !call.recorded)
+    OpenCall *call = t != NULL ? take_open_call(t, correlation_id) : NULL;
+    if (call == NULL || !call->recorded)
         return;
     int timed = atomic_load_explicit(&r->timed, memory_order_relaxed);
-    if (timed || (call.launch.start != 0 && call.launch.parent == 0))
-        call.launch.end = timestamp_now(r);
-    finish(r, t, &call.launch);
+    if (timed || (call->launch.start != 0 && call->launch.parent == 0))
+        call->launch.end = timestamp_now(r);
+    finish(r, t, &call->launch);
 }
 
 /* ---- CUDA graphs: what the callback calls at CUPTI's graph resource callbacks */

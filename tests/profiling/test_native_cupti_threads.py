@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import struct
 import subprocess
 import sys
 import textwrap
 import threading
-from pathlib import Path
 
 import pytest
 from support import REPO
@@ -244,24 +242,3 @@ def test_a_launch_call_takes_no_lock_once_its_thread_has_room(tmp_path, timed: b
     locks, recorded = map(int, done.stdout.split())
     assert recorded == 10_000
     assert locks <= 16  # room made a few times (it doubles), not once a call
-
-
-def thread_local_bytes(path: Path) -> int:
-    """The size of a 64-bit ELF shared object's thread-local segment (PT_TLS; 0: none)."""
-    data = path.read_bytes()
-    assert data[:5] == b"\x7fELF\x02" and data[5] == 1  # 64-bit, little-endian
-    (offset,) = struct.unpack_from("<Q", data, 0x20)
-    size, count = struct.unpack_from("<HH", data, 0x36)
-    for header in range(offset, offset + size * count, size):
-        if struct.unpack_from("<I", data, header)[0] == 7:  # PT_TLS
-            return struct.unpack_from("<Q", data, header + 0x28)[0]
-    return 0
-
-
-@pytest.mark.skipif(sys.platform != "linux" or sys.maxsize < 2**32, reason="64-bit Linux ELF")
-def test_the_callbacks_thread_locals_fit_the_static_space_a_loaded_library_gets() -> None:
-    # The callback reads its thread's calls through an initial-exec thread-local: the whole
-    # thread-local segment of the extension then comes from the few hundred bytes glibc keeps
-    # for libraries loaded after start-up, or the import fails ("cannot allocate memory in
-    # static TLS block"). Each thread's calls are on the heap, a pointer to them thread-local.
-    assert thread_local_bytes(Path(native.__file__)) <= 16

@@ -17,7 +17,7 @@ static const char FINDING[] = "finding the call site of a CUDA launch";
 static const char RECORDING[] = "recording a CUDA launch for kname profile";
 static const char GRAPHING[] = "recording a CUDA graph node for kname profile";
 
-_Thread_local ThreadCalls *here INITIAL_EXEC = NULL;
+_Thread_local ThreadCalls *here = NULL;
 
 /* ------------------------------------------------------------------ faults */
 

@@ -8,20 +8,13 @@
 
 #include "profiling/_cupti_c/types.h" /* first: it includes Python.h */
 
-/* Thread-locals read at every launch call are initial-exec: read at a fixed offset from the
- * thread pointer, where a shared library's thread-locals are otherwise found through a call into
- * the dynamic linker (__tls_get_addr) at each access. Their 8 bytes come from the static TLS
- * space glibc keeps for libraries loaded later; were it used up, the import fails and kname
- * takes its Python callback. */
-#if defined(__GNUC__)
-#define INITIAL_EXEC __attribute__((tls_model("initial-exec")))
-#else
-#define INITIAL_EXEC
-#endif
-
 /* This thread's calls (made at its first launch call, freed as it ends), as calls_of() gives
- * them to the recorder `r` (started afresh for another recorder). */
-INTERNAL extern _Thread_local ThreadCalls *here INITIAL_EXEC; /* callback.c */
+ * them to the recorder `r` (started afresh for another recorder). One pointer, read once a
+ * callback: a shared library's thread-local is found through a call into the dynamic linker
+ * (__tls_get_addr) at each access. Not initial-exec, which would take the extension's thread-
+ * locals from the little static space glibc keeps for libraries loaded later, and fail the
+ * import where libraries loaded before it (torch's) used it up. */
+INTERNAL extern _Thread_local ThreadCalls *here; /* callback.c */
 
 /* This thread's calls made, or started afresh for `r`: its buffer of another recorder let go.
  * NULL: no memory for them (a fault kept): the call is not recorded. */

@@ -174,12 +174,18 @@ def off_variant(name: str) -> Variant:
 
 
 def kname_variant(
-    counted: list[int], name: str = "kname", forward_lines: bool = True, wrappers: bool = True
+    counted: list[int],
+    name: str = "kname",
+    forward_lines: bool = True,
+    wrappers: bool = True,
+    patched: bool = True,
 ) -> Variant:
     """kname enabled, a profile session collecting; `counted` gets each block's launch calls.
     Without `forward_lines`: the session's forward lines (backward.collect: torch's mode) off;
     without `wrappers`: kname's launch wrappers pass their launches through (the install's
-    switch off, nothing unpatched), so the callback names those from the frame too."""
+    switch off, nothing unpatched), so the callback names those from the frame too; without
+    `patched`: kname disabled once the session started (every change it made undone: no wrapper
+    in the call path, every site from the frame)."""
     import kname
     from kname import lifecycle
     from kname.profiling import backward
@@ -196,6 +202,8 @@ def kname_variant(
             backward.collect(None)
         if not wrappers:
             lifecycle._state.switch.on = False
+        if not patched:
+            kname.disable()
 
     def stop() -> None:
         lifecycle._state.switch.on = True
@@ -309,6 +317,11 @@ SPLIT_STEPS = (
     ("kname's wrappers and site calls", "kname-no-forward", "recorder"),
     ("the session beyond the collector (wrappers passing through)", "kname-unwrapped", "recorder"),
     ("kname's wrappers naming their launches in a session", "kname-no-forward", "kname-unwrapped"),
+    (
+        "kname's changes in the call path (a session without them: unpatched)",
+        "kname",
+        "kname-unpatched",
+    ),
     ("torch's forward lines (the mode)", "kname", "kname-no-forward"),
     ("kname's naming over the floor alone", "floor+naming", "floor"),
     ("external correlation records enabled, none pushed", "floor", "floor-no-external"),
@@ -330,6 +343,7 @@ def split_variants(library: Path | None, counted: list[int]) -> list[Callable[[]
         lambda: recorder_variant("recorder", marked=False),
         lambda: kname_variant(counted, "kname-no-forward", forward_lines=False),
         lambda: kname_variant(counted, "kname-unwrapped", forward_lines=False, wrappers=False),
+        lambda: kname_variant(counted, "kname-unpatched", patched=False),
     ]
 
 

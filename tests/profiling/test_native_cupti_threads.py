@@ -242,3 +242,77 @@ def test_a_launch_call_takes_no_lock_once_its_thread_has_room(tmp_path, timed: b
     locks, recorded = map(int, done.stdout.split())
     assert recorded == 10_000
     assert locks <= 16  # room made a few times (it doubles), not once a call
+
+
+GIL_SCRIPT = """
+import ctypes, sys
+sys.path.insert(0, {folder!r})
+from kname import callsite, hotpath
+from kname.config import DEFAULT_FORMAT
+from kname.profiling import capture
+
+native, _ = hotpath.choose(True).cupti()
+counted = ctypes.CDLL(None).gil_takes_counted  # the preloaded counter
+counted.restype = ctypes.c_long
+callsite.configure(("gpulib",), DEFAULT_FORMAT, 1, False)  # gpulib: library code
+import gpulib
+
+made = native.Recorder(
+    apis=[("cuLaunchKernel", False)], sites=callsite.sites, kinds=callsite._kinds,
+    site_of_frame=capture.site_of_frame, site_key=capture.SITE_KEY, no_frame="<no frame>",
+    unnamed="<unnamed>", max_pending=100_000, max_open_calls=8,
+)
+
+
+def user_line(number):
+    gpulib.launch(made, number)  # the user's line; the launch API called from gpulib's
+
+
+for number in range(5):  # the site made (Python), then found by the walk and remembered
+    user_line(number)
+first = counted()
+for number in range(5, 105):
+    user_line(number)
+again = counted()
+names = {{record[2] for record in made.drain(lambda *fields: fields)}}
+print(first, again, sorted(names))
+"""
+
+LIBRARY = """
+def launch(made, number):
+    return helper(made, number)
+
+
+def helper(made, number):
+    made.call_without_gil(number, 0, 5, 9)  # the CUDA call, made with the GIL released
+"""
+
+
+@pytest.mark.skipif(
+    COMPILER is None or sys.platform != "linux", reason="no C compiler, or no LD_PRELOAD"
+)
+def test_a_launch_from_library_code_with_the_gil_released_finds_its_walked_site_without_it(
+    tmp_path,
+) -> None:
+    """torch.nn's modules, numba-cuda and Triton launch from library frames with the GIL released:
+    the walk to the user's line is taken with the GIL once, then checked (the same frames, the
+    same user instruction, the rules unchanged) without taking it again."""
+    (tmp_path / "gpulib.py").write_text(LIBRARY)
+    counter = tmp_path / "liblock_counter.so"
+    done = subprocess.run(
+        [COMPILER, "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-o", str(counter),
+         str(SUPPORT / "lock_counter.c"), "-ldl"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    env = {"LD_PRELOAD": str(counter), "LOCK_COUNTER_OF": "_native_cupti", "PATH": "/usr/bin"}
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(GIL_SCRIPT.format(folder=str(tmp_path)))],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    first, again, names = done.stdout.split(" ", 2)
+    if int(first) == 0:
+        pytest.skip("PyGILState_Ensure is not interposed here (Python linked into its executable)")
+    assert int(again) == 0  # 100 launches from the same frames: the GIL never taken again
+    assert "user_line <string>:" in names and names.count("'") == 2  # one site, the user's line

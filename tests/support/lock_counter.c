@@ -1,8 +1,10 @@
 /*
- * A preload library (LD_PRELOAD) that counts the pthread mutex locks taken from one shared
- * object: every pthread_mutex_lock call is passed on to libc's, and counted when its caller's
- * code lies in an object whose path holds LOCK_COUNTER_OF (kname._native_cupti, for the tests of
- * its launch callback). locks_counted() reads the count and starts it afresh.
+ * A preload library (LD_PRELOAD) that counts the pthread mutex locks and the GIL takes made from
+ * one shared object: every pthread_mutex_lock and PyGILState_Ensure call is passed on to the
+ * real one, and counted when its caller's code lies in an object whose path holds
+ * LOCK_COUNTER_OF (kname._native_cupti, for the tests of its launch callback). locks_counted()
+ * and gil_takes_counted() read the counts and start them afresh. (Where Python is linked into
+ * its executable, the executable's PyGILState_Ensure may be found first: no take is counted.)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -11,9 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static atomic_long counted;
+static atomic_long counted, gil_takes;
 
 static int (*real_lock)(pthread_mutex_t *);
+static int (*real_ensure)(void);
 
 /* Whether the code at `address` is the counted object's (the answer kept per call site). */
 static int
@@ -46,4 +49,20 @@ long
 locks_counted(void)
 {
     return atomic_exchange(&counted, 0);
+}
+
+int
+PyGILState_Ensure(void)
+{
+    if (real_ensure == NULL)
+        real_ensure = (int (*)(void))dlsym(RTLD_NEXT, "PyGILState_Ensure");
+    if (counted_caller(__builtin_return_address(0)))
+        atomic_fetch_add(&gil_takes, 1);
+    return real_ensure();
+}
+
+long
+gil_takes_counted(void)
+{
+    return atomic_exchange(&gil_takes, 0);
 }

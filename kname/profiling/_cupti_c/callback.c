@@ -493,9 +493,10 @@ kind_of(Recorder *r, Frame *frame)
 
 /* The cached site of a launch made while `frame` runs, as capture.site_of_frame finds it: the
  * frame's own key, or, from library code, the first user frame's above. Borrowed name; NULL
- * without an error when Python must decide. *own: found under `frame`'s own key. */
+ * without an error when Python must decide. *own: found under `frame`'s own key. `walk` (NULL:
+ * not wanted): a site found by the walk, with what it read (its depth left 0 otherwise). */
 static PyObject *
-cached_site(Recorder *r, Frame *frame, int *own)
+cached_site(Recorder *r, Frame *frame, int *own, WalkedSite *walk)
 {
     PyObject *name = lookup(r, frame);
     *own = name != NULL;
@@ -506,9 +507,18 @@ cached_site(Recorder *r, Frame *frame, int *own)
         return NULL; /* a user frame with no site yet, undecided, or an error */
     Frame *f = frame_back(frame);
     for (int depth = 0; f != NULL && depth < MAX_WALK; depth++) {
+        if (walk != NULL && depth < WALKED_DEPTH)
+            walk->codes[depth] = frame_code(f);
         kind = kind_of(r, f);
-        if (kind == KIND_USER)
-            return lookup(r, f);
+        if (kind == KIND_USER) {
+            name = lookup(r, f);
+            if (walk != NULL && name != NULL && depth < WALKED_DEPTH) {
+                walk->depth = depth + 1;
+                walk->user = frame_position(f);
+                walk->name = name;
+            }
+            return name;
+        }
         if (!PASSED_OVER(kind))
             return NULL;
         f = frame_back(f);
@@ -544,6 +554,14 @@ thread_site_slot(ThreadCalls *t, const void *position)
     return &t->sites[(h ^ (h >> 7)) & (THREAD_SITES - 1)];
 }
 
+/* The same for the sites found by a walk (ThreadCalls.walked). */
+static inline WalkedSite *
+walked_slot(ThreadCalls *t, const void *position)
+{
+    uintptr_t h = (uintptr_t)position >> 1;
+    return &t->walked[(h ^ (h >> 7)) & (WALKED_SITES - 1)];
+}
+
 /* The site this thread found for `state`'s running frame under its own key, while the dicts are
  * unchanged; NULL: not found here (the GIL is then taken). */
 static PyObject *
@@ -556,22 +574,45 @@ site_without_gil(Recorder *r, ThreadCalls *t, PyThreadState *state)
         return NULL;
     const void *position = frame_position(frame);
     ThreadSite *entry = thread_site_slot(t, position);
+    uint64_t sites_generation = generation_of(r->sites);
     if (entry->position == position && entry->code == (void *)frame_code(frame)
-        && entry->generation == generation_of(r->sites))
+        && entry->generation == sites_generation)
         return entry->name;
-    return NULL;
+    /* Found by a walk from here before: the same frames above, to the same user instruction. */
+    const WalkedSite *walked = walked_slot(t, position);
+    if (walked->depth == 0 || walked->position != position
+        || walked->code != (void *)frame_code(frame)
+        || walked->sites_generation != sites_generation
+        || walked->kinds_generation != generation_of(r->kinds))
+        return NULL;
+    Frame *f = frame;
+    for (int depth = 0; depth < walked->depth; depth++) {
+        f = frame_back(f);
+        if (f == NULL || (void *)frame_code(f) != walked->codes[depth])
+            return NULL;
+    }
+    return frame_position(f) == walked->user ? walked->name : NULL;
 }
 
-/* `name`, found with the GIL under the running frame's own key, kept for site_without_gil. */
+/* `name`, found with the GIL under the running frame's own key (`walk` NULL) or by the walk
+ * `walk` says, kept for site_without_gil. */
 static void
-remember_for_thread(Recorder *r, ThreadCalls *t, PyObject *name)
+remember_for_thread(Recorder *r, ThreadCalls *t, PyObject *name, WalkedSite *walk)
 {
     Frame *frame = frame_current();
     if (!r->remember || frame == NULL || name == NULL)
         return;
     const void *position = frame_position(frame);
-    *thread_site_slot(t, position) =
-        (ThreadSite){position, (void *)frame_code(frame), generation_of(r->sites), name};
+    if (walk == NULL) {
+        *thread_site_slot(t, position) =
+            (ThreadSite){position, (void *)frame_code(frame), generation_of(r->sites), name};
+        return;
+    }
+    walk->position = position;
+    walk->code = (void *)frame_code(frame);
+    walk->sites_generation = generation_of(r->sites);
+    walk->kinds_generation = generation_of(r->kinds);
+    *walked_slot(t, position) = *walk;
 }
 #else
 static PyObject *
@@ -584,26 +625,27 @@ site_without_gil(Recorder *r, ThreadCalls *t, PyThreadState *state)
 }
 
 static void
-remember_for_thread(Recorder *r, ThreadCalls *t, PyObject *name)
+remember_for_thread(Recorder *r, ThreadCalls *t, PyObject *name, WalkedSite *walk)
 {
     (void)r;
     (void)t;
     (void)name;
+    (void)walk;
 }
 #endif
 
 /* The site of a launch made now on this thread, which holds the GIL (borrowed; NULL: no Python
  * frame). Never fails: a fault is kept and the launch is named `unnamed`. *own: found cached
- * under the running frame's own key. */
+ * under the running frame's own key; `walk` (NULL: not wanted): as cached_site says. */
 static PyObject *
-site_of_running_frame(Recorder *r, int *own)
+site_of_running_frame(Recorder *r, int *own, WalkedSite *walk)
 {
     *own = 0;
     Frame *frame = frame_current(); /* no frame object made: see _common_c/common.h */
     if (frame == NULL)
         return NULL;
     PyObject *pending = take_error(); /* a CUDA call made while an exception is being handled */
-    PyObject *name = cached_site(r, frame, own);
+    PyObject *name = cached_site(r, frame, own, walk);
     if (name == NULL && PyErr_Occurred())
         note_fault(r, FINDING);
     if (name == NULL) {
@@ -661,11 +703,12 @@ site_here(Recorder *r, ThreadCalls *t)
     }
     t->naming = 1;
     int own;
-    PyObject *site = site_of_running_frame(r, &own);
+    WalkedSite walk = {0};
+    PyObject *site = site_of_running_frame(r, &own, held ? NULL : &walk);
     t->naming = 0;
     if (!held) {
-        if (own)
-            remember_for_thread(r, t, site);
+        if (own || walk.depth > 0)
+            remember_for_thread(r, t, site, own ? NULL : &walk);
         PyGILState_Release(gil);
     }
     return site;

@@ -88,6 +88,23 @@ typedef struct {
     PyObject *name; /* kept by the recorder */
 } ThreadSite;
 
+/* A site a thread found with the GIL by walking from its running frame, through library code,
+ * to the first user frame above (callback.c's cached_site), for its launches made with the GIL
+ * released from the same frames: the walk's inputs (each frame's code, the user frame's
+ * instruction, the dicts' generations) are compared, the walk is not taken again. */
+#define WALKED_DEPTH 8  /* frames above the running one a walked site may pass */
+#define WALKED_SITES 16 /* entries, a power of 2 */
+
+typedef struct {
+    const void *position; /* the running frame's instruction */
+    void *code;           /* its code */
+    const void *user;     /* the user frame's instruction */
+    void *codes[WALKED_DEPTH]; /* the code of each frame above the running one, to the user's */
+    uint64_t sites_generation, kinds_generation;
+    PyObject *name; /* kept by the recorder */
+    int depth;      /* the user frame is the depth-th above the running one; 0: no entry */
+} WalkedSite;
+
 /* One thread's launch API calls now open, the site of the wrapped launch it is running, and its
  * buffer of finished calls. All belong to one recorder (`owner`, its serial): another recorder
  * starts them afresh. */
@@ -104,6 +121,7 @@ typedef struct {
     Py_ssize_t written, capacity;
     int open; /* the buffer's `open`, as this thread last set it */
     ThreadSite sites[THREAD_SITES];
+    WalkedSite walked[WALKED_SITES];
     OpenCall calls[MAX_OPEN]; /* last: calls_start clears what comes before it */
 } ThreadCalls;
 

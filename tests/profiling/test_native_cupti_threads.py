@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from pathlib import Path
 
 import pytest
 from support import REPO
@@ -219,20 +220,26 @@ print(locks, len(records))
 """
 
 
-@pytest.mark.skipif(
-    COMPILER is None or sys.platform != "linux", reason="no C compiler, or no LD_PRELOAD"
-)
-@pytest.mark.parametrize("timed", [False, True], ids=["recorded at enter", "timed, at exit"])
-def test_a_launch_call_takes_no_lock_once_its_thread_has_room(tmp_path, timed: bool) -> None:
-    library = build_fake_cupti(tmp_path)[0]
-    counter = tmp_path / "liblock_counter.so"
+def counting_environment(folder: Path) -> dict[str, str]:
+    """The environment of a process whose locks and GIL takes from kname._native_cupti are
+    counted: tests/support/lock_counter.c built into `folder` and preloaded."""
+    counter = folder / "liblock_counter.so"
     done = subprocess.run(
         [COMPILER, "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-o", str(counter),
          str(SUPPORT / "lock_counter.c"), "-ldl"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    env = {"LD_PRELOAD": str(counter), "LOCK_COUNTER_OF": "_native_cupti", "PATH": "/usr/bin"}
+    return {"LD_PRELOAD": str(counter), "LOCK_COUNTER_OF": "_native_cupti", "PATH": "/usr/bin"}
+
+
+@pytest.mark.skipif(
+    COMPILER is None or sys.platform != "linux", reason="no C compiler, or no LD_PRELOAD"
+)
+@pytest.mark.parametrize("timed", [False, True], ids=["recorded at enter", "timed, at exit"])
+def test_a_launch_call_takes_no_lock_once_its_thread_has_room(tmp_path, timed: bool) -> None:
+    library = build_fake_cupti(tmp_path)[0]
+    env = counting_environment(tmp_path)
     script = LOCKS_SCRIPT.format(library=str(library), timed=timed)
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(script)], cwd=REPO, env=env,
@@ -298,14 +305,7 @@ def test_a_launch_from_library_code_with_the_gil_released_finds_its_walked_site_
     the walk to the user's line is taken with the GIL once, then checked (the same frames, the
     same user instruction, the rules unchanged) without taking it again."""
     (tmp_path / "gpulib.py").write_text(LIBRARY)
-    counter = tmp_path / "liblock_counter.so"
-    done = subprocess.run(
-        [COMPILER, "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-o", str(counter),
-         str(SUPPORT / "lock_counter.c"), "-ldl"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    env = {"LD_PRELOAD": str(counter), "LOCK_COUNTER_OF": "_native_cupti", "PATH": "/usr/bin"}
+    env = counting_environment(tmp_path)
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(GIL_SCRIPT.format(folder=str(tmp_path)))],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False,

@@ -4,8 +4,9 @@ lock, drained under the recorder's lock (issue 43: the callback's bookkeeping ab
 Each thread appends its finished calls to a buffer of its own; the drain takes every thread's,
 merged as the calls entered (CUPTI numbers them over every thread). A thread that ends before the
 drain loses nothing: its buffer stays on the recorder's list until drained, then is freed. The
-locks a launch call takes are counted by a preload library (tests/support/lock_counter.c) that
-wraps libc's pthread_mutex_lock, in a process of its own, through the stand-in libcupti.
+locks and GIL takes a launch call makes are counted by a preload library
+(tests/support/lock_counter.c) that wraps pthread_mutex_lock and PyGILState_Ensure, in a process
+of its own, through the stand-in libcupti.
 """
 
 from __future__ import annotations

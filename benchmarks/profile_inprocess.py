@@ -173,10 +173,21 @@ def off_variant(name: str) -> Variant:
     return Variant(name, kname.disable, lambda: None)
 
 
-def kname_variant(counted: list[int], name: str = "kname", forward_lines: bool = True) -> Variant:
+def kname_variant(
+    counted: list[int],
+    name: str = "kname",
+    forward_lines: bool = True,
+    wrappers: bool = True,
+    patched: bool = True,
+) -> Variant:
     """kname enabled, a profile session collecting; `counted` gets each block's launch calls.
-    Without `forward_lines`: the session's forward lines (backward.collect: torch's mode) off."""
+    Without `forward_lines`: the session's forward lines (backward.collect: torch's mode) off;
+    without `wrappers`: kname's launch wrappers pass their launches through (the install's
+    switch off, nothing unpatched), so the callback names those from the frame too; without
+    `patched`: kname disabled once the session started (every change it made undone: no wrapper
+    in the call path, every site from the frame)."""
     import kname
+    from kname import lifecycle
     from kname.profiling import backward
     from kname.profiling.session import ProfileSession
 
@@ -189,8 +200,13 @@ def kname_variant(counted: list[int], name: str = "kname", forward_lines: bool =
             raise RuntimeError(f"kname profile did not start: {session[-1].not_collected}")
         if not forward_lines:
             backward.collect(None)
+        if not wrappers:
+            lifecycle._state.switch.on = False
+        if not patched:
+            kname.disable()
 
     def stop() -> None:
+        lifecycle._state.switch.on = True
         current = session.pop()
         current.stop()
         counted.append(getattr(current.join, "launch_count", 0))
@@ -299,6 +315,13 @@ SPLIT_STEPS = (
     ("kname's callback: bookkeeping, records read in C", "recorder-marked", "floor"),
     ("the site looked up from the frame", "recorder", "recorder-marked"),
     ("kname's wrappers and site calls", "kname-no-forward", "recorder"),
+    ("the session beyond the collector (wrappers passing through)", "kname-unwrapped", "recorder"),
+    ("kname's wrappers naming their launches in a session", "kname-no-forward", "kname-unwrapped"),
+    (
+        "kname's changes in the call path (a session without them: unpatched)",
+        "kname",
+        "kname-unpatched",
+    ),
     ("torch's forward lines (the mode)", "kname", "kname-no-forward"),
     ("kname's naming over the floor alone", "floor+naming", "floor"),
     ("external correlation records enabled, none pushed", "floor", "floor-no-external"),
@@ -319,6 +342,8 @@ def split_variants(library: Path | None, counted: list[int]) -> list[Callable[[]
         lambda: recorder_variant("recorder-marked", marked=True),
         lambda: recorder_variant("recorder", marked=False),
         lambda: kname_variant(counted, "kname-no-forward", forward_lines=False),
+        lambda: kname_variant(counted, "kname-unwrapped", forward_lines=False, wrappers=False),
+        lambda: kname_variant(counted, "kname-unpatched", patched=False),
     ]
 
 

@@ -252,6 +252,16 @@ launch_in_full(LaunchWrapper *w, const Args *a, Frame *caller, Frame **in_progre
      * (from C inside that launch, where the Python wrapper's caller would be its own frame). */
     if (kernel == Py_None || caller == NULL || caller == *in_progress)
         goto unnamed;
+    if (cached_kernel(w, a) == NULL) {
+        /* A kernel not read in place (an argument's attribute: numba's launch configuration's
+         * dispatcher, Triton's bound run's __self__), now read: the cached launch, where its
+         * entry remembers this one (issue 43). */
+        const Recent *entry = cached_entry(w, caller, *in_progress, kernel);
+        if (entry != NULL) {
+            result = run_cached(w, a, caller, in_progress, entry);
+            goto done;
+        }
+    }
     site = find_site(w, caller, kernel);
     if (site == NULL)
         goto finding_fault;

@@ -46,9 +46,8 @@ def test_the_in_process_benchmark_reads_kname_the_floor_and_the_a_a_pair(tmp_pat
     result = json.loads(out.read_text())
     assert result["lines"], result["skipped"]
     rows = result["phase_kname"]
-    assert {"off-again", "floor", "kname", "recorder", "floor-subscribed"} <= set(rows), result[
-        "notes"
-    ]
+    variants = {"off-again", "floor", "kname", "recorder", "floor-subscribed", "kname-unwrapped"}
+    assert variants <= set(rows), result["notes"]
     assert len({row["rounds"] for row in rows.values()}) == 1  # a round is whole or not kept
     assert min(row["rounds"] for row in rows.values()) >= 20
     assert result["launches_per_iteration"] >= len(result["lines"])  # counted by the session

@@ -8,14 +8,16 @@
  */
 #include "profiling/_cupti_c/callback.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char FINDING[] = "finding the call site of a CUDA launch";
 static const char RECORDING[] = "recording a CUDA launch for kname profile";
 static const char GRAPHING[] = "recording a CUDA graph node for kname profile";
 
-_Thread_local ThreadCalls here;
+_Thread_local ThreadCalls *here = NULL;
 
 /* ------------------------------------------------------------------ faults */
 
@@ -44,59 +46,329 @@ note_c_fault(Recorder *r, const char *where, const char *detail, long status)
     pthread_mutex_unlock(&r->lock);
 }
 
-/* ---- the buffer: every function here runs under r->lock */
+/* ---- each thread's buffer of finished calls (types.h: ThreadBuffer). Its thread appends
+ * without a lock; everything else here runs under r->lock. */
 
-/* Room for `needed` records, growing the buffer up to max_pending. 0: no room (no memory). */
-static int
-make_room(Recorder *r, Py_ssize_t needed)
+static pthread_key_t thread_end;
+
+/* One holder lets `b` go: the last frees it. Any thread, no lock. */
+static void
+let_go(ThreadBuffer *b)
 {
-    if (needed <= r->capacity)
-        return 1;
-    Py_ssize_t capacity = r->capacity ? r->capacity : FIRST_ROOM;
-    while (capacity < needed)
-        capacity *= 2;
-    if (capacity > r->max_pending)
-        capacity = r->max_pending;
-    Launch *grown = realloc(r->records, (size_t)capacity * sizeof(Launch));
-    if (grown == NULL)
+    if (b != NULL && atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1) {
+        free(b->records);
+        free(b);
+    }
+}
+
+/* This thread's calls' hold of their buffer let go (the records stay for the drain). */
+static void
+let_buffer_go(ThreadCalls *t)
+{
+    if (t->buffer != NULL)
+        let_go(t->buffer);
+    t->buffer = NULL;
+    t->records = NULL;
+    t->written = t->capacity = 0;
+}
+
+/* The thread holding `calls` ended: its buffer let go, its calls freed. A launch call made after
+ * this on the same thread (from another library's destructor) makes them anew. */
+static void
+thread_ended(void *calls)
+{
+    ThreadCalls *t = (ThreadCalls *)calls;
+    let_buffer_go(t);
+    if (here == t)
+        here = NULL;
+    free(t);
+}
+
+int
+thread_end_ready(void)
+{
+    static int made = 0;
+    if (made)
         return 0;
-    r->records = grown;
-    r->capacity = capacity;
+    int failed = pthread_key_create(&thread_end, thread_ended);
+    if (failed) {
+        errno = failed;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    made = 1;
+    return 0;
+}
+
+ThreadCalls *
+calls_start(Recorder *r)
+{
+    ThreadCalls *t = here;
+    if (t == NULL) {
+        t = malloc(sizeof *t);
+        if (t == NULL || pthread_setspecific(thread_end, t) != 0) {
+            free(t);
+            note_c_fault(r, RECORDING, "no memory for a thread's launch calls", 0);
+            return NULL;
+        }
+        t->buffer = NULL;
+        here = t;
+    }
+    else
+        let_buffer_go(t); /* another recorder's: its list keeps it while it has records */
+    memset(t, 0, offsetof(ThreadCalls, calls));
+    t->owner = r->serial;
+    t->thread = PyThread_get_thread_ident();
+    return t;
+}
+
+/* A buffer for this thread, on r's list (NULL: no memory). Under r->lock. */
+static ThreadBuffer *
+new_buffer(Recorder *r, ThreadCalls *t)
+{
+    ThreadBuffer *b = calloc(1, sizeof *b);
+    if (b == NULL)
+        return NULL;
+    atomic_store(&b->refs, 2);
+    b->next = r->buffers;
+    r->buffers = b;
+    t->buffer = b;
+    return b;
+}
+
+/* Room for one more record in `b`, full: the drained part's room, else more room, up to
+ * max_pending made over every thread. 0: none (no memory: *no_memory). Under r->lock. */
+static int
+more_room(Recorder *r, ThreadBuffer *b, int *no_memory)
+{
+    Py_ssize_t count = atomic_load_explicit(&b->count, memory_order_relaxed);
+    if (count < b->capacity)
+        return 1;
+    if (b->consumed > 0) { /* the drained part's room used again: the rest moved down */
+        count -= b->consumed;
+        memmove(b->records, &b->records[b->consumed], (size_t)count * sizeof(Launch));
+        b->consumed = 0;
+        atomic_store_explicit(&b->count, count, memory_order_relaxed);
+        return 1;
+    }
+    Py_ssize_t capacity = b->capacity ? 2 * b->capacity : FIRST_ROOM;
+    if (capacity - b->capacity > r->max_pending - r->room)
+        capacity = b->capacity + (r->max_pending - r->room);
+    if (capacity <= b->capacity)
+        return 0;
+    Launch *grown = realloc(b->records, (size_t)capacity * sizeof(Launch));
+    if (grown == NULL) {
+        *no_memory = 1;
+        return 0;
+    }
+    r->room += capacity - b->capacity;
+    b->records = grown;
+    b->capacity = capacity;
     return 1;
 }
 
-/* Room for one more call: into the buffer now (`now`: the call is recorded at its enter), or
- * kept for it to finish later (NULL). 1, or 0 when it is not to be recorded. */
-static int
-take_room(Recorder *r, const Launch *now)
+/* `launch` into this thread's buffer, past its room: under r->lock, a buffer made or room made
+ * (or the call dropped, counted). */
+static void
+append_slowly(Recorder *r, ThreadCalls *t, const Launch *launch)
 {
-    int taken = 0, no_memory = 0;
+    int no_memory = 0;
     pthread_mutex_lock(&r->lock);
-    if (r->count + r->open >= r->max_pending)
-        r->dropped++;
-    else if (!make_room(r, r->count + r->open + 1))
-        no_memory = 1;
+    ThreadBuffer *b = t->buffer != NULL ? t->buffer : new_buffer(r, t);
+    if (b != NULL && more_room(r, b, &no_memory)) {
+        Py_ssize_t count = atomic_load_explicit(&b->count, memory_order_relaxed);
+        b->records[count] = *launch;
+        atomic_store_explicit(&b->count, count + 1, memory_order_release);
+    }
     else {
-        if (now != NULL)
-            r->records[r->count++] = *now;
-        else
-            r->open++;
-        taken = 1;
+        no_memory |= b == NULL;
+        r->dropped++;
+    }
+    if (b != NULL) { /* this thread's view of it, for append() */
+        t->records = b->records;
+        t->written = atomic_load_explicit(&b->count, memory_order_relaxed);
+        t->capacity = b->capacity;
     }
     pthread_mutex_unlock(&r->lock);
     if (no_memory)
         note_c_fault(r, RECORDING, "no memory for another launch record", 0);
+}
+
+/* A finished call into this thread's buffer: without a lock while it has room (this thread's
+ * view of the buffer is read, the buffer's count only written). */
+static inline void
+append(Recorder *r, ThreadCalls *t, const Launch *launch)
+{
+    Py_ssize_t written = t->written;
+    if (written < t->capacity) {
+        t->records[written] = *launch;
+        t->written = written + 1;
+        atomic_store_explicit(&t->buffer->count, written + 1, memory_order_release);
+        return;
+    }
+    append_slowly(r, t, launch);
+}
+
+/* Calls open on `t` to be recorded at their exit: `delta` more (its thread alone writes it;
+ * counts() reads it). 0: no buffer for them (no memory): such a call is not recorded. */
+static int
+open_calls_change(Recorder *r, ThreadCalls *t, int delta)
+{
+    ThreadBuffer *b = t->buffer;
+    if (b == NULL) {
+        pthread_mutex_lock(&r->lock);
+        b = new_buffer(r, t);
+        pthread_mutex_unlock(&r->lock);
+        if (b == NULL) {
+            note_c_fault(r, RECORDING, "no memory for another launch record", 0);
+            return 0;
+        }
+    }
+    t->open += delta;
+    atomic_store_explicit(&b->open, t->open, memory_order_relaxed);
+    return 1;
+}
+
+/* A call recorded at its exit finished (or was forgotten): into this thread's buffer. */
+static void
+finish(Recorder *r, ThreadCalls *t, const Launch *launch)
+{
+    open_calls_change(r, t, -1);
+    append(r, t, launch);
+}
+
+/* The records `b` holds for the drain, from `consumed`. */
+static inline Py_ssize_t
+waiting_in(ThreadBuffer *b)
+{
+    return atomic_load_explicit(&b->count, memory_order_acquire) - b->consumed;
+}
+
+/* The buffers of threads that ended, drained, taken off the list and let go. */
+static void
+drop_ended_buffers(Recorder *r)
+{
+    for (ThreadBuffer **at = &r->buffers; *at != NULL;) {
+        ThreadBuffer *b = *at;
+        if (atomic_load_explicit(&b->refs, memory_order_acquire) == 1 && waiting_in(b) == 0) {
+            *at = b->next;
+            r->room -= b->capacity;
+            let_go(b);
+        }
+        else
+            at = &b->next;
+    }
+}
+
+void
+waiting_calls(Recorder *r, Py_ssize_t *finished, Py_ssize_t *open)
+{
+    *finished = *open = 0;
+    for (ThreadBuffer *b = r->buffers; b != NULL; b = b->next) {
+        *finished += waiting_in(b);
+        *open += atomic_load_explicit(&b->open, memory_order_relaxed);
+    }
+}
+
+/* A thread's records waiting for the drain, from `at` to `end`. */
+typedef struct {
+    const Launch *at, *end;
+} Run;
+
+/* The runs, a min-heap by their first record's correlation id: runs[i] sifted down. */
+static void
+sift_down(Run *runs, size_t n, size_t i)
+{
+    for (;;) {
+        size_t least = i, left = 2 * i + 1, right = left + 1;
+        if (left < n && runs[left].at->correlation_id < runs[least].at->correlation_id)
+            least = left;
+        if (right < n && runs[right].at->correlation_id < runs[least].at->correlation_id)
+            least = right;
+        if (least == i)
+            return;
+        Run swap = runs[i];
+        runs[i] = runs[least];
+        runs[least] = swap;
+        i = least;
+    }
+}
+
+/* The threads' runs merged into `out`, as they would have finished one after the other: each
+ * thread's in its own order, the next taken from the thread whose next call entered first
+ * (CUPTI numbers the calls as they enter, over every thread). `runs` is used up. */
+static void
+merge_runs(Run *runs, size_t n, Launch *out)
+{
+    for (size_t i = n / 2; i-- > 0;)
+        sift_down(runs, n, i);
+    while (n > 0) {
+        *out++ = *runs[0].at++;
+        if (runs[0].at == runs[0].end)
+            runs[0] = runs[--n];
+        sift_down(runs, n, 0);
+    }
+}
+
+Launch *
+take_finished(Recorder *r, Py_ssize_t *count)
+{
+    pthread_mutex_lock(&r->lock);
+    size_t threads = 0;
+    Py_ssize_t total = 0;
+    for (ThreadBuffer *b = r->buffers; b != NULL; b = b->next, threads++)
+        total += waiting_in(b);
+    Launch *taken = total ? malloc((size_t)total * sizeof(Launch)) : NULL;
+    Run *runs = total ? malloc(threads * sizeof(Run)) : NULL;
+    *count = total;
+    if (taken != NULL && runs != NULL) {
+        size_t n = 0;
+        Py_ssize_t at = 0;
+        for (ThreadBuffer *b = r->buffers; b != NULL && at < total; b = b->next) {
+            Py_ssize_t end = atomic_load_explicit(&b->count, memory_order_acquire);
+            if (end - b->consumed > total - at) /* written since it was counted */
+                end = b->consumed + (total - at);
+            if (end > b->consumed)
+                runs[n++] = (Run){&b->records[b->consumed], &b->records[end]};
+            at += end - b->consumed;
+            b->consumed = end;
+        }
+        merge_runs(runs, n, taken);
+    }
+    else if (taken != NULL) {
+        free(taken);
+        taken = NULL;
+    }
+    if (total == 0 || taken != NULL) /* all drained: the buffers of threads that ended go */
+        drop_ended_buffers(r);
+    pthread_mutex_unlock(&r->lock);
+    free(runs);
     return taken;
 }
 
-/* A call that took room to finish later finished: into the buffer (the room is there). */
-static void
-finish(Recorder *r, const Launch *launch)
+void
+forget_finished(Recorder *r)
 {
     pthread_mutex_lock(&r->lock);
-    r->records[r->count++] = *launch;
-    r->open--;
+    for (ThreadBuffer *b = r->buffers; b != NULL; b = b->next)
+        b->consumed = atomic_load_explicit(&b->count, memory_order_acquire);
+    drop_ended_buffers(r);
     pthread_mutex_unlock(&r->lock);
+}
+
+void
+free_buffers(Recorder *r)
+{
+    pthread_mutex_lock(&r->lock);
+    ThreadBuffer *b = r->buffers;
+    r->buffers = NULL;
+    r->room = 0;
+    pthread_mutex_unlock(&r->lock);
+    while (b != NULL) {
+        ThreadBuffer *next = b->next;
+        let_go(b);
+        b = next;
+    }
 }
 
 NodeEvent *
@@ -134,20 +406,6 @@ keep_node_event(Recorder *r, const NodeEvent *e)
     else
         r->node_events_dropped++;
     pthread_mutex_unlock(&r->lock);
-}
-
-Launch *
-take_finished(Recorder *r, Py_ssize_t *count)
-{
-    pthread_mutex_lock(&r->lock);
-    *count = r->count;
-    Launch *taken = *count ? malloc((size_t)*count * sizeof(Launch)) : NULL;
-    if (taken != NULL) {
-        memcpy(taken, r->records, (size_t)*count * sizeof(Launch));
-        r->count = 0;
-    }
-    pthread_mutex_unlock(&r->lock);
-    return taken;
 }
 
 /* ---- the site of a launch, with the GIL held */
@@ -235,9 +493,10 @@ kind_of(Recorder *r, Frame *frame)
 
 /* The cached site of a launch made while `frame` runs, as capture.site_of_frame finds it: the
  * frame's own key, or, from library code, the first user frame's above. Borrowed name; NULL
- * without an error when Python must decide. *own: found under `frame`'s own key. */
+ * without an error when Python must decide. *own: found under `frame`'s own key. `walk` (NULL:
+ * not wanted): a site found by the walk, with what it read (its depth left 0 otherwise). */
 static PyObject *
-cached_site(Recorder *r, Frame *frame, int *own)
+cached_site(Recorder *r, Frame *frame, int *own, WalkedSite *walk)
 {
     PyObject *name = lookup(r, frame);
     *own = name != NULL;
@@ -248,9 +507,18 @@ cached_site(Recorder *r, Frame *frame, int *own)
         return NULL; /* a user frame with no site yet, undecided, or an error */
     Frame *f = frame_back(frame);
     for (int depth = 0; f != NULL && depth < MAX_WALK; depth++) {
+        if (walk != NULL && depth < WALKED_DEPTH)
+            walk->codes[depth] = frame_code(f);
         kind = kind_of(r, f);
-        if (kind == KIND_USER)
-            return lookup(r, f);
+        if (kind == KIND_USER) {
+            name = lookup(r, f);
+            if (walk != NULL && name != NULL && depth < WALKED_DEPTH) {
+                walk->depth = depth + 1;
+                walk->user = frame_position(f);
+                walk->name = name;
+            }
+            return name;
+        }
         if (!PASSED_OVER(kind))
             return NULL;
         f = frame_back(f);
@@ -266,21 +534,6 @@ cached_site(Recorder *r, Frame *frame, int *own)
  * read answers as the table did a moment before, as a launch racing a change of rules would. */
 
 #if PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED)
-#define THREAD_SITES 32 /* entries, a power of 2 */
-
-typedef struct {
-    const void *position; /* frame_position: the frame's instruction, in its code object */
-    void *code;
-    uint64_t generation;
-    PyObject *name; /* kept by the recorder */
-} ThreadSite;
-
-typedef struct {
-    uint64_t owner; /* the recorder's serial: another recorder starts the table afresh */
-    ThreadSite entry[THREAD_SITES];
-} ThreadSites;
-
-static _Thread_local ThreadSites thread_sites;
 
 /* The running frame of `state`, a thread state of this thread whose GIL is released. */
 static inline Frame *
@@ -293,21 +546,26 @@ frame_of_state(PyThreadState *state)
 #endif
 }
 
+/* The entry of `t`'s table (ThreadCalls.sites: started afresh with its calls) for `position`. */
 static inline ThreadSite *
-thread_site_slot(Recorder *r, const void *position)
+thread_site_slot(ThreadCalls *t, const void *position)
 {
-    if (thread_sites.owner != r->serial) {
-        memset(&thread_sites, 0, sizeof thread_sites);
-        thread_sites.owner = r->serial;
-    }
     uintptr_t h = (uintptr_t)position >> 1;
-    return &thread_sites.entry[(h ^ (h >> 7)) & (THREAD_SITES - 1)];
+    return &t->sites[(h ^ (h >> 7)) & (THREAD_SITES - 1)];
+}
+
+/* The same for the sites found by a walk (ThreadCalls.walked). */
+static inline WalkedSite *
+walked_slot(ThreadCalls *t, const void *position)
+{
+    uintptr_t h = (uintptr_t)position >> 1;
+    return &t->walked[(h ^ (h >> 7)) & (WALKED_SITES - 1)];
 }
 
 /* The site this thread found for `state`'s running frame under its own key, while the dicts are
  * unchanged; NULL: not found here (the GIL is then taken). */
 static PyObject *
-site_without_gil(Recorder *r, PyThreadState *state)
+site_without_gil(Recorder *r, ThreadCalls *t, PyThreadState *state)
 {
     if (!r->remember)
         return NULL;
@@ -315,53 +573,79 @@ site_without_gil(Recorder *r, PyThreadState *state)
     if (frame == NULL)
         return NULL;
     const void *position = frame_position(frame);
-    ThreadSite *entry = thread_site_slot(r, position);
+    ThreadSite *entry = thread_site_slot(t, position);
+    uint64_t sites_generation = generation_of(r->sites);
     if (entry->position == position && entry->code == (void *)frame_code(frame)
-        && entry->generation == generation_of(r->sites))
+        && entry->generation == sites_generation)
         return entry->name;
-    return NULL;
+    /* Found by a walk from here before: the same frames above, to the same user instruction. */
+    const WalkedSite *walked = walked_slot(t, position);
+    if (walked->depth == 0 || walked->position != position
+        || walked->code != (void *)frame_code(frame)
+        || walked->sites_generation != sites_generation
+        || walked->kinds_generation != generation_of(r->kinds))
+        return NULL;
+    Frame *f = frame;
+    for (int depth = 0; depth < walked->depth; depth++) {
+        f = frame_back(f);
+        if (f == NULL || (void *)frame_code(f) != walked->codes[depth])
+            return NULL;
+    }
+    return frame_position(f) == walked->user ? walked->name : NULL;
 }
 
-/* `name`, found with the GIL under the running frame's own key, kept for site_without_gil. */
+/* `name`, found with the GIL under the running frame's own key (`walk` NULL) or by the walk
+ * `walk` says, kept for site_without_gil. */
 static void
-remember_for_thread(Recorder *r, PyObject *name)
+remember_for_thread(Recorder *r, ThreadCalls *t, PyObject *name, WalkedSite *walk)
 {
     Frame *frame = frame_current();
     if (!r->remember || frame == NULL || name == NULL)
         return;
     const void *position = frame_position(frame);
-    *thread_site_slot(r, position) =
-        (ThreadSite){position, (void *)frame_code(frame), generation_of(r->sites), name};
+    if (walk == NULL) {
+        *thread_site_slot(t, position) =
+            (ThreadSite){position, (void *)frame_code(frame), generation_of(r->sites), name};
+        return;
+    }
+    walk->position = position;
+    walk->code = (void *)frame_code(frame);
+    walk->sites_generation = generation_of(r->sites);
+    walk->kinds_generation = generation_of(r->kinds);
+    *walked_slot(t, position) = *walk;
 }
 #else
 static PyObject *
-site_without_gil(Recorder *r, PyThreadState *state)
+site_without_gil(Recorder *r, ThreadCalls *t, PyThreadState *state)
 {
     (void)r;
+    (void)t;
     (void)state;
     return NULL;
 }
 
 static void
-remember_for_thread(Recorder *r, PyObject *name)
+remember_for_thread(Recorder *r, ThreadCalls *t, PyObject *name, WalkedSite *walk)
 {
     (void)r;
+    (void)t;
     (void)name;
+    (void)walk;
 }
 #endif
 
 /* The site of a launch made now on this thread, which holds the GIL (borrowed; NULL: no Python
  * frame). Never fails: a fault is kept and the launch is named `unnamed`. *own: found cached
- * under the running frame's own key. */
+ * under the running frame's own key; `walk` (NULL: not wanted): as cached_site says. */
 static PyObject *
-site_of_running_frame(Recorder *r, int *own)
+site_of_running_frame(Recorder *r, int *own, WalkedSite *walk)
 {
     *own = 0;
     Frame *frame = frame_current(); /* no frame object made: see _common_c/common.h */
     if (frame == NULL)
         return NULL;
     PyObject *pending = take_error(); /* a CUDA call made while an exception is being handled */
-    PyObject *name = cached_site(r, frame, own);
+    PyObject *name = cached_site(r, frame, own, walk);
     if (name == NULL && PyErr_Occurred())
         note_fault(r, FINDING);
     if (name == NULL) {
@@ -386,10 +670,10 @@ site_of_running_frame(Recorder *r, int *own)
     return name;
 }
 
-/* Whether this thread holds the GIL now. Not PyGILState_Check(): once a sub-interpreter has
- * been made, that says yes on every thread. */
+/* Whether this thread (`t`'s) holds the GIL now. Not PyGILState_Check(): once a sub-interpreter
+ * has been made, that says yes on every thread. */
 static int
-gil_held_here(void)
+gil_held_here(const ThreadCalls *t)
 {
 #if PY_VERSION_HEX >= 0x030D0000
     PyThreadState *current = PyThreadState_GetUnchecked();
@@ -397,7 +681,7 @@ gil_held_here(void)
     PyThreadState *current = _PyThreadState_UncheckedGet();
 #endif
     /* 3.11: the thread state holding the GIL, whichever thread's; 3.12+: this thread's. */
-    return current != NULL && current->thread_id == PyThread_get_thread_ident();
+    return current != NULL && current->thread_id == t->thread;
 }
 
 /* The site of a launch whose call is not nested and not wrapped (borrowed; NULL: no frame). */
@@ -409,21 +693,22 @@ site_here(Recorder *r, ThreadCalls *t)
     PyThreadState *state = PyGILState_GetThisThreadState();
     if (state == NULL)
         return NULL; /* a thread Python never ran on (a C++ worker): no frame, no GIL needed */
-    int held = gil_held_here();
+    int held = gil_held_here(t);
     PyGILState_STATE gil = PyGILState_UNLOCKED;
     if (!held) {
-        PyObject *found = site_without_gil(r, state);
+        PyObject *found = site_without_gil(r, t, state);
         if (found != NULL)
             return found;
         gil = PyGILState_Ensure();
     }
     t->naming = 1;
     int own;
-    PyObject *site = site_of_running_frame(r, &own);
+    WalkedSite walk = {0};
+    PyObject *site = site_of_running_frame(r, &own, held ? NULL : &walk);
     t->naming = 0;
     if (!held) {
-        if (own)
-            remember_for_thread(r, site);
+        if (own || walk.depth > 0)
+            remember_for_thread(r, t, site, own ? NULL : &walk);
         PyGILState_Release(gil);
     }
     return site;
@@ -440,7 +725,7 @@ frameless_site(Recorder *r, ThreadCalls *t)
     if (frameless == NULL || t->naming || !atomic_load(&r->has_frameless_namer)
         || must_not_touch_python(r))
         return frameless;
-    int held = gil_held_here();
+    int held = gil_held_here(t);
     PyGILState_STATE gil = PyGILState_UNLOCKED;
     if (!held)
         gil = PyGILState_Ensure();
@@ -473,7 +758,7 @@ forget_open_calls(Recorder *r, ThreadCalls *t)
 {
     for (int i = 0; i < t->count; i++) {
         if (t->calls[i].recorded)
-            finish(r, &t->calls[i].launch);
+            finish(r, t, &t->calls[i].launch);
     }
     t->count = 0;
     pthread_mutex_lock(&r->lock);
@@ -482,16 +767,17 @@ forget_open_calls(Recorder *r, ThreadCalls *t)
 }
 
 /* A launch API call starts on this thread (`t`): its site, and the call open until its exit.
- * With `at_enter` it is recorded now (nothing at its exit needs it: no end time is taken), and
- * its exit only closes it; else it is recorded at its exit. */
+ * `graph`: the api launches a graph. With `at_enter` it is recorded now (nothing at its exit
+ * needs it: no end time is taken), and its exit only closes it; else it is recorded at its
+ * exit. */
 static void
-enter_call(Recorder *r, ThreadCalls *t, uint32_t correlation_id, int api, uint64_t timestamp,
-           int at_enter)
+enter_call(Recorder *r, ThreadCalls *t, uint32_t correlation_id, int api, int graph,
+           uint64_t timestamp, int at_enter)
 {
     if (t->count >= r->max_open)
         forget_open_calls(r, t);
-    Launch launch = {timestamp, 0, PyThread_get_thread_ident(), NULL, correlation_id, 0,
-                     (uint16_t)api, r->graph_of[api]};
+    Launch launch = {timestamp, 0, t->thread, NULL, correlation_id, 0, (uint16_t)api,
+                     (uint8_t)graph};
     if (t->count > 0) {
         const Launch *outer = &t->calls[t->count - 1].launch;
         launch.site = outer->site;
@@ -510,42 +796,52 @@ enter_call(Recorder *r, ThreadCalls *t, uint32_t correlation_id, int api, uint64
     OpenCall *call = &t->calls[t->count++];
     call->launch = launch;
     if (at_enter) {
-        take_room(r, &launch);
+        append(r, t, &launch);
         call->recorded = 0; /* in the buffer already: its exit has nothing to add */
     }
     else
-        call->recorded = take_room(r, NULL);
+        call->recorded = open_calls_change(r, t, 1);
     atomic_store_explicit(&r->last_correlation_id, correlation_id, memory_order_relaxed);
 }
 
 void
 launch_enter(Recorder *r, uint32_t correlation_id, int api, uint64_t timestamp)
 {
-    enter_call(r, calls_of(r), correlation_id, api, timestamp, 0);
+    ThreadCalls *t = calls_of(r);
+    if (t != NULL)
+        enter_call(r, t, correlation_id, api, r->graph_of[api], timestamp, 0);
 }
 
-/* The open call `correlation_id` of this thread, taken off its list; 0: none open. */
-static int
-take_open_call(ThreadCalls *t, uint32_t correlation_id, OpenCall *call)
+/* The open call `correlation_id` of this thread, taken off its list (the innermost, as calls
+ * nest, without a copy: read it before the thread's next enter); NULL: none open. */
+static inline OpenCall *
+take_open_call(ThreadCalls *t, uint32_t correlation_id)
 {
-    for (int i = t->count - 1; i >= 0; i--) {
+    int last = t->count - 1;
+    if (last >= 0 && t->calls[last].launch.correlation_id == correlation_id) {
+        t->count = last;
+        return &t->calls[last];
+    }
+    for (int i = last - 1; i >= 0; i--) { /* an exit out of order: its call moved to the top */
         if (t->calls[i].launch.correlation_id != correlation_id)
             continue;
-        *call = t->calls[i];
-        memmove(&t->calls[i], &t->calls[i + 1], (size_t)(t->count - i - 1) * sizeof(OpenCall));
-        t->count--;
-        return 1;
+        OpenCall call = t->calls[i];
+        memmove(&t->calls[i], &t->calls[i + 1], (size_t)(last - i) * sizeof(OpenCall));
+        t->calls[last] = call;
+        t->count = last;
+        return &t->calls[last];
     }
-    return 0;
+    return NULL;
 }
 
 void
 launch_exit(Recorder *r, uint32_t correlation_id, uint64_t timestamp)
 {
-    OpenCall call;
-    if (take_open_call(calls_of(r), correlation_id, &call) && call.recorded) {
-        call.launch.end = timestamp;
-        finish(r, &call.launch);
+    ThreadCalls *t = calls_of(r);
+    OpenCall *call = t != NULL ? take_open_call(t, correlation_id) : NULL;
+    if (call != NULL && call->recorded) {
+        call->launch.end = timestamp;
+        finish(r, t, &call->launch);
     }
 }
 
@@ -577,11 +873,13 @@ stamps_enter(Recorder *r, ThreadCalls *t)
  * timed is recorded at its enter: its exit then touches nothing but this thread's list, and
  * the buffer's lock is taken once a call, not twice. */
 static void
-launch_enter_now(Recorder *r, uint32_t correlation_id, int api)
+launch_enter_now(Recorder *r, uint32_t correlation_id, int api, int graph)
 {
     ThreadCalls *t = calls_of(r);
+    if (t == NULL)
+        return;
     int stamped = stamps_enter(r, t);
-    enter_call(r, t, correlation_id, api, 0, !stamped);
+    enter_call(r, t, correlation_id, api, graph, 0, !stamped);
     if (stamped && t->count > 0 && t->calls[t->count - 1].launch.correlation_id == correlation_id)
         t->calls[t->count - 1].launch.start = timestamp_now(r);
 }
@@ -590,13 +888,14 @@ launch_enter_now(Recorder *r, uint32_t correlation_id, int api)
 static void
 launch_exit_now(Recorder *r, uint32_t correlation_id)
 {
-    OpenCall call;
-    if (!take_open_call(calls_of(r), correlation_id, &call) || !call.recorded)
+    ThreadCalls *t = calls_of(r);
+    OpenCall *call = t != NULL ? take_open_call(t, correlation_id) : NULL;
+    if (call == NULL || !call->recorded)
         return;
     int timed = atomic_load_explicit(&r->timed, memory_order_relaxed);
-    if (timed || (call.launch.start != 0 && call.launch.parent == 0))
-        call.launch.end = timestamp_now(r);
-    finish(r, &call.launch);
+    if (timed || (call->launch.start != 0 && call->launch.parent == 0))
+        call->launch.end = timestamp_now(r);
+    finish(r, t, &call->launch);
 }
 
 /* ---- CUDA graphs: what the callback calls at CUPTI's graph resource callbacks */
@@ -629,7 +928,9 @@ graph_event(Recorder *r, int event, const kn_ResourceData *data)
     if (event == NODE_CREATED) {
         /* Made during stream capture: inside the launch call captured, which has its site. */
         ThreadCalls *t = calls_of(r);
-        if (t->count > 0)
+        if (t == NULL)
+            e.site = r->unnamed;
+        else if (t->count > 0)
             e.site = t->calls[t->count - 1].launch.site;
         else if (t->wrapped != NULL)
             e.site = t->wrapped;
@@ -640,12 +941,13 @@ graph_event(Recorder *r, int event, const kn_ResourceData *data)
     keep_node_event(r, &e);
 }
 
-static inline int
+/* The api index + 1 and GRAPH_API of a launch API (0: not recorded). */
+static inline unsigned
 api_of(Recorder *r, kn_CallbackDomain domain, kn_CallbackId cbid)
 {
     if (domain > 2 || cbid >= MAX_CBID)
-        return -1;
-    return (int)r->apis_of[domain][cbid] - 1;
+        return 0;
+    return r->apis_of[domain][cbid];
 }
 
 void
@@ -672,9 +974,10 @@ on_api(void *userdata, kn_CallbackDomain domain, kn_CallbackId cbid, const void 
         return;
     }
     if (data->callbackSite == KN_CUPTI_API_ENTER) {
-        int api = api_of(r, domain, cbid);
-        if (api >= 0)
-            launch_enter_now(r, data->correlationId, api);
+        unsigned api = api_of(r, domain, cbid);
+        if (api != 0)
+            launch_enter_now(r, data->correlationId, (int)(api & MAX_APIS) - 1,
+                             (api & GRAPH_API) != 0);
     }
 }
 

@@ -8,19 +8,34 @@
 
 #include "profiling/_cupti_c/types.h" /* first: it includes Python.h */
 
-/* This thread's open calls, as calls_of() gives them to the recorder `r` (started afresh for
- * another recorder). */
-INTERNAL extern _Thread_local ThreadCalls here; /* callback.c */
+/* This thread's calls (made at its first launch call, freed as it ends), as calls_of() gives
+ * them to the recorder `r` (started afresh for another recorder). One pointer, read once a
+ * callback: a shared library's thread-local is found through a call into the dynamic linker
+ * (__tls_get_addr) at each access. Not initial-exec, which would take the extension's thread-
+ * locals from the little static space glibc keeps for libraries loaded later, and fail the
+ * import where libraries loaded before it (torch's) used it up. */
+INTERNAL extern _Thread_local ThreadCalls *here; /* callback.c */
+
+/* This thread's calls made, or started afresh for `r`: its buffer of another recorder let go.
+ * NULL: no memory for them (a fault kept): the call is not recorded. */
+INTERNAL ThreadCalls *calls_start(Recorder *r); /* callback.c */
 
 static inline ThreadCalls *
 calls_of(Recorder *r)
 {
-    ThreadCalls *t = &here;
-    if (t->owner != r->serial) {
-        memset(t, 0, offsetof(ThreadCalls, calls));
-        t->owner = r->serial;
-    }
+    ThreadCalls *t = here;
+    if (t == NULL || t->owner != r->serial)
+        t = calls_start(r);
     return t;
+}
+
+/* The launch kname wraps that runs on this thread now has the site `name` (NULL: none). */
+static inline void
+mark_wrapped(Recorder *r, PyObject *name)
+{
+    ThreadCalls *t = calls_of(r);
+    if (t != NULL)
+        t->wrapped = name;
 }
 
 /* In callback.c: what CUPTI calls at each launch API call, and what it shares. */
@@ -44,9 +59,22 @@ INTERNAL void note_fault(Recorder *r, const char *where);
 /* The same for a fault of CUPTI's, said in words (no GIL needed). */
 INTERNAL void note_c_fault(Recorder *r, const char *where, const char *detail, long status);
 
-/* The finished calls taken out of the buffer (a copy, *count of them; NULL when none, or, with
- * *count left above 0, no memory: they stay). Any thread. */
+/* The finished calls taken out of the threads' buffers (a copy, *count of them, thread by
+ * thread, each in the order they finished; NULL when none, or, with *count left above 0, no
+ * memory: they stay). Any thread. */
 INTERNAL Launch *take_finished(Recorder *r, Py_ssize_t *count);
+
+/* The finished calls waiting and the calls open to be recorded at their exit, over every
+ * thread (under r->lock). */
+INTERNAL void waiting_calls(Recorder *r, Py_ssize_t *finished, Py_ssize_t *open);
+
+/* Every thread's buffer let go (the recorder's end); or its calls forgotten (cleared). */
+INTERNAL void free_buffers(Recorder *r);
+INTERNAL void forget_finished(Recorder *r);
+
+/* The module's key whose destructor lets a thread's calls and buffer go when the thread ends
+ * (state.c makes it). 0, or -1 with an error. */
+INTERNAL int thread_end_ready(void);
 
 /* The graph node events waiting, taken the same way. */
 INTERNAL NodeEvent *take_node_events(Recorder *r, Py_ssize_t *count);

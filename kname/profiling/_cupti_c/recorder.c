@@ -120,7 +120,7 @@ recorder_mark(Recorder *r, PyObject *name)
     PyObject *kept = keep(r, name);
     if (kept == NULL)
         return NULL;
-    calls_of(r)->wrapped = kept;
+    mark_wrapped(r, kept);
     Py_RETURN_NONE;
 }
 
@@ -128,7 +128,7 @@ static PyObject *
 recorder_unmark(Recorder *r, PyObject *unused)
 {
     (void)unused;
-    calls_of(r)->wrapped = NULL;
+    mark_wrapped(r, NULL);
     Py_RETURN_NONE;
 }
 
@@ -269,8 +269,10 @@ static PyObject *
 recorder_counts(Recorder *r, PyObject *unused)
 {
     (void)unused;
+    Py_ssize_t count, open;
     pthread_mutex_lock(&r->lock);
-    Py_ssize_t count = r->count, open = r->open, nodes = r->node_event_count;
+    waiting_calls(r, &count, &open);
+    Py_ssize_t nodes = r->node_event_count;
     unsigned long long dropped = r->dropped, nodes_dropped = r->node_events_dropped;
     pthread_mutex_unlock(&r->lock);
     return Py_BuildValue("{snsnsKsnsK}", "finished", count, "open", open, "dropped", dropped,
@@ -354,7 +356,8 @@ recorder_enable(Recorder *r, PyObject *args)
                      MAX_CBID);
         return NULL;
     }
-    r->apis_of[domain][cbid] = (uint16_t)(api + 1); /* before CUPTI may call back with it */
+    /* before CUPTI may call back with it */
+    r->apis_of[domain][cbid] = (uint16_t)((api + 1) | (r->graph_of[api] ? GRAPH_API : 0));
     kn_CUptiResult status;
     kn_SubscriberHandle subscriber = r->subscriber;
     Py_BEGIN_ALLOW_THREADS
@@ -496,9 +499,9 @@ recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (pairs == NULL)
         return NULL;
     Py_ssize_t count = PyTuple_GET_SIZE(pairs);
-    if (count > UINT16_MAX) { /* none: a recorder of activity buffers alone */
+    if (count > MAX_APIS) { /* none: a recorder of activity buffers alone */
         Py_DECREF(pairs);
-        PyErr_SetString(PyExc_ValueError, "Recorder: apis must be at most 65535 (name, graph) "
+        PyErr_SetString(PyExc_ValueError, "Recorder: apis must be at most 32767 (name, graph) "
                                           "pairs");
         return NULL;
     }
@@ -580,8 +583,8 @@ static int
 recorder_clear(Recorder *r)
 {
     /* The records point into `kept`: none may be read once it goes. */
+    forget_finished(r);
     pthread_mutex_lock(&r->lock);
-    r->count = 0;
     r->node_event_count = 0;
     pthread_mutex_unlock(&r->lock);
     pthread_mutex_lock(&r->activity_lock);
@@ -619,7 +622,7 @@ recorder_dealloc(Recorder *r)
     /* Never while subscribed: CUPTI then holds a reference (see subscribe). */
     PyObject_GC_UnTrack(r);
     recorder_clear(r);
-    free(r->records);
+    free_buffers(r);
     free(r->node_events);
     free(r->graph_of);
     free(r->gpu);

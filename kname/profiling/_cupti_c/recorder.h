@@ -22,20 +22,24 @@
  *   exit: the end time of the open call with that correlation id.
  * site_calls(name, nvtx_push, nvtx_pop) gives a wrapped launch's push and pop as C callables: the
  * NVTX call and the mark (or the unmark and the NVTX call), no Python frame per launch.
- * Each call is kept as a C struct (no Python object per launch); drain(make_record) hands over
- * the finished ones as make_record(correlation_id, thread, site, api, start, end, graph,
- * parent), in the order they finished. Calls still open stay until their exit.
+ * Each call is kept as a C struct (no Python object per launch), in a buffer of its thread's
+ * own, which that thread writes without a lock; drain(make_record) hands over the finished ones
+ * as make_record(correlation_id, thread, site, api, start, end, graph, parent), each thread's in
+ * the order they finished, the threads' merged as their calls entered. Calls still open stay
+ * until their exit; a thread that ends leaves its buffer to the drain.
  *
  * Threads and the GIL: the GIL is taken only to read a frame, and only when the thread does not
  * hold it (torch releases it around its launches). A thread with no Python thread state, a
  * call nested in an open one, and a wrapped launch need no GIL at all: the site names kept here
- * (the dict `kept`, for the recorder's lifetime) are stored as plain pointers, and the records
- * are guarded by a mutex of their own. Nothing touches Python once the interpreter finalizes,
+ * (the dict `kept`, for the recorder's lifetime) are stored as plain pointers, and the drain
+ * takes the threads' records under a mutex of their own, which a launching thread takes only
+ * to make room. Nothing touches Python once the interpreter finalizes,
  * after unsubscribe(), or in a child forked after the recorder was made (CUPTI does not follow a
  * fork).
  *
  * Faults never reach CUPTI: the first is kept for take_fault(), the launch is still recorded.
- * At most max_pending records wait for a drain; past that, calls are counted in `dropped`.
+ * At most max_pending records wait for a drain (the room the threads' buffers hold, counted over
+ * every thread); past that, calls are counted in `dropped`.
  *
  * Activity buffers: take_activity_buffers() registers CUPTI's buffer callbacks (in place of
  * cupti-python's). CUPTI asks for a buffer (malloc'd here, aligned as it asks) and hands it back

@@ -24,7 +24,7 @@ site_mark(const KnameProfiled *profiled)
 {
     const SiteCall *call = (const SiteCall *)((const char *)profiled - offsetof(SiteCall, profiled));
     if (call->recorder != NULL)
-        calls_of(call->recorder)->wrapped = call->name;
+        mark_wrapped(call->recorder, call->name);
 }
 
 static void
@@ -32,7 +32,7 @@ site_unmark(const KnameProfiled *profiled)
 {
     const SiteCall *call = (const SiteCall *)((const char *)profiled - offsetof(SiteCall, profiled));
     if (call->recorder != NULL)
-        calls_of(call->recorder)->wrapped = NULL;
+        mark_wrapped(call->recorder, NULL);
 }
 
 static PyObject *

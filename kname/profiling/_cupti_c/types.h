@@ -24,8 +24,10 @@
 
 #define MAX_OPEN 32      /* room per thread; max_open_calls (capture's rule) may not exceed it */
 #define RECENT 256       /* entries of each table of recent look-ups, a power of 2 */
-#define FIRST_ROOM 4096  /* records the buffer first makes room for */
+#define FIRST_ROOM 256   /* records a thread's buffer first makes room for */
 #define MAX_CBID 4096    /* callback ids per domain (CUPTI 13: 877 driver, 567 runtime) */
+#define MAX_APIS 0x7FFF  /* api indexes, below apis_of's GRAPH_API bit */
+#define GRAPH_API 0x8000 /* in an apis_of entry: the api launches a graph */
 #define FIRST_GPU_ROOM 4096 /* GPU records the buffer first makes room for */
 #define COPY_KINDS 32       /* memcpy kinds whose names are kept (CUPTI 13: 0 to 12) */
 #define MAX_RESOURCE_CBID 64 /* resource callback ids (CUPTI 13: 26) */
@@ -57,17 +59,70 @@ finalizing(void)
 
 typedef struct {
     Launch launch;
-    int recorded; /* room was reserved for it: it goes to the buffer at its exit */
+    int recorded; /* it goes to the thread's buffer at its exit */
 } OpenCall;
 
-/* One thread's launch API calls now open, and the site of the wrapped launch it is running. Both
- * belong to one recorder (`owner`, its serial): another recorder starts them afresh. */
+/* One thread's finished calls for one recorder. Its thread alone writes it, without a lock:
+ * records[count], then `count` published (release). The drain reads [consumed, count) under the
+ * recorder's lock, and the thread changes `records`, `capacity` or `consumed` only under that
+ * lock (when full: room again once drained, or more room). Held by its thread and by the
+ * recorder's list (`refs`): the last to let go frees it, so the calls of a thread that ended
+ * before the drain are still drained. */
+typedef struct ThreadBuffer {
+    struct ThreadBuffer *next; /* the recorder's list, under its lock */
+    Launch *records;
+    Py_ssize_t capacity, consumed;
+    _Atomic Py_ssize_t count;
+    atomic_int open; /* calls open now, recorded at their exit */
+    atomic_int refs; /* 2: its thread's and the list's; 1: its thread ended (or moved on) */
+} ThreadBuffer;
+
+/* A site a thread found with the GIL under its frame's own key, for its launches made with the
+ * GIL released (callback.c's site_without_gil). */
+#define THREAD_SITES 32 /* entries, a power of 2 */
+
+typedef struct {
+    const void *position; /* frame_position: the frame's instruction, in its code object */
+    void *code;
+    uint64_t generation;
+    PyObject *name; /* kept by the recorder */
+} ThreadSite;
+
+/* A site a thread found with the GIL by walking from its running frame, through library code,
+ * to the first user frame above (callback.c's cached_site), for its launches made with the GIL
+ * released from the same frames: the walk's inputs (each frame's code, the user frame's
+ * instruction, the dicts' generations) are compared, the walk is not taken again. */
+#define WALKED_DEPTH 8  /* frames above the running one a walked site may pass */
+#define WALKED_SITES 16 /* entries, a power of 2 */
+
+typedef struct {
+    const void *position; /* the running frame's instruction */
+    void *code;           /* its code */
+    const void *user;     /* the user frame's instruction */
+    void *codes[WALKED_DEPTH]; /* the code of each frame above the running one, to the user's */
+    uint64_t sites_generation, kinds_generation;
+    PyObject *name; /* kept by the recorder */
+    int depth;      /* the user frame is the depth-th above the running one; 0: no entry */
+} WalkedSite;
+
+/* One thread's launch API calls now open, the site of the wrapped launch it is running, and its
+ * buffer of finished calls. All belong to one recorder (`owner`, its serial): another recorder
+ * starts them afresh. */
 typedef struct {
     uint64_t owner;
     int count;
     int naming; /* asking Python for a site: a launch API called meanwhile is not walked again */
     PyObject *wrapped;
-    OpenCall calls[MAX_OPEN];
+    unsigned long thread; /* PyThread_get_thread_ident() */
+    /* Its buffer (NULL until its first finished call), and the buffer as its thread writes it:
+     * the call finishing reads this line only, the buffer's own is written, never read. */
+    ThreadBuffer *buffer;
+    Launch *records;
+    Py_ssize_t written, capacity;
+    int open; /* the buffer's `open`, as this thread last set it */
+    ThreadSite sites[THREAD_SITES];
+    WalkedSite walked[WALKED_SITES];
+    OpenCall calls[MAX_OPEN]; /* last: calls_start clears what comes before it */
 } ThreadCalls;
 
 
@@ -149,10 +204,11 @@ typedef struct {
     _Atomic int has_frameless_namer;
     Py_ssize_t max_pending;
 
-    /* The records: finished ones in `records`, room reserved for the `open` ones. */
+    /* The finished calls: each thread's buffer (`buffers`, its list), made and grown under
+     * `lock`, with the room they hold (`room`: at most max_pending). */
     pthread_mutex_t lock;
-    Launch *records;
-    Py_ssize_t count, capacity, open;
+    ThreadBuffer *buffers;
+    Py_ssize_t room;
     unsigned long long dropped;
     int forgot_open_calls;
 
@@ -169,8 +225,9 @@ typedef struct {
     kn_EnableCallback enable_callback;
     kn_GetTimestamp get_timestamp;
     kn_SubscriberHandle subscriber;
-    /* By domain (driver 1, runtime 2): cbid -> api index + 1 (0: not recorded). Fixed in size:
-     * a callback may read it on another thread while enable() writes another entry. */
+    /* By domain (driver 1, runtime 2): cbid -> api index + 1 (0: not recorded), with GRAPH_API
+     * set for a graph launch. Fixed in size: a callback may read it on another thread while
+     * enable() writes another entry. */
     uint16_t apis_of[3][MAX_CBID];
 
     /* CUDA graphs: resource cbid -> node event (0: not recorded), the id functions, the last

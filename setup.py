@@ -135,6 +135,8 @@ CUPTI_SOURCES = [
     "kname/profiling/_cupti_c/records.c",
     "kname/profiling/_cupti_c/site_calls.c",
     "kname/profiling/_cupti_c/callback.c",
+    "kname/profiling/_cupti_c/launch_site.c",
+    "kname/profiling/_cupti_c/faults.c",
     "kname/profiling/_cupti_c/activity.c",
     "kname/profiling/_cupti_c/join.c",
     "kname/profiling/_cupti_c/id_map.c",

@@ -53,7 +53,7 @@ INTERNAL void launch_enter(Recorder *r, uint32_t correlation_id, int api, uint64
 INTERNAL void launch_exit(Recorder *r, uint32_t correlation_id, uint64_t timestamp);
 
 /* Keep a fault for take_fault(), unless one is kept already (report_fault says each kind once).
- * With the GIL: the exception set now, cleared. */
+ * With the GIL: the exception set now, cleared. faults.c, as note_c_fault. */
 INTERNAL void note_fault(Recorder *r, const char *where);
 
 /* The same for a fault of CUPTI's, said in words (no GIL needed). */
@@ -73,13 +73,19 @@ INTERNAL void free_buffers(Recorder *r);
 INTERNAL void forget_finished(Recorder *r);
 
 /* The module's key whose destructor lets a thread's calls and buffer go when the thread ends
- * (state.c makes it). 0, or -1 with an error. */
+ * (the module's init makes it). 0, or -1 with an error. */
 INTERNAL int thread_end_ready(void);
 
 /* The graph node events waiting, taken the same way. */
 INTERNAL NodeEvent *take_node_events(Recorder *r, Py_ssize_t *count);
 
-/* Where `kept` holds a name equal to `name`, that one (borrowed); NULL with an error. */
+/* Where `kept` holds a name equal to `name`, that one (borrowed); NULL with an error
+ * (launch_site.c). */
 INTERNAL PyObject *keep(Recorder *r, PyObject *name);
+
+/* The site of a launch whose call is not nested and not wrapped, and of one with no Python
+ * frame (borrowed; NULL: none). The GIL need not be held. launch_site.c. */
+INTERNAL PyObject *site_here(Recorder *r, ThreadCalls *t);
+INTERNAL PyObject *frameless_site(Recorder *r, ThreadCalls *t);
 
 #endif /* KNAME_NATIVE_CUPTI_CALLBACK_H */

@@ -33,7 +33,7 @@ PyInit__native_cupti(void)
     return NULL;
 #else
     static int once = 0;
-    if (state_ready() < 0)
+    if (state_ready() < 0 || thread_end_ready() < 0)
         return NULL;
     if (!once) {
         /* Without it (no room left), the collector's stop still holds. */

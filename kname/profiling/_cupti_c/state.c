@@ -43,8 +43,6 @@ state_ready(void)
     str_memset = PyUnicode_InternFromString("memset");
     str_memset_name = PyUnicode_InternFromString("[memset]");
     str_empty = PyUnicode_InternFromString("");
-    if (thread_end_ready() < 0)
-        return -1;
     if (str_name == NULL || str_kernel == NULL || str_memcpy == NULL || str_memset == NULL
         || str_memset_name == NULL || str_empty == NULL)
         return -1;

@@ -418,6 +418,7 @@ class ProfileSession:
             return  # a forked child: its parent reports what was collected
         with self._lock:  # after a flush under way, and no flush after this
             self._flushing.set()
+            self.wrappers_out = False  # the program has ended: nothing to patch back for
         self.stop()
         if self.not_collected is not None:
             self._say_not_collected()

@@ -118,6 +118,44 @@ def test_keep_wrappers_and_an_nvtx_tool_attached_each_keep_them_in_the_call_path
     assert lines[1] == "started: True out: False" and lines[2:3] + lines[4:] == kept
 
 
+AT_EXIT = """
+import atexit
+atexit.register(lambda: print("after the profile's exit:", wrapped()))  # runs after the session's
+session = ProfileSession()
+session.start()
+session.write_at_exit(print_table=False)
+print("collecting:", wrapped())
+"""
+
+
+def test_a_profile_ended_by_the_program_s_exit_leaves_the_wrappers_out(
+    tmp_path, fake_libcupti
+) -> None:
+    """At exit there is nothing left to name: no class is patched again, nor can fail to be."""
+    head = SCRIPT.split("if {numba_first}:")[0]
+    (tmp_path / "fakegpu.py").write_text(FAKEGPU)
+    script = (
+        head.format(
+            repo=str(REPO),
+            tests=str(REPO / "tests"),
+            folder=str(tmp_path),
+            libcupti=str(fake_libcupti),
+        )
+        + "from numba import cuda\n"
+        + AT_EXIT
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)], cwd=tmp_path, env=clean_env(),
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [
+        "collecting: numba False launcher True",
+        "after the profile's exit: numba False launcher True",
+    ]
+    assert "cannot wrap" not in done.stderr
+
+
 @pytest.mark.parametrize(
     ("variables", "reason"),
     [

@@ -418,6 +418,7 @@ SPLIT_STEPS = (
     ("the session beyond the collector (wrappers passing through)", "kname-unwrapped", "recorder"),
     ("kname's wrappers naming their launches in a session", "kname-no-forward", "kname-unwrapped"),
     ("the library launch wrappers kept in the call path", "kname-wrapped", "kname"),
+    ("the session beyond the collector (library wrappers out)", "kname", "recorder"),
     (
         "kname's changes in the call path (a session without them: unpatched)",
         "kname",

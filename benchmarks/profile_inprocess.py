@@ -278,18 +278,24 @@ def kname_variant(
     switch off, nothing unpatched), so the callback names those from the frame too; without
     `patched`: kname disabled once the session started (every change it made undone: no wrapper
     in the call path, every site from the frame)."""
+    import kname
     from kname import lifecycle
     from kname.profiling import backward
     from kname.profiling.session import ProfileSession
 
     session: list = []
 
+    def new_session():
+        if not keep_wrappers:
+            return kname.profile()  # its install lends it the wrappers, to take out
+        try:
+            return ProfileSession(keep_wrappers=True)
+        except TypeError:  # a kname that always keeps them (--repo)
+            return ProfileSession()
+
     def start() -> None:
         set_enabled(True)
-        try:
-            session.append(ProfileSession(keep_wrappers=keep_wrappers))
-        except TypeError:  # a kname that always keeps them (--repo)
-            session.append(ProfileSession())
+        session.append(new_session())
         if not session[-1].start():
             raise RuntimeError(f"kname profile did not start: {session[-1].not_collected}")
         if not forward_lines:

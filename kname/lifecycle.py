@@ -178,6 +178,7 @@ def _arm_on_demand(config: Config) -> None:
     try:
         from kname.profiling import ondemand
 
+        _serve_profiles()
         ondemand.arm(config.trigger)
     except Exception as exc:  # on-demand profiling must not stop the program, nor its naming
         warn_once("profile:attach", f"kname attach cannot be answered here ({exc})")
@@ -252,6 +253,14 @@ def wrappers_are_out() -> bool:
     return _state.wrappers_out
 
 
+def _serve_profiles() -> None:
+    """kname profile's sessions may take the library launch wrappers out of the call path through
+    this install (kname.profiling.wrappers, a layer below, which cannot import this module)."""
+    from kname.profiling import wrappers
+
+    wrappers.serve(wrappers.Install(current_config, take_wrappers_out, put_wrappers_back))
+
+
 def _left_out(change: Change) -> bool:
     return _state.wrappers_out and any(change is c for c in _state.launch_changes)
 
@@ -278,6 +287,7 @@ def profile(keep_streams: bool = False) -> ProfileSession:
     from kname.profiling.session import ProfileSession
 
     install()
+    _serve_profiles()
     return ProfileSession(keep_streams=keep_streams)
 
 
@@ -310,6 +320,7 @@ def _start_profiling(config: Config) -> None:
     from kname.profiling import mode
 
     try:
+        _serve_profiles()
         mode.start(config)
     except Exception as exc:  # profiling must not stop the program, nor its naming
         warn_once("profile:mode", f"KNAME_MODE=profile could not start ({exc}); naming goes on")

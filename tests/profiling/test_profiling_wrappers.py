@@ -44,6 +44,7 @@ from kname.profiling.session import ProfileSession
 sys.modules["cupti"] = SimpleNamespace(cupti=StandInBinding())
 native_callback.libcupti_path = lambda: {libcupti!r}
 kname.install(targets=["numba", "fakegpu:launch"])
+kname.profile()  # its install lends kname profile's sessions the wrappers
 import fakegpu
 
 
@@ -175,7 +176,7 @@ def test_the_wrappers_stay_where_something_reads_what_they_add(
     for variable, value in variables.items():
         monkeypatch.setenv(variable, value)
     monkeypatch.setattr(lifecycle, "_start_profiling", lambda config: None)  # no session here
-    kname.install(targets=[])
+    kname.profile()  # installs kname, which lends its sessions the wrappers
     said = wrappers.why_kept(native_callback=True)
     assert said is None if reason is None else said.startswith(reason)
     assert wrappers.why_kept(native_callback=False) == "the Python callback collects"

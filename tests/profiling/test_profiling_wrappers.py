@@ -202,3 +202,44 @@ def test_format_fields_are_the_names_of_the_fields_a_template_has_whatever_their
         f"{text}{{{name}{conversion}{spec}}}" for text, name, conversion, spec in parts
     )
     assert wrappers.format_fields(template + tail) == {name for _, name, _, _ in parts}
+
+
+MODE_SCRIPT = """
+import os, sys
+from types import SimpleNamespace
+os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+sys.path[:0] = [{repo!r}, {tests!r}]
+from support.cupti_stand_in import StandInBinding
+
+sys.modules["cupti"] = SimpleNamespace(cupti=StandInBinding())
+from kname.profiling import native_callback
+
+native_callback.libcupti_path = lambda: {libcupti!r}
+from numba import cuda  # imported before kname: its target is wrapped as install() runs
+from numba.cuda.simulator import kernel
+
+import kname
+from kname.patching import is_wrapper
+from kname.profiling import mode
+
+kname.install()
+print(mode._session.wrappers_out, is_wrapper(vars(kernel.FakeCUDAKernel)["__call__"]))
+"""
+
+
+def test_kname_profile_from_start_up_never_puts_a_library_wrapper_in_the_call_path(
+    tmp_path, fake_libcupti
+) -> None:
+    """KNAME_MODE=profile: the session starts inside install(), before the targets are watched;
+    a library imported before kname is wrapped as install() runs, after the session took the
+    wrappers out: its launch is left as the library's."""
+    script = MODE_SCRIPT.format(
+        repo=str(REPO), tests=str(REPO / "tests"), libcupti=str(fake_libcupti)
+    )
+    env = clean_env(KNAME_MODE="profile", KNAME_REPORT=str(tmp_path / "p.json"))
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)], cwd=tmp_path, env=env,
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[0] == "True False"

@@ -3,7 +3,7 @@ program's iterations with profiling on and off, many short blocks interleaved.
 
     python benchmarks/profile_inprocess.py [--rounds 400] [--iterations 20] [--max-seconds 40]
         [--warm 3] [--settle 100] [--json OUT] [--repo CHECKOUT] [--no-proton] [--noop]
-        [--lines] [--split] [--counts] [--phase all|kname|proton]
+        [--lines] [--split] [--also VARIANT,...] [--counts] [--phase all|kname|proton]
 
 Whole processes on the GPU hosts swing 1.7-2x for the same loop (docs/benchmarks.md), far more
 than the microsecond a launch that the budget speaks of. Here one process imports the libraries
@@ -43,10 +43,11 @@ kname's recorder with its bookkeeping alone and with each site looked up from th
 wrappers (kept in the call path: `kname-wrapped`, as before kname.profiling.wrappers took them
 out), torch's forward lines; kname enabled and disabled before a block; and kname's naming over
 the floor) and gives each piece's µs per launch, paired by round, with CUPTI's callbacks an
-iteration by domain. `--counts` adds, per variant, the recorder's site look-ups in Python (and
-its GIL and lock takes, with tests/support/lock_counter.c preloaded) an iteration. GPU launches
-per iteration are counted by kname's session (its launch API calls), else taken as the loop's
-lines.
+iteration by domain; `--also NAME,...` adds some of them alone (`--also kname-wrapped`: kname
+with its library wrappers kept, as before kname.profiling.wrappers, beside it). `--counts`
+adds, per variant, the recorder's site look-ups in Python (and its GIL and lock takes, with
+tests/support/lock_counter.c preloaded) an iteration. GPU launches per iteration are counted by
+kname's session (its launch API calls), else taken as the loop's lines.
 """
 
 from __future__ import annotations
@@ -436,27 +437,31 @@ SPLIT_STEPS = (
 )
 
 
-def split_variants(library: Path | None, counted: list[float]) -> list[Callable[[], Variant]]:
-    """The makers of the split's variants, beyond off, floor and kname."""
-    return [
-        lambda: floor_variant(library, "floor-subscribed", launches=False),
-        lambda: floor_variant(library, "floor-v2", named=True),
-        lambda: floor_variant(library, "floor-graphs", graphs=True),
-        lambda: floor_variant(library, "floor-recording", recording=True),
-        lambda: floor_variant(library, "floor+naming", naming=True),
-        lambda: floor_variant(
+def split_variants(library: Path | None, counted: list[float]) -> dict[str, Callable[[], Variant]]:
+    """The makers of the split's variants, beyond off, floor and kname, by name."""
+    return {
+        "floor-subscribed": lambda: floor_variant(library, "floor-subscribed", launches=False),
+        "floor-v2": lambda: floor_variant(library, "floor-v2", named=True),
+        "floor-graphs": lambda: floor_variant(library, "floor-graphs", graphs=True),
+        "floor-recording": lambda: floor_variant(library, "floor-recording", recording=True),
+        "floor+naming": lambda: floor_variant(library, "floor+naming", naming=True),
+        "floor-no-external": lambda: floor_variant(
             library, "floor-no-external", without_kinds=("EXTERNAL_CORRELATION",)
         ),
-        lambda: recorder_variant("recorder-marked", marked=True),
-        lambda: recorder_variant("recorder", marked=False),
-        lambda: recorder_variant("recorder-toggled", marked=False, toggled=True),
-        lambda: kname_variant(counted, "kname-wrapped", keep_wrappers=True),
-        lambda: kname_variant(counted, "kname-no-forward", forward_lines=False, keep_wrappers=True),
-        lambda: kname_variant(
+        "recorder-marked": lambda: recorder_variant("recorder-marked", marked=True),
+        "recorder": lambda: recorder_variant("recorder", marked=False),
+        "recorder-toggled": lambda: recorder_variant(
+            "recorder-toggled", marked=False, toggled=True
+        ),
+        "kname-wrapped": lambda: kname_variant(counted, "kname-wrapped", keep_wrappers=True),
+        "kname-no-forward": lambda: kname_variant(
+            counted, "kname-no-forward", forward_lines=False, keep_wrappers=True
+        ),
+        "kname-unwrapped": lambda: kname_variant(
             counted, "kname-unwrapped", forward_lines=False, wrappers=False, keep_wrappers=True
         ),
-        lambda: kname_variant(counted, "kname-unpatched", patched=False),
-    ]
+        "kname-unpatched": lambda: kname_variant(counted, "kname-unpatched", patched=False),
+    }
 
 
 def step_costs(samples: dict, launches: int, steps: tuple = SPLIT_STEPS) -> dict:
@@ -606,6 +611,10 @@ def main() -> int:
     parser.add_argument("--noop", action="store_true", help="the harness on the CPU, no GPU")
     parser.add_argument("--lines", action="store_true", help="also time each line apart")
     parser.add_argument(
+        "--also", default="",
+        help="some of the split's variants (comma-separated names), with its pieces they make",
+    )  # fmt: skip
+    parser.add_argument(
         "--counts", action="store_true",
         help="count the site look-ups in Python (and GIL and lock takes, with "
         "tests/support/lock_counter.c preloaded) an iteration, per variant",
@@ -629,7 +638,7 @@ def main() -> int:
     folder = Path(tempfile.mkdtemp(prefix="kname-inprocess-"))
     make_program = gpu_program
     if args.noop:
-        make_program = stand_in_program if args.split else noop_program
+        make_program = stand_in_program if args.split or args.also else noop_program
     loop, sync, lines, skipped = make_program(folder, args.lines)
     if args.counts:
         count_slow_work()
@@ -642,10 +651,14 @@ def main() -> int:
         result["phase_proton"] = proton_phase(folder, loop, sync, args, started, result)
         return finish(result, args, started)
     variants = [off_variant("off"), off_variant("off-again")]
-    if not args.noop or args.split:
+    if not args.noop or args.split or args.also:
         library = floor_library(args)
         makers = [lambda: floor_variant(library), lambda: kname_variant(counted)]
-        for make in makers + (split_variants(library, counted) if args.split else []):
+        more = split_variants(library, counted)
+        chosen = list(more) if args.split else [n for n in args.also.split(",") if n]
+        for name in [n for n in chosen if n not in more]:
+            result["notes"].append(f"no variant {name!r}: {', '.join(more)}")
+        for make in makers + [more[name] for name in chosen if name in more]:
             try:
                 variants.append(make())
             except Exception as exc:
@@ -666,7 +679,7 @@ def main() -> int:
     if args.lines:
         result["lines_kname"] = added_by_line(samples, list(lines), args.iterations)
     result["callbacks_per_iteration"] = callbacks_per_iteration()
-    if args.split:
+    if args.split or args.also:
         result["split"] = step_costs(samples, launches)
     if COUNTED and COUNTERS:
         result["counts"] = COUNTED

@@ -71,3 +71,18 @@ def test_a_block_after_kname_s_patches_changed_settles_before_its_timed_loop() -
     for variant in (still, enabling, still, still):
         harness.run_block(variant, ran.append, lambda: None, warm=3, iterations=20, settle=100)
     assert ran == [3, 20, 3, 100, 20, 3, 100, 20, 3, 20]
+
+
+@pytest.mark.skipif(native is None, reason=f"no native CUPTI callback here: {WHY}")
+@pytest.mark.skipif(COMPILER is None, reason="no C compiler for the stand-in libcupti")
+def test_also_adds_the_variants_named_and_the_pieces_they_make(tmp_path) -> None:
+    out = tmp_path / "also.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--noop", "--also", "kname-wrapped", "--rounds", "4",
+         "--json", str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert set(result["phase_kname"]) == {"off-again", "floor", "kname", "kname-wrapped"}
+    assert list(result["split"]) == ["the library launch wrappers kept in the call path"]

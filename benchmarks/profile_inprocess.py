@@ -299,6 +299,7 @@ def kname_variant(
         session.append(new_session())
         if not session[-1].start():
             raise RuntimeError(f"kname profile did not start: {session[-1].not_collected}")
+        WRAPPERS_OUT[name] = getattr(session[-1], "wrappers_out", False)
         if not forward_lines:
             backward.collect(None)
         if not wrappers:
@@ -392,6 +393,9 @@ def floor_variant(
 
     return Variant(name, start, stop)
 
+
+# Per session variant, whether its last session took the library launch wrappers out.
+WRAPPERS_OUT: dict[str, bool] = {}
 
 # Per floor variant, the callbacks CUPTI made to it in each block, by domain, an iteration of
 # the block (its untimed ones too).
@@ -679,6 +683,7 @@ def main() -> int:
     if args.lines:
         result["lines_kname"] = added_by_line(samples, list(lines), args.iterations)
     result["callbacks_per_iteration"] = callbacks_per_iteration()
+    result["wrappers_out"] = dict(WRAPPERS_OUT)
     if args.split or args.also:
         result["split"] = step_costs(samples, launches)
     if COUNTED and COUNTERS:
@@ -769,6 +774,8 @@ def render(result: dict) -> str:
         for clock in ("cpu", "wall"):
             above = kname_row[clock]["added_us"] - floor_row[clock]["added_us"]
             out.append(f"kname above CUPTI's floor ({clock}): {above:+.2f} µs/launch")
+    for name, out_of_path in result.get("wrappers_out", {}).items():
+        out.append(f"{name}: library launch wrappers out of the call path: {out_of_path}")
     for name, by_domain in result.get("callbacks_per_iteration", {}).items():
         said = ", ".join(f"{domain} {count:.1f}" for domain, count in by_domain.items())
         out.append(f"{name}: CUPTI's callbacks an iteration: {said}")

@@ -86,3 +86,4 @@ def test_also_adds_the_variants_named_and_the_pieces_they_make(tmp_path) -> None
     result = json.loads(out.read_text())
     assert set(result["phase_kname"]) == {"off-again", "floor", "kname", "kname-wrapped"}
     assert list(result["split"]) == ["the library launch wrappers kept in the call path"]
+    assert result["wrappers_out"] == {"kname": True, "kname-wrapped": False}

@@ -1,8 +1,8 @@
 """kname profile's names with kname's library launch wrappers in the call path and out of it
 (kname.profiling.wrappers, issue 43), on a GPU: the mixed program's loop (benchmarks/
 mixed_program.py: numba-cuda, CuPy, torch, Triton, each that starts here) profiled twice in one
-process, first with ProfileSession(keep_wrappers=True), then with the default (the wrappers out
-where nothing reads them). One line per run:
+process, first with ProfileSession(keep_wrappers=True), then as kname.profile() collects (the
+wrappers out where nothing reads them). One line per run:
 
     RUN {"keep": true, "out": false, "sites": {name: launches, ...}}
 
@@ -36,7 +36,7 @@ def main() -> int:
     loop(3)  # compiled, outside any profile
     mixed_program.synchronize(ns)
     for keep in (True, False):
-        session = ProfileSession(keep_wrappers=keep)
+        session = ProfileSession(keep_wrappers=True) if keep else kname.profile()
         if not session.start():
             print("NOT COLLECTED", session.not_collected)
             return 1

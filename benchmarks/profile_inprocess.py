@@ -2,8 +2,8 @@
 program's iterations with profiling on and off, many short blocks interleaved.
 
     python benchmarks/profile_inprocess.py [--rounds 400] [--iterations 20] [--max-seconds 40]
-        [--json OUT] [--repo CHECKOUT] [--no-proton] [--noop] [--lines] [--split]
-        [--phase all|kname|proton]
+        [--warm 3] [--settle 100] [--json OUT] [--repo CHECKOUT] [--no-proton] [--noop]
+        [--lines] [--split] [--also VARIANT,...] [--counts] [--phase all|kname|proton]
 
 Whole processes on the GPU hosts swing 1.7-2x for the same loop (docs/benchmarks.md), far more
 than the microsecond a launch that the budget speaks of. Here one process imports the libraries
@@ -22,9 +22,14 @@ round runs one block of each variant, in a new order each round:
   blocks).
 
 A block: the variant started (untimed), `--warm` untimed iterations (a started session builds
-its sites anew; a state change undoes the interpreter's specialisations), a synchronisation,
-then `--iterations` timed by the launching thread's CPU time (time.thread_time_ns, the loop
-alone) and by the wall clock (the loop and a synchronisation), then the variant stopped. Per
+its sites anew), `--settle` more where kname's patches changed since the last block that
+settled (kname enabled or disabled, by this block's start or an earlier block's stop: each such
+change undoes CPython's specialised instructions that read the patched classes, which then miss
+until they have run some 60 times; a program that enables kname once never pays that, and at
+3 untimed iterations every session variant did), a
+synchronisation, then `--iterations` timed by the launching thread's CPU time
+(time.thread_time_ns, the loop alone) and by the wall clock (the loop and a synchronisation),
+then the variant stopped. Per
 round, each variant's difference to that round's `off` block, per GPU launch; the median over
 rounds and its 95% interval (order statistics of the median), beside the A/A pair's. `--noop`
 runs the same harness on the CPU with the no-op target in place of the GPU libraries (no floor,
@@ -35,9 +40,14 @@ per line: where kname's cost above the floor goes. `--split` adds a variant per 
 cost, each switched on over the one without it (SPLIT_STEPS: CUPTI's records and a subscriber,
 an empty callback on kname's launch APIs, cuptiSubscribe_v2, the graph resource callbacks,
 kname's recorder with its bookkeeping alone and with each site looked up from the frame, kname's
-wrappers, torch's forward lines; and kname's naming over the floor) and gives each piece's µs
-per launch, paired by round, with CUPTI's callbacks an iteration by domain. GPU launches per
-iteration are counted by kname's session (its launch API calls), else taken as the loop's lines.
+wrappers (kept in the call path: `kname-wrapped`, as before kname.profiling.wrappers took them
+out), torch's forward lines; kname enabled and disabled before a block; and kname's naming over
+the floor) and gives each piece's µs per launch, paired by round, with CUPTI's callbacks an
+iteration by domain; `--also NAME,...` adds some of them alone (`--also kname-wrapped`: kname
+with its library wrappers kept, as before kname.profiling.wrappers, beside it). `--counts`
+adds, per variant, the recorder's site look-ups in Python (and its GIL and lock takes, with
+tests/support/lock_counter.c preloaded) an iteration. GPU launches per iteration are counted by
+kname's session (its launch API calls), else taken as the loop's lines.
 """
 
 from __future__ import annotations
@@ -65,21 +75,100 @@ class Variant:
         self.name, self.start, self.stop = name, start, stop
 
 
-def run_block(variant: Variant, loop, sync, warm: int, iterations: int) -> tuple:
+# kname's changes made or undone (enable() or disable() that changed its state), and how many
+# of them the last settled block had seen: a block after one settles first (run_block).
+TOGGLES = [0, 0]
+RAN = [0]  # iterations the running block ran so far, untimed ones included (a session counts)
+
+
+def set_enabled(on: bool) -> None:
+    """kname.enable() or kname.disable(), counted in TOGGLES where the state changed: each such
+    call sets or restores kname's patches on the libraries' classes, and CPython's specialised
+    instructions that read those classes miss until they specialise again (~60 runs each)."""
+    import kname
+
+    if kname.is_enabled() != on:
+        TOGGLES[0] += 1
+    (kname.enable if on else kname.disable)()
+
+
+# --counts: {what is counted: its count so far}, read around each timed loop; and per variant,
+# each count's sum over its timed blocks, with the iterations they ran.
+COUNTERS: dict[str, Callable[[], int]] = {}
+COUNTED: dict[str, dict[str, int]] = {}
+
+
+def run_block(variant: Variant, loop, sync, warm: int, iterations: int, settle: int = 0) -> tuple:
     """One block of `variant`: (thread CPU ns of the timed loop, wall ns of it and its sync),
-    and each line's ns where `loop` times its lines (loop.lines: then it returns them)."""
+    and each line's ns where `loop` times its lines (loop.lines: then it returns them). `settle`
+    untimed iterations more where kname's patches changed since the last block that settled
+    (this one's start, or an earlier block's stop): a program that enables kname once never
+    pays the misses of the interpreter's specialisations that each change undoes."""
     variant.start()
+    RAN[0] = warm + iterations
     try:
         loop(warm)
+        if TOGGLES[0] != TOGGLES[1]:
+            loop(settle)
+            TOGGLES[1] = TOGGLES[0]
+            RAN[0] += settle
         sync()
+        before = {name: read() for name, read in COUNTERS.items()}
         wall0, cpu0 = time.perf_counter_ns(), time.thread_time_ns()
         by_line = loop(iterations)
         cpu = time.thread_time_ns() - cpu0
         sync()
         wall = time.perf_counter_ns() - wall0
+        counted = COUNTED.setdefault(variant.name, {"iterations": 0})
+        counted["iterations"] += iterations
+        for name, read in COUNTERS.items():
+            counted[name] = counted.get(name, 0) + read() - before[name]
     finally:
         variant.stop()
     return (cpu, wall) if by_line is None else (cpu, wall, by_line)
+
+
+def count_slow_work() -> None:
+    """--counts: the recorder's site look-ups in Python (capture.site_of_frame, its slow path)
+    and, where tests/support/lock_counter.c is preloaded, its GIL takes and lock takes."""
+    import ctypes
+
+    from kname.profiling import native_callback
+
+    calls = [0]
+    look_up = native_callback.site_of_frame
+
+    def counted_site_of_frame(frame):
+        calls[0] += 1
+        return look_up(frame)
+
+    native_callback.site_of_frame = counted_site_of_frame  # recorders made from now on
+    COUNTERS["site_of_frame"] = lambda: calls[0]
+    preloaded = ctypes.CDLL(None)
+    for name in ("gil_takes_counted", "locks_counted"):
+        read = getattr(preloaded, name, None)
+        if read is not None:
+            read.restype = ctypes.c_long
+            total = [0]
+
+            def running(read=read, total=total) -> int:  # the counter starts afresh at each read
+                total[0] += read()
+                return total[0]
+
+            COUNTERS[name.removesuffix("_counted")] = running
+
+
+def render_counts(counted: dict) -> list[str]:
+    """Per variant, each count an iteration of its timed blocks (empty without --counts)."""
+    names = sorted({name for row in counted.values() for name in row} - {"iterations"})
+    if not names:
+        return []
+    out = ["", "| variant | " + " | ".join(f"{n} an iteration" for n in names) + " |",
+           "| --- |" + " ---: |" * len(names)]  # fmt: skip
+    for variant, row in counted.items():
+        cells = " | ".join(f"{row.get(n, 0) / max(1, row['iterations']):.2f}" for n in names)
+        out.append(f"| {variant} | {cells} |")
+    return out
 
 
 def interleaved(variants: list[Variant], loop, sync, args, deadline: float, notes: list) -> dict:
@@ -88,7 +177,7 @@ def interleaved(variants: list[Variant], loop, sync, args, deadline: float, note
     working = []
     for variant in variants:  # once each, untimed: every variant's first start is apart
         try:
-            run_block(variant, loop, sync, args.warm, args.iterations)
+            run_block(variant, loop, sync, args.warm, args.iterations, args.settle)
             working.append(variant)
         except Exception as exc:
             notes.append(f"{variant.name} left out: {type(exc).__name__}: {exc}"[:300])
@@ -99,7 +188,10 @@ def interleaved(variants: list[Variant], loop, sync, args, deadline: float, note
             break
         shuffle(order)
         try:
-            blocks = [(v.name, run_block(v, loop, sync, args.warm, args.iterations)) for v in order]
+            blocks = [
+                (v.name, run_block(v, loop, sync, args.warm, args.iterations, args.settle))
+                for v in order
+            ]
         except Exception as exc:  # a round is whole or not kept
             notes.append(f"rounds stopped: {type(exc).__name__}: {exc}"[:300])
             break
@@ -168,19 +260,20 @@ def added_by_line(samples: dict, lines: list[str], iterations: int, base: str = 
 
 
 def off_variant(name: str) -> Variant:
-    import kname
-
-    return Variant(name, kname.disable, lambda: None)
+    return Variant(name, lambda: set_enabled(False), lambda: None)
 
 
 def kname_variant(
-    counted: list[int],
+    counted: list[float],
     name: str = "kname",
     forward_lines: bool = True,
     wrappers: bool = True,
     patched: bool = True,
+    keep_wrappers: bool = False,
 ) -> Variant:
-    """kname enabled, a profile session collecting; `counted` gets each block's launch calls.
+    """kname enabled, a profile session collecting; `counted` gets each block's launch calls an
+    iteration. With `keep_wrappers`: the session keeps kname's library launch wrappers in the
+    call path (kname.profiling.wrappers; a kname without that choice always keeps them).
     Without `forward_lines`: the session's forward lines (backward.collect: torch's mode) off;
     without `wrappers`: kname's launch wrappers pass their launches through (the install's
     switch off, nothing unpatched), so the callback names those from the frame too; without
@@ -193,34 +286,44 @@ def kname_variant(
 
     session: list = []
 
+    def new_session():
+        if not keep_wrappers:
+            return kname.profile()  # its install lends it the wrappers, to take out
+        try:
+            return ProfileSession(keep_wrappers=True)
+        except TypeError:  # a kname that always keeps them (--repo)
+            return ProfileSession()
+
     def start() -> None:
-        kname.enable()
-        session.append(ProfileSession())
+        set_enabled(True)
+        session.append(new_session())
         if not session[-1].start():
             raise RuntimeError(f"kname profile did not start: {session[-1].not_collected}")
+        WRAPPERS_OUT[name] = getattr(session[-1], "wrappers_out", False)
         if not forward_lines:
             backward.collect(None)
         if not wrappers:
             lifecycle._state.switch.on = False
         if not patched:
-            kname.disable()
+            set_enabled(False)
 
     def stop() -> None:
         lifecycle._state.switch.on = True
         current = session.pop()
         current.stop()
-        counted.append(getattr(current.join, "launch_count", 0))
-        kname.disable()
+        counted.append(getattr(current.join, "launch_count", 0) / max(1, RAN[0]))
+        set_enabled(False)
 
     return Variant(name, start, stop)
 
 
-def recorder_variant(name: str, marked: bool) -> Variant:
+def recorder_variant(name: str, marked: bool, toggled: bool = False) -> Variant:
     """kname's C recorder through its collector alone (CUPTI subscribed as kname profile does,
     the records read and joined in C), kname disabled (no wrapper names a launch), no session;
     `marked`: this thread's launches take a site set once (the callback's bookkeeping alone, no
-    look-up of the frame)."""
-    import kname
+    look-up of the frame); `toggled`: kname enabled and disabled again first, as the session
+    variants are (its changes made and undone: the interpreter's specialisations of the
+    patched classes undone, as in those blocks)."""
     from kname.profiling.capture import LaunchCapture
     from kname.profiling.cupti_collector import CuptiCollector
     from kname.profiling.join import Join
@@ -228,7 +331,9 @@ def recorder_variant(name: str, marked: bool) -> Variant:
     held: list = []
 
     def start() -> None:
-        kname.disable()
+        if toggled:
+            set_enabled(True)
+        set_enabled(False)
         join = Join()
         collector = CuptiCollector(LaunchCapture(join, None), join)
         held.append(collector)
@@ -260,7 +365,6 @@ def floor_variant(
     """CUPTI's floor (`parts`: CallbackFloor's, the pieces of kname's subscription), kname
     disabled; with `naming`, kname enabled over it (its wrappers name their launches); the
     activity kinds kname profile enables, but `without_kinds`."""
-    import kname
 
     sys.path.insert(0, str(BENCH_DIR))
     from cupti import cupti
@@ -272,10 +376,7 @@ def floor_variant(
     kinds = [getattr(cupti.ActivityKind, k) for k in ACTIVITY_KINDS if k not in without_kinds]
 
     def start() -> None:
-        if naming:
-            kname.enable()
-        else:
-            kname.disable()
+        set_enabled(naming)
         floor.start(cupti)
         for kind in kinds:
             cupti.activity_enable(kind)
@@ -285,23 +386,28 @@ def floor_variant(
         for kind in kinds:
             cupti.activity_disable(kind)
         floor.stop()
-        kname.disable()
-        FLOOR_CALLS.setdefault(name, []).append(floor.calls())
+        set_enabled(False)
+        calls = floor.calls()
+        each = {domain: count / max(1, RAN[0]) for domain, count in calls.items()}
+        FLOOR_CALLS.setdefault(name, []).append(each)
 
     return Variant(name, start, stop)
 
 
-# Per floor variant, the callbacks CUPTI made to it in each block, by domain.
-FLOOR_CALLS: dict[str, list[dict[str, int]]] = {}
+# Per session variant, whether its last session took the library launch wrappers out.
+WRAPPERS_OUT: dict[str, bool] = {}
+
+# Per floor variant, the callbacks CUPTI made to it in each block, by domain, an iteration of
+# the block (its untimed ones too).
+FLOOR_CALLS: dict[str, list[dict[str, float]]] = {}
 
 
-def callbacks_per_iteration(iterations: int) -> dict:
+def callbacks_per_iteration() -> dict:
     """Per floor variant and domain: CUPTI's callbacks an iteration (median over its blocks)."""
     return {
-        name: {domain: statistics.median(b[domain] for b in blocks) / iterations
-               for domain in blocks[0]}
+        name: {domain: statistics.median(b[domain] for b in blocks) for domain in blocks[0]}
         for name, blocks in FLOOR_CALLS.items()
-    }  # fmt: skip
+    }
 
 
 # --split: each piece of kname's cost switched on over the variant without it, as (what it
@@ -314,37 +420,52 @@ SPLIT_STEPS = (
     ("the least a recorder does: each call's id kept on its thread", "floor-recording", "floor"),
     ("kname's callback: bookkeeping, records read in C", "recorder-marked", "floor"),
     ("the site looked up from the frame", "recorder", "recorder-marked"),
-    ("kname's wrappers and site calls", "kname-no-forward", "recorder"),
+    (
+        "kname enabled and disabled before the block (specialisations undone)",
+        "recorder-toggled",
+        "recorder",
+    ),
+    ("kname's wrappers and site calls (kept)", "kname-no-forward", "recorder"),
     ("the session beyond the collector (wrappers passing through)", "kname-unwrapped", "recorder"),
     ("kname's wrappers naming their launches in a session", "kname-no-forward", "kname-unwrapped"),
+    ("the library launch wrappers kept in the call path", "kname-wrapped", "kname"),
+    ("the session beyond the collector (library wrappers out)", "kname", "recorder"),
     (
         "kname's changes in the call path (a session without them: unpatched)",
         "kname",
         "kname-unpatched",
     ),
-    ("torch's forward lines (the mode)", "kname", "kname-no-forward"),
+    ("torch's forward lines (the mode)", "kname-wrapped", "kname-no-forward"),
     ("kname's naming over the floor alone", "floor+naming", "floor"),
     ("external correlation records enabled, none pushed", "floor", "floor-no-external"),
 )
 
 
-def split_variants(library: Path | None, counted: list[int]) -> list[Callable[[], Variant]]:
-    """The makers of the split's variants, beyond off, floor and kname."""
-    return [
-        lambda: floor_variant(library, "floor-subscribed", launches=False),
-        lambda: floor_variant(library, "floor-v2", named=True),
-        lambda: floor_variant(library, "floor-graphs", graphs=True),
-        lambda: floor_variant(library, "floor-recording", recording=True),
-        lambda: floor_variant(library, "floor+naming", naming=True),
-        lambda: floor_variant(
+def split_variants(library: Path | None, counted: list[float]) -> dict[str, Callable[[], Variant]]:
+    """The makers of the split's variants, beyond off, floor and kname, by name."""
+    return {
+        "floor-subscribed": lambda: floor_variant(library, "floor-subscribed", launches=False),
+        "floor-v2": lambda: floor_variant(library, "floor-v2", named=True),
+        "floor-graphs": lambda: floor_variant(library, "floor-graphs", graphs=True),
+        "floor-recording": lambda: floor_variant(library, "floor-recording", recording=True),
+        "floor+naming": lambda: floor_variant(library, "floor+naming", naming=True),
+        "floor-no-external": lambda: floor_variant(
             library, "floor-no-external", without_kinds=("EXTERNAL_CORRELATION",)
         ),
-        lambda: recorder_variant("recorder-marked", marked=True),
-        lambda: recorder_variant("recorder", marked=False),
-        lambda: kname_variant(counted, "kname-no-forward", forward_lines=False),
-        lambda: kname_variant(counted, "kname-unwrapped", forward_lines=False, wrappers=False),
-        lambda: kname_variant(counted, "kname-unpatched", patched=False),
-    ]
+        "recorder-marked": lambda: recorder_variant("recorder-marked", marked=True),
+        "recorder": lambda: recorder_variant("recorder", marked=False),
+        "recorder-toggled": lambda: recorder_variant(
+            "recorder-toggled", marked=False, toggled=True
+        ),
+        "kname-wrapped": lambda: kname_variant(counted, "kname-wrapped", keep_wrappers=True),
+        "kname-no-forward": lambda: kname_variant(
+            counted, "kname-no-forward", forward_lines=False, keep_wrappers=True
+        ),
+        "kname-unwrapped": lambda: kname_variant(
+            counted, "kname-unwrapped", forward_lines=False, wrappers=False, keep_wrappers=True
+        ),
+        "kname-unpatched": lambda: kname_variant(counted, "kname-unpatched", patched=False),
+    }
 
 
 def step_costs(samples: dict, launches: int, steps: tuple = SPLIT_STEPS) -> dict:
@@ -415,10 +536,31 @@ def noop_program(folder: Path, by_line: bool) -> tuple[Callable, Callable, dict,
     return loop, lambda: None, lines, {}
 
 
+# The stand-in's launch object of a class kname patches, as numba-cuda's launch configuration
+# and Triton's JITFunction are: its __call__ (wrapped) reads the object's attributes on the way
+# to the launch API, each read an instruction CPython specialises for the class.
+LAUNCHER_CLASS = """
+
+class Launcher:
+    def __init__(self):
+        self.grid, self.block, self.stream, self.shared = 1, 256, 0, 0
+
+    def __call__(self):
+        return launch_api(self.grid, self.block, self.stream, self.shared)
+
+
+def launch_api(*configuration):
+    NEXT[0] += 1
+    LIBRARY.fake_callback(1, 307, 0, NEXT[0])
+    LIBRARY.fake_callback(1, 307, 1, NEXT[0])
+"""
+
+
 def stand_in_program(folder: Path, by_line: bool) -> tuple[Callable, Callable, dict, dict]:
     """--noop --split: the split's variants on the CPU, CUPTI played by the tests' stand-in
-    (profile_cpu.stand_in): a launch kname wraps and one it does not, each the stand-in's launch
-    callback at enter and exit (as CUPTI calls a subscriber around cuLaunchKernel)."""
+    (profile_cpu.stand_in): a launch kname wraps, one through a class whose method kname wraps
+    (LAUNCHER_CLASS), and one it does not, each the stand-in's launch callback at enter and exit
+    (as CUPTI calls a subscriber around cuLaunchKernel)."""
     import itertools
 
     import mixed_program
@@ -429,15 +571,26 @@ def stand_in_program(folder: Path, by_line: bool) -> tuple[Callable, Callable, d
     cupti = profile_cpu.stand_in(folder)
     # The floor's buffers are its library's (in C): flushed there, not through the binding.
     sys.modules["cupti"].cupti.activity_flush_all = cupti.library.cuptiActivityFlushAll
-    (folder / "bench_profiled_target.py").write_text(profile_cpu.TARGET)
+    (folder / "bench_profiled_target.py").write_text(profile_cpu.TARGET + LAUNCHER_CLASS)
     sys.path.insert(0, str(folder))
     import bench_profiled_target as target
 
     target.LIBRARY = cupti.library
-    kname.install(targets=["bench_profiled_target:launch"])
+    kname.install(
+        targets=["bench_profiled_target:launch", "bench_profiled_target:Launcher.__call__"]
+    )
     callback = "c = next(ids); lib.fake_callback(1, 307, 0, c); lib.fake_callback(1, 307, 1, c)"
-    lines = {"wrapped": "target.launch()", "at the launch API": callback}
-    ns = {"target": target, "lib": cupti.library, "ids": itertools.count(1 << 30)}
+    lines = {
+        "wrapped": "target.launch()",
+        "a patched class": "launcher()",
+        "at the launch API": callback,
+    }
+    ns = {
+        "target": target,
+        "launcher": target.Launcher(),
+        "lib": cupti.library,
+        "ids": itertools.count(1 << 30),
+    }
     loop, timed_lines, _ = mixed_program.write_loop(folder, lines, ns)
     if by_line:
         loop = _line_timer(timed_lines, len(lines))
@@ -449,6 +602,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=400)
     parser.add_argument("--iterations", type=int, default=20, help="timed iterations a block")
     parser.add_argument("--warm", type=int, default=3, help="untimed iterations a block")
+    parser.add_argument(
+        "--settle", type=int, default=100,
+        help="untimed iterations more in a block after kname's patches changed",
+    )  # fmt: skip
     parser.add_argument("--max-seconds", type=float, default=40.0)
     parser.add_argument("--json")
     parser.add_argument("--repo", help="import kname from this checkout (default: this one)")
@@ -457,6 +614,15 @@ def main() -> int:
     parser.add_argument("--no-proton", action="store_true")
     parser.add_argument("--noop", action="store_true", help="the harness on the CPU, no GPU")
     parser.add_argument("--lines", action="store_true", help="also time each line apart")
+    parser.add_argument(
+        "--also", default="",
+        help="some of the split's variants (comma-separated names), with its pieces they make",
+    )  # fmt: skip
+    parser.add_argument(
+        "--counts", action="store_true",
+        help="count the site look-ups in Python (and GIL and lock takes, with "
+        "tests/support/lock_counter.c preloaded) an iteration, per variant",
+    )  # fmt: skip
     parser.add_argument(
         "--split", action="store_true",
         help="kname's cost piece by piece (with --noop: on the tests' stand-in CUPTI)",
@@ -476,27 +642,33 @@ def main() -> int:
     folder = Path(tempfile.mkdtemp(prefix="kname-inprocess-"))
     make_program = gpu_program
     if args.noop:
-        make_program = stand_in_program if args.split else noop_program
+        make_program = stand_in_program if args.split or args.also else noop_program
     loop, sync, lines, skipped = make_program(folder, args.lines)
+    if args.counts:
+        count_slow_work()
     loop(20)  # compiles, sites built
     sync()
     result: dict = {"repo": str(repo), "lines": list(lines), "skipped": skipped, "notes": []}
     result.update(iterations=args.iterations, warm=args.warm)
-    counted: list[int] = []
+    counted: list[float] = []
     if args.phase == "proton":
         result["phase_proton"] = proton_phase(folder, loop, sync, args, started, result)
         return finish(result, args, started)
     variants = [off_variant("off"), off_variant("off-again")]
-    if not args.noop or args.split:
+    if not args.noop or args.split or args.also:
         library = floor_library(args)
         makers = [lambda: floor_variant(library), lambda: kname_variant(counted)]
-        for make in makers + (split_variants(library, counted) if args.split else []):
+        more = split_variants(library, counted)
+        chosen = list(more) if args.split else [n for n in args.also.split(",") if n]
+        for name in [n for n in chosen if n not in more]:
+            result["notes"].append(f"no variant {name!r}: {', '.join(more)}")
+        for make in makers + [more[name] for name in chosen if name in more]:
             try:
                 variants.append(make())
             except Exception as exc:
                 result["notes"].append(f"a variant left out: {type(exc).__name__}: {exc}")
     else:
-        variants.append(Variant("kname", kname.enable, kname.disable))
+        variants.append(Variant("kname", lambda: set_enabled(True), lambda: set_enabled(False)))
     proton = not args.noop and not args.no_proton and args.phase == "all"
     share = 0.6 if proton else 1.0
     budget = args.max_seconds - (time.monotonic() - started)
@@ -504,15 +676,18 @@ def main() -> int:
     samples = interleaved(variants, loop, sync, args, deadline, result["notes"])
     per_iteration = max(1, len(lines))
     if counted and counted[-1]:
-        per_iteration = max(1, round(counted[-1] / (args.warm + args.iterations)))
+        per_iteration = max(1, round(counted[-1]))
     launches = args.iterations * per_iteration
     result["launches_per_iteration"] = per_iteration
     result["phase_kname"] = added(samples, launches)
     if args.lines:
         result["lines_kname"] = added_by_line(samples, list(lines), args.iterations)
-    result["callbacks_per_iteration"] = callbacks_per_iteration(args.warm + args.iterations)
-    if args.split:
+    result["callbacks_per_iteration"] = callbacks_per_iteration()
+    result["wrappers_out"] = dict(WRAPPERS_OUT)
+    if args.split or args.also:
         result["split"] = step_costs(samples, launches)
+    if COUNTED and COUNTERS:
+        result["counts"] = COUNTED
     if proton:
         seconds = args.max_seconds - (time.monotonic() - started)
         result["phase_proton"] = proton_process(seconds, per_iteration, args, result["notes"])
@@ -599,10 +774,13 @@ def render(result: dict) -> str:
         for clock in ("cpu", "wall"):
             above = kname_row[clock]["added_us"] - floor_row[clock]["added_us"]
             out.append(f"kname above CUPTI's floor ({clock}): {above:+.2f} µs/launch")
+    for name, out_of_path in result.get("wrappers_out", {}).items():
+        out.append(f"{name}: library launch wrappers out of the call path: {out_of_path}")
     for name, by_domain in result.get("callbacks_per_iteration", {}).items():
         said = ", ".join(f"{domain} {count:.1f}" for domain, count in by_domain.items())
         out.append(f"{name}: CUPTI's callbacks an iteration: {said}")
     out += render_split(result.get("split", {}))
+    out += render_counts(result.get("counts", {}))
     by_line = result.get("lines_kname", {})
     if by_line:
         names = list(by_line)

@@ -27,7 +27,7 @@ from kname.census import write_at_exit
 from kname.config import KNAME_SKIP, KNAME_TARGETS, KNAME_USER, Config, read_config
 from kname.importhooks import Watch, unwatch, watch
 from kname.launch import Switch
-from kname.patching import Change
+from kname.patching import Change, Rebind
 from kname.targets import (
     BUILTIN,
     Options,
@@ -105,6 +105,12 @@ class _State:
         self.enabled = True  # survives uninstall(): install() after disable() stays disabled
         self.watches: list[Watch] = []
         self.changes: list[Change] = []
+        # Those of the changes that put a launch wrapper in a library's call path (Target.
+        # names_launches), and whether they are taken out now: while a profile names every
+        # launch from CUPTI's callback (kname.profiling.wrappers), enable() and a module's
+        # import leave them out.
+        self.launch_changes: list[Change] = []
+        self.wrappers_out = False
         # Where each module:qualname target was given (KNAME_TARGETS or install()), for messages.
         self.given: dict[str, str] = {}
 
@@ -172,6 +178,7 @@ def _arm_on_demand(config: Config) -> None:
     try:
         from kname.profiling import ondemand
 
+        _serve_profiles()
         ondemand.arm(config.trigger)
     except Exception as exc:  # on-demand profiling must not stop the program, nor its naming
         warn_once("profile:attach", f"kname attach cannot be answered here ({exc})")
@@ -193,6 +200,7 @@ def uninstall() -> None:
     _state.switch = Switch(False)
     _state.config = None
     _state.watches, _state.changes, _state.given = [], [], {}
+    _state.launch_changes = []
     callsite.configure()
     ranges.configure()
     hotpath.reset()  # the next install() chooses again, from its own configuration
@@ -203,7 +211,8 @@ def enable() -> None:
     """Name launches again (after `disable()`), without a restart."""
     _state.enabled = _state.switch.on = True
     for change in _state.changes:
-        _apply(change)
+        if not _left_out(change):
+            _apply(change)
     if _state.config is not None:
         driver_hook.install(_state.config.mode)
 
@@ -217,6 +226,43 @@ def disable() -> None:
     driver_hook.uninstall()
     for change in reversed(_state.changes):
         _restore(change)
+
+
+@_one_at_a_time
+def take_wrappers_out() -> None:
+    """The library launch wrappers out of the call path (their changes undone; those of modules
+    imported meanwhile not made) until put_wrappers_back(): kname profile names those launches
+    from CUPTI's callback. The rest (backward scopes, KNAME_TARGETS launchers) stays."""
+    _state.wrappers_out = True
+    if _state.enabled:
+        for change in reversed(_state.launch_changes):
+            _restore(change)
+
+
+@_one_at_a_time
+def put_wrappers_back() -> None:
+    """The launch wrappers take_wrappers_out() took out, in the call path again (if enabled)."""
+    _state.wrappers_out = False
+    if _state.enabled:
+        for change in _state.launch_changes:
+            _apply(change)
+
+
+def wrappers_are_out() -> bool:
+    """Whether take_wrappers_out() is in effect."""
+    return _state.wrappers_out
+
+
+def _serve_profiles() -> None:
+    """kname profile's sessions may take the library launch wrappers out of the call path through
+    this install (kname.profiling.wrappers, a layer below, which cannot import this module)."""
+    from kname.profiling import wrappers
+
+    wrappers.serve(wrappers.Install(current_config, take_wrappers_out, put_wrappers_back))
+
+
+def _left_out(change: Change) -> bool:
+    return _state.wrappers_out and any(change is c for c in _state.launch_changes)
 
 
 @contextlib.contextmanager
@@ -241,6 +287,7 @@ def profile(keep_streams: bool = False) -> ProfileSession:
     from kname.profiling.session import ProfileSession
 
     install()
+    _serve_profiles()
     return ProfileSession(keep_streams=keep_streams)
 
 
@@ -273,6 +320,7 @@ def _start_profiling(config: Config) -> None:
     from kname.profiling import mode
 
     try:
+        _serve_profiles()
         mode.start(config)
     except Exception as exc:  # profiling must not stop the program, nor its naming
         warn_once("profile:mode", f"KNAME_MODE=profile could not start ({exc}); naming goes on")
@@ -381,7 +429,7 @@ def _add_targets(targets: Iterable[str] | str) -> None:
     for change in reversed(_state.changes):
         _restore(change)
     unwatch(_state.watches)
-    _state.watches, _state.changes = [], []
+    _state.watches, _state.changes, _state.launch_changes = [], [], []
     _state.config = config._replace(targets=(*named, *added))
     _state.given.update(dict.fromkeys(added, _ARGUMENT))
     _watch_targets(_state.switch)
@@ -437,9 +485,20 @@ def _on_import(targets: list[Target], options: Options, module: ModuleType) -> N
         return  # uninstalled meanwhile
     for target in targets:
         for change in _changes_of(target, module, options):
-            if _state.enabled and not _apply(change, target):
+            launch = target.names_launches and in_call_path(change)
+            made = not (_state.wrappers_out and launch)
+            if _state.enabled and made and not _apply(change, target):
                 continue
             _state.changes.append(change)
+            if launch:
+                _state.launch_changes.append(change)
+
+
+def in_call_path(change: Change) -> bool:
+    """Whether `change` puts something of kname's in a launch's call path: all but a class bound
+    in place of a library's (CuPy's kernel classes), whose instances launch through the class's
+    own `__call__`, a change of its own."""
+    return not (isinstance(change, Rebind) and isinstance(change.replacement, type))
 
 
 def _changes_of(target: Target, module: ModuleType, options: Options) -> list[Change]:

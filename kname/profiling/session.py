@@ -44,7 +44,7 @@ from kname.documents.schema import render_json
 from kname.documents.sources import with_sources
 from kname.documents.tables import render_profile_table
 from kname.documents.text import os_text
-from kname.profiling import backward
+from kname.profiling import backward, wrappers
 from kname.profiling.capture import LaunchCapture, site_of_frame
 from kname.profiling.join import Join
 from kname.profiling.memory import Ledger
@@ -93,6 +93,9 @@ def _nothing_collects_in_a_child() -> None:
     if _phase[0] != IDLE:
         _set_phase(IDLE)
     if _collecting is not None:
+        if _collecting.wrappers_out:  # the child's launches named by its wrappers again
+            _collecting.wrappers_out = False
+            wrappers.put_back()
         _collecting = None
         callsite.use_site_calls(None)
 
@@ -101,7 +104,10 @@ reset_in_child(_nothing_collects_in_a_child)
 
 
 class ProfileSession:
-    """Launch capture, the join, an optional stream log, and a collector that feeds them."""
+    """Launch capture, the join, an optional stream log, and a collector that feeds them.
+
+    While it collects, kname's library launch wrappers are out of the call path where nothing
+    reads what they add (wrappers.py), unless `keep_wrappers`."""
 
     def __init__(
         self,
@@ -110,6 +116,7 @@ class ProfileSession:
         max_records: int = MAX_LOGGED,
         memory: bool = False,
         verdict: bool = False,
+        keep_wrappers: bool = False,
     ) -> None:
         self.join: Join | NativeJoin = Join()
         self.join.launch_times.on = verdict  # the verdict's launch times, only where asked for
@@ -139,6 +146,10 @@ class ProfileSession:
         self.not_collected: str | None = None
         # An on-demand window's bounds (ondemand.py): kept in this rank's record of the document.
         self.window: dict[str, Any] | None = None
+        # kname's library launch wrappers left in the call path while collecting, where they
+        # could go (wrappers.py); and whether this session took them out.
+        self.keep_wrappers = keep_wrappers
+        self.wrappers_out = False
 
     def start(self) -> bool:
         """Start collecting; False when CUPTI cannot be used (the program runs on)."""
@@ -173,6 +184,9 @@ class ProfileSession:
             # passes are named for the launches autograd makes on its own threads.
             callsite.use_site_calls(self.capture.site_calls)
             backward.collect(site_of_frame)
+            if not self.keep_wrappers:
+                native = getattr(self.collector, "activity_reader", "") == "native"
+                self.wrappers_out = wrappers.take_out(native)
             if self.pools is not None:
                 self.pools.start()
             _set_phase(CERTAIN)
@@ -194,6 +208,9 @@ class ProfileSession:
                 callsite.use_site_calls(None)  # before the flush: no launch is tagged after it
                 backward.collect(None)
                 _collecting = None
+            if self.wrappers_out:
+                self.wrappers_out = False
+                wrappers.put_back()
             if self.pools is not None:
                 self.pools.stop()
             self.collector.stop()
@@ -401,6 +418,7 @@ class ProfileSession:
             return  # a forked child: its parent reports what was collected
         with self._lock:  # after a flush under way, and no flush after this
             self._flushing.set()
+            self.wrappers_out = False  # the program has ended: nothing to patch back for
         self.stop()
         if self.not_collected is not None:
             self._say_not_collected()

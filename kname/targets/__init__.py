@@ -100,6 +100,11 @@ class Target(NamedTuple):
     # (module, options) -> the changes to apply, none when the target does not apply to this
     # module (the simulator's dispatcher); TargetProblem when it cannot be wrapped.
     changes: Callable[[ModuleType, Options], list[Change]]
+    # Its changes only name a library's launches (wrappers, launch hooks), as kname profile's
+    # native callback names them from the frame: taken out of the call path while such a
+    # profile collects (kname.profiling.wrappers). False: they do more (backward scopes, a
+    # KNAME_TARGETS launcher named at its own call).
+    names_launches: bool = True
 
 
 class Library(NamedTuple):
@@ -227,7 +232,8 @@ def user_target(entry: str) -> Target:
 
         return wrap_attribute(module, qualname, make_wrapper)
 
-    return Target(name=entry, module=module_name, what=qualname, changes=changes)
+    # A launcher names the launches inside it after its own caller: kept while profiling.
+    return Target(entry, module_name, qualname, changes, names_launches=False)
 
 
 def _not_a_function(module: ModuleType, qualname: str, found: Any) -> str:

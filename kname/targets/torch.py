@@ -187,8 +187,9 @@ LIBRARY = Library(
     distributions=("torch",),
     targets=(
         Target("torch", "torch.cuda.graphs", REPLAY, wraps(REPLAY, REPLAY_LAUNCH)),
-        Target("torch", "torch.autograd", "backward, grad", autograd_changes),
-        Target("torch", "torch", "backward per forward line", forward_line_changes),
+        # Not launch naming alone: the backward scopes a profile names autograd's threads by.
+        Target("torch", "torch.autograd", "backward, grad", autograd_changes, False),
+        Target("torch", "torch", "backward per forward line", forward_line_changes, False),
     ),
     compile_modules=COMPILE_MODULES,
     generated=(("torch._inductor", inductor_output), ("torch._dynamo", dynamo_output)),

@@ -10,7 +10,10 @@ they hold the user's line); its GPU trace with no callback, a Python one, a C on
 append) in torch's registry; the registry's fire_callbacks replaced by the callable itself (no
 Python frame of torch's: the C++ side's import, attribute look-ups and call alone), Python and C;
 then kname's hooks, each with the history on (sizes): the Python one (memory_hooks.TorchBlocks)
-and, where built, the C one (memory_hooks.torch_hook's native path).
+and, where built, the C one (memory_hooks.torch_hook's native path). Before the GPU trace is on
+(torch cannot turn it off): torch's allocator tracker (torch_tracker, its compile time once)
+attached and handing nothing over, handing each block to kname's C, and kname's whole tracked
+hook (memory_hooks.TrackedBlocks, into the ledger).
 """
 
 from __future__ import annotations
@@ -92,6 +95,56 @@ def stacks_read_back(torch, count: int) -> None:
     except Exception as exc:
         print(f"HISTORY allocs only: {exc!r}")
         history(torch, None)
+
+
+def tracker_pieces(torch, count: int) -> None:
+    """torch's allocator tracker, no GPU trace: kname's tracker built (or taken from the cache)
+    and attached, handing nothing over; handing each block to kname's C (lines found, events
+    kept, dropped every batch); kname's whole tracked hook (TrackedBlocks, into the ledger)."""
+    from kname import callsite
+    from kname.profiling import capture, memory_hooks, torch_tracker
+
+    native = memory_hooks.tracker_memory()
+    try:
+        started = time.perf_counter()
+        tracker = torch_tracker.load(torch_tracker.torch_build(torch))
+        took = time.perf_counter() - started
+    except Exception as exc:
+        print(f"FLOOR tracker: not built: {exc}")
+        return
+    print(f"TRACKER compiled in {tracker.compile_seconds} s (None: cached), ready in {took:.2f} s")
+    if native is None:
+        print("FLOOR tracker: kname._native_cupti cannot take its events here")
+        return
+    taken: list[int] = []
+    alone = native(
+        sites=callsite.sites, kinds=callsite._kinds, site_key=capture.SITE_KEY,
+        site_of_frame=capture.site_of_frame, unnamed=capture.UNNAMED,
+        settle=lambda: taken.append(len(alone.take_tracked())), batch=4096,
+    )  # fmt: skip
+    sink = alone.track(4096)
+    tracker.attach(sink)
+    tracker.off()
+    say("tracker, nothing handed", pairs_ns(torch, count))
+    tracker.attach(sink)
+    say("tracker, kname C", pairs_ns(torch, count))
+    events = alone.take_tracked()
+    sites = sorted({site for _, site, _, _ in events if site})
+    print(f"TRACKER events {len(events) + sum(taken)} sites {sites[:3]}")
+    tracker.off()
+    alone.set(False, 4096)
+    hooks = memory_hooks.PoolHooks()
+    hooks.active = True
+    undo = memory_hooks.torch_hook(torch, hooks, path="tracker")
+    say("kname tracker", pairs_ns(torch, count))
+    hooks.settle()
+    ledger = hooks.ledger("torch")
+    print(
+        f"KNAME tracker blocks {sum(s.allocations for s in ledger.sites.values())} "
+        f"sites {sorted(ledger.sites)[:3]} unmatched {ledger.unmatched_frees}"
+    )
+    hooks.stop()
+    undo()
 
 
 def trace_pieces(torch, count: int) -> None:
@@ -285,6 +338,8 @@ def main() -> int:
     history(torch, None)
     stacks_read_back(torch, count)
     say("bare again", pairs_ns(torch, count))
+    tracker_pieces(torch, count)
+    say("bare, tracker off", pairs_ns(torch, count))
     trace_pieces(torch, count)
     kname_hooks(torch, count)
     return 0

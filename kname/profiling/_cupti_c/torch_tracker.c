@@ -1,0 +1,511 @@
+/*
+ * TorchMemory's tracked events: torch's caching allocator calls the C++ trackers attached to it
+ * (c10::cuda::CUDACachingAllocator::attachAllocatorTraceTracker) at every block it hands out and
+ * every free asked of it, on the calling thread, inside its per-device lock, with the GIL held
+ * or not (Python's refcounting frees tensors with it held). kname's tracker (kname/profiling/
+ * _torch_tracker/tracker.cpp, compiled against the torch in use) hands each to tracker_event,
+ * which runs no Python and never takes the GIL (another thread may hold it while it waits for
+ * that lock): it reads the thread's running frame as launch_site.c does without the GIL (the
+ * thread is stopped in the allocation: only it changes its frames), names the block from a
+ * table of the sites found before (KnownSite, keyed by the frame's instruction), and keeps
+ * (address, size, time, name) in a buffer guarded by a mutex of its own. A block whose line is
+ * not known yet keeps the codes and offsets of its frames (a Miss); a block with no Python
+ * frame (torch's autograd threads) takes the running backward pass's name (set_frameless).
+ *
+ * Under the GIL: a pending call (Py_AddPendingCall needs no GIL) runs on the main thread at its
+ * next check, which comes right after the allocating call returns, in the frame that made it:
+ * it names the misses made from that frame by kname's rules (site_now, as the GPU trace's hook
+ * does), and settles every `batch` events. take_tracked() names what is left from the dicts
+ * along each miss's recorded frames (their code objects are only ever used as ids) and hands
+ * every event over. The buffer's mutex is never held while Python runs or torch is called: the
+ * order is torch's lock, then this one.
+ */
+#include "profiling/_cupti_c/torch_memory.h" /* first: it includes Python.h */
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHAIN 16            /* frames kept of a block whose line is not known yet */
+#define WALK_KEPT 8         /* library frames a known site may pass to its user frame */
+#define KNOWN 1024          /* known sites, a power of 2 */
+#define MAX_MISSES 4096     /* misses waiting; past that, a block's line may be left unnamed */
+#define MAX_TRACKED (1 << 21) /* events waiting; past that (nothing settles), they are lost */
+
+enum { TRACKED_ALLOC = 1, TRACKED_FREE = 2 }; /* tracker.cpp's actions */
+
+static const char NAMING[] = "finding the line of a torch allocation";
+static const char SETTLING[] = "settling torch's tracked allocations";
+
+typedef struct {
+    uint64_t address, size;
+    int64_t ns;
+    PyObject *site; /* borrowed from the owner's kept; NULL: a free, or a block not named yet */
+    int32_t miss;   /* 1 + its index in the misses; 0: none */
+    uint8_t is_free, frameless;
+} TrackedEvent;
+
+typedef struct {
+    PyThreadState *state;
+    int depth, claimed;
+    PyCodeObject *codes[CHAIN]; /* ids only: the frame may be gone when they are read */
+    int lastis[CHAIN];
+    const void *positions[CHAIN];
+    PyObject *name; /* named by the pending call (kept); NULL: not yet */
+} Miss;
+
+typedef struct {
+    const void *position; /* the innermost frame's instruction */
+    void *code;
+    uint64_t sites_generation, kinds_generation;
+    int depth;              /* 0: the frame's own key; else the library frames passed */
+    void *codes[WALK_KEPT]; /* those frames' codes, innermost first */
+    const void *user;       /* the user frame's instruction */
+    PyObject *name;         /* borrowed from the owner's kept; NULL: empty */
+} KnownSite;
+
+static struct {
+    pthread_mutex_t lock; /* guards all but `on`, `asked`, `frameless` and `owner` */
+    TrackedEvent *events;
+    Py_ssize_t count, room, lost, batch;
+    Miss *misses;
+    Py_ssize_t missed;
+    TorchMemory *owner;      /* borrowed (memory_clear lets go); set and read under the GIL */
+    PyObject *sites, *kinds; /* the owner's: their generations */
+    int remember;
+    atomic_int on, asked;
+    _Atomic(PyObject *) frameless; /* the backward pass's name (kept), or NULL */
+    KnownSite known[KNOWN];
+} tracked = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static inline KnownSite *
+known_slot(const void *position)
+{
+    uintptr_t h = (uintptr_t)position >> 1;
+    return &tracked.known[(h ^ (h >> 10)) & (KNOWN - 1)];
+}
+
+/* ------------------------------------------------------------------ without the GIL */
+
+#ifdef FRAMES_WITHOUT_GIL
+
+/* The known site of a block allocated while `frame` runs (borrowed), or NULL. Lock held. */
+static PyObject *
+known_site(Frame *frame)
+{
+    if (!tracked.remember)
+        return NULL;
+    const void *position = frame_position(frame);
+    const KnownSite *k = known_slot(position);
+    if (k->name == NULL || k->position != position || k->code != (void *)frame_code(frame)
+        || k->sites_generation != generation_of(tracked.sites))
+        return NULL;
+    if (k->depth == 0)
+        return k->name;
+    if (k->kinds_generation != generation_of(tracked.kinds))
+        return NULL;
+    Frame *f = frame;
+    for (int depth = 0; depth < k->depth; depth++) {
+        f = frame_back(f);
+        if (f == NULL || (void *)frame_code(f) != k->codes[depth])
+            return NULL;
+    }
+    return frame_position(f) == k->user ? k->name : NULL;
+}
+
+/* `frame` and those above it, into `miss` (the thread's own frames: read without the GIL). */
+static void
+record_chain(Frame *frame, Miss *miss)
+{
+    int depth = 0;
+    for (Frame *f = frame; f != NULL && depth < CHAIN; f = frame_back(f), depth++) {
+        miss->codes[depth] = frame_code(f);
+        miss->lastis[depth] = frame_lasti(f);
+        miss->positions[depth] = frame_position(f);
+    }
+    miss->depth = depth;
+}
+
+/* A miss kept for a block allocated while `frame` runs on `state`'s thread: 1 + its index, or 0
+ * where no room is left. Lock held. */
+static int32_t
+note_miss(PyThreadState *state, Frame *frame)
+{
+    if (tracked.misses == NULL)
+        tracked.misses = malloc(MAX_MISSES * sizeof(Miss));
+    if (tracked.misses == NULL || tracked.missed >= MAX_MISSES)
+        return 0;
+    Miss *miss = &tracked.misses[tracked.missed];
+    miss->state = state;
+    miss->claimed = 0;
+    miss->name = NULL;
+    record_chain(frame, miss);
+    return (int32_t)++tracked.missed;
+}
+
+/* Room for one more event; 0 where none. Lock held. */
+static int
+tracked_room(void)
+{
+    if (tracked.count < tracked.room)
+        return 1;
+    Py_ssize_t room = tracked.room ? 2 * tracked.room : 1024;
+    if (room > MAX_TRACKED)
+        return 0;
+    TrackedEvent *grown = realloc(tracked.events, (size_t)room * sizeof(TrackedEvent));
+    if (grown == NULL)
+        return 0;
+    tracked.events = grown;
+    tracked.room = room;
+    return 1;
+}
+
+static int tracked_call(void *unused);
+
+/* What tracker.cpp calls for each block: `action` TRACKED_ALLOC or TRACKED_FREE. Any thread, any
+ * lock, the GIL held or not: no Python object is touched but the frames of this thread. */
+static void
+tracker_event(int action, uint64_t address, uint64_t size)
+{
+    if (!atomic_load_explicit(&tracked.on, memory_order_acquire)
+        || (action != TRACKED_ALLOC && action != TRACKED_FREE))
+        return;
+    int64_t ns = now_ns();
+    PyThreadState *state = NULL;
+    Frame *frame = NULL;
+    if (action == TRACKED_ALLOC) {
+        state = PyGILState_GetThisThreadState(); /* NULL: a thread Python never ran on */
+        frame = state != NULL ? frame_of_state(state) : NULL;
+    }
+    int ask = 0;
+    pthread_mutex_lock(&tracked.lock);
+    if (!atomic_load(&tracked.on)) {
+        pthread_mutex_unlock(&tracked.lock);
+        return;
+    }
+    if (!tracked_room()) {
+        tracked.lost++;
+        pthread_mutex_unlock(&tracked.lock);
+        return;
+    }
+    TrackedEvent *e = &tracked.events[tracked.count++];
+    *e = (TrackedEvent){address, size, ns, NULL, 0, action == TRACKED_FREE, 0};
+    if (action == TRACKED_ALLOC && frame == NULL) {
+        e->frameless = 1;
+        e->site = atomic_load(&tracked.frameless);
+    }
+    else if (action == TRACKED_ALLOC && (e->site = known_site(frame)) == NULL) {
+        e->miss = note_miss(state, frame);
+        ask = 1;
+    }
+    ask |= tracked.count >= tracked.batch;
+    pthread_mutex_unlock(&tracked.lock);
+    if (ask && !atomic_exchange(&tracked.asked, 1) && Py_AddPendingCall(tracked_call, NULL) < 0)
+        atomic_store(&tracked.asked, 0); /* CPython's queue is full: asked again next time */
+}
+#endif
+
+/* ------------------------------------------------------------------ under the GIL */
+
+/* The site of `miss` by the dicts along its frames, as cached_site finds a live frame's
+ * (borrowed; NULL: not found, or an error set); `k` filled for known_site where found. */
+static PyObject *
+chain_site(TorchMemory *m, const Miss *miss, KnownSite *k)
+{
+    *k = (KnownSite){.position = miss->positions[0],
+                     .code = miss->codes[0],
+                     .sites_generation = generation_of(m->sites),
+                     .kinds_generation = generation_of(m->kinds)};
+    if (miss->depth == 0)
+        return NULL;
+    PyObject *name = own_site_at(m, miss->codes[0], miss->lastis[0]);
+    if (name != NULL || PyErr_Occurred())
+        return name;
+    int kind = kind_of_code(m, miss->codes[0]);
+    if (!PASSED_OVER(kind))
+        return NULL;
+    for (int depth = 1; depth < miss->depth; depth++) {
+        kind = kind_of_code(m, miss->codes[depth]);
+        if (kind == KIND_USER) {
+            name = own_site_at(m, miss->codes[depth], miss->lastis[depth]);
+            k->depth = depth <= WALK_KEPT ? depth : -1; /* -1: not to be kept */
+            for (int i = 0; i < depth && i < WALK_KEPT; i++)
+                k->codes[i] = miss->codes[i + 1];
+            k->user = miss->positions[depth];
+            return name;
+        }
+        if (!PASSED_OVER(kind))
+            return NULL;
+    }
+    return NULL;
+}
+
+/* `k` (its name kept) into the known sites, where this owner remembers. */
+static void
+remember_known(TorchMemory *m, KnownSite *k, PyObject *kept)
+{
+    if (!m->remember || k->depth < 0 || tracked.owner != m)
+        return;
+    k->name = kept;
+    pthread_mutex_lock(&tracked.lock);
+    *known_slot(k->position) = *k;
+    pthread_mutex_unlock(&tracked.lock);
+}
+
+/* The name of `miss`'s block (borrowed from m->kept), or NULL (an error noted): the pending call's
+ * where it named it, else by the dicts. */
+static PyObject *
+miss_site(TorchMemory *m, Miss *miss)
+{
+    if (miss->name != NULL)
+        return miss->name;
+    KnownSite k;
+    PyObject *name = chain_site(m, miss, &k);
+    PyObject *kept = name != NULL ? keep_name(m, name) : NULL;
+    if (kept == NULL && PyErr_Occurred())
+        memory_fault(m, NAMING);
+    if (kept != NULL)
+        remember_known(m, &k, kept);
+    return kept;
+}
+
+#ifdef FRAMES_WITHOUT_GIL
+/* The misses made from the running frame of this thread (the main one), named now by kname's
+ * rules, and the site remembered for the next blocks from there. */
+static void
+name_misses_here(TorchMemory *m)
+{
+    Frame *frame = frame_current();
+    if (frame == NULL)
+        return;
+    PyThreadState *me = PyThreadState_Get();
+    const void *position = frame_position(frame);
+    void *code = frame_code(frame);
+    int found = 0;
+    pthread_mutex_lock(&tracked.lock);
+    for (Py_ssize_t i = 0; i < tracked.missed; i++) {
+        Miss *miss = &tracked.misses[i];
+        if (!miss->claimed && miss->state == me && miss->positions[0] == position
+            && (void *)miss->codes[0] == code)
+            found = miss->claimed = 1;
+    }
+    pthread_mutex_unlock(&tracked.lock);
+    if (!found)
+        return;
+    PyObject *name = site_now(m); /* may run Python: no lock held */
+    PyObject *kept = keep_name(m, name);
+    Py_DECREF(name);
+    if (kept == NULL) {
+        memory_fault(m, NAMING);
+        return;
+    }
+    Miss here;
+    KnownSite k;
+    record_chain(frame, &here);
+    PyObject *cached = chain_site(m, &here, &k);
+    if (cached == kept || (cached != NULL && PyUnicode_Compare(cached, kept) == 0))
+        remember_known(m, &k, kept);
+    PyErr_Clear(); /* a look-up's error: the misses are named all the same */
+    pthread_mutex_lock(&tracked.lock);
+    for (Py_ssize_t i = 0; i < tracked.missed; i++) {
+        Miss *miss = &tracked.misses[i];
+        if (miss->claimed == 1 && miss->state == me && miss->positions[0] == position
+            && (void *)miss->codes[0] == code) {
+            miss->name = kept;
+            miss->claimed = 2;
+        }
+    }
+    pthread_mutex_unlock(&tracked.lock);
+}
+#else
+static void
+name_misses_here(TorchMemory *m)
+{
+    (void)m;
+}
+#endif
+
+/* The pending call: the misses named here, and the events settled when `batch` wait. */
+static int
+tracked_call(void *unused)
+{
+    (void)unused;
+    atomic_store(&tracked.asked, 0);
+    TorchMemory *m = tracked.owner;
+    if (m == NULL || m->settling)
+        return 0;
+    Py_INCREF(m);
+    PyObject *pending = take_error();
+    name_misses_here(m);
+    pthread_mutex_lock(&tracked.lock);
+    int due = tracked.count >= tracked.batch;
+    pthread_mutex_unlock(&tracked.lock);
+    if (due && m->settle != NULL && tracked.owner == m) {
+        m->settling = 1;
+        PyObject *result = PyObject_CallNoArgs(m->settle);
+        m->settling = 0;
+        if (result == NULL)
+            memory_fault(m, SETTLING);
+        Py_XDECREF(result);
+    }
+    restore_error(pending);
+    Py_DECREF(m);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ methods */
+
+/* track(batch) -> the address of tracker_event, for tracker.cpp: this TorchMemory's events now
+ * come from torch's allocator trace tracker too, settled every `batch`. */
+static PyObject *
+memory_track(TorchMemory *m, PyObject *args)
+{
+    Py_ssize_t batch;
+    if (!PyArg_ParseTuple(args, "n:track", &batch))
+        return NULL;
+#ifdef FRAMES_WITHOUT_GIL
+    if (batch < 1) {
+        PyErr_SetString(PyExc_ValueError, "track: batch must be >= 1");
+        return NULL;
+    }
+    if (tracked.owner != NULL && tracked.owner != m)
+        tracker_let_go(tracked.owner);
+    pthread_mutex_lock(&tracked.lock);
+    tracked.owner = m;
+    tracked.sites = m->sites;
+    tracked.kinds = m->kinds;
+    tracked.remember = m->remember;
+    tracked.batch = batch;
+    pthread_mutex_unlock(&tracked.lock);
+    atomic_store(&tracked.on, m->on);
+    return PyLong_FromVoidPtr((void *)tracker_event);
+#else
+    (void)m;
+    (void)batch;
+    PyErr_SetString(PyExc_RuntimeError,
+                    "this Python's frames cannot be read without the GIL (CPython 3.11-3.13)");
+    return NULL;
+#endif
+}
+
+void
+tracker_set(TorchMemory *m)
+{
+    if (tracked.owner != m)
+        return;
+    pthread_mutex_lock(&tracked.lock);
+    tracked.batch = m->batch;
+    pthread_mutex_unlock(&tracked.lock);
+    atomic_store(&tracked.on, m->on);
+}
+
+void
+tracker_let_go(TorchMemory *m)
+{
+    if (tracked.owner != m)
+        return;
+    atomic_store(&tracked.on, 0);
+    atomic_store(&tracked.frameless, NULL);
+    pthread_mutex_lock(&tracked.lock);
+    tracked.owner = NULL;
+    tracked.remember = 0;
+    free(tracked.events);
+    free(tracked.misses);
+    tracked.events = NULL;
+    tracked.misses = NULL;
+    tracked.count = tracked.room = tracked.missed = tracked.lost = 0;
+    memset(tracked.known, 0, sizeof tracked.known);
+    pthread_mutex_unlock(&tracked.lock);
+}
+
+/* set_frameless(name or None): what a block with no Python frame is named from now on. */
+static PyObject *
+memory_set_frameless(TorchMemory *m, PyObject *name)
+{
+    PyObject *kept = NULL;
+    if (name != Py_None) {
+        if (!PyUnicode_Check(name)) {
+            PyErr_SetString(PyExc_TypeError, "set_frameless: a str or None");
+            return NULL;
+        }
+        kept = keep_name(m, name);
+        if (kept == NULL)
+            return NULL;
+    }
+    if (tracked.owner == m)
+        atomic_store(&tracked.frameless, kept);
+    Py_RETURN_NONE;
+}
+
+/* The name of a block allocated with no Python frame and no pass running (borrowed, kept). */
+static PyObject *
+no_frame_site(TorchMemory *m)
+{
+    PyObject *found = PyObject_CallOneArg(m->site_of_frame, Py_None);
+    PyObject *kept = found != NULL && PyUnicode_Check(found) ? keep_name(m, found) : NULL;
+    Py_XDECREF(found);
+    if (kept == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "site_of_frame(None) gave no str");
+        memory_fault(m, NAMING);
+    }
+    return kept;
+}
+
+/* take_tracked() -> [(address, site or None (a free), ns, size)]: the tracked events so far,
+ * each block named; the buffer emptied. */
+static PyObject *
+memory_take_tracked(TorchMemory *m, PyObject *unused)
+{
+    (void)unused;
+    if (tracked.owner != m)
+        return PyList_New(0);
+    pthread_mutex_lock(&tracked.lock);
+    TrackedEvent *events = tracked.events;
+    Py_ssize_t count = tracked.count;
+    Miss *misses = tracked.misses;
+    m->lost += tracked.lost;
+    tracked.events = NULL;
+    tracked.misses = NULL;
+    tracked.count = tracked.room = tracked.missed = tracked.lost = 0;
+    pthread_mutex_unlock(&tracked.lock);
+    PyObject *taken = PyList_New(count);
+    PyObject *no_frame = NULL;
+    for (Py_ssize_t i = 0; taken != NULL && i < count; i++) {
+        TrackedEvent *e = &events[i];
+        PyObject *site = e->is_free ? Py_None : e->site;
+        if (site == NULL && e->miss > 0)
+            site = miss_site(m, &misses[e->miss - 1]);
+        else if (site == NULL && e->frameless)
+            site = no_frame != NULL ? no_frame : (no_frame = no_frame_site(m));
+        if (site == NULL)
+            site = m->unnamed;
+        PyObject *item = Py_BuildValue("(KOLK)", (unsigned long long)e->address, site,
+                                       (long long)e->ns, (unsigned long long)e->size);
+        if (item == NULL)
+            Py_CLEAR(taken);
+        else
+            PyList_SET_ITEM(taken, i, item);
+    }
+    free(events);
+    free(misses);
+    return taken;
+}
+
+static PyMethodDef tracker_methods[] = {
+    {"track", (PyCFunction)memory_track, METH_VARARGS,
+     "track(batch) -> the address of the C function torch's allocator tracker calls "
+     "(action 1: a block handed out, 2: a free asked, address, size)."},
+    {"take_tracked", (PyCFunction)memory_take_tracked, METH_NOARGS,
+     "take_tracked() -> [(address, site or None for a free, ns, size)]: the tracked events."},
+    {"set_frameless", (PyCFunction)memory_set_frameless, METH_O,
+     "set_frameless(name or None): the name of a block allocated with no Python frame."},
+    {NULL, NULL, 0, NULL},
+};
+
+int
+tracker_ready(PyTypeObject *type)
+{
+    return add_methods(type, tracker_methods);
+}

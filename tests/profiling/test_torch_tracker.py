@@ -1,0 +1,186 @@
+"""torch's allocator tracker (torch_tracker.py, _torch_tracker/tracker.cpp, and the C that takes
+its events, _cupti_c/torch_tracker.c): built by kname's own build step against a stand-in of
+torch's C++ allocator (tests/support/c10_stand_in: CI has no torch), kept in its owner-only
+cache, loaded, and handed blocks fired from C++ as torch fires them: on this thread with the GIL
+released (a ctypes call) or held, and on a thread started in C++ (autograd's). The real torch
+is tests/gpu/test_gpu_memory.py's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import stat
+import sys
+import threading
+
+import pytest
+from support import c10_stand_in
+
+from kname import callsite
+from kname.config import DEFAULT_FORMAT
+from kname.profiling import backward, memory_hooks, torch_tracker
+from kname.profiling.capture import NO_PYTHON_FRAME, site_of_frame
+from kname.profiling.memory_hooks import TORCH, PoolHooks, TrackedBlocks
+
+MIB = 1 << 20
+ALLOC, FREE = c10_stand_in.ALLOC, c10_stand_in.FREE_REQUESTED
+
+pytestmark = [
+    pytest.mark.skipif(c10_stand_in.CXX is None, reason="no C++ compiler here"),
+    pytest.mark.skipif(
+        memory_hooks.tracker_memory() is None,
+        reason="kname._native_cupti (TorchMemory.track) is not built here",
+    ),
+]
+
+
+@pytest.fixture
+def stand_in(tmp_path_factory) -> torch_tracker.TorchBuild:
+    return c10_stand_in.ready(tmp_path_factory).build
+
+
+@pytest.fixture
+def tracker(tmp_path_factory) -> torch_tracker.Tracker:
+    return c10_stand_in.ready(tmp_path_factory).tracker
+
+
+@pytest.fixture
+def allocator(tmp_path_factory) -> ctypes.CDLL:
+    return c10_stand_in.ready(tmp_path_factory).allocator
+
+
+@pytest.fixture
+def named():
+    callsite.configure((), DEFAULT_FORMAT, 1, False)
+    yield
+    callsite.configure((), DEFAULT_FORMAT, 1, True)
+    callsite.clear()
+
+
+def tracked(tracker: torch_tracker.Tracker, site_of=None) -> tuple[PoolHooks, TrackedBlocks]:
+    """kname's tracked hook on the stand-in allocator, charging a new ledger."""
+    hooks = PoolHooks(site_of=site_of)
+    hooks.active = True
+    blocks = TrackedBlocks(hooks, memory_hooks.tracker_memory(), tracker)
+    hooks.settlers.append(blocks.settle)
+    blocks.attach()
+    return hooks, blocks
+
+
+def charged(hooks: PoolHooks) -> dict[str, dict[str, int]]:
+    """{site name: its numbers} of the torch ledger, settled."""
+    hooks.settle()
+    return hooks.ledgers[TORCH].site_dicts()
+
+
+def this_line(offset: int = 0) -> int:
+    return sys._getframe(1).f_lineno + offset
+
+
+def test_the_tracker_is_compiled_once_then_loaded_from_its_owner_only_cache(stand_in, tmp_path):
+    cache = tmp_path / "kname"
+    first = torch_tracker.load(stand_in, cache=cache)
+    again = torch_tracker.load(stand_in, cache=cache)
+    assert first.compile_seconds is not None and again.compile_seconds is None
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+    (library,) = cache.glob("libkname_torch_tracker-*.so")
+    assert library.with_name(library.name + ".sha256").is_file()
+
+
+def test_a_cache_others_may_write_is_not_used_and_said_in_one_line(stand_in, tmp_path, capsys):
+    cache = tmp_path / "kname"
+    cache.mkdir()
+    os.chmod(cache, 0o777)
+    for _ in range(2):  # built for each run: nothing is loaded from a folder others can write
+        assert torch_tracker.load(stand_in, cache=cache).compile_seconds is not None
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "others may write it" in err[0], err
+    assert not list(cache.glob("*.so"))
+
+
+def test_a_build_that_cannot_be_made_is_one_line_saying_why(stand_in, tmp_path, monkeypatch):
+    headless = torch_tracker.TorchBuild((str(tmp_path),), stand_in.library_dir, True, "none")
+    with pytest.raises(torch_tracker.TrackerUnavailable, match=r"compiling it failed.*c10/cuda"):
+        torch_tracker.load(headless, cache=tmp_path / "kname")
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    with pytest.raises(torch_tracker.TrackerUnavailable, match="cannot run"):
+        torch_tracker.load(stand_in, cache=tmp_path / "kname")
+
+
+def test_blocks_fired_without_the_gil_are_charged_to_the_line_that_allocated(
+    named, tracker, allocator
+):
+    hooks, blocks = tracked(tracker)
+    line = this_line(+2)
+    for address in (0x100, 0x200, 0x100):
+        allocator.stand_in_fire(ALLOC, address, 2 * MIB)  # the GIL released: a ctypes call
+        allocator.stand_in_fire(FREE, address, 2 * MIB)
+    allocator.stand_in_fire(ALLOC, 0x300, MIB)
+    allocator.stand_in_fire(c10_stand_in.SEGMENT_ALLOC, 0x300, 20 * MIB)  # not a block: left out
+    sites = charged(hooks)
+    blocks.stop()
+    by_line = {name.rsplit(":", 1)[1]: numbers for name, numbers in sites.items()}
+    assert by_line[str(line)]["allocated"] == by_line[str(line)]["freed"] == 6 * MIB
+    assert by_line[str(line + 2)]["allocated"] == MIB and by_line[str(line + 2)]["freed"] == 0
+    assert hooks.ledgers[TORCH].unmatched_frees == 0 and len(sites) == 2
+
+
+def test_blocks_fired_with_the_gil_held_are_charged_the_same_way(named, tracker, stand_in):
+    holding = c10_stand_in.allocator(stand_in, hold_gil=True)  # as a free from refcounting
+    hooks, blocks = tracked(tracker)
+    line = this_line(+1)
+    holding.stand_in_fire(ALLOC, 0x400, MIB)
+    holding.stand_in_fire(FREE, 0x400, MIB)
+    (name,) = charged(hooks)
+    blocks.stop()
+    assert name.endswith(f"test_torch_tracker.py:{line}")
+
+
+def test_a_block_from_a_thread_started_in_cpp_takes_the_backward_pass_running(
+    named, tracker, allocator
+):
+    hooks, blocks = tracked(tracker)
+    backward.collect(lambda frame: "train.py:9 loss.backward()")
+    try:
+        scope = backward.enter(sys._getframe())
+        allocator.stand_in_fire_elsewhere(ALLOC, 0x500, MIB)  # no Python frame there
+        backward.leave(scope)
+    finally:
+        backward.collect(None)
+    allocator.stand_in_fire_elsewhere(ALLOC, 0x600, MIB)  # no pass running
+    sites = charged(hooks)
+    blocks.stop()
+    assert sites["train.py:9 loss.backward()"]["allocated"] == MIB
+    assert sites[NO_PYTHON_FRAME]["allocated"] == MIB
+
+
+def test_a_line_is_found_by_knames_rules_once_then_known_without_the_gil(named, tracker, allocator):
+    asked = []
+
+    def counted(frame):
+        asked.append(frame)
+        return site_of_frame(frame)
+
+    hooks, blocks = tracked(tracker, site_of=counted)
+    line = this_line(+2)
+    for address in (0x700, 0x800, 0x900):  # threading's run (library code) allocates
+        threading.Thread(target=allocator.stand_in_fire, args=(ALLOC, address, MIB)).run()
+    sites = charged(hooks)
+    blocks.stop()
+    (name,) = sites
+    assert name.endswith(f"test_torch_tracker.py:{line}") and sites[name]["allocations"] == 3
+    assert len(asked) == 1  # the first block's line, by kname's rules; the others known in C
+
+
+def test_a_stopped_tracker_hands_nothing_over(named, tracker, allocator):
+    hooks, blocks = tracked(tracker)
+    allocator.stand_in_fire(ALLOC, 0xA00, MIB)
+    hooks.active = False  # a profile paused
+    allocator.stand_in_fire(ALLOC, 0xB00, MIB)
+    hooks.active = True
+    hooks.settle()
+    blocks.stop()
+    allocator.stand_in_fire(ALLOC, 0xC00, MIB)
+    hooks.settle()
+    assert sum(s.allocations for s in hooks.ledgers[TORCH].sites.values()) == 1

@@ -435,70 +435,41 @@ EVENTS = st.lists(
 )
 
 
+@pytest.mark.parametrize("other", ["native", "tracker"])
 @given(EVENTS, st.sampled_from([1, 3, 64]))
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
-def test_the_c_hook_and_the_python_hook_charge_the_same_events_to_the_same_lines(
-    named, events, batch
-):
-    native_or_skip("native")
-    ledgers = []
-    for path in ("native", "python"):
-        with pytest.MonkeyPatch.context() as monkeypatch:
-            monkeypatch.setattr(memory_hooks, "TORCH_BATCH", batch)
-            torch = StandInTorch(monkeypatch)
-            hooks = torch_hooks(torch, path)
-            for firing, address, size in events:  # a block there is freed, else allocated
-                event = torch.free(address) if address in torch.held else torch.alloc(address, size)
-                FIRING[firing](event)
-            hooks.stop()
-            ledgers.append(hooks.ledgers.get(TORCH))
-    native, python = ledgers
-    if python is None:
-        assert native is None
-        return
-    assert native.site_dicts() == python.site_dicts()
-    assert (native.peak, native.live, native.unmatched_frees, native.untracked) == (
-        python.peak,
-        python.live,
-        python.unmatched_frees,
-        python.untracked,
-    )
-
-
-@given(EVENTS, st.sampled_from([1, 3, 64]))
-@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
-def test_the_tracker_and_the_python_hook_charge_the_same_events_to_the_same_lines(
-    named, tmp_path_factory, events, batch
+def test_the_c_hook_and_the_tracker_charge_the_same_events_to_the_same_lines_as_the_python_hook(
+    named, tmp_path_factory, other, events, batch
 ):
     ledgers = []
-    for path in ("tracker", "python"):
+    for path in (other, "python"):
         with pytest.MonkeyPatch.context() as monkeypatch:
-            stand_in = tracker_or_skip(tmp_path_factory, monkeypatch)
+            stand_in = tracker_or_skip(tmp_path_factory, monkeypatch) if path == "tracker" else None
             monkeypatch.setattr(memory_hooks, "TORCH_BATCH", batch)
             torch = StandInTorch(monkeypatch)
             torch.start_cuda()
             hooks = torch_hooks(torch, path)
             for firing, address, size in events:  # a block there is freed, else allocated
-                if path == "tracker":
+                if stand_in is not None:  # fired by the stand-in allocator, from C++
                     event = tracker_event(stand_in, torch, address, size)
+                elif address in torch.held:
+                    event = torch.free(address)
                 else:
-                    event = (
-                        torch.free(address) if address in torch.held else torch.alloc(address, size)
-                    )
+                    event = torch.alloc(address, size)
                 FIRING[firing](event)
             hooks.stop()
             ledgers.append(hooks.ledgers.get(TORCH))
-    tracked, python = ledgers
+    charged_there, python = ledgers
     if python is None:
-        assert tracked is None
+        assert charged_there is None
         return
-    assert tracked.site_dicts() == python.site_dicts()
-    assert (tracked.peak, tracked.live, tracked.unmatched_frees, tracked.untracked) == (
-        python.peak,
-        python.live,
-        python.unmatched_frees,
-        python.untracked,
-    )
+    assert charged_there.site_dicts() == python.site_dicts()
+    assert (
+        charged_there.peak,
+        charged_there.live,
+        charged_there.unmatched_frees,
+        charged_there.untracked,
+    ) == (python.peak, python.live, python.unmatched_frees, python.untracked)
 
 
 def test_the_tracker_is_attached_once_torchs_cuda_starts(named, tmp_path_factory, monkeypatch):

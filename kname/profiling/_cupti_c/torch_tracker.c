@@ -70,7 +70,8 @@ static struct {
     TrackedEvent *events;
     Py_ssize_t count, room, lost, batch;
     Miss *misses;
-    Py_ssize_t missed;
+    Py_ssize_t missed, tried; /* misses kept; those the pending call has tried to name */
+    uint64_t takes;           /* take_tracked()s and let-gos: the misses' indices start anew */
     TorchMemory *owner;      /* borrowed (memory_clear lets go); set and read under the GIL */
     PyObject *sites, *kinds; /* the owner's: their generations */
     int remember;
@@ -284,7 +285,7 @@ name_misses_here(TorchMemory *m)
     void *code = frame_code(frame);
     int found = 0;
     pthread_mutex_lock(&tracked.lock);
-    for (Py_ssize_t i = 0; i < tracked.missed; i++) {
+    for (Py_ssize_t i = tracked.tried; i < tracked.missed; i++) {
         Miss *miss = &tracked.misses[i];
         if (!miss->claimed && miss->state == me && miss->positions[0] == position
             && (void *)miss->codes[0] == code)
@@ -308,7 +309,7 @@ name_misses_here(TorchMemory *m)
         remember_known(m, &k, kept);
     PyErr_Clear(); /* a look-up's error: the misses are named all the same */
     pthread_mutex_lock(&tracked.lock);
-    for (Py_ssize_t i = 0; i < tracked.missed; i++) {
+    for (Py_ssize_t i = tracked.tried; i < tracked.missed; i++) {
         Miss *miss = &tracked.misses[i];
         if (miss->claimed == 1 && miss->state == me && miss->positions[0] == position
             && (void *)miss->codes[0] == code) {
@@ -326,6 +327,32 @@ name_misses_here(TorchMemory *m)
 }
 #endif
 
+/* The misses the pending call has not tried yet, named by the dicts where they can be (a line
+ * whose launch kname has named since, as an operator's), each tried once here: the next blocks
+ * from their frames are then known. The lock is not held while the dicts are read. */
+static void
+name_misses_by_dicts(TorchMemory *m)
+{
+    for (;;) {
+        pthread_mutex_lock(&tracked.lock);
+        if (tracked.tried >= tracked.missed) {
+            pthread_mutex_unlock(&tracked.lock);
+            return;
+        }
+        Py_ssize_t index = tracked.tried++;
+        uint64_t takes = tracked.takes;
+        Miss miss = tracked.misses[index];
+        pthread_mutex_unlock(&tracked.lock);
+        PyObject *kept = miss.name == NULL ? miss_site(m, &miss) : NULL;
+        if (kept == NULL)
+            continue;
+        pthread_mutex_lock(&tracked.lock);
+        if (tracked.takes == takes && index < tracked.missed)
+            tracked.misses[index].name = kept;
+        pthread_mutex_unlock(&tracked.lock);
+    }
+}
+
 /* The pending call: the misses named here, and the events settled when `batch` wait. */
 static int
 tracked_call(void *unused)
@@ -338,6 +365,7 @@ tracked_call(void *unused)
     Py_INCREF(m);
     PyObject *pending = take_error();
     name_misses_here(m);
+    name_misses_by_dicts(m);
     pthread_mutex_lock(&tracked.lock);
     int due = tracked.count >= tracked.batch;
     pthread_mutex_unlock(&tracked.lock);
@@ -414,7 +442,8 @@ tracker_let_go(TorchMemory *m)
     free(tracked.misses);
     tracked.events = NULL;
     tracked.misses = NULL;
-    tracked.count = tracked.room = tracked.missed = tracked.lost = 0;
+    tracked.count = tracked.room = tracked.missed = tracked.tried = tracked.lost = 0;
+    tracked.takes++;
     memset(tracked.known, 0, sizeof tracked.known);
     pthread_mutex_unlock(&tracked.lock);
 }
@@ -468,8 +497,11 @@ memory_take_tracked(TorchMemory *m, PyObject *unused)
     m->lost += tracked.lost;
     tracked.events = NULL;
     tracked.misses = NULL;
-    tracked.count = tracked.room = tracked.missed = tracked.lost = 0;
+    tracked.count = tracked.room = tracked.missed = tracked.tried = tracked.lost = 0;
+    tracked.takes++;
     pthread_mutex_unlock(&tracked.lock);
+    int settling = m->settling;
+    m->settling = 1; /* no pending call takes the next events in the middle of these */
     PyObject *taken = PyList_New(count);
     PyObject *no_frame = NULL;
     for (Py_ssize_t i = 0; taken != NULL && i < count; i++) {
@@ -488,6 +520,7 @@ memory_take_tracked(TorchMemory *m, PyObject *unused)
         else
             PyList_SET_ITEM(taken, i, item);
     }
+    m->settling = settling;
     free(events);
     free(misses);
     return taken;

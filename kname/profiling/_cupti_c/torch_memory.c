@@ -23,6 +23,8 @@
 static const char FINDING[] = "finding the line of a torch allocation";
 static const char SETTLING[] = "reading torch's allocation history";
 
+TrackerCalls tracker_calls = {NULL, NULL};
+
 /* What torch calls: a block handed out (is_free 0) or taken back, its address the one argument;
  * then `then` (torch's own fire_callbacks) where `others`, its registry's list, is not empty. */
 typedef struct {
@@ -334,7 +336,8 @@ static int
 memory_clear(TorchMemory *m)
 {
     m->on = 0;
-    tracker_let_go(m); /* first: its events point into m->kept */
+    if (tracker_calls.let_go != NULL)
+        tracker_calls.let_go(m); /* first: its events point into m->kept */
     Py_CLEAR(m->sites);
     Py_CLEAR(m->kinds);
     Py_CLEAR(m->site_key);
@@ -462,7 +465,8 @@ memory_set(TorchMemory *m, PyObject *args)
     }
     m->on = on;
     m->batch = batch;
-    tracker_set(m);
+    if (tracker_calls.set != NULL)
+        tracker_calls.set(m);
     Py_RETURN_NONE;
 }
 
@@ -507,8 +511,7 @@ PyTypeObject TorchMemoryType = {
 int
 torch_memory_ready(PyObject *module)
 {
-    if (PyType_Ready(&TorchEventCallType) < 0 || PyType_Ready(&TorchMemoryType) < 0
-        || tracker_ready(&TorchMemoryType) < 0)
+    if (PyType_Ready(&TorchEventCallType) < 0 || PyType_Ready(&TorchMemoryType) < 0)
         return -1;
     return PyModule_AddObjectRef(module, "TorchMemory", (PyObject *)&TorchMemoryType);
 }

@@ -66,9 +66,16 @@ INTERNAL int64_t now_ns(void);
 /* `name` kept in m->kept (borrowed from there: alive while m is); NULL with an error. */
 INTERNAL PyObject *keep_name(TorchMemory *m, PyObject *name);
 
-/* torch_tracker.c's methods added to TorchMemory; its state let go of with m (memory_clear). */
+/* What torch_memory.c tells torch_tracker.c (which sets these at its ready: no call from here
+ * into it): m->on and m->batch changed; m let go of (memory_clear). NULL: not told. */
+typedef struct {
+    void (*set)(TorchMemory *m);
+    void (*let_go)(TorchMemory *m);
+} TrackerCalls;
+
+INTERNAL extern TrackerCalls tracker_calls;
+
+/* torch_tracker.c's methods added to TorchMemory, and tracker_calls set (module.c calls it). */
 INTERNAL int tracker_ready(PyTypeObject *type);
-INTERNAL void tracker_let_go(TorchMemory *m);
-INTERNAL void tracker_set(TorchMemory *m); /* m->on and m->batch changed */
 
 #endif

@@ -163,6 +163,7 @@ tracked_room(void)
 }
 
 static int tracked_call(void *unused);
+static void tracker_let_go(TorchMemory *m);
 
 /* What tracker.cpp calls for each block: `action` TRACKED_ALLOC or TRACKED_FREE. Any thread, any
  * lock, the GIL held or not: no Python object is touched but the frames of this thread. */
@@ -417,7 +418,7 @@ memory_track(TorchMemory *m, PyObject *args)
 #endif
 }
 
-void
+static void
 tracker_set(TorchMemory *m)
 {
     if (tracked.owner != m)
@@ -428,7 +429,7 @@ tracker_set(TorchMemory *m)
     atomic_store(&tracked.on, m->on);
 }
 
-void
+static void
 tracker_let_go(TorchMemory *m)
 {
     if (tracked.owner != m)
@@ -540,5 +541,6 @@ static PyMethodDef tracker_methods[] = {
 int
 tracker_ready(PyTypeObject *type)
 {
+    tracker_calls = (TrackerCalls){tracker_set, tracker_let_go};
     return add_methods(type, tracker_methods);
 }

@@ -16,6 +16,7 @@ command and torch's version and build, so another torch builds its own.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
 import importlib.util
@@ -132,7 +133,10 @@ class Tracker:
 
     def attach(self, sink: int) -> None:
         """torch's allocator calls the C function at `sink` from now on (its tracker attached
-        once per process); raises TrackerUnavailable where torch refuses."""
+        once per process; off at exit: torch's blocks freed as Python finishes are not told);
+        raises TrackerUnavailable where torch refuses."""
+        atexit.unregister(self.off)
+        atexit.register(self.off)
         attach = self.library.kname_tracker_attach
         attach.argtypes, attach.restype = [ctypes.c_void_p], ctypes.c_int
         if attach(sink) != 0:

@@ -10,6 +10,7 @@
 
 INTERNAL int torch_memory_ready(PyObject *module); /* torch_memory.c */
 INTERNAL int tracker_ready(PyTypeObject *type);    /* torch_tracker.c */
+INTERNAL void tracker_in_forked_child(void);       /* torch_tracker.c */
 INTERNAL extern PyTypeObject TorchMemoryType;      /* torch_memory.c */
 
 static void
@@ -17,6 +18,7 @@ in_forked_child(void)
 {
     atomic_fetch_add(&forks, 1);
     activity_in_forked_child();
+    tracker_in_forked_child();
 }
 
 static struct PyModuleDef module_def = {

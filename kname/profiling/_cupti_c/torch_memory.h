@@ -78,4 +78,8 @@ INTERNAL extern TrackerCalls tracker_calls;
 /* torch_tracker.c's methods added to TorchMemory, and tracker_calls set (module.c calls it). */
 INTERNAL int tracker_ready(PyTypeObject *type);
 
+/* In a forked child (pthread_atfork): no event kept, the buffer's mutex made anew (a thread of
+ * the parent's may have held it at the fork). */
+INTERNAL void tracker_in_forked_child(void);
+
 #endif

@@ -538,6 +538,13 @@ static PyMethodDef tracker_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+void
+tracker_in_forked_child(void)
+{
+    atomic_store(&tracked.on, 0);
+    pthread_mutex_init(&tracked.lock, NULL);
+}
+
 int
 tracker_ready(PyTypeObject *type)
 {

@@ -9,10 +9,12 @@ is tests/gpu/test_gpu_memory.py's.
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import os
 import stat
 import sys
 import threading
+import time
 
 import pytest
 from support import c10_stand_in
@@ -184,3 +186,25 @@ def test_a_stopped_tracker_hands_nothing_over(named, tracker, allocator):
     allocator.stand_in_fire(ALLOC, 0xC00, MIB)
     hooks.settle()
     assert sum(s.allocations for s in hooks.ledgers[TORCH].sites.values()) == 1
+
+
+def test_a_block_fired_inside_torchs_lock_while_another_thread_holds_the_gil_never_waits_for_it(
+    named, tracker, allocator, stand_in
+):
+    """torch calls its trackers inside its allocator's lock; a thread holding the GIL may be
+    waiting for that lock (a tensor freed by Python's refcounting): were the tracker to take
+    the GIL there, neither would go on. Here this thread holds the GIL while it waits for the
+    lock a thread started in C++ holds, and that thread fires a block before it lets go."""
+    holding = c10_stand_in.allocator(stand_in, hold_gil=True)
+    hooks, blocks = tracked(tracker)
+    faulthandler.dump_traceback_later(60, exit=True)  # a deadlock ends the run, said
+    try:
+        allocator.stand_in_hold(0xD00, 200)
+        time.sleep(0.05)  # the lock taken there
+        holding.stand_in_fire(ALLOC, 0xF00, MIB)  # waits for the lock, the GIL held
+        allocator.stand_in_join()
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    sites = charged(hooks)
+    blocks.stop()
+    assert sites[NO_PYTHON_FRAME]["allocations"] == 2 and len(sites) == 2

@@ -38,11 +38,14 @@ def allocator(built: TorchBuild, hold_gil: bool = False) -> ctypes.CDLL:
     """The stand-in's libc10_cuda, loaded once per process (its trackers are the process's):
     stand_in_fire(action, address, size) calls them on this thread, without the GIL (or, with
     `hold_gil`, with it held, as a free from Python's refcounting is); stand_in_fire_elsewhere on
-    a thread started in C++; stand_in_refuse(1) makes it refuse new trackers."""
+    a thread started in C++; stand_in_hold(address, ms) holds the allocator's lock on a thread
+    of its own, firing as it takes it and before it lets go (stand_in_join waits for it);
+    stand_in_refuse(1) makes it refuse new trackers."""
     loader = ctypes.PyDLL if hold_gil else ctypes.CDLL
     library = loader(str(Path(built.library_dir) / "libc10_cuda.so"), mode=ctypes.RTLD_GLOBAL)
     for name in ("stand_in_fire", "stand_in_fire_elsewhere"):
         getattr(library, name).argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64]
+    library.stand_in_hold.argtypes = [ctypes.c_uint64, ctypes.c_int]
     return library
 
 

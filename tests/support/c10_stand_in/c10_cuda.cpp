@@ -4,6 +4,7 @@
 // autograd's are), and a switch to refuse new trackers (torch throws where it cannot attach).
 #include <c10/cuda/CUDACachingAllocator.h>
 
+#include <chrono>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -44,6 +45,24 @@ void stand_in_fire(int action, std::uint64_t address, std::uint64_t size) {
 void stand_in_fire_elsewhere(int action, std::uint64_t address, std::uint64_t size) {
   std::thread thread(stand_in_fire, action, address, size);
   thread.join();
+}
+
+// A thread started here holds the allocator's lock for `ms` milliseconds (a slow cudaMalloc
+// under it), firing an allocation at `address` as it takes the lock and one at address + 512
+// before it lets go; stand_in_join waits for it.
+static std::thread holder;
+
+void stand_in_hold(std::uint64_t address, int ms) {
+  holder = std::thread([address, ms] {
+    std::lock_guard<std::recursive_mutex> lock(allocator::mutex);
+    stand_in_fire(allocator::TraceEntry::ALLOC, address, 512);
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    stand_in_fire(allocator::TraceEntry::ALLOC, address + 512, 512);
+  });
+}
+
+void stand_in_join(void) {
+  holder.join();
 }
 
 void stand_in_refuse(int refuse) {

@@ -27,8 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHAIN 16            /* frames kept of a block whose line is not known yet */
-#define WALK_KEPT 8         /* library frames a known site may pass to its user frame */
+#define CHAIN MAX_WALK      /* frames kept of a block whose line is not known yet */
+#define WALK_KEPT 48        /* library frames a known site may pass to its user frame */
 #define KNOWN 1024          /* known sites, a power of 2 */
 #define MAX_MISSES 4096     /* misses waiting; past that, a block's line may be left unnamed */
 #define MAX_TRACKED (1 << 21) /* events waiting; past that (nothing settles), they are lost */

@@ -9,8 +9,8 @@ the step is bound by the CPU) once per variant per round, the variants in a new 
     profile     kname profile
     memory      kname profile --memory (torch's blocks through its allocator's tracker, where
                 it builds: kname/profiling/torch_tracker.py)
-    memory-hook kname profile --memory with torch's blocks through its GPU trace (kname's C
-                hook, as before the tracker)
+    memory-hook kname profile --memory with KNAME_PROFILE_TORCH_TRACKER=0: torch's blocks
+                through its GPU trace (kname's C hook, as before the tracker)
     no-torch    kname profile --memory with kname's torch hook left out (the driver's side:
                 its memory API callbacks and records, and who reads CUPTI's buffers)
     memory-python  kname profile --memory with the torch hook's Python path (the fallback
@@ -46,7 +46,7 @@ PROGRAM = REPO / "tests" / "gpu" / "memory_cost.py"
 VARIANTS = {
     "profile": ([], {}),
     "memory": (["--memory"], {}),
-    "memory-hook": (["--memory"], {"MEMORY_COST_TORCH_HOOK": "hook"}),
+    "memory-hook": (["--memory"], {"KNAME_PROFILE_TORCH_TRACKER": "0"}),
     "no-torch": (["--memory"], {"MEMORY_COST_NO_TORCH_HOOK": "1"}),
     "memory-python": (["--memory"], {"MEMORY_COST_TORCH_HOOK": "python"}),
     "base-memory": (["--memory"], {}),  # --base's kname (another checkout, built in place)

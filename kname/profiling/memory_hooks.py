@@ -32,6 +32,7 @@ from typing import Any
 from kname import callsite, hotpath, importhooks
 from kname._locks import new_lock
 from kname._warnings import report_fault, warn_once
+from kname.config import torch_tracker_wanted
 from kname.profiling import backward, torch_tracker
 from kname.profiling.capture import SITE_KEY, UNNAMED, site_of_frame
 from kname.profiling.memory import Ledger
@@ -166,10 +167,11 @@ def torch_hook(torch: Any, hooks: PoolHooks, path: str | None = None) -> Callabl
     """torch's blocks charged to `hooks`' torch ledger; returns the undo. `path`: "tracker"
     (torch's allocator trace tracker, TrackedBlocks), "native" (the GPU trace's memory callbacks
     kept by kname._native_cupti.TorchMemory), "python" (the same, in Python), or None: the
-    tracker where TRACKER and this install's C allow it, else native where the hot path has it
-    (cupti_collector.choose's rule), else python. Where the tracker cannot be built or attached,
-    one line says why and the GPU trace's hook takes over."""
-    if path == "tracker" or (path is None and TRACKER and tracker_memory() is not None):
+    tracker where TRACKER, KNAME_PROFILE_TORCH_TRACKER and this install's C allow it, else
+    native where the hot path has it (cupti_collector.choose's rule), else python. Where the
+    tracker cannot be built or attached, one line says why and the GPU trace's hook takes over."""
+    wanted = TRACKER and torch_tracker_wanted()  # KNAME_PROFILE_TORCH_TRACKER
+    if path == "tracker" or (path is None and wanted and tracker_memory() is not None):
         try:
             return tracked_hook(torch, hooks, fallback=path is None)
         except Exception as exc:  # not built, not loaded, or a torch unlike the one read here

@@ -17,8 +17,7 @@ then the training step in blocks, kname's hook on and off in turn (`INPROC`). Ru
 `kname profile --memory` with MEMORY_COST_NO_TORCH_HOOK=1 (or under `kname profile`).
 With MEMORY_COST_NO_TORCH_HOOK=1 (under --memory only) kname's torch hook is left out, so that
 the driver's side of --memory is timed alone; with MEMORY_COST_TORCH_HOOK=python the hook takes
-its Python path where the native one is built (MEMORY_COST_TORCH_HOOK=hook: the GPU trace's
-C hook, not the allocator's tracker); with MEMORY_COST_CPROFILE=FILE the timed steps
+its Python path where the native one is built; with MEMORY_COST_CPROFILE=FILE the timed steps
 run under cProfile and the top of it by own time is printed.
 """
 
@@ -43,20 +42,11 @@ def python_torch_hook() -> None:
     memory_hooks.native_memory = lambda: None
 
 
-def trace_torch_hook() -> None:
-    """kname's torch hook through torch's GPU trace (the C hook), not its allocator's tracker."""
-    from kname.profiling import memory_hooks
-
-    memory_hooks.TRACKER = False
-
-
 def main() -> int:
     if os.environ.get("MEMORY_COST_NO_TORCH_HOOK") == "1":
         leave_out_torch_hook()
     if os.environ.get("MEMORY_COST_TORCH_HOOK") == "python":
         python_torch_hook()
-    if os.environ.get("MEMORY_COST_TORCH_HOOK") == "hook":
-        trace_torch_hook()
     if sys.argv[1:2] == ["kernels"]:
         return kernels(int(sys.argv[2]) if len(sys.argv) > 2 else 200_000)
     import torch

@@ -111,7 +111,7 @@ def torch_view(document: dict) -> dict[str, dict]:
 # native launch callback), the GPU trace's C hook, the GPU trace's Python hook.
 TORCH_PATHS = {
     "tracker": ("native", {}),
-    "hook": ("native", {"MEMORY_COST_TORCH_HOOK": "hook"}),
+    "hook": ("native", {"KNAME_PROFILE_TORCH_TRACKER": "0"}),
     "python": ("python", {}),
 }
 

@@ -486,6 +486,23 @@ def test_the_tracker_is_attached_once_torchs_cuda_starts(named, tmp_path_factory
     assert "fire_callbacks" not in vars(torch.allocation)  # no GPU trace hook
 
 
+def test_kname_profile_torch_tracker_off_follows_torch_through_its_gpu_trace(
+    named, tmp_path_factory, monkeypatch, capsys
+):
+    stand_in = tracker_or_skip(tmp_path_factory, monkeypatch)
+    monkeypatch.setenv("KNAME_PROFILE_TORCH_TRACKER", "0")
+    torch = StandInTorch(monkeypatch)
+    torch.start_cuda()
+    hooks = PoolHooks()
+    hooks.active = True
+    hooks._undo.append(torch_hook(torch.module, hooks))
+    tracker_event(stand_in, torch, 0x100, MIB)()  # the tracker's event: not followed
+    torch.alloc(0x200, MIB)()  # the GPU trace's
+    hooks.stop()
+    ((address, _),) = [(a, s) for a, s in hooks.ledgers[TORCH]._blocks.items()]
+    assert address == 0x200 and capsys.readouterr().err == ""
+
+
 def test_where_torch_refuses_the_tracker_one_line_says_why_and_its_gpu_trace_is_used(
     named, tmp_path_factory, tmp_path, monkeypatch, capsys
 ):

@@ -41,7 +41,6 @@ CUPY, TORCH = "cupy", "torch"
 POOLS = (CUPY, TORCH)
 TORCH_BATCH = 4096  # torch events waiting for their sizes before its history is read
 TORCH_HISTORY = 65_536  # entries torch's history keeps (its max_entries)
-TRACKER = True  # torch's blocks through its allocator's tracker where it builds (torch_hook)
 HISTORY_SKIPS = [
     "free_requested",
     "free_completed",
@@ -167,11 +166,11 @@ def torch_hook(torch: Any, hooks: PoolHooks, path: str | None = None) -> Callabl
     """torch's blocks charged to `hooks`' torch ledger; returns the undo. `path`: "tracker"
     (torch's allocator trace tracker, TrackedBlocks), "native" (the GPU trace's memory callbacks
     kept by kname._native_cupti.TorchMemory), "python" (the same, in Python), or None: the
-    tracker where TRACKER, KNAME_PROFILE_TORCH_TRACKER and this install's C allow it, else
+    tracker where KNAME_PROFILE_TORCH_TRACKER and this install's C allow it, else
     native where the hot path has it (cupti_collector.choose's rule), else python. Where the
     tracker cannot be built or attached, one line says why and the GPU trace's hook takes over."""
-    wanted = TRACKER and torch_tracker_wanted()  # KNAME_PROFILE_TORCH_TRACKER
-    if path == "tracker" or (path is None and wanted and tracker_memory() is not None):
+    wanted = path is None and torch_tracker_wanted()  # KNAME_PROFILE_TORCH_TRACKER
+    if path == "tracker" or (wanted and tracker_memory() is not None):
         try:
             return tracked_hook(torch, hooks, fallback=path is None)
         except Exception as exc:  # not built, not loaded, or a torch unlike the one read here

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import faulthandler
+import functools
 import os
 import stat
 import sys
@@ -208,3 +209,32 @@ def test_a_block_fired_inside_torchs_lock_while_another_thread_holds_the_gil_nev
     sites = charged(hooks)
     blocks.stop()
     assert sites[NO_PYTHON_FRAME]["allocations"] == 2 and len(sites) == 2
+
+
+def fire_from_line_a(fire) -> None:
+    threading.Thread(target=fire).run()  # threading's run (library code) allocates
+
+
+def fire_from_line_b(fire) -> None:
+    threading.Thread(target=fire).run()  # the same instruction of run, from another line
+
+
+def test_lines_reached_through_one_library_instruction_are_each_known_without_the_gil(
+    named, tracker, allocator
+):
+    """Each nn.Linear's blocks are handed out at one instruction of torch's Linear.forward,
+    reached from a user line per layer: the known sites keep each line's walk apart."""
+    hooks, blocks = tracked(tracker)
+    fire = functools.partial(allocator.stand_in_fire, ALLOC)
+    for round_number in range(6):
+        fire_from_line_a(functools.partial(fire, 0x1000 + round_number, MIB))
+        fire_from_line_b(functools.partial(fire, 0x2000 + round_number, MIB))
+        if round_number == 1:
+            hooks.settle()
+            blocks._native.take_misses()  # each line's first block: not known yet
+    sites = charged(hooks)
+    misses = blocks._native.take_misses()
+    blocks.stop()
+    assert sorted(numbers["allocations"] for numbers in sites.values()) == [6, 6]
+    assert {name.split()[0] for name in sites} == {"fire_from_line_a", "fire_from_line_b"}
+    assert misses == 0  # rounds 2 to 5: every block's line known in C

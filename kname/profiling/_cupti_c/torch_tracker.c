@@ -28,8 +28,9 @@
 #include <string.h>
 
 #define CHAIN MAX_WALK      /* frames kept of a block whose line is not known yet */
-#define WALK_KEPT 48        /* library frames a known site may pass to its user frame */
-#define KNOWN 1024          /* known sites, a power of 2 */
+#define WALK_KEPT 32        /* library frames a known site may pass to its user frame */
+#define BUCKETS 256         /* buckets of known sites, a power of 2 */
+#define WAYS 8              /* known sites a bucket holds: one instruction, several user lines */
 #define MAX_MISSES 4096     /* misses waiting; past that, a block's line may be left unnamed */
 #define MAX_TRACKED (1 << 21) /* events waiting; past that (nothing settles), they are lost */
 
@@ -71,48 +72,63 @@ static struct {
     Py_ssize_t count, room, lost, batch;
     Miss *misses;
     Py_ssize_t missed, tried; /* misses kept; those the pending call has tried to name */
+    Py_ssize_t misses_seen;   /* blocks whose line was not known, since take_misses() */
     uint64_t takes;           /* take_tracked()s and let-gos: the misses' indices start anew */
     TorchMemory *owner;      /* borrowed (memory_clear lets go); set and read under the GIL */
     PyObject *sites, *kinds; /* the owner's: their generations */
     int remember;
     atomic_int on, asked;
     _Atomic(PyObject *) frameless; /* the backward pass's name (kept), or NULL */
-    KnownSite known[KNOWN];
+    KnownSite known[BUCKETS * WAYS];
+    unsigned evictions; /* which way of a full bucket goes next */
 } tracked = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+/* The bucket of the known sites of blocks allocated at `position`: the ways of one instruction
+ * (a library's, reached from several user lines: each nn.Linear's forward) and of others. */
 static inline KnownSite *
-known_slot(const void *position)
+known_bucket(const void *position)
 {
     uintptr_t h = (uintptr_t)position >> 1;
-    return &tracked.known[(h ^ (h >> 10)) & (KNOWN - 1)];
+    return &tracked.known[((h ^ (h >> 8)) & (BUCKETS - 1)) * WAYS];
 }
 
 /* ------------------------------------------------------------------ without the GIL */
 
 #ifdef FRAMES_WITHOUT_GIL
 
-/* The known site of a block allocated while `frame` runs (borrowed), or NULL. Lock held. */
+/* The known site of a block allocated while `frame` runs (borrowed), or NULL. Lock held. The
+ * frames above are read once, as far as the deepest way asks. */
 static PyObject *
 known_site(Frame *frame)
 {
     if (!tracked.remember)
         return NULL;
     const void *position = frame_position(frame);
-    const KnownSite *k = known_slot(position);
-    if (k->name == NULL || k->position != position || k->code != (void *)frame_code(frame)
-        || k->sites_generation != generation_of(tracked.sites))
-        return NULL;
-    if (k->depth == 0)
-        return k->name;
-    if (k->kinds_generation != generation_of(tracked.kinds))
-        return NULL;
+    void *code = frame_code(frame);
+    const KnownSite *bucket = known_bucket(position);
+    uint64_t sites_generation = generation_of(tracked.sites);
+    void *codes[WALK_KEPT];
+    const void *positions[WALK_KEPT];
+    int walked = 0;
     Frame *f = frame;
-    for (int depth = 0; depth < k->depth; depth++) {
-        f = frame_back(f);
-        if (f == NULL || (void *)frame_code(f) != k->codes[depth])
-            return NULL;
+    for (int way = 0; way < WAYS; way++) {
+        const KnownSite *k = &bucket[way];
+        if (k->name == NULL || k->position != position || k->code != code
+            || k->sites_generation != sites_generation)
+            continue;
+        if (k->depth == 0)
+            return k->name;
+        if (k->kinds_generation != generation_of(tracked.kinds))
+            continue;
+        for (; walked < k->depth && (f = frame_back(f)) != NULL; walked++) {
+            codes[walked] = frame_code(f);
+            positions[walked] = frame_position(f);
+        }
+        if (walked >= k->depth && positions[k->depth - 1] == k->user
+            && memcmp(codes, k->codes, (size_t)k->depth * sizeof(void *)) == 0)
+            return k->name;
     }
-    return frame_position(f) == k->user ? k->name : NULL;
+    return NULL;
 }
 
 /* `frame` and those above it, into `miss` (the thread's own frames: read without the GIL). */
@@ -199,6 +215,7 @@ tracker_event(int action, uint64_t address, uint64_t size)
     }
     else if (action == TRACKED_ALLOC && (e->site = known_site(frame)) == NULL) {
         e->miss = note_miss(state, frame);
+        tracked.misses_seen++;
         ask = 1;
     }
     ask |= tracked.count >= tracked.batch;
@@ -243,7 +260,17 @@ chain_site(TorchMemory *m, const Miss *miss, KnownSite *k)
     return NULL;
 }
 
-/* `k` (its name kept) into the known sites, where this owner remembers. */
+/* Whether `a` and `b` name the same frames (their names aside). */
+static int
+same_frames(const KnownSite *a, const KnownSite *b)
+{
+    return a->position == b->position && a->code == b->code && a->depth == b->depth
+           && a->user == b->user
+           && memcmp(a->codes, b->codes, (size_t)a->depth * sizeof(void *)) == 0;
+}
+
+/* `k` (its name kept) into the known sites, where this owner remembers: in its bucket, over the
+ * way with the same frames, else an empty or stale one, else the ways in turn. */
 static void
 remember_known(TorchMemory *m, KnownSite *k, PyObject *kept)
 {
@@ -251,7 +278,18 @@ remember_known(TorchMemory *m, KnownSite *k, PyObject *kept)
         return;
     k->name = kept;
     pthread_mutex_lock(&tracked.lock);
-    *known_slot(k->position) = *k;
+    KnownSite *bucket = known_bucket(k->position);
+    KnownSite *into = NULL;
+    for (int way = 0; way < WAYS && into == NULL; way++)
+        if (bucket[way].name != NULL && same_frames(&bucket[way], k))
+            into = &bucket[way];
+    for (int way = 0; way < WAYS && into == NULL; way++)
+        if (bucket[way].name == NULL || bucket[way].sites_generation != k->sites_generation
+            || bucket[way].kinds_generation != k->kinds_generation)
+            into = &bucket[way];
+    if (into == NULL)
+        into = &bucket[tracked.evictions++ % WAYS];
+    *into = *k;
     pthread_mutex_unlock(&tracked.lock);
 }
 
@@ -444,6 +482,7 @@ tracker_let_go(TorchMemory *m)
     tracked.events = NULL;
     tracked.misses = NULL;
     tracked.count = tracked.room = tracked.missed = tracked.tried = tracked.lost = 0;
+    tracked.misses_seen = 0;
     tracked.takes++;
     memset(tracked.known, 0, sizeof tracked.known);
     pthread_mutex_unlock(&tracked.lock);
@@ -527,12 +566,29 @@ memory_take_tracked(TorchMemory *m, PyObject *unused)
     return taken;
 }
 
+/* take_misses() -> blocks whose line was not known in C as they came, since the last take. */
+static PyObject *
+memory_take_misses(TorchMemory *m, PyObject *unused)
+{
+    (void)unused;
+    Py_ssize_t seen = 0;
+    if (tracked.owner == m) {
+        pthread_mutex_lock(&tracked.lock);
+        seen = tracked.misses_seen;
+        tracked.misses_seen = 0;
+        pthread_mutex_unlock(&tracked.lock);
+    }
+    return PyLong_FromSsize_t(seen);
+}
+
 static PyMethodDef tracker_methods[] = {
     {"track", (PyCFunction)memory_track, METH_VARARGS,
      "track(batch) -> the address of the C function torch's allocator tracker calls "
      "(action 1: a block handed out, 2: a free asked, address, size)."},
     {"take_tracked", (PyCFunction)memory_take_tracked, METH_NOARGS,
      "take_tracked() -> [(address, site or None for a free, ns, size)]: the tracked events."},
+    {"take_misses", (PyCFunction)memory_take_misses, METH_NOARGS,
+     "take_misses() -> blocks whose line was not known in C as they came, since the last."},
     {"set_frameless", (PyCFunction)memory_set_frameless, METH_O,
      "set_frameless(name or None): the name of a block allocated with no Python frame."},
     {NULL, NULL, 0, NULL},

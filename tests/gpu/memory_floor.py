@@ -3,6 +3,7 @@ piece of the torch view on alone (no kname profile around it).
 
     python3 tests/gpu/memory_floor.py [PAIRS]
     python3 -m kname profile -- python3 tests/gpu/memory_floor.py step
+    python3 -m kname profile -- python3 tests/gpu/memory_floor.py tracker-step
 
 Prints `FLOOR <piece> <ns per pair>` for: torch bare; its allocation history without stacks;
 with Python stacks (and what reading them back from the snapshot costs per entry, and whether
@@ -323,12 +324,62 @@ def step_pieces(torch, rounds: int = 8, steps: int = 40) -> None:
         print(f"STEP site {memory.allocations:6} {name[:150]}")
 
 
+def tracker_step(torch, rounds: int = 6, steps: int = 60) -> None:
+    """tests/gpu/memory_cost.py's training step in blocks of `steps`, ms per step (medians of
+    `rounds`): bare (no tracker yet), then in turn kname's tracked hook (TrackedBlocks into the
+    ledger, its settle timed with it) and the tracker attached handing nothing over (torch's
+    trace entries alone); the blocks whose line was not known in C as they came, per step once
+    warm; the blocks by line. Run under `kname profile` (no --memory) for the backward pass's
+    names."""
+    import statistics
+
+    from kname.profiling import memory_hooks, torch_tracker
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from memory_cost import timed_steps, training_step
+
+    step = training_step(torch)
+    bare = statistics.median(timed_steps(torch, step, steps) for _ in range(rounds))
+    hooks = memory_hooks.PoolHooks()
+    hooks.active = True
+    tracker = torch_tracker.load(torch_tracker.torch_build(torch))
+    blocks = memory_hooks.TrackedBlocks(hooks, memory_hooks.tracker_memory(), tracker)
+    hooks.settlers.append(blocks.settle)
+    blocks.attach()
+    timed_steps(torch, step, steps)  # warm: each line's first block named
+    hooks.settle()
+    blocks._native.take_misses()
+    on, off = [], []
+    for _ in range(rounds):
+        tracker.attach(blocks._sink)
+        started = time.perf_counter()
+        timed_steps(torch, step, steps)
+        hooks.settle()
+        on.append(1000 * (time.perf_counter() - started) / steps)
+        tracker.off()
+        off.append(timed_steps(torch, step, steps))
+    misses = blocks._native.take_misses() / (rounds * steps)
+    on_ms, off_ms = statistics.median(on), statistics.median(off)
+    print(f"TSTEP bare {bare:.4f} ms")
+    print(f"TSTEP tracker attached, nothing handed {off_ms:.4f} ms ({off_ms / bare - 1:+.1%})")
+    print(f"TSTEP kname tracker, ledger {on_ms:.4f} ms ({on_ms / bare - 1:+.1%})")
+    print(f"TSTEP blocks not known in C as they came, per step: {misses:.2f}")
+    sites = hooks.ledger("torch").sites
+    for name, memory in sorted(sites.items(), key=lambda item: -item[1].allocations)[:8]:
+        print(f"TSTEP site {memory.allocations:6} {memory.frees:6} {name[:150]}")
+    blocks.stop()
+
+
 def main() -> int:
     import torch
 
     if sys.argv[1:2] == ["step"]:
         torch.empty(1, device="cuda")
         step_pieces(torch)
+        return 0
+    if sys.argv[1:2] == ["tracker-step"]:
+        torch.empty(1, device="cuda")
+        tracker_step(torch)
         return 0
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
     torch.empty(1, device="cuda")

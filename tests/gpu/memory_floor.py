@@ -4,6 +4,7 @@ piece of the torch view on alone (no kname profile around it).
     python3 tests/gpu/memory_floor.py [PAIRS]
     python3 -m kname profile -- python3 tests/gpu/memory_floor.py step
     python3 -m kname profile -- python3 tests/gpu/memory_floor.py tracker-step
+    python3 tests/gpu/memory_floor.py tracker [PAIRS]   (the tracker's rows and kname's hooks)
 
 Prints `FLOOR <piece> <ns per pair>` for: torch bare; its allocation history without stacks;
 with Python stacks (and what reading them back from the snapshot costs per entry, and whether
@@ -380,6 +381,15 @@ def main() -> int:
     if sys.argv[1:2] == ["tracker-step"]:
         torch.empty(1, device="cuda")
         tracker_step(torch)
+        return 0
+    if sys.argv[1:2] == ["tracker"]:  # the tracker's rows and kname's GPU-trace hooks alone
+        count = int(sys.argv[2]) if len(sys.argv) > 2 else 4000
+        torch.empty(1, device="cuda")
+        print(f"torch {torch.__version__}", flush=True)
+        say("bare", pairs_ns(torch, count))
+        tracker_pieces(torch, count)
+        say("bare, tracker off", pairs_ns(torch, count))
+        kname_hooks(torch, count)
         return 0
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
     torch.empty(1, device="cuda")

@@ -9,13 +9,17 @@ finds a launch's: capture.cached_site) and charges it in that pool's Ledger (mem
 - CuPy: a cupy.cuda.MemoryHook (malloc_postprocess, free_postprocess): sizes as CuPy rounds
   them (up to 512 bytes). CuPy's hooks are per thread: this one sees the thread that started
   the profile.
-- torch: the GPU trace's memory events (torch.cuda._gpu_trace, on once
-  torch._C._activate_gpu_trace() is called: the hook torch's CUDA sanitizer uses), which pass
-  the block's address, and torch's allocation history without stacks for its size
-  (TorchBlocks; torch rounds to 512 bytes). Every thread. kname's callables stand in for the
-  registries' fire_callbacks (put_in_place: no frame of torch's per event); in C where
-  kname._native_cupti is built (TorchMemory: no Python frame at all on a cached line), else
-  in Python, both by the same rules.
+- torch: its caching allocator's trace tracker (torch_tracker: C++ compiled on first use
+  against the torch in use, attached as torch's CUDA starts; TrackedBlocks), which hands each
+  block's address and size to kname's C inside torch's lock, no GIL taken, its line read from
+  the thread's own frames (KNAME_PROFILE_TORCH_TRACKER=0: not used). Where it cannot be had,
+  one line says why and the GPU trace's memory events are followed instead
+  (torch.cuda._gpu_trace, on once torch._C._activate_gpu_trace() is called: the hook torch's
+  CUDA sanitizer uses), which pass the block's address, with torch's allocation history
+  without stacks for its size (TorchBlocks; torch rounds to 512 bytes). Every thread. kname's
+  callables stand in for the registries' fire_callbacks (put_in_place: no frame of torch's per
+  event); in C where kname._native_cupti is built (TorchMemory: no Python frame at all on a
+  cached line), else in Python, both by the same rules.
 
 Each is put in place when its library is imported (importhooks.watch). A fault in a hook is one
 line (report_fault) and the program's allocation goes on.
@@ -460,22 +464,23 @@ class TrackedBlocks:
         self._unlisten()
 
     def settle(self) -> None:
-        """The blocks so far into the ledger."""
+        """The blocks so far into the ledger, in their order (one settle at a time)."""
         with self._lock:
             events = self._native.take_tracked()
             fault = self._native.take_fault()
             lost = self._native.take_lost()
-        if fault is not None:
-            report_fault(*fault)
-        ledger = self._hooks.ledger(TORCH) if events or lost else None
-        if ledger is None:
-            return
-        ledger.untracked += lost
-        for address, site, time_ns, size in events:
-            if site is None:
-                ledger.free(address, time_ns)
-            else:
-                ledger.allocate(site, address, size, time_ns)
+            if fault is not None:
+                report_fault(*fault)
+            if not events and not lost:
+                return
+            ledger = self._hooks.ledger(TORCH)
+            ledger.untracked += lost
+            allocate, free = ledger.allocate, ledger.free
+            for address, site, time_ns, size in events:
+                if site is None:
+                    free(address, time_ns)
+                else:
+                    allocate(site, address, size, time_ns)
 
 
 def caller_frame(depth: int) -> Any:

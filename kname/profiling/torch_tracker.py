@@ -7,8 +7,8 @@ torch's caching allocator calls the C++ trackers attached to it
 its history on or off, inside its per-device lock, on the allocating thread: no GIL may be taken
 there, and trackers cannot be taken out (kname_tracker_off makes this one return at once).
 _torch_tracker/tracker.cpp is compiled with the C++ compiler ($CXX, else c++, g++ or clang++)
-against torch's headers (torch/include, and the CUDA runtime's headers they include: a pip
-install's nvidia-*-runtime packages, else $CUDA_HOME or /usr/local/cuda), its libraries
+against torch's headers (torch/include, and the CUDA headers they include: a pip install's
+nvidia-* packages, and a toolkit's: $CUDA_HOME, /usr/local/cuda or nvcc's), its libraries
 (torch/lib: c10, c10_cuda) and its C++ ABI (torch._C._GLIBCXX_USE_CXX11_ABI); the build is kept
 in kname's cache (build_cache: owner-only, checked) under a name that digests the source, the
 command and torch's version and build, so another torch builds its own.
@@ -80,11 +80,14 @@ def torch_build(torch: Any) -> TorchBuild:
 
 def cuda_include_dirs() -> list[Path]:
     """The folders of CUDA headers torch's may include: a pip install's (nvidia/*/include, the
-    runtime's and the others'), then $CUDA_HOME's or $CUDA_PATH's, then /usr/local/cuda's."""
+    runtime's and the others'), then $CUDA_HOME's, $CUDA_PATH's, /usr/local/cuda's or nvcc's."""
     found = importlib.util.find_spec("nvidia")
     roots = list(found.submodule_search_locations or ()) if found is not None else []
     folders = [folder for root in roots for folder in sorted(Path(root).glob("*/include"))]
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+    nvcc = shutil.which("nvcc")
+    toolkit = str(Path(nvcc).resolve().parent.parent) if nvcc else None
+    homes = (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda", toolkit)
+    for home in homes:
         if home and (Path(home) / "include" / CUDA_HEADER).is_file():
             folders.append(Path(home) / "include")
             break

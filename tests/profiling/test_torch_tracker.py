@@ -16,6 +16,8 @@ import stat
 import sys
 import threading
 import time
+import types
+from pathlib import Path
 
 import pytest
 from support import c10_stand_in
@@ -238,3 +240,44 @@ def test_lines_reached_through_one_library_instruction_are_each_known_without_th
     assert sorted(numbers["allocations"] for numbers in sites.values()) == [6, 6]
     assert {name.split()[0] for name in sites} == {"fire_from_line_a", "fire_from_line_b"}
     assert misses == 0  # rounds 2 to 5: every block's line known in C
+
+
+def a_torch_tree(folder, with_headers: bool = True) -> types.SimpleNamespace:
+    """The parts of an installed torch that torch_build reads: its folder (include/, lib/), its
+    version and its C++ ABI flag (torch itself is what CI lacks)."""
+    header = folder / "torch" / "include" / "c10" / "cuda" / "CUDACachingAllocator.h"
+    if with_headers:
+        header.parent.mkdir(parents=True)
+        header.write_text("\n")
+    return types.SimpleNamespace(
+        __file__=str(folder / "torch" / "__init__.py"), __version__="2.11.0+cu130",
+        version=types.SimpleNamespace(cuda="13.0", git_version="abc"),
+        _C=types.SimpleNamespace(_GLIBCXX_USE_CXX11_ABI=True),
+    )  # fmt: skip
+
+
+def test_a_torch_build_reads_its_headers_the_cuda_runtimes_its_libraries_and_its_abi(
+    tmp_path, monkeypatch
+):
+    cuda = tmp_path / "cuda"
+    (cuda / "include").mkdir(parents=True)
+    (cuda / "include" / "cuda_runtime_api.h").write_text("\n")
+    monkeypatch.setenv("CUDA_HOME", str(cuda))
+    build = torch_tracker.torch_build(a_torch_tree(tmp_path))
+    assert build.include_dirs[0] == str(tmp_path / "torch" / "include")
+    assert str(cuda / "include") in build.include_dirs
+    assert build.library_dir == str(tmp_path / "torch" / "lib") and build.cxx11_abi
+    assert build.version.startswith("2.11.0+cu130 cuda 13.0")
+
+
+def test_a_torch_without_headers_or_cuda_headers_is_one_line_saying_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no-cuda"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvcc
+    with pytest.raises(torch_tracker.TrackerUnavailable, match="ships no C\\+\\+ headers"):
+        torch_tracker.torch_build(a_torch_tree(tmp_path / "a", with_headers=False))
+    if Path("/usr/local/cuda/include/cuda_runtime_api.h").is_file() or any(
+        (folder / "cuda_runtime_api.h").is_file() for folder in torch_tracker.cuda_include_dirs()
+    ):
+        pytest.skip("this machine has the CUDA runtime's headers")
+    with pytest.raises(torch_tracker.TrackerUnavailable, match="no CUDA runtime headers"):
+        torch_tracker.torch_build(a_torch_tree(tmp_path / "b"))

@@ -7,18 +7,22 @@
  * which runs no Python and never takes the GIL (another thread may hold it while it waits for
  * that lock): it reads the thread's running frame as launch_site.c does without the GIL (the
  * thread is stopped in the allocation: only it changes its frames), names the block from a
- * table of the sites found before (KnownSite, keyed by the frame's instruction), and keeps
+ * table of the sites found before (KnownSite: by the running instruction, in buckets of ways
+ * told apart by the frames up to the user's, as one library instruction serves many lines),
+ * and keeps
  * (address, size, time, name) in a buffer guarded by a mutex of its own. A block whose line is
  * not known yet keeps the codes and offsets of its frames (a Miss); a block with no Python
  * frame (torch's autograd threads) takes the running backward pass's name (set_frameless).
  *
  * Under the GIL: a pending call (Py_AddPendingCall needs no GIL) runs on the main thread at its
- * next check, which comes right after the allocating call returns, in the frame that made it:
- * it names the misses made from that frame by kname's rules (site_now, as the GPU trace's hook
- * does), and settles every `batch` events. take_tracked() names what is left from the dicts
- * along each miss's recorded frames (their code objects are only ever used as ids) and hands
- * every event over. The buffer's mutex is never held while Python runs or torch is called: the
- * order is torch's lock, then this one.
+ * next check, which CPython makes as the allocating call instruction ends, in the frame that
+ * made it: it names the misses made from that frame by kname's rules (site_now, as the GPU
+ * trace's hook does), tries the others once by the dicts (a line whose launch kname named
+ * since), and settles every `batch` events. take_tracked() names what is left by the dicts
+ * along each miss's recorded frames (their code objects are only ever used as ids; what stays
+ * unknown, a thread other than the main one at a line kname never named, is `unnamed`) and
+ * hands every event over. The buffer's mutex is never held while Python runs or torch is
+ * called: the order is torch's lock, then this one.
  */
 #include "profiling/_cupti_c/torch_memory.h" /* first: it includes Python.h */
 

@@ -20,6 +20,7 @@ import pytest
 from support import REPO, profile_missing_reason
 from support.gpu_programs import SITE, profiled_run
 
+from kname.documents.backward_lines import BACKWARD_OF
 from kname.profiling.capture import NO_PYTHON_FRAME, UNNAMED
 
 DEMO = REPO / "tests" / "gpu" / "memory_demo.py"
@@ -143,6 +144,10 @@ def test_a_training_steps_blocks_go_to_the_same_lines_through_the_tracker_and_bo
         )
         views[path] = torch_view(document)
     assert "allocator tracker is not used" not in runs["tracker"].stderr, runs["tracker"].stderr
+    # The tracker in use: it names a backward block after its pass alone, the hooks add the
+    # forward line (BACKWARD_OF).
+    assert not any(BACKWARD_OF in name for name in views["tracker"]), sorted(views["tracker"])
+    assert any(BACKWARD_OF in name for name in views["hook"]), sorted(views["hook"])
     native, python = views["hook"], views["python"]
     assert native.keys() == python.keys(), sorted(native.keys() ^ python.keys())
     for name, numbers in native.items():

@@ -122,7 +122,7 @@ class Config(NamedTuple):
     # KNAME_PROFILE_BACKWARD: torch's backward time per forward line too (--backward-lines)
     backward_lines: bool = False
     # KNAME_PROFILE_TORCH_TRACKER: --memory follows torch through its allocator's tracker
-    torch_tracker: bool = True
+    torch_tracker: bool = False
     verdict: bool = False  # KNAME_MODE=profile: launch calls timed for the launch-bound verdict
     ranks: RankSpans | None = None  # KNAME_RANKS: the ranks that profile (None: every rank)
     strict: bool = False
@@ -486,18 +486,21 @@ def backward_lines_wanted(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def torch_tracker_wanted(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether KNAME_PROFILE_TORCH_TRACKER lets --memory follow torch's blocks through its
-    allocator's tracker (the default; a bad value counts as that, said by read_config):
-    Config.torch_tracker, read alone (for memory_hooks)."""
+    """Whether KNAME_PROFILE_TORCH_TRACKER asks --memory to follow torch's blocks through its
+    allocator's tracker (off by default until it is measured in use on a GPU: docs/memory.md; a
+    bad value is off, said by read_config): Config.torch_tracker, read alone (for memory_hooks)."""
     env = os.environ if environ is None else environ
-    return _read_torch_tracker(env.get(KNAME_PROFILE_TORCH_TRACKER), [])
+    value = env.get(KNAME_PROFILE_TORCH_TRACKER)
+    return value is not None and _read_torch_tracker(value, [])
 
 
-def _read_torch_tracker(value: str | None, problems: list[str]) -> bool:
-    return _read_on_by_default(
-        KNAME_PROFILE_TORCH_TRACKER, value, "torch's allocator tracker, compiled on first use",
-        "torch's GPU trace", problems,
-    )  # fmt: skip
+def _read_torch_tracker(value: str, problems: list[str]) -> bool:
+    return _read_off_by_default(
+        KNAME_PROFILE_TORCH_TRACKER,
+        value,
+        "torch's blocks followed through its GPU trace",
+        problems,
+    )
 
 
 def _read_backward_switch(value: str, problems: list[str]) -> bool:

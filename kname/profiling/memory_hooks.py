@@ -12,8 +12,9 @@ finds a launch's: capture.cached_site) and charges it in that pool's Ledger (mem
 - torch: its caching allocator's trace tracker (torch_tracker: C++ compiled on first use
   against the torch in use, attached as torch's CUDA starts; TrackedBlocks), which hands each
   block's address and size to kname's C inside torch's lock, no GIL taken, its line read from
-  the thread's own frames (KNAME_PROFILE_TORCH_TRACKER=0: not used). Where it cannot be had,
-  one line says why and the GPU trace's memory events are followed instead
+  the thread's own frames (with KNAME_PROFILE_TORCH_TRACKER=1: off by default until measured
+  in use on a GPU). Where it is not asked for or cannot be had (one line says why), the GPU
+  trace's memory events are followed instead
   (torch.cuda._gpu_trace, on once torch._C._activate_gpu_trace() is called: the hook torch's
   CUDA sanitizer uses), which pass the block's address, with torch's allocation history
   without stacks for its size (TorchBlocks; torch rounds to 512 bytes). Every thread. kname's

@@ -486,11 +486,11 @@ def test_the_tracker_is_attached_once_torchs_cuda_starts(named, tmp_path_factory
     assert "fire_callbacks" not in vars(torch.allocation)  # no GPU trace hook
 
 
-def test_kname_profile_torch_tracker_off_follows_torch_through_its_gpu_trace(
+def test_without_kname_profile_torch_tracker_torch_is_followed_through_its_gpu_trace(
     named, tmp_path_factory, monkeypatch, capsys
 ):
     stand_in = tracker_or_skip(tmp_path_factory, monkeypatch)
-    monkeypatch.setenv("KNAME_PROFILE_TORCH_TRACKER", "0")
+    monkeypatch.delenv("KNAME_PROFILE_TORCH_TRACKER", raising=False)  # off by default
     torch = StandInTorch(monkeypatch)
     torch.start_cuda()
     hooks = PoolHooks()
@@ -511,6 +511,7 @@ def test_where_torch_refuses_the_tracker_one_line_says_why_and_its_gpu_trace_is_
     monkeypatch.setattr(_warnings, "_said", set())
     # Another copy of the tracker, not attached to torch yet.
     stand_in = tracker_or_skip(tmp_path_factory, monkeypatch, tmp_path)
+    monkeypatch.setenv("KNAME_PROFILE_TORCH_TRACKER", "1")
     stand_in.allocator.stand_in_refuse(1)
     try:
         torch = StandInTorch(monkeypatch)

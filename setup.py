@@ -145,6 +145,7 @@ CUPTI_SOURCES = [
     "kname/profiling/_cupti_c/trace.c",
     "kname/profiling/_cupti_c/trace_json.c",
     "kname/profiling/_cupti_c/torch_memory.c",
+    "kname/profiling/_cupti_c/torch_tracker.c",
     "kname/_common_c/common.c",
     "kname/_common_c/slots.c",
 ]
@@ -161,6 +162,7 @@ CUPTI_HEADERS = [
     "kname/profiling/_cupti_c/trace.h",
     "kname/_common_c/profiled.h",
     "kname/profiling/_cupti_c/cupti_abi.h",
+    "kname/profiling/_cupti_c/torch_memory.h",
 ]
 
 

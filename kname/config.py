@@ -42,6 +42,7 @@ KNAME_PROFILE_TRACE_MAX = "KNAME_PROFILE_TRACE_MAX"
 KNAME_PROFILE_TRIGGER = "KNAME_PROFILE_TRIGGER"
 KNAME_PROFILE_MEMORY = "KNAME_PROFILE_MEMORY"
 KNAME_PROFILE_BACKWARD = "KNAME_PROFILE_BACKWARD"
+KNAME_PROFILE_TORCH_TRACKER = "KNAME_PROFILE_TORCH_TRACKER"
 KNAME_PROFILE_VERDICT = "KNAME_PROFILE_VERDICT"
 
 SWITCH_ON = ("1", "true", "yes", "on")
@@ -64,7 +65,7 @@ PROFILE_SECONDS = {
 }
 PROFILE_SETTINGS = (
     KNAME_PROFILE_TOP, KNAME_PROFILE_TRACE_MAX, *PROFILE_SECONDS, KNAME_PROFILE_MEMORY,
-    KNAME_PROFILE_BACKWARD, KNAME_PROFILE_VERDICT,
+    KNAME_PROFILE_BACKWARD, KNAME_PROFILE_VERDICT, KNAME_PROFILE_TORCH_TRACKER,
 )  # fmt: skip
 # What a bad value of each setting in seconds is replaced by.
 _SECONDS_DEFAULTS = {
@@ -120,6 +121,8 @@ class Config(NamedTuple):
     memory: bool = False  # KNAME_PROFILE_MEMORY: memory per line too (kname profile --memory)
     # KNAME_PROFILE_BACKWARD: torch's backward time per forward line too (--backward-lines)
     backward_lines: bool = False
+    # KNAME_PROFILE_TORCH_TRACKER: --memory follows torch through its allocator's tracker
+    torch_tracker: bool = False
     verdict: bool = False  # KNAME_MODE=profile: launch calls timed for the launch-bound verdict
     ranks: RankSpans | None = None  # KNAME_RANKS: the ranks that profile (None: every rank)
     strict: bool = False
@@ -455,6 +458,8 @@ def _read_profile_settings(
         settings["memory"] = _read_memory_switch(env[KNAME_PROFILE_MEMORY], problems)
     if given[KNAME_PROFILE_BACKWARD]:
         settings["backward_lines"] = _read_backward_switch(env[KNAME_PROFILE_BACKWARD], problems)
+    if given[KNAME_PROFILE_TORCH_TRACKER]:
+        settings["torch_tracker"] = _read_torch_tracker(env[KNAME_PROFILE_TORCH_TRACKER], problems)
     for variable, attribute in PROFILE_SECONDS.items():
         if given[variable]:
             settings[attribute] = parse_seconds(given[variable])
@@ -478,6 +483,24 @@ def backward_lines_wanted(environ: Mapping[str, str] | None = None) -> bool:
     env = os.environ if environ is None else environ
     value = env.get(KNAME_PROFILE_BACKWARD)
     return value is not None and _read_backward_switch(value, [])
+
+
+def torch_tracker_wanted(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether KNAME_PROFILE_TORCH_TRACKER asks --memory to follow torch's blocks through its
+    allocator's tracker (off by default until it is measured in use on a GPU: docs/memory.md; a
+    bad value is off, said by read_config): Config.torch_tracker, read alone (for memory_hooks)."""
+    env = os.environ if environ is None else environ
+    value = env.get(KNAME_PROFILE_TORCH_TRACKER)
+    return value is not None and _read_torch_tracker(value, [])
+
+
+def _read_torch_tracker(value: str, problems: list[str]) -> bool:
+    return _read_off_by_default(
+        KNAME_PROFILE_TORCH_TRACKER,
+        value,
+        "torch's blocks followed through its GPU trace",
+        problems,
+    )
 
 
 def _read_backward_switch(value: str, problems: list[str]) -> bool:

@@ -32,6 +32,7 @@ from kname.config import (
     KNAME_PROFILE_HTML,
     KNAME_PROFILE_MEMORY,
     KNAME_PROFILE_TOP,
+    KNAME_PROFILE_TORCH_TRACKER,
     KNAME_PROFILE_TRACE,
     KNAME_PROFILE_TRACE_MAX,
     KNAME_PROFILE_TRIGGER,
@@ -539,6 +540,9 @@ def _settings_in_effect(config: Config, strict: bool) -> dict[str, str]:
         KNAME_PROFILE_DURATION: f"{config.duration:g} s" if config.duration else "to the end",
         KNAME_PROFILE_MEMORY: "on (memory per line)" if config.memory else "off",
         KNAME_PROFILE_BACKWARD: "on (per forward line)" if config.backward_lines else "off",
+        KNAME_PROFILE_TORCH_TRACKER: "on (torch's allocator tracker, where it builds)"
+        if config.torch_tracker
+        else "off (torch's GPU trace)",
         KNAME_PROFILE_VERDICT: "on (launch calls timed: the launch-bound verdict)"
         if config.verdict
         else "off",

@@ -26,16 +26,16 @@ import re
 import shlex
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kname import build_cache
 from kname.config import KNAME_MODE
 
 SOURCE = Path(__file__).parent / "_show_ranges_c" / "show_ranges.c"
@@ -80,19 +80,23 @@ def viewer(cache: Path | None = None) -> Iterator[Path]:
     program runs), else one compiled now, kept in the cache where it is trusted (one line
     where it cannot be), and loaded from there or from a private folder of this run."""
     compiler = _compiler()
-    folder = cache or _cache_folder()
+    folder = cache or build_cache.cache_folder()
     name = f"libkname_show_ranges-{_build_digest(compiler)}.so"
     with ExitStack() as stack:
-        cached = _open_cache(folder)  # None: not to be used, said why
+        # None: not to be used, said why
+        cached = build_cache.open_cache(folder, _say_not_trusted, _say_not_kept)
         if cached is not None:
             stack.callback(os.close, cached)
-            library = _verified(cached, name, stack)
+            library = build_cache.verified(cached, name, stack)
             if library is not None:
                 yield library
                 return
         built = _build_for_this_run(compiler, name, stack)
-        if cached is not None and _keep(built.read_bytes(), cached, folder / name):
-            built = _verified(cached, name, stack) or built  # loaded from where it is kept
+        kept = cached is not None and build_cache.keep(
+            built.read_bytes(), cached, folder / name, _say_not_kept
+        )
+        if kept:
+            built = build_cache.verified(cached, name, stack) or built  # loaded from where kept
         yield built
 
 
@@ -127,39 +131,6 @@ def _compile(compiler: list[str], out: Path) -> Path:
     return out
 
 
-def _open_cache(folder: Path) -> int | None:
-    """A descriptor of the cache folder (made owner-only where missing), or None where it
-    cannot be had or is not this user's alone (one line says which)."""
-    try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        with suppress(FileExistsError):
-            os.mkdir(folder, 0o700)
-        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        if folder.is_symlink():  # O_NOFOLLOW's refusal
-            _say_not_trusted(folder, "it is a symlink")
-        else:
-            _say_not_kept(folder, exc.strerror, exc.filename or folder)
-        return None
-    problem = _untrusted(os.fstat(descriptor), stat.S_ISDIR)
-    if problem is not None:
-        os.close(descriptor)
-        _say_not_trusted(folder, problem)
-        return None
-    return descriptor
-
-
-def _untrusted(facts: os.stat_result, is_kind: Callable[[int], bool]) -> str | None:
-    """Why a file of the cache (its `facts`) is not this user's alone, or None where it is."""
-    if not is_kind(facts.st_mode):
-        return "it is not a folder" if is_kind is stat.S_ISDIR else "it is not a file"
-    if facts.st_uid != os.geteuid():
-        return f"it is owned by uid {facts.st_uid}, not by uid {os.geteuid()}"
-    if facts.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"others may write it: mode {stat.S_IMODE(facts.st_mode):04o}"
-    return None
-
-
 def _say_not_trusted(folder: Path, problem: str) -> None:
     sys.stderr.write(
         f"kname run --show-ranges: its cache {folder} is not used ({problem}), so its NVTX "
@@ -173,90 +144,6 @@ def _say_not_kept(folder: Path, reason: str | None, where: object) -> None:
         f"kname run --show-ranges: cannot keep its NVTX viewer in {folder} ({reason}: "
         f"{where}), so it is built at every run: set XDG_CACHE_HOME to a writable folder\n"
     )
-
-
-def _verified(cached: int, name: str, stack: ExitStack) -> Path | None:
-    """The cache's build `name` as /proc/<pid>/fd/N, where its checksum vouches for it (both
-    files this user's alone), open until `stack` closes: what NVTX loads is the file whose
-    bytes were checked, whatever becomes of the name. None where not (or where there is no
-    /proc)."""
-    library = _open_trusted(cached, name)
-    if library is None:
-        return None
-    stack.callback(os.close, library)
-    checksum = _read_trusted(cached, name + ".sha256")
-    try:
-        data = _read_all(library)
-    except OSError:
-        return None
-    if checksum is None or checksum.strip() != hashlib.sha256(data).hexdigest().encode():
-        return None  # empty, foreign or damaged
-    path = Path(f"/proc/{os.getpid()}/fd/{library}")
-    return path if path.exists() else None
-
-
-def _open_trusted(folder: int, name: str) -> int | None:
-    """A descriptor of `name` in the folder `folder` where it is a file this user's alone,
-    else None; a FIFO or a device is never waited on."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        descriptor = os.open(name, flags, dir_fd=folder)
-    except OSError:
-        return None
-    if _untrusted(os.fstat(descriptor), stat.S_ISREG) is not None:
-        os.close(descriptor)
-        return None
-    return descriptor
-
-
-def _read_all(descriptor: int) -> bytes:
-    chunks, offset = [], 0
-    while chunk := os.pread(descriptor, 1 << 20, offset):
-        chunks.append(chunk)
-        offset += len(chunk)
-    return b"".join(chunks)
-
-
-def _read_trusted(folder: int, name: str) -> bytes | None:
-    """The bytes of `name` in the folder `folder` where it is a file this user's alone."""
-    descriptor = _open_trusted(folder, name)
-    if descriptor is None:
-        return None
-    try:
-        return _read_all(descriptor)
-    except OSError:
-        return None
-    finally:
-        os.close(descriptor)
-
-
-def _keep(data: bytes, cached: int, library: Path) -> bool:
-    """Put a new build in the cache, its checksum beside it; False (and one line) where it
-    cannot."""
-    try:
-        _write_whole(cached, library.name, data)
-        _write_whole(cached, library.name + ".sha256", hashlib.sha256(data).hexdigest().encode())
-    except OSError as exc:
-        _say_not_kept(library.parent, exc.strerror, library)
-        return False
-    return True
-
-
-def _write_whole(folder: int, name: str, data: bytes) -> None:
-    """Write `name` in the folder `folder` under a name of its own, then rename it: a
-    concurrent run sees the old file or the new one, never half of one."""
-    partial = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    descriptor = os.open(partial, flags, 0o600, dir_fd=folder)
-    try:
-        with os.fdopen(descriptor, "wb") as file:
-            os.fchmod(file.fileno(), 0o644)  # whatever the umask: writable by no one else
-            file.write(data)
-        os.replace(partial, name, src_dir_fd=folder, dst_dir_fd=folder)
-    except BaseException:
-        with suppress(OSError):
-            os.unlink(partial, dir_fd=folder)
-        raise
 
 
 _LOCAL_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)
@@ -392,11 +279,6 @@ def _compiler() -> list[str]:
         "needs a C compiler once, to build its NVTX viewer "
         "(kname/_show_ranges_c/show_ranges.c): install cc, gcc or clang, or set CC"
     )
-
-
-def _cache_folder() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "kname"
 
 
 _UNESCAPES = {"t": "\t", "n": "\n", "r": "\r", "\\": "\\"}

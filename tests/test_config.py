@@ -31,6 +31,7 @@ from kname.config import (
     merge_rank_spans,
     read_config,
     sources_kept,
+    torch_tracker_wanted,
     unknown_variables,
 )
 
@@ -806,3 +807,16 @@ def test_backward_per_forward_line_is_off_by_default_and_a_bad_value_is_one_line
     )
     assert problem.startswith("KNAME_PROFILE_BACKWARD='sometimes' is not one of 1, true, yes, on")
     assert problem.endswith("backward time stays on the backward() line")
+
+
+def test_the_torch_tracker_is_off_by_default_on_when_asked_and_a_bad_value_is_one_line() -> None:
+    assert not config(mode="profile").torch_tracker and not torch_tracker_wanted({})
+    cfg = config(mode="profile", profile_torch_tracker="1")
+    assert cfg.torch_tracker and not cfg.problems
+    assert torch_tracker_wanted({"KNAME_PROFILE_TORCH_TRACKER": "on"})
+    cfg = config(mode="profile", profile_torch_tracker="sometimes")
+    assert not cfg.torch_tracker
+    assert not torch_tracker_wanted({"KNAME_PROFILE_TORCH_TRACKER": "sometimes"})
+    assert the_problem(cfg).startswith(
+        "KNAME_PROFILE_TORCH_TRACKER='sometimes' is not one of 1, true, yes, on"
+    )

@@ -63,6 +63,7 @@ LAYERS = [
         "kname.ranks",
         "kname.rank_paths",
         "kname.importable",
+        "kname.build_cache",
     },
 ]
 HOT_PATH = {

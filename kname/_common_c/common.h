@@ -245,6 +245,21 @@ frame_of(PyFrameObject *frame)
 {
     return frame->f_frame;
 }
+
+/* Frames read without the GIL, on the thread that owns them (stopped in a C call: no other
+ * thread changes them): frame_of_state gives its running frame. */
+#define FRAMES_WITHOUT_GIL 1
+
+/* The running frame of `state`, a thread state of this thread whose GIL may be released. */
+static inline Frame *
+frame_of_state(PyThreadState *state)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return complete_frame(state->current_frame);
+#else
+    return complete_frame(state->cframe->current_frame);
+#endif
+}
 #else
 typedef PyFrameObject Frame;
 

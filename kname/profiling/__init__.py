@@ -20,6 +20,7 @@ sets) that carry the same correlation id and their device start and end times. T
     memory.py           memory per line (--memory): allocations and frees -> bytes, peaks
     memory_join.py      the driver's view: memory API calls and CUPTI's memory records joined
     memory_hooks.py     the pools' views: torch's and CuPy's allocator hooks
+    torch_tracker.py    torch's allocator trace tracker, compiled on first use (C++, no GIL)
     backward.py         scopes: autograd's launches named after the line that started a backward
                         pass, XLA's after the line that compiled or ran (the jax unit's)
     session.py          a profiling session: start, stop, outputs (what kname.profile() returns)

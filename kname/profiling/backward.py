@@ -67,6 +67,9 @@ _current_autograd = False  # whether the newest scope is autograd's: forward lin
 # Told every change: the C recorder's set_frameless (one collects at a time: CUPTI has one
 # subscriber per process).
 _listener: Callable[[str | None], object] | None = None
+# Told every change too: the torch allocator tracker's (memory_hooks), which names a block
+# allocated on autograd's thread without the GIL, after the pass alone.
+_also: list[Callable[[str | None], object]] = []
 
 
 def _never() -> bool:
@@ -236,6 +239,20 @@ def listen(listener: Callable[[str | None], object] | None) -> None:
         _tell()
 
 
+def listen_too(listener: Callable[[str | None], object]) -> Callable[[], None]:
+    """`listener(frameless_name())` now and at every change, beside listen's; returns the undo."""
+    with _lock:
+        _also.append(listener)
+        _tell_one(listener)
+
+    def undo() -> None:
+        with _lock:
+            if listener in _also:
+                _also.remove(listener)
+
+    return undo
+
+
 def _changed() -> None:
     """Under _lock: the name of frameless launches anew, told to every listener."""
     global _current, _current_autograd
@@ -258,10 +275,14 @@ def _changed() -> None:
 
 
 def _tell() -> None:
-    if _listener is None:
-        return
+    for listener in (_listener, *_also):
+        if listener is not None:
+            _tell_one(listener)
+
+
+def _tell_one(listener: Callable[[str | None], object]) -> None:
     try:  # the user's backward pass runs on, whatever the listener does
-        _listener(_current)
+        listener(_current)
     except Exception as exc:
         report_fault("naming a backward pass for kname profile", exc)
 
@@ -270,6 +291,7 @@ def _nothing_runs_in_a_child() -> None:
     """A forked child runs no pass of its parent's, and CUPTI does not follow it."""
     global _namer, _current, _listener, _forward_listener, _current_autograd
     _namer, _current, _listener, _forward_listener = None, None, None, None
+    _also.clear()
     _current_autograd = False
     _scopes.clear()
 

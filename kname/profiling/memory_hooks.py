@@ -9,13 +9,18 @@ finds a launch's: capture.cached_site) and charges it in that pool's Ledger (mem
 - CuPy: a cupy.cuda.MemoryHook (malloc_postprocess, free_postprocess): sizes as CuPy rounds
   them (up to 512 bytes). CuPy's hooks are per thread: this one sees the thread that started
   the profile.
-- torch: the GPU trace's memory events (torch.cuda._gpu_trace, on once
-  torch._C._activate_gpu_trace() is called: the hook torch's CUDA sanitizer uses), which pass
-  the block's address, and torch's allocation history without stacks for its size
-  (TorchBlocks; torch rounds to 512 bytes). Every thread. kname's callables stand in for the
-  registries' fire_callbacks (put_in_place: no frame of torch's per event); in C where
-  kname._native_cupti is built (TorchMemory: no Python frame at all on a cached line), else
-  in Python, both by the same rules.
+- torch: its caching allocator's trace tracker (torch_tracker: C++ compiled on first use
+  against the torch in use, attached as torch's CUDA starts; TrackedBlocks), which hands each
+  block's address and size to kname's C inside torch's lock, no GIL taken, its line read from
+  the thread's own frames (with KNAME_PROFILE_TORCH_TRACKER=1: off by default until measured
+  in use on a GPU). Where it is not asked for or cannot be had (one line says why), the GPU
+  trace's memory events are followed instead
+  (torch.cuda._gpu_trace, on once torch._C._activate_gpu_trace() is called: the hook torch's
+  CUDA sanitizer uses), which pass the block's address, with torch's allocation history
+  without stacks for its size (TorchBlocks; torch rounds to 512 bytes). Every thread. kname's
+  callables stand in for the registries' fire_callbacks (put_in_place: no frame of torch's per
+  event); in C where kname._native_cupti is built (TorchMemory: no Python frame at all on a
+  cached line), else in Python, both by the same rules.
 
 Each is put in place when its library is imported (importhooks.watch). A fault in a hook is one
 line (report_fault) and the program's allocation goes on.
@@ -31,7 +36,9 @@ from typing import Any
 
 from kname import callsite, hotpath, importhooks
 from kname._locks import new_lock
-from kname._warnings import report_fault
+from kname._warnings import report_fault, warn_once
+from kname.config import torch_tracker_wanted
+from kname.profiling import backward, torch_tracker
 from kname.profiling.capture import SITE_KEY, UNNAMED, site_of_frame
 from kname.profiling.memory import Ledger
 
@@ -161,9 +168,75 @@ def cupy_hook(cupy: Any, hooks: PoolHooks) -> Any:
 
 
 def torch_hook(torch: Any, hooks: PoolHooks, path: str | None = None) -> Callable[[], None]:
+    """torch's blocks charged to `hooks`' torch ledger; returns the undo. `path`: "tracker"
+    (torch's allocator trace tracker, TrackedBlocks), "native" (the GPU trace's memory callbacks
+    kept by kname._native_cupti.TorchMemory), "python" (the same, in Python), or None: the
+    tracker where KNAME_PROFILE_TORCH_TRACKER and this install's C allow it, else
+    native where the hot path has it (cupti_collector.choose's rule), else python. Where the
+    tracker cannot be built or attached, one line says why and the GPU trace's hook takes over."""
+    wanted = path is None and torch_tracker_wanted()  # KNAME_PROFILE_TORCH_TRACKER
+    if path == "tracker" or (wanted and tracker_memory() is not None):
+        try:
+            return tracked_hook(torch, hooks, fallback=path is None)
+        except Exception as exc:  # not built, not loaded, or a torch unlike the one read here
+            if path == "tracker":
+                raise
+            _say_hooked_instead(exc)
+    return trace_hook(torch, hooks, path)
+
+
+def _say_hooked_instead(exc: BaseException) -> None:
+    warn_once(
+        "torch tracker",
+        f"kname profile --memory: torch's allocator tracker is not used ({exc}); torch's "
+        "blocks are followed through its GPU trace instead (slower per block)",
+    )
+
+
+def tracker_memory() -> Any:
+    """TorchMemory where it can take the tracker's events (kname._native_cupti built, a CPython
+    whose frames C reads without the GIL), else None."""
+    native = native_memory()
+    return native if native is not None and hasattr(native, "track") else None
+
+
+def tracked_hook(torch: Any, hooks: PoolHooks, fallback: bool) -> Callable[[], None]:
+    """The tracker built (or taken from the cache) and attached once torch's CUDA starts (now,
+    if it has); `fallback`: where attaching fails then, the GPU trace's hook takes over."""
+    native = tracker_memory()
+    if native is None:
+        raise torch_tracker.TrackerUnavailable("kname._native_cupti has no TorchMemory here")
+    tracker = torch_tracker.load(torch_tracker.torch_build(torch))
+    blocks = TrackedBlocks(hooks, native, tracker)
+    hooks.settlers.append(blocks.settle)
+    undo: list[Callable[[], None]] = [blocks.stop]
+
+    def attach() -> None:
+        try:
+            blocks.attach()
+        except Exception as exc:
+            blocks.stop()
+            if not fallback:
+                report_fault("attaching torch's allocator tracker", exc)
+                return
+            _say_hooked_instead(exc)
+            try:
+                undo.append(trace_hook(torch, hooks, None))
+            except Exception as fault:
+                report_fault("hooking torch's caching allocator", fault)
+
+    torch.cuda._lazy_call(attach)  # now where CUDA has started, else as it starts
+
+    def stop() -> None:
+        for step in reversed(undo):
+            step()
+
+    return stop
+
+
+def trace_hook(torch: Any, hooks: PoolHooks, path: str | None) -> Callable[[], None]:
     """torch's GPU trace memory callbacks on, charging `hooks`' torch ledger (TorchBlocks);
-    returns the undo. `path`: "native" (kname._native_cupti.TorchMemory), "python", or None:
-    native where this install's hot path has it (cupti_collector.choose's rule)."""
+    returns the undo. `path`: as torch_hook's, but for the tracker."""
     from torch.cuda import _gpu_trace
 
     registries = (_gpu_trace.MemoryAllocationCallbacks, _gpu_trace.MemoryDeallocationCallbacks)
@@ -186,6 +259,19 @@ def native_memory() -> Any:
     """kname._native_cupti's TorchMemory type, or None where the hot path has no native CUPTI."""
     module, _ = hotpath.current().cupti()
     return getattr(module, "TorchMemory", None)
+
+
+def native_events(native: Any, hooks: PoolHooks, settle: Callable[[], None], batch: int) -> Any:
+    """A TorchMemory (`native`) naming blocks by `hooks`' rules, calling settle() every `batch`."""
+    return native(
+        sites=callsite.sites,
+        kinds=callsite._kinds,  # read-only, as the native recorder reads them
+        site_key=SITE_KEY,
+        site_of_frame=hooks.site_of,
+        unnamed=UNNAMED,
+        settle=settle,
+        batch=batch,
+    )
 
 
 def put_in_place(registries: Sequence[Any], callbacks: Sequence[Callable[[int], None]]) -> Any:
@@ -226,15 +312,7 @@ class TorchBlocks:
         self._on = True
         self._native = None
         if native is not None:
-            self._native = native(
-                sites=callsite.sites,
-                kinds=callsite._kinds,  # read-only, as the native recorder reads them
-                site_key=SITE_KEY,
-                site_of_frame=hooks.site_of,
-                unnamed=UNNAMED,
-                settle=self.settle,
-                batch=1,
-            )
+            self._native = native_events(native, hooks, self.settle, batch=1)
         if torch.cuda.is_initialized():  # else at the first event: no CUDA start at import
             self._record()
         self._batch(TORCH_BATCH if self._recording else 1)
@@ -352,6 +430,58 @@ class TorchBlocks:
         else:
             record(**settings)
         self._recording = True
+
+
+class TrackedBlocks:
+    """torch's blocks from its allocator's trace tracker (torch_tracker): each block's line and
+    size kept in C as torch hands it out (kname._native_cupti.TorchMemory.track), with no Python
+    and no GIL there, handed over every TORCH_BATCH events and at each settle; no GPU trace, no
+    history. A block allocated on autograd's threads (no Python frame) is named after the
+    backward pass running (its line, without the forward line: that needs the GIL)."""
+
+    def __init__(self, hooks: PoolHooks, native: Any, tracker: torch_tracker.Tracker) -> None:
+        self._hooks = hooks
+        self._tracker = tracker
+        self._lock = new_lock()
+        self._native = native_events(native, hooks, self.settle, TORCH_BATCH)
+        self._sink = self._native.track(TORCH_BATCH)
+        self._on = True
+        self._native.set(hooks.active, TORCH_BATCH)
+        hooks.switches.append(self._switch)
+        self._unlisten = backward.listen_too(self._native.set_frameless)
+
+    def attach(self) -> None:
+        """torch's allocator hands its blocks over from now on."""
+        self._tracker.attach(self._sink)
+
+    def _switch(self, on: bool) -> None:
+        self._native.set(self._on and on, TORCH_BATCH)
+
+    def stop(self) -> None:
+        """No block is kept after this (torch keeps the tracker, which returns at once)."""
+        self._on = False
+        self._native.set(False, TORCH_BATCH)
+        self._tracker.off()
+        self._unlisten()
+
+    def settle(self) -> None:
+        """The blocks so far into the ledger, in their order (one settle at a time)."""
+        with self._lock:
+            events = self._native.take_tracked()
+            fault = self._native.take_fault()
+            lost = self._native.take_lost()
+            if fault is not None:
+                report_fault(*fault)
+            if not events and not lost:
+                return
+            ledger = self._hooks.ledger(TORCH)
+            ledger.untracked += lost
+            allocate, free = ledger.allocate, ledger.free
+            for address, site, time_ns, size in events:
+                if site is None:
+                    free(address, time_ns)
+                else:
+                    allocate(site, address, size, time_ns)
 
 
 def caller_frame(depth: int) -> Any:

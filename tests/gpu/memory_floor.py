@@ -3,6 +3,8 @@ piece of the torch view on alone (no kname profile around it).
 
     python3 tests/gpu/memory_floor.py [PAIRS]
     python3 -m kname profile -- python3 tests/gpu/memory_floor.py step
+    python3 -m kname profile -- python3 tests/gpu/memory_floor.py tracker-step
+    python3 tests/gpu/memory_floor.py tracker [PAIRS]   (the tracker's rows and kname's hooks)
 
 Prints `FLOOR <piece> <ns per pair>` for: torch bare; its allocation history without stacks;
 with Python stacks (and what reading them back from the snapshot costs per entry, and whether
@@ -10,7 +12,10 @@ they hold the user's line); its GPU trace with no callback, a Python one, a C on
 append) in torch's registry; the registry's fire_callbacks replaced by the callable itself (no
 Python frame of torch's: the C++ side's import, attribute look-ups and call alone), Python and C;
 then kname's hooks, each with the history on (sizes): the Python one (memory_hooks.TorchBlocks)
-and, where built, the C one (memory_hooks.torch_hook's native path).
+and, where built, the C one (memory_hooks.torch_hook's native path). Before the GPU trace is on
+(torch cannot turn it off): torch's allocator tracker (torch_tracker, its compile time once)
+attached and handing nothing over, handing each block to kname's C, and kname's whole tracked
+hook (memory_hooks.TrackedBlocks, into the ledger).
 """
 
 from __future__ import annotations
@@ -92,6 +97,57 @@ def stacks_read_back(torch, count: int) -> None:
     except Exception as exc:
         print(f"HISTORY allocs only: {exc!r}")
         history(torch, None)
+
+
+def tracker_pieces(torch, count: int) -> None:
+    """torch's allocator tracker, no GPU trace: kname's tracker built (or taken from the cache)
+    and attached, handing nothing over; handing each block to kname's C (lines found, events
+    kept, dropped every batch); kname's whole tracked hook (TrackedBlocks, into the ledger)."""
+    from kname import callsite
+    from kname.profiling import capture, memory_hooks, torch_tracker
+
+    native = memory_hooks.tracker_memory()
+    try:
+        started = time.perf_counter()
+        tracker = torch_tracker.load(torch_tracker.torch_build(torch))
+        took = time.perf_counter() - started
+    except Exception as exc:
+        print(f"FLOOR tracker: not built: {exc}")
+        return
+    print(f"TRACKER compiled in {tracker.compile_seconds} s (None: cached), ready in {took:.2f} s")
+    if native is None:
+        print("FLOOR tracker: kname._native_cupti cannot take its events here")
+        return
+    taken: list[int] = []
+    alone = native(
+        sites=callsite.sites, kinds=callsite._kinds, site_key=capture.SITE_KEY,
+        site_of_frame=capture.site_of_frame, unnamed=capture.UNNAMED,
+        settle=lambda: taken.append(len(alone.take_tracked())), batch=4096,
+    )  # fmt: skip
+    sink = alone.track(4096)
+    tracker.attach(sink)
+    tracker.off()
+    say("tracker, nothing handed", pairs_ns(torch, count))
+    tracker.attach(sink)
+    say("tracker, kname C", pairs_ns(torch, count))
+    misses = alone.take_misses()
+    events = alone.take_tracked()
+    sites = sorted({site for _, site, _, _ in events if site})
+    print(f"TRACKER events {len(events) + sum(taken)} misses {misses} sites {sites[:3]}")
+    tracker.off()
+    alone.set(False, 4096)
+    hooks = memory_hooks.PoolHooks()
+    hooks.active = True
+    undo = memory_hooks.torch_hook(torch, hooks, path="tracker")
+    say("kname tracker", pairs_ns(torch, count))
+    hooks.settle()
+    ledger = hooks.ledger("torch")
+    print(
+        f"KNAME tracker blocks {sum(s.allocations for s in ledger.sites.values())} "
+        f"sites {sorted(ledger.sites)[:3]} unmatched {ledger.unmatched_frees}"
+    )
+    hooks.stop()
+    undo()
 
 
 def trace_pieces(torch, count: int) -> None:
@@ -269,12 +325,71 @@ def step_pieces(torch, rounds: int = 8, steps: int = 40) -> None:
         print(f"STEP site {memory.allocations:6} {name[:150]}")
 
 
+def tracker_step(torch, rounds: int = 6, steps: int = 60) -> None:
+    """tests/gpu/memory_cost.py's training step in blocks of `steps`, ms per step (medians of
+    `rounds`): bare (no tracker yet), then in turn kname's tracked hook (TrackedBlocks into the
+    ledger, its settle timed with it) and the tracker attached handing nothing over (torch's
+    trace entries alone); the blocks whose line was not known in C as they came, per step once
+    warm; the blocks by line. Run under `kname profile` (no --memory) for the backward pass's
+    names."""
+    import statistics
+
+    from kname.profiling import memory_hooks, torch_tracker
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from memory_cost import timed_steps, training_step
+
+    step = training_step(torch)
+    bare = statistics.median(timed_steps(torch, step, steps) for _ in range(rounds))
+    hooks = memory_hooks.PoolHooks()
+    hooks.active = True
+    tracker = torch_tracker.load(torch_tracker.torch_build(torch))
+    blocks = memory_hooks.TrackedBlocks(hooks, memory_hooks.tracker_memory(), tracker)
+    hooks.settlers.append(blocks.settle)
+    blocks.attach()
+    timed_steps(torch, step, steps)  # warm: each line's first block named
+    hooks.settle()
+    blocks._native.take_misses()
+    on, off = [], []
+    for _ in range(rounds):
+        tracker.attach(blocks._sink)
+        started = time.perf_counter()
+        timed_steps(torch, step, steps)
+        hooks.settle()
+        on.append(1000 * (time.perf_counter() - started) / steps)
+        tracker.off()
+        off.append(timed_steps(torch, step, steps))
+    misses = blocks._native.take_misses() / (rounds * steps)
+    on_ms, off_ms = statistics.median(on), statistics.median(off)
+    print(f"TSTEP bare {bare:.4f} ms")
+    print(f"TSTEP tracker attached, nothing handed {off_ms:.4f} ms ({off_ms / bare - 1:+.1%})")
+    print(f"TSTEP kname tracker, ledger {on_ms:.4f} ms ({on_ms / bare - 1:+.1%})")
+    print(f"TSTEP blocks not known in C as they came, per step: {misses:.2f}")
+    sites = hooks.ledger("torch").sites
+    for name, memory in sorted(sites.items(), key=lambda item: -item[1].allocations)[:8]:
+        print(f"TSTEP site {memory.allocations:6} {memory.frees:6} {name[:150]}")
+    blocks.stop()
+
+
 def main() -> int:
     import torch
 
     if sys.argv[1:2] == ["step"]:
         torch.empty(1, device="cuda")
         step_pieces(torch)
+        return 0
+    if sys.argv[1:2] == ["tracker-step"]:
+        torch.empty(1, device="cuda")
+        tracker_step(torch)
+        return 0
+    if sys.argv[1:2] == ["tracker"]:  # the tracker's rows and kname's GPU-trace hooks alone
+        count = int(sys.argv[2]) if len(sys.argv) > 2 else 4000
+        torch.empty(1, device="cuda")
+        print(f"torch {torch.__version__}", flush=True)
+        say("bare", pairs_ns(torch, count))
+        tracker_pieces(torch, count)
+        say("bare, tracker off", pairs_ns(torch, count))
+        kname_hooks(torch, count)
         return 0
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
     torch.empty(1, device="cuda")
@@ -285,6 +400,8 @@ def main() -> int:
     history(torch, None)
     stacks_read_back(torch, count)
     say("bare again", pairs_ns(torch, count))
+    tracker_pieces(torch, count)
+    say("bare, tracker off", pairs_ns(torch, count))
     trace_pieces(torch, count)
     kname_hooks(torch, count)
     return 0

@@ -14,11 +14,13 @@ allows 1% over what was asked.
 from __future__ import annotations
 
 import importlib.util
+from collections import Counter
 
 import pytest
 from support import REPO, profile_missing_reason
 from support.gpu_programs import SITE, profiled_run
 
+from kname.documents.backward_lines import BACKWARD_OF
 from kname.profiling.capture import NO_PYTHON_FRAME, UNNAMED
 
 DEMO = REPO / "tests" / "gpu" / "memory_demo.py"
@@ -106,36 +108,61 @@ def torch_view(document: dict) -> dict[str, dict]:
     }
 
 
+# How torch's blocks are followed in each run: its allocator's tracker (the default, with the
+# native launch callback), the GPU trace's C hook, the GPU trace's Python hook.
+TORCH_PATHS = {
+    "tracker": ("native", {"KNAME_PROFILE_TORCH_TRACKER": "1"}),
+    "hook": ("native", {}),
+    "python": ("python", {}),
+}
+
+
+def blocks_by_line(view: dict[str, dict]) -> Counter:
+    """{(file, line): blocks handed out} of a torch view; a backward block counts for its pass's
+    line (the tracker names it after the pass alone, the hooks add its forward line)."""
+    lines: Counter = Counter()
+    for name, numbers in view.items():
+        match = SITE.match(name)
+        lines[(match["path"], int(match["line"])) if match else (name, 0)] += numbers["allocations"]
+    return lines
+
+
 @pytest.mark.skipif(profile_missing_reason() is not None, reason=str(profile_missing_reason()))
-def test_a_training_steps_blocks_go_to_the_same_lines_through_the_c_hook_and_the_python_one(
+def test_a_training_steps_blocks_go_to_the_same_lines_through_the_tracker_and_both_hooks(
     tmp_path,
 ) -> None:
     """tests/gpu/memory_cost.py (Adam on two conv and two linear layers, 300 steps) under
-    --memory: the C hook (native) and the Python one charge the same blocks to the same lines,
-    the backward pass's (allocated on autograd's thread, no Python frame) to its line, none
-    left unnamed."""
-    views = {}
-    for callbacks in ("native", "python"):
-        (tmp_path / callbacks).mkdir()
-        document, _ = profiled_run(
-            STEP, tmp_path / callbacks, callbacks, "ALLOC", KNAME_PROFILE_MEMORY="1"
+    --memory: torch's allocator tracker (built here, no fallback said), the GPU trace's C hook
+    and its Python hook charge the same blocks to the same lines (the two hooks to the same
+    names), the backward pass's (allocated on autograd's thread, no Python frame) to its line,
+    none left unnamed."""
+    views, runs = {}, {}
+    for path, (callbacks, settings) in TORCH_PATHS.items():
+        (tmp_path / path).mkdir()
+        document, runs[path] = profiled_run(
+            STEP, tmp_path / path, callbacks, "ALLOC", KNAME_PROFILE_MEMORY="1", **settings
         )
-        views[callbacks] = torch_view(document)
-    native, python = views["native"], views["python"]
+        views[path] = torch_view(document)
+    assert "allocator tracker is not used" not in runs["tracker"].stderr, runs["tracker"].stderr
+    # The tracker in use: it names a backward block after its pass alone, the hooks add the
+    # forward line (BACKWARD_OF).
+    assert not any(BACKWARD_OF in name for name in views["tracker"]), sorted(views["tracker"])
+    assert any(BACKWARD_OF in name for name in views["hook"]), sorted(views["hook"])
+    native, python = views["hook"], views["python"]
     assert native.keys() == python.keys(), sorted(native.keys() ^ python.keys())
     for name, numbers in native.items():
         # The same program: the same blocks, but for a warm-up's one-off (cuDNN's workspace).
         assert abs(numbers["allocations"] - python[name]["allocations"]) <= 2, name
         assert numbers["frees"] <= numbers["allocations"], name
+    tracked, hooked = blocks_by_line(views["tracker"]), blocks_by_line(native)
+    assert tracked.keys() == hooked.keys(), sorted(tracked.keys() ^ hooked.keys())
+    for line, blocks in tracked.items():
+        assert abs(blocks - hooked[line]) <= 2, (line, blocks, hooked[line])
     backward_line = next(
         number
         for number, text in enumerate(STEP.read_text().splitlines(), 1)
         if "loss.backward()" in text
     )
-    backward = [
-        name
-        for name in native
-        if (match := SITE.match(name)) and int(match["line"]) == backward_line
-    ]
-    assert sum(native[name]["allocations"] for name in backward) >= 300, sorted(native)
-    assert NO_PYTHON_FRAME not in native and UNNAMED not in native, sorted(native)
+    assert tracked[("memory_cost.py", backward_line)] >= 300, sorted(tracked)
+    for view in views.values():
+        assert NO_PYTHON_FRAME not in view and UNNAMED not in view, sorted(view)

@@ -22,10 +22,11 @@ from unittest.mock import ANY
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import c10_stand_in
 
 from kname import callsite, walk
 from kname.config import DEFAULT_FORMAT
-from kname.profiling import memory_hooks
+from kname.profiling import memory_hooks, torch_tracker
 from kname.profiling.capture import NO_PYTHON_FRAME, SITE_KEY, UNNAMED, site_of_frame
 from kname.profiling.memory import Ledger
 from kname.profiling.memory_hooks import (
@@ -154,6 +155,8 @@ class StandInTorch:
         cuda = types.ModuleType("torch.cuda")
         cuda._gpu_trace, cuda.memory = trace, memory
         cuda.is_initialized = lambda: False
+        self.queued: list[Callable[[], None]] = []  # torch.cuda._lazy_call's, run as CUDA starts
+        cuda._lazy_call = self.queued.append
         self.module = types.ModuleType("torch")
         self.module.cuda = cuda
         self.module._C = types.SimpleNamespace(_activate_gpu_trace=lambda: None)
@@ -174,6 +177,12 @@ class StandInTorch:
             {"address": a, "size": n, "state": "active_allocated"} for a, n in self.held.items()
         ]
         return {"device_traces": [list(self.history)], "segments": [{"blocks": blocks}]}
+
+    def start_cuda(self) -> None:
+        """torch's CUDA starting: the calls queued for it run."""
+        for call in self.queued:
+            call()
+        self.module.cuda._lazy_call = lambda call: call()
 
     def alloc(self, address: int, size: int) -> Callable[[], None]:
         self.held[address] = size
@@ -201,6 +210,29 @@ def torch_hooks(torch: StandInTorch, path: str, site_of=None) -> PoolHooks:
     hooks.active = True
     hooks._undo.append(torch_hook(torch.module, hooks, path=path))
     return hooks
+
+
+def tracker_or_skip(tmp_path_factory, monkeypatch, cache=None) -> c10_stand_in.StandIn:
+    """The stand-in torch allocator (tests/support/c10_stand_in), and kname's tracker built
+    against it (the process's, or another copy kept in `cache`) standing in for torch's."""
+    if c10_stand_in.CXX is None or memory_hooks.tracker_memory() is None:
+        pytest.skip("no C++ compiler, or kname._native_cupti cannot take the tracker's events")
+    stand_in = c10_stand_in.ready(tmp_path_factory)
+    tracker = stand_in.tracker if cache is None else c10_stand_in.another_copy(stand_in, cache)
+    monkeypatch.setattr(torch_tracker, "torch_build", lambda torch: stand_in.build)
+    monkeypatch.setattr(torch_tracker, "load", lambda build: tracker)
+    return stand_in
+
+
+def tracker_event(stand_in: c10_stand_in.StandIn, torch: StandInTorch, address: int, size: int):
+    """The stand-in allocator's event for a block at `address` (freed if held, else handed out),
+    fired from C++ when called; `torch` keeps what is held."""
+    fire = stand_in.allocator.stand_in_fire
+    if address in torch.held:
+        del torch.held[address]
+        return functools.partial(fire, c10_stand_in.FREE_REQUESTED, address, 0)
+    torch.held[address] = size
+    return functools.partial(fire, c10_stand_in.ALLOC, address, size)
 
 
 def charged(hooks: PoolHooks) -> dict[str, dict[str, int]]:
@@ -403,34 +435,98 @@ EVENTS = st.lists(
 )
 
 
+@pytest.mark.parametrize("other", ["native", "tracker"])
 @given(EVENTS, st.sampled_from([1, 3, 64]))
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
-def test_the_c_hook_and_the_python_hook_charge_the_same_events_to_the_same_lines(
-    named, events, batch
+def test_the_c_hook_and_the_tracker_charge_the_same_events_to_the_same_lines_as_the_python_hook(
+    named, tmp_path_factory, other, events, batch
 ):
-    native_or_skip("native")
     ledgers = []
-    for path in ("native", "python"):
+    for path in (other, "python"):
         with pytest.MonkeyPatch.context() as monkeypatch:
+            stand_in = tracker_or_skip(tmp_path_factory, monkeypatch) if path == "tracker" else None
             monkeypatch.setattr(memory_hooks, "TORCH_BATCH", batch)
             torch = StandInTorch(monkeypatch)
+            torch.start_cuda()
             hooks = torch_hooks(torch, path)
             for firing, address, size in events:  # a block there is freed, else allocated
-                event = torch.free(address) if address in torch.held else torch.alloc(address, size)
+                if stand_in is not None:  # fired by the stand-in allocator, from C++
+                    event = tracker_event(stand_in, torch, address, size)
+                elif address in torch.held:
+                    event = torch.free(address)
+                else:
+                    event = torch.alloc(address, size)
                 FIRING[firing](event)
             hooks.stop()
             ledgers.append(hooks.ledgers.get(TORCH))
-    native, python = ledgers
+    charged_there, python = ledgers
     if python is None:
-        assert native is None
+        assert charged_there is None
         return
-    assert native.site_dicts() == python.site_dicts()
-    assert (native.peak, native.live, native.unmatched_frees, native.untracked) == (
-        python.peak,
-        python.live,
-        python.unmatched_frees,
-        python.untracked,
-    )
+    assert charged_there.site_dicts() == python.site_dicts()
+    assert (
+        charged_there.peak,
+        charged_there.live,
+        charged_there.unmatched_frees,
+        charged_there.untracked,
+    ) == (python.peak, python.live, python.unmatched_frees, python.untracked)
+
+
+def test_the_tracker_is_attached_once_torchs_cuda_starts(named, tmp_path_factory, monkeypatch):
+    stand_in = tracker_or_skip(tmp_path_factory, monkeypatch)
+    torch = StandInTorch(monkeypatch)
+    hooks = torch_hooks(torch, "tracker")
+    attached = stand_in.allocator.stand_in_trackers()
+    torch.start_cuda()  # torch's allocator is made as CUDA starts: trackers attach to it then
+    line = this_line(+1)
+    tracker_event(stand_in, torch, 0x100, MIB)()
+    hooks.stop()
+    assert attached >= 1 and len(torch.queued) == 1
+    assert list(charged(hooks)) == [str(line)]
+    assert "fire_callbacks" not in vars(torch.allocation)  # no GPU trace hook
+
+
+def test_without_kname_profile_torch_tracker_torch_is_followed_through_its_gpu_trace(
+    named, tmp_path_factory, monkeypatch, capsys
+):
+    stand_in = tracker_or_skip(tmp_path_factory, monkeypatch)
+    monkeypatch.delenv("KNAME_PROFILE_TORCH_TRACKER", raising=False)  # off by default
+    torch = StandInTorch(monkeypatch)
+    torch.start_cuda()
+    hooks = PoolHooks()
+    hooks.active = True
+    hooks._undo.append(torch_hook(torch.module, hooks))
+    tracker_event(stand_in, torch, 0x100, MIB)()  # the tracker's event: not followed
+    torch.alloc(0x200, MIB)()  # the GPU trace's
+    hooks.stop()
+    ((address, _),) = [(a, s) for a, s in hooks.ledgers[TORCH]._blocks.items()]
+    assert address == 0x200 and capsys.readouterr().err == ""
+
+
+def test_where_torch_refuses_the_tracker_one_line_says_why_and_its_gpu_trace_is_used(
+    named, tmp_path_factory, tmp_path, monkeypatch, capsys
+):
+    from kname import _warnings
+
+    monkeypatch.setattr(_warnings, "_said", set())
+    # Another copy of the tracker, not attached to torch yet.
+    stand_in = tracker_or_skip(tmp_path_factory, monkeypatch, tmp_path)
+    monkeypatch.setenv("KNAME_PROFILE_TORCH_TRACKER", "1")
+    stand_in.allocator.stand_in_refuse(1)
+    try:
+        torch = StandInTorch(monkeypatch)
+        torch.start_cuda()
+        hooks = PoolHooks()
+        hooks.active = True
+        hooks._undo.append(torch_hook(torch.module, hooks))
+    finally:
+        stand_in.allocator.stand_in_refuse(0)
+    line = this_line(+1)
+    torch.alloc(0x100, MIB)()
+    assert list(charged(hooks)) == [str(line)]  # through torch's GPU trace
+    (said,) = capsys.readouterr().err.splitlines()
+    assert "torch refused the tracker: the stand-in allocator refuses trackers" in said
+    hooks.stop()
 
 
 @given(

@@ -133,18 +133,7 @@ cached_site(Recorder *r, Frame *frame, int *own, WalkedSite *walk)
  * dicts' generation is one aligned word their writers change under the GIL, read whole: a stale
  * read answers as the table did a moment before, as a launch racing a change of rules would. */
 
-#if PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED)
-
-/* The running frame of `state`, a thread state of this thread whose GIL is released. */
-static inline Frame *
-frame_of_state(PyThreadState *state)
-{
-#if PY_VERSION_HEX >= 0x030D0000
-    return complete_frame(state->current_frame);
-#else
-    return complete_frame(state->cframe->current_frame);
-#endif
-}
+#ifdef FRAMES_WITHOUT_GIL
 
 /* The entry of `t`'s table (ThreadCalls.sites: started afresh with its calls) for `position`. */
 static inline ThreadSite *

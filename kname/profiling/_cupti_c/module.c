@@ -2,18 +2,23 @@
  * kname._native_cupti, the module: PyInit__native_cupti readies what every file shares
  * (state.c), starts the dict watcher of _common_c/common.c, tells the activity reader when the
  * process forked, adds the Recorder (recorder.c), and has each file that gives the Recorder
- * methods add its own (activity.c, trace.c, trace_json.c, site_calls.c). What the extension does
- * is told in recorder.h.
+ * methods add its own (activity.c, trace.c, trace_json.c, site_calls.c), then TorchMemory
+ * (torch_memory.c) and its tracked events' methods (torch_tracker.c). What the extension does is
+ * told in recorder.h.
  */
 #include "profiling/_cupti_c/recorder.h"
 
 INTERNAL int torch_memory_ready(PyObject *module); /* torch_memory.c */
+INTERNAL int tracker_ready(PyTypeObject *type);    /* torch_tracker.c */
+INTERNAL void tracker_in_forked_child(void);       /* torch_tracker.c */
+INTERNAL extern PyTypeObject TorchMemoryType;      /* torch_memory.c */
 
 static void
 in_forked_child(void)
 {
     atomic_fetch_add(&forks, 1);
     activity_in_forked_child();
+    tracker_in_forked_child();
 }
 
 static struct PyModuleDef module_def = {
@@ -50,6 +55,7 @@ PyInit__native_cupti(void)
     if (events == NULL || recorder_ready(m) < 0 || activity_ready(&RecorderType) < 0
         || trace_ready(&RecorderType) < 0 || trace_json_ready(&RecorderType) < 0
         || site_calls_ready(&RecorderType) < 0 || torch_memory_ready(m) < 0
+        || tracker_ready(&TorchMemoryType) < 0
         || PyModule_AddIntConstant(m, "MAX_OPEN", MAX_OPEN) < 0
         || PyModule_AddObjectRef(m, "GRAPH_EVENTS", events) < 0) {
         Py_XDECREF(events);

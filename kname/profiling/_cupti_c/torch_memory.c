@@ -14,45 +14,16 @@
  * static there and take a Recorder (this needs no CUPTI subscription): one look-up, once
  * callback.c gives its own over the dicts alone.
  */
-#include "_common_c/common.h"
+#include "profiling/_cupti_c/torch_memory.h" /* first: it includes Python.h */
 
 #include <time.h>
 
-#define SITES_KEPT 256 /* entries of each table of recent look-ups, a power of 2 */
 #define MAX_EVENTS (1 << 22) /* events waiting; past that (settle failing), they are lost */
 
 static const char FINDING[] = "finding the line of a torch allocation";
 static const char SETTLING[] = "reading torch's allocation history";
 
-typedef struct {
-    uintptr_t address;
-    PyObject *site; /* strong; NULL: a free */
-    int64_t ns;     /* CLOCK_REALTIME, as time.time_ns() */
-} MemoryEvent;
-
-typedef struct {
-    void *code;
-    int lasti;
-    uint64_t generation;
-    PyObject *name; /* strong */
-} SiteEntry;
-
-typedef struct {
-    void *code;
-    uint64_t generation;
-    int kind;
-} KindEntry;
-
-typedef struct {
-    PyObject_HEAD
-    PyObject *sites, *kinds, *site_key, *site_of_frame, *unnamed, *settle;
-    MemoryEvent *events;
-    Py_ssize_t count, room, batch, lost;
-    int on, settling, remember;
-    PyObject *fault; /* (where, exception): the first */
-    SiteEntry recent[SITES_KEPT];
-    KindEntry recent_kinds[SITES_KEPT];
-} TorchMemory;
+TrackerCalls tracker_calls = {NULL, NULL};
 
 /* What torch calls: a block handed out (is_free 0) or taken back, its address the one argument;
  * then `then` (torch's own fire_callbacks) where `others`, its registry's list, is not empty. */
@@ -68,8 +39,8 @@ typedef struct {
 
 /* The error set now kept as the first fault (a Ctrl-C is raised again at the program's next
  * check instead: not lost), and cleared. */
-static void
-note_fault(TorchMemory *m, const char *where)
+void
+memory_fault(TorchMemory *m, const char *where)
 {
     if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
         PyErr_Clear();
@@ -92,13 +63,11 @@ site_slot(TorchMemory *m, void *code, int lasti)
     return &m->recent[(h ^ (h >> 9)) & (SITES_KEPT - 1)];
 }
 
-/* The name of sites[(id(code), lasti, site_key)] of `frame` (borrowed: the table holds it); NULL
- * without an error: no such site; NULL with one: an error. */
-static PyObject *
-own_site(TorchMemory *m, Frame *frame)
+/* The name of sites[(id(code), lasti, site_key)] (borrowed: the table holds it); NULL without an
+ * error: no such site; NULL with one: an error. */
+PyObject *
+own_site_at(TorchMemory *m, PyCodeObject *code, int lasti)
 {
-    PyCodeObject *code = frame_code(frame);
-    int lasti = frame_lasti(frame);
     uint64_t generation = generation_of(m->sites);
     SiteEntry *entry = site_slot(m, code, lasti);
     if (m->remember && entry->code == (void *)code && entry->lasti == lasti
@@ -132,11 +101,16 @@ own_site(TorchMemory *m, Frame *frame)
     return name;
 }
 
-/* kname.callsite's decision on `frame`'s code (KIND_USER...; -1: none; -2: an error). */
-static int
-kind_of(TorchMemory *m, Frame *frame)
+static inline PyObject *
+own_site(TorchMemory *m, Frame *frame)
 {
-    PyCodeObject *code = frame_code(frame);
+    return own_site_at(m, frame_code(frame), frame_lasti(frame));
+}
+
+/* kname.callsite's decision on `code` (KIND_USER...; -1: none; -2: an error). */
+int
+kind_of_code(TorchMemory *m, PyCodeObject *code)
+{
     uint64_t generation = generation_of(m->kinds);
     uintptr_t h = (uintptr_t)code >> 4;
     KindEntry *entry = &m->recent_kinds[(h ^ (h >> 8)) & (SITES_KEPT - 1)];
@@ -146,6 +120,12 @@ kind_of(TorchMemory *m, Frame *frame)
     if (m->remember && kind != -2)
         *entry = (KindEntry){code, generation, kind};
     return kind;
+}
+
+static inline int
+kind_of(TorchMemory *m, Frame *frame)
+{
+    return kind_of_code(m, frame_code(frame));
 }
 
 /* The cached site of `frame` (borrowed), as capture.cached_site finds it; NULL without an error
@@ -172,7 +152,7 @@ cached_site(TorchMemory *m, Frame *frame)
 }
 
 /* The site of an allocation made now on this thread (a new reference; never NULL). */
-static PyObject *
+PyObject *
 site_now(TorchMemory *m)
 {
     Frame *frame = frame_current();
@@ -181,7 +161,7 @@ site_now(TorchMemory *m)
         if (name != NULL)
             return Py_NewRef(name);
         if (PyErr_Occurred())
-            note_fault(m, FINDING);
+            memory_fault(m, FINDING);
     }
     /* kname's rules, once per line (or per event with no frame: the backward pass's line). */
     PyObject *arg = frame != NULL ? (PyObject *)PyEval_GetFrame() : Py_None;
@@ -193,13 +173,20 @@ site_now(TorchMemory *m)
                      Py_TYPE(found)->tp_name);
         Py_DECREF(found);
     }
-    note_fault(m, FINDING);
+    memory_fault(m, FINDING);
     return Py_NewRef(m->unnamed);
+}
+
+PyObject *
+keep_name(TorchMemory *m, PyObject *name)
+{
+    PyObject *kept = PyDict_SetDefault(m->kept, name, name);
+    return kept;
 }
 
 /* ------------------------------------------------------------------ the buffer */
 
-static int64_t
+int64_t
 now_ns(void)
 {
     struct timespec t;
@@ -233,7 +220,7 @@ settle_when_due(TorchMemory *m)
     PyObject *result = PyObject_CallNoArgs(m->settle);
     m->settling = 0;
     if (result == NULL)
-        note_fault(m, SETTLING);
+        memory_fault(m, SETTLING);
     Py_XDECREF(result);
 }
 
@@ -242,7 +229,7 @@ add_event(TorchMemory *m, PyObject *address, int is_free)
 {
     uintptr_t where = (uintptr_t)PyLong_AsUnsignedLongLong(address);
     if (where == (uintptr_t)-1 && PyErr_Occurred()) {
-        note_fault(m, is_free ? "charging a torch free" : "charging a torch allocation");
+        memory_fault(m, is_free ? "charging a torch free" : "charging a torch allocation");
         return;
     }
     int64_t ns = now_ns();
@@ -341,6 +328,7 @@ memory_traverse(TorchMemory *m, visitproc visit, void *arg)
     Py_VISIT(m->unnamed);
     Py_VISIT(m->settle);
     Py_VISIT(m->fault);
+    Py_VISIT(m->kept);
     return 0;
 }
 
@@ -348,6 +336,8 @@ static int
 memory_clear(TorchMemory *m)
 {
     m->on = 0;
+    if (tracker_calls.let_go != NULL)
+        tracker_calls.let_go(m); /* first: its events point into m->kept */
     Py_CLEAR(m->sites);
     Py_CLEAR(m->kinds);
     Py_CLEAR(m->site_key);
@@ -360,6 +350,7 @@ memory_clear(TorchMemory *m)
         Py_CLEAR(m->recent[i].name);
         m->recent[i].code = NULL;
     }
+    Py_CLEAR(m->kept);
     return 0;
 }
 
@@ -391,6 +382,11 @@ memory_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     TorchMemory *m = (TorchMemory *)type->tp_alloc(type, 0); /* zeroed */
     if (m == NULL)
         return NULL;
+    m->kept = PyDict_New();
+    if (m->kept == NULL) {
+        Py_DECREF(m);
+        return NULL;
+    }
     m->sites = Py_NewRef(sites);
     m->kinds = Py_NewRef(kinds);
     m->site_key = Py_NewRef(site_key);
@@ -469,6 +465,8 @@ memory_set(TorchMemory *m, PyObject *args)
     }
     m->on = on;
     m->batch = batch;
+    if (tracker_calls.set != NULL)
+        tracker_calls.set(m);
     Py_RETURN_NONE;
 }
 
@@ -496,7 +494,7 @@ static PyMethodDef memory_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject TorchMemoryType = {
+PyTypeObject TorchMemoryType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "kname._native_cupti.TorchMemory",
     .tp_doc = "torch's GPU-trace memory events, each with its line, kept in C "

@@ -12,11 +12,22 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import subprocess
 from collections.abc import Callable
 from contextlib import ExitStack, suppress
 from pathlib import Path
 
 NotKept = Callable[[Path, "str | None", object], None]  # (folder, reason, where)
+
+
+def compile_library(command: list[str], out: Path) -> str | None:
+    """Run the compiler's `command`, which writes `out`: None where it did, else the first line
+    of its stderr that tells of an error (else its first line). OSError: it cannot be run."""
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode == 0 and out.is_file():
+        return None
+    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    return next((line for line in lines if "error" in line), lines[0] if lines else "no output")
 
 
 def open_cache(

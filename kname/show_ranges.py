@@ -119,15 +119,16 @@ def _no_temporary_file(what: str, exc: OSError) -> ViewerUnavailable:
 def _compile(compiler: list[str], out: Path) -> Path:
     command = [*compiler, *FLAGS, str(SOURCE), "-o", str(out)]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        failed = build_cache.compile_library(command, out)
     except OSError as exc:
         raise ViewerUnavailable(
             f"cannot run the C compiler {compiler[0]!r} ({exc.strerror}): install cc, gcc or "
             "clang, or set CC"
         ) from None
-    if done.returncode != 0 or not out.is_file():
-        first = next((line for line in done.stderr.splitlines() if line.strip()), "no output")
-        raise ViewerUnavailable(f"compiling its NVTX viewer failed: {shlex.join(command)}: {first}")
+    if failed is not None:
+        raise ViewerUnavailable(
+            f"compiling its NVTX viewer failed: {shlex.join(command)}: {failed}"
+        )
     return out
 
 

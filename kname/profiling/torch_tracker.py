@@ -23,7 +23,6 @@ import importlib.util
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -192,13 +191,11 @@ def _compile(cxx: list[str], build: TorchBuild, name: str, stack: ExitStack) -> 
     out = folder / name
     command = compile_command(cxx, build, out)
     try:
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        failed = build_cache.compile_library(command, out)
     except OSError as exc:
         raise TrackerUnavailable(f"cannot run {cxx[0]!r} ({exc.strerror})") from None
-    if done.returncode != 0 or not out.is_file():
-        first = next((line for line in done.stderr.splitlines() if "error" in line), None)
-        first = first or next((line for line in done.stderr.splitlines() if line.strip()), "")
-        raise TrackerUnavailable(f"compiling it failed: {first.strip()[:300] or 'no output'}")
+    if failed is not None:
+        raise TrackerUnavailable(f"compiling it failed: {failed[:300]}")
     return out
 
 

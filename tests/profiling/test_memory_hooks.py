@@ -25,7 +25,6 @@ from hypothesis import strategies as st
 from support import c10_stand_in
 
 from kname import callsite, walk
-from kname.config import DEFAULT_FORMAT
 from kname.profiling import memory_hooks, torch_tracker
 from kname.profiling.capture import NO_PYTHON_FRAME, SITE_KEY, UNNAMED, site_of_frame
 from kname.profiling.memory import Ledger
@@ -60,14 +59,6 @@ class StandInMemoryHook:
 
 def cupy_stand_in() -> types.SimpleNamespace:
     return types.SimpleNamespace(cuda=types.SimpleNamespace(MemoryHook=StandInMemoryHook))
-
-
-@pytest.fixture
-def named():
-    callsite.configure((), DEFAULT_FORMAT, 1, False)
-    yield
-    callsite.configure((), DEFAULT_FORMAT, 1, True)
-    callsite.clear()
 
 
 def this_line(offset: int = 0) -> int:

@@ -22,8 +22,6 @@ from pathlib import Path
 import pytest
 from support import c10_stand_in
 
-from kname import callsite
-from kname.config import DEFAULT_FORMAT
 from kname.profiling import backward, memory_hooks, torch_tracker
 from kname.profiling.capture import NO_PYTHON_FRAME, site_of_frame
 from kname.profiling.memory_hooks import TORCH, PoolHooks, TrackedBlocks
@@ -53,14 +51,6 @@ def tracker(tmp_path_factory) -> torch_tracker.Tracker:
 @pytest.fixture
 def allocator(tmp_path_factory) -> ctypes.CDLL:
     return c10_stand_in.ready(tmp_path_factory).allocator
-
-
-@pytest.fixture
-def named():
-    callsite.configure((), DEFAULT_FORMAT, 1, False)
-    yield
-    callsite.configure((), DEFAULT_FORMAT, 1, True)
-    callsite.clear()
 
 
 def tracked(tracker: torch_tracker.Tracker, site_of=None) -> tuple[PoolHooks, TrackedBlocks]:

@@ -37,6 +37,8 @@ SOURCE = Path(__file__).parent / "_torch_tracker" / "tracker.cpp"
 FLAGS = ("-std=c++17", "-O2", "-shared", "-fPIC", "-w")
 LIBRARIES = ("-lc10_cuda", "-lc10")
 CUDA_HEADER = "cuda_runtime_api.h"
+PIP_CUDA = "nvidia"  # the namespace package of the CUDA wheels (nvidia/<part>/include)
+SYSTEM_CUDA = "/usr/local/cuda"
 
 
 class TrackerUnavailable(RuntimeError):
@@ -80,12 +82,12 @@ def torch_build(torch: Any) -> TorchBuild:
 def cuda_include_dirs() -> list[Path]:
     """The folders of CUDA headers torch's may include: a pip install's (nvidia/*/include, the
     runtime's and the others'), then $CUDA_HOME's, $CUDA_PATH's, /usr/local/cuda's or nvcc's."""
-    found = importlib.util.find_spec("nvidia")
+    found = importlib.util.find_spec(PIP_CUDA)
     roots = list(found.submodule_search_locations or ()) if found is not None else []
     folders = [folder for root in roots for folder in sorted(Path(root).glob("*/include"))]
     nvcc = shutil.which("nvcc")
     toolkit = str(Path(nvcc).resolve().parent.parent) if nvcc else None
-    homes = (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda", toolkit)
+    homes = (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), SYSTEM_CUDA, toolkit)
     for home in homes:
         if home and (Path(home) / "include" / CUDA_HEADER).is_file():
             folders.append(Path(home) / "include")

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
+import shutil
 import stat
 import subprocess
 from collections.abc import Callable
@@ -18,6 +20,19 @@ from contextlib import ExitStack, suppress
 from pathlib import Path
 
 NotKept = Callable[[Path, "str | None", object], None]  # (folder, reason, where)
+
+
+def compiler_command(variable: str, names: tuple[str, ...]) -> list[str] | None:
+    """The compiler the environment's `variable` names (split as a shell would; ValueError where
+    it cannot be), else the first of `names` on PATH; None: neither."""
+    words = shlex.split(os.environ.get(variable, ""))
+    if words:
+        return words
+    for name in names:
+        path = shutil.which(name)
+        if path:
+            return [path]
+    return None
 
 
 def compile_library(command: list[str], out: Path) -> str | None:

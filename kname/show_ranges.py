@@ -24,7 +24,6 @@ import hashlib
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -262,20 +261,15 @@ def render(ranges: Ranges, environ: dict[str, str]) -> str:
 
 
 def _compiler() -> list[str]:
-    command = os.environ.get("CC", "")
     try:
-        words = shlex.split(command)
+        command = build_cache.compiler_command("CC", ("cc", "gcc", "clang"))
     except ValueError as exc:  # unbalanced quotes
         raise ViewerUnavailable(
-            f"CC={command!r} is not a command line ({exc}): set CC to a C compiler, e.g. "
-            "CC=gcc, or unset it"
+            f"CC={os.environ.get('CC', '')!r} is not a command line ({exc}): set CC to a C "
+            "compiler, e.g. CC=gcc, or unset it"
         ) from None
-    if words:
-        return words
-    for name in ("cc", "gcc", "clang"):
-        path = shutil.which(name)
-        if path:
-            return [path]
+    if command is not None:
+        return command
     raise ViewerUnavailable(
         "needs a C compiler once, to build its NVTX viewer "
         "(kname/_show_ranges_c/show_ranges.c): install cc, gcc or clang, or set CC"

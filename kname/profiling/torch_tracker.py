@@ -21,7 +21,6 @@ import ctypes
 import hashlib
 import importlib.util
 import os
-import shlex
 import shutil
 import sys
 import tempfile
@@ -97,17 +96,13 @@ def cuda_include_dirs() -> list[Path]:
 
 def compiler() -> list[str]:
     """The C++ compiler: $CXX, else the first of c++, g++ and clang++ on PATH."""
-    command = os.environ.get("CXX", "")
     try:
-        words = shlex.split(command)
+        command = build_cache.compiler_command("CXX", ("c++", "g++", "clang++"))
     except ValueError as exc:
-        raise TrackerUnavailable(f"CXX={command!r} is not a command line ({exc})") from None
-    if words:
-        return words
-    for name in ("c++", "g++", "clang++"):
-        path = shutil.which(name)
-        if path:
-            return [path]
+        cxx = os.environ.get("CXX", "")
+        raise TrackerUnavailable(f"CXX={cxx!r} is not a command line ({exc})") from None
+    if command is not None:
+        return command
     raise TrackerUnavailable("no C++ compiler (c++, g++ or clang++ on PATH, or CXX)")
 
 

@@ -14,6 +14,7 @@ and points its sites at the new counters (a site, not this module, knows which c
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 from kname import hotpath, ranges
@@ -28,6 +29,12 @@ launch_counts: dict[tuple[str, str, str], hotpath.Counter] = {}
 at_recursion_limit = itertools.count()
 
 _lock = new_lock()
+
+# Whether the counts are read while the program runs (a stretch: a notebook cell's or a test's
+# census), and what to call when they start to be: the lifecycle puts back the launch wrappers a
+# profile took out of the call path (kname.profiling.wrappers), which alone count those launches.
+_read_while_running = False
+_when_first_read: Callable[[], None] | None = None
 
 
 def counter_for(name: str, kernel: str, lib: str) -> hotpath.Counter:
@@ -82,3 +89,24 @@ def start_from_zero() -> dict[Any, hotpath.Counter]:
     for key, counter in list(launch_counts.items()):
         launch_counts[key] = renewed[counter]
     return renewed
+
+
+def read_from_now_on() -> None:
+    """The counts are read while the program runs, from now on: nothing may leave a launch
+    uncounted (a profile keeps the launch wrappers; one collecting puts them back now)."""
+    global _read_while_running
+    first = not _read_while_running
+    _read_while_running = True
+    if first and _when_first_read is not None:
+        _when_first_read()
+
+
+def read_while_running() -> bool:
+    """Whether read_from_now_on() was called."""
+    return _read_while_running
+
+
+def when_first_read(call: Callable[[], None]) -> None:
+    """Call `call` when read_from_now_on() is first called (the lifecycle's, at its import)."""
+    global _when_first_read
+    _when_first_read = call

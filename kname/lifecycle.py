@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from kname import _sigterm, callsite, driver_hook, hotpath, ranges, ranks
+from kname import _sigterm, callsite, counters, driver_hook, hotpath, ranges, ranks
 from kname._locks import new_lock, reset_in_child
 from kname._warnings import exit_at_once, warn_once
 from kname.census import write_at_exit
@@ -233,6 +233,8 @@ def take_wrappers_out() -> None:
     """The library launch wrappers out of the call path (their changes undone; those of modules
     imported meanwhile not made) until put_wrappers_back(): kname profile names those launches
     from CUPTI's callback. The rest (backward scopes, KNAME_TARGETS launchers) stays."""
+    if _state.wrappers_out or counters.read_while_running():
+        return  # out already, or they alone count launches someone reads (a stretch)
     _state.wrappers_out = True
     if _state.enabled:
         for change in reversed(_state.launch_changes):
@@ -242,6 +244,8 @@ def take_wrappers_out() -> None:
 @_one_at_a_time
 def put_wrappers_back() -> None:
     """The launch wrappers take_wrappers_out() took out, in the call path again (if enabled)."""
+    if not _state.wrappers_out:
+        return  # in already: applied twice, a launch would be wrapped twice
     _state.wrappers_out = False
     if _state.enabled:
         for change in _state.launch_changes:
@@ -259,6 +263,7 @@ def _serve_profiles() -> None:
     from kname.profiling import wrappers
 
     wrappers.serve(wrappers.Install(current_config, take_wrappers_out, put_wrappers_back))
+    counters.when_first_read(put_wrappers_back)  # a stretch begun while a profile has them out
 
 
 def _left_out(change: Change) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kname import counters
 from kname._version import __version__
 from kname.census import census
 from kname.census_view import Census
@@ -22,6 +23,7 @@ ADDITIVE = ("launches", "gpu_ns")
 
 def take() -> dict[Key, dict[str, int]]:
     """The census now: {(name, kernel, lib): {"launches": n, ...}}, in first-seen order."""
+    counters.read_from_now_on()  # a profile keeps counting every launch (its wrappers stay)
     return {
         (site["name"], site["kernel"], site["lib"]): {f: site[f] for f in ADDITIVE if f in site}
         for site in census()["sites"]

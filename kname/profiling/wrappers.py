@@ -3,15 +3,17 @@
 Beneath a profile collecting through the native callback, a launch is named at CUPTI's callback
 from the running frame, by the same rules as the wrapper names it from its caller. Where nothing
 else reads what the wrappers add (no NVTX tool takes their ranges, KNAME_FORMAT asks for neither
-`{kernel}` nor `{lib}`, no census is written, not rename mode), they only cost the launch a call
-through C: +0.2 to +0.4 µs a launch in a mixed program, passing through or naming
-(docs/benchmarks.md, issue 43). So the session takes them out when it starts and puts them back
-when it stops, through the install (lifecycle.take_wrappers_out: the targets' changes that name
-launches undone), which serves itself here as kname.profile(), KNAME_MODE=profile and the
-on-demand windows make sessions (a layer below it, this module cannot import it). What stays:
-torch's and JAX's backward scopes, KNAME_TARGETS launchers (named at their own call), CuPy's
-kernel classes bound as kname's subclasses. What a profile gives up meanwhile: kname.names()'s
-counts of those launches (the profile counts them itself).
+`{kernel}` nor `{lib}`, no census is written, no stretch reads the counts as the program runs
+(`%%kname`, `kname_census`), not rename mode), they only cost the launch a call through C: +0.2
+to +0.4 µs a launch in a mixed program, passing through or naming (docs/benchmarks.md, issue
+43). So the session takes them out when it starts and puts them back when it stops, through the
+install (lifecycle.take_wrappers_out: the targets' changes that name launches undone), which
+serves itself here as kname.profile(), KNAME_MODE=profile and the on-demand windows make
+sessions (a layer below it, this module cannot import it). A stretch begun meanwhile puts them
+back at once (counters.read_from_now_on). What stays: torch's and JAX's backward scopes,
+KNAME_TARGETS launchers (named at their own call), CuPy's kernel classes bound as kname's
+subclasses. What a profile gives up meanwhile: kname.names()'s counts of those launches (the
+profile counts them itself).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from kname import ranges
+from kname import counters, ranges
 
 LAUNCH_FIELDS = frozenset({"kernel", "lib"})  # what only a wrapper knows of a launch
 
@@ -55,6 +57,8 @@ def why_kept(native_callback: bool) -> str | None:
         return "KNAME_MODE=rename renames kernels in the wrappers"
     if config.report is not None and config.mode != "profile":
         return "a census is written at exit (its counts are the wrappers')"
+    if counters.read_while_running():
+        return "launch counts are read as the program runs (a notebook cell's or a test's census)"
     if LAUNCH_FIELDS & format_fields(config.format):
         return "KNAME_FORMAT names the kernel or the library"
     if ranges.tool_attached():

@@ -157,6 +157,66 @@ def test_a_profile_ended_by_the_program_s_exit_leaves_the_wrappers_out(
     assert "cannot wrap" not in done.stderr
 
 
+STRETCH = """
+from numba import cuda
+import numpy
+from kname import stretch
+
+
+@cuda.jit
+def add_one(a):
+    a[0] += 1
+
+
+def launch(times):
+    for _ in range(times):
+        add_one[1, 1](numpy.zeros(1))
+
+
+session = ProfileSession()
+print("started:", session.start(), "out:", session.wrappers_out, wrapped())
+cell = stretch.Stretch()  # %%kname's and kname_census's census, begun while collecting
+print("stretch:", wrapped())
+launch(3)
+print("counted:", cell.launches())
+session.stop()
+launch(2)
+print("stopped:", wrapped(), cell.launches())
+again = ProfileSession()
+print("again:", again.start(), "out:", again.wrappers_out, wrapped())
+launch(1)
+again.stop()
+print("last:", cell.launches())
+"""
+
+
+def test_a_stretch_begun_while_a_profile_collects_puts_the_wrappers_back_and_counts_every_launch(
+    tmp_path, fake_libcupti
+) -> None:
+    """A notebook cell's `%%kname` or a test's `kname_census` inside kname.profile(): its counts
+    are the wrappers', so they come back at once and stay for later profiles; the session's stop
+    puts nothing back twice (a launch wrapped twice counts two)."""
+    head = SCRIPT.split("if {numba_first}:")[0]
+    (tmp_path / "fakegpu.py").write_text(FAKEGPU)
+    script = head.format(
+        repo=str(REPO), tests=str(REPO / "tests"), folder=str(tmp_path),
+        libcupti=str(fake_libcupti),
+    ) + STRETCH  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)], cwd=tmp_path, env=clean_env(),
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [
+        "started: True out: True numba False launcher True",
+        "stretch: numba True launcher True",
+        "counted: 3",
+        "stopped: numba True launcher True 5",
+        "again: True out: False numba True launcher True",
+        "last: 6",
+    ]
+
+
 @pytest.mark.parametrize(
     ("variables", "reason"),
     [

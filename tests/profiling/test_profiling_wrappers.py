@@ -93,6 +93,21 @@ def clean_env(**more: str | None) -> dict[str, str]:
     return env
 
 
+def run_after_head(tmp_path: Path, libcupti: Path, tail: str) -> subprocess.CompletedProcess:
+    """SCRIPT's set-up (stand-in CUPTI, kname installed), then `tail`; it must exit 0."""
+    head = SCRIPT.split("if {numba_first}:")[0]
+    (tmp_path / "fakegpu.py").write_text(FAKEGPU)
+    script = head.format(
+        repo=str(REPO), tests=str(REPO / "tests"), folder=str(tmp_path), libcupti=str(libcupti)
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script + tail)], cwd=tmp_path, env=clean_env(),
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
 @pytest.mark.parametrize("numba_first", [True, False], ids=["imported before", "while out"])
 def test_a_profile_takes_the_library_launch_wrappers_out_and_puts_them_back_when_it_stops(
     tmp_path, fake_libcupti, numba_first: bool
@@ -133,23 +148,7 @@ def test_a_profile_ended_by_the_program_s_exit_leaves_the_wrappers_out(
     tmp_path, fake_libcupti
 ) -> None:
     """At exit there is nothing left to name: no class is patched again, nor can fail to be."""
-    head = SCRIPT.split("if {numba_first}:")[0]
-    (tmp_path / "fakegpu.py").write_text(FAKEGPU)
-    script = (
-        head.format(
-            repo=str(REPO),
-            tests=str(REPO / "tests"),
-            folder=str(tmp_path),
-            libcupti=str(fake_libcupti),
-        )
-        + "from numba import cuda\n"
-        + AT_EXIT
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)], cwd=tmp_path, env=clean_env(),
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_after_head(tmp_path, fake_libcupti, "from numba import cuda\n" + AT_EXIT)
     assert done.stdout.splitlines() == [
         "collecting: numba False launcher True",
         "after the profile's exit: numba False launcher True",
@@ -196,17 +195,7 @@ def test_a_stretch_begun_while_a_profile_collects_puts_the_wrappers_back_and_cou
     """A notebook cell's `%%kname` or a test's `kname_census` inside kname.profile(): its counts
     are the wrappers', so they come back at once and stay for later profiles; the session's stop
     puts nothing back twice (a launch wrapped twice counts two)."""
-    head = SCRIPT.split("if {numba_first}:")[0]
-    (tmp_path / "fakegpu.py").write_text(FAKEGPU)
-    script = head.format(
-        repo=str(REPO), tests=str(REPO / "tests"), folder=str(tmp_path),
-        libcupti=str(fake_libcupti),
-    ) + STRETCH  # fmt: skip
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)], cwd=tmp_path, env=clean_env(),
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_after_head(tmp_path, fake_libcupti, STRETCH)
     assert done.stdout.splitlines() == [
         "started: True out: True numba False launcher True",
         "stretch: numba True launcher True",

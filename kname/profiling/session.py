@@ -184,7 +184,7 @@ class ProfileSession:
             # passes are named for the launches autograd makes on its own threads.
             callsite.use_site_calls(self.capture.site_calls)
             backward.collect(site_of_frame)
-            if not self.keep_wrappers:
+            if not self.keep_wrappers and calls is None:  # the wrappers push the tags
                 native = getattr(self.collector, "activity_reader", "") == "native"
                 self.wrappers_out = wrappers.take_out(native)
             if self.pools is not None:

@@ -10,10 +10,11 @@ to +0.4 µs a launch in a mixed program, passing through or naming (docs/benchma
 install (lifecycle.take_wrappers_out: the targets' changes that name launches undone), which
 serves itself here as kname.profile(), KNAME_MODE=profile and the on-demand windows make
 sessions (a layer below it, this module cannot import it). A stretch begun meanwhile puts them
-back at once (counters.read_from_now_on). What stays: torch's and JAX's backward scopes,
-KNAME_TARGETS launchers (named at their own call), CuPy's kernel classes bound as kname's
-subclasses. What a profile gives up meanwhile: kname.names()'s counts of those launches (the
-profile counts them itself).
+back at once (counters.read_from_now_on); a collector tagging launches with CUPTI external
+correlation ids keeps them (they push the ids: session.start). What stays: torch's and JAX's
+backward scopes, KNAME_TARGETS launchers (named at their own call), CuPy's kernel classes bound
+as kname's subclasses. What a profile gives up meanwhile: kname.names()'s counts of those
+launches (the profile counts them itself).
 """
 
 from __future__ import annotations

@@ -206,6 +206,29 @@ def test_a_stretch_begun_while_a_profile_collects_puts_the_wrappers_back_and_cou
     ]
 
 
+TAGGING = """
+from kname.profiling.cupti_collector import CuptiCollector
+
+
+class Tagging(CuptiCollector):  # external_correlation=True's calls (the stand-in has no ids)
+    def external_calls(self):
+        return (lambda external_id: None, lambda: None)
+
+
+session = ProfileSession(collector=Tagging)
+print("tagging:", session.start(), "out:", session.wrappers_out, wrapped())
+session.stop()
+"""
+
+
+def test_a_collector_tagging_launches_with_external_correlation_ids_keeps_the_wrappers(
+    tmp_path, fake_libcupti
+) -> None:
+    """The wrappers push and pop the ids around each launch: out, nothing would be tagged."""
+    done = run_after_head(tmp_path, fake_libcupti, "from numba import cuda\n" + TAGGING)
+    assert done.stdout.splitlines() == ["tagging: True out: False numba True launcher True"]
+
+
 @pytest.mark.parametrize(
     ("variables", "reason"),
     [

@@ -7,9 +7,10 @@ Runs tests/gpu/memory_cost.py (two conv and two linear layers, Adam, a batch sma
 the step is bound by the CPU) once per variant per round, the variants in a new order each round:
 
     profile     kname profile
-    memory      kname profile --memory (torch's blocks through its GPU trace: kname's C hook)
-    memory-tracker  kname profile --memory with KNAME_PROFILE_TORCH_TRACKER=1: torch's blocks
-                through its allocator's tracker (kname/profiling/torch_tracker.py)
+    memory      kname profile --memory (torch's blocks through its allocator's tracker:
+                kname/profiling/torch_tracker.py)
+    memory-hook kname profile --memory with KNAME_PROFILE_TORCH_TRACKER=0: torch's blocks
+                through its GPU trace (kname's C hook)
     no-torch    kname profile --memory with kname's torch hook left out (the driver's side:
                 its memory API callbacks and records, and who reads CUPTI's buffers)
     memory-python  kname profile --memory with the torch hook's Python path (the fallback
@@ -45,7 +46,7 @@ PROGRAM = REPO / "tests" / "gpu" / "memory_cost.py"
 VARIANTS = {
     "profile": ([], {}),
     "memory": (["--memory"], {}),
-    "memory-tracker": (["--memory"], {"KNAME_PROFILE_TORCH_TRACKER": "1"}),
+    "memory-hook": (["--memory"], {"KNAME_PROFILE_TORCH_TRACKER": "0"}),
     "no-torch": (["--memory"], {"MEMORY_COST_NO_TORCH_HOOK": "1"}),
     "memory-python": (["--memory"], {"MEMORY_COST_TORCH_HOOK": "python"}),
     "base-memory": (["--memory"], {}),  # --base's kname (another checkout, built in place)
@@ -124,7 +125,7 @@ def main() -> int:
     deadline = time.monotonic() + args.budget
     names = ["profile", "memory"]
     if not args.kernels:
-        names += ["memory-tracker", "no-torch", "memory-python"]
+        names += ["memory-hook", "no-torch", "memory-python"]
     if args.base is not None:
         names.append("base-memory")
     if args.variants:

@@ -809,14 +809,15 @@ def test_backward_per_forward_line_is_off_by_default_and_a_bad_value_is_one_line
     assert problem.endswith("backward time stays on the backward() line")
 
 
-def test_the_torch_tracker_is_off_by_default_on_when_asked_and_a_bad_value_is_one_line() -> None:
-    assert not config(mode="profile").torch_tracker and not torch_tracker_wanted({})
-    cfg = config(mode="profile", profile_torch_tracker="1")
-    assert cfg.torch_tracker and not cfg.problems
-    assert torch_tracker_wanted({"KNAME_PROFILE_TORCH_TRACKER": "on"})
+def test_the_torch_tracker_is_on_by_default_off_when_asked_and_a_bad_value_is_one_line() -> None:
+    assert config(mode="profile").torch_tracker and torch_tracker_wanted({})
+    cfg = config(mode="profile", profile_torch_tracker="0")
+    assert not cfg.torch_tracker and not cfg.problems
+    assert not torch_tracker_wanted({"KNAME_PROFILE_TORCH_TRACKER": "off"})
     cfg = config(mode="profile", profile_torch_tracker="sometimes")
-    assert not cfg.torch_tracker
-    assert not torch_tracker_wanted({"KNAME_PROFILE_TORCH_TRACKER": "sometimes"})
-    assert the_problem(cfg).startswith(
-        "KNAME_PROFILE_TORCH_TRACKER='sometimes' is not one of 1, true, yes, on"
-    )
+    assert cfg.torch_tracker
+    assert torch_tracker_wanted({"KNAME_PROFILE_TORCH_TRACKER": "sometimes"})
+    problem = the_problem(cfg)
+    assert problem.startswith("KNAME_PROFILE_TORCH_TRACKER='sometimes' is not a switch value")
+    assert "(torch's allocator tracker, the default)" in problem
+    assert problem.endswith("(torch's GPU trace); using the default")

@@ -12,9 +12,8 @@ finds a launch's: capture.cached_site) and charges it in that pool's Ledger (mem
 - torch: its caching allocator's trace tracker (torch_tracker: C++ compiled on first use
   against the torch in use, attached as torch's CUDA starts; TrackedBlocks), which hands each
   block's address and size to kname's C inside torch's lock, no GIL taken, its line read from
-  the thread's own frames (with KNAME_PROFILE_TORCH_TRACKER=1: off by default until measured
-  in use on a GPU). Where it is not asked for or cannot be had (one line says why), the GPU
-  trace's memory events are followed instead
+  the thread's own frames. Where it is turned off (KNAME_PROFILE_TORCH_TRACKER=0) or cannot be
+  had (one line says why), the GPU trace's memory events are followed instead
   (torch.cuda._gpu_trace, on once torch._C._activate_gpu_trace() is called: the hook torch's
   CUDA sanitizer uses), which pass the block's address, with torch's allocation history
   without stacks for its size (TorchBlocks; torch rounds to 512 bytes). Every thread. kname's
@@ -171,7 +170,7 @@ def torch_hook(torch: Any, hooks: PoolHooks, path: str | None = None) -> Callabl
     """torch's blocks charged to `hooks`' torch ledger; returns the undo. `path`: "tracker"
     (torch's allocator trace tracker, TrackedBlocks), "native" (the GPU trace's memory callbacks
     kept by kname._native_cupti.TorchMemory), "python" (the same, in Python), or None: the
-    tracker where KNAME_PROFILE_TORCH_TRACKER and this install's C allow it, else
+    tracker unless KNAME_PROFILE_TORCH_TRACKER is off or this install's C lacks it, else
     native where the hot path has it (cupti_collector.choose's rule), else python. Where the
     tracker cannot be built or attached, one line says why and the GPU trace's hook takes over."""
     wanted = path is None and torch_tracker_wanted()  # KNAME_PROFILE_TORCH_TRACKER
@@ -189,7 +188,8 @@ def _say_hooked_instead(exc: BaseException) -> None:
     warn_once(
         "torch tracker",
         f"kname profile --memory: torch's allocator tracker is not used ({exc}); torch's "
-        "blocks are followed through its GPU trace instead (slower per block)",
+        "blocks are followed through its GPU trace instead (slower per block; "
+        "KNAME_PROFILE_TORCH_TRACKER=0 chooses that without this line)",
     )
 
 

@@ -162,6 +162,11 @@ def load(build: TorchBuild, cache: Path | None = None) -> Tracker:
             path = build_cache.verified(cached, name, stack)
             if path is not None:
                 return Tracker(_open(path), None)
+        # A pause of seconds in the user's program, once per torch build: said, not silent.
+        sys.stderr.write(
+            "kname: profile --memory: compiling torch's allocator tracker for this torch "
+            "(once; a few seconds)\n"
+        )
         started = time.perf_counter()
         built = _compile(cxx, build, name, stack)
         seconds = time.perf_counter() - started

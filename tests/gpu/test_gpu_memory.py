@@ -111,8 +111,8 @@ def torch_view(document: dict) -> dict[str, dict]:
 # How torch's blocks are followed in each run: its allocator's tracker (the default, with the
 # native launch callback), the GPU trace's C hook, the GPU trace's Python hook.
 TORCH_PATHS = {
-    "tracker": ("native", {"KNAME_PROFILE_TORCH_TRACKER": "1"}),
-    "hook": ("native", {}),
+    "tracker": ("native", {}),
+    "hook": ("native", {"KNAME_PROFILE_TORCH_TRACKER": "0"}),
     "python": ("python", {}),
 }
 

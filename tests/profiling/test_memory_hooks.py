@@ -481,7 +481,7 @@ def test_without_kname_profile_torch_tracker_torch_is_followed_through_its_gpu_t
     named, tmp_path_factory, monkeypatch, capsys
 ):
     stand_in = tracker_or_skip(tmp_path_factory, monkeypatch)
-    monkeypatch.delenv("KNAME_PROFILE_TORCH_TRACKER", raising=False)  # off by default
+    monkeypatch.setenv("KNAME_PROFILE_TORCH_TRACKER", "0")
     torch = StandInTorch(monkeypatch)
     torch.start_cuda()
     hooks = PoolHooks()
@@ -502,7 +502,7 @@ def test_where_torch_refuses_the_tracker_one_line_says_why_and_its_gpu_trace_is_
     monkeypatch.setattr(_warnings, "_said", set())
     # Another copy of the tracker, not attached to torch yet.
     stand_in = tracker_or_skip(tmp_path_factory, monkeypatch, tmp_path)
-    monkeypatch.setenv("KNAME_PROFILE_TORCH_TRACKER", "1")
+    monkeypatch.delenv("KNAME_PROFILE_TORCH_TRACKER", raising=False)  # on by default
     stand_in.allocator.stand_in_refuse(1)
     try:
         torch = StandInTorch(monkeypatch)

@@ -72,11 +72,18 @@ def this_line(offset: int = 0) -> int:
     return sys._getframe(1).f_lineno + offset
 
 
-def test_the_tracker_is_compiled_once_then_loaded_from_its_owner_only_cache(stand_in, tmp_path):
+COMPILING = "kname: profile --memory: compiling torch's allocator tracker for this torch"
+
+
+def test_the_tracker_is_compiled_once_then_loaded_from_its_owner_only_cache(
+    stand_in, tmp_path, capsys
+):
     cache = tmp_path / "kname"
     first = torch_tracker.load(stand_in, cache=cache)
     again = torch_tracker.load(stand_in, cache=cache)
     assert first.compile_seconds is not None and again.compile_seconds is None
+    (said,) = capsys.readouterr().err.splitlines()  # the pause of the compile, said once
+    assert said.startswith(COMPILING)
     assert stat.S_IMODE(cache.stat().st_mode) == 0o700
     (library,) = cache.glob("libkname_torch_tracker-*.so")
     assert library.with_name(library.name + ".sha256").is_file()
@@ -89,7 +96,9 @@ def test_a_cache_others_may_write_is_not_used_and_said_in_one_line(stand_in, tmp
     for _ in range(2):  # built for each run: nothing is loaded from a folder others can write
         assert torch_tracker.load(stand_in, cache=cache).compile_seconds is not None
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 2 and "others may write it" in err[0], err
+    assert len(err) == 4, err  # each run: the folder refused, then the compile's pause
+    assert all("others may write it" in line for line in err[0::2]), err
+    assert all(line.startswith(COMPILING) for line in err[1::2]), err
     assert not list(cache.glob("*.so"))
 
 

@@ -375,13 +375,13 @@ class TorchBlocks:
         self._batch(TORCH_BATCH)
         sizes = sizes_of(pending, history_sizes(snapshot), held_blocks(snapshot))
         ledger = self._hooks.ledger(TORCH)
-        for (address, site, time_ns), size in zip(pending, sizes, strict=True):
-            if site is None:
-                ledger.free(address, time_ns)
-            elif size is None:
-                ledger.untracked += 1
-            else:
-                ledger.allocate(site, address, size, time_ns)
+        events = [
+            (address, site, time_ns, size)
+            for (address, site, time_ns), size in zip(pending, sizes, strict=True)
+            if site is None or size is not None
+        ]
+        ledger.untracked += len(pending) - len(events)  # blocks torch's history had no size for
+        ledger.take(events)
 
     def _take(self) -> list[tuple[int, str | None, int]]:
         """The events waiting, taken; the native path's fault said (once) and its lost counted."""
@@ -476,12 +476,7 @@ class TrackedBlocks:
                 return
             ledger = self._hooks.ledger(TORCH)
             ledger.untracked += lost
-            allocate, free = ledger.allocate, ledger.free
-            for address, site, time_ns, size in events:
-                if site is None:
-                    free(address, time_ns)
-                else:
-                    allocate(site, address, size, time_ns)
+            ledger.take(events)  # (address, site or None for a free, time, size), in order
 
 
 def caller_frame(depth: int) -> Any:

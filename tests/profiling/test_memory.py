@@ -130,3 +130,37 @@ def test_the_peak_line_is_the_one_holding_most_at_the_peak_not_the_one_that_allo
     assert ledger.site_dicts()["churn a.py:1"] == {
         "allocated": 200, "allocations": 2, "freed": 200, "frees": 2, "peak": 100, "at_peak": 0,
     }  # fmt: skip
+
+
+@given(EVENTS, st.integers(1, 6), st.integers(1, 9))
+def test_events_taken_in_one_loop_leave_the_ledger_as_one_call_each_does(
+    events, max_points: int, max_blocks: int
+) -> None:
+    """Ledger.take (the torch tracker's settle) against allocate() and free() one by one, with
+    bounds small enough that the timeline halves and allocations go untracked."""
+    one_by_one = Ledger(max_points, max_blocks)
+    taken = []
+    for time, event in enumerate(events):
+        if event[0] == "alloc":
+            _, site, slot, size = event
+            one_by_one.allocate(site, 0x1000 * (slot + 1), size, time)
+            taken.append((0x1000 * (slot + 1), site, time, size))
+        else:
+            one_by_one.free(0x1000 * (event[1] + 1), time)
+            taken.append((0x1000 * (event[1] + 1), None, time, 0))
+    at_once = Ledger(max_points, max_blocks)
+    half = len(taken) // 2
+    at_once.take(taken[:half])  # in two batches, as settles come
+    at_once.take(taken[half:])
+    assert at_once.site_dicts() == one_by_one.site_dicts()
+    assert at_once.view_dict() == one_by_one.view_dict()
+    assert at_once.peak_site() == one_by_one.peak_site()
+    assert blocks_held(at_once) == blocks_held(one_by_one)
+
+
+def blocks_held(ledger: Ledger) -> dict[int, tuple[str, int]]:
+    """{address: (the line holding it, its bytes)} of the blocks a ledger still follows."""
+    names = {id(memory): site for site, memory in ledger.sites.items()}
+    return {
+        address: (names[id(memory)], size) for address, (memory, size) in ledger._blocks.items()
+    }

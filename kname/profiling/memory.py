@@ -174,6 +174,20 @@ class Ledger:
         finally:
             self.live, self.peak, self.peak_time, self._epoch = live, peak, peak_time, epoch
 
+    def load(self, state: tuple) -> None:
+        """This view as a kname._native_cupti.Ledger's state() has it (that ledger, in C, takes
+        the torch tracker's events: memory_hooks.TrackedBlocks): every line's totals and what
+        it held at the peak, the peak, the timeline. The blocks held stay there: this ledger is
+        read from now on, not given events."""
+        lines, self.live, self.peak, self.peak_time, unmatched, untracked, points = state
+        self.unmatched_frees, self.untracked = unmatched, untracked
+        self._epoch += 1  # each line's at_peak as given, by the lazy rule of at_peak()
+        self.sites = {
+            name: SiteMemory(allocated, allocations, freed, frees, live, peak, at_peak, self._epoch)
+            for name, allocated, allocations, freed, frees, live, peak, at_peak in lines
+        }
+        self.timeline.points = [(time, live) for time, live in points]
+
     def at_peak(self, site: str) -> int:
         """Bytes `site` held at the view's peak."""
         memory = self.sites[site]

@@ -12,14 +12,15 @@ finds a launch's: capture.cached_site) and charges it in that pool's Ledger (mem
 - torch: its caching allocator's trace tracker (torch_tracker: C++ compiled on first use
   against the torch in use, attached as torch's CUDA starts; TrackedBlocks), which hands each
   block's address and size to kname's C inside torch's lock, no GIL taken, its line read from
-  the thread's own frames. Where it is turned off (KNAME_PROFILE_TORCH_TRACKER=0) or cannot be
-  had (one line says why), the GPU trace's memory events are followed instead
-  (torch.cuda._gpu_trace, on once torch._C._activate_gpu_trace() is called: the hook torch's
-  CUDA sanitizer uses), which pass the block's address, with torch's allocation history
-  without stacks for its size (TorchBlocks; torch rounds to 512 bytes). Every thread. kname's
-  callables stand in for the registries' fire_callbacks (put_in_place: no frame of torch's per
-  event); in C where kname._native_cupti is built (TorchMemory: no Python frame at all on a
-  cached line), else in Python, both by the same rules.
+  the thread's own frames, charged at each settle by kname's C ledger (kname._native_cupti.
+  Ledger: memory.Ledger in C), which the view's Ledger is loaded from. Where it is turned off
+  (KNAME_PROFILE_TORCH_TRACKER=0) or cannot be had (one line says why), the GPU trace's memory
+  events are followed instead (torch.cuda._gpu_trace, on once torch._C._activate_gpu_trace() is
+  called: the hook torch's CUDA sanitizer uses), which pass the block's address, with torch's
+  allocation history without stacks for its size (TorchBlocks; torch rounds to 512 bytes).
+  Every thread. kname's callables stand in for the registries' fire_callbacks (put_in_place: no
+  frame of torch's per event); in C where kname._native_cupti is built (TorchMemory: no Python
+  frame at all on a cached line), else in Python, both by the same rules.
 
 Each is put in place when its library is imported (importhooks.watch). A fault in a hook is one
 line (report_fault) and the program's allocation goes on.
@@ -39,7 +40,7 @@ from kname._warnings import report_fault, warn_once
 from kname.config import torch_tracker_wanted
 from kname.profiling import backward, torch_tracker
 from kname.profiling.capture import SITE_KEY, UNNAMED, site_of_frame
-from kname.profiling.memory import Ledger
+from kname.profiling.memory import MAX_BLOCKS, MAX_POINTS, Ledger
 
 CUPY, TORCH = "cupy", "torch"
 POOLS = (CUPY, TORCH)
@@ -261,6 +262,12 @@ def native_memory() -> Any:
     return getattr(module, "TorchMemory", None)
 
 
+def native_ledger() -> Any:
+    """kname._native_cupti's Ledger type (memory.Ledger in C), or None where it is not built."""
+    module, _ = hotpath.current().cupti()
+    return getattr(module, "Ledger", None)
+
+
 def native_events(native: Any, hooks: PoolHooks, settle: Callable[[], None], batch: int) -> Any:
     """A TorchMemory (`native`) naming blocks by `hooks`' rules, calling settle() every `batch`."""
     return native(
@@ -440,6 +447,13 @@ class TrackedBlocks:
     backward pass running (its line, without the forward line: that needs the GIL)."""
 
     def __init__(self, hooks: PoolHooks, native: Any, tracker: torch_tracker.Tracker) -> None:
+        ledger = native_ledger()
+        if ledger is None:
+            raise torch_tracker.TrackerUnavailable("kname._native_cupti has no Ledger here")
+        # The view's accounting in C (its events come by the thousand, each a tuple in Python
+        # else), loaded into the view's memory.Ledger at each settle.
+        self._ledger = ledger(MAX_POINTS, MAX_BLOCKS)
+        self._lost = 0  # events lost on the way (no room), counted as untracked
         self._hooks = hooks
         self._tracker = tracker
         self._lock = new_lock()
@@ -467,16 +481,17 @@ class TrackedBlocks:
     def settle(self) -> None:
         """The blocks so far into the ledger, in their order (one settle at a time)."""
         with self._lock:
-            events = self._native.take_tracked()
+            events = self._native.take_tracked_into(self._ledger)
             fault = self._native.take_fault()
             lost = self._native.take_lost()
             if fault is not None:
                 report_fault(*fault)
             if not events and not lost:
                 return
+            self._lost += lost
             ledger = self._hooks.ledger(TORCH)
-            ledger.untracked += lost
-            ledger.take(events)  # (address, site or None for a free, time, size), in order
+            ledger.load(self._ledger.state())
+            ledger.untracked += self._lost
 
 
 def caller_frame(depth: int) -> Any:

@@ -3,10 +3,11 @@
  * (state.c), starts the dict watcher of _common_c/common.c, tells the activity reader when the
  * process forked, adds the Recorder (recorder.c), and has each file that gives the Recorder
  * methods add its own (activity.c, trace.c, trace_json.c, site_calls.c), then TorchMemory
- * (torch_memory.c) and its tracked events' methods (torch_tracker.c). What the extension does is
- * told in recorder.h.
+ * (torch_memory.c) and its tracked events' methods (torch_tracker.c), and the Ledger their events
+ * go into (ledger.c). What the extension does is told in recorder.h.
  */
 #include "profiling/_cupti_c/recorder.h"
+#include "profiling/_cupti_c/ledger.h"
 
 INTERNAL int torch_memory_ready(PyObject *module); /* torch_memory.c */
 INTERNAL int tracker_ready(PyTypeObject *type);    /* torch_tracker.c */
@@ -55,7 +56,7 @@ PyInit__native_cupti(void)
     if (events == NULL || recorder_ready(m) < 0 || activity_ready(&RecorderType) < 0
         || trace_ready(&RecorderType) < 0 || trace_json_ready(&RecorderType) < 0
         || site_calls_ready(&RecorderType) < 0 || torch_memory_ready(m) < 0
-        || tracker_ready(&TorchMemoryType) < 0
+        || tracker_ready(&TorchMemoryType) < 0 || ledger_ready(m) < 0
         || PyModule_AddIntConstant(m, "MAX_OPEN", MAX_OPEN) < 0
         || PyModule_AddObjectRef(m, "GRAPH_EVENTS", events) < 0) {
         Py_XDECREF(events);

@@ -25,6 +25,7 @@
  * called: the order is torch's lock, then this one.
  */
 #include "profiling/_cupti_c/torch_memory.h" /* first: it includes Python.h */
+#include "profiling/_cupti_c/ledger.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -526,6 +527,43 @@ no_frame_site(TorchMemory *m)
     return kept;
 }
 
+/* The tracked events so far, taken (the buffer emptied); under the GIL. */
+typedef struct {
+    TrackedEvent *events;
+    Py_ssize_t count;
+    Miss *misses;
+} Taken;
+
+static Taken
+take_buffer(TorchMemory *m)
+{
+    pthread_mutex_lock(&tracked.lock);
+    Taken taken = {tracked.events, tracked.count, tracked.misses};
+    m->lost += tracked.lost;
+    tracked.events = NULL;
+    tracked.misses = NULL;
+    tracked.count = tracked.room = tracked.missed = tracked.tried = tracked.lost = 0;
+    tracked.takes++;
+    pthread_mutex_unlock(&tracked.lock);
+    return taken;
+}
+
+/* The name of `e`'s block (borrowed, kept; NULL: a free), naming it now where C could not
+ * (a miss, by the dicts along its frames; no frame and no pass, by kname's rules: `no_frame`,
+ * found once per take). */
+static PyObject *
+event_site(TorchMemory *m, const Taken *taken, const TrackedEvent *e, PyObject **no_frame)
+{
+    if (e->is_free)
+        return NULL;
+    PyObject *site = e->site;
+    if (site == NULL && e->miss > 0)
+        site = miss_site(m, &taken->misses[e->miss - 1]);
+    else if (site == NULL && e->frameless)
+        site = *no_frame != NULL ? *no_frame : (*no_frame = no_frame_site(m));
+    return site != NULL ? site : m->unnamed;
+}
+
 /* take_tracked() -> [(address, site or None (a free), ns, size)]: the tracked events so far,
  * each block named; the buffer emptied. */
 static PyObject *
@@ -534,40 +572,56 @@ memory_take_tracked(TorchMemory *m, PyObject *unused)
     (void)unused;
     if (tracked.owner != m)
         return PyList_New(0);
-    pthread_mutex_lock(&tracked.lock);
-    TrackedEvent *events = tracked.events;
-    Py_ssize_t count = tracked.count;
-    Miss *misses = tracked.misses;
-    m->lost += tracked.lost;
-    tracked.events = NULL;
-    tracked.misses = NULL;
-    tracked.count = tracked.room = tracked.missed = tracked.tried = tracked.lost = 0;
-    tracked.takes++;
-    pthread_mutex_unlock(&tracked.lock);
+    Taken events = take_buffer(m);
     int settling = m->settling;
     m->settling = 1; /* no pending call takes the next events in the middle of these */
-    PyObject *taken = PyList_New(count);
+    PyObject *taken = PyList_New(events.count);
     PyObject *no_frame = NULL;
-    for (Py_ssize_t i = 0; taken != NULL && i < count; i++) {
-        TrackedEvent *e = &events[i];
-        PyObject *site = e->is_free ? Py_None : e->site;
-        if (site == NULL && e->miss > 0)
-            site = miss_site(m, &misses[e->miss - 1]);
-        else if (site == NULL && e->frameless)
-            site = no_frame != NULL ? no_frame : (no_frame = no_frame_site(m));
-        if (site == NULL)
-            site = m->unnamed;
-        PyObject *item = Py_BuildValue("(KOLK)", (unsigned long long)e->address, site,
-                                       (long long)e->ns, (unsigned long long)e->size);
+    for (Py_ssize_t i = 0; taken != NULL && i < events.count; i++) {
+        const TrackedEvent *e = &events.events[i];
+        PyObject *site = event_site(m, &events, e, &no_frame);
+        PyObject *item = Py_BuildValue("(KOLK)", (unsigned long long)e->address,
+                                       site != NULL ? site : Py_None, (long long)e->ns,
+                                       (unsigned long long)e->size);
         if (item == NULL)
             Py_CLEAR(taken);
         else
             PyList_SET_ITEM(taken, i, item);
     }
     m->settling = settling;
-    free(events);
-    free(misses);
+    free(events.events);
+    free(events.misses);
     return taken;
+}
+
+/* take_tracked_into(ledger) -> the number of events: the tracked events so far, each block
+ * named, added to `ledger` (a kname._native_cupti.Ledger) in order, with no tuple each; the
+ * buffer emptied. An event the ledger has no memory for is lost, counted with take_lost(). */
+static PyObject *
+memory_take_tracked_into(TorchMemory *m, PyObject *ledger)
+{
+    if (!PyObject_TypeCheck(ledger, &NativeLedgerType)) {
+        PyErr_SetString(PyExc_TypeError, "take_tracked_into: a kname._native_cupti.Ledger");
+        return NULL;
+    }
+    if (tracked.owner != m)
+        return PyLong_FromLong(0);
+    Taken events = take_buffer(m);
+    int settling = m->settling;
+    m->settling = 1; /* as in take_tracked */
+    PyObject *no_frame = NULL;
+    for (Py_ssize_t i = 0; i < events.count; i++) {
+        const TrackedEvent *e = &events.events[i];
+        PyObject *site = event_site(m, &events, e, &no_frame);
+        if (ledger_add((NativeLedger *)ledger, e->address, site, e->ns, e->size) < 0) {
+            PyErr_Clear(); /* no memory: this one is lost, the program's allocation goes on */
+            m->lost++;
+        }
+    }
+    m->settling = settling;
+    free(events.events);
+    free(events.misses);
+    return PyLong_FromSsize_t(events.count);
 }
 
 /* take_misses() -> blocks whose line was not known in C as they came, since the last take. */
@@ -591,6 +645,8 @@ static PyMethodDef tracker_methods[] = {
      "(action 1: a block handed out, 2: a free asked, address, size)."},
     {"take_tracked", (PyCFunction)memory_take_tracked, METH_NOARGS,
      "take_tracked() -> [(address, site or None for a free, ns, size)]: the tracked events."},
+    {"take_tracked_into", (PyCFunction)memory_take_tracked_into, METH_O,
+     "take_tracked_into(ledger) -> the number of tracked events added to a Ledger, in order."},
     {"take_misses", (PyCFunction)memory_take_misses, METH_NOARGS,
      "take_misses() -> blocks whose line was not known in C as they came, since the last."},
     {"set_frameless", (PyCFunction)memory_set_frameless, METH_O,

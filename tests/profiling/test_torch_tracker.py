@@ -129,6 +129,19 @@ def test_blocks_fired_without_the_gil_are_charged_to_the_line_that_allocated(
     assert hooks.ledgers[TORCH].unmatched_frees == 0 and len(sites) == 2
 
 
+def test_take_tracked_hands_the_same_events_over_as_tuples(named, tracker, allocator):
+    """The tuple path (tests/gpu/memory_floor.py's rows) beside take_tracked_into's."""
+    _hooks, blocks = tracked(tracker)
+    line = this_line(+1)
+    allocator.stand_in_fire(ALLOC, 0x600, MIB)
+    allocator.stand_in_fire(FREE, 0x600, MIB)
+    (alloc, free) = blocks._native.take_tracked()
+    blocks.stop()
+    assert alloc[0] == 0x600 and alloc[1].endswith(f":{line}") and alloc[3] == MIB
+    assert free[0] == 0x600 and free[1] is None and free[2] >= alloc[2]
+    assert blocks._native.take_tracked() == []  # taken: the buffer emptied
+
+
 def test_blocks_fired_with_the_gil_held_are_charged_the_same_way(named, tracker, stand_in):
     holding = c10_stand_in.allocator(stand_in, hold_gil=True)  # as a free from refcounting
     hooks, blocks = tracked(tracker)

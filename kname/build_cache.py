@@ -20,6 +20,9 @@ from contextlib import ExitStack, suppress
 from pathlib import Path
 
 NotKept = Callable[[Path, "str | None", object], None]  # (folder, reason, where)
+# The longest a compile may take. It runs inside the user's program (the torch tracker's at
+# `import torch`): a compiler that hangs is given up on, and that library is done without.
+COMPILE_SECONDS = 120.0
 
 
 def compiler_command(variable: str, names: tuple[str, ...]) -> list[str] | None:
@@ -37,8 +40,14 @@ def compiler_command(variable: str, names: tuple[str, ...]) -> list[str] | None:
 
 def compile_library(command: list[str], out: Path) -> str | None:
     """Run the compiler's `command`, which writes `out`: None where it did, else the first line
-    of its stderr that tells of an error (else its first line). OSError: it cannot be run."""
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    of its stderr that tells of an error (else its first line), or that it ran past
+    COMPILE_SECONDS (then stopped). OSError: it cannot be run."""
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, check=False, timeout=COMPILE_SECONDS
+        )
+    except subprocess.TimeoutExpired:
+        return f"{Path(command[0]).name} ran past {COMPILE_SECONDS:g} s and was stopped"
     if done.returncode == 0 and out.is_file():
         return None
     lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]

@@ -12,6 +12,7 @@ import ctypes
 import faulthandler
 import functools
 import os
+import re
 import stat
 import sys
 import threading
@@ -21,6 +22,7 @@ import types
 import pytest
 from support import c10_stand_in
 
+from kname import build_cache
 from kname.profiling import backward, memory_hooks, torch_tracker
 from kname.profiling.capture import NO_PYTHON_FRAME, site_of_frame
 from kname.profiling.memory_hooks import TORCH, PoolHooks, TrackedBlocks
@@ -109,6 +111,22 @@ def test_a_build_that_cannot_be_made_is_one_line_saying_why(stand_in, tmp_path, 
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
     with pytest.raises(torch_tracker.TrackerUnavailable, match="cannot run"):
         torch_tracker.load(stand_in, cache=tmp_path / "kname")
+
+
+def test_a_compiler_that_hangs_is_stopped_and_the_tracker_done_without(
+    stand_in, tmp_path, monkeypatch
+):
+    """The compile runs inside the user's program, at `import torch`: it may not hang it."""
+    hanging = tmp_path / "hanging-c++"
+    hanging.write_text("#!/bin/sh\nsleep 60\n")
+    hanging.chmod(0o755)
+    monkeypatch.setenv("CXX", str(hanging))
+    monkeypatch.setattr(build_cache, "COMPILE_SECONDS", 0.5)
+    started = time.monotonic()
+    said = re.escape("hanging-c++ ran past 0.5 s and was stopped")
+    with pytest.raises(torch_tracker.TrackerUnavailable, match=said):
+        torch_tracker.load(stand_in, cache=tmp_path / "kname")
+    assert time.monotonic() - started < 30
 
 
 def test_blocks_fired_without_the_gil_are_charged_to_the_line_that_allocated(

@@ -102,7 +102,8 @@ def stacks_read_back(torch, count: int) -> None:
 def tracker_pieces(torch, count: int) -> None:
     """torch's allocator tracker, no GPU trace: kname's tracker built (or taken from the cache)
     and attached, handing nothing over; handing each block to kname's C (lines found, events
-    kept, dropped every batch); kname's whole tracked hook (TrackedBlocks, into the ledger)."""
+    kept, charged every batch by the C ledger: take_tracked_into); kname's whole tracked hook
+    (TrackedBlocks: the same, the view's Python ledger loaded at each settle)."""
     from kname import callsite
     from kname.profiling import capture, memory_hooks, torch_tracker
 
@@ -119,17 +120,18 @@ def tracker_pieces(torch, count: int) -> None:
         print("FLOOR tracker: kname._native_cupti cannot take its events here")
         return
     taken: list[int] = []
+    ledger = memory_hooks.native_ledger()()
     alone = native(
         sites=callsite.sites, kinds=callsite._kinds, site_key=capture.SITE_KEY,
         site_of_frame=capture.site_of_frame, unnamed=capture.UNNAMED,
-        settle=lambda: taken.append(len(alone.take_tracked())), batch=4096,
+        settle=lambda: taken.append(alone.take_tracked_into(ledger)), batch=4096,
     )  # fmt: skip
     sink = alone.track(4096)
     tracker.attach(sink)
     tracker.off()
     say("tracker, nothing handed", pairs_ns(torch, count))
     tracker.attach(sink)
-    say("tracker, kname C", pairs_ns(torch, count))
+    say("tracker, kname C and C ledger", pairs_ns(torch, count))
     misses = alone.take_misses()
     events = alone.take_tracked()
     sites = sorted({site for _, site, _, _ in events if site})

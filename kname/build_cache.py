@@ -89,6 +89,29 @@ def untrusted(facts: os.stat_result, is_kind: Callable[[int], bool]) -> str | No
     return None
 
 
+def cached_or_built(
+    folder: Path,
+    name: str,
+    stack: ExitStack,
+    build: Callable[[], Path],
+    say_untrusted: Callable[[Path, str], None],
+    say_not_kept: NotKept,
+) -> tuple[Path, bool]:
+    """(the library `name`, whether it was built now): the cache's where the cache is trusted
+    and the checksum vouches for it, else build() (a private path), kept in the cache where it
+    is trusted and then loaded from there. What is opened stays open until `stack` closes."""
+    cached = open_cache(folder, say_untrusted, say_not_kept)
+    if cached is not None:
+        stack.callback(os.close, cached)
+        library = verified(cached, name, stack)
+        if library is not None:
+            return library, False
+    built = build()
+    if cached is not None and keep(built.read_bytes(), cached, folder / name, say_not_kept):
+        built = verified(cached, name, stack) or built  # loaded from where it was kept
+    return built, True
+
+
 def verified(cached: int, name: str, stack: ExitStack) -> Path | None:
     """The cache's build `name` as /proc/<pid>/fd/N, where its checksum vouches for it (both
     files this user's alone), open until `stack` closes: what NVTX loads is the file whose

@@ -82,21 +82,11 @@ def viewer(cache: Path | None = None) -> Iterator[Path]:
     folder = cache or build_cache.cache_folder()
     name = f"libkname_show_ranges-{_build_digest(compiler)}.so"
     with ExitStack() as stack:
-        # None: not to be used, said why
-        cached = build_cache.open_cache(folder, _say_not_trusted, _say_not_kept)
-        if cached is not None:
-            stack.callback(os.close, cached)
-            library = build_cache.verified(cached, name, stack)
-            if library is not None:
-                yield library
-                return
-        built = _build_for_this_run(compiler, name, stack)
-        kept = cached is not None and build_cache.keep(
-            built.read_bytes(), cached, folder / name, _say_not_kept
-        )
-        if kept:
-            built = build_cache.verified(cached, name, stack) or built  # loaded from where kept
-        yield built
+        library, _ = build_cache.cached_or_built(
+            folder, name, stack, lambda: _build_for_this_run(compiler, name, stack),
+            _say_not_trusted, _say_not_kept,
+        )  # fmt: skip
+        yield library
 
 
 def _build_for_this_run(compiler: list[str], name: str, stack: ExitStack) -> Path:

@@ -156,25 +156,21 @@ def load(build: TorchBuild, cache: Path | None = None) -> Tracker:
     name = library_name(cxx, build)
     folder = cache or build_cache.cache_folder()
     with ExitStack() as stack:
-        cached = build_cache.open_cache(folder, _say_untrusted, _say_not_kept)
-        if cached is not None:
-            stack.callback(os.close, cached)
-            path = build_cache.verified(cached, name, stack)
-            if path is not None:
-                return Tracker(_open(path), None)
-        # A pause of seconds in the user's program, once per torch build: said, not silent.
-        sys.stderr.write(
-            "kname: profile --memory: compiling torch's allocator tracker for this torch "
-            "(once; a few seconds)\n"
-        )
+
+        def compiled() -> Path:
+            # A pause of seconds in the user's program, once per torch build: said, not silent.
+            sys.stderr.write(
+                "kname: profile --memory: compiling torch's allocator tracker for this torch "
+                "(once; a few seconds)\n"
+            )
+            return _compile(cxx, build, name, stack)
+
         started = time.perf_counter()
-        built = _compile(cxx, build, name, stack)
-        seconds = time.perf_counter() - started
-        if cached is not None and build_cache.keep(
-            built.read_bytes(), cached, folder / name, _say_not_kept
-        ):
-            built = build_cache.verified(cached, name, stack) or built
-        return Tracker(_open(built), seconds)
+        library, built_now = build_cache.cached_or_built(
+            folder, name, stack, compiled, _say_untrusted, _say_not_kept
+        )
+        seconds = time.perf_counter() - started if built_now else None
+        return Tracker(_open(library), seconds)
 
 
 def _open(path: Path) -> ctypes.CDLL:

@@ -59,15 +59,11 @@ class Timeline:
         """One point; halves the points when full."""
         self.points.append((time, live))
         if len(self.points) > self.max_points:
-            self.halve()
-
-    def halve(self) -> None:
-        """Neighbours merged two by two (a last odd point kept)."""
-        pairs = zip(self.points[0::2], self.points[1::2], strict=False)
-        merged = [(b[0], max(a[1], b[1])) for a, b in pairs]
-        if len(self.points) % 2:
-            merged.append(self.points[-1])
-        self.points = merged
+            pairs = zip(self.points[0::2], self.points[1::2], strict=False)
+            merged = [(b[0], max(a[1], b[1])) for a, b in pairs]
+            if len(self.points) % 2:
+                merged.append(self.points[-1])
+            self.points = merged
 
 
 class Ledger:
@@ -124,55 +120,12 @@ class Ledger:
 
     def take(self, events: Iterable[tuple[int, str | None, int, int]]) -> None:
         """Events in order, each (address, site, time, size): an allocation, or with site None
-        a free (its size unused). The same as allocate() and free() called for each (a test
-        holds the two equal), in one loop over local names: the torch tracker's settle hands
-        thousands at once, and per call this is about half the cost."""
-        blocks, sites, timeline = self._blocks, self.sites, self.timeline
-        points, max_points, max_blocks = timeline.points, timeline.max_points, self._max_blocks
-        live, peak, peak_time, epoch = self.live, self.peak, self.peak_time, self._epoch
-        try:
-            for address, site, time, size in events:
-                block = blocks.pop(address, None) if site is None or address in blocks else None
-                if block is not None:  # a free, or one not seen before this allocation
-                    memory, freed = block
-                    if memory._epoch != epoch:
-                        memory._at_peak, memory._epoch = memory.live, epoch
-                    memory.live -= freed
-                    memory.freed += freed
-                    memory.frees += 1
-                    live -= freed
-                    points.append((time, live))
-                    if len(points) > max_points:
-                        timeline.halve()
-                        points = timeline.points
-                elif site is None:
-                    self.unmatched_frees += 1
-                if site is None:
-                    continue
-                if len(blocks) >= max_blocks:
-                    self.untracked += 1
-                    continue
-                memory = sites.get(site)
-                if memory is None:
-                    memory = sites[site] = SiteMemory()
-                if memory._epoch != epoch:
-                    memory._at_peak, memory._epoch = memory.live, epoch
-                memory.live += size
-                memory.allocated += size
-                memory.allocations += 1
-                if memory.live > memory.peak:
-                    memory.peak = memory.live
-                blocks[address] = (memory, size)
-                live += size
-                if live > peak:
-                    peak, peak_time = live, time
-                    epoch += 1  # every line holds now what it will hold at this peak
-                points.append((time, live))
-                if len(points) > max_points:
-                    timeline.halve()
-                    points = timeline.points
-        finally:
-            self.live, self.peak, self.peak_time, self._epoch = live, peak, peak_time, epoch
+        a free (its size unused)."""
+        for address, site, time, size in events:
+            if site is None:
+                self.free(address, time)
+            else:
+                self.allocate(site, address, size, time)
 
     def load(self, state: tuple) -> None:
         """This view as a kname._native_cupti.Ledger's state() has it (that ledger, in C, takes

@@ -136,8 +136,9 @@ def test_the_peak_line_is_the_one_holding_most_at_the_peak_not_the_one_that_allo
 def test_events_taken_in_one_loop_leave_the_ledger_as_one_call_each_does(
     events, max_points: int, max_blocks: int
 ) -> None:
-    """Ledger.take (the torch tracker's settle) against allocate() and free() one by one, with
-    bounds small enough that the timeline halves and allocations go untracked."""
+    """Ledger.take (the GPU trace's settle, and the C ledger's reference) against allocate()
+    and free() one by one, with bounds small enough that the timeline halves and allocations
+    go untracked."""
     one_by_one = Ledger(max_points, max_blocks)
     taken = []
     for time, event in enumerate(events):

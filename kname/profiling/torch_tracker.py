@@ -9,9 +9,11 @@ there, and trackers cannot be taken out (kname_tracker_off makes this one return
 _torch_tracker/tracker.cpp is compiled with the C++ compiler ($CXX, else c++, g++ or clang++)
 against torch's headers (torch/include, and the CUDA headers they include: a pip install's
 nvidia-* packages, and a toolkit's: $CUDA_HOME, /usr/local/cuda or nvcc's), its libraries
-(torch/lib: c10, c10_cuda) and its C++ ABI (torch._C._GLIBCXX_USE_CXX11_ABI); the build is kept
-in kname's cache (build_cache: owner-only, checked) under a name that digests the source, the
-command and torch's version and build, so another torch builds its own.
+(torch/lib: c10, c10_cuda), its C++ ABI (torch._C._GLIBCXX_USE_CXX11_ABI) and the C++ standard
+its headers are written in (the CXX_STANDARD its CMake package sets for C++ users: 17 in torch
+2.11, 20 in 2.14, whose headers C++17 cannot read); the build is kept in kname's cache
+(build_cache: owner-only, checked) under a name that digests the source, the command and
+torch's version and build, so another torch builds its own.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import ctypes
 import hashlib
 import importlib.util
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -33,7 +36,9 @@ from typing import Any
 from kname import build_cache
 
 SOURCE = Path(__file__).parent / "_torch_tracker" / "tracker.cpp"
-FLAGS = ("-std=c++17", "-O2", "-shared", "-fPIC", "-w")
+FLAGS = ("-O2", "-shared", "-fPIC", "-w")
+CXX_STANDARD = "17"  # where torch declares none (its CMake package absent)
+TORCH_CMAKE = Path("share") / "cmake" / "Torch" / "TorchConfig.cmake"
 LIBRARIES = ("-lc10_cuda", "-lc10")
 CUDA_HEADER = "cuda_runtime_api.h"
 PIP_CUDA = "nvidia"  # the namespace package of the CUDA wheels (nvidia/<part>/include)
@@ -52,6 +57,7 @@ class TorchBuild:
     library_dir: str
     cxx11_abi: bool
     version: str  # torch's version and build: part of the cached file's name
+    cxx_standard: str = CXX_STANDARD  # "17", "20": the -std=c++ its headers need
 
 
 def torch_build(torch: Any) -> TorchBuild:
@@ -75,7 +81,19 @@ def torch_build(torch: Any) -> TorchBuild:
         library_dir=str(root / "lib"),
         cxx11_abi=bool(torch._C._GLIBCXX_USE_CXX11_ABI),
         version=build,
+        cxx_standard=cxx_standard(root / TORCH_CMAKE),
     )
+
+
+def cxx_standard(cmake: Path) -> str:
+    """The C++ standard torch's CMake package sets on its targets (CXX_STANDARD 17 or 20), the
+    one its headers are written in; CXX_STANDARD where it says none."""
+    try:
+        text = cmake.read_text(errors="replace")
+    except OSError:
+        return CXX_STANDARD
+    found = re.search(r"\bCXX_STANDARD\s+(\d\d)\b", text)
+    return found.group(1) if found else CXX_STANDARD
 
 
 def cuda_include_dirs() -> list[Path]:
@@ -108,11 +126,12 @@ def compiler() -> list[str]:
 
 def compile_command(cxx: list[str], build: TorchBuild, out: Path) -> list[str]:
     """The command that compiles the tracker against `build` into `out`."""
+    standard = f"-std=c++{build.cxx_standard}"
     abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(build.cxx11_abi)}"
     includes = [f"-I{folder}" for folder in build.include_dirs]
     rpath = f"-Wl,-rpath,{build.library_dir}"
-    return [*cxx, *FLAGS, abi, *includes, str(SOURCE), f"-L{build.library_dir}", *LIBRARIES,
-            rpath, "-o", str(out)]  # fmt: skip
+    return [*cxx, standard, *FLAGS, abi, *includes, str(SOURCE), f"-L{build.library_dir}",
+            *LIBRARIES, rpath, "-o", str(out)]  # fmt: skip
 
 
 def library_name(cxx: list[str], build: TorchBuild) -> str:

@@ -9,6 +9,7 @@ is tests/gpu/test_gpu_memory.py's.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import faulthandler
 import functools
 import os
@@ -271,13 +272,20 @@ def test_lines_reached_through_one_library_instruction_are_each_known_without_th
     assert misses == 0  # rounds 2 to 5: every block's line known in C
 
 
-def a_torch_tree(folder, with_headers: bool = True) -> types.SimpleNamespace:
-    """The parts of an installed torch that torch_build reads: its folder (include/, lib/), its
-    version and its C++ ABI flag (torch itself is what CI lacks)."""
+def a_torch_tree(
+    folder, with_headers: bool = True, cmake: str | None = None
+) -> types.SimpleNamespace:
+    """The parts of an installed torch that torch_build reads: its folder (include/, lib/, its
+    CMake package's TorchConfig.cmake where `cmake` is given), its version and its C++ ABI flag
+    (torch itself is what CI lacks)."""
     header = folder / "torch" / "include" / "c10" / "cuda" / "CUDACachingAllocator.h"
     if with_headers:
         header.parent.mkdir(parents=True)
         header.write_text("\n")
+    if cmake is not None:
+        config = folder / "torch" / torch_tracker.TORCH_CMAKE
+        config.parent.mkdir(parents=True)
+        config.write_text(cmake)
     return types.SimpleNamespace(
         __file__=str(folder / "torch" / "__init__.py"), __version__="2.11.0+cu130",
         version=types.SimpleNamespace(cuda="13.0", git_version="abc"),
@@ -297,6 +305,40 @@ def test_a_torch_build_reads_its_headers_the_cuda_runtimes_its_libraries_and_its
     assert str(cuda / "include") in build.include_dirs
     assert build.library_dir == str(tmp_path / "torch" / "lib") and build.cxx11_abi
     assert build.version.startswith("2.11.0+cu130 cuda 13.0")
+    assert build.cxx_standard == "17"  # no CMake package: torch 2.11's standard
+
+
+# TorchConfig.cmake's lines as torch 2.14 writes them (2.11's say 17).
+TORCH_CONFIG = """set_target_properties(torch PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${{TORCH_INCLUDE_DIRS}}"
+    CXX_STANDARD {standard}
+)
+"""
+
+
+@pytest.mark.parametrize("standard", ["17", "20", "23"])
+def test_the_tracker_is_compiled_in_the_cxx_standard_torchs_cmake_package_sets(
+    tmp_path, monkeypatch, standard
+):
+    cuda = tmp_path / "cuda" / "include"
+    cuda.mkdir(parents=True)
+    (cuda / "cuda_runtime_api.h").write_text("\n")
+    monkeypatch.setenv("CUDA_HOME", str(cuda.parent))
+    tree = a_torch_tree(tmp_path, cmake=TORCH_CONFIG.format(standard=standard))
+    build = torch_tracker.torch_build(tree)
+    command = torch_tracker.compile_command(["c++"], build, tmp_path / "out.so")
+    assert [word for word in command if word.startswith("-std=")] == [f"-std=c++{standard}"]
+    # Another standard is another build: not the cached file of the one before.
+    other = dataclasses.replace(build, cxx_standard="14")
+    assert torch_tracker.library_name(["c++"], build) != torch_tracker.library_name(["c++"], other)
+
+
+def test_a_cmake_package_that_names_no_standard_leaves_cxx17(tmp_path):
+    for text in ("", "CXX_STANDARD\n", "set(CMAKE_CXX_STANDARD_REQUIRED ON)\n"):
+        config = tmp_path / "TorchConfig.cmake"
+        config.write_text(text)
+        assert torch_tracker.cxx_standard(config) == "17"
+    assert torch_tracker.cxx_standard(tmp_path / "absent.cmake") == "17"
 
 
 def test_a_torch_without_headers_or_cuda_headers_is_one_line_saying_so(tmp_path, monkeypatch):

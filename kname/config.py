@@ -488,9 +488,9 @@ def backward_lines_wanted(environ: Mapping[str, str] | None = None) -> bool:
 
 def torch_tracker_wanted(environ: Mapping[str, str] | None = None) -> bool:
     """Whether --memory follows torch's blocks through its allocator's tracker: unless
-    KNAME_PROFILE_TORCH_TRACKER is off (its GPU trace instead, x1.31 to x1.40 against the
-    tracker's x1.06 to x1.13 on a training step: docs/memory.md; a bad value is on, said by
-    read_config): Config.torch_tracker, read alone (for memory_hooks)."""
+    KNAME_PROFILE_TORCH_TRACKER is off (its GPU trace instead, x1.21 to x1.40 on a training
+    step where the tracker is within noise of kname profile: docs/memory.md; a bad value is on,
+    said by read_config): Config.torch_tracker, read alone (for memory_hooks)."""
     env = os.environ if environ is None else environ
     return _read_torch_tracker(env.get(KNAME_PROFILE_TORCH_TRACKER), [])
 

@@ -444,7 +444,8 @@ class TrackedBlocks:
     size kept in C as torch hands it out (kname._native_cupti.TorchMemory.track), with no Python
     and no GIL there, handed over every TORCH_BATCH events and at each settle; no GPU trace, no
     history. A block allocated on autograd's threads (no Python frame) is named after the
-    backward pass running (its line, without the forward line: that needs the GIL)."""
+    backward pass running and the forward line of the autograd node running there (its number
+    read in C++ as the block comes, its line found at the settle: backward.node_named)."""
 
     def __init__(self, hooks: PoolHooks, native: Any, tracker: torch_tracker.Tracker) -> None:
         ledger = native_ledger()
@@ -463,6 +464,7 @@ class TrackedBlocks:
         self._native.set(hooks.active, TORCH_BATCH)
         hooks.switches.append(self._switch)
         self._unlisten = backward.listen_too(self._native.set_frameless)
+        self._native.name_nodes(tracker.node_reader(), backward.node_named)
 
     def attach(self) -> None:
         """torch's allocator hands its blocks over from now on."""

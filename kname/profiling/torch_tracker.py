@@ -9,11 +9,12 @@ there, and trackers cannot be taken out (kname_tracker_off makes this one return
 _torch_tracker/tracker.cpp is compiled with the C++ compiler ($CXX, else c++, g++ or clang++)
 against torch's headers (torch/include, and the CUDA headers they include: a pip install's
 nvidia-* packages, and a toolkit's: $CUDA_HOME, /usr/local/cuda or nvcc's), its libraries
-(torch/lib: c10, c10_cuda), its C++ ABI (torch._C._GLIBCXX_USE_CXX11_ABI) and the C++ standard
-its headers are written in (the CXX_STANDARD its CMake package sets for C++ users: 17 in torch
-2.11, 20 in 2.14, whose headers C++17 cannot read); the build is kept in kname's cache
-(build_cache: owner-only, checked) under a name that digests the source, the command and
-torch's version and build, so another torch builds its own.
+(torch/lib: c10, c10_cuda, and torch_cpu for autograd's running node), its C++ ABI
+(torch._C._GLIBCXX_USE_CXX11_ABI) and the C++ standard its headers are written in (the
+CXX_STANDARD its CMake package sets for C++ users: 17 in torch 2.11, 20 in 2.14, whose headers
+C++17 cannot read); the build is kept in kname's cache (build_cache: owner-only, checked) under
+a name that digests the source, the command and torch's version and build, so another torch
+builds its own.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ SOURCE = Path(__file__).parent / "_torch_tracker" / "tracker.cpp"
 FLAGS = ("-O2", "-shared", "-fPIC", "-w")
 CXX_STANDARD = "17"  # where torch declares none (its CMake package absent)
 TORCH_CMAKE = Path("share") / "cmake" / "Torch" / "TorchConfig.cmake"
-LIBRARIES = ("-lc10_cuda", "-lc10")
+LIBRARIES = ("-ltorch_cpu", "-lc10_cuda", "-lc10")  # torch_cpu: autograd's running node
 CUDA_HEADER = "cuda_runtime_api.h"
 PIP_CUDA = "nvidia"  # the namespace package of the CUDA wheels (nvidia/<part>/include)
 SYSTEM_CUDA = "/usr/local/cuda"
@@ -166,6 +167,11 @@ class Tracker:
     def off(self) -> None:
         """No block handed over from now on (torch keeps the tracker: it returns at once)."""
         self.library.kname_tracker_off()
+
+    def node_reader(self) -> int:
+        """The address of kname_running_node: the sequence number of the autograd node running
+        on the calling thread (UINT64_MAX: none), read without the GIL."""
+        return ctypes.cast(self.library.kname_running_node, ctypes.c_void_p).value or 0
 
 
 def load(build: TorchBuild, cache: Path | None = None) -> Tracker:

@@ -24,7 +24,8 @@ import pytest
 from support import c10_stand_in
 
 from kname import build_cache
-from kname.profiling import backward, memory_hooks, torch_tracker
+from kname.documents.backward_lines import UNKNOWN, backward_site
+from kname.profiling import backward, forward_lines, memory_hooks, torch_forward, torch_tracker
 from kname.profiling.capture import NO_PYTHON_FRAME, site_of_frame
 from kname.profiling.memory_hooks import TORCH, PoolHooks, TrackedBlocks
 
@@ -188,6 +189,71 @@ def test_a_block_from_a_thread_started_in_cpp_takes_the_backward_pass_running(
     blocks.stop()
     assert sites["train.py:9 loss.backward()"]["allocated"] == MIB
     assert sites[NO_PYTHON_FRAME]["allocated"] == MIB
+
+
+NO_NODE = 2**64 - 1  # no node runs, or AccumulateGrad's (torch numbers it so)
+
+
+@pytest.fixture
+def forward_lines_known(monkeypatch):
+    """The torch unit's readers of forward lines, as it sets them when torch is imported; the
+    node numbers 40 and 41 made by a forward line."""
+    monkeypatch.setattr(backward, "_forward_line", backward._forward_line)
+    monkeypatch.setattr(backward, "_node_line", backward._node_line)
+    backward.know_forward_lines(lambda: None, torch_forward.forward_line_of_node)
+    forward_lines.record(40, 42, "model.py:12 forward")
+    yield
+    forward_lines.forget()
+
+
+def test_a_block_allocated_while_an_autograd_node_runs_takes_that_nodes_forward_line(
+    named, tracker, allocator, forward_lines_known
+):
+    hooks, blocks = tracked(tracker)
+    backward.collect(lambda frame: "train.py:9 loss.backward()")
+    try:
+        scope = backward.enter(sys._getframe())
+        allocator.stand_in_fire_in_node(41, ALLOC, 0x500, MIB)  # made at model.py:12
+        allocator.stand_in_fire_in_node(41, ALLOC, 0x600, MIB)
+        allocator.stand_in_fire_in_node(77, ALLOC, 0x700, 2 * MIB)  # made where none was seen
+        allocator.stand_in_fire_in_node(NO_NODE, ALLOC, 0x800, 4 * MIB)  # AccumulateGrad's
+        allocator.stand_in_fire_elsewhere(ALLOC, 0x900, 8 * MIB)  # between nodes
+        backward.leave(scope)
+    finally:
+        backward.collect(None)
+    sites = charged(hooks)
+    blocks.stop()
+    allocated = {name: numbers["allocated"] for name, numbers in sites.items()}
+    assert allocated == {
+        backward_site("train.py:9 loss.backward()", "model.py:12 forward"): 2 * MIB,
+        backward_site("train.py:9 loss.backward()", UNKNOWN): 2 * MIB,
+        "train.py:9 loss.backward()": 12 * MIB,
+    }
+
+
+def test_a_forward_line_that_cannot_be_found_is_said_once_and_the_block_keeps_its_pass(
+    named, tracker, allocator, forward_lines_known, monkeypatch, capsys
+):
+    def broken(number):
+        raise RuntimeError("no forward lines today")
+
+    monkeypatch.setattr(backward, "_node_line", broken)
+    hooks, blocks = tracked(tracker)
+    backward.collect(lambda frame: "train.py:9 loss.backward()")
+    try:
+        scope = backward.enter(sys._getframe())
+        for address in (0x500, 0x600):
+            allocator.stand_in_fire_in_node(41, ALLOC, address, MIB)
+        backward.leave(scope)
+    finally:
+        backward.collect(None)
+    sites = charged(hooks)
+    blocks.stop()
+    assert {name: numbers["allocated"] for name, numbers in sites.items()} == {
+        "train.py:9 loss.backward()": 2 * MIB
+    }
+    said = [line for line in capsys.readouterr().err.splitlines() if "forward line" in line]
+    assert len(said) == 1 and "no forward lines today" in said[0]
 
 
 def test_a_line_is_found_by_knames_rules_once_then_known_without_the_gil(named, tracker, allocator):

@@ -146,6 +146,7 @@ CUPTI_SOURCES = [
     "kname/profiling/_cupti_c/trace_json.c",
     "kname/profiling/_cupti_c/torch_memory.c",
     "kname/profiling/_cupti_c/torch_tracker.c",
+    "kname/profiling/_cupti_c/tracked_sites.c",
     "kname/profiling/_cupti_c/ledger.c",
     "kname/_common_c/common.c",
     "kname/_common_c/slots.c",
@@ -164,6 +165,7 @@ CUPTI_HEADERS = [
     "kname/_common_c/profiled.h",
     "kname/profiling/_cupti_c/cupti_abi.h",
     "kname/profiling/_cupti_c/torch_memory.h",
+    "kname/profiling/_cupti_c/tracked_sites.h",
     "kname/profiling/_cupti_c/ledger.h",
 ]
 

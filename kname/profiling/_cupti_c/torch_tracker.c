@@ -25,140 +25,26 @@
  * along each miss's recorded frames (their code objects are only ever used as ids; what stays
  * unknown, a thread other than the main one at a line kname never named, is `unnamed`) and
  * hands every event over. The buffer's mutex is never held while Python runs or torch is
- * called: the order is torch's lock, then this one.
+ * called: the order is torch's lock, then this one. The state and the table of known sites are
+ * tracked_sites.c's.
  */
-#include "profiling/_cupti_c/torch_memory.h" /* first: it includes Python.h */
+#include "profiling/_cupti_c/tracked_sites.h" /* first: it includes Python.h */
 #include "profiling/_cupti_c/ledger.h"
 
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define CHAIN MAX_WALK      /* frames kept of a block whose line is not known yet */
-#define WALK_KEPT 32        /* library frames a known site may pass to its user frame */
-#define BUCKETS 256         /* buckets of known sites, a power of 2 */
-#define WAYS 8              /* known sites a bucket holds: one instruction, several user lines */
-#define MAX_MISSES 4096     /* misses waiting; past that, a block's line may be left unnamed */
+#define MAX_MISSES 4096       /* misses waiting; past that, a block's line may be left unnamed */
 #define MAX_TRACKED (1 << 21) /* events waiting; past that (nothing settles), they are lost */
-#define NO_NODE UINT64_MAX  /* no autograd node runs (or AccumulateGrad's: no forward line) */
 
 enum { TRACKED_ALLOC = 1, TRACKED_FREE = 2 }; /* tracker.cpp's actions */
 
 static const char NAMING[] = "finding the line of a torch allocation";
 static const char SETTLING[] = "settling torch's tracked allocations";
 
-typedef struct {
-    uint64_t address, size;
-    int64_t ns;
-    uint64_t node;  /* a frameless block's autograd node (its sequence number), or NO_NODE */
-    PyObject *site; /* borrowed from the owner's kept; NULL: a free, or a block not named yet */
-    int32_t miss;   /* 1 + its index in the misses; 0: none */
-    uint8_t is_free, frameless;
-} TrackedEvent;
-
-typedef struct {
-    PyThreadState *state;
-    int depth, claimed;
-    PyCodeObject *codes[CHAIN]; /* ids only: the frame may be gone when they are read */
-    int lastis[CHAIN];
-    const void *positions[CHAIN];
-    PyObject *name; /* named by the pending call (kept); NULL: not yet */
-} Miss;
-
-typedef struct {
-    const void *position; /* the innermost frame's instruction */
-    void *code;
-    uint64_t sites_generation, kinds_generation;
-    int depth;              /* 0: the frame's own key; else the library frames passed */
-    void *codes[WALK_KEPT]; /* those frames' codes, innermost first */
-    const void *user;       /* the user frame's instruction */
-    PyObject *name;         /* borrowed from the owner's kept; NULL: empty */
-} KnownSite;
-
-/* tracker.cpp's kname_running_node: the node running on the calling thread, or NO_NODE. */
-typedef uint64_t (*NodeReader)(void);
-
-static struct {
-    pthread_mutex_t lock; /* guards all but `on`, `asked`, `frameless`, `read_node`, `owner`
-                             and `node_namer` */
-    TrackedEvent *events;
-    Py_ssize_t count, room, lost, batch;
-    Miss *misses;
-    Py_ssize_t missed, tried; /* misses kept; those the pending call has tried to name */
-    Py_ssize_t misses_seen;   /* blocks whose line was not known, since take_misses() */
-    uint64_t takes;           /* take_tracked()s and let-gos: the misses' indices start anew */
-    TorchMemory *owner;      /* borrowed (memory_clear lets go); set and read under the GIL */
-    PyObject *sites, *kinds; /* the owner's: their generations */
-    int remember;
-    atomic_int on, asked;
-    _Atomic(PyObject *) frameless; /* the backward pass's name (kept), or NULL */
-    _Atomic(NodeReader) read_node; /* NULL: blocks keep no node */
-    PyObject *node_namer; /* namer(pass, node) -> a frameless block's name; strong; the GIL's */
-    KnownSite known[BUCKETS * WAYS];
-    unsigned evictions; /* which way of a full bucket goes next */
-} tracked = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-/* The bucket of the known sites of blocks allocated at `position`: the ways of one instruction
- * (a library's, reached from several user lines: each nn.Linear's forward) and of others. */
-static inline KnownSite *
-known_bucket(const void *position)
-{
-    uintptr_t h = (uintptr_t)position >> 1;
-    return &tracked.known[((h ^ (h >> 8)) & (BUCKETS - 1)) * WAYS];
-}
-
 /* ------------------------------------------------------------------ without the GIL */
 
 #ifdef FRAMES_WITHOUT_GIL
-
-/* The known site of a block allocated while `frame` runs (borrowed), or NULL. Lock held. The
- * frames above are read once, as far as the deepest way asks. */
-static PyObject *
-known_site(Frame *frame)
-{
-    if (!tracked.remember)
-        return NULL;
-    const void *position = frame_position(frame);
-    void *code = frame_code(frame);
-    const KnownSite *bucket = known_bucket(position);
-    uint64_t sites_generation = generation_of(tracked.sites);
-    void *codes[WALK_KEPT];
-    const void *positions[WALK_KEPT];
-    int walked = 0;
-    Frame *f = frame;
-    for (int way = 0; way < WAYS; way++) {
-        const KnownSite *k = &bucket[way];
-        if (k->name == NULL || k->position != position || k->code != code
-            || k->sites_generation != sites_generation)
-            continue;
-        if (k->depth == 0)
-            return k->name;
-        if (k->kinds_generation != generation_of(tracked.kinds))
-            continue;
-        for (; walked < k->depth && (f = frame_back(f)) != NULL; walked++) {
-            codes[walked] = frame_code(f);
-            positions[walked] = frame_position(f);
-        }
-        if (walked >= k->depth && positions[k->depth - 1] == k->user
-            && memcmp(codes, k->codes, (size_t)k->depth * sizeof(void *)) == 0)
-            return k->name;
-    }
-    return NULL;
-}
-
-/* `frame` and those above it, into `miss` (the thread's own frames: read without the GIL). */
-static void
-record_chain(Frame *frame, Miss *miss)
-{
-    int depth = 0;
-    for (Frame *f = frame; f != NULL && depth < CHAIN; f = frame_back(f), depth++) {
-        miss->codes[depth] = frame_code(f);
-        miss->lastis[depth] = frame_lasti(f);
-        miss->positions[depth] = frame_position(f);
-    }
-    miss->depth = depth;
-}
 
 /* A miss kept for a block allocated while `frame` runs on `state`'s thread: 1 + its index, or 0
  * where no room is left. Lock held. */
@@ -248,72 +134,6 @@ tracker_event(int action, uint64_t address, uint64_t size)
 #endif
 
 /* ------------------------------------------------------------------ under the GIL */
-
-/* The site of `miss` by the dicts along its frames, as cached_site finds a live frame's
- * (borrowed; NULL: not found, or an error set); `k` filled for known_site where found. */
-static PyObject *
-chain_site(TorchMemory *m, const Miss *miss, KnownSite *k)
-{
-    *k = (KnownSite){.position = miss->positions[0],
-                     .code = miss->codes[0],
-                     .sites_generation = generation_of(m->sites),
-                     .kinds_generation = generation_of(m->kinds)};
-    if (miss->depth == 0)
-        return NULL;
-    PyObject *name = own_site_at(m, miss->codes[0], miss->lastis[0]);
-    if (name != NULL || PyErr_Occurred())
-        return name;
-    int kind = kind_of_code(m, miss->codes[0]);
-    if (!PASSED_OVER(kind))
-        return NULL;
-    for (int depth = 1; depth < miss->depth; depth++) {
-        kind = kind_of_code(m, miss->codes[depth]);
-        if (kind == KIND_USER) {
-            name = own_site_at(m, miss->codes[depth], miss->lastis[depth]);
-            k->depth = depth <= WALK_KEPT ? depth : -1; /* -1: not to be kept */
-            for (int i = 0; i < depth && i < WALK_KEPT; i++)
-                k->codes[i] = miss->codes[i + 1];
-            k->user = miss->positions[depth];
-            return name;
-        }
-        if (!PASSED_OVER(kind))
-            return NULL;
-    }
-    return NULL;
-}
-
-/* Whether `a` and `b` name the same frames (their names aside). */
-static int
-same_frames(const KnownSite *a, const KnownSite *b)
-{
-    return a->position == b->position && a->code == b->code && a->depth == b->depth
-           && a->user == b->user
-           && memcmp(a->codes, b->codes, (size_t)a->depth * sizeof(void *)) == 0;
-}
-
-/* `k` (its name kept) into the known sites, where this owner remembers: in its bucket, over the
- * way with the same frames, else an empty or stale one, else the ways in turn. */
-static void
-remember_known(TorchMemory *m, KnownSite *k, PyObject *kept)
-{
-    if (!m->remember || k->depth < 0 || tracked.owner != m)
-        return;
-    k->name = kept;
-    pthread_mutex_lock(&tracked.lock);
-    KnownSite *bucket = known_bucket(k->position);
-    KnownSite *into = NULL;
-    for (int way = 0; way < WAYS && into == NULL; way++)
-        if (bucket[way].name != NULL && same_frames(&bucket[way], k))
-            into = &bucket[way];
-    for (int way = 0; way < WAYS && into == NULL; way++)
-        if (bucket[way].name == NULL || bucket[way].sites_generation != k->sites_generation
-            || bucket[way].kinds_generation != k->kinds_generation)
-            into = &bucket[way];
-    if (into == NULL)
-        into = &bucket[tracked.evictions++ % WAYS];
-    *into = *k;
-    pthread_mutex_unlock(&tracked.lock);
-}
 
 /* The name of `miss`'s block (borrowed from m->kept), or NULL (an error noted): the pending call's
  * where it named it, else by the dicts. */

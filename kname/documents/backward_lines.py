@@ -37,6 +37,15 @@ def backward_site(pass_name: str, forward: str) -> str:
     return name
 
 
+def pass_unless_forward_known(name: str) -> str:
+    """`name`, or its pass's line where it is a backward site whose forward line is UNKNOWN:
+    memory's rows, where a backward block goes to its forward line's name only where that line
+    is known (memory is not folded as launches are; with backward per forward line off, none
+    is)."""
+    parts = split_backward_site(name) if name.endswith("]") else None
+    return parts[0] if parts is not None and parts[1] == UNKNOWN else name
+
+
 def split_backward_site(name: str) -> tuple[str, str] | None:
     """(pass's line, forward line) of a name backward_site made; None for any other name."""
     if not name.endswith("]"):

@@ -42,7 +42,7 @@ from typing import Any
 from kname._locks import new_lock, reset_in_child
 from kname._warnings import report_fault
 from kname.callsite import COMPILE_MARK
-from kname.documents.backward_lines import backward_site
+from kname.documents.backward_lines import UNKNOWN, backward_site
 from kname.patching import mark_wrapper
 
 CONCURRENT = " [concurrent backward]"
@@ -166,8 +166,10 @@ def forward_named(name: str) -> str:
 
 
 def node_named(name: str, number: int) -> str:
-    """`name` (a pass's) with the forward line of autograd node `number`, as forward_named
-    names a launch made while that node runs; a fault is said once and `name` kept."""
+    """A block's name (torch's allocator tracker's): `name` (a pass's) with the forward line of
+    autograd node `number` where one is known, as forward_named names a launch made while that
+    node runs; else `name` (memory's rule: pass_unless_forward_known). A fault is said once and
+    `name` kept."""
     of_node = _node_line
     if of_node is None:
         return name
@@ -176,7 +178,7 @@ def node_named(name: str, number: int) -> str:
     except Exception as exc:
         report_fault("finding the forward line of a backward allocation", exc)
         return name
-    return name if forward is None else backward_site(name, forward)
+    return name if forward is None or forward == UNKNOWN else backward_site(name, forward)
 
 
 def frameless_site() -> str | None:

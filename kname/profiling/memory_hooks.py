@@ -4,7 +4,9 @@ torch's caching allocator and CuPy's pool keep freed blocks and hand them out ag
 driver sees one cudaMalloc per segment, not one per tensor. Each pool has a hook of its own,
 called on the allocating thread at each block handed out and taken back; the hook finds the
 line by kname's rules (capture.site_of_frame, its cached sites first, as the native recorder
-finds a launch's: capture.cached_site) and charges it in that pool's Ledger (memory.py):
+finds a launch's: capture.cached_site; a backward block by its pass's line, and its forward
+line's where one is known: memory_site_of_frame) and charges it in that pool's Ledger
+(memory.py):
 
 - CuPy: a cupy.cuda.MemoryHook (malloc_postprocess, free_postprocess): sizes as CuPy rounds
   them (up to 512 bytes). CuPy's hooks are per thread: this one sees the thread that started
@@ -37,7 +39,8 @@ from typing import Any
 from kname import callsite, hotpath, importhooks
 from kname._locks import new_lock
 from kname._warnings import report_fault, warn_once
-from kname.config import torch_tracker_wanted
+from kname.config import backward_lines_wanted, torch_tracker_wanted
+from kname.documents.backward_lines import pass_unless_forward_known
 from kname.profiling import backward, torch_tracker
 from kname.profiling.capture import SITE_KEY, UNNAMED, site_of_frame
 from kname.profiling.memory import MAX_BLOCKS, MAX_POINTS, Ledger
@@ -53,12 +56,20 @@ HISTORY_SKIPS = [
 FINDING = "finding the line of a torch allocation"  # the native path's words too
 
 
+def memory_site_of_frame(frame: Any) -> str:
+    """The name a block allocated while `frame` runs is charged to (None: no Python frame): its
+    launch's name, but a backward block's forward line only where it is known (a block of no
+    known forward line goes to its pass's row: backward per forward line off, or a node none
+    was seen making)."""
+    return pass_unless_forward_known(site_of_frame(frame))
+
+
 class PoolHooks:
     """The pools' hooks and their ledgers ({pool: Ledger}); start() watches for the libraries."""
 
     def __init__(self, site_of: Callable[[Any], str] | None = None) -> None:
         self.ledgers: dict[str, Ledger] = {}
-        self.site_of = site_of or site_of_frame
+        self.site_of = site_of or memory_site_of_frame
         self.settlers: list[Callable[[], None]] = []  # events not charged yet, charged now
         self._watches: list[Any] = []
         self._undo: list[Callable[[], None]] = []
@@ -444,7 +455,8 @@ class TrackedBlocks:
     size kept in C as torch hands it out (kname._native_cupti.TorchMemory.track), with no Python
     and no GIL there, handed over every TORCH_BATCH events and at each settle; no GPU trace, no
     history. A block allocated on autograd's threads (no Python frame) is named after the
-    backward pass running and the forward line of the autograd node running there (its number
+    backward pass running, and with backward per forward line on (KNAME_PROFILE_BACKWARD),
+    after the forward line of the autograd node running there where it is known (its number
     read in C++ as the block comes, its line found at the settle: backward.node_named)."""
 
     def __init__(self, hooks: PoolHooks, native: Any, tracker: torch_tracker.Tracker) -> None:
@@ -464,7 +476,8 @@ class TrackedBlocks:
         self._native.set(hooks.active, TORCH_BATCH)
         hooks.switches.append(self._switch)
         self._unlisten = backward.listen_too(self._native.set_frameless)
-        self._native.name_nodes(tracker.node_reader(), backward.node_named)
+        if backward_lines_wanted():  # else no forward line is known: a block keeps its pass's
+            self._native.name_nodes(tracker.node_reader(), backward.node_named)
 
     def attach(self) -> None:
         """torch's allocator hands its blocks over from now on."""

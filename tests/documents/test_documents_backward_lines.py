@@ -19,6 +19,7 @@ from kname.documents.backward_lines import (
     BACKWARD_UNKNOWN_NS,
     UNKNOWN,
     backward_site,
+    pass_unless_forward_known,
     split_backward_site,
 )
 from kname.documents.build import profile_document
@@ -65,6 +66,18 @@ def test_a_backward_launchs_name_splits_back_into_its_pass_and_its_forward_line(
 @given(st.sampled_from((*PLAIN, "a [b]", "x [backward of ", "[backward of y]")))
 def test_a_call_sites_own_name_is_never_taken_for_a_backward_launchs(name):
     assert split_backward_site(name) is None
+
+
+@given(line_names.filter(bool), line_names.filter(bool))
+def test_memory_charges_a_backward_block_to_its_pass_unless_its_forward_line_is_known(
+    pass_, forward
+):
+    if backward_lines.BACKWARD_OF in pass_:
+        return  # a pass's line is a call site's name: never this marker
+    assert pass_unless_forward_known(backward_site(pass_, UNKNOWN)) == pass_
+    named = backward_site(pass_, forward)
+    assert pass_unless_forward_known(named) == (pass_ if forward == UNKNOWN else named)
+    assert pass_unless_forward_known(pass_) == pass_  # a call site's own name, as it is
 
 
 @given(backward_profiles())

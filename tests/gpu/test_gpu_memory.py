@@ -128,26 +128,30 @@ def blocks_by_line(view: dict[str, dict]) -> Counter:
 
 
 @pytest.mark.skipif(profile_missing_reason() is not None, reason=str(profile_missing_reason()))
+@pytest.mark.parametrize("per_forward_line", [False, True], ids=["pass", "backward-lines"])
 def test_a_training_steps_blocks_go_to_the_same_lines_through_the_tracker_and_both_hooks(
-    tmp_path,
+    tmp_path, per_forward_line
 ) -> None:
     """tests/gpu/memory_cost.py (Adam on two conv and two linear layers, 300 steps) under
     --memory: torch's allocator tracker (built here, no fallback said), the GPU trace's C hook
     and its Python hook charge the same blocks to the same names, the backward pass's
-    (allocated on autograd's thread, no Python frame) to its line and their forward lines, none
-    left unnamed."""
+    (allocated on autograd's thread, no Python frame) to its line, and with --backward-lines
+    to their forward lines, none left unnamed."""
     views, runs = {}, {}
+    backward_lines = {"KNAME_PROFILE_BACKWARD": "1"} if per_forward_line else {}
     for path, (callbacks, settings) in TORCH_PATHS.items():
         (tmp_path / path).mkdir()
         document, runs[path] = profiled_run(
-            STEP, tmp_path / path, callbacks, "ALLOC", KNAME_PROFILE_MEMORY="1", **settings
-        )
+            STEP, tmp_path / path, callbacks, "ALLOC", KNAME_PROFILE_MEMORY="1",
+            **settings, **backward_lines,
+        )  # fmt: skip
         views[path] = torch_view(document)
     assert "allocator tracker is not used" not in runs["tracker"].stderr, runs["tracker"].stderr
     tracker, native, python = views["tracker"], views["hook"], views["python"]
-    # Each names a backward block after its pass and its forward line (BACKWARD_OF): the
-    # tracker by the number of the node running as the block came.
-    assert any(BACKWARD_OF in name for name in tracker), sorted(tracker)
+    # With --backward-lines each names a backward block after its pass and its forward line
+    # (BACKWARD_OF; the tracker by the number of the node running as the block came); without,
+    # after its pass alone.
+    assert any(BACKWARD_OF in name for name in tracker) == per_forward_line, sorted(tracker)
     for other in (tracker, python):
         assert native.keys() == other.keys(), sorted(native.keys() ^ other.keys())
         for name, numbers in native.items():

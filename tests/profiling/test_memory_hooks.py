@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 from support import c10_stand_in
 
 from kname import callsite, walk
-from kname.profiling import memory_hooks, torch_tracker
+from kname.documents.backward_lines import UNKNOWN, backward_site
+from kname.profiling import backward, memory_hooks, torch_tracker
 from kname.profiling.capture import NO_PYTHON_FRAME, SITE_KEY, UNNAMED, site_of_frame
 from kname.profiling.memory import Ledger
 from kname.profiling.memory_hooks import (
@@ -301,6 +302,30 @@ def test_a_torch_block_from_a_thread_with_no_python_frame_is_charged_not_lost(
     hooks.settle()
     assert hooks.ledgers[TORCH].site_dicts()[NO_PYTHON_FRAME]["allocated"] == 2 * MIB
     assert "charging a torch allocation" not in capsys.readouterr().err
+
+
+@PATHS
+def test_a_torch_block_of_a_backward_pass_goes_to_its_forward_line_only_where_one_is_known(
+    named, monkeypatch, path
+):
+    torch = StandInTorch(monkeypatch)
+    hooks = torch_hooks(torch, path)
+    # The forward line of the node running as each block comes: known, then not.
+    lines = iter(["model.py:12 forward", UNKNOWN])
+    monkeypatch.setattr(backward, "_forward_line", lambda: next(lines))
+    backward.collect(lambda frame: "train.py:9 loss.backward()")
+    try:
+        scope = backward.enter(sys._getframe(), autograd=True)
+        on_a_thread_started_in_c(torch.alloc(0x400, 2 * MIB))
+        on_a_thread_started_in_c(torch.alloc(0x800, MIB))
+        backward.leave(scope)
+    finally:
+        backward.collect(None)
+    hooks.settle()
+    assert {name: n["allocated"] for name, n in hooks.ledgers[TORCH].site_dicts().items()} == {
+        backward_site("train.py:9 loss.backward()", "model.py:12 forward"): 2 * MIB,
+        "train.py:9 loss.backward()": MIB,  # as the tracker charges it: the pass's row
+    }
 
 
 @PATHS

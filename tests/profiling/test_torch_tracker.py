@@ -24,7 +24,7 @@ import pytest
 from support import c10_stand_in
 
 from kname import build_cache
-from kname.documents.backward_lines import UNKNOWN, backward_site
+from kname.documents.backward_lines import backward_site
 from kname.profiling import backward, forward_lines, memory_hooks, torch_forward, torch_tracker
 from kname.profiling.capture import NO_PYTHON_FRAME, site_of_frame
 from kname.profiling.memory_hooks import TORCH, PoolHooks, TrackedBlocks
@@ -196,14 +196,29 @@ NO_NODE = 2**64 - 1  # no node runs, or AccumulateGrad's (torch numbers it so)
 
 @pytest.fixture
 def forward_lines_known(monkeypatch):
-    """The torch unit's readers of forward lines, as it sets them when torch is imported; the
-    node numbers 40 and 41 made by a forward line."""
+    """Backward per forward line on (KNAME_PROFILE_BACKWARD), the torch unit's readers of
+    forward lines as it sets them when torch is imported, and node numbers 40 and 41 made by a
+    forward line."""
+    monkeypatch.setenv("KNAME_PROFILE_BACKWARD", "1")
     monkeypatch.setattr(backward, "_forward_line", backward._forward_line)
     monkeypatch.setattr(backward, "_node_line", backward._node_line)
     backward.know_forward_lines(lambda: None, torch_forward.forward_line_of_node)
     forward_lines.record(40, 42, "model.py:12 forward")
     yield
     forward_lines.forget()
+
+
+def fire_in_a_backward_pass(allocator, *blocks) -> None:
+    """Each (node, address, size) allocated on a C++ thread running that autograd node, inside
+    a backward pass started at train.py:9."""
+    backward.collect(lambda frame: "train.py:9 loss.backward()")
+    try:
+        scope = backward.enter(sys._getframe())
+        for node, address, size in blocks:
+            allocator.stand_in_fire_in_node(node, ALLOC, address, size)
+        backward.leave(scope)
+    finally:
+        backward.collect(None)
 
 
 def test_a_block_allocated_while_an_autograd_node_runs_takes_that_nodes_forward_line(
@@ -226,9 +241,29 @@ def test_a_block_allocated_while_an_autograd_node_runs_takes_that_nodes_forward_
     allocated = {name: numbers["allocated"] for name, numbers in sites.items()}
     assert allocated == {
         backward_site("train.py:9 loss.backward()", "model.py:12 forward"): 2 * MIB,
-        backward_site("train.py:9 loss.backward()", UNKNOWN): 2 * MIB,
-        "train.py:9 loss.backward()": 12 * MIB,
+        "train.py:9 loss.backward()": 14 * MIB,  # no forward line known: the pass's row
     }
+
+
+def test_without_backward_per_forward_line_a_nodes_block_keeps_its_pass_and_no_node_is_named(
+    named, tracker, allocator, forward_lines_known, monkeypatch
+):
+    monkeypatch.delenv("KNAME_PROFILE_BACKWARD")
+    asked = []
+
+    def node_named(name, number):
+        asked.append(number)
+        return name
+
+    monkeypatch.setattr(backward, "node_named", node_named)
+    hooks, blocks = tracked(tracker)
+    fire_in_a_backward_pass(allocator, (41, 0x500, MIB), (77, 0x600, 2 * MIB))
+    sites = charged(hooks)
+    blocks.stop()
+    assert {name: numbers["allocated"] for name, numbers in sites.items()} == {
+        "train.py:9 loss.backward()": 3 * MIB
+    }
+    assert asked == []  # no node read, no Python per node
 
 
 def test_a_forward_line_that_cannot_be_found_is_said_once_and_the_block_keeps_its_pass(
@@ -239,14 +274,7 @@ def test_a_forward_line_that_cannot_be_found_is_said_once_and_the_block_keeps_it
 
     monkeypatch.setattr(backward, "_node_line", broken)
     hooks, blocks = tracked(tracker)
-    backward.collect(lambda frame: "train.py:9 loss.backward()")
-    try:
-        scope = backward.enter(sys._getframe())
-        for address in (0x500, 0x600):
-            allocator.stand_in_fire_in_node(41, ALLOC, address, MIB)
-        backward.leave(scope)
-    finally:
-        backward.collect(None)
+    fire_in_a_backward_pass(allocator, (41, 0x500, MIB), (41, 0x600, MIB))
     sites = charged(hooks)
     blocks.stop()
     assert {name: numbers["allocated"] for name, numbers in sites.items()} == {

@@ -40,7 +40,9 @@ SOURCE = Path(__file__).parent / "_torch_tracker" / "tracker.cpp"
 FLAGS = ("-O2", "-shared", "-fPIC", "-w")
 CXX_STANDARD = "17"  # where torch declares none (its CMake package absent)
 TORCH_CMAKE = Path("share") / "cmake" / "Torch" / "TorchConfig.cmake"
-LIBRARIES = ("-ltorch_cpu", "-lc10_cuda", "-lc10")  # torch_cpu: autograd's running node
+LIBRARIES = ("-lc10_cuda", "-lc10")
+NODE_LIBRARIES = ("-ltorch_cpu",)  # autograd's running node (kname_running_node)
+NO_NODES = "-DKNAME_NO_NODES"  # the tracker without it, where autograd's header fails here
 CUDA_HEADER = "cuda_runtime_api.h"
 PIP_CUDA = "nvidia"  # the namespace package of the CUDA wheels (nvidia/<part>/include)
 SYSTEM_CUDA = "/usr/local/cuda"
@@ -125,14 +127,16 @@ def compiler() -> list[str]:
     raise TrackerUnavailable("no C++ compiler (c++, g++ or clang++ on PATH, or CXX)")
 
 
-def compile_command(cxx: list[str], build: TorchBuild, out: Path) -> list[str]:
-    """The command that compiles the tracker against `build` into `out`."""
+def compile_command(cxx: list[str], build: TorchBuild, out: Path, nodes: bool = True) -> list[str]:
+    """The command that compiles the tracker against `build` into `out` (`nodes`: with
+    kname_running_node, autograd's header included)."""
     standard = f"-std=c++{build.cxx_standard}"
     abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(build.cxx11_abi)}"
     includes = [f"-I{folder}" for folder in build.include_dirs]
     rpath = f"-Wl,-rpath,{build.library_dir}"
+    variant = list(NODE_LIBRARIES) if nodes else [NO_NODES]
     return [*cxx, standard, *FLAGS, abi, *includes, str(SOURCE), f"-L{build.library_dir}",
-            *LIBRARIES, rpath, "-o", str(out)]  # fmt: skip
+            *LIBRARIES, *variant, rpath, "-o", str(out)]  # fmt: skip
 
 
 def library_name(cxx: list[str], build: TorchBuild) -> str:
@@ -170,8 +174,10 @@ class Tracker:
 
     def node_reader(self) -> int:
         """The address of kname_running_node: the sequence number of the autograd node running
-        on the calling thread (UINT64_MAX: none), read without the GIL."""
-        return ctypes.cast(self.library.kname_running_node, ctypes.c_void_p).value or 0
+        on the calling thread (UINT64_MAX: none), read without the GIL; 0 where this build has
+        none (built without autograd's header)."""
+        reader = getattr(self.library, "kname_running_node", None)
+        return 0 if reader is None else ctypes.cast(reader, ctypes.c_void_p).value or 0
 
 
 def load(build: TorchBuild, cache: Path | None = None) -> Tracker:
@@ -206,20 +212,34 @@ def _open(path: Path) -> ctypes.CDLL:
 
 
 def _compile(cxx: list[str], build: TorchBuild, name: str, stack: ExitStack) -> Path:
-    """The tracker compiled into a private folder (owner-only), removed when `stack` closes."""
+    """The tracker compiled into a private folder (owner-only), removed when `stack` closes:
+    with autograd's running node, else (its header failing here, said in one line) without,
+    kept under the same name, so the next run loads it and compiles nothing."""
     try:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kname-tracker-")))
     except OSError as exc:
         raise TrackerUnavailable(f"no folder to build it in ({exc.strerror})") from None
     out = folder / name
-    command = compile_command(cxx, build, out)
+    failed = _run(cxx, compile_command(cxx, build, out), out)
+    if failed is None:
+        return out
+    if not failed.endswith(build_cache.STOPPED) and (
+        _run(cxx, compile_command(cxx, build, out, nodes=False), out) is None
+    ):
+        sys.stderr.write(
+            f"kname: profile --memory: torch's autograd header does not compile with the "
+            f"tracker ({failed[:200]}): a backward block stays on its pass's line\n"
+        )
+        return out
+    raise TrackerUnavailable(f"compiling it failed: {failed[:300]}")
+
+
+def _run(cxx: list[str], command: list[str], out: Path) -> str | None:
+    """build_cache.compile_library's answer; TrackerUnavailable where the compiler cannot run."""
     try:
-        failed = build_cache.compile_library(command, out)
+        return build_cache.compile_library(command, out)
     except OSError as exc:
         raise TrackerUnavailable(f"cannot run {cxx[0]!r} ({exc.strerror})") from None
-    if failed is not None:
-        raise TrackerUnavailable(f"compiling it failed: {failed[:300]}")
-    return out
 
 
 def _say_untrusted(folder: Path, problem: str) -> None:

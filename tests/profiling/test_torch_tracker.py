@@ -14,6 +14,7 @@ import faulthandler
 import functools
 import os
 import re
+import shutil
 import stat
 import sys
 import threading
@@ -113,6 +114,35 @@ def test_a_build_that_cannot_be_made_is_one_line_saying_why(stand_in, tmp_path, 
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
     with pytest.raises(torch_tracker.TrackerUnavailable, match="cannot run"):
         torch_tracker.load(stand_in, cache=tmp_path / "kname")
+
+
+def test_where_autograds_header_does_not_compile_the_tracker_is_built_without_node_numbers(
+    stand_in, tracker, tmp_path, capsys
+):
+    """A torch whose autograd header fails here (another API, a missing define): the tracker
+    still follows every block, its backward blocks on their pass's line, said in one line;
+    kept, so the next run compiles nothing."""
+    include = tmp_path / "include"
+    shutil.copytree(stand_in.include_dirs[0], include)
+    (include / "torch" / "csrc" / "autograd" / "function.h").write_text(
+        "#error this torch's autograd header does not compile here\n"
+    )
+    build = dataclasses.replace(stand_in, include_dirs=(str(include),), version="no-nodes")
+    cache = tmp_path / "kname"
+    assert torch_tracker.load(build, cache=cache).compile_seconds is not None
+    compiled, said = capsys.readouterr().err.splitlines()
+    assert compiled.startswith(COMPILING)
+    assert said.startswith("kname: profile --memory: torch's autograd header does not compile")
+    assert "does not compile here" in said and said.endswith("stays on its pass's line")
+    assert torch_tracker.load(build, cache=cache).compile_seconds is None  # kept: no compile
+    assert capsys.readouterr().err == ""
+    # What was kept has no node reader (loaded under a name of its own: the loader hands a
+    # library loaded before back for the same /proc/self/fd path).
+    (kept,) = cache.glob("*.so")
+    copy = tmp_path / "the_tracker_without_nodes.so"
+    copy.write_bytes(kept.read_bytes())
+    assert torch_tracker.Tracker(ctypes.CDLL(str(copy)), None).node_reader() == 0
+    assert tracker.node_reader() != 0  # the one built against the stand-in's header reads it
 
 
 def test_a_compiler_that_hangs_is_stopped_and_the_tracker_done_without(

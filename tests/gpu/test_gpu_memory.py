@@ -146,7 +146,8 @@ def test_a_training_steps_blocks_go_to_the_same_lines_through_the_tracker_and_bo
             **settings, **backward_lines,
         )  # fmt: skip
         views[path] = torch_view(document)
-    assert "allocator tracker is not used" not in runs["tracker"].stderr, runs["tracker"].stderr
+    for unwanted in ("allocator tracker is not used", "autograd header does not compile"):
+        assert unwanted not in runs["tracker"].stderr, runs["tracker"].stderr
     tracker, native, python = views["tracker"], views["hook"], views["python"]
     # With --backward-lines each names a backward block after its pass and its forward line
     # (BACKWARD_OF; the tracker by the number of the node running as the block came); without,

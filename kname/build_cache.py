@@ -38,9 +38,6 @@ def compiler_command(variable: str, names: tuple[str, ...]) -> list[str] | None:
     return None
 
 
-STOPPED = "and was stopped"  # how compile_library's message ends where it stopped the compiler
-
-
 def compile_library(command: list[str], out: Path) -> str | None:
     """Run the compiler's `command`, which writes `out`: None where it did, else the first line
     of its stderr that tells of an error (else its first line), or that it ran past
@@ -50,7 +47,7 @@ def compile_library(command: list[str], out: Path) -> str | None:
             command, capture_output=True, text=True, check=False, timeout=COMPILE_SECONDS
         )
     except subprocess.TimeoutExpired:
-        return f"{Path(command[0]).name} ran past {COMPILE_SECONDS:g} s {STOPPED}"
+        return f"{Path(command[0]).name} ran past {COMPILE_SECONDS:g} s and was stopped"
     if done.returncode == 0 and out.is_file():
         return None
     lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]

@@ -42,7 +42,7 @@ from typing import Any
 from kname._locks import new_lock, reset_in_child
 from kname._warnings import report_fault
 from kname.callsite import COMPILE_MARK
-from kname.documents.backward_lines import UNKNOWN, backward_site
+from kname.documents.backward_lines import backward_site
 from kname.patching import mark_wrapper
 
 CONCURRENT = " [concurrent backward]"
@@ -68,8 +68,7 @@ _current_autograd = False  # whether the newest scope is autograd's: forward lin
 # subscriber per process).
 _listener: Callable[[str | None], object] | None = None
 # Told every change too: the torch allocator tracker's (memory_hooks), which names a block
-# allocated on autograd's thread without the GIL after the pass, and after the node's forward
-# line at its settle (node_named).
+# allocated on autograd's thread without the GIL, after the pass alone.
 _also: list[Callable[[str | None], object]] = []
 
 
@@ -83,8 +82,6 @@ _autograd_thread: Callable[[], bool] = _never
 
 # The forward line of the node running on this thread (None: none runs): the torch unit's reader.
 _forward_line: Callable[[], str | None] | None = None
-# The forward line of the node of a sequence number (None: AccumulateGrad's): the torch unit's.
-_node_line: Callable[[int], str | None] | None = None
 # Told the namer to use for frameless launches (forward_named), or None: the C recorder's.
 _forward_listener: Callable[[Callable[[str], str] | None], object] | None = None
 # Told when a profile starts collecting (its namer) or stops (None): the torch unit's mode.
@@ -120,14 +117,10 @@ def _tell_follower(follower: Callable, namer: Callable[[FrameType], str] | None)
         report_fault("following kname profile for backward per forward line", exc)
 
 
-def know_forward_lines(
-    reader: Callable[[], str | None], of_node: Callable[[int], str | None] | None = None
-) -> None:
-    """`reader()` gives the forward line of the node running on this thread (None: none);
-    `of_node(number)` that of the node with that sequence number (torch's allocator tracker
-    reads the number where it has no GIL)."""
-    global _forward_line, _node_line
-    _forward_line, _node_line = reader, of_node
+def know_forward_lines(reader: Callable[[], str | None]) -> None:
+    """`reader()` gives the forward line of the node running on this thread (None: none)."""
+    global _forward_line
+    _forward_line = reader
     _tell_forward_listener()
 
 
@@ -163,22 +156,6 @@ def forward_named(name: str) -> str:
         report_fault("finding the forward line of a backward launch", exc)
         return name
     return name if forward is None else backward_site(name, forward)
-
-
-def node_named(name: str, number: int) -> str:
-    """A block's name (torch's allocator tracker's): `name` (a pass's) with the forward line of
-    autograd node `number` where one is known, as forward_named names a launch made while that
-    node runs; else `name` (memory's rule: pass_unless_forward_known). A fault is said once and
-    `name` kept."""
-    of_node = _node_line
-    if of_node is None:
-        return name
-    try:
-        forward = of_node(number)
-    except Exception as exc:
-        report_fault("finding the forward line of a backward allocation", exc)
-        return name
-    return name if forward is None or forward == UNKNOWN else backward_site(name, forward)
 
 
 def frameless_site() -> str | None:

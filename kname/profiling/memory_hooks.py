@@ -182,10 +182,14 @@ def torch_hook(torch: Any, hooks: PoolHooks, path: str | None = None) -> Callabl
     """torch's blocks charged to `hooks`' torch ledger; returns the undo. `path`: "tracker"
     (torch's allocator trace tracker, TrackedBlocks), "native" (the GPU trace's memory callbacks
     kept by kname._native_cupti.TorchMemory), "python" (the same, in Python), or None: the
-    tracker unless KNAME_PROFILE_TORCH_TRACKER is off or this install's C lacks it, else
-    native where the hot path has it (cupti_collector.choose's rule), else python. Where the
-    tracker cannot be built or attached, one line says why and the GPU trace's hook takes over."""
-    wanted = path is None and torch_tracker_wanted()  # KNAME_PROFILE_TORCH_TRACKER
+    tracker unless KNAME_PROFILE_TORCH_TRACKER is off, backward per forward line is on or this
+    install's C lacks it, else native where the hot path has it (cupti_collector.choose's
+    rule), else python. Where the tracker cannot be built or attached, one line says why and
+    the GPU trace's hook takes over."""
+    # With backward per forward line (KNAME_PROFILE_BACKWARD) the GPU trace's hook, which names
+    # a backward block by its node's forward line under the GIL: that mode's cost per torch
+    # call dwarfs the hook's per block.
+    wanted = path is None and torch_tracker_wanted() and not backward_lines_wanted()
     if path == "tracker" or (wanted and tracker_memory() is not None):
         try:
             return tracked_hook(torch, hooks, fallback=path is None)
@@ -455,9 +459,8 @@ class TrackedBlocks:
     size kept in C as torch hands it out (kname._native_cupti.TorchMemory.track), with no Python
     and no GIL there, handed over every TORCH_BATCH events and at each settle; no GPU trace, no
     history. A block allocated on autograd's threads (no Python frame) is named after the
-    backward pass running, and with backward per forward line on (KNAME_PROFILE_BACKWARD),
-    after the forward line of the autograd node running there where it is known (its number
-    read in C++ as the block comes, its line found at the settle: backward.node_named)."""
+    backward pass running (its forward line would need the GIL there: with backward per forward
+    line on, torch_hook follows the GPU trace instead)."""
 
     def __init__(self, hooks: PoolHooks, native: Any, tracker: torch_tracker.Tracker) -> None:
         ledger = native_ledger()
@@ -476,8 +479,6 @@ class TrackedBlocks:
         self._native.set(hooks.active, TORCH_BATCH)
         hooks.switches.append(self._switch)
         self._unlisten = backward.listen_too(self._native.set_frameless)
-        if backward_lines_wanted():  # else no forward line is known: a block keeps its pass's
-            self._native.name_nodes(tracker.node_reader(), backward.node_named)
 
     def attach(self) -> None:
         """torch's allocator hands its blocks over from now on."""

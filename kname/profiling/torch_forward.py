@@ -101,17 +101,14 @@ def forward_line_reader(current_node: Callable[[], Any]) -> Callable[[], str | N
 
     def running_forward_line() -> str | None:
         node = current_node()
-        return None if node is None else forward_line_of_node(node._sequence_nr())
+        if node is None:
+            return None
+        number = node._sequence_nr()
+        if number == ACCUMULATE_GRAD_NUMBER:
+            return None
+        return forward_lines.line_of(number) or UNKNOWN
 
     return running_forward_line
-
-
-def forward_line_of_node(number: int) -> str | None:
-    """The forward line of the autograd node of sequence number `number`: UNKNOWN where none
-    was seen making it; None for AccumulateGrad's (a leaf's gradient, no forward line)."""
-    if number == ACCUMULATE_GRAD_NUMBER:
-        return None
-    return forward_lines.line_of(number) or UNKNOWN
 
 
 def _passing_through_in_a_child() -> None:

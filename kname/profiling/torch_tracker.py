@@ -9,12 +9,11 @@ there, and trackers cannot be taken out (kname_tracker_off makes this one return
 _torch_tracker/tracker.cpp is compiled with the C++ compiler ($CXX, else c++, g++ or clang++)
 against torch's headers (torch/include, and the CUDA headers they include: a pip install's
 nvidia-* packages, and a toolkit's: $CUDA_HOME, /usr/local/cuda or nvcc's), its libraries
-(torch/lib: c10, c10_cuda, and torch_cpu for autograd's running node), its C++ ABI
-(torch._C._GLIBCXX_USE_CXX11_ABI) and the C++ standard its headers are written in (the
-CXX_STANDARD its CMake package sets for C++ users: 17 in torch 2.11, 20 in 2.14, whose headers
-C++17 cannot read); the build is kept in kname's cache (build_cache: owner-only, checked) under
-a name that digests the source, the command and torch's version and build, so another torch
-builds its own.
+(torch/lib: c10, c10_cuda), its C++ ABI (torch._C._GLIBCXX_USE_CXX11_ABI) and the C++ standard
+its headers are written in (the CXX_STANDARD its CMake package sets for C++ users: 17 in torch
+2.11, 20 in 2.14, whose headers C++17 cannot read); the build is kept in kname's cache
+(build_cache: owner-only, checked) under a name that digests the source, the command and
+torch's version and build, so another torch builds its own.
 """
 
 from __future__ import annotations
@@ -41,8 +40,6 @@ FLAGS = ("-O2", "-shared", "-fPIC", "-w")
 CXX_STANDARD = "17"  # where torch declares none (its CMake package absent)
 TORCH_CMAKE = Path("share") / "cmake" / "Torch" / "TorchConfig.cmake"
 LIBRARIES = ("-lc10_cuda", "-lc10")
-NODE_LIBRARIES = ("-ltorch_cpu",)  # autograd's running node (kname_running_node)
-NO_NODES = "-DKNAME_NO_NODES"  # the tracker without it, where autograd's header fails here
 CUDA_HEADER = "cuda_runtime_api.h"
 PIP_CUDA = "nvidia"  # the namespace package of the CUDA wheels (nvidia/<part>/include)
 SYSTEM_CUDA = "/usr/local/cuda"
@@ -127,16 +124,14 @@ def compiler() -> list[str]:
     raise TrackerUnavailable("no C++ compiler (c++, g++ or clang++ on PATH, or CXX)")
 
 
-def compile_command(cxx: list[str], build: TorchBuild, out: Path, nodes: bool = True) -> list[str]:
-    """The command that compiles the tracker against `build` into `out` (`nodes`: with
-    kname_running_node, autograd's header included)."""
+def compile_command(cxx: list[str], build: TorchBuild, out: Path) -> list[str]:
+    """The command that compiles the tracker against `build` into `out`."""
     standard = f"-std=c++{build.cxx_standard}"
     abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(build.cxx11_abi)}"
     includes = [f"-I{folder}" for folder in build.include_dirs]
     rpath = f"-Wl,-rpath,{build.library_dir}"
-    variant = list(NODE_LIBRARIES) if nodes else [NO_NODES]
     return [*cxx, standard, *FLAGS, abi, *includes, str(SOURCE), f"-L{build.library_dir}",
-            *LIBRARIES, *variant, rpath, "-o", str(out)]  # fmt: skip
+            *LIBRARIES, rpath, "-o", str(out)]  # fmt: skip
 
 
 def library_name(cxx: list[str], build: TorchBuild) -> str:
@@ -172,13 +167,6 @@ class Tracker:
         """No block handed over from now on (torch keeps the tracker: it returns at once)."""
         self.library.kname_tracker_off()
 
-    def node_reader(self) -> int:
-        """The address of kname_running_node: the sequence number of the autograd node running
-        on the calling thread (UINT64_MAX: none), read without the GIL; 0 where this build has
-        none (built without autograd's header)."""
-        reader = getattr(self.library, "kname_running_node", None)
-        return 0 if reader is None else ctypes.cast(reader, ctypes.c_void_p).value or 0
-
 
 def load(build: TorchBuild, cache: Path | None = None) -> Tracker:
     """The tracker for `build`: the cache's where it vouches for one, else compiled now (and
@@ -212,34 +200,20 @@ def _open(path: Path) -> ctypes.CDLL:
 
 
 def _compile(cxx: list[str], build: TorchBuild, name: str, stack: ExitStack) -> Path:
-    """The tracker compiled into a private folder (owner-only), removed when `stack` closes:
-    with autograd's running node, else (its header failing here, said in one line) without,
-    kept under the same name, so the next run loads it and compiles nothing."""
+    """The tracker compiled into a private folder (owner-only), removed when `stack` closes."""
     try:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kname-tracker-")))
     except OSError as exc:
         raise TrackerUnavailable(f"no folder to build it in ({exc.strerror})") from None
     out = folder / name
-    failed = _run(cxx, compile_command(cxx, build, out), out)
-    if failed is None:
-        return out
-    if not failed.endswith(build_cache.STOPPED) and (
-        _run(cxx, compile_command(cxx, build, out, nodes=False), out) is None
-    ):
-        sys.stderr.write(
-            f"kname: profile --memory: torch's autograd header does not compile with the "
-            f"tracker ({failed[:200]}): a backward block stays on its pass's line\n"
-        )
-        return out
-    raise TrackerUnavailable(f"compiling it failed: {failed[:300]}")
-
-
-def _run(cxx: list[str], command: list[str], out: Path) -> str | None:
-    """build_cache.compile_library's answer; TrackerUnavailable where the compiler cannot run."""
+    command = compile_command(cxx, build, out)
     try:
-        return build_cache.compile_library(command, out)
+        failed = build_cache.compile_library(command, out)
     except OSError as exc:
         raise TrackerUnavailable(f"cannot run {cxx[0]!r} ({exc.strerror})") from None
+    if failed is not None:
+        raise TrackerUnavailable(f"compiling it failed: {failed[:300]}")
+    return out
 
 
 def _say_untrusted(folder: Path, problem: str) -> None:

@@ -144,9 +144,7 @@ def autograd_changes(module: ModuleType, options: Options) -> list[Change]:
         backward.recognise_autograd_threads(_autograd_thread_test(current_node))
         from kname.profiling import torch_forward
 
-        backward.know_forward_lines(
-            torch_forward.forward_line_reader(current_node), torch_forward.forward_line_of_node
-        )
+        backward.know_forward_lines(torch_forward.forward_line_reader(current_node))
     changes: list[Change] = []
     for name in ("backward", "grad"):
         entry = getattr(module, name, None)

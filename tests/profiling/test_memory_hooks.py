@@ -502,11 +502,19 @@ def test_the_tracker_is_attached_once_torchs_cuda_starts(named, tmp_path_factory
     assert "fire_callbacks" not in vars(torch.allocation)  # no GPU trace hook
 
 
+@pytest.mark.parametrize(
+    "setting",
+    [("KNAME_PROFILE_TORCH_TRACKER", "0"), ("KNAME_PROFILE_BACKWARD", "1")],
+    ids=["tracker-off", "backward-lines"],
+)
 def test_without_kname_profile_torch_tracker_torch_is_followed_through_its_gpu_trace(
-    named, tmp_path_factory, monkeypatch, capsys
+    named, tmp_path_factory, monkeypatch, capsys, setting
 ):
+    """The tracker turned off, or backward per forward line on (the GPU trace's hook names a
+    backward block by its forward line; the tracker cannot without the GIL): no line said."""
     stand_in = tracker_or_skip(tmp_path_factory, monkeypatch)
-    monkeypatch.setenv("KNAME_PROFILE_TORCH_TRACKER", "0")
+    capsys.readouterr()  # the stand-in's tracker compiled, where this test runs first
+    monkeypatch.setenv(*setting)
     torch = StandInTorch(monkeypatch)
     torch.start_cuda()
     hooks = PoolHooks()

@@ -14,7 +14,6 @@ import faulthandler
 import functools
 import os
 import re
-import shutil
 import stat
 import sys
 import threading
@@ -25,8 +24,7 @@ import pytest
 from support import c10_stand_in
 
 from kname import build_cache
-from kname.documents.backward_lines import backward_site
-from kname.profiling import backward, forward_lines, memory_hooks, torch_forward, torch_tracker
+from kname.profiling import backward, memory_hooks, torch_tracker
 from kname.profiling.capture import NO_PYTHON_FRAME, site_of_frame
 from kname.profiling.memory_hooks import TORCH, PoolHooks, TrackedBlocks
 
@@ -116,35 +114,6 @@ def test_a_build_that_cannot_be_made_is_one_line_saying_why(stand_in, tmp_path, 
         torch_tracker.load(stand_in, cache=tmp_path / "kname")
 
 
-def test_where_autograds_header_does_not_compile_the_tracker_is_built_without_node_numbers(
-    stand_in, tracker, tmp_path, capsys
-):
-    """A torch whose autograd header fails here (another API, a missing define): the tracker
-    still follows every block, its backward blocks on their pass's line, said in one line;
-    kept, so the next run compiles nothing."""
-    include = tmp_path / "include"
-    shutil.copytree(stand_in.include_dirs[0], include)
-    (include / "torch" / "csrc" / "autograd" / "function.h").write_text(
-        "#error this torch's autograd header does not compile here\n"
-    )
-    build = dataclasses.replace(stand_in, include_dirs=(str(include),), version="no-nodes")
-    cache = tmp_path / "kname"
-    assert torch_tracker.load(build, cache=cache).compile_seconds is not None
-    compiled, said = capsys.readouterr().err.splitlines()
-    assert compiled.startswith(COMPILING)
-    assert said.startswith("kname: profile --memory: torch's autograd header does not compile")
-    assert "does not compile here" in said and said.endswith("stays on its pass's line")
-    assert torch_tracker.load(build, cache=cache).compile_seconds is None  # kept: no compile
-    assert capsys.readouterr().err == ""
-    # What was kept has no node reader (loaded under a name of its own: the loader hands a
-    # library loaded before back for the same /proc/self/fd path).
-    (kept,) = cache.glob("*.so")
-    copy = tmp_path / "the_tracker_without_nodes.so"
-    copy.write_bytes(kept.read_bytes())
-    assert torch_tracker.Tracker(ctypes.CDLL(str(copy)), None).node_reader() == 0
-    assert tracker.node_reader() != 0  # the one built against the stand-in's header reads it
-
-
 def test_a_compiler_that_hangs_is_stopped_and_the_tracker_done_without(
     stand_in, tmp_path, monkeypatch
 ):
@@ -219,99 +188,6 @@ def test_a_block_from_a_thread_started_in_cpp_takes_the_backward_pass_running(
     blocks.stop()
     assert sites["train.py:9 loss.backward()"]["allocated"] == MIB
     assert sites[NO_PYTHON_FRAME]["allocated"] == MIB
-
-
-NO_NODE = 2**64 - 1  # no node runs, or AccumulateGrad's (torch numbers it so)
-
-
-@pytest.fixture
-def forward_lines_known(monkeypatch):
-    """Backward per forward line on (KNAME_PROFILE_BACKWARD), the torch unit's readers of
-    forward lines as it sets them when torch is imported, and node numbers 40 and 41 made by a
-    forward line."""
-    monkeypatch.setenv("KNAME_PROFILE_BACKWARD", "1")
-    monkeypatch.setattr(backward, "_forward_line", backward._forward_line)
-    monkeypatch.setattr(backward, "_node_line", backward._node_line)
-    backward.know_forward_lines(lambda: None, torch_forward.forward_line_of_node)
-    forward_lines.record(40, 42, "model.py:12 forward")
-    yield
-    forward_lines.forget()
-
-
-def fire_in_a_backward_pass(allocator, *blocks) -> None:
-    """Each (node, address, size) allocated on a C++ thread running that autograd node, inside
-    a backward pass started at train.py:9."""
-    backward.collect(lambda frame: "train.py:9 loss.backward()")
-    try:
-        scope = backward.enter(sys._getframe())
-        for node, address, size in blocks:
-            allocator.stand_in_fire_in_node(node, ALLOC, address, size)
-        backward.leave(scope)
-    finally:
-        backward.collect(None)
-
-
-def test_a_block_allocated_while_an_autograd_node_runs_takes_that_nodes_forward_line(
-    named, tracker, allocator, forward_lines_known
-):
-    hooks, blocks = tracked(tracker)
-    backward.collect(lambda frame: "train.py:9 loss.backward()")
-    try:
-        scope = backward.enter(sys._getframe())
-        allocator.stand_in_fire_in_node(41, ALLOC, 0x500, MIB)  # made at model.py:12
-        allocator.stand_in_fire_in_node(41, ALLOC, 0x600, MIB)
-        allocator.stand_in_fire_in_node(77, ALLOC, 0x700, 2 * MIB)  # made where none was seen
-        allocator.stand_in_fire_in_node(NO_NODE, ALLOC, 0x800, 4 * MIB)  # AccumulateGrad's
-        allocator.stand_in_fire_elsewhere(ALLOC, 0x900, 8 * MIB)  # between nodes
-        backward.leave(scope)
-    finally:
-        backward.collect(None)
-    sites = charged(hooks)
-    blocks.stop()
-    allocated = {name: numbers["allocated"] for name, numbers in sites.items()}
-    assert allocated == {
-        backward_site("train.py:9 loss.backward()", "model.py:12 forward"): 2 * MIB,
-        "train.py:9 loss.backward()": 14 * MIB,  # no forward line known: the pass's row
-    }
-
-
-def test_without_backward_per_forward_line_a_nodes_block_keeps_its_pass_and_no_node_is_named(
-    named, tracker, allocator, forward_lines_known, monkeypatch
-):
-    monkeypatch.delenv("KNAME_PROFILE_BACKWARD")
-    asked = []
-
-    def node_named(name, number):
-        asked.append(number)
-        return name
-
-    monkeypatch.setattr(backward, "node_named", node_named)
-    hooks, blocks = tracked(tracker)
-    fire_in_a_backward_pass(allocator, (41, 0x500, MIB), (77, 0x600, 2 * MIB))
-    sites = charged(hooks)
-    blocks.stop()
-    assert {name: numbers["allocated"] for name, numbers in sites.items()} == {
-        "train.py:9 loss.backward()": 3 * MIB
-    }
-    assert asked == []  # no node read, no Python per node
-
-
-def test_a_forward_line_that_cannot_be_found_is_said_once_and_the_block_keeps_its_pass(
-    named, tracker, allocator, forward_lines_known, monkeypatch, capsys
-):
-    def broken(number):
-        raise RuntimeError("no forward lines today")
-
-    monkeypatch.setattr(backward, "_node_line", broken)
-    hooks, blocks = tracked(tracker)
-    fire_in_a_backward_pass(allocator, (41, 0x500, MIB), (41, 0x600, MIB))
-    sites = charged(hooks)
-    blocks.stop()
-    assert {name: numbers["allocated"] for name, numbers in sites.items()} == {
-        "train.py:9 loss.backward()": 2 * MIB
-    }
-    said = [line for line in capsys.readouterr().err.splitlines() if "forward line" in line]
-    assert len(said) == 1 and "no forward lines today" in said[0]
 
 
 def test_a_line_is_found_by_knames_rules_once_then_known_without_the_gil(named, tracker, allocator):

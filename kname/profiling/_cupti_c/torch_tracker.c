@@ -12,10 +12,7 @@
  * and keeps
  * (address, size, time, name) in a buffer guarded by a mutex of its own. A block whose line is
  * not known yet keeps the codes and offsets of its frames (a Miss); a block with no Python
- * frame (torch's autograd threads) takes the running backward pass's name (set_frameless) and
- * the number of the autograd node running on its thread (tracker.cpp's kname_running_node,
- * given by name_nodes), whose forward line names it at the take: backward per forward line, as
- * the pass's launches are named.
+ * frame (torch's autograd threads) takes the running backward pass's name (set_frameless).
  *
  * Under the GIL: a pending call (Py_AddPendingCall needs no GIL) runs on the main thread at its
  * next check, which CPython makes as the allocating call instruction ends, in the frame that
@@ -94,13 +91,9 @@ tracker_event(int action, uint64_t address, uint64_t size)
     int64_t ns = now_ns();
     PyThreadState *state = NULL;
     Frame *frame = NULL;
-    uint64_t node = NO_NODE;
     if (action == TRACKED_ALLOC) {
         state = PyGILState_GetThisThreadState(); /* NULL: a thread Python never ran on */
         frame = state != NULL ? frame_of_state(state) : NULL;
-        NodeReader read_node = atomic_load(&tracked.read_node);
-        if (frame == NULL && read_node != NULL)
-            node = read_node();
     }
     int ask = 0;
     pthread_mutex_lock(&tracked.lock);
@@ -114,12 +107,11 @@ tracker_event(int action, uint64_t address, uint64_t size)
         return;
     }
     TrackedEvent *e = &tracked.events[tracked.count++];
-    *e = (TrackedEvent){.address = address, .size = size, .ns = ns, .node = NO_NODE,
+    *e = (TrackedEvent){.address = address, .size = size, .ns = ns,
                         .is_free = action == TRACKED_FREE};
     if (action == TRACKED_ALLOC && frame == NULL) {
         e->frameless = 1;
         e->site = atomic_load(&tracked.frameless);
-        e->node = node;
     }
     else if (action == TRACKED_ALLOC && (e->site = known_site(frame)) == NULL) {
         e->miss = note_miss(state, frame);
@@ -316,8 +308,6 @@ tracker_let_go(TorchMemory *m)
         return;
     atomic_store(&tracked.on, 0);
     atomic_store(&tracked.frameless, NULL);
-    atomic_store(&tracked.read_node, NULL);
-    Py_CLEAR(tracked.node_namer);
     pthread_mutex_lock(&tracked.lock);
     tracked.owner = NULL;
     tracked.remember = 0;
@@ -348,28 +338,6 @@ memory_set_frameless(TorchMemory *m, PyObject *name)
     }
     if (tracked.owner == m)
         atomic_store(&tracked.frameless, kept);
-    Py_RETURN_NONE;
-}
-
-/* name_nodes(reader, namer or None): a block allocated with no Python frame while an autograd
- * node runs keeps the node's number (`reader`: kname_running_node's address) and is named
- * namer(pass name, node) at the take; None: named after the pass alone. */
-static PyObject *
-memory_name_nodes(TorchMemory *m, PyObject *args)
-{
-    unsigned long long reader;
-    PyObject *namer;
-    if (!PyArg_ParseTuple(args, "KO:name_nodes", &reader, &namer))
-        return NULL;
-    if (namer != Py_None && !PyCallable_Check(namer)) {
-        PyErr_SetString(PyExc_TypeError, "name_nodes: a callable or None");
-        return NULL;
-    }
-    if (tracked.owner != m)
-        Py_RETURN_NONE;
-    int naming = namer != Py_None && reader != 0;
-    Py_XSETREF(tracked.node_namer, naming ? Py_NewRef(namer) : NULL);
-    atomic_store(&tracked.read_node, naming ? (NodeReader)(uintptr_t)reader : NULL);
     Py_RETURN_NONE;
 }
 
@@ -409,42 +377,11 @@ take_buffer(TorchMemory *m)
     return taken;
 }
 
-/* Names found during one take: the block with no frame and no pass's (once), and the last
- * autograd node's (its blocks come in a row). All borrowed, kept. */
-typedef struct {
-    PyObject *no_frame;
-    PyObject *pass, *node_name;
-    uint64_t node;
-} TakeNames;
-
-/* The name of a block allocated on autograd's thread in the pass named `pass` (kept) while
- * `node` ran: the namer's (the pass and the node's forward line; borrowed, kept), else `pass`. */
-static PyObject *
-node_site(TorchMemory *m, PyObject *pass, uint64_t node, TakeNames *names)
-{
-    if (tracked.node_namer == NULL)
-        return pass;
-    if (names->node_name != NULL && names->pass == pass && names->node == node)
-        return names->node_name;
-    PyObject *found = PyObject_CallFunction(tracked.node_namer, "OK", pass,
-                                            (unsigned long long)node);
-    PyObject *kept = found != NULL && PyUnicode_Check(found) ? keep_name(m, found) : NULL;
-    Py_XDECREF(found);
-    if (kept == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "name_nodes' namer gave no str");
-        memory_fault(m, NAMING);
-        return pass;
-    }
-    *names = (TakeNames){names->no_frame, pass, kept, node};
-    return kept;
-}
-
 /* The name of `e`'s block (borrowed, kept; NULL: a free), naming it now where C could not
- * (a miss, by the dicts along its frames; no frame and no pass, by kname's rules, once per
- * take; no frame in a pass while a node ran, by the node's forward line). */
+ * (a miss, by the dicts along its frames; no frame and no pass, by kname's rules: `no_frame`,
+ * found once per take). */
 static PyObject *
-event_site(TorchMemory *m, const Taken *taken, const TrackedEvent *e, TakeNames *names)
+event_site(TorchMemory *m, const Taken *taken, const TrackedEvent *e, PyObject **no_frame)
 {
     if (e->is_free)
         return NULL;
@@ -452,9 +389,7 @@ event_site(TorchMemory *m, const Taken *taken, const TrackedEvent *e, TakeNames 
     if (site == NULL && e->miss > 0)
         site = miss_site(m, &taken->misses[e->miss - 1]);
     else if (site == NULL && e->frameless)
-        site = names->no_frame != NULL ? names->no_frame : (names->no_frame = no_frame_site(m));
-    else if (site != NULL && e->frameless && e->node != NO_NODE)
-        site = node_site(m, site, e->node, names);
+        site = *no_frame != NULL ? *no_frame : (*no_frame = no_frame_site(m));
     return site != NULL ? site : m->unnamed;
 }
 
@@ -470,10 +405,10 @@ memory_take_tracked(TorchMemory *m, PyObject *unused)
     int settling = m->settling;
     m->settling = 1; /* no pending call takes the next events in the middle of these */
     PyObject *taken = PyList_New(events.count);
-    TakeNames names = {0};
+    PyObject *no_frame = NULL;
     for (Py_ssize_t i = 0; taken != NULL && i < events.count; i++) {
         const TrackedEvent *e = &events.events[i];
-        PyObject *site = event_site(m, &events, e, &names);
+        PyObject *site = event_site(m, &events, e, &no_frame);
         PyObject *item = Py_BuildValue("(KOLK)", (unsigned long long)e->address,
                                        site != NULL ? site : Py_None, (long long)e->ns,
                                        (unsigned long long)e->size);
@@ -503,10 +438,10 @@ memory_take_tracked_into(TorchMemory *m, PyObject *ledger)
     Taken events = take_buffer(m);
     int settling = m->settling;
     m->settling = 1; /* as in take_tracked */
-    TakeNames names = {0};
+    PyObject *no_frame = NULL;
     for (Py_ssize_t i = 0; i < events.count; i++) {
         const TrackedEvent *e = &events.events[i];
-        PyObject *site = event_site(m, &events, e, &names);
+        PyObject *site = event_site(m, &events, e, &no_frame);
         if (ledger_add((NativeLedger *)ledger, e->address, site, e->ns, e->size) < 0) {
             PyErr_Clear(); /* no memory: this one is lost, the program's allocation goes on */
             m->lost++;
@@ -545,9 +480,6 @@ static PyMethodDef tracker_methods[] = {
      "take_misses() -> blocks whose line was not known in C as they came, since the last."},
     {"set_frameless", (PyCFunction)memory_set_frameless, METH_O,
      "set_frameless(name or None): the name of a block allocated with no Python frame."},
-    {"name_nodes", (PyCFunction)memory_name_nodes, METH_VARARGS,
-     "name_nodes(reader, namer or None): a frameless block in a pass is named "
-     "namer(pass, node), the node read by the C function at `reader` as it is allocated."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -17,12 +17,10 @@
 #define WALK_KEPT 32       /* library frames a known site may pass to its user frame */
 #define BUCKETS 256        /* buckets of known sites, a power of 2 */
 #define WAYS 8             /* known sites a bucket holds: one instruction, several user lines */
-#define NO_NODE UINT64_MAX /* no autograd node runs (or AccumulateGrad's: no forward line) */
 
 typedef struct {
     uint64_t address, size;
     int64_t ns;
-    uint64_t node;  /* a frameless block's autograd node (its sequence number), or NO_NODE */
     PyObject *site; /* borrowed from the owner's kept; NULL: a free, or a block not named yet */
     int32_t miss;   /* 1 + its index in the misses; 0: none */
     uint8_t is_free, frameless;
@@ -47,12 +45,8 @@ typedef struct {
     PyObject *name;         /* borrowed from the owner's kept; NULL: empty */
 } KnownSite;
 
-/* tracker.cpp's kname_running_node: the node running on the calling thread, or NO_NODE. */
-typedef uint64_t (*NodeReader)(void);
-
 typedef struct {
-    pthread_mutex_t lock; /* guards all but `on`, `asked`, `frameless`, `read_node`, `owner`
-                             and `node_namer` */
+    pthread_mutex_t lock; /* guards all but `on`, `asked`, `frameless` and `owner` */
     TrackedEvent *events;
     Py_ssize_t count, room, lost, batch;
     Miss *misses;
@@ -64,8 +58,6 @@ typedef struct {
     int remember;
     atomic_int on, asked;
     _Atomic(PyObject *) frameless; /* the backward pass's name (kept), or NULL */
-    _Atomic(NodeReader) read_node; /* NULL: blocks keep no node */
-    PyObject *node_namer; /* namer(pass, node) -> a frameless block's name; strong; the GIL's */
     KnownSite known[BUCKETS * WAYS];
     unsigned evictions; /* which way of a full bucket goes next */
 } TrackedState;

@@ -5,14 +5,8 @@
 // calling thread, inside its per-device lock, the GIL held or not: this one hands a block handed
 // out (ALLOC) or a free asked (FREE_REQUESTED) to kname's C function (kname._native_cupti's
 // TorchMemory.track gives its address), which takes no GIL and runs no Python. Trackers cannot
-// be taken out of torch: kname_tracker_off makes this one return at once. kname_running_node
-// tells kname's C which autograd node runs on this thread (torch's backward threads have no
-// Python frame to read), so that a block allocated there gets its node's forward line; built
-// with KNAME_NO_NODES (where autograd's header does not compile here) it is left out.
+// be taken out of torch: kname_tracker_off makes this one return at once.
 #include <c10/cuda/CUDACachingAllocator.h>
-#ifndef KNAME_NO_NODES
-#include <torch/csrc/autograd/function.h>
-#endif
 
 #include <atomic>
 #include <cstdint>
@@ -80,16 +74,5 @@ __attribute__((visibility("default"))) void kname_tracker_off(void) {
 __attribute__((visibility("default"))) const char* kname_tracker_failure(void) {
   return failure;
 }
-
-#ifndef KNAME_NO_NODES
-// The sequence number of the autograd node running on this thread, or UINT64_MAX where none
-// runs (AccumulateGrad's is UINT64_MAX too: a leaf's gradient has no forward line). A
-// thread-local read in libtorch: no lock, no GIL. get_current_node gives a raw, shared or
-// intrusive pointer as torch's version has it: `auto` reads each.
-__attribute__((visibility("default"))) std::uint64_t kname_running_node(void) {
-  auto node = torch::autograd::get_current_node();
-  return node ? node->sequence_nr() : UINT64_MAX;
-}
-#endif
 
 }  // extern "C"

@@ -1,9 +1,8 @@
-"""A stand-in for torch's C++ caching allocator, where CI has no torch: its headers
-(include/c10/cuda/CUDACachingAllocator.h and include/torch/csrc/autograd/function.h: the names
-kname's tracker uses) and its libraries (libc10_cuda from c10_cuda.cpp, which calls the
-trackers attached to it as torch does; libtorch_cpu from torch_cpu.cpp, the autograd node
-running on a thread; an empty libc10), built with the machine's C++ compiler, so that kname's
-real build of the tracker (torch_tracker.load), its load and the events it hands over run here.
+"""A stand-in for torch's C++ caching allocator, where CI has no torch: its header
+(include/c10/cuda/CUDACachingAllocator.h: the names kname's tracker uses) and its libraries
+(libc10_cuda from c10_cuda.cpp, which calls the trackers attached to it as torch does, and an
+empty libc10), built with the machine's C++ compiler, so that kname's real build of the tracker
+(torch_tracker.load), its load and the events it hands over run here.
 """
 
 from __future__ import annotations
@@ -29,10 +28,8 @@ def build(folder: Path) -> TorchBuild:
     lib.mkdir(parents=True, exist_ok=True)
     (folder / "empty.cpp").write_text("\n")
     common = [CXX, "-std=c++17", "-O1", "-shared", "-fPIC", f"-I{HERE / 'include'}"]
-    subprocess.run([*common, str(HERE / "torch_cpu.cpp"), "-o", str(lib / "libtorch_cpu.so")],
+    subprocess.run([*common, str(HERE / "c10_cuda.cpp"), "-o", str(lib / "libc10_cuda.so")],
                    check=True)  # fmt: skip
-    subprocess.run([*common, str(HERE / "c10_cuda.cpp"), "-o", str(lib / "libc10_cuda.so"),
-                    f"-L{lib}", "-ltorch_cpu", f"-Wl,-rpath,{lib}"], check=True)  # fmt: skip
     subprocess.run([*common, str(folder / "empty.cpp"), "-o", str(lib / "libc10.so")], check=True)
     return TorchBuild((str(HERE / "include"),), str(lib), True, "stand-in")
 
@@ -41,16 +38,13 @@ def allocator(built: TorchBuild, hold_gil: bool = False) -> ctypes.CDLL:
     """The stand-in's libc10_cuda, loaded once per process (its trackers are the process's):
     stand_in_fire(action, address, size) calls them on this thread, without the GIL (or, with
     `hold_gil`, with it held, as a free from Python's refcounting is); stand_in_fire_elsewhere on
-    a thread started in C++, stand_in_fire_in_node(node, ...) on one running that autograd node;
-    stand_in_hold(address, ms) holds the allocator's lock on a thread of its own, firing as it
-    takes it and before it lets go (stand_in_join waits for it); stand_in_refuse(1) makes it
-    refuse new trackers."""
+    a thread started in C++; stand_in_hold(address, ms) holds the allocator's lock on a thread
+    of its own, firing as it takes it and before it lets go (stand_in_join waits for it);
+    stand_in_refuse(1) makes it refuse new trackers."""
     loader = ctypes.PyDLL if hold_gil else ctypes.CDLL
     library = loader(str(Path(built.library_dir) / "libc10_cuda.so"), mode=ctypes.RTLD_GLOBAL)
     for name in ("stand_in_fire", "stand_in_fire_elsewhere"):
         getattr(library, name).argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64]
-    library.stand_in_fire_in_node.argtypes = [ctypes.c_uint64, ctypes.c_int, ctypes.c_uint64,
-                                              ctypes.c_uint64]  # fmt: skip
     library.stand_in_hold.argtypes = [ctypes.c_uint64, ctypes.c_int]
     return library
 

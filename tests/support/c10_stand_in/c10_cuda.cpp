@@ -1,8 +1,7 @@
 // A stand-in for torch's libc10_cuda, for kname's tests without torch: its caching allocator's
 // trackers, called as torch calls them (record_trace: every tracker, under the allocator's
 // recursive lock, on the calling thread), from this thread or from a thread started in C++ (as
-// autograd's are, running a node or not: libtorch_cpu's stand-in, torch_cpu.cpp), and a switch
-// to refuse new trackers (torch throws where it cannot attach).
+// autograd's are), and a switch to refuse new trackers (torch throws where it cannot attach).
 #include <c10/cuda/CUDACachingAllocator.h>
 
 #include <chrono>
@@ -45,21 +44,6 @@ void stand_in_fire(int action, std::uint64_t address, std::uint64_t size) {
 // The same from a thread started here, which Python never ran on; joined.
 void stand_in_fire_elsewhere(int action, std::uint64_t address, std::uint64_t size) {
   std::thread thread(stand_in_fire, action, address, size);
-  thread.join();
-}
-
-void stand_in_run_node(std::uint64_t sequence_nr);  // torch_cpu.cpp's
-void stand_in_leave_node(void);
-
-// The same on a thread started here while it runs autograd node `sequence_nr`, as torch's
-// engine runs a node of a backward pass; joined.
-void stand_in_fire_in_node(std::uint64_t sequence_nr, int action, std::uint64_t address,
-                           std::uint64_t size) {
-  std::thread thread([=] {
-    stand_in_run_node(sequence_nr);
-    stand_in_fire(action, address, size);
-    stand_in_leave_node();
-  });
   thread.join();
 }
 

@@ -38,10 +38,10 @@ def backward_site(pass_name: str, forward: str) -> str:
 
 
 def pass_unless_forward_known(name: str) -> str:
-    """`name`, or its pass's line where it is a backward site whose forward line is UNKNOWN:
-    memory's rows, where a backward block goes to its forward line's name only where that line
-    is known (memory is not folded as launches are; with backward per forward line off, none
-    is)."""
+    """`name`, but its pass's line where it is a backward site whose forward line is UNKNOWN:
+    the name memory charges a block to. Memory's rows are not folded as launches' are, so a
+    backward block gets a row of its own only where its forward line is known (with backward
+    per forward line off, none is)."""
     parts = split_backward_site(name) if name.endswith("]") else None
     return parts[0] if parts is not None and parts[1] == UNKNOWN else name
 

@@ -123,9 +123,10 @@ def test_a_kernel_without_weak_references_is_kept_while_its_sites_are_cached(mon
     for i in range(10):
         launch_here(launch, SlottedKernel(f"s{i}", freed))
     gc.collect()
-    # At most MAX_HELD_KERNELS are kept alive; each one let go took its sites out of the cache
-    # first, so its id cannot name another kernel.
-    assert freed == [f"s{i}" for i in range(7)]
+    # At most MAX_HELD_KERNELS are kept alive, the newest; each one let go took its sites out of
+    # the cache first, so its id cannot name another kernel. (The order they die in is the
+    # collector's: one still referenced from a frame as it was let go dies later.)
+    assert sorted(freed) == [f"s{i}" for i in range(7)]
     assert len(callsite.sites) == 3
     assert sorted(site.kernel for site in callsite.sites.values()) == ["s7", "s8", "s9"]
     assert total_launches() == 10

@@ -37,7 +37,6 @@ from kname.documents.diff import (
     slower,
 )
 from kname.documents.tables import kernel_cells, name_cell
-from kname.documents.text import printable
 from kname.profiling.join import KernelTotals, Profile, SiteTotals
 
 # --- launches per call site and kernel ------------------------------------------------------
@@ -266,7 +265,7 @@ def test_a_diff_of_hostile_names_reaches_the_terminal_escaped(document, old, new
         assert terminal_safe(text)
         # The heading, the total, then one line per site added (or removed).
         assert len(text.splitlines()) == 2 + len(document["sites"])
-        assert all(printable(site["name"]) in text for site in document["sites"])
+        assert all(name_cell(site["name"]) in text for site in document["sites"])
         counts = render_count_changes(before, after, (old, new))
         assert counts == "" or terminal_safe(counts)
         # As a table shows a kernel: readable, cut to a name's width like any name, and told

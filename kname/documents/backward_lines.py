@@ -42,7 +42,7 @@ def pass_unless_forward_known(name: str) -> str:
     the name memory charges a block to. Memory's rows are not folded as launches' are, so a
     backward block gets a row of its own only where its forward line is known (with backward
     per forward line off, none is)."""
-    parts = split_backward_site(name) if name.endswith("]") else None
+    parts = split_backward_site(name)
     return parts[0] if parts is not None and parts[1] == UNKNOWN else name
 
 

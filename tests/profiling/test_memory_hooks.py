@@ -492,8 +492,10 @@ def test_the_tracker_is_attached_once_torchs_cuda_starts(named, tmp_path_factory
     stand_in = tracker_or_skip(tmp_path_factory, monkeypatch)
     torch = StandInTorch(monkeypatch)
     hooks = torch_hooks(torch, "tracker")
-    attached = stand_in.allocator.stand_in_trackers()
     torch.start_cuda()  # torch's allocator is made as CUDA starts: trackers attach to it then
+    # Read after the start: a tracker is attached once per process, so where this test runs
+    # first in its worker, none is there before.
+    attached = stand_in.allocator.stand_in_trackers()
     line = this_line(+1)
     tracker_event(stand_in, torch, 0x100, MIB)()
     hooks.stop()
